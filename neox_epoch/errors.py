@@ -1,0 +1,37 @@
+"""The project's one error hierarchy.
+
+Every error a user can cause derives from :class:`NeoxEpochError`. Messages name the file or config
+key, the value found, what was expected and the fix, so the CLI can print them as one line and exit 2.
+"""
+
+from __future__ import annotations
+
+
+class NeoxEpochError(Exception):
+    """Base class of every error neox-epoch raises on bad input. The CLI maps it to exit code 2."""
+
+    exit_code: int = 2
+
+
+class ConfigError(NeoxEpochError):
+    """A config file, config key or command-line value is missing, unknown or of the wrong type."""
+
+
+class IndexFileError(NeoxEpochError):
+    """A .bin/.idx pair (MMIDIDX) is missing, truncated or inconsistent."""
+
+
+class PlanError(NeoxEpochError):
+    """The requested plan cannot be computed (empty split, impossible exact target, ...)."""
+
+
+class BatchError(NeoxEpochError):
+    """Batch sizes disagree with the world the launcher will start."""
+
+
+def did_you_mean(word: str, choices: list[str] | tuple[str, ...] | set[str]) -> str:
+    """Return ' (did you mean "x"?)' for the closest choice, or '' when none is close."""
+    import difflib
+
+    close = difflib.get_close_matches(word, sorted(choices), n=1, cutoff=0.6)
+    return f' (did you mean "{close[0]}"?)' if close else ""

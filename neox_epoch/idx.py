@@ -1,0 +1,282 @@
+"""Torch-free reader for Megatron/NeoX MMIDIDX ``.idx`` files (and the size check of their ``.bin``).
+
+Layout (identical in GPT-NeoX and megatron-core)::
+
+    offset  0  b"MMIDIDX\\x00\\x00"          magic, 9 bytes
+    offset  9  <Q version                     must be 1
+    offset 17  <B dtype code                  token dtype of the .bin (see DTYPE_CODES)
+    offset 18  <Q sequence_count              S: entries of ``sizes`` and ``pointers``
+    offset 26  <Q document_count              D: entries of ``document_indices`` (documents + 1)
+    offset 34  int32 sizes[S], int64 pointers[S], int64 document_indices[D]
+               (megatron-core may append int8 modes[S] for multimodal data)
+
+Only numpy is used. Arrays are read through ``numpy.memmap`` or in bounded chunks, so an index of
+100M+ sequences never becomes Python objects and the resident memory stays bounded.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+from neox_epoch.errors import IndexFileError
+
+MAGIC = b"MMIDIDX\x00\x00"
+HEADER_BYTES = 34
+#: dtype codes of megatron-core's ``DType`` enum. GPT-NeoX's table swaps 6 and 7 (float32/float64);
+#: token data never uses them, but both readings are accepted when the .bin size decides.
+DTYPE_CODES: dict[int, type] = {
+    1: np.uint8,
+    2: np.int8,
+    3: np.int16,
+    4: np.int32,
+    5: np.int64,
+    6: np.float64,
+    7: np.float32,
+    8: np.uint16,
+}
+NEOX_DTYPE_CODES: dict[int, type] = {**DTYPE_CODES, 6: np.float32, 7: np.float64}
+
+#: entries per chunk when streaming the sizes array (64 MiB of int32)
+CHUNK = 1 << 24
+
+
+@dataclass(frozen=True)
+class IdxHeader:
+    """The validated header of one ``.idx`` file and the geometry of its arrays."""
+
+    prefix: str
+    """The path prefix: ``prefix + '.idx'`` and ``prefix + '.bin'``."""
+    version: int
+    """Format version (always 1)."""
+    dtype_code: int
+    """The raw dtype code from the header."""
+    dtype: str
+    """numpy name of the token dtype of the ``.bin`` (megatron-core's table)."""
+    sequence_count: int
+    """Number of sequences (the ``sizes`` entries); NeoX calls these documents."""
+    document_count: int
+    """Number of ``document_indices`` entries (documents + 1)."""
+    idx_bytes: int
+    """Size of the .idx file in bytes."""
+    bin_bytes: int
+    """Size of the .bin file in bytes."""
+
+    @property
+    def sizes_offset(self) -> int:
+        return HEADER_BYTES
+
+    @property
+    def pointers_offset(self) -> int:
+        return HEADER_BYTES + 4 * self.sequence_count
+
+    @property
+    def document_indices_offset(self) -> int:
+        return self.pointers_offset + 8 * self.sequence_count
+
+    @property
+    def itemsize(self) -> int:
+        return int(np.dtype(self.dtype).itemsize)
+
+
+def normalize_prefix(path: str) -> str:
+    """Accept ``x``, ``x.idx``, ``x.bin`` or ``x.`` and return the prefix ``x``."""
+    for ext in (".idx", ".bin"):
+        if path.endswith(ext):
+            return path[: -len(ext)]
+    return path
+
+
+def read_header(prefix: str, check_bin: bool = True) -> IdxHeader:
+    """Read and validate the header of ``prefix.idx`` field by field.
+
+    Checks the magic, version, dtype code, that the file is long enough for the arrays the header
+    announces, and (``check_bin``) that ``prefix.bin`` exists and its size equals the last pointer
+    plus the last sequence's bytes. Raises :class:`IndexFileError` naming the file, the field, the
+    value found and what was expected.
+    """
+    prefix = normalize_prefix(os.fspath(prefix))
+    idx_path, bin_path = prefix + ".idx", prefix + ".bin"
+    if not os.path.isfile(idx_path):
+        hint = " (a .bin is there; re-run the tokenizer to write the .idx)" if os.path.isfile(bin_path) else ""
+        raise IndexFileError(
+            f"{idx_path}: file not found{hint}; expected the .idx of a tokenized dataset "
+            f"(prefix {prefix!r}): check the data path in your config"
+        )
+    idx_bytes = os.path.getsize(idx_path)
+    with open(idx_path, "rb") as f:
+        head = f.read(HEADER_BYTES)
+    if len(head) < HEADER_BYTES:
+        raise IndexFileError(
+            f"{idx_path}: truncated header: {len(head)} bytes, expected at least {HEADER_BYTES}; "
+            "the file is damaged: re-run the tokenizer (preprocess_data.py)"
+        )
+    if head[:9] != MAGIC:
+        raise IndexFileError(
+            f"{idx_path}: magic is {head[:9]!r}, expected {MAGIC!r} (MMIDIDX); this is not a "
+            "Megatron/NeoX mmap index: re-tokenize with dataset_impl/data_impl 'mmap'"
+        )
+    (version,) = struct.unpack("<Q", head[9:17])
+    if version != 1:
+        raise IndexFileError(f"{idx_path}: version is {version}, expected 1; the file is damaged or of an unknown format")
+    dtype_code = head[17]
+    if dtype_code not in DTYPE_CODES:
+        raise IndexFileError(
+            f"{idx_path}: dtype code is {dtype_code}, expected one of {sorted(DTYPE_CODES)} "
+            "(1 uint8 .. 8 uint16); the header is damaged: re-run the tokenizer"
+        )
+    sequence_count, document_count = struct.unpack("<QQ", head[18:34])
+    needed = HEADER_BYTES + 12 * sequence_count + 8 * document_count
+    if idx_bytes < needed:
+        raise IndexFileError(
+            f"{idx_path}: truncated: {idx_bytes} bytes, expected at least {needed} for "
+            f"{sequence_count} sequences and {document_count} document indices; re-run the tokenizer"
+        )
+    if idx_bytes not in (needed, needed + sequence_count):
+        raise IndexFileError(
+            f"{idx_path}: {idx_bytes} bytes, expected {needed} (or {needed + sequence_count} with "
+            f"multimodal modes) for sequence_count={sequence_count}, document_count={document_count}; "
+            "the header does not match the arrays: re-run the tokenizer"
+        )
+    bin_bytes = -1
+    header = IdxHeader(
+        prefix=prefix,
+        version=int(version),
+        dtype_code=int(dtype_code),
+        dtype=np.dtype(DTYPE_CODES[dtype_code]).name,
+        sequence_count=int(sequence_count),
+        document_count=int(document_count),
+        idx_bytes=int(idx_bytes),
+        bin_bytes=bin_bytes,
+    )
+    if check_bin:
+        header = _check_bin(header, idx_path, bin_path)
+    return header
+
+
+def _check_bin(header: IdxHeader, idx_path: str, bin_path: str) -> IdxHeader:
+    if not os.path.isfile(bin_path):
+        raise IndexFileError(
+            f"{bin_path}: file not found; expected the token file next to {idx_path}: "
+            "copy the .bin beside the .idx or fix the data path"
+        )
+    bin_bytes = os.path.getsize(bin_path)
+    expected = 0
+    if header.sequence_count:
+        with open(idx_path, "rb") as f:
+            f.seek(header.pointers_offset - 4)
+            (last_size,) = struct.unpack("<i", f.read(4))
+            f.seek(header.document_indices_offset - 8)
+            (last_pointer,) = struct.unpack("<q", f.read(8))
+        itemsizes = {header.itemsize}
+        if header.dtype_code in (6, 7):
+            itemsizes.add(int(np.dtype(NEOX_DTYPE_CODES[header.dtype_code]).itemsize))
+        candidates = sorted(last_pointer + last_size * s for s in itemsizes)
+        if bin_bytes not in candidates:
+            raise IndexFileError(
+                f"{bin_path}: {bin_bytes} bytes, expected {candidates[0]} (last pointer {last_pointer} + "
+                f"last size {last_size} x {header.itemsize} bytes of {header.dtype}) from {idx_path}; "
+                ".bin and .idx come from different tokenizer runs or one is truncated: re-tokenize"
+            )
+        expected = candidates[0]
+    elif bin_bytes != 0:
+        raise IndexFileError(f"{bin_path}: {bin_bytes} bytes, expected 0 for an index with no sequences")
+    del expected
+    return IdxHeader(**{**header.__dict__, "bin_bytes": int(bin_bytes)})
+
+
+def sizes_memmap(header: IdxHeader) -> np.ndarray:
+    """The int32 ``sizes`` array (tokens per sequence) as a read-only memmap."""
+    return np.memmap(header.prefix + ".idx", dtype=np.int32, mode="r", offset=header.sizes_offset, shape=(header.sequence_count,))
+
+
+def pointers_memmap(header: IdxHeader) -> np.ndarray:
+    """The int64 ``pointers`` array (byte offsets into the .bin) as a read-only memmap."""
+    return np.memmap(header.prefix + ".idx", dtype=np.int64, mode="r", offset=header.pointers_offset, shape=(header.sequence_count,))
+
+
+def document_indices_memmap(header: IdxHeader) -> np.ndarray:
+    """The int64 ``document_indices`` array as a read-only memmap."""
+    return np.memmap(
+        header.prefix + ".idx", dtype=np.int64, mode="r", offset=header.document_indices_offset, shape=(header.document_count,)
+    )
+
+
+def tokens_memmap(header: IdxHeader) -> np.ndarray:
+    """All tokens of the .bin, as a read-only memmap of the header's dtype."""
+    n = header.bin_bytes // header.itemsize if header.bin_bytes >= 0 else None
+    return np.memmap(header.prefix + ".bin", dtype=np.dtype(header.dtype), mode="r", shape=(n,) if n else None)
+
+
+def range_token_sums(header: IdxHeader, bounds: list[tuple[int, int]]) -> list[int]:
+    """Sum of ``sizes[lo:hi]`` for each ``(lo, hi)``, streaming the array in bounded chunks.
+
+    Reads the .idx with ``np.fromfile`` into a reused buffer, so peak memory is one chunk
+    (64 MiB) whatever the number of sequences.
+    """
+    for lo, hi in bounds:
+        if not 0 <= lo <= hi <= header.sequence_count:
+            raise IndexFileError(
+                f"{header.prefix}.idx: sequence range [{lo}, {hi}) is outside [0, {header.sequence_count})"
+            )
+    sums = [0] * len(bounds)
+    with open(header.prefix + ".idx", "rb") as f:
+        for k, (lo, hi) in enumerate(bounds):
+            total = 0
+            pos = lo
+            while pos < hi:
+                n = min(CHUNK, hi - pos)
+                f.seek(header.sizes_offset + 4 * pos)
+                chunk = np.fromfile(f, dtype=np.int32, count=n)
+                if chunk.shape[0] != n:
+                    raise IndexFileError(f"{header.prefix}.idx: truncated while reading sizes at sequence {pos}")
+                if chunk.size and int(chunk.min()) < 0:
+                    bad = pos + int(np.argmax(chunk < 0))
+                    raise IndexFileError(
+                        f"{header.prefix}.idx: sizes[{bad}] = {int(chunk[bad - pos])}, expected >= 0; the index is damaged"
+                    )
+                total += int(chunk.sum(dtype=np.int64))
+                pos += n
+            sums[k] = total
+    return sums
+
+
+def validate_arrays(header: IdxHeader) -> None:
+    """Deep check: pointers consistent with sizes, document indices start at 0, end at S, non-decreasing.
+
+    Streams the arrays in chunks. Raises :class:`IndexFileError` at the first inconsistency.
+    """
+    sizes = sizes_memmap(header)
+    pointers = pointers_memmap(header)
+    item = header.itemsize
+    prev_end = 0
+    for start in range(0, header.sequence_count, CHUNK):
+        s = np.asarray(sizes[start : start + CHUNK], dtype=np.int64)
+        p = np.asarray(pointers[start : start + CHUNK])
+        expect = np.empty_like(p)
+        expect[0] = prev_end
+        np.cumsum(s[:-1] * item, out=expect[1:])
+        expect[1:] += prev_end
+        bad = np.nonzero(expect != p)[0]
+        if bad.size:
+            i = start + int(bad[0])
+            raise IndexFileError(
+                f"{header.prefix}.idx: pointers[{i}] = {int(p[bad[0]])}, expected {int(expect[bad[0]])} "
+                "(previous pointer + previous size x itemsize); the index is damaged: re-tokenize"
+            )
+        prev_end = int(p[-1] + s[-1] * item)
+    docs = document_indices_memmap(header)
+    if header.document_count:
+        if int(docs[0]) != 0 or int(docs[-1]) != header.sequence_count:
+            raise IndexFileError(
+                f"{header.prefix}.idx: document_indices run from {int(docs[0])} to {int(docs[-1])}, "
+                f"expected 0 to {header.sequence_count}; the index is damaged: re-tokenize"
+            )
+        for start in range(0, header.document_count, CHUNK):
+            d = np.asarray(docs[start : start + CHUNK + 1])
+            if d.size > 1 and bool(np.any(np.diff(d) < 0)):
+                i = start + int(np.argmax(np.diff(d) < 0)) + 1
+                raise IndexFileError(f"{header.prefix}.idx: document_indices decrease at entry {i}; the index is damaged")
