@@ -1,0 +1,68 @@
+"""``neox-epoch`` command line: one subcommand per module, errors mapped to exit codes.
+
+Exit codes: 0 success, 1 findings (audit, check-batch), 2 bad input (any :class:`NeoxEpochError`).
+Each subcommand module provides ``register(subparsers)`` (adds its parser, sets ``func``) and a
+``run(args) -> int`` function.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+from neox_epoch import __version__
+from neox_epoch.errors import NeoxEpochError
+
+#: subcommand modules, imported lazily so ``neox-epoch plan`` never imports torch or deepspeed
+COMMANDS: dict[str, str] = {
+    "plan": "neox_epoch.plan_cli",
+    "audit": "neox_epoch.audit.cli",
+    "check-batch": "neox_epoch.batch.cli",
+}
+
+
+def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="neox-epoch",
+        description="Exact epochs for GPT-NeoX and megatron-core pretraining: plan, audit, check.",
+    )
+    parser.add_argument("--version", action="version", version=f"neox-epoch {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    wanted = next((a for a in argv if a in COMMANDS), None)
+    for name, module in COMMANDS.items():
+        if wanted is not None and name != wanted:
+            sub.add_parser(name, help=f"see neox-epoch {name} --help")
+            continue
+        try:
+            importlib.import_module(module).register(sub)
+        except ModuleNotFoundError as err:
+            if err.name and err.name.startswith("neox_epoch"):
+                continue  # subcommand not part of this build
+            raise
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args))
+    except NeoxEpochError as err:
+        print(f"neox-epoch {args.command}: error: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("neox-epoch: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
