@@ -1,0 +1,75 @@
+"""Human output of a plan: a per-source table with the arithmetic shown, warnings and settings."""
+
+from __future__ import annotations
+
+from neox_epoch.plan import Plan
+
+COLUMNS = (
+    ("split", "split"), ("name", "source"), ("documents", "docs"), ("tokens", "tokens"),
+    ("samples_per_epoch", "samples/epoch"), ("samples_requested", "requested"), ("epochs_built", "epochs built"),
+    ("samples_built", "built"), ("samples_drawn", "drawn"), ("passes", "passes"), ("tokens_unseen", "tokens unseen"),
+)
+
+
+def _fmt(v: object) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:.4f}"
+    if isinstance(v, int):
+        return f"{v:,d}"
+    return str(v)
+
+
+def table(plan: Plan) -> str:
+    rows = []
+    for s in plan.sources:
+        row = []
+        for key, _ in COLUMNS:
+            v = getattr(s, key)
+            text = _fmt(v)
+            if key == "tokens_unseen" and not s.tokens_unseen_exact:
+                text = "~" + text
+            if key == "epochs_built" and s.epochs_built > 1:
+                text += " (sep.)" if s.separate_final_epoch else " (joint)"
+            row.append(text)
+        rows.append(row)
+    heads = [h for _, h in COLUMNS]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(heads)]
+    line = "  ".join(h.rjust(w) if i > 1 else h.ljust(w) for i, (h, w) in enumerate(zip(heads, widths)))
+    out = [line, "  ".join("-" * w for w in widths)]
+    for r in rows:
+        out.append("  ".join(c.rjust(w) if i > 1 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))))
+    return "\n".join(out)
+
+
+def render(plan: Plan) -> str:
+    """The full text report."""
+    ver = f" {plan.framework_version}" if plan.framework_version else ""
+    out = [
+        f"neox-epoch plan ({plan.framework}{ver} semantics)",
+        f"seq_length {plan.seq_length}, global batch {plan.global_batch_size}, train_iters {plan.train_iters:,d} "
+        f"-> {plan.train_samples:,d} train samples",
+        "",
+        table(plan),
+        "",
+        "arithmetic:",
+    ]
+    out += [f"  {a}" for a in plan.arithmetic]
+    for s in plan.sources:
+        out.append(f"  {s.split}/{s.name}: samples_per_epoch = (tokens - a) // seq_length with tokens {s.tokens:,d}; {s.formula}")
+    for b in plan.blends:
+        w = ", ".join(f"{x:.6f}" for x in b.weights) if b.weights else "exhaustive"
+        out.append(f"  {b.split} blend: {b.rule}; size {b.size}; greedy weights [{w}]; first {b.consumed} draws "
+                   f"per source {list(b.draws)} (exact greedy replay, not w*N)")
+    if plan.settings:
+        out += ["", "settings for exact passes:"]
+        out += [f"  {k}: {v}" for k, v in plan.settings.items()]
+        out.append(f"  remainder: {plan.remainder_samples} samples ({plan.remainder_tokens:,d} tokens) under one global "
+                   "batch are not drawn")
+    if plan.warnings:
+        out += ["", "warnings:"]
+        out += [f"  - {w}" for w in plan.warnings]
+    return "\n".join(out)
