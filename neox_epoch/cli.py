@@ -21,6 +21,7 @@ COMMANDS: dict[str, str] = {
     "plan": "neox_epoch.plan_cli",
     "audit": "neox_epoch.audit.cli",
     "check-batch": "neox_epoch.batch.cli",
+    "demo": "neox_epoch.demo",
 }
 
 
@@ -59,6 +60,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except NeoxEpochError as err:
         print(f"neox-epoch {args.command}: error: {err}", file=sys.stderr)
         return err.exit_code
+    except BrokenPipeError:  # output piped into head and closed
+        sys.stderr.close()
+        return 0
     except KeyboardInterrupt:
         print("neox-epoch: interrupted", file=sys.stderr)
         return 130

@@ -22,7 +22,7 @@ def neox_version(neox_dir: str | None = None) -> str:
         try:
             out = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5)
             if out.returncode == 0:
-                return "commit " + out.stdout.strip()
+                return out.stdout.strip()
         except (OSError, subprocess.SubprocessError):
             pass
-    return "unknown (NeoX semantics as of commit ea7aefd8)"
+    return "ea7aefd8"

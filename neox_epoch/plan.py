@@ -439,7 +439,7 @@ def make_plan(inp: PlanInput, targets: Sequence[int] | None = None) -> Plan:
                 samples_drawn=drawn, passes=round(passes, 6), tokens_unseen=unseen, tokens_unseen_exact=exact,
                 target_samples=(targets[k] if targets is not None and i == 0 else None), formula=b.formula,
             ))
-            warnings.extend(_spillover_warning(sb.split, d, drawn))
+            warnings.extend(_spillover_warning(sb.split, d, drawn, gbs))
     warnings.extend(_run_warnings(inp, train_iters, sources))
     return Plan(
         framework=inp.framework, framework_version=inp.framework_version, seq_length=inp.seq_length,
@@ -449,9 +449,10 @@ def make_plan(inp: PlanInput, targets: Sequence[int] | None = None) -> Plan:
     )
 
 
-def _spillover_warning(split: str, d: _Dataset, drawn: int) -> list[str]:
+def _spillover_warning(split: str, d: _Dataset, drawn: int, gbs: int) -> list[str]:
+    """Warn when an index of E > 1 jointly shuffled epochs is drawn short by more than one global batch."""
     b = d.build
-    if b.epochs <= 1 or drawn >= b.samples_built or b.separate_final_epoch or drawn <= 0:
+    if b.epochs <= 1 or drawn + gbs > b.samples_built or b.separate_final_epoch or drawn <= 0:
         return []
     p = drawn / b.samples_built
     e = b.epochs
@@ -548,13 +549,14 @@ def exact_plan(inp: PlanInput, passes: dict[str, float], search_seeds: int = 200
     probe = make_plan(replace(inp, train_iters=1, train_samples=None, warmup_iters=None))
     train = [s for s in probe.sources if s.split == "train"]
     by_prefix = {s.prefix: s for s in train}
-    direct_neox = inp.framework in ("neox", "megatron-legacy") and not inp.per_split_paths
+    # NeoX's len(dataset) is samples - 1 and its blend size the sum of those lens: one sample per source is unusable
+    len_minus_one = inp.framework == "neox"
     targets = []
     for spec, w in zip(specs, want):
         sp = by_prefix[spec.prefix]
         t = _target_samples(None, sp.tokens, inp.seq_length, float(w), a)  # type: ignore[arg-type]
-        if direct_neox:
-            t = min(t, ((math.ceil(w) * sp.tokens - 1) // inp.seq_length) - 1)  # NeoX len = samples - 1
+        if len_minus_one:
+            t = min(t, ((math.ceil(w) * sp.tokens - 1) // inp.seq_length) - 1)
         if t <= 0:
             raise PlanError(f"--source-epochs: {spec.label}={w} gives {t} samples (samples per epoch {sp.samples_per_epoch})")
         targets.append(t)
@@ -597,6 +599,8 @@ def exact_plan(inp: PlanInput, passes: dict[str, float], search_seeds: int = 200
         if t0 != t1:
             warnings.append(f"exact: {lab}: {t0 - t1} of its {t0} target samples fall in the remainder under one "
                             f"global batch ({(t0 - t1) * inp.seq_length} tokens not drawn)")
+    if inp.framework == "neox" and inp.per_split_paths:
+        warnings.extend(_without_plugin(inp, iters))
     return replace(plan, settings=settings, remainder_samples=remainder, remainder_tokens=lost_tokens,
                    arithmetic=tuple(arithmetic) + plan.arithmetic, warnings=tuple(warnings))
 
@@ -638,3 +642,18 @@ def _search_weights(inp: PlanInput, targets: list[int], seeds: int) -> tuple[Pla
         f"exact plan: no float weights found (after {seeds} tries) under which the greedy blend draws exactly "
         f"{targets}; last draws {tried[-1]}: use megatron-core's exhaustive blending (weights None) or change targets"
     )
+
+
+def _without_plugin(inp: PlanInput, train_iters: int) -> list[str]:
+    """What stock NeoX (1.005 buffer, config weights) does with the same train_iters, for comparison."""
+    stock = make_plan(replace(inp, train_iters=train_iters, blend_buffer=None, exact_requests=None,
+                              blend_weights_override=None))
+    out = []
+    for s in stock.sources:
+        if s.split == "train" and s.epochs_built > math.ceil(s.passes - 1e-9):
+            out.append(
+                f"without neox-epoch: NeoX asks {s.name} for {s.samples_requested} samples (x1.005), builds "
+                f"{s.epochs_built} epochs shuffled together and draws {s.samples_drawn}: ~{s.tokens_unseen:,d} of its "
+                f"{s.tokens:,d} tokens never seen"
+            )
+    return out

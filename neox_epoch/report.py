@@ -48,6 +48,8 @@ def table(plan: Plan) -> str:
 def render(plan: Plan) -> str:
     """The full text report."""
     ver = f" {plan.framework_version}" if plan.framework_version else ""
+    if plan.framework == "neox" and plan.framework_version:
+        ver = f" commit {plan.framework_version}"
     out = [
         f"neox-epoch plan ({plan.framework}{ver} semantics)",
         f"seq_length {plan.seq_length}, global batch {plan.global_batch_size}, train_iters {plan.train_iters:,d} "

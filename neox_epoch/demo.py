@@ -1,0 +1,59 @@
+"""The bundled default: a small deterministic three-source corpus and the shipped configs planned on it.
+
+``neox-epoch demo`` writes ``demo/data/{web,code,books}_text_document.{bin,idx}`` (seeded, ~2 MB in all)
+and prints the plan of each config in ``configs/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+from typing import Any
+
+from neox_epoch.corpus import write_random_corpus
+
+#: name -> (seed, documents, min_len, max_len)
+CORPUS = {
+    "web": (11, 3000, 20, 400),
+    "code": (12, 800, 50, 900),
+    "books": (13, 120, 800, 4000),
+}
+
+
+def write_demo_corpus(directory: str) -> list[str]:
+    """Write the demo corpus (idempotent, deterministic) and return the prefixes."""
+    prefixes = []
+    for name, (seed, docs, lo, hi) in CORPUS.items():
+        prefix = os.path.join(directory, f"{name}_text_document")
+        if not (os.path.isfile(prefix + ".idx") and os.path.isfile(prefix + ".bin")):
+            write_random_corpus(prefix, seed, docs, lo, hi)
+        prefixes.append(prefix)
+    return prefixes
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("demo", help="write the bundled demo corpus and plan every shipped config on it")
+    p.add_argument("--data-dir", default=os.path.join("demo", "data"), help="where to write the corpus")
+    p.add_argument("--configs", default="configs", help="directory of NeoX configs to plan")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from neox_epoch.cli import main
+
+    prefixes = write_demo_corpus(args.data_dir)
+    print(f"demo corpus: {', '.join(p + '.{bin,idx}' for p in prefixes)}\n")
+    code = 0
+    for cfg in sorted(glob.glob(os.path.join(args.configs, "*.yml"))):
+        print("=" * 100)
+        print(f"$ neox-epoch plan {cfg}")
+        code = max(code, main(["plan", cfg]))
+        print()
+    print("=" * 100)
+    print("$ neox-epoch plan --data-path 1 demo/data/web_text_document 1 demo/data/code_text_document "
+          "--split 98,1,1 --seq-length 512 --global-batch-size 16 --epochs 1   (megatron-core semantics)")
+    code = max(code, main(["plan", "--data-path", "1", prefixes[0], "1", prefixes[1], "--split", "98,1,1",
+                           "--seq-length", "512", "--global-batch-size", "16", "--eval-iters", "2",
+                           "--eval-interval", "100", "--epochs", "1"]))
+    return code
