@@ -321,8 +321,9 @@ def _mcore_builds(inp: PlanInput, requests: list[int], cache: dict) -> list[_Spl
             if rng[1] <= rng[0] and req is not None:
                 raise PlanError(
                     f"{route.split} split of {prefix} has no documents (split {inp.split!r} over "
-                    f"{src.header.sequence_count} sequences gives [{rng[0]}, {rng[1]})) but {req} samples are "
-                    "requested: megatron-core would loop forever; change --split or set --eval-iters 0"
+                    f"{src.header.sequence_count} sequences gives [{rng[0]}, {rng[1]})) and {req} samples are "
+                    "requested: megatron-core would loop forever building it; change --split so it is empty (0) "
+                    "or has documents"
                 )
             b = mcore.build(t, inp.seq_length, req, a, is_valid_split=(i == 1))
             datasets.append(_Dataset(src, route.split, rng, t, b))
@@ -344,7 +345,7 @@ def _builds(inp: PlanInput, train_iters: int, cache: dict) -> list[_SplitBuild |
         requests[0] = inp.train_samples
     reqs: list[int] = [r if r > 0 else 0 for r in requests]
     if inp.framework == "megatron-core":
-        return _mcore_builds(inp, [r if r > 0 else None for r in reqs], cache)  # type: ignore[misc]
+        return _mcore_builds(inp, reqs, cache)  # type: ignore[arg-type]
     return _neox_builds(inp, reqs, cache)
 
 
