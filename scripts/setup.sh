@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Create ./.venv with everything neox-epoch and its tests need (idempotent).
+# torch is pinned FIRST to 2.13.0 (the CPU build): an unpinned torch request pulls a multi-GB CUDA build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+. .venv/bin/activate
+stamp=.venv/.neox-epoch-setup-v1
+if [ ! -f "$stamp" ]; then
+  python -m pip install -q --upgrade "pip<26" wheel "setuptools<81"
+  python -m pip install -q torch==2.13.0
+  python -m pip install -q "numpy<2" packaging pyyaml pytest ruff matplotlib
+  python -m pip install -q megatron-core==0.16.1
+  python -m pip install -q deepspeed==0.19.8
+  touch "$stamp"
+fi
+python -m pip install -q --no-deps --no-build-isolation -e .

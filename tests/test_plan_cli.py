@@ -1,0 +1,143 @@
+"""`neox-epoch plan` end to end: shipped configs plan, JSON keys are stable, bad input is one line, exit 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+
+from neox_epoch.cli import main
+from neox_epoch.demo import write_demo_corpus
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIGS = sorted(f for f in os.listdir(os.path.join(ROOT, "configs")) if f.endswith(".yml"))
+SOURCE_KEYS = {"name", "prefix", "split", "documents", "tokens", "samples_per_epoch", "samples_requested",
+               "epochs_built", "samples_drawn", "passes", "tokens_unseen"}
+
+
+@pytest.fixture(scope="module")
+def demo_dir(tmp_path_factory):
+    """The shipped configs use demo/data/... relative paths: run them from a dir holding the demo corpus."""
+    d = tmp_path_factory.mktemp("demo")
+    write_demo_corpus(str(d / "demo" / "data"))
+    shutil.copytree(os.path.join(ROOT, "configs"), d / "configs")
+    return d
+
+
+def run_cli(args, capsys):  # type: ignore[no-untyped-def]
+    code = main(args)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_every_shipped_config_plans(demo_dir, config, capsys, monkeypatch):
+    """Each shipped config gives a table and a JSON plan whose train draws hit the config's targets exactly."""
+    monkeypatch.chdir(demo_dir)
+    code, out, err = run_cli(["plan", f"configs/{config}"], capsys)
+    assert code == 0, err
+    assert "samples/epoch" in out and "train_iters" in out
+    code, out, _ = run_cli(["plan", f"configs/{config}", "--json"], capsys)
+    plan = json.loads(out)
+    assert {"framework", "framework_version", "seq_length", "global_batch_size", "train_iters", "warnings",
+            "sources"} <= set(plan)
+    assert plan["framework"] == "neox"
+    for s in plan["sources"]:
+        assert SOURCE_KEYS <= set(s)
+    train = [s for s in plan["sources"] if s["split"] == "train"]
+    assert all(s["samples_drawn"] == s["target_samples"] for s in train)
+    assert plan["train_iters"] * plan["global_batch_size"] == sum(s["samples_drawn"] for s in train)
+    assert plan["settings"]["neox_overlay"]["train_iters"] == plan["train_iters"]
+
+
+def test_one_source_one_epoch_numbers(demo_dir, capsys, monkeypatch):
+    """web: 632,167 tokens, seq 512 -> (632167-1)//512 = 1234 samples/epoch; NeoX len = 1233 -> 77 iterations
+    of 16 = 1232 samples; stock NeoX would ask ceil(1232*1.005) = 1239 > 1234 and build 2 epochs."""
+    monkeypatch.chdir(demo_dir)
+    code, out, _ = run_cli(["plan", "configs/one_source_one_epoch.yml", "--json"], capsys)
+    plan = json.loads(out)
+    (train,) = [s for s in plan["sources"] if s["split"] == "train"]
+    assert (train["tokens"], train["samples_per_epoch"], plan["train_iters"]) == (632167, 1234, 77)
+    assert (train["samples_requested"], train["epochs_built"], train["samples_drawn"]) == (1232, 1, 1232)
+    assert plan["remainder"] == {"samples": 1, "tokens": 512}
+    assert any("without neox-epoch: NeoX asks web_text_document for 1239 samples" in w for w in plan["warnings"])
+
+
+def test_write_config_overlay(demo_dir, capsys, monkeypatch, tmp_path):
+    import yaml
+
+    monkeypatch.chdir(demo_dir)
+    out_file = tmp_path / "overlay.yml"
+    code, _, _ = run_cli(["plan", "configs/blend_per_source_epochs.yml", "--write-config", str(out_file)], capsys)
+    assert code == 0
+    overlay = yaml.safe_load(out_file.read_text())
+    assert overlay["train_iters"] == 187
+    assert overlay["neox_epoch"]["targets"] == {"web_text_document": 1229, "code_text_document": 1492,
+                                                "books_text_document": 271}
+
+
+def test_megatron_flags(demo_dir, capsys, monkeypatch):
+    monkeypatch.chdir(demo_dir)
+    code, out, err = run_cli(["plan", "--framework-version", "0.16.1", "--data-path", "demo/data/web_text_document",
+                              "--split", "98,1,1", "--seq-length", "512", "--global-batch-size", "16",
+                              "--train-iters", "50", "--eval-iters", "1", "--eval-interval", "25", "--json"], capsys)
+    assert code == 0, err
+    plan = json.loads(out)
+    assert plan["framework"] == "megatron-core" and plan["framework_version"] == "0.16.1"
+    assert [s["split"] for s in plan["sources"]] == ["train", "valid", "test"]
+    assert plan["sources"][0]["samples_requested"] == 800  # one prefix without weight: no buffer
+
+
+def _write(tmp_path, text):  # type: ignore[no-untyped-def]
+    p = tmp_path / "bad.yml"
+    p.write_text(text)
+    return str(p)
+
+
+BAD = [
+    ('{"seq_length": 512, "train_batch_size": 16, "data_path": "%s", "train_iter": 5}',
+     r'train_iter: unknown NeoX config key \(did you mean "train_iters"\?\)'),
+    ('{"seq_length": "512", "train_batch_size": 16, "data_path": "%s", "train_iters": 5}',
+     r"seq_length: expected an integer, found str '512' \(write 512 without quotes\)"),
+    ('{"seq_length": 512, "train_batch_size": 16, "train_data_paths": ["%s"], "train_data_weights": [0], '
+     '"train_iters": 5}', r"train_data_weights\[0\]: expected a value > 0, found 0"),
+    ('{"seq_length": 512, "train_batch_size": 16, "train_data_paths": ["%s"], "train_data_weights": [1, 2], '
+     '"train_iters": 5}', "2 weights for 1 paths; give one weight per path"),
+    ('{"seq_length": 512, "train_micro_batch_size_per_gpu": 4, "num_gpus": 3, "pipe_parallel_size": 2, '
+     '"data_path": "%s", "train_iters": 5}', "world size 3 is not divisible by .* dp must be whole"),
+    ('{"seq_length": 512, "train_batch_size": 16, "data_path": "%s.nope", "train_iters": 5}',
+     r"\.nope\.idx: file not found"),
+    ('{"seq_length": 512, "train_batch_size": 16, "data_path": "%s", "neox_epoch": {"epoch": 1}}',
+     r'neox_epoch\.epoch: unknown key \(did you mean "epochs"\?\)'),
+    ('{"seq_length": 512, "train_batch_size": 16, "data_path": "%s", "split": "100,0,0", "train_iters": 5, '
+     '"neox_epoch": {"epochs": -1}}', r"neox_epoch\.epochs: expected a value > 0, found -1"),
+]
+
+
+@pytest.mark.parametrize("text,message", BAD)
+def test_bad_config_one_line_exit_2(demo_dir, tmp_path, capsys, text, message):
+    """Bad input: exit 2, one stderr line naming the file/key, value, expectation and fix; no traceback."""
+    import re
+
+    prefix = str(demo_dir / "demo" / "data" / "web_text_document")
+    path = _write(tmp_path, text % prefix)
+    code, out, err = run_cli(["plan", path], capsys)
+    assert code == 2
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert re.search(message, err), err
+
+
+def test_empty_split_is_reported(fixed_corpus, capsys):
+    """20 documents with split 98,1,1: megatron-core's valid split is empty and would loop forever."""
+    p = fixed_corpus("small", [50] * 20)
+    code, _, err = run_cli(["plan", "--framework-version", "0.16.1", "--data-path", p, "--split", "98,1,1",
+                            "--seq-length", "8", "--global-batch-size", "2", "--train-iters", "3"], capsys)
+    assert code == 2 and "valid split of" in err and "has no documents" in err and "loop forever" in err
+
+
+def test_bad_data_path_syntax(capsys):
+    code, _, err = run_cli(["plan", "--framework-version", "0.16.1", "--data-path", "1", "a", "b",
+                            "--seq-length", "8", "--global-batch-size", "2", "--train-iters", "3"], capsys)
+    assert code == 2 and "expected 'PREFIX ...' or 'WEIGHT PREFIX WEIGHT PREFIX ...'" in err
