@@ -658,3 +658,36 @@ def _without_plugin(inp: PlanInput, train_iters: int) -> list[str]:
                 f"{s.tokens:,d} tokens never seen"
             )
     return out
+
+
+def predict_splits(inp: PlanInput, sizes: Sequence[int | None]) -> list[dict[str, object] | None]:
+    """megatron-core: what BlendedMegatronDatasetBuilder(sizes) builds per split, with full-blend draws.
+
+    The comparison tests check every number here against the real builder.
+    """
+    if inp.framework != "megatron-core":
+        raise PlanError("predict_splits mirrors megatron-core's builder only")
+    cache: dict[tuple[str, int, int], int] = {}
+    out: list[dict[str, object] | None] = []
+    for sb in _mcore_builds(inp, list(sizes), cache):  # type: ignore[arg-type]
+        if sb is None:
+            out.append(None)
+            continue
+        if sb.blended and sb.greedy_weights is not None:
+            draws = blend.greedy_counts(list(sb.greedy_weights), sb.size)
+        else:
+            draws = [d.build.length for d in sb.datasets]
+        out.append({
+            "blended": sb.blended,
+            "size": sb.size,
+            "draws": draws,
+            "oversampled": (mcore.oversampled(draws, [d.build.length for d in sb.datasets], inp.framework_version)
+                            if sb.blended else [False]),
+            "datasets": [
+                {"prefix": d.source.spec.prefix, "num_samples": d.build.samples_requested, "len": d.build.length,
+                 "epochs": d.build.epochs, "separate_final_epoch": d.build.separate_final_epoch,
+                 "doc_range": list(d.doc_range), "tokens": d.tokens}
+                for d in sb.datasets
+            ],
+        })
+    return out

@@ -122,7 +122,10 @@ def build(
     a = int(add_extra_token)
     epochs = num_epochs(tokens, seq_length, num_samples, a)
     drop_last = drop_last_partial_validation_sequence if is_valid_split else True
-    if drop_last:
+    if epochs * tokens - a < 0:  # an empty split: the C++ helper's integer division truncates to 0
+        built = 0
+        count = f"max(0, ({epochs}*{tokens} - {a}) / {seq_length}) = 0 (empty split)"
+    elif drop_last:
         built = (epochs * tokens - a) // seq_length
         count = f"({epochs}*{tokens} - {a}) // {seq_length} = {built}"
     else:
@@ -254,6 +257,13 @@ def blend_size_and_weights(
     Returns (None, None) for exhaustive blending (every sample of every source exactly once).
     """
     if route.weights is None:
+        empty = [p for p, n in zip(route.prefixes, lengths) if n <= 0]
+        if empty:
+            raise PlanError(
+                f"{route.split}: {empty[0]} gives 0 samples in this split, and a blend without weights uses the "
+                "lengths as weights: megatron-core's BlendedDataset asserts every weight > 0; drop the source "
+                "from this split's blend or change --split"
+            )
         if route.size is None:
             return None, None
         size = min(route.size, int(sum(lengths)))
@@ -264,3 +274,15 @@ def blend_size_and_weights(
         return size, normalize(w)
     size = int(sum(t for t in route.targets if t is not None))
     return size, normalize(list(route.weights))
+
+
+def oversampled(draws: Sequence[int], lengths: Sequence[int], version: str) -> list[bool]:
+    """Which mid-level datasets the version's oversampling check (IndexError) flags.
+
+    >= 0.11 compares each source's draws with its length. <= 0.10 pairs ``numpy.unique`` counts with the
+    datasets in order, so when a source is never drawn the counts shift onto the wrong datasets; mirrored.
+    """
+    if buffer_rule(version) == "ceil_n_w_1005":
+        counts = [c for c in draws if c > 0]
+        return [n < c for n, c in zip(lengths, counts)] + [False] * (len(lengths) - len(counts))
+    return [c > n for c, n in zip(draws, lengths)]
