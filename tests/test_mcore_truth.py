@@ -10,7 +10,6 @@ document range and tokens; and it must predict the builds that fail (oversamplin
 from __future__ import annotations
 
 import pytest
-
 from mcore_cases import generate_cases  # noqa: E402
 from mcore_env import mcore_pythonpath, run_truth  # noqa: E402
 
