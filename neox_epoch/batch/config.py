@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from neox_epoch.errors import ConfigError, did_you_mean
@@ -78,8 +78,8 @@ class LauncherSettings:
 
     def overridden_by(self, other: LauncherSettings) -> LauncherSettings:
         """Return these settings with every value ``other`` gives (not None / True) replacing ours."""
-        values = {}
-        for name in self.__slots__:  # type: ignore[attr-defined]
+        values: dict[str, Any] = {}
+        for name in (f.name for f in fields(self)):
             mine, theirs = getattr(self, name), getattr(other, name)
             if isinstance(mine, bool):
                 values[name] = mine or bool(theirs)
@@ -90,7 +90,7 @@ class LauncherSettings:
     def given(self) -> dict[str, Any]:
         """The settings that were given, as ``{name: value}`` (None and False left out)."""
         out: dict[str, Any] = {}
-        for name in self.__slots__:  # type: ignore[attr-defined]
+        for name in (f.name for f in fields(self)):
             value = getattr(self, name)
             if value is not None and value is not False:
                 out[name] = value

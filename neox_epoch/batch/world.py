@@ -293,6 +293,9 @@ def _launcher_world(runner: ModuleType, argv: list[str], env: Mapping[str, str])
     if filters:
         basis.append(f"{filters} keeps {_describe_hosts(active)}")
 
+    if hostfile is not None and not args.no_ssh_check and not args.no_ssh:
+        notes.append(f"with a hostfile the launcher first checks passwordless ssh to {next(iter(active))}"
+                     + ("" if args.master_addr else " and asks it for its address (no --master_addr)"))
     multi_node_exec = (args.force_multi or len(active) > 1) and not args.no_ssh
     world = sum(len(slots) for slots in active.values())
     hosts: dict[str, list[int]] = dict(active)
@@ -322,8 +325,6 @@ def _launcher_world(runner: ModuleType, argv: list[str], env: Mapping[str, str])
             basis.append(f"--launcher {backend} starts one rank per hostfile slot")
         else:
             basis.append(f"--launcher {backend} on {len(active)} host{'s' if len(active) != 1 else ''}")
-        if not args.no_ssh_check:
-            notes.append(f"the launcher first checks passwordless ssh to {next(iter(active))}")
     return LauncherWorld(
         world_size=world,
         hosts=hosts,
