@@ -1,0 +1,167 @@
+"""Benchmark of ``neox-epoch audit`` on a synthetic index of ~100M samples (run by hand).
+
+    python bench/audit_bench.py                      # 100M samples, seq 2048, ~100B tokens, 2 epochs
+    python bench/audit_bench.py --samples 20000000   # smaller
+    python bench/audit_bench.py --dir /big/tmp --keep
+
+It writes a NeoX-named index (doc/sample/shuffle .npy built with numpy the way NeoX builds them: the
+documents tiled over 2 epochs and shuffled once, a boundary every seq_length tokens, a shuffled
+permutation) next to a synthetic .idx whose sizes average ``--doc-tokens`` and a sparse .bin (only the
+sizes matter). Then, each in a fresh process so that peak RSS (``resource.getrusage``) is its own:
+
+1. ``read``: ``np.load`` + ``sum`` of the three .npy files (reading them once);
+2. ``validate``: the audit without consumption (every check, one streamed pass);
+3. ``exposure``: the audit with ``--consumed`` (default: half the samples, the NeoX "one epoch" case,
+   the worst case for exposure bookkeeping).
+
+and prints wall time, peak RSS and the ratios to ``read``. Targets: peak RSS <= 1.5 GB, time <= 3x read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+CHUNK = 1 << 24
+
+
+def _write_idx(prefix: str, sizes: np.ndarray) -> None:
+    """MMIDIDX .idx for uint16 tokens with these sizes; a sparse .bin of the matching length."""
+    from neox_epoch.idx import MAGIC
+
+    n = sizes.shape[0]
+    with open(prefix + ".idx", "wb") as f:
+        f.write(MAGIC + struct.pack("<Q", 1) + struct.pack("<B", 8) + struct.pack("<QQ", n, n + 1))
+        f.write(sizes.astype(np.int32).tobytes())
+        base = 0
+        for a in range(0, n, CHUNK):
+            s = sizes[a : a + CHUNK].astype(np.int64) * 2
+            p = np.empty_like(s)
+            p[0] = base
+            np.cumsum(s[:-1], out=p[1:])
+            p[1:] += base
+            base = int(p[-1] + s[-1])
+            f.write(p.tobytes())
+        for a in range(0, n + 1, CHUNK):
+            f.write(np.arange(a, min(n + 1, a + CHUNK), dtype=np.int64).tobytes())
+    with open(prefix + ".bin", "wb") as f:
+        f.truncate(base)
+
+
+def generate(directory: str, samples: int, seq: int, doc_tokens: int, seed: int = 1234) -> dict[str, object]:
+    t0 = time.time()
+    epochs = 2
+    tokens_target = (samples * seq) // epochs
+    n_docs = max(1, tokens_target // doc_tokens)
+    sizes = np.random.RandomState(seed + 1).randint(1, 2 * doc_tokens, size=n_docs).astype(np.int32)
+    rng = np.random.RandomState(seed)  # as NeoX: the seed drives the two shuffles only
+    T = int(sizes.sum(dtype=np.int64))
+    S = (epochs * T - 1) // seq
+    prefix = os.path.join(directory, "synth_text_document")
+    _write_idx(prefix, sizes)
+    doc = np.tile(np.arange(n_docs, dtype=np.int32), epochs)
+    rng.shuffle(doc)
+    ns = S - 5
+    base = f"{prefix}_train_0_indexmap_{ns}ns_{seq}sl_{seed}s_packedpi_ac"
+    np.save(base + "_doc_idx.npy", doc)
+    # sample boundaries every seq tokens of the stream, in chunks of the document index
+    sample = np.empty((S + 1, 2), dtype=np.int32)
+    cum = 0
+    row = 0
+    for a in range(0, doc.shape[0], CHUNK):
+        d = doc[a : a + CHUNK]
+        s = sizes[d].astype(np.int64)
+        after = np.cumsum(s) + cum
+        lo_row, hi_row = row, min(S + 1, int((after[-1] - 1) // seq) + 1)
+        if a + CHUNK >= doc.shape[0]:
+            hi_row = S + 1
+        b = np.arange(lo_row, hi_row, dtype=np.int64) * seq
+        p = np.searchsorted(after, b, side="right")
+        sample[lo_row:hi_row, 0] = p + a
+        sample[lo_row:hi_row, 1] = b - (after[p] - s[p])
+        row, cum = hi_row, int(after[-1])
+    np.save(base + "_sample_idx.npy", sample)
+    del sample
+    shuffle = np.arange(S, dtype=np.uint32)
+    rng.shuffle(shuffle)
+    np.save(base + "_shuffle_idx.npy", shuffle)
+    return {"prefix": prefix, "base": base, "docs": n_docs, "tokens": T, "samples": S, "epochs": epochs,
+            "generate_s": round(time.time() - t0, 1)}
+
+
+def _child(mode: str, base: str, consumed: int) -> None:
+    t0 = time.time()
+    if mode == "read":
+        total = 0
+        for role in ("doc", "sample", "shuffle"):
+            a = np.load(f"{base}_{role}_idx.npy")
+            total += int(a.sum(dtype=np.int64))
+            del a
+        extra: dict[str, object] = {"checksum": total}
+    else:
+        from neox_epoch.audit.audit import AuditOptions, run_audit
+        from neox_epoch.audit.names import discover
+
+        res = run_audit(discover([f"{base}_{r}_idx.npy" for r in ("doc", "sample", "shuffle")]),
+                        AuditOptions(consumed=consumed if mode == "exposure" else None))
+        r = res.indexes[0]
+        extra = {"findings": [str(f) for f in res.findings], "epochs": r.epochs, "samples": r.samples,
+                 "exposure": r.exposure.to_json()["tokens"] if r.exposure else None}
+    wall = time.time() - t0
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: kB
+    print(json.dumps({"mode": mode, "wall_s": round(wall, 2), "peak_rss_bytes": rss, **extra}))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--samples", type=int, default=100_000_000)
+    ap.add_argument("--seq", type=int, default=2048)
+    ap.add_argument("--doc-tokens", type=int, default=2000, help="average document length")
+    ap.add_argument("--consumed-fraction", type=float, default=0.5)
+    ap.add_argument("--dir", default=None, help="where to write the synthetic index (default: a temp dir)")
+    ap.add_argument("--keep", action="store_true", help="keep the files")
+    ap.add_argument("--child", nargs=3, metavar=("MODE", "BASE", "CONSUMED"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        _child(args.child[0], args.child[1], int(args.child[2]))
+        return
+    directory = args.dir or tempfile.mkdtemp(prefix="audit_bench_")
+    os.makedirs(directory, exist_ok=True)
+    try:
+        info = generate(directory, args.samples, args.seq, args.doc_tokens)
+        print(f"synthetic index: {info['samples']:,} samples, {info['docs']:,} documents, "
+              f"{info['tokens']:,} tokens x {info['epochs']} epochs, seq {args.seq} ({info['generate_s']} s to generate)")
+        consumed = int(args.consumed_fraction * (int(info["samples"]) - 1))  # type: ignore[call-overload]
+        out: dict[str, dict[str, object]] = {}
+        for mode in ("read", "validate", "exposure"):
+            proc = subprocess.run([sys.executable, __file__, "--child", mode, str(info["base"]), str(consumed)],
+                                  capture_output=True, text=True, check=True)
+            out[mode] = json.loads(proc.stdout.strip().splitlines()[-1])
+        gb = 1e9
+        read = float(out["read"]["wall_s"])  # type: ignore[arg-type]
+        for mode, r in out.items():
+            ratio = float(r["wall_s"]) / read  # type: ignore[arg-type]
+            print(f"{mode:9s} wall {r['wall_s']:>7} s  ({ratio:4.2f}x read)  peak RSS {int(r['peak_rss_bytes']) / gb:5.2f} GB"  # type: ignore[call-overload]
+                  + (f"  findings {len(r['findings'])}" if "findings" in r else ""))  # type: ignore[arg-type]
+        print(f"consumed {consumed:,} samples; token exposure: {out['exposure'].get('exposure')}")
+    finally:
+        if not args.keep and args.dir is None:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,146 @@
+"""``neox-epoch audit PATH... [--consumed N | --train-iters I --global-batch-size B | --config NEOX.yml...]``
+
+Read-only: it writes nothing but ``--manifest`` and ``--plot`` (atomically). Exit 0 clean, 1 findings,
+2 usage errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from typing import IO, Any
+
+from neox_epoch.audit.findings import AuditError
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "audit",
+        help="audit existing index caches: epochs, samples, staleness, per-token exposure",
+        description="Audit GPT-NeoX / megatron-core / legacy Megatron-LM index caches against their .bin/.idx, "
+        "and count how often each token and document was an input for a given consumption.",
+    )
+    p.add_argument("paths", nargs="+", metavar="PATH", help="cache files, directories (searched recursively) or data prefixes")
+    p.add_argument("--consumed", type=int, metavar="N", help="train samples consumed (train_iters x global batch size)")
+    p.add_argument("--train-iters", type=int, metavar="I", help="iterations trained (with --global-batch-size)")
+    p.add_argument("--global-batch-size", type=int, metavar="B", help="samples per iteration")
+    p.add_argument("--config", nargs="+", metavar="NEOX_YML", help="NeoX config files: train_iters, train_batch_size, "
+                   "train_data_paths/train_data_weights (to replay a NeoX blend)")
+    p.add_argument("--data-prefix", action="append", default=[], metavar="P",
+                   help="the .bin/.idx prefix to check against (default: from the cache); repeat to match by base name")
+    p.add_argument("--add-extra-token", type=int, choices=(0, 1), default=None,
+                   help="megatron-core add_extra_token_to_sequence when the cache does not tell (default 1)")
+    p.add_argument("--manifest", metavar="FILE", help="write per-document exposure (CSV) with first/last iteration seen")
+    p.add_argument("--plot", metavar="FILE.png", help="bar chart of the token exposure (needs matplotlib)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    p.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
+    p.set_defaults(func=run)
+
+
+def _positive(name: str, v: int | None) -> None:
+    if v is not None and v < 0:
+        raise AuditError(f"{name}: {v} is negative; expected a sample or iteration count >= 0")
+
+
+@dataclass(frozen=True)
+class _Run:
+    """Consumption and NeoX blend settings gathered from the options and config files."""
+
+    consumed: int | None
+    """Train samples consumed."""
+    gbs: int | None
+    """Global batch size."""
+    paths: tuple[str, ...] = ()
+    """NeoX train_data_paths."""
+    weights: tuple[float, ...] | None = None
+    """NeoX train_data_weights."""
+    by_docs: bool = False
+    """NeoX weight_by_num_documents."""
+    alpha: float = 1.0
+    """NeoX weighted_sampler_alpha."""
+
+
+def _consumption(args: argparse.Namespace) -> _Run:
+    """Consumed samples, global batch size and NeoX blend settings from the options."""
+    _positive("--consumed", args.consumed)
+    _positive("--train-iters", args.train_iters)
+    if args.global_batch_size is not None and args.global_batch_size <= 0:
+        raise AuditError(f"--global-batch-size: {args.global_batch_size}; expected a positive number of samples")
+    iters, gbs = args.train_iters, args.global_batch_size
+    paths: tuple[str, ...] = ()
+    weights: tuple[float, ...] | None = None
+    by_docs, alpha = False, 1.0
+    if args.config:
+        from neox_epoch import config as neox_config
+
+        cfg = neox_config.load_neox_configs(list(args.config), check_keys=False)
+        if iters is None:
+            iters = neox_config.get_int(cfg, "train_iters")
+        if gbs is None:
+            gbs = neox_config.global_batch_size(cfg)
+        tp = cfg.values.get("train_data_paths")
+        if isinstance(tp, str):
+            tp = [tp]
+        if isinstance(tp, list) and all(isinstance(x, str) for x in tp):
+            paths = tuple(tp)
+            tw = cfg.values.get("train_data_weights")
+            if isinstance(tw, list) and len(tw) == len(paths) and all(isinstance(x, (int, float)) for x in tw):
+                weights = tuple(float(x) for x in tw)
+            elif tw is None:
+                weights = tuple(1.0 for _ in paths)
+            else:
+                raise AuditError(f"--config: train_data_weights {tw!r}: expected {len(paths)} numbers, one per train_data_paths entry")
+            by_docs = bool(cfg.values.get("weight_by_num_documents", False))
+            alpha = float(neox_config.get_float(cfg, "weighted_sampler_alpha", 1.0) or 1.0)
+    consumed: int | None = None
+    if args.consumed is not None:
+        if args.train_iters is not None:
+            raise AuditError("--consumed and --train-iters: give one of them (consumed = train_iters x global batch size)")
+        consumed = args.consumed
+    elif iters is not None:
+        if gbs is None:
+            raise AuditError("--train-iters needs --global-batch-size (or a --config with train_batch_size)")
+        consumed = iters * gbs
+    elif args.config:
+        raise AuditError("--config: no train_iters in the config files; give --train-iters or --consumed")
+    return _Run(consumed, gbs, paths, weights, by_docs, alpha)
+
+
+def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
+    from neox_epoch.audit import report
+    from neox_epoch.audit.audit import AuditOptions, AuditResult, run_audit
+    from neox_epoch.audit.names import discover
+
+    out = out or sys.stdout
+    cr = _consumption(args)
+    consumed, gbs = cr.consumed, cr.gbs
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError as err:
+            raise AuditError(f"--plot {args.plot}: matplotlib is not installed; pip install matplotlib") from err
+    if args.manifest and consumed is None:
+        raise AuditError("--manifest needs a consumption: --consumed, --train-iters with --global-batch-size, or --config")
+    groups = discover(list(args.paths))
+    options = AuditOptions(
+        consumed=consumed, global_batch_size=gbs, data_prefixes=tuple(args.data_prefix),
+        add_extra_token=args.add_extra_token, neox_train_paths=cr.paths, neox_train_weights=cr.weights,
+        neox_weight_by_num_documents=cr.by_docs, neox_weighted_sampler_alpha=cr.alpha,
+    )
+    progress = report.TtyProgress(enabled=False if args.no_progress else None)
+    holder: list[AuditResult] = []
+    if args.manifest:
+        from neox_epoch.atomic import write_atomic
+
+        def write(f: IO[bytes]) -> None:
+            holder.append(run_audit(groups, options, progress, report.ManifestWriter(f, gbs)))
+
+        write_atomic(args.manifest, write)
+        res = holder[0]
+    else:
+        res = run_audit(groups, options, progress)
+    out.write(report.render_json(res) if args.json else report.render_text(res))
+    if args.plot:
+        report.plot(res, args.plot)
+    return 1 if res.findings else 0

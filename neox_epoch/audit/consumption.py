@@ -1,0 +1,96 @@
+"""Which dataset indices training drew: how many samples, how often each, and when.
+
+Training reads a dataset in index order (megatron's sampler from ``consumed_samples``, NeoX's sequential
+sampler), so what it consumed is a *prefix* of the dataset's indices: ``j = 0 .. N-1``, each mapped to a
+sample through the shuffle index. When a blend wraps a source (NeoX does so silently), a source's indices
+are drawn several times; :class:`Consumption` therefore holds a count per index range (a few runs),
+and optionally the global position (blend index) at which each index was drawn, for ``--manifest``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Consumption:
+    """How often each index ``j`` of one dataset (``0 <= j < length``) was drawn by training."""
+
+    length: int
+    """The dataset's ``len`` (NeoX: samples - 1; megatron: samples)."""
+    runs: tuple[tuple[int, int, int], ...]
+    """``(start, stop, count)``: indices in ``[start, stop)`` were drawn ``count`` times; disjoint, sorted."""
+    consumed: int
+    """Draws in total (the samples this dataset contributed)."""
+    positions: np.ndarray | None = field(default=None, compare=False)
+    """Optional: global position (top-level sample index) of the draw of index ``j`` (drawn once each)."""
+    period: int = 0
+    """When ``positions`` is None: the global position of draw ``k`` (0-based pass) of ``j`` is
+    ``j + k * period`` (a dataset read on its own; ``period`` = its length); 0: positions unknown."""
+
+    @staticmethod
+    def prefix(length: int, consumed: int) -> Consumption:
+        """A dataset read on its own for ``consumed`` samples, wrapping modulo ``length`` (NeoX) when longer."""
+        return Consumption.from_prefixes(length, [(consumed, 1)], period=length)
+
+    @staticmethod
+    def from_prefixes(length: int, prefixes: Sequence[tuple[int, int]], period: int = 0,
+                      positions: np.ndarray | None = None) -> Consumption:
+        """Indices drawn as ``mult`` passes over the prefix ``[0, P)`` each, wrapping modulo ``length``."""
+        if length <= 0:
+            return Consumption(length=max(length, 0), runs=(), consumed=0, positions=positions, period=period)
+        base = 0
+        cuts: dict[int, int] = {}
+        total = 0
+        for p, mult in prefixes:
+            if p <= 0 or mult <= 0:
+                continue
+            total += p * mult
+            base += (p // length) * mult
+            r = p % length
+            if r:
+                cuts[r] = cuts.get(r, 0) + mult
+        runs: list[tuple[int, int, int]] = []
+        start, count = 0, base + sum(cuts.values())
+        for r in sorted(cuts):
+            if r > start:
+                runs.append((start, r, count))
+            count -= cuts[r]
+            start = r
+        if start < length:
+            runs.append((start, length, count))
+        runs = [x for x in runs if x[2] > 0]
+        return Consumption(length=length, runs=tuple(runs), consumed=total, positions=positions, period=period)
+
+    @property
+    def max_count(self) -> int:
+        return max((c for _, _, c in self.runs), default=0)
+
+    def counts(self, start: int, stop: int) -> np.ndarray:
+        """Draw counts of indices ``[start, stop)`` (0 at and past ``length``)."""
+        out = np.zeros(max(0, stop - start), dtype=np.int64)
+        for a, b, c in self.runs:
+            lo, hi = max(a, start), min(b, stop)
+            if hi > lo:
+                out[lo - start : hi - start] = c
+        return out
+
+    def first_last(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+        """Global positions of the first and last draw of indices ``[start, stop)`` (-1 if never drawn)."""
+        cnt = self.counts(start, stop)
+        j = np.arange(start, stop, dtype=np.int64)
+        if self.positions is not None:
+            inside = j < self.positions.shape[0]
+            first = np.full(j.shape, -1, dtype=np.int64)
+            first[inside] = self.positions[j[inside]]
+            first[cnt == 0] = -1
+            return first, first.copy()
+        if self.period <= 0:
+            unknown = np.full(j.shape, -1, dtype=np.int64)
+            return unknown, unknown.copy()
+        first = np.where(cnt > 0, j, -1)
+        last = np.where(cnt > 0, j + (cnt - 1) * self.period, -1)
+        return first, last

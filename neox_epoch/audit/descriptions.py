@@ -1,0 +1,101 @@
+"""The self-descriptions megatron caches carry: megatron-core ``description.txt`` and legacy ``.dsc``.
+
+megatron-core writes ``json.dumps(unique_identifiers, indent=4)`` and names the files after its md5; a
+BlendedDataset's description embeds the descriptions of its GPTDatasets, so the children's file names
+can be recomputed from it. Legacy Megatron-LM writes a few ``Key value`` lines, also md5-named.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from neox_epoch.audit.findings import FileProblem
+
+#: largest description read (a blend of many sources is a few hundred kB)
+MAX_DESCRIPTION_BYTES = 64 << 20
+
+
+def md5_text(text: str) -> str:
+    return hashlib.md5(text.encode("utf-8"), usedforsecurity=False).hexdigest()
+
+
+def child_digest(child: dict[str, Any]) -> str:
+    """The md5 megatron-core names a GPTDataset's files with, from its (embedded) identifiers."""
+    return md5_text(json.dumps(child, indent=4))
+
+
+def _read_text(path: str) -> str:
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_DESCRIPTION_BYTES + 1)
+    except OSError as err:
+        raise FileProblem(path, "read", "a readable description", f"{type(err).__name__}: {err.strerror or err}") from None
+    if len(raw) > MAX_DESCRIPTION_BYTES:
+        raise FileProblem(path, "size", f"at most {MAX_DESCRIPTION_BYTES} bytes", "a larger file")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise FileProblem(path, "encoding", "UTF-8 text", f"undecodable bytes ({err.reason})") from None
+
+
+@dataclass(frozen=True)
+class Description:
+    """A parsed description file and whether its md5 matches the file name."""
+
+    path: str
+    """The description file."""
+    text: str
+    """Its exact text."""
+    digest: str
+    """md5 of the text."""
+    fields: dict[str, Any]
+    """megatron-core: the JSON object; legacy: ``{"data_prefix", "name", "num_samples", "seq_length",
+    "seed", "split"}``."""
+
+
+def read_mcore_description(path: str) -> Description:
+    text = _read_text(path)
+    try:
+        fields = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise FileProblem(path, "description", "the JSON megatron-core writes", f"invalid JSON ({err.msg} at line {err.lineno})",
+                          "the file is damaged: delete the cache files with this hash so megatron-core rebuilds them") from None
+    if not isinstance(fields, dict):
+        raise FileProblem(path, "description", "a JSON object", type(fields).__name__)
+    return Description(path=path, text=text, digest=md5_text(text), fields=fields)
+
+
+_LEGACY_KEYS = {
+    "Data prefix": "data_prefix",
+    "Dataset name": "name",
+    "Number of samples": "num_samples",
+    "Sequence length": "seq_length",
+    "Random seed": "seed",
+    "Split": "split",
+}
+
+
+def read_legacy_description(path: str) -> Description:
+    text = _read_text(path)
+    fields: dict[str, Any] = {}
+    for line in text.splitlines():
+        for key, name in _LEGACY_KEYS.items():
+            if line.startswith(key + " "):
+                fields[name] = line[len(key) + 1 :]
+    for name in ("num_samples", "seq_length", "seed"):
+        if name in fields:
+            v = fields[name]
+            if v == "None":
+                fields[name] = None
+            elif re.fullmatch(r"-?\d+", v):
+                fields[name] = int(v)
+            else:
+                raise FileProblem(path, f"description field {name}", "an integer", repr(v))
+    if "seq_length" not in fields:
+        raise FileProblem(path, "description", "legacy Megatron-LM lines such as 'Sequence length 2048'",
+                          "no 'Sequence length' line")
+    return Description(path=path, text=text, digest=md5_text(text), fields=fields)

@@ -1,0 +1,305 @@
+"""Per-token and per-document exposure of one index: how often each token was an *input* token.
+
+Definition. Sample ``i`` covers the ``seq_length`` input tokens at positions ``[i*L, i*L + L)`` of the
+stream (the documents of ``doc_idx`` concatenated): the first ``L`` of the ``L+1`` tokens it returns;
+the last one is a label only (megatron-core with ``add_extra_token_to_sequence=False`` returns exactly
+``L`` tokens, the same inputs). Coverage stops at ``min(S*L, E*T)``. A token's exposure is the number of
+consumed samples that cover one of its ``E`` copies in the stream.
+
+Computation, streamed and without a per-sample or per-token Python loop:
+
+1. the shuffle pass stores, per sample ``i``, how often training drew it: ``c[i]`` (one byte a sample);
+2. the stream pass walks ``doc_idx`` in chunks with the cumulative token positions of its entries
+   (``np.cumsum`` of the gathered .idx sizes). For each copy of a document it adds ``c`` of the sample
+   containing the copy's first token to the document's base count ``B[d]`` (one ``np.add.at``); each
+   sample boundary that falls strictly inside a copy (``sample_idx`` offset > 0) where ``c`` changes
+   becomes an event (document, offset, +/-1): a difference array over the document's token offsets;
+3. the events are sorted by (document, offset); walking them per document (``np.cumsum`` of the
+   deltas, ``np.minimum.reduceat``) gives every document's exposure as a step function over its
+   tokens, hence the token histogram ``{times: tokens}`` (``np.bincount`` weighted by step lengths),
+   and per document the minimum / maximum / total exposure.
+
+Memory: ``c`` (1 byte a sample), the per-document counts (4 or 8 bytes a document), the .idx sizes of
+the split (4 bytes a document) and the events (8 bytes each, at most one per sample boundary where the
+draw count changes). ``--manifest`` adds the first/last draw position per sample and per document.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+#: documents per chunk when finalizing
+DOC_CHUNK = 1 << 22
+_BIG = np.iinfo(np.int64).max
+
+
+@dataclass
+class ExposureReport:
+    """Exposure of one index (or the sum over a blend's sources) for a given consumption."""
+
+    consumed_samples: int
+    """Samples of this dataset drawn by training."""
+    tokens: dict[int, int]
+    """Token histogram ``{times seen: tokens}`` over the split's tokens (one epoch of documents)."""
+    documents: dict[int, int]
+    """Document histogram ``{times: documents}``, a document counted at the *minimum* exposure of its
+    tokens (the number of times it was seen whole); documents without tokens are left out."""
+    documents_unseen: int
+    """Documents none of whose tokens was an input."""
+    documents_partial: int
+    """Documents whose tokens were seen a different number of times (e.g. some once, some never)."""
+    tokens_unseen: int
+    """Tokens never an input (``tokens[0]``)."""
+    token_exposures: int
+    """Sum of all token exposures (input tokens trained on from this index)."""
+    second_pass_sample: int | None = None
+    """0-based global sample index at which this dataset's draws exceed one epoch's samples (None: never)."""
+    second_pass_iteration: int | None = None
+    """1-based iteration containing ``second_pass_sample`` (needs the global batch size)."""
+    notes: list[str] = field(default_factory=list)
+    """Remarks (draws past the end, wraps)."""
+
+    def to_json(self) -> dict[str, Any]:
+        total = sum(self.tokens.values())
+        return {
+            "consumed_samples": self.consumed_samples,
+            "tokens": {str(k): v for k, v in sorted(self.tokens.items())},
+            "documents": {str(k): v for k, v in sorted(self.documents.items())},
+            "documents_unseen": self.documents_unseen,
+            "documents_partial": self.documents_partial,
+            "tokens_unseen": self.tokens_unseen,
+            "fraction_tokens_unseen": round(self.tokens_unseen / total, 6) if total else 0.0,
+            "token_exposures": self.token_exposures,
+            "second_pass_sample": self.second_pass_sample,
+            "second_pass_iteration": self.second_pass_iteration,
+            "notes": list(self.notes),
+        }
+
+    @staticmethod
+    def combine(parts: list[ExposureReport]) -> ExposureReport:
+        """Sum of several sources' exposures (a blend)."""
+        out = ExposureReport(0, {}, {}, 0, 0, 0, 0)
+        for p in parts:
+            out.consumed_samples += p.consumed_samples
+            for k, v in p.tokens.items():
+                out.tokens[k] = out.tokens.get(k, 0) + v
+            for k, v in p.documents.items():
+                out.documents[k] = out.documents.get(k, 0) + v
+            out.documents_unseen += p.documents_unseen
+            out.documents_partial += p.documents_partial
+            out.tokens_unseen += p.tokens_unseen
+            out.token_exposures += p.token_exposures
+        return out
+
+
+@dataclass
+class ManifestChunk:
+    """Per-document exposure of a range of documents, for ``--manifest``."""
+
+    documents: np.ndarray
+    """Document ids (sequence indices in the .idx)."""
+    tokens: np.ndarray
+    """Tokens of each document."""
+    min_exposure: np.ndarray
+    """Minimum exposure over the document's tokens."""
+    max_exposure: np.ndarray
+    """Maximum exposure over the document's tokens."""
+    token_exposures: np.ndarray
+    """Sum of the exposures of the document's tokens."""
+    first: np.ndarray
+    """Global sample index of the first draw that covered the document (-1: never)."""
+    last: np.ndarray
+    """Global sample index of the last draw that covered the document (-1: never)."""
+
+
+def _hist_add(h: dict[int, int], values: np.ndarray, weights: np.ndarray | None = None) -> None:
+    if values.size == 0:
+        return
+    if weights is None:
+        b = np.bincount(values)
+    else:
+        b = np.rint(np.bincount(values, weights=weights.astype(np.float64))).astype(np.int64)
+    for k in np.flatnonzero(b):
+        h[int(k)] = h.get(int(k), 0) + int(b[k])
+
+
+class ExposureState:
+    """Accumulates exposure during the stream pass of one index (see the module docstring)."""
+
+    def __init__(self, c_ext: np.ndarray, seq_length: int, num_docs: int, max_size: int,
+                 first_s: np.ndarray | None = None, last_s: np.ndarray | None = None) -> None:
+        self.c = c_ext
+        """Draw count per sample, with ``c[S] = 0`` for the uncovered tail."""
+        self.S = int(c_ext.shape[0]) - 1
+        self.L = int(seq_length)
+        self.qbits = max(1, int(max_size).bit_length())
+        self.shift = self.qbits + 1
+        if (max(num_docs, 1).bit_length() + self.shift) > 63:
+            raise ValueError("index too large for 64-bit exposure events")
+        self.events = np.empty(self._event_bound(), dtype=np.int64)
+        self.n_events = 0
+        self.first_s, self.last_s = first_s, last_s
+        self.doc_first: np.ndarray | None = None
+        self.doc_last: np.ndarray | None = None
+        if first_s is not None:
+            self.doc_first = np.full(num_docs, _BIG, dtype=np.int64)
+            self.doc_last = np.full(num_docs, -1, dtype=np.int64)
+
+    def _event_bound(self) -> int:
+        """At most one event per unit change of the draw count between consecutive samples."""
+        changes = 0
+        step = 1 << 24
+        for a in range(0, self.S, step):
+            seg = self.c[a : min(a + step + 1, self.S + 1)]
+            changes += int(np.count_nonzero(seg[1:] != seg[:-1]))
+        return changes * max(1, int(self.c.max()) if self.S else 1)
+
+    def base_counts(self, cum_before: np.ndarray) -> np.ndarray:
+        """``c`` of the sample containing each copy's first token (0 past the covered stream)."""
+        if self.L & (self.L - 1) == 0:
+            k = cum_before >> (self.L.bit_length() - 1)
+        else:
+            k = cum_before // self.L
+        np.minimum(k, self.S, out=k)
+        return self.c[k]
+
+    def copies(self, dl: np.ndarray, sizes: np.ndarray, cum_before: np.ndarray) -> None:
+        """Manifest only: first/last draw over the samples each copy's tokens fall in."""
+        if self.first_s is None or self.doc_first is None or self.doc_last is None or self.last_s is None:
+            return
+        keep = (sizes > 0) & (cum_before < self.S * self.L)
+        if not keep.any():
+            return
+        dl, sizes, cb = dl[keep], sizes[keep], cum_before[keep]
+        a = cb // self.L
+        b = np.minimum((cb + sizes - 1) // self.L, self.S - 1)
+        lo, hi = int(a[0]), int(b[-1]) + 1
+        fseg = np.where(self.first_s[lo:hi] < 0, _BIG, self.first_s[lo:hi])
+        lseg = self.last_s[lo:hi]
+        starts = a - lo
+        fmin = np.minimum(np.minimum.reduceat(fseg, starts), fseg[b - lo])
+        lmax = np.maximum(np.maximum.reduceat(lseg, starts), lseg[b - lo])
+        np.minimum.at(self.doc_first, dl, fmin)
+        np.maximum.at(self.doc_last, dl, lmax)
+
+    def boundaries(self, row0: int, docs: np.ndarray, off: np.ndarray) -> None:
+        """Events for the consecutive sample boundaries ``row0, row0+1, ...`` (all ``1 <= row < S``) at
+        (local document ``docs``, offset ``off``): where the draw count changes inside a document."""
+        n = off.shape[0]
+        seg = self.c[row0 - 1 : row0 + n].astype(np.int16)
+        delta = seg[1:] - seg[:-1]
+        sel = np.flatnonzero((delta != 0) & (off > 0))
+        if not sel.size:
+            return
+        dv = delta[sel]
+        keys = (docs[sel].astype(np.int64) << self.shift) | (off[sel].astype(np.int64) << 1) | (dv > 0)
+        reps = np.abs(dv)
+        if int(reps.max()) > 1:
+            keys = np.repeat(keys, reps)
+        self.add_keys(keys)
+
+    def end_event(self, dl: int, off: int) -> None:
+        """The end of coverage at ``S*L`` inside a document: the last sample's count drops to 0."""
+        cnt = int(self.c[self.S - 1]) if self.S else 0
+        if off > 0 and cnt > 0:
+            self.add_keys(np.full(cnt, (dl << self.shift) | (off << 1), dtype=np.int64))
+
+    def add_keys(self, keys: np.ndarray) -> None:
+        n = keys.shape[0]
+        if self.n_events + n > self.events.shape[0]:  # cannot happen with a correct bound; stay safe
+            grown = np.empty(max(self.events.shape[0] * 2, self.n_events + n), dtype=np.int64)
+            grown[: self.n_events] = self.events[: self.n_events]
+            self.events = grown
+        self.events[self.n_events : self.n_events + n] = keys
+        self.n_events += n
+
+    def finalize(self, base: np.ndarray, sizes: np.ndarray, present: np.ndarray, doc_offset: int,
+                 consumed: int, manifest: Callable[[ManifestChunk], None] | None = None) -> ExposureReport:
+        """Histograms from the per-document base counts and the sorted events, documents in chunks."""
+        ev = self.events[: self.n_events]
+        ev.sort()
+        tokens: dict[int, int] = {}
+        documents: dict[int, int] = {}
+        unseen = partial = 0
+        exposures = 0
+        qmask = (1 << self.qbits) - 1
+        n = base.shape[0]
+        for d0 in range(0, n, DOC_CHUNK):
+            d1 = min(n, d0 + DOC_CHUNK)
+            b = base[d0:d1].astype(np.int64)
+            sz = sizes[d0:d1].astype(np.int64)
+            keep = present[d0:d1] & (sz > 0)
+            b[sz == 0] = 0  # an empty document has no token to see
+            mn, mx, tot = b.copy(), b.copy(), b * sz
+            e0, e1 = np.searchsorted(ev, [d0 << self.shift, d1 << self.shift])
+            _hist_add(tokens, b[keep], sz[keep])
+            if e1 > e0:
+                k = ev[e0:e1]
+                m = k.shape[0]
+                d = (k >> self.shift) - d0
+                q = (k >> 1) & qmask
+                delta = (k & 1).astype(np.int32)
+                delta *= 2
+                delta -= 1
+                brk = np.flatnonzero(d[1:] != d[:-1])
+                starts = np.empty(brk.shape[0] + 1, dtype=np.int64)
+                starts[0] = 0
+                starts[1:] = brk + 1
+                ends = np.empty_like(starts)
+                ends[:-1] = brk
+                ends[-1] = m - 1
+                g = d[starts]
+                bg = b[g]
+                csum = np.cumsum(delta, dtype=np.int64)
+                # value after each event: the document's base + the deltas of its events so far
+                val = csum
+                val += np.repeat(bg - (csum[starts] - delta[starts]), ends - starts + 1)
+                if int(val.min()) < 0:
+                    raise ValueError("negative exposure: inconsistent events")
+                seg = np.empty(m, dtype=np.int64)  # tokens until the next event (or the document's end)
+                seg[:-1] = q[1:]
+                seg[ends] = sz[g]
+                seg -= q
+                qf = q[starts]
+                # replace the docs' whole-length entry at their base by the first step and the events' steps
+                sub: dict[int, int] = {}
+                _hist_add(sub, bg, sz[g] - qf)
+                for key, v in sub.items():
+                    tokens[key] -= v
+                _hist_add(tokens, val, seg)
+                if bool((seg > 0).all()):
+                    vmin = np.minimum.reduceat(val, starts)
+                    vmax = np.maximum.reduceat(val, starts)
+                else:
+                    nz = seg > 0
+                    vmin = np.minimum.reduceat(np.where(nz, val, _BIG), starts)
+                    vmax = np.maximum.reduceat(np.where(nz, val, -1), starts)
+                first_piece = qf > 0
+                mn[g] = np.where(first_piece, np.minimum(vmin, bg), vmin)
+                mx[g] = np.where(first_piece, np.maximum(vmax, bg), vmax)
+                val *= seg
+                tot[g] = bg * qf + np.add.reduceat(val, starts)
+            _hist_add(documents, mn[keep])
+            unseen += int(np.count_nonzero(mx[keep] == 0))
+            partial += int(np.count_nonzero(mn[keep] != mx[keep]))
+            exposures += int(tot[keep].sum())
+            if manifest is not None:
+                ids = np.flatnonzero(present[d0:d1])
+                first = last = np.full(ids.shape[0], -1, dtype=np.int64)
+                if self.doc_first is not None and self.doc_last is not None:
+                    first = self.doc_first[d0:d1][ids]
+                    first = np.where(first == _BIG, -1, first)
+                    last = self.doc_last[d0:d1][ids]
+                manifest(ManifestChunk(
+                    documents=ids + d0 + doc_offset, tokens=sz[ids], min_exposure=mn[ids], max_exposure=mx[ids],
+                    token_exposures=tot[ids], first=first, last=last,
+                ))
+        tokens = {k: v for k, v in tokens.items() if v}
+        return ExposureReport(
+            consumed_samples=consumed, tokens=tokens, documents=documents, documents_unseen=unseen,
+            documents_partial=partial, tokens_unseen=tokens.get(0, 0), token_exposures=exposures,
+        )

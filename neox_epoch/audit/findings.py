@@ -1,0 +1,44 @@
+"""Findings: a damaged, stale or inconsistent cache file becomes one of these, never a traceback."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from neox_epoch.errors import NeoxEpochError
+
+
+class AuditError(NeoxEpochError):
+    """A usage error of ``neox-epoch audit`` (bad path, bad option, missing optional dependency): exit 2."""
+
+
+class FileProblem(Exception):
+    """Raised inside the audit of one index when a file cannot be read as expected; caught and turned
+    into a :class:`Finding` so that the audit of the other indexes goes on."""
+
+    def __init__(self, path: str, what: str, expected: str, found: str, hint: str = "") -> None:
+        super().__init__(f"{path}: {what}: expected {expected}, found {found}")
+        self.finding = Finding(path=path, what=what, expected=expected, found=found, hint=hint)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem found in a cache file: where, what was checked, what was expected and what was found."""
+
+    path: str
+    """The file (or cache group) the finding is about."""
+    what: str
+    """The check that failed, e.g. ``"sample boundary"`` or ``"dtype"``."""
+    expected: str
+    """What a consistent cache would have."""
+    found: str
+    """What the file has."""
+    hint: str = ""
+    """What it probably means and what to do about it."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "what": self.what, "expected": self.expected, "found": self.found, "hint": self.hint}
+
+    def __str__(self) -> str:
+        tail = f" ({self.hint})" if self.hint else ""
+        return f"{self.path}: {self.what}: expected {self.expected}, found {self.found}{tail}"

@@ -1,0 +1,248 @@
+"""Recognize index cache file names and group them into indexes (doc/sample/shuffle triples) and blends.
+
+Three naming schemes:
+
+- GPT-NeoX, next to the data:
+  ``{prefix}_{name}_indexmap_{ns}ns_{sl}sl_{seed}s[_{pack_impl}pi[_ac]]_{doc,sample,shuffle}_idx.npy``
+  where ``name`` is ``train``, ``valid``, ``test`` or ``train_0``, ``valid_1``, ... (so it may contain
+  ``_``), and ``ns`` is ``None`` when NeoX builds by epochs (``train_epochs``).
+- megatron-core, in ``path_to_cache`` or ``{prefix}/cache/GPTDataset_indices``:
+  ``{md5}-GPTDataset-{split}-{description.txt,document_index.npy,sample_index.npy,shuffle_index.npy}``
+  and ``{md5}-BlendedDataset-{split}-{description.txt,dataset_index.npy,dataset_sample_index.npy}``.
+- legacy Megatron-LM, in ``index-cache`` or ``--data-cache-path``:
+  ``{md5}.dsc``, ``{md5}_doc_idx.npy``, ``{md5}_sample_idx.npy``, ``{md5}_shuffle_idx.npy``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+
+from neox_epoch.audit.findings import AuditError
+
+NEOX = "neox"
+MCORE = "megatron-core"
+LEGACY = "megatron-legacy"
+
+#: roles of the files of one GPT index (all schemes) and of one megatron-core blend
+DOC, SAMPLE, SHUFFLE, DESCRIPTION = "doc", "sample", "shuffle", "description"
+DATASET, DATASET_SAMPLE = "dataset", "dataset_sample"
+GPT_ROLES = (DOC, SAMPLE, SHUFFLE)
+BLEND_ROLES = (DATASET, DATASET_SAMPLE)
+
+_NEOX_FILE = re.compile(r"^(?P<stem>.+)_(?P<role>doc|sample|shuffle)_idx\.npy$")
+_NEOX_STEM = re.compile(
+    r"^(?P<head>.+)_indexmap_(?P<ns>\d+|None)ns_(?P<sl>\d+)sl_(?P<seed>-?\d+)s"
+    r"(?:_(?P<pi>[A-Za-z_]+?)pi(?P<ac>_ac)?)?$"
+)
+_NEOX_SPLIT_NAME = re.compile(r"^(?:train|valid|test)(?:_\d+)?$")
+_MCORE_FILE = re.compile(
+    r"^(?P<md5>[0-9a-f]{32})-(?P<cls>[A-Za-z0-9_]+)-(?P<split>train|valid|test)-"
+    r"(?P<role>description\.txt|document_index\.npy|sample_index\.npy|shuffle_index\.npy|"
+    r"dataset_index\.npy|dataset_sample_index\.npy)$"
+)
+_MCORE_ROLES = {
+    "description.txt": DESCRIPTION,
+    "document_index.npy": DOC,
+    "sample_index.npy": SAMPLE,
+    "shuffle_index.npy": SHUFFLE,
+    "dataset_index.npy": DATASET,
+    "dataset_sample_index.npy": DATASET_SAMPLE,
+}
+_LEGACY_FILE = re.compile(r"^(?P<md5>[0-9a-f]{32})(?:(?P<dsc>\.dsc)|_(?P<role>doc|sample|shuffle)_idx\.npy)$")
+
+
+@dataclass(frozen=True)
+class NeoxName:
+    """The fields of a GPT-NeoX cache file name."""
+
+    prefix: str
+    """The data prefix (path without .bin/.idx) the index was built from: the cache sits beside it."""
+    name: str
+    """NeoX's dataset name: ``train``, ``valid``, ``test`` or ``train_0``, ``valid_1``, ..."""
+    num_samples: int | None
+    """``{ns}ns``: the samples NeoX asked the dataset for (None when it built by epochs)."""
+    seq_length: int
+    """``{sl}sl``: the sequence length."""
+    seed: int
+    """``{seed}s``: the seed of the shuffles."""
+    pack_impl: str | None
+    """``{pack_impl}pi``: packed, pack_until_overflow or unpacked (None: older NeoX, always packed)."""
+    allow_chopped: bool
+    """``_ac``: NeoX's allow_chopped flag."""
+
+
+@dataclass(frozen=True)
+class CacheFile:
+    """One recognized cache file."""
+
+    path: str
+    """Path of the file as found."""
+    kind: str
+    """``neox``, ``megatron-core`` or ``megatron-legacy``."""
+    role: str
+    """``doc``, ``sample``, ``shuffle``, ``description``, ``dataset`` or ``dataset_sample``."""
+    stem: str
+    """The path without the role suffix: files with the same stem belong together."""
+    dataset_class: str = "GPTDataset"
+    """megatron-core class in the name (GPTDataset, BlendedDataset, ...); GPTDataset otherwise."""
+    split: str = ""
+    """The split (megatron-core), or NeoX's dataset name; legacy names carry none (read from the .dsc)."""
+    digest: str = ""
+    """The md5 in megatron-core and legacy names."""
+    neox: NeoxName | None = None
+    """The parsed NeoX name fields."""
+
+
+@dataclass
+class CacheGroup:
+    """The files of one index (a doc/sample/shuffle triple) or one megatron-core blend pair."""
+
+    kind: str
+    """``neox``, ``megatron-core`` or ``megatron-legacy``."""
+    stem: str
+    """Common path of the files without the role suffix (used as the index's ``path``)."""
+    dataset_class: str
+    """GPTDataset or BlendedDataset (megatron-core); GPTDataset for NeoX and legacy."""
+    split: str
+    """Split or NeoX dataset name ('' for legacy until the .dsc is read)."""
+    digest: str = ""
+    """The md5 of megatron-core and legacy names."""
+    neox: NeoxName | None = None
+    """NeoX name fields."""
+    files: dict[str, str] = field(default_factory=dict)
+    """role -> path."""
+
+    @property
+    def is_blend(self) -> bool:
+        return self.dataset_class == "BlendedDataset"
+
+    def expected_roles(self) -> tuple[str, ...]:
+        if self.is_blend:
+            return (DESCRIPTION, *BLEND_ROLES)
+        if self.kind == NEOX:
+            return GPT_ROLES
+        return (DESCRIPTION, *GPT_ROLES)
+
+    def missing_roles(self) -> list[str]:
+        return [r for r in self.expected_roles() if r not in self.files]
+
+
+def _split_neox_head(directory: str, head: str) -> tuple[str, str]:
+    """Split ``{prefix}_{name}`` into (prefix path, name); the name may contain ``_`` (train_0).
+
+    Preference: a split where ``prefix.idx`` exists beside the cache, then a standard NeoX name
+    (train/valid/test with an optional _N), then the longest prefix.
+    """
+    best: tuple[tuple[int, int, int], str, str] | None = None
+    for i, ch in enumerate(head):
+        if ch != "_" or i == 0 or i == len(head) - 1:
+            continue
+        prefix, name = head[:i], head[i + 1 :]
+        score = (
+            int(os.path.isfile(os.path.join(directory, prefix + ".idx"))),
+            int(bool(_NEOX_SPLIT_NAME.match(name))),
+            i,
+        )
+        if best is None or score > best[0]:
+            best = (score, prefix, name)
+    if best is None:
+        return os.path.join(directory, head), ""
+    return os.path.join(directory, best[1]), best[2]
+
+
+def parse_name(path: str) -> CacheFile | None:
+    """Recognize one file name; None if it is no index cache file."""
+    directory, base = os.path.split(path)
+    m = _MCORE_FILE.match(base)
+    if m:
+        stem = os.path.join(directory, f"{m['md5']}-{m['cls']}-{m['split']}")
+        return CacheFile(
+            path=path, kind=MCORE, role=_MCORE_ROLES[m["role"]], stem=stem, dataset_class=m["cls"],
+            split=m["split"], digest=m["md5"],
+        )
+    m = _LEGACY_FILE.match(base)
+    if m:
+        role = DESCRIPTION if m["dsc"] else m["role"]
+        return CacheFile(path=path, kind=LEGACY, role=role, stem=os.path.join(directory, m["md5"]), digest=m["md5"])
+    m = _NEOX_FILE.match(base)
+    if m:
+        s = _NEOX_STEM.match(m["stem"])
+        if not s:
+            return None
+        prefix, name = _split_neox_head(directory, s["head"])
+        neox = NeoxName(
+            prefix=prefix,
+            name=name,
+            num_samples=None if s["ns"] == "None" else int(s["ns"]),
+            seq_length=int(s["sl"]),
+            seed=int(s["seed"]),
+            pack_impl=s["pi"],
+            allow_chopped=bool(s["ac"]),
+        )
+        return CacheFile(
+            path=path, kind=NEOX, role=m["role"], stem=os.path.join(directory, m["stem"]), split=name, neox=neox
+        )
+    return None
+
+
+def group_files(files: list[CacheFile]) -> list[CacheGroup]:
+    """Group recognized files by stem, in a stable order (by stem)."""
+    groups: dict[str, CacheGroup] = {}
+    for f in files:
+        g = groups.get(f.stem)
+        if g is None:
+            g = groups[f.stem] = CacheGroup(
+                kind=f.kind, stem=f.stem, dataset_class=f.dataset_class, split=f.split, digest=f.digest, neox=f.neox
+            )
+        g.files[f.role] = f.path
+    return [groups[k] for k in sorted(groups)]
+
+
+def _walk(directory: str) -> list[str]:
+    out: list[str] = []
+    for root, dirs, names in os.walk(directory):
+        dirs.sort()
+        out.extend(os.path.join(root, n) for n in sorted(names))
+    return out
+
+
+def discover(paths: list[str]) -> list[CacheGroup]:
+    """Find the cache files under ``paths``: files, directories (searched recursively) or data prefixes.
+
+    A data prefix ``P`` finds NeoX files ``P_*_indexmap_*`` beside it, megatron-core's default cache
+    directory ``P/cache`` and a legacy ``index-cache`` directory beside it. Raises :class:`AuditError`
+    for a path that is none of these or when nothing is found at all.
+    """
+    found: dict[str, CacheFile] = {}
+    for p in paths:
+        candidates: list[str]
+        if os.path.isdir(p):
+            candidates = _walk(p)
+        elif os.path.isfile(p):
+            candidates = [p]
+        else:
+            directory = os.path.dirname(p) or "."
+            base = os.path.basename(p.rstrip("/"))
+            if not os.path.isdir(directory):
+                raise AuditError(f"{p}: no such file, directory or data prefix")
+            candidates = [os.path.join(directory, n) for n in sorted(os.listdir(directory)) if n.startswith(base + "_")]
+            for sub in (os.path.join(p, "cache"), os.path.join(directory, "index-cache")):
+                if os.path.isdir(sub):
+                    candidates.extend(_walk(sub))
+            if not candidates:
+                raise AuditError(
+                    f"{p}: no such file or directory, and no index cache files start with this prefix; "
+                    "give a cache file, a directory to search, or a data prefix"
+                )
+        for c in candidates:
+            cf = parse_name(c)
+            if cf is not None:
+                found[os.path.normpath(c)] = cf
+    if not found:
+        raise AuditError(
+            f"no index cache files found under {', '.join(paths)}; expected NeoX *_indexmap_*_idx.npy, "
+            "megatron-core {md5}-GPTDataset-* / {md5}-BlendedDataset-* or legacy {md5}_doc_idx.npy files"
+        )
+    return group_files(list(found.values()))

@@ -1,0 +1,149 @@
+"""Read .npy files in bounded pieces: the header, and rows ``[start, stop)`` read on demand.
+
+Index arrays reach gigabytes. ``np.load`` would read them whole, and a memory map keeps every page it
+touched resident (it counts in the process's RSS), so rows are read with ``np.fromfile`` at an offset
+into fresh, chunk-sized arrays. A truncated file, a pickled object array or an unexpected shape becomes a
+:class:`~neox_epoch.audit.findings.FileProblem` (later a finding), never a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from types import TracebackType
+from typing import IO
+
+import numpy as np
+from numpy.lib import format as npformat
+
+from neox_epoch.audit.findings import FileProblem
+
+#: rows per chunk when streaming: 4M rows of an int64 [N, 2] array is 64 MiB
+CHUNK_ROWS = 1 << 22
+
+
+@dataclass(frozen=True)
+class NpyInfo:
+    """The header of one .npy file and where its data starts."""
+
+    path: str
+    """The file."""
+    shape: tuple[int, ...]
+    """Array shape from the header."""
+    dtype: np.dtype
+    """Array dtype from the header."""
+    fortran_order: bool
+    """Column-major data (np.save of a Fortran-ordered array)."""
+    data_offset: int
+    """Byte offset of the first element."""
+    file_bytes: int
+    """Size of the file."""
+
+    @property
+    def rows(self) -> int:
+        return int(self.shape[0]) if self.shape else 1
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * int(self.dtype.itemsize)
+
+
+def read_header(path: str) -> NpyInfo:
+    """Read and check the header of ``path``; raise :class:`FileProblem` if it is not a complete .npy."""
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            try:
+                version = npformat.read_magic(f)
+            except ValueError as err:
+                raise FileProblem(path, "format", "a .npy file (magic \\x93NUMPY)", f"not a .npy file ({err})",
+                                  "the file is damaged or not an index file") from None
+            try:
+                if version == (1, 0):
+                    shape, fortran, dtype = npformat.read_array_header_1_0(f)
+                elif version == (2, 0):
+                    shape, fortran, dtype = npformat.read_array_header_2_0(f)
+                else:
+                    shape, fortran, dtype = npformat._read_array_header(f, version)  # type: ignore[attr-defined]
+            except (ValueError, OSError, SyntaxError) as err:
+                raise FileProblem(path, "header", "a readable .npy header", f"a damaged header ({err})",
+                                  "the file is truncated or damaged: delete it so the framework rebuilds it") from None
+            offset = f.tell()
+    except OSError as err:
+        raise FileProblem(path, "read", "a readable file", f"{type(err).__name__}: {err.strerror or err}") from None
+    dtype = np.dtype(dtype)
+    if dtype.hasobject:
+        raise FileProblem(path, "dtype", "an integer array", f"a pickled object array ({dtype})",
+                          "index files hold integers; this file was written by something else")
+    info = NpyInfo(path=path, shape=tuple(int(x) for x in shape), dtype=dtype, fortran_order=bool(fortran),
+                   data_offset=int(offset), file_bytes=int(size))
+    if size < offset + info.nbytes:
+        raise FileProblem(
+            path, "size", f"{offset + info.nbytes} bytes for shape {info.shape} of {dtype}", f"{size} bytes",
+            "the file is truncated (an interrupted build or copy): delete it so the framework rebuilds it",
+        )
+    return info
+
+
+class NpyReader:
+    """Row reads from one .npy file without mapping or loading it whole."""
+
+    def __init__(self, info: NpyInfo) -> None:
+        self.info = info
+        self._f: IO[bytes] | None = None
+
+    def __enter__(self) -> NpyReader:
+        self._f = open(self.info.path, "rb")
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+
+    def _file(self) -> IO[bytes]:
+        if self._f is None:
+            self._f = open(self.info.path, "rb")
+        return self._f
+
+    def _read(self, offset: int, count: int) -> np.ndarray:
+        f = self._file()
+        f.seek(self.info.data_offset + offset * self.info.dtype.itemsize)
+        out = np.fromfile(f, dtype=self.info.dtype, count=count)
+        if out.shape[0] != count:
+            raise FileProblem(self.info.path, "size", f"{count} more elements at element {offset}",
+                              f"{out.shape[0]}", "the file is truncated")
+        return out
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        """Rows ``[start, stop)`` as a new C-ordered array (1-D, or 2-D ``[rows, cols]``)."""
+        info = self.info
+        start, stop = max(0, start), min(stop, info.rows)
+        if stop <= start:
+            return np.zeros((0, *info.shape[1:]), dtype=info.dtype)
+        if len(info.shape) <= 1:
+            return self._read(start, stop - start)
+        cols = int(np.prod(info.shape[1:], dtype=np.int64))
+        if not info.fortran_order:
+            return self._read(start * cols, (stop - start) * cols).reshape((stop - start, *info.shape[1:]))
+        out = np.empty((stop - start, cols), dtype=info.dtype)
+        for j in range(cols):
+            out[:, j] = self._read(j * info.rows + start, stop - start)
+        return out.reshape((stop - start, *info.shape[1:]))
+
+    def chunks(self, start: int = 0, stop: int | None = None, rows: int = CHUNK_ROWS):  # type: ignore[no-untyped-def]
+        """Yield ``(first_row, array)`` for consecutive chunks of ``rows`` rows."""
+        stop = self.info.rows if stop is None else min(stop, self.info.rows)
+        pos = start
+        while pos < stop:
+            n = min(rows, stop - pos)
+            yield pos, self.read(pos, pos + n)
+            pos += n
+
+
+def open_npy(path: str) -> NpyReader:
+    """Header-checked reader for ``path`` (raises :class:`FileProblem`)."""
+    return NpyReader(read_header(path))

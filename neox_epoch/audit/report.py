@@ -1,0 +1,185 @@
+"""Output of ``neox-epoch audit``: a text table, JSON, a stderr progress line, ``--plot`` and ``--manifest``."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import IO, Any
+
+from neox_epoch.audit.audit import AuditResult
+from neox_epoch.audit.exposure import ExposureReport, ManifestChunk
+from neox_epoch.audit.findings import AuditError
+from neox_epoch.audit.validate import IndexReport, Progress
+
+MANIFEST_COLUMNS = (
+    "index", "split", "data_prefix", "document", "tokens", "min_exposure", "max_exposure", "token_exposures",
+    "first_sample", "last_sample", "first_iteration", "last_iteration",
+)
+
+
+class TtyProgress(Progress):
+    """One self-overwriting stderr line per pass, at most 5 updates a second, only when stderr is a TTY."""
+
+    def __init__(self, stream: IO[str] | None = None, enabled: bool | None = None) -> None:
+        self.stream = stream or sys.stderr
+        self.enabled = self.stream.isatty() if enabled is None else enabled
+        self.label, self.total, self.count, self.last, self.t0 = "", 0, 0, 0.0, 0.0
+        self.context = ""
+
+    def start(self, label: str, total: int) -> None:
+        self.label, self.total, self.count, self.t0, self.last = label, max(total, 1), 0, time.monotonic(), 0.0
+
+    def advance(self, units: int) -> None:
+        self.count += units
+        now = time.monotonic()
+        if self.enabled and now - self.last >= 0.2:
+            self.last = now
+            pct = 100.0 * min(self.count, self.total) / self.total
+            ctx = f"{self.context} " if self.context else ""
+            self.stream.write(f"\raudit {ctx}{self.label}: {pct:5.1f}% ({self.count:,}/{self.total:,}) {now - self.t0:5.1f}s")
+            self.stream.flush()
+
+    def done(self) -> None:
+        if self.enabled and self.last:
+            self.stream.write("\r\033[K")
+            self.stream.flush()
+        self.last = 0.0
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, int):
+        return f"{v:,d}"
+    return str(v)
+
+
+def _hist_line(h: dict[int, int]) -> str:
+    total = sum(h.values())
+    if not total:
+        return "-"
+    return ", ".join(f"{k}x {v:,d} ({100.0 * v / total:.1f}%)" for k, v in sorted(h.items()))
+
+
+def _exposure_lines(e: ExposureReport, indent: str = "    ") -> list[str]:
+    docs = sum(e.documents.values())
+    lines = [
+        f"{indent}consumed samples: {e.consumed_samples:,d}",
+        f"{indent}tokens seen:      {_hist_line(e.tokens)}",
+        f"{indent}documents (whole): {_hist_line(e.documents)}",
+        f"{indent}never seen:       {e.tokens_unseen:,d} tokens, {e.documents_unseen:,d} of {docs:,d} documents;"
+        f" partly seen: {e.documents_partial:,d} documents",
+    ]
+    if e.second_pass_sample is not None:
+        it = f" (iteration {e.second_pass_iteration:,d})" if e.second_pass_iteration is not None else ""
+        lines.append(f"{indent}second pass from blend/global sample {e.second_pass_sample:,d}{it}")
+    lines.extend(f"{indent}note: {n}" for n in e.notes)
+    return lines
+
+
+def render_text(res: AuditResult) -> str:
+    """The human-readable report."""
+    out: list[str] = []
+    cols = ("split", "epochs", "samples", "per_epoch", "len", "separate", "documents", "doc range", "tokens")
+    for r in res.indexes:
+        out.append(f"{r.kind} index {r.path}")
+        out.append(f"  data {r.data_prefix or '-'}   seq_length {_fmt(r.seq_length)}   seed {_fmt(r.seed)}"
+                   f"   requested {_fmt(r.num_samples_requested)}")
+        row = (r.split, r.epochs, r.samples, r.samples_per_epoch, r.length, r.separated_final_epoch, r.documents,
+               f"[{r.document_range[0]:,d}, {r.document_range[1]:,d})" if r.document_range else None, r.tokens)
+        cells = [_fmt(v) for v in row]
+        widths = [max(len(c), len(h)) for c, h in zip(cells, cols)]
+        out.append("  " + "  ".join(h.rjust(w) for h, w in zip(cols, widths)))
+        out.append("  " + "  ".join(c.rjust(w) for c, w in zip(cells, widths)))
+        if r.exposure is not None:
+            out.extend(_exposure_lines(r.exposure))
+        out.extend(f"  note: {n}" for n in r.notes)
+        out.extend(f"  FINDING {f}" for f in r.findings)
+        out.append("")
+    for b in res.blends:
+        out.append(f"{b.kind} blend {b.path} ({b.split}, {_fmt(b.size)} samples, consumed {_fmt(b.consumed_samples)})")
+        out.append("  source  weight  draws  consumed  len  per_epoch  passes  second pass (sample / iteration)")
+        for i, s in enumerate(b.sources):
+            sp = "-" if s.second_pass_sample is None else f"{s.second_pass_sample:,d} / {_fmt(s.second_pass_iteration)}"
+            w = f"{s.weight:.6g}" if s.weight is not None else "-"
+            out.append(f"  {i}: {os.path.basename(s.dataset_path or '-')}  {w}  {_fmt(s.draws)}  {_fmt(s.draws_consumed)}"
+                       f"  {_fmt(s.length)}  {_fmt(s.samples_per_epoch)}  {_fmt(s.passes)}  {sp}")
+        if b.exposure is not None:
+            out.extend(_exposure_lines(b.exposure, "  "))
+        out.extend(f"  note: {n}" for n in b.notes)
+        out.extend(f"  FINDING {f}" for f in b.findings)
+        out.append("")
+    out.extend(f"note: {n}" for n in res.notes)
+    n = len(res.findings)
+    out.append(f"{len(res.indexes)} index(es), {len(res.blends)} blend(s): "
+               + (f"{n} finding(s)" if n else "no findings"))
+    return "\n".join(out) + "\n"
+
+
+def render_json(res: AuditResult) -> str:
+    return json.dumps(res.to_json(), indent=1, sort_keys=False) + "\n"
+
+
+class ManifestWriter:
+    """CSV rows, one per document of every index with an exposure, written as the audit goes."""
+
+    def __init__(self, f: IO[bytes], global_batch_size: int | None) -> None:
+        self.f = f
+        self.gbs = global_batch_size
+        self.f.write((",".join(MANIFEST_COLUMNS) + "\n").encode("utf-8"))
+
+    def __call__(self, rep: IndexReport, chunk: ManifestChunk) -> None:
+        head = f"{_csv(rep.path)},{_csv(rep.split)},{_csv(rep.data_prefix or '')}"
+        lines = []
+        g = self.gbs
+        for d, t, mn, mx, te, fs, ls in zip(chunk.documents.tolist(), chunk.tokens.tolist(), chunk.min_exposure.tolist(),
+                                            chunk.max_exposure.tolist(), chunk.token_exposures.tolist(),
+                                            chunk.first.tolist(), chunk.last.tolist()):
+            fi = "" if (fs < 0 or not g) else str(fs // g + 1)
+            li = "" if (ls < 0 or not g) else str(ls // g + 1)
+            lines.append(f"{head},{d},{t},{mn},{mx},{te},{'' if fs < 0 else fs},{'' if ls < 0 else ls},{fi},{li}\n")
+        self.f.write("".join(lines).encode("utf-8"))
+
+
+def _csv(s: str) -> str:
+    return '"' + s.replace('"', '""') + '"' if any(c in s for c in ',"\n') else s
+
+
+def plot(res: AuditResult, path: str) -> None:
+    """Bar chart of the token exposure histogram of each index (and blend), written atomically."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as err:
+        raise AuditError(f"--plot {path}: matplotlib is not installed; pip install matplotlib "
+                         "(or pip install 'neox-epoch[plot]')") from err
+    from neox_epoch.atomic import write_atomic
+
+    series = [(os.path.basename(r.path), r.exposure) for r in res.indexes if r.exposure is not None]
+    series += [(f"blend {os.path.basename(b.path)}", b.exposure) for b in res.blends if b.exposure is not None]
+    if not series:
+        raise AuditError(f"--plot {path}: no exposure to plot; give --consumed, --train-iters/--global-batch-size or --config")
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    width = 0.8 / len(series)
+    for k, (label, e) in enumerate(series):
+        total = sum(e.tokens.values()) or 1
+        xs = sorted(e.tokens)
+        ax.bar([x + (k - (len(series) - 1) / 2) * width for x in xs], [100.0 * e.tokens[x] / total for x in xs],
+               width=width, label=label[:60])
+    ax.set_xlabel("times seen as an input token")
+    ax.set_ylabel("% of the split's tokens")
+    ax.set_title("Token exposure")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+
+    def write(f: IO[bytes]) -> None:
+        fig.savefig(f, format=os.path.splitext(path)[1].lstrip(".") or "png")
+
+    write_atomic(path, write)
+    plt.close(fig)

@@ -1,0 +1,768 @@
+"""Audit one GPT index (a doc/sample/shuffle triple) against the .bin/.idx it was built from.
+
+Checks, each failure a :class:`~neox_epoch.audit.findings.Finding` (path, expected, found):
+
+- files present, readable, complete; integer dtypes the frameworks write; ``sample_idx`` of shape
+  ``[S+1, 2]``; ``shuffle_idx`` of length ``S``;
+- megatron-core: md5 of ``description.txt`` equals the name's hash, and its fields (dataset_path,
+  num_samples, sequence_length, index_split, split_matrix, random_seed) agree with the files; legacy
+  ``.dsc`` likewise; NeoX: the seq_length, seed and sample request of the name;
+- document ids inside the .idx, every document of the split present the same number of times (the
+  epochs); ``sample_idx`` non-decreasing, its offsets inside their documents, and every sample boundary
+  at stream position ``i * seq_length`` when recomputed from ``doc_idx`` and the *current* .idx sizes:
+  the first boundary that is not is reported (a stale cache: the corpus or seq_length changed);
+- ``shuffle_idx`` a permutation (the megatron 80% rule: two blocks), and, for indexes small enough,
+  that ``doc_idx`` and ``shuffle_idx`` are exactly what the seed builds.
+
+All arrays are read once, in chunks (:mod:`neox_epoch.audit.npy`); the same pass feeds the exposure
+computation (:mod:`neox_epoch.audit.exposure`) when a consumption is given.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from neox_epoch import idx as idxmod
+from neox_epoch.audit import names
+from neox_epoch.audit.consumption import Consumption
+from neox_epoch.audit.descriptions import Description, read_legacy_description, read_mcore_description
+from neox_epoch.audit.exposure import ExposureReport, ExposureState, ManifestChunk
+from neox_epoch.audit.findings import FileProblem, Finding
+from neox_epoch.audit.npy import NpyInfo, NpyReader, read_header
+from neox_epoch.errors import IndexFileError
+from neox_epoch.semantics import mcore as mcore_sem
+from neox_epoch.semantics import neox as neox_sem
+
+#: entries of doc_idx per chunk of the stream pass
+STREAM_CHUNK = 1 << 22
+#: regenerate doc_idx/shuffle_idx from the seed when they hold at most this many entries together
+REGEN_LIMIT = 1 << 23
+#: the 80% rule of megatron (core and legacy)
+SEPARATE_THRESHOLD = 0.80
+
+_DOC_DTYPES = ("int32",)
+_SAMPLE_DTYPES = ("int32", "int64")
+_SHUFFLE_DTYPES = ("uint32", "int64")
+
+
+@dataclass
+class IndexReport:
+    """What one index is, as audited. JSON keys are the field names."""
+
+    kind: str
+    """``neox``, ``megatron-core`` or ``megatron-legacy``."""
+    path: str
+    """The index's files without their role suffix."""
+    split: str
+    """megatron split (train/valid/test) or NeoX dataset name (train, train_0, valid, ...)."""
+    files: dict[str, str] = field(default_factory=dict)
+    """role -> file."""
+    data_prefix: str | None = None
+    """The .bin/.idx prefix the index was checked against."""
+    seq_length: int | None = None
+    """Sequence length (NeoX: from the name; megatron: from the description)."""
+    seed: int | None = None
+    """Random seed of the shuffles."""
+    num_samples_requested: int | None = None
+    """Samples the framework asked this dataset for (name or description)."""
+    epochs: int | None = None
+    """Epochs of documents in ``doc_idx``."""
+    samples: int | None = None
+    """Samples built: rows of ``sample_idx`` minus one."""
+    samples_per_epoch: int | None = None
+    """Samples one pass over the split's documents gives: NeoX ``(T-1)//L``, megatron ``(T-a)//L``."""
+    length: int | None = None
+    """``len(dataset)`` as the framework uses it (NeoX: samples - 1)."""
+    separated_final_epoch: bool | None = None
+    """The last epoch is shuffled on its own (megatron's 80% rule); NeoX never."""
+    documents: int | None = None
+    """Documents of the split (distinct ids in ``doc_idx``)."""
+    document_range: list[int] | None = None
+    """``[first, last + 1)`` of the document ids."""
+    tokens: int | None = None
+    """Tokens of the split's documents (one epoch), from the .idx sizes."""
+    add_extra_token: int | None = None
+    """megatron-core's add_extra_token_to_sequence (1 for NeoX and legacy)."""
+    digest: str = ""
+    """md5 in the file names (megatron)."""
+    pack_impl: str | None = None
+    """NeoX pack_impl from the name."""
+    findings: list[Finding] = field(default_factory=list)
+    """Problems found."""
+    notes: list[str] = field(default_factory=list)
+    """Remarks that are not problems of the files."""
+    exposure: ExposureReport | None = None
+    """Exposure, when a consumption applies to this index."""
+    description: dict[str, Any] | None = field(default=None, repr=False)
+    """megatron-core description fields (for blends)."""
+    exposure_ok: bool = field(default=True, repr=False)
+    """False once a finding makes the exposure meaningless."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "path": self.path,
+            "split": self.split,
+            "files": dict(self.files),
+            "data_prefix": self.data_prefix,
+            "seq_length": self.seq_length,
+            "seed": self.seed,
+            "num_samples_requested": self.num_samples_requested,
+            "epochs": self.epochs,
+            "samples": self.samples,
+            "samples_per_epoch": self.samples_per_epoch,
+            "length": self.length,
+            "separated_final_epoch": self.separated_final_epoch,
+            "documents": self.documents,
+            "document_range": self.document_range,
+            "tokens": self.tokens,
+            "add_extra_token": self.add_extra_token,
+            "pack_impl": self.pack_impl,
+            "findings": [f.to_json() for f in self.findings],
+            "notes": list(self.notes),
+            "exposure": self.exposure.to_json() if self.exposure is not None else None,
+        }
+
+
+class Progress:
+    """Minimal progress sink: ``advance(units)`` during a pass (see :mod:`neox_epoch.audit.report`)."""
+
+    def start(self, label: str, total: int) -> None:  # noqa: D401 - protocol
+        """Begin a pass of ``total`` units."""
+
+    def advance(self, units: int) -> None:
+        """``units`` more done."""
+
+    def done(self) -> None:
+        """The pass ended."""
+
+
+def _finding(rep: IndexReport, path: str, what: str, expected: Any, found: Any, hint: str = "") -> None:
+    rep.findings.append(Finding(path=path, what=what, expected=str(expected), found=str(found), hint=hint))
+
+
+STALE_HINT = (
+    "the cache was built from another version of the corpus or with another seq_length/split: "
+    "delete these index files so the framework rebuilds them (NeoX reuses files by name alone)"
+)
+
+
+@dataclass
+class _Ctx:
+    """Working state of one index audit."""
+
+    rep: IndexReport
+    group: names.CacheGroup
+    doc: NpyInfo | None = None
+    sample: NpyInfo | None = None
+    shuffle: NpyInfo | None = None
+    header: idxmod.IdxHeader | None = None
+    L: int = 0
+    S: int = 0
+    lo: int = 0
+    hi: int = 0
+    expected_range: tuple[int, int] | None = None
+    expected_separate: bool | None = None
+    a: int = 1
+    a_known: bool = False
+    description: Description | None = None
+    files_separate: bool | None = None
+
+
+def _check_dtype(rep: IndexReport, info: NpyInfo, allowed: tuple[str, ...], ndim: int, role: str) -> bool:
+    """False (with a finding) when the array cannot be read as an index at all."""
+    if info.dtype.kind not in "iu" or len(info.shape) != ndim:
+        shape = "[N+1, 2]" if ndim == 2 else "[N]"
+        _finding(rep, info.path, f"{role} dtype/shape", f"an integer array of shape {shape} ({' or '.join(allowed)})",
+                 f"{info.dtype} of shape {list(info.shape)}", "not an index the frameworks write: delete it to rebuild")
+        return False
+    if info.dtype.name not in allowed:
+        _finding(rep, info.path, f"{role} dtype", " or ".join(allowed), info.dtype.name,
+                 "the frameworks write these dtypes; this file was written by something else or converted")
+    return True
+
+
+def _describe(ctx: _Ctx, resolve_prefix: Callable[[str | None], str | None] | None) -> str | None:
+    """Read the description (megatron) or the name (NeoX); fill seq_length, seed, request; return the prefix."""
+    rep, g = ctx.rep, ctx.group
+    prefix: str | None = None
+    if g.kind == names.NEOX:
+        assert g.neox is not None
+        n = g.neox
+        rep.seq_length, rep.seed, rep.num_samples_requested = n.seq_length, n.seed, n.num_samples
+        rep.pack_impl = n.pack_impl
+        rep.add_extra_token = 1
+        ctx.a, ctx.a_known = 1, True
+        prefix = n.prefix
+    else:
+        dpath = g.files.get(names.DESCRIPTION)
+        if dpath is None:
+            return None
+        desc = read_mcore_description(dpath) if g.kind == names.MCORE else read_legacy_description(dpath)
+        ctx.description = desc
+        if desc.digest != g.digest:
+            _finding(rep, dpath, "description md5", f"{g.digest} (the hash in the file names)", desc.digest,
+                     "the description was edited or belongs to other files: the cache cannot be trusted")
+        f = desc.fields
+        if g.kind == names.MCORE:
+            rep.description = f
+            if f.get("class") != "GPTDataset":
+                _finding(rep, dpath, "description class", "GPTDataset", f.get("class"))
+            if f.get("index_split") != g.split:
+                _finding(rep, dpath, "description index_split", f"{g.split} (from the file names)", f.get("index_split"))
+            rep.seq_length = _int_field(rep, dpath, f, "sequence_length")
+            rep.seed = _int_field(rep, dpath, f, "random_seed")
+            ns = f.get("num_samples")
+            rep.num_samples_requested = ns if isinstance(ns, int) else None
+            prefix = f.get("dataset_path") if isinstance(f.get("dataset_path"), str) else None
+            ctx.expected_range = None
+            sm = f.get("split_matrix")
+            split_i = mcore_sem.SPLITS.index(g.split) if g.split in mcore_sem.SPLITS else -1
+            if isinstance(sm, list) and 0 <= split_i < len(sm):
+                book = sm[split_i]
+                if book is None:
+                    _finding(rep, dpath, "description split_matrix", f"bookends for the {g.split} split", "null")
+                else:
+                    ctx.expected_range = (-1, -1)  # resolved against the .idx below
+                    ctx.rep.description = {**f, "_bookends": (float(book[0]), float(book[1]))}
+                split_str = f.get("split")
+                if isinstance(split_str, str):
+                    try:
+                        mine = mcore_sem.split_matrix(split_str)
+                    except Exception:  # noqa: BLE001 - a damaged field is a finding
+                        mine = None
+                    if mine is None or any(
+                        (a is None) != (b is None) or (a is not None and b is not None and
+                                                       (abs(a[0] - b[0]) > 1e-9 or abs(a[1] - b[1]) > 1e-9))
+                        for a, b in zip(mine, sm)
+                    ):
+                        _finding(rep, dpath, "description split/split_matrix",
+                                 f"split_matrix {mine} from split {split_str!r}", sm)
+            elif sm is None:
+                ctx.expected_range = None  # blend_per_split: the whole .idx
+            if ctx.a_known is False:
+                rep.add_extra_token = None
+        else:
+            rep.seq_length = f.get("seq_length")
+            rep.seed = f.get("seed")
+            rep.num_samples_requested = f.get("num_samples")
+            name = f.get("name")
+            if isinstance(name, str):
+                rep.split = name
+            prefix = f.get("data_prefix")
+            rep.add_extra_token = 1
+            ctx.a, ctx.a_known = 1, True
+    if resolve_prefix is not None:
+        prefix = resolve_prefix(prefix)
+    return prefix
+
+
+def _int_field(rep: IndexReport, path: str, f: dict[str, Any], key: str) -> int | None:
+    v = f.get(key)
+    if isinstance(v, bool) or not isinstance(v, int):
+        _finding(rep, path, f"description {key}", "an integer", repr(v))
+        return None
+    return v
+
+
+def _load_sizes(header: idxmod.IdxHeader, lo: int, hi: int) -> np.ndarray:
+    """``sizes[lo:hi]`` of the .idx as int32, read once (4 bytes a document)."""
+    with open(header.prefix + ".idx", "rb") as f:
+        f.seek(header.sizes_offset + 4 * lo)
+        out = np.fromfile(f, dtype=np.int32, count=hi - lo)
+    if out.shape[0] != hi - lo:
+        raise FileProblem(header.prefix + ".idx", "size", f"{hi - lo} sizes from sequence {lo}", f"{out.shape[0]}")
+    return out
+
+
+def _doc_prepass(ctx: _Ctx, reader: NpyReader, progress: Progress) -> bool:
+    """min/max of doc_idx: ids inside the .idx. False when the stream pass cannot run."""
+    rep, info = ctx.rep, reader.info
+    assert ctx.header is not None
+    n = ctx.header.sequence_count
+    lo, hi = None, None
+    progress.start("documents", info.rows)
+    for _, d in reader.chunks(rows=STREAM_CHUNK):
+        dmin, dmax = int(d.min()), int(d.max())
+        lo = dmin if lo is None else min(lo, dmin)
+        hi = dmax if hi is None else max(hi, dmax)
+        progress.advance(d.shape[0])
+    progress.done()
+    if lo is None or hi is None:
+        _finding(rep, info.path, "document index", "at least one document", "an empty array")
+        return False
+    if lo < 0 or hi >= n:
+        bad = lo if lo < 0 else hi
+        _finding(rep, info.path, "document ids", f"ids in [0, {n}) (sequences of {ctx.header.prefix}.idx)",
+                 f"id {bad}", "the index belongs to another (larger) corpus: " + STALE_HINT)
+        return False
+    ctx.lo, ctx.hi = lo, hi + 1
+    return True
+
+
+def _shuffle_pass(ctx: _Ctx, reader: NpyReader, consumption: Consumption | None, s_first: int | None,
+                  manifest: bool, progress: Progress) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]:
+    """Permutation check and draw counts per sample: returns (c with c[S]=0, first, last) or Nones."""
+    rep, info, S = ctx.rep, reader.info, ctx.S
+    if info.rows != S:
+        _finding(rep, info.path, "shuffle index length", f"{S} (rows of the sample index - 1)", info.rows,
+                 "doc/sample/shuffle files come from different builds: " + STALE_HINT)
+        rep.exposure_ok = False
+        return None, None, None
+    top = consumption.max_count if consumption is not None else 0
+    cdt = np.uint8 if top < 255 else (np.uint16 if top < 65535 else np.uint32)
+    store = np.zeros(S + 1, dtype=cdt)
+    first = last = None
+    if manifest and consumption is not None:
+        first = np.full(S, -1, dtype=np.int64)
+        last = np.full(S, -1, dtype=np.int64)
+    max_first = -1
+    progress.start("shuffle", S)
+    for j0, v in reader.chunks(rows=STREAM_CHUNK):
+        j1 = j0 + v.shape[0]
+        vmin, vmax = int(v.min()), int(v.max())
+        if vmin < 0 or vmax >= S:
+            bad = int(np.argmax((v < 0) | (v >= S)))
+            _finding(rep, info.path, "shuffle entry", f"sample ids in [0, {S})", f"{int(v[bad])} at position {j0 + bad}",
+                     "doc/sample/shuffle files come from different builds: " + STALE_HINT)
+            rep.exposure_ok = False
+            progress.done()
+            return None, None, None
+        store[v] = 1
+        if consumption is not None:
+            for a, b, cnt in consumption.runs:
+                lo_, hi_ = max(a, j0), min(b, j1)
+                if hi_ > lo_:
+                    store[v[lo_ - j0 : hi_ - j0]] = cnt + 1
+            if first is not None and last is not None:
+                f, la = consumption.first_last(j0, j1)
+                first[v], last[v] = f, la
+        if s_first is not None and j0 < s_first:
+            max_first = max(max_first, int(v[: s_first - j0].max()))
+        progress.advance(v.shape[0])
+    progress.done()
+    missing = np.flatnonzero(store[:S] == 0)
+    if missing.size:
+        _finding(rep, info.path, "shuffle permutation", f"each sample id in [0, {S}) exactly once",
+                 f"{missing.size} ids missing (first: {int(missing[0])}), so others repeat",
+                 "the shuffle index is damaged or from another build: " + STALE_HINT)
+        rep.exposure_ok = False
+        return None, None, None
+    if s_first is not None and 0 < s_first < S:
+        files_separate = max_first < s_first
+        ctx.files_separate = files_separate
+        if ctx.expected_separate is not None and files_separate != ctx.expected_separate:
+            _finding(rep, info.path, "final-epoch separation",
+                     f"{'a separately' if ctx.expected_separate else 'a jointly'} shuffled final epoch (80% rule)",
+                     f"{'separate' if files_separate else 'joint'} shuffle blocks",
+                     "the index was built with other parameters than its description says: " + STALE_HINT)
+    store[:S] -= 1
+    store[S] = 0
+    return store, first, last
+
+
+@dataclass
+class _Stream:
+    """Results of the stream pass."""
+
+    total_tokens: int = 0
+    pos_last: int | None = None
+    last_row: tuple[int, int] | None = None
+    diverged: bool = False
+
+
+def _stream_pass(ctx: _Ctx, doc_r: NpyReader, sample_r: NpyReader, sizes: np.ndarray, acc: np.ndarray,
+                 acc_shift: int, exp: ExposureState | None, tail_check: tuple[int, np.ndarray] | None,
+                 progress: Progress) -> _Stream:
+    """One pass over doc_idx and sample_idx: per-document copies (and exposure), boundary checks."""
+    rep, S, lo = ctx.rep, ctx.S, ctx.lo
+    out = _Stream()
+    rows_total = S + 1
+    next_row = 0
+    pend = np.zeros((0, 2), dtype=np.int64)
+    pend_row0 = 0
+    prev_p = 0
+    base = 0
+    check = True
+    one = np.ones(1, dtype=acc.dtype)
+    progress.start("stream", doc_r.info.rows)
+    ndoc = doc_r.info.rows
+    for q0, d in doc_r.chunks(rows=STREAM_CHUNK):
+        q1 = q0 + d.shape[0]
+        dl = d - lo if lo else d
+        s32 = sizes[dl]
+        cum_after = np.cumsum(s32, dtype=np.int64)
+        if base:
+            cum_after += base
+        s = s32
+        cum_before = cum_after - s32
+        if exp is not None and rep.exposure_ok:
+            f0 = exp.base_counts(cum_before).astype(acc.dtype)
+            vals = (f0 << acc.dtype.type(acc_shift)) | one
+            exp.copies(dl, s, cum_before)
+        else:
+            vals = np.ones(dl.shape[0], dtype=acc.dtype)
+        np.add.at(acc, dl, vals)
+        if tail_check is not None and q1 > tail_check[0]:
+            seen = tail_check[1]
+            seen[dl[max(0, tail_check[0] - q0) :]] = True
+        # sample boundaries whose document position falls in this chunk
+        while check:
+            if pend.shape[0] == 0:
+                if next_row >= rows_total:
+                    break
+                block = sample_r.read(next_row, min(rows_total, next_row + STREAM_CHUNK)).astype(np.int64)
+                pend_row0, next_row = next_row, next_row + block.shape[0]
+                p = block[:, 0]
+                if int(p[0]) < prev_p or (p.shape[0] > 1 and bool(np.any(np.diff(p) < 0))):
+                    dif = np.diff(np.concatenate(([prev_p], p)))
+                    bad = int(np.argmax(dif < 0))
+                    _finding(rep, sample_r.info.path, "sample index order",
+                             "non-decreasing document positions", f"row {pend_row0 + bad} goes back to {int(p[bad])}",
+                             "the sample index is damaged: " + STALE_HINT)
+                    rep.exposure_ok, check = False, False
+                    break
+                if int(block[:, 1].min()) < 0:
+                    bad = int(np.argmax(block[:, 1] < 0))
+                    _finding(rep, sample_r.info.path, "sample offset", ">= 0", f"{int(block[bad, 1])} at row {pend_row0 + bad}")
+                    rep.exposure_ok, check = False, False
+                    break
+                prev_p = int(p[-1])
+                pend = block
+            k = int(np.searchsorted(pend[:, 0], q1, side="left"))
+            if k:
+                _boundaries(ctx, out, pend[:k], pend_row0, q0, dl, s, cum_before, exp, sample_r.info.path)
+                if out.diverged and exp is not None:
+                    rep.exposure_ok = False
+                pend, pend_row0 = pend[k:], pend_row0 + k
+            if pend.shape[0]:
+                break
+        base = int(cum_after[-1]) if cum_after.shape[0] else base
+        progress.advance(d.shape[0])
+    progress.done()
+    out.total_tokens = base
+    if check and (pend.shape[0] or next_row < rows_total):
+        row = pend_row0 if pend.shape[0] else next_row
+        p_bad = int(pend[0, 0]) if pend.shape[0] else int(sample_r.read(row, row + 1)[0, 0])
+        _finding(rep, sample_r.info.path, "sample index range", f"document positions < {ndoc} (entries of doc_idx)",
+                 f"row {row} points at position {p_bad}",
+                 "the sample index points past the document index: the files come from different builds. " + STALE_HINT)
+        rep.exposure_ok = False
+    return out
+
+
+def _boundaries(ctx: _Ctx, out: _Stream, rows: np.ndarray, row0: int, q0: int, dl: np.ndarray, s: np.ndarray,
+                cum_before: np.ndarray, exp: ExposureState | None, path: str) -> None:
+    """Check the sample boundaries ``rows`` (row ids from ``row0``) of this doc chunk; feed the exposure."""
+    rep, L, S = ctx.rep, ctx.L, ctx.S
+    p = rows[:, 0] - q0
+    off = rows[:, 1]
+    size = s[p]
+    pos = cum_before[p] + off
+    if row0 + rows.shape[0] - 1 == S:  # the final boundary is checked at the end (ceil case)
+        out.pos_last = int(pos[-1])
+        out.last_row = (int(dl[p[-1]]), int(off[-1]))
+        if off[-1] > size[-1] and not out.diverged:
+            _finding(rep, path, "sample boundary", f"an offset <= {int(size[-1])} in document {int(dl[p[-1]]) + ctx.lo}",
+                     f"sample_idx[{S}] = ({int(p[-1]) + q0}, {int(off[-1])})", "first divergence: " + STALE_HINT)
+            out.diverged = True
+        p, off, pos, size = p[:-1], off[:-1], pos[:-1], size[:-1]
+    n = p.shape[0]
+    if not n or out.diverged:
+        return
+    pos -= np.arange(row0 * L, (row0 + n) * L, L, dtype=np.int64)
+    bad = (off > size) | (pos != 0)
+    if bad.any():
+        b = int(np.argmax(bad))
+        i = row0 + b
+        row = f"sample_idx[{i}] = ({int(p[b]) + q0}, {int(off[b])})"
+        if off[b] > size[b]:
+            found = f"{row}: offset past the end of document {int(dl[p[b]]) + ctx.lo} ({int(size[b])} tokens)"
+        else:
+            found = f"{row} at token {int(pos[b]) + i * L}"
+        _finding(rep, path, "sample boundary",
+                 f"stream token {i * L} (= {i} x seq_length {L}) from doc_idx and the current .idx sizes",
+                 found, "first divergence: " + STALE_HINT)
+        out.diverged = True
+        return
+    if exp is not None:
+        k = 1 if row0 == 0 else 0
+        if n > k:
+            exp.boundaries(row0 + k, dl[p[k:]], off[k:])
+
+
+def _regen_check(ctx: _Ctx, doc_r: NpyReader, sh_r: NpyReader, epochs: int, s_first: int | None) -> None:
+    """Small indexes: doc_idx and shuffle_idx must be exactly what the seed builds (numpy RandomState)."""
+    rep = ctx.rep
+    if rep.seed is None or rep.seed < 0:
+        return
+    docs = np.arange(ctx.lo, ctx.hi, dtype=np.int32)
+    rng = np.random.RandomState(rep.seed)
+    separate = bool(ctx.expected_separate)
+
+    def tiled(e: int) -> np.ndarray:
+        out = np.tile(docs, e).astype(np.int32)
+        rng.shuffle(out)
+        return out
+
+    doc = np.concatenate((tiled(epochs - 1), tiled(1))) if separate and epochs > 1 else tiled(epochs)
+    got = doc_r.read(0, doc_r.info.rows)
+    if got.shape != doc.shape or not np.array_equal(got, doc):
+        where = int(np.argmax(got != doc)) if got.shape == doc.shape else min(got.shape[0], doc.shape[0])
+        _finding(rep, doc_r.info.path, "document index vs seed",
+                 f"the order random_seed {rep.seed} builds for documents [{ctx.lo}, {ctx.hi}) x {epochs} epochs",
+                 f"a different order from entry {where}", "the index was built with other parameters or data: " + STALE_HINT)
+        return
+    S = ctx.S
+    dt = np.uint32 if S < np.iinfo(np.uint32).max - 1 else np.int64
+    n1 = s_first if (separate and s_first is not None and 0 < s_first < S) else S
+    first = np.arange(n1, dtype=dt)
+    rng.shuffle(first)
+    if n1 < S:
+        second = np.arange(n1, S, dtype=dt)
+        rng.shuffle(second)
+        first = np.concatenate((first, second))
+    got_s = sh_r.read(0, sh_r.info.rows)
+    if got_s.shape != first.shape or not np.array_equal(got_s.astype(np.int64), first.astype(np.int64)):
+        where = int(np.argmax(got_s != first)) if got_s.shape == first.shape else 0
+        _finding(rep, sh_r.info.path, "shuffle index vs seed", f"the permutation random_seed {rep.seed} builds",
+                 f"a different permutation from entry {where}", STALE_HINT)
+
+
+def audit_index(
+    group: names.CacheGroup,
+    resolve_prefix: Callable[[str | None], str | None] | None = None,
+    add_extra_token: int | None = None,
+    consumption_for: Callable[[IndexReport], Consumption | None] | None = None,
+    manifest: Callable[[IndexReport, ManifestChunk], None] | None = None,
+    progress: Progress | None = None,
+    iteration_of: Callable[[int], int | None] | None = None,
+) -> IndexReport:
+    """Audit one GPT index; never raises for a damaged file (findings instead)."""
+    rep = IndexReport(kind=group.kind, path=group.stem, split=group.split, files=dict(group.files), digest=group.digest)
+    ctx = _Ctx(rep=rep, group=group)
+    try:
+        _audit(ctx, resolve_prefix, add_extra_token, consumption_for, manifest, progress or Progress(), iteration_of)
+    except FileProblem as p:
+        rep.findings.append(p.finding)
+        rep.exposure_ok = False
+    if not rep.exposure_ok and rep.exposure is not None:
+        rep.exposure = None
+    return rep
+
+
+def _audit(ctx: _Ctx, resolve_prefix: Callable[[str | None], str | None] | None, add_extra_token: int | None,
+           consumption_for: Callable[[IndexReport], Consumption | None] | None,
+           manifest: Callable[[IndexReport, ManifestChunk], None] | None, progress: Progress,
+           iteration_of: Callable[[int], int | None] | None) -> None:
+    rep, g = ctx.rep, ctx.group
+    for role in g.missing_roles():
+        _finding(rep, g.stem, "missing file", f"the {role} file of this index", "no such file",
+                 "an incomplete cache: the framework would rebuild it (or fail)")
+    if g.missing_roles():
+        rep.exposure_ok = False
+        return
+    prefix = _describe(ctx, resolve_prefix)
+    if add_extra_token is not None and g.kind == names.MCORE:
+        ctx.a, ctx.a_known = int(add_extra_token), True
+        rep.add_extra_token = ctx.a
+    if rep.pack_impl not in (None, "packed"):
+        rep.notes.append(f"pack_impl {rep.pack_impl}: only headers and document ids are audited (no exposure)")
+    ctx.doc, ctx.sample, ctx.shuffle = (read_header(g.files[r]) for r in names.GPT_ROLES)
+    ok = _check_dtype(rep, ctx.doc, _DOC_DTYPES, 1, "document index")
+    ok &= _check_dtype(rep, ctx.sample, _SAMPLE_DTYPES, 2, "sample index")
+    ok &= _check_dtype(rep, ctx.shuffle, _SHUFFLE_DTYPES, 1, "shuffle index")
+    if ok and ctx.sample.shape[1] != 2:
+        _finding(rep, ctx.sample.path, "sample index shape", "[N+1, 2]", list(ctx.sample.shape))
+        ok = False
+    if not ok:
+        rep.exposure_ok = False
+        return
+    ctx.S = S = max(0, ctx.sample.rows - 1)
+    rep.samples = S
+    rep.length = S - 1 if g.kind == names.NEOX else S
+    if rep.seq_length is None or rep.seq_length <= 0:
+        _finding(rep, g.files.get(names.DESCRIPTION, g.stem), "sequence length", "a positive integer", rep.seq_length)
+        rep.exposure_ok = False
+        return
+    ctx.L = L = int(rep.seq_length)
+    if not prefix:
+        _finding(rep, g.files.get(names.DESCRIPTION, g.stem), "data prefix", "the path of the .bin/.idx",
+                 "none", "pass --data-prefix")
+        rep.exposure_ok = False
+        return
+    rep.data_prefix = prefix
+    try:
+        ctx.header = idxmod.read_header(prefix, check_bin=True)
+    except IndexFileError as err:
+        _finding(rep, idxmod.normalize_prefix(prefix) + ".idx", "data", "the .bin/.idx the index was built from", str(err),
+                 "point --data-prefix at the data (the cache files are checked against its sizes)")
+        rep.exposure_ok = False
+        return
+    n_seq = ctx.header.sequence_count
+    desc = rep.description or {}
+    book = desc.get("_bookends")
+    if book is not None:
+        ctx.expected_range = mcore_sem.split_range(book, n_seq)
+    elif g.kind == names.MCORE and desc.get("split_matrix", 0) is None:
+        ctx.expected_range = (0, n_seq)
+    with NpyReader(ctx.doc) as doc_r, NpyReader(ctx.sample) as sample_r, NpyReader(ctx.shuffle) as sh_r:
+        if not _doc_prepass(ctx, doc_r, progress):
+            rep.exposure_ok = False
+            return
+        lo, hi = ctx.lo, ctx.hi
+        rep.document_range = [lo, hi]
+        if ctx.expected_range is not None and (lo, hi) != ctx.expected_range and ctx.expected_range[1] > ctx.expected_range[0]:
+            _finding(rep, ctx.doc.path, "document range",
+                     f"[{ctx.expected_range[0]}, {ctx.expected_range[1]}) from split_matrix and {n_seq} sequences",
+                     f"[{lo}, {hi})", "the corpus or split changed since the build: " + STALE_HINT)
+        sizes = _load_sizes(ctx.header, lo, hi)
+        D = hi - lo
+        T_est = int(sizes.sum(dtype=np.int64))
+        E_est = ctx.doc.rows // D if D else 0
+        s_first: int | None = None
+        if g.kind != names.NEOX and rep.num_samples_requested is not None and E_est > 1 and T_est > 0 \
+                and ctx.doc.rows == E_est * D:
+            a = ctx.a
+            per_epoch = (T_est - a) // L
+            sans = ((E_est - 1) * T_est - a) // L
+            ctx.expected_separate = (rep.num_samples_requested - sans) < int(SEPARATE_THRESHOLD * per_epoch)
+            s_first = sans
+        elif g.kind != names.NEOX and E_est > 1 and T_est > 0:
+            s_first = ((E_est - 1) * T_est - ctx.a) // L
+        consumption = None
+        if consumption_for is not None and rep.exposure_ok and rep.pack_impl in (None, "packed"):
+            consumption = consumption_for(rep)
+        c_ext, first_s, last_s = _shuffle_pass(ctx, sh_r, consumption, s_first,
+                                               manifest is not None and consumption is not None, progress)
+        if ctx.expected_separate is None and ctx.files_separate is not None:
+            ctx.expected_separate = ctx.files_separate
+        exp: ExposureState | None = None
+        if consumption is not None and c_ext is not None and rep.exposure_ok:
+            exp = ExposureState(c_ext, L, D, int(sizes.max()) if D else 1, first_s, last_s)
+        bound = max(E_est, 1) * (max(consumption.max_count, 0) + 1 if consumption else 1)
+        if bound < (1 << 15) and E_est < (1 << 15):
+            acc, shift = np.zeros(D, dtype=np.uint32), 16
+        else:
+            acc, shift = np.zeros(D, dtype=np.uint64), 32
+        tail: tuple[int, np.ndarray] | None = None
+        if ctx.expected_separate and E_est > 1 and ctx.doc.rows == E_est * D:
+            tail = ((E_est - 1) * D, np.zeros(D, dtype=bool))
+        if rep.pack_impl not in (None, "packed"):
+            return
+        st = _stream_pass(ctx, doc_r, sample_r, sizes, acc, shift, exp, tail, progress)
+        mask = acc.dtype.type((1 << shift) - 1)
+        copies = acc & mask
+        present = copies > 0
+        rep.documents = int(np.count_nonzero(present))
+        T = int(sizes[present].sum(dtype=np.int64))
+        rep.tokens = T
+        ok_copies = True
+        if rep.documents != D:
+            miss = int(np.argmax(~present))
+            _finding(rep, ctx.doc.path, "documents of the split", f"every id in [{lo}, {hi})",
+                     f"document {lo + miss} absent ({D - rep.documents} absent)", "the index is damaged or mixed: " + STALE_HINT)
+            ok_copies = False
+        E = int(copies[present].max()) if rep.documents else 0
+        nonuni = present & (copies != E)
+        if nonuni.any():
+            b = int(np.argmax(nonuni))
+            _finding(rep, ctx.doc.path, "epochs", f"every document {E} times",
+                     f"document {lo + b} {int(copies[b])} times", "the document index is damaged or mixed: " + STALE_HINT)
+            ok_copies = False
+        rep.epochs = E
+        if tail is not None and not tail[1].all():
+            _finding(rep, ctx.doc.path, "final-epoch separation", "each document once in the last epoch block",
+                     f"{int(np.count_nonzero(~tail[1]))} documents missing from it", STALE_HINT)
+        if st.total_tokens != E * T and ok_copies:
+            _finding(rep, ctx.doc.path, "stream tokens", f"{E} x {T}", st.total_tokens)
+        ET = st.total_tokens
+        # the final boundary: S*L (drop last) or E*T - a (partial last sample kept)
+        if st.pos_last is not None and not st.diverged:
+            cands = [S * L] + [ET - a for a in (1, 0) if S * L > ET - a]
+            if st.pos_last not in cands:
+                _finding(rep, ctx.sample.path, "sample boundary", f"stream token {cands[0]} for the last row {S}",
+                         f"token {st.pos_last}", "first divergence: " + STALE_HINT)
+                rep.exposure_ok = False
+            elif st.pos_last != S * L and g.kind == names.MCORE and not ctx.a_known:
+                ctx.a, ctx.a_known = ET - st.pos_last, True
+        if g.kind == names.MCORE and not ctx.a_known:
+            s1, s0 = (ET - 1) // L, ET // L
+            if S == s1 and S != s0:
+                ctx.a, ctx.a_known = 1, True
+            elif S == s0 and S != s1:
+                ctx.a, ctx.a_known = 0, True
+            else:
+                ctx.a = 1
+                if T % L == 0:
+                    rep.notes.append("add_extra_token_to_sequence is not recorded in the cache and not inferable "
+                                     "from it; samples_per_epoch assumes 1 (the default): pass --add-extra-token 0 "
+                                     "if the run used 0")
+        rep.add_extra_token = ctx.a
+        a = ctx.a
+        if g.kind == names.NEOX:
+            rep.samples_per_epoch = neox_sem.samples_per_epoch(T, L)
+            built = (E * T - 1) // L if E else 0
+            rep.separated_final_epoch = False
+            if rep.num_samples_requested is not None and T > 0:
+                exp_e = neox_sem.num_epochs(T, L, rep.num_samples_requested)
+                if exp_e != E:
+                    _finding(rep, ctx.doc.path, "epochs for the request",
+                             f"{exp_e} (smallest E with (E*{T} - 1) // {L} >= {rep.num_samples_requested})", E, STALE_HINT)
+        else:
+            rep.samples_per_epoch = max(0, (T - a) // L)
+            built = (E * T - a) // L if E else 0
+            ns = rep.num_samples_requested
+            if ns is not None and T > 0:
+                exp_e = mcore_sem.num_epochs(T, L, ns, a) if g.kind == names.MCORE else neox_sem.num_epochs(T, L, ns)
+                if exp_e != E:
+                    _finding(rep, ctx.doc.path, "epochs for the request",
+                             f"{exp_e} (for num_samples {ns}, seq_length {L}, {T} tokens)", E, STALE_HINT)
+                if S < ns:
+                    _finding(rep, ctx.sample.path, "samples built", f">= num_samples {ns}", S, STALE_HINT)
+            elif g.kind == names.MCORE and ns is None and E != 1:
+                _finding(rep, ctx.doc.path, "epochs", "1 (num_samples null: one epoch)", E, STALE_HINT)
+            rep.separated_final_epoch = bool(ctx.expected_separate) if E > 1 else False
+        if S not in (built, built + 1) and not st.diverged and ok_copies:
+            _finding(rep, ctx.sample.path, "samples built", f"{built} from {E} epochs of {T} tokens", S, STALE_HINT)
+        small = ctx.doc.rows + S <= REGEN_LIMIT
+        if small and ok_copies and not st.diverged and rep.exposure_ok and E > 0:
+            _regen_check(ctx, doc_r, sh_r, E, s_first if s_first is not None else None)
+        if exp is not None and rep.exposure_ok and consumption is not None:
+            if st.pos_last == S * L and st.last_row is not None and S * L < ET:
+                exp.end_event(*st.last_row)
+            cb = None
+            if manifest is not None:
+                def cb(chunk: ManifestChunk) -> None:
+                    manifest(rep, chunk)
+            rep.exposure = exp.finalize(acc >> acc.dtype.type(shift), sizes, present, lo, consumption.consumed, cb)
+            if rep.samples_per_epoch and consumption.consumed > rep.samples_per_epoch:
+                rep.exposure.second_pass_sample = _second_pass(consumption, rep.samples_per_epoch)
+                if iteration_of is not None and rep.exposure.second_pass_sample is not None:
+                    rep.exposure.second_pass_iteration = iteration_of(rep.exposure.second_pass_sample)
+            if consumption.consumed > (rep.length or 0):
+                rep.exposure.notes.append(
+                    f"{consumption.consumed} samples drawn from a dataset of len {rep.length}: "
+                    + ("NeoX wraps the index silently (index % len)" if g.kind == names.NEOX
+                       else "megatron would run out of samples (or a blend raises)"))
+
+
+def _second_pass(consumption: Consumption, per_epoch: int) -> int | None:
+    """Global position of the draw that exceeds one epoch's samples (draw number ``per_epoch``, 0-based)."""
+    if consumption.positions is not None:
+        if per_epoch < consumption.positions.shape[0]:
+            return int(consumption.positions[per_epoch])
+        return None
+    return per_epoch if consumption.consumed > per_epoch else None
+
+
+def stat_size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0

@@ -1,0 +1,216 @@
+"""Damaged, stale and mixed caches: each is a finding (path, expected, found) with exit 1, never a
+traceback, and the other indexes of the same audit are still audited. Usage errors exit 2.
+The audit is read-only: nothing is written next to the data."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from test_audit_unit import write_neox_index
+
+from neox_epoch.audit.audit import AuditOptions, run_audit
+from neox_epoch.audit.names import discover
+from neox_epoch.cli import main
+from neox_epoch.corpus import write_random_corpus
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+NEOX_CACHE = os.path.join(HERE, "fixtures", "neox", "neox_cache")
+C1 = "corpus_c1_train_1_indexmap_{}ns_32sl_1234s_packedpi_ac_{}_idx.npy"
+
+
+def _audit(path: str, consumed: int | None = 20):  # type: ignore[no-untyped-def]
+    return run_audit(discover([path]), AuditOptions(consumed=consumed))
+
+
+def _two_indexes(tmp_path):  # type: ignore[no-untyped-def]
+    """A directory with a healthy index (h) and the one a test will damage (d)."""
+    write_neox_index(str(tmp_path), "h", [30, 12, 55, 7, 21, 40], 8, 2)
+    _, arr = write_neox_index(str(tmp_path), "d", [25, 3, 41, 8, 19, 33, 2, 16], 8, 2)
+    return arr
+
+
+def _check(res, stem: str, what: str):  # type: ignore[no-untyped-def]
+    """One finding of the damaged index names `what`; the healthy one is fully audited."""
+    bad = next(r for r in res.indexes if os.path.basename(r.path).startswith(stem))
+    good = next(r for r in res.indexes if os.path.basename(r.path).startswith("h_"))
+    assert any(what in f.what for f in bad.findings), [str(f) for f in bad.findings]
+    for f in bad.findings:
+        assert f.path and f.expected and f.found
+    assert not good.findings and good.exposure is not None
+    return bad
+
+
+def test_truncated_npy(tmp_path):
+    arr = _two_indexes(tmp_path)
+    path = arr["base"] + "_sample_idx.npy"
+    with open(path, "r+b") as f:
+        f.truncate(os.path.getsize(path) // 2)
+    bad = _check(_audit(str(tmp_path)), "d_", "size")
+    assert bad.exposure is None
+
+
+def test_wrong_dtype(tmp_path):
+    arr = _two_indexes(tmp_path)
+    np.save(arr["base"] + "_doc_idx.npy", arr["doc"].astype(np.float32))
+    _check(_audit(str(tmp_path)), "d_", "document index dtype")
+
+
+def test_int64_document_index_is_reported_but_audited(tmp_path):
+    arr = _two_indexes(tmp_path)
+    np.save(arr["base"] + "_doc_idx.npy", arr["doc"].astype(np.int64))
+    bad = _check(_audit(str(tmp_path)), "d_", "document index dtype")
+    assert bad.epochs == 2 and bad.exposure is not None
+
+
+def test_pickled_and_garbage_files(tmp_path):
+    arr = _two_indexes(tmp_path)
+    np.save(arr["base"] + "_shuffle_idx.npy", np.array([1, "x", None], dtype=object), allow_pickle=True)
+    _check(_audit(str(tmp_path)), "d_", "dtype")
+    with open(arr["base"] + "_shuffle_idx.npy", "wb") as f:
+        f.write(b"not an array at all")
+    _check(_audit(str(tmp_path)), "d_", "format")
+
+
+def test_missing_file_of_a_triple(tmp_path):
+    arr = _two_indexes(tmp_path)
+    os.unlink(arr["base"] + "_shuffle_idx.npy")
+    _check(_audit(str(tmp_path)), "d_", "missing file")
+
+
+def test_sample_index_past_document_index(tmp_path):
+    arr = _two_indexes(tmp_path)
+    sample = arr["sample"].copy()
+    sample[-1, 0] = len(arr["doc"]) + 3
+    np.save(arr["base"] + "_sample_idx.npy", sample)
+    bad = _check(_audit(str(tmp_path)), "d_", "sample index range")
+    assert any("past the document index" in f.hint for f in bad.findings)
+
+
+def test_sample_index_going_back(tmp_path):
+    arr = _two_indexes(tmp_path)
+    sample = arr["sample"].copy()
+    sample[5, 0], sample[6, 0] = sample[6, 0] + 1, 0
+    np.save(arr["base"] + "_sample_idx.npy", sample)
+    _check(_audit(str(tmp_path)), "d_", "sample index order")
+
+
+def test_cache_of_another_corpus_same_document_count(tmp_path):
+    """The corpus was re-tokenized (same number of documents, other lengths): stale, first divergence named."""
+    _two_indexes(tmp_path)
+    write_random_corpus(str(tmp_path / "d"), 99, 8, 1, 60)
+    bad = _check(_audit(str(tmp_path)), "d_", "sample boundary")
+    f = next(f for f in bad.findings if f.what == "sample boundary")
+    assert "first divergence" in f.hint and "sample_idx[" in f.found
+    assert bad.exposure is None
+
+
+def test_cache_of_another_corpus_fewer_documents(tmp_path):
+    _two_indexes(tmp_path)
+    write_random_corpus(str(tmp_path / "d"), 99, 5, 1, 60)
+    _check(_audit(str(tmp_path)), "d_", "document ids")
+
+
+def test_missing_data(tmp_path):
+    _two_indexes(tmp_path)
+    os.unlink(str(tmp_path / "d.idx"))
+    _check(_audit(str(tmp_path)), "d_", "data")
+
+
+@pytest.mark.skipif(not os.path.isdir(NEOX_CACHE), reason=f"NeoX fixtures missing: {NEOX_CACHE}")
+def test_triple_mixing_two_real_neox_builds(tmp_path):
+    """doc_idx of the 824-sample build with sample/shuffle of the 402-sample build of the same corpus."""
+    for ext in (".bin", ".idx"):
+        shutil.copy(os.path.join(NEOX_CACHE, "corpus_c1" + ext), tmp_path)
+    for role in ("sample", "shuffle"):
+        shutil.copy(os.path.join(NEOX_CACHE, C1.format(402, role)), tmp_path)
+    shutil.copy(os.path.join(NEOX_CACHE, C1.format(824, "doc")), tmp_path / C1.format(402, "doc"))
+    res = _audit(str(tmp_path))
+    assert res.findings and res.indexes[0].exposure is None
+    assert main(["audit", str(tmp_path), "--consumed", "20", "--no-progress"]) == 1
+
+
+def test_shuffle_from_another_seed(tmp_path):
+    """Same shapes, a permutation, but not the one the seed in the name builds: caught by regeneration."""
+    arr = _two_indexes(tmp_path)
+    sh = arr["shuffle"].copy()
+    np.random.RandomState(7).shuffle(sh)
+    np.save(arr["base"] + "_shuffle_idx.npy", sh)
+    _check(_audit(str(tmp_path)), "d_", "shuffle index vs seed")
+
+
+def test_shuffle_not_a_permutation(tmp_path):
+    arr = _two_indexes(tmp_path)
+    sh = arr["shuffle"].copy()
+    sh[3] = sh[4]
+    np.save(arr["base"] + "_shuffle_idx.npy", sh)
+    _check(_audit(str(tmp_path)), "d_", "shuffle permutation")
+
+
+def _fake_mcore(tmp_path, arr, prefix: str, num_samples: int, seq: int):  # type: ignore[no-untyped-def]
+    """megatron-core names and description around NeoX-built arrays (same algorithm for one joint epoch)."""
+    desc = {"class": "GPTDataset", "dataset_path": prefix, "num_samples": num_samples, "index_split": "train",
+            "random_seed": 1234, "sequence_length": seq, "split": "100,0,0",
+            "split_matrix": [[0, 1.0], None, None], "tokenizer": {"class": "NullTokenizer"}}
+    text = json.dumps(desc, indent=4)
+    h = hashlib.md5(text.encode("utf-8")).hexdigest()
+    cache = tmp_path / "cache"
+    cache.mkdir(exist_ok=True)
+    base = str(cache / f"{h}-GPTDataset-train-")
+    (cache / f"{h}-GPTDataset-train-description.txt").write_text(text, encoding="utf-8")
+    np.save(base + "document_index.npy", arr["doc"])
+    np.save(base + "sample_index.npy", arr["sample"])
+    np.save(base + "shuffle_index.npy", arr["shuffle"])
+    return cache, h
+
+
+def test_megatron_description_checked(tmp_path):
+    (tmp_path / "data").mkdir()
+    prefix, arr = write_neox_index(str(tmp_path / "data"), "m", [25, 3, 41, 8, 19, 33, 2, 16], 8, 1)
+    cache, h = _fake_mcore(tmp_path, arr, prefix, 10, 8)
+    res = _audit(str(cache))
+    r = res.indexes[0]
+    assert r.kind == "megatron-core" and not r.findings, [str(f) for f in r.findings]
+    assert r.length == arr["S"] and r.exposure is not None
+    d = cache / f"{h}-GPTDataset-train-description.txt"
+    d.write_text(d.read_text(encoding="utf-8").replace('"random_seed": 1234', '"random_seed": 1235'), encoding="utf-8")
+    r = _audit(str(cache)).indexes[0]
+    whats = {f.what for f in r.findings}
+    assert "description md5" in whats and "document index vs seed" in whats
+    d.write_text(d.read_text(encoding="utf-8").replace('"sequence_length": 8', '"sequence_length": 16'), encoding="utf-8")
+    r = _audit(str(cache)).indexes[0]
+    assert any(f.what == "sample boundary" for f in r.findings)
+
+
+def test_cli_exit_codes_and_no_traceback(tmp_path):
+    arr = _two_indexes(tmp_path)
+    before = sorted(os.listdir(tmp_path))
+    mtimes = {n: os.path.getmtime(tmp_path / n) for n in before}
+    with open(arr["base"] + "_doc_idx.npy", "r+b") as f:
+        f.truncate(100)
+    proc = subprocess.run([sys.executable, "-m", "neox_epoch.cli", "audit", str(tmp_path), "--consumed", "10"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr and "FINDING" in proc.stdout
+    assert sorted(os.listdir(tmp_path)) == before, "the audit wrote next to the data"
+    assert all(os.path.getmtime(tmp_path / n) == t for n, t in mtimes.items() if not n.startswith("d_train_0"))
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["audit", "/nonexistent/dir/x"], "no such file"),
+    (["audit", "{tmp}", "--train-iters", "5"], "--global-batch-size"),
+    (["audit", "{tmp}", "--consumed", "5", "--train-iters", "5", "--global-batch-size", "2"], "give one of them"),
+    (["audit", "{tmp}", "--manifest", "{tmp}/m.csv"], "--manifest needs a consumption"),
+    (["audit", "{tmp}", "--consumed", "-3"], "negative"),
+    (["audit", "{tmp}", "--config", "{tmp}/missing.yml"], "config file not found"),
+])
+def test_usage_errors_exit_2(tmp_path, capsys, argv, message):
+    write_neox_index(str(tmp_path), "u", [30, 12, 55], 8, 2)
+    rc = main([a.replace("{tmp}", str(tmp_path)) for a in argv])
+    assert rc == 2
+    assert message in capsys.readouterr().err

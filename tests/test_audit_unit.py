@@ -1,0 +1,285 @@
+"""Unit tests of ``neox-epoch audit`` without torch: names, consumption, and exposure against brute force.
+
+Synthetic NeoX-named indexes are built here with numpy the way NeoX builds them (documents tiled E
+times and shuffled once, boundaries every seq_length tokens of the stream, a shuffled permutation), so
+that unusual shapes can be covered: documents longer than several samples, empty documents, many
+epochs, consumption that wraps (NeoX's index % len). The exposure is checked against a per-token brute
+force over the stream.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from neox_epoch.audit import names
+from neox_epoch.audit.audit import AuditOptions, run_audit
+from neox_epoch.audit.consumption import Consumption
+from neox_epoch.audit.findings import AuditError
+from neox_epoch.audit.report import TtyProgress, render_text
+from neox_epoch.cli import main
+from neox_epoch.corpus import write_corpus
+
+
+def write_neox_index(directory: str, stem: str, lengths: list[int], seq: int, epochs: int, seed: int = 1234,
+                     name: str = "train_0", doc_range: tuple[int, int] | None = None) -> tuple[str, dict]:
+    """A corpus and a NeoX-built-like (packed) index beside it; returns (prefix, arrays)."""
+    prefix = os.path.join(directory, stem)
+    write_corpus(prefix, [np.arange(n, dtype=np.int64) % 50000 for n in lengths])
+    sizes = np.asarray(lengths, dtype=np.int64)
+    lo, hi = doc_range or (0, len(lengths))
+    rng = np.random.RandomState(seed)
+    doc = np.tile(np.arange(lo, hi, dtype=np.int32), epochs)
+    rng.shuffle(doc)
+    total = int(sizes[doc].sum())
+    S = (total - 1) // seq
+    cum_after = np.cumsum(sizes[doc])
+    b = np.arange(S + 1, dtype=np.int64) * seq
+    p = np.searchsorted(cum_after, b, side="right")
+    off = b - (cum_after[p] - sizes[doc[p]])
+    sample = np.stack([p, off], axis=1).astype(np.int32)
+    shuffle = np.arange(S, dtype=np.uint32)
+    rng.shuffle(shuffle)
+    T = int(sizes[lo:hi].sum())
+    ns = max(1, (epochs * T - 1) // seq - 3) if epochs > 1 else max(1, (T - 1) // seq // 2)
+    base = f"{prefix}_{name}_indexmap_{ns}ns_{seq}sl_{seed}s_packedpi_ac"
+    np.save(base + "_doc_idx.npy", doc)
+    np.save(base + "_sample_idx.npy", sample)
+    np.save(base + "_shuffle_idx.npy", shuffle)
+    return prefix, {"doc": doc, "sample": sample, "shuffle": shuffle, "sizes": sizes, "S": S, "total": total,
+                    "base": base, "ns": ns, "T": T}
+
+
+def brute_force(arr: dict, seq: int, consumed: int, gbs: int = 1) -> tuple[dict[int, np.ndarray], dict[int, list[int]]]:
+    """Per-document token counts and [first, last] draw position, walking the stream token by token."""
+    doc, sizes, S, shuffle = arr["doc"], arr["sizes"], arr["S"], arr["shuffle"]
+    stream_doc = np.repeat(doc.astype(np.int64), sizes[doc])
+    stream_off = np.concatenate([np.arange(sizes[d]) for d in doc]) if len(doc) else np.zeros(0, np.int64)
+    end = min(S * seq, arr["total"])
+    counts = {int(d): np.zeros(int(sizes[d]), dtype=np.int64) for d in np.unique(doc)}
+    when: dict[int, list[int]] = {}
+    length = S - 1
+    for j in range(consumed):
+        i = int(shuffle[j % length])
+        for pos in range(i * seq, min(i * seq + seq, end)):
+            d = int(stream_doc[pos])
+            counts[d][int(stream_off[pos])] += 1
+            w = when.setdefault(d, [j, j])
+            w[0], w[1] = min(w[0], j), max(w[1], j)
+    return counts, when
+
+
+def hist(counts: dict[int, np.ndarray]) -> dict[int, int]:
+    allc = np.concatenate(list(counts.values()))
+    v, n = np.unique(allc, return_counts=True)
+    return {int(a): int(b) for a, b in zip(v, n)}
+
+
+# ---------------------------------------------------------------- names
+
+
+def test_neox_names_with_underscores_and_variants(tmp_path):
+    d = str(tmp_path)
+    open(os.path.join(d, "my_data_text_document.idx"), "wb").close()
+    f = names.parse_name(os.path.join(d, "my_data_text_document_train_0_indexmap_2316ns_64sl_1234s_packedpi_ac_doc_idx.npy"))
+    assert f is not None and f.kind == "neox" and f.role == "doc"
+    assert f.neox is not None
+    assert f.neox.prefix == os.path.join(d, "my_data_text_document") and f.neox.name == "train_0"
+    assert (f.neox.num_samples, f.neox.seq_length, f.neox.seed, f.neox.pack_impl, f.neox.allow_chopped) == \
+        (2316, 64, 1234, "packed", True)
+    old = names.parse_name(os.path.join(d, "x_valid_indexmap_120ns_2048sl_42s_sample_idx.npy"))
+    assert old is not None and old.neox is not None
+    assert (old.neox.prefix, old.neox.name, old.neox.pack_impl) == (os.path.join(d, "x"), "valid", None)
+    ep = names.parse_name(os.path.join(d, "x_train_indexmap_Nonens_128sl_1s_pack_until_overflowpi_shuffle_idx.npy"))
+    assert ep is not None and ep.neox is not None
+    assert ep.neox.num_samples is None and ep.neox.pack_impl == "pack_until_overflow" and not ep.neox.allow_chopped
+    # a prefix that itself ends in _train: the name is the standard part
+    t = names.parse_name(os.path.join(d, "web_train_train_1_indexmap_5ns_8sl_1s_doc_idx.npy"))
+    assert t is not None and t.neox is not None and (os.path.basename(t.neox.prefix), t.neox.name) == ("web_train", "train_1")
+
+
+def test_megatron_names_and_grouping(tmp_path):
+    h = "0123456789abcdef0123456789abcdef"
+    paths = [str(tmp_path / f"{h}-GPTDataset-train-{r}") for r in
+             ("description.txt", "document_index.npy", "sample_index.npy", "shuffle_index.npy")]
+    paths += [str(tmp_path / f"{h}-BlendedDataset-valid-{r}") for r in ("description.txt", "dataset_index.npy")]
+    paths += [str(tmp_path / f"{h}{r}") for r in (".dsc", "_doc_idx.npy", "_sample_idx.npy", "_shuffle_idx.npy")]
+    paths += [str(tmp_path / "notes.txt"), str(tmp_path / f"{h}-GPTDataset-train-other.npy")]
+    parsed = [names.parse_name(p) for p in paths]
+    assert parsed[-1] is None and parsed[-2] is None
+    groups = names.group_files([p for p in parsed if p is not None])
+    kinds = {(g.kind, g.dataset_class, g.split): g for g in groups}
+    gpt = kinds[("megatron-core", "GPTDataset", "train")]
+    assert not gpt.missing_roles() and gpt.digest == h
+    blend = kinds[("megatron-core", "BlendedDataset", "valid")]
+    assert blend.is_blend and blend.missing_roles() == ["dataset_sample"]
+    legacy = kinds[("megatron-legacy", "GPTDataset", "")]
+    assert set(legacy.files) == {"description", "doc", "sample", "shuffle"}
+
+
+def test_discover_paths(tmp_path):
+    sub = tmp_path / "a" / "b"
+    sub.mkdir(parents=True)
+    prefix, arr = write_neox_index(str(sub), "corp", [30, 40, 50], 8, 2)
+    assert len(names.discover([str(tmp_path)])) == 1  # recursive
+    assert len(names.discover([prefix])) == 1  # a data prefix
+    one = names.discover([arr["base"] + "_doc_idx.npy"])  # a single file: a group missing two roles
+    assert len(one) == 1 and one[0].missing_roles() == ["sample", "shuffle"]
+    with pytest.raises(AuditError, match="no such file"):
+        names.discover([str(tmp_path / "nope" / "x")])
+    with pytest.raises(AuditError, match="no index cache files"):
+        names.discover([str(tmp_path / "empty_prefix")])
+    (tmp_path / "other").mkdir()
+    with pytest.raises(AuditError, match="no index cache files found"):
+        names.discover([str(tmp_path / "other")])
+
+
+# ---------------------------------------------------------------- consumption
+
+
+def test_consumption_prefix_and_wrap():
+    c = Consumption.prefix(10, 25)  # two full passes and 5 more
+    assert c.runs == ((0, 5, 3), (5, 10, 2)) and c.consumed == 25
+    assert c.counts(3, 7).tolist() == [3, 3, 2, 2]
+    first, last = c.first_last(4, 6)
+    assert first.tolist() == [4, 5] and last.tolist() == [24, 15]
+    m = Consumption.from_prefixes(10, [(7, 2), (3, 1)])  # two passes over [0,7) and one over [0,3)
+    assert m.runs == ((0, 3, 3), (3, 7, 2))
+    assert Consumption.prefix(10, 0).runs == ()
+
+
+# ---------------------------------------------------------------- exposure vs brute force
+
+SHAPES = [
+    # (lengths, seq, epochs, consumed as a fraction of len)
+    ([5, 17, 3, 40, 9, 1, 22, 13], 8, 2, 0.5),
+    ([60, 3, 90, 0, 7, 45, 0, 12, 33], 8, 3, 0.7),  # documents of many samples, empty documents
+    ([11, 11, 11, 11], 4, 1, 0.3),
+    ([200, 150, 5, 1, 77], 16, 2, 2.6),  # wraps: NeoX index % len
+    ([7] * 30, 7, 2, 1.0),  # documents exactly one sample long
+]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_exposure_equals_brute_force(tmp_path, shape):
+    lengths, seq, epochs, frac = shape
+    _, arr = write_neox_index(str(tmp_path), "c", lengths, seq, epochs)
+    length = arr["S"] - 1
+    consumed = max(1, int(frac * length))
+    res = run_audit(names.discover([str(tmp_path)]), AuditOptions(consumed=consumed, global_batch_size=3))
+    r = res.indexes[0]
+    assert not r.findings, [str(f) for f in r.findings]
+    assert r.epochs == epochs and r.length == length and r.samples == arr["S"]
+    assert r.tokens == arr["T"] and r.samples_per_epoch == (arr["T"] - 1) // seq
+    counts, _ = brute_force(arr, seq, consumed)
+    e = r.exposure
+    assert e is not None
+    assert e.tokens == hist(counts)
+    withtok = [c for c in counts.values() if c.size]
+    assert e.documents_unseen == sum(1 for c in withtok if c.max() == 0)
+    assert e.documents_partial == sum(1 for c in withtok if c.min() != c.max())
+    assert sum(e.documents.values()) == len(withtok)
+    assert e.token_exposures == sum(int(c.sum()) for c in withtok)
+    per = r.samples_per_epoch or 0
+    assert e.second_pass_sample == (per if consumed > per else None)
+    if e.second_pass_sample is not None:
+        assert e.second_pass_iteration == per // 3 + 1
+
+
+def test_manifest_rows_equal_brute_force(tmp_path):
+    lengths = [25, 3, 41, 8, 0, 19, 33, 2, 16]
+    _, arr = write_neox_index(str(tmp_path), "m", lengths, 8, 2)
+    consumed = arr["S"] - 1 + 7  # one pass of len and a few more (wrap)
+    rows = []
+    res = run_audit(names.discover([str(tmp_path)]), AuditOptions(consumed=consumed),
+                    manifest=lambda rep, ch: rows.extend(zip(ch.documents.tolist(), ch.min_exposure.tolist(),
+                                                             ch.max_exposure.tolist(), ch.token_exposures.tolist(),
+                                                             ch.first.tolist(), ch.last.tolist())))
+    assert not res.findings
+    counts, when = brute_force(arr, 8, consumed)
+    assert len(rows) == len(lengths)
+    for d, mn, mx, tot, first, last in rows:
+        c = counts[d]
+        if c.size:
+            assert (mn, mx, tot) == (int(c.min()), int(c.max()), int(c.sum()))
+        assert [first, last] == when.get(d, [-1, -1])
+
+
+def test_reports_json_text_and_progress(tmp_path, capsys):
+    write_neox_index(str(tmp_path), "j", [30, 12, 55, 7, 21], 8, 2)
+    assert main(["audit", str(tmp_path), "--consumed", "10", "--json", "--no-progress"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    r = out["indexes"][0]
+    assert r["kind"] == "neox" and r["length"] == r["samples"] - 1 and r["findings"] == []
+    assert set(r["exposure"]) >= {"tokens", "documents", "documents_unseen", "tokens_unseen", "consumed_samples"}
+    assert all(isinstance(k, str) for k in r["exposure"]["tokens"])
+    assert main(["audit", str(tmp_path), "--consumed", "10", "--no-progress"]) == 0
+    text = capsys.readouterr().out
+    assert "tokens seen:" in text and "no findings" in text
+    res = run_audit(names.discover([str(tmp_path)]), AuditOptions())
+    assert "consumed samples" not in render_text(res)
+    buf = io.StringIO()
+    p = TtyProgress(stream=buf, enabled=True)
+    p.start("stream", 100)
+    p.last = -1.0
+    p.advance(50)
+    p.done()
+    assert "stream:  50.0%" in buf.getvalue()
+
+
+def test_plot_needs_matplotlib(tmp_path, monkeypatch, capsys):
+    write_neox_index(str(tmp_path), "p", [30, 12, 55], 8, 2)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    rc = main(["audit", str(tmp_path), "--consumed", "5", "--plot", str(tmp_path / "x.png")])
+    assert rc == 2
+    assert "pip install matplotlib" in capsys.readouterr().err
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_plot_written(tmp_path):
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed (optional: pip install matplotlib)")
+    write_neox_index(str(tmp_path), "p", [30, 12, 55], 8, 2)
+    out = tmp_path / "plots" / "exp.png"
+    assert main(["audit", str(tmp_path), "--consumed", "5", "--plot", str(out), "--no-progress"]) == 0
+    assert out.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_audit_core_imports_no_torch(tmp_path):
+    write_neox_index(str(tmp_path), "t", [30, 12, 55], 8, 2)
+    code = (
+        "import sys\nfrom neox_epoch.cli import main\n"
+        f"rc = main(['audit', {str(tmp_path)!r}, '--consumed', '5', '--json', '--no-progress'])\n"
+        "assert 'torch' not in sys.modules, 'torch imported'\nsys.exit(rc)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_legacy_megatron_lm_cache(tmp_path):
+    """Legacy Megatron-LM: {md5}.dsc + {md5}_{doc,sample,shuffle}_idx.npy in index-cache; len = samples."""
+    import hashlib
+
+    (tmp_path / "data").mkdir()
+    prefix, arr = write_neox_index(str(tmp_path / "data"), "lg", [25, 3, 41, 8, 19, 33, 2, 16], 8, 1)
+    dsc = (f"GPT Dataset\n\nData prefix {prefix}\nDataset name train\nNumber of samples 10\n"
+           "Sequence length 8\nRandom seed 1234\nSplit 100,0,0\n")
+    h = hashlib.md5(dsc.encode("utf-8")).hexdigest()
+    cache = tmp_path / "data" / "index-cache"
+    cache.mkdir()
+    (cache / f"{h}.dsc").write_text(dsc, encoding="utf-8")
+    for role in ("doc", "sample", "shuffle"):
+        np.save(str(cache / f"{h}_{role}_idx.npy"), arr[role])
+    for f in os.listdir(tmp_path / "data"):
+        if "_indexmap_" in f:
+            os.unlink(tmp_path / "data" / f)
+    res = run_audit(names.discover([prefix]), AuditOptions(consumed=arr["S"]))
+    r = res.indexes[0]
+    assert r.kind == "megatron-legacy" and r.split == "train" and not r.findings, [str(f) for f in r.findings]
+    assert r.length == r.samples == arr["S"] and r.epochs == 1 and r.seq_length == 8
+    assert r.exposure is not None and r.exposure.tokens_unseen == arr["T"] - arr["S"] * 8
