@@ -123,7 +123,13 @@ def _child(mode: str, base: str, consumed: int) -> None:
                  "exposure": r.exposure.to_json()["tokens"] if r.exposure else None}
     wall = time.time() - t0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: kB
-    print(json.dumps({"mode": mode, "wall_s": round(wall, 2), "peak_rss_bytes": rss, **extra}))
+    hwm = None
+    try:  # the kernel's high-water mark of this process image (Linux), as a cross-check
+        with open("/proc/self/status", encoding="ascii") as f:
+            hwm = next(int(x.split()[1]) * 1024 for x in f if x.startswith("VmHWM:"))
+    except (OSError, StopIteration):
+        pass
+    print(json.dumps({"mode": mode, "wall_s": round(wall, 2), "peak_rss_bytes": rss, "vmhwm_bytes": hwm, **extra}))
 
 
 def main() -> None:
@@ -137,12 +143,20 @@ def main() -> None:
     ap.add_argument("--child", nargs=3, metavar=("MODE", "BASE", "CONSUMED"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        _child(args.child[0], args.child[1], int(args.child[2]))
+        if args.child[0] == "generate":
+            samples, seq, doc_tokens = (int(x) for x in args.child[2].split(","))
+            print(json.dumps(generate(args.child[1], samples, seq, doc_tokens)))
+        else:
+            _child(args.child[0], args.child[1], int(args.child[2]))
         return
     directory = args.dir or tempfile.mkdtemp(prefix="audit_bench_")
     os.makedirs(directory, exist_ok=True)
     try:
-        info = generate(directory, args.samples, args.seq, args.doc_tokens)
+        # generate in a child too: a child's ru_maxrss starts from its parent's at fork on Linux, so the
+        # parent must stay small for the measured children's numbers to be their own
+        gen = subprocess.run([sys.executable, __file__, "--child", "generate", directory,
+                              f"{args.samples},{args.seq},{args.doc_tokens}"], capture_output=True, text=True, check=True)
+        info = json.loads(gen.stdout.strip().splitlines()[-1])
         print(f"synthetic index: {info['samples']:,} samples, {info['docs']:,} documents, "
               f"{info['tokens']:,} tokens x {info['epochs']} epochs, seq {args.seq} ({info['generate_s']} s to generate)")
         consumed = int(args.consumed_fraction * (int(info["samples"]) - 1))  # type: ignore[call-overload]
@@ -155,7 +169,9 @@ def main() -> None:
         read = float(out["read"]["wall_s"])  # type: ignore[arg-type]
         for mode, r in out.items():
             ratio = float(r["wall_s"]) / read  # type: ignore[arg-type]
-            print(f"{mode:9s} wall {r['wall_s']:>7} s  ({ratio:4.2f}x read)  peak RSS {int(r['peak_rss_bytes']) / gb:5.2f} GB"  # type: ignore[call-overload]
+            hwm = r.get("vmhwm_bytes")
+            print(f"{mode:9s} wall {r['wall_s']:>7} s  ({ratio:5.2f}x read)  peak RSS {int(r['peak_rss_bytes']) / gb:5.2f} GB"  # type: ignore[call-overload]
+                  + (f" (VmHWM {int(hwm) / gb:5.2f} GB)" if hwm else "")  # type: ignore[call-overload]
                   + (f"  findings {len(r['findings'])}" if "findings" in r else ""))  # type: ignore[arg-type]
         print(f"consumed {consumed:,} samples; token exposure: {out['exposure'].get('exposure')}")
     finally:

@@ -48,6 +48,12 @@ CASES = [_random_case(s) for s in (11, 12, 13, 14, 15, 16, 17, 18)]
 # about 1.3 epochs of one source: megatron's 80% rule shuffles the final epoch on its own
 CASES.append({"seed": 99, "docs": [90], "seq": 32, "split": "100,0,0", "weights": None, "epochs": 1.3 / 0.8,
               "aet": True, "frac": 0.9, "separate": True})
+# one prefix with a weight: a BlendedDataset of one source (with the surplus)
+CASES.append({"seed": 98, "docs": [70], "seq": 16, "split": "90,5,5", "weights": [1.0], "epochs": 1.0,
+              "aet": True, "frac": 1.0})
+# sizes None, weights None: exhaustive blending, every sample of every source exactly once
+CASES.append({"seed": 97, "docs": [60, 45], "seq": 32, "split": "100,0,0", "weights": None, "epochs": 1.0,
+              "aet": True, "frac": 0.6, "sizes_none": True})
 
 
 def _truth_docs(counts: dict[int, np.ndarray]) -> tuple[dict[int, int], int, int]:
@@ -67,7 +73,8 @@ def test_audit_equals_real_megatron_core(corpus, tmp_path, case):
     sizes0 = np.fromfile(prefixes[0] + ".idx", dtype=np.int32, offset=34, count=case["docs"][0])
     n_train = max(1, int(case["epochs"] * int(sizes0.sum()) * 0.8 / seq))
     cache = str(tmp_path / "cache")
-    train, valid, test = build(prefixes, case["weights"], case["split"], [n_train, 20, 10], seq, cache,
+    sizes = [None, None, None] if case.get("sizes_none") else [n_train, 20, 10]
+    train, valid, test = build(prefixes, case["weights"], case["split"], sizes, seq, cache,
                                seed=1000 + case["seed"], add_extra_token=case["aet"])
     top = [x for x in (train, valid, test) if x is not None]
     gpts = []
@@ -104,8 +111,19 @@ def test_audit_equals_real_megatron_core(corpus, tmp_path, case):
         assert [s.draws_consumed for s in blend.sources] == [len(ids) for _, ids in per_source]
         assert [s.draws for s in blend.sources] == np.bincount(np.asarray(train.dataset_index),
                                                                minlength=len(train.datasets)).tolist()
+        for k, s in enumerate(blend.sources):
+            at = np.flatnonzero(di == k)
+            per = s.samples_per_epoch
+            want = int(at[per]) if per is not None and at.shape[0] > per else None
+            assert s.second_pass_sample == want
+            assert s.second_pass_iteration == (None if want is None else want // 4 + 1)
+            assert s.passes == (round(at.shape[0] / per, 6) if per else None)
     else:
         per_source = [(train, list(range(consumed)))]
+        r = by_digest[train.unique_description_hash]
+        per = r.samples_per_epoch or 0
+        assert r.exposure is not None
+        assert r.exposure.second_pass_sample == (per if consumed > per else None)
     for ds, ids in per_source:
         r = by_digest[ds.unique_description_hash]
         counts = count_gpt_exposure(ds, ids, seq)

@@ -246,6 +246,9 @@ def run_audit(
             for i, p in found.items():
                 rep.sources[i].second_pass_sample = p
                 rep.sources[i].second_pass_iteration = iteration_of(p)
+                e = rep.sources[i].exposure
+                if e is not None:
+                    e.second_pass_sample, e.second_pass_iteration = p, iteration_of(p)
         for i, (src, stem) in enumerate(zip(rep.sources, rep.children)):
             child = reports.get(stem) if stem else None
             if child is None:
@@ -268,6 +271,8 @@ def run_audit(
             for s, p in zip(nrep.sources, sp):
                 s.second_pass_sample = p
                 s.second_pass_iteration = iteration_of(p) if p is not None else None
+                if s.exposure is not None:
+                    s.exposure.second_pass_sample, s.exposure.second_pass_iteration = p, s.second_pass_iteration
         res.blends.append(nrep)
     return res
 

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 #: documents per chunk when finalizing
-DOC_CHUNK = 1 << 22
+DOC_CHUNK = 1 << 18
 _BIG = np.iinfo(np.int64).max
 
 
@@ -217,22 +217,25 @@ class ExposureState:
         self.events[self.n_events : self.n_events + n] = keys
         self.n_events += n
 
-    def finalize(self, base: np.ndarray, sizes: np.ndarray, present: np.ndarray, doc_offset: int,
+    def finalize(self, acc: np.ndarray, shift: int, sizes: np.ndarray, doc_offset: int,
                  consumed: int, manifest: Callable[[ManifestChunk], None] | None = None) -> ExposureReport:
-        """Histograms from the per-document base counts and the sorted events, documents in chunks."""
+        """Histograms from the per-document counts (``acc``: copies in the low ``shift`` bits, base count
+        above) and the sorted events, documents in chunks."""
         ev = self.events[: self.n_events]
         ev.sort()
         tokens: dict[int, int] = {}
         documents: dict[int, int] = {}
         unseen = partial = 0
-        exposures = 0
         qmask = (1 << self.qbits) - 1
-        n = base.shape[0]
+        n = acc.shape[0]
+        mask = acc.dtype.type((1 << shift) - 1)
         for d0 in range(0, n, DOC_CHUNK):
             d1 = min(n, d0 + DOC_CHUNK)
-            b = base[d0:d1].astype(np.int64)
+            a = acc[d0:d1]
+            present = (a & mask) > 0
+            b = (a >> acc.dtype.type(shift)).astype(np.int64)
             sz = sizes[d0:d1].astype(np.int64)
-            keep = present[d0:d1] & (sz > 0)
+            keep = present & (sz > 0)
             b[sz == 0] = 0  # an empty document has no token to see
             mn, mx, tot = b.copy(), b.copy(), b * sz
             e0, e1 = np.searchsorted(ev, [d0 << self.shift, d1 << self.shift])
@@ -281,14 +284,14 @@ class ExposureState:
                 first_piece = qf > 0
                 mn[g] = np.where(first_piece, np.minimum(vmin, bg), vmin)
                 mx[g] = np.where(first_piece, np.maximum(vmax, bg), vmax)
-                val *= seg
-                tot[g] = bg * qf + np.add.reduceat(val, starts)
+                if manifest is not None:
+                    val *= seg
+                    tot[g] = bg * qf + np.add.reduceat(val, starts)
             _hist_add(documents, mn[keep])
             unseen += int(np.count_nonzero(mx[keep] == 0))
             partial += int(np.count_nonzero(mn[keep] != mx[keep]))
-            exposures += int(tot[keep].sum())
             if manifest is not None:
-                ids = np.flatnonzero(present[d0:d1])
+                ids = np.flatnonzero(present)
                 first = last = np.full(ids.shape[0], -1, dtype=np.int64)
                 if self.doc_first is not None and self.doc_last is not None:
                     first = self.doc_first[d0:d1][ids]
@@ -299,6 +302,7 @@ class ExposureState:
                     token_exposures=tot[ids], first=first, last=last,
                 ))
         tokens = {k: v for k, v in tokens.items() if v}
+        exposures = sum(k * v for k, v in tokens.items())
         return ExposureReport(
             consumed_samples=consumed, tokens=tokens, documents=documents, documents_unseen=unseen,
             documents_partial=partial, tokens_unseen=tokens.get(0, 0), token_exposures=exposures,

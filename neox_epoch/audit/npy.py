@@ -9,6 +9,7 @@ into fresh, chunk-sized arrays. A truncated file, a pickled object array or an u
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from types import TracebackType
 from typing import IO
@@ -134,7 +135,7 @@ class NpyReader:
             out[:, j] = self._read(j * info.rows + start, stop - start)
         return out.reshape((stop - start, *info.shape[1:]))
 
-    def chunks(self, start: int = 0, stop: int | None = None, rows: int = CHUNK_ROWS):  # type: ignore[no-untyped-def]
+    def chunks(self, start: int = 0, stop: int | None = None, rows: int = CHUNK_ROWS) -> Iterator[tuple[int, np.ndarray]]:
         """Yield ``(first_row, array)`` for consecutive chunks of ``rows`` rows."""
         stop = self.info.rows if stop is None else min(stop, self.info.rows)
         pos = start

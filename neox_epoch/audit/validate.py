@@ -39,7 +39,7 @@ from neox_epoch.semantics import mcore as mcore_sem
 from neox_epoch.semantics import neox as neox_sem
 
 #: entries of doc_idx per chunk of the stream pass
-STREAM_CHUNK = 1 << 22
+STREAM_CHUNK = 1 << 18
 #: regenerate doc_idx/shuffle_idx from the seed when they hold at most this many entries together
 REGEN_LIMIT = 1 << 23
 #: the 80% rule of megatron (core and legacy)
@@ -132,7 +132,7 @@ class IndexReport:
 class Progress:
     """Minimal progress sink: ``advance(units)`` during a pass (see :mod:`neox_epoch.audit.report`)."""
 
-    def start(self, label: str, total: int) -> None:  # noqa: D401 - protocol
+    def start(self, label: str, total: int) -> None:
         """Begin a pass of ``total`` units."""
 
     def advance(self, units: int) -> None:
@@ -333,12 +333,15 @@ def _shuffle_pass(ctx: _Ctx, reader: NpyReader, consumption: Consumption | None,
             rep.exposure_ok = False
             progress.done()
             return None, None, None
-        store[v] = 1
-        if consumption is not None:
+        if consumption is None or not consumption.runs:
+            store[v] = 1
+        else:
+            vals = np.ones(v.shape[0], dtype=cdt)
             for a, b, cnt in consumption.runs:
                 lo_, hi_ = max(a, j0), min(b, j1)
                 if hi_ > lo_:
-                    store[v[lo_ - j0 : hi_ - j0]] = cnt + 1
+                    vals[lo_ - j0 : hi_ - j0] = cnt + 1
+            store[v] = vals
             if first is not None and last is not None:
                 f, la = consumption.first_last(j0, j1)
                 first[v], last[v] = f, la
@@ -657,23 +660,19 @@ def _audit(ctx: _Ctx, resolve_prefix: Callable[[str | None], str | None] | None,
             return
         st = _stream_pass(ctx, doc_r, sample_r, sizes, acc, shift, exp, tail, progress)
         mask = acc.dtype.type((1 << shift) - 1)
-        copies = acc & mask
-        present = copies > 0
-        rep.documents = int(np.count_nonzero(present))
-        T = int(sizes[present].sum(dtype=np.int64))
+        ds = _doc_stats(acc, mask, sizes)
+        rep.documents, T, E = ds.documents, ds.tokens, ds.epochs
         rep.tokens = T
         ok_copies = True
         if rep.documents != D:
-            miss = int(np.argmax(~present))
             _finding(rep, ctx.doc.path, "documents of the split", f"every id in [{lo}, {hi})",
-                     f"document {lo + miss} absent ({D - rep.documents} absent)", "the index is damaged or mixed: " + STALE_HINT)
+                     f"document {lo + ds.first_absent} absent ({D - rep.documents} absent)",
+                     "the index is damaged or mixed: " + STALE_HINT)
             ok_copies = False
-        E = int(copies[present].max()) if rep.documents else 0
-        nonuni = present & (copies != E)
-        if nonuni.any():
-            b = int(np.argmax(nonuni))
+        if ds.first_other is not None:
             _finding(rep, ctx.doc.path, "epochs", f"every document {E} times",
-                     f"document {lo + b} {int(copies[b])} times", "the document index is damaged or mixed: " + STALE_HINT)
+                     f"document {lo + ds.first_other[0]} {ds.first_other[1]} times",
+                     "the document index is damaged or mixed: " + STALE_HINT)
             ok_copies = False
         rep.epochs = E
         if tail is not None and not tail[1].all():
@@ -740,7 +739,7 @@ def _audit(ctx: _Ctx, resolve_prefix: Callable[[str | None], str | None] | None,
             if manifest is not None:
                 def cb(chunk: ManifestChunk) -> None:
                     manifest(rep, chunk)
-            rep.exposure = exp.finalize(acc >> acc.dtype.type(shift), sizes, present, lo, consumption.consumed, cb)
+            rep.exposure = exp.finalize(acc, shift, sizes, lo, consumption.consumed, cb)
             if rep.samples_per_epoch and consumption.consumed > rep.samples_per_epoch:
                 rep.exposure.second_pass_sample = _second_pass(consumption, rep.samples_per_epoch)
                 if iteration_of is not None and rep.exposure.second_pass_sample is not None:
@@ -752,11 +751,50 @@ def _audit(ctx: _Ctx, resolve_prefix: Callable[[str | None], str | None] | None,
                        else "megatron would run out of samples (or a blend raises)"))
 
 
+@dataclass
+class _DocStats:
+    """Per-document copy counts summarized."""
+
+    documents: int = 0
+    tokens: int = 0
+    epochs: int = 0
+    first_absent: int = 0
+    first_other: tuple[int, int] | None = None
+
+
+def _doc_stats(acc: np.ndarray, mask: Any, sizes: np.ndarray) -> _DocStats:
+    """Documents present, their tokens, the epochs (most copies) and the first irregular document, in chunks."""
+    out = _DocStats(first_absent=-1)
+    n = acc.shape[0]
+    step = 1 << 20
+    for a in range(0, n, step):
+        c = acc[a : a + step] & mask
+        present = c > 0
+        k = int(np.count_nonzero(present))
+        out.documents += k
+        out.tokens += int(sizes[a : a + step][present].sum(dtype=np.int64))
+        if k:
+            out.epochs = max(out.epochs, int(c.max()))
+        if k < c.shape[0] and out.first_absent < 0:
+            out.first_absent = a + int(np.argmax(~present))
+    for a in range(0, n, step):
+        c = acc[a : a + step] & mask
+        odd = (c > 0) & (c != out.epochs)
+        if odd.any():
+            b = int(np.argmax(odd))
+            out.first_other = (a + b, int(c[b]))
+            break
+    out.first_absent = max(out.first_absent, 0)
+    return out
+
+
 def _second_pass(consumption: Consumption, per_epoch: int) -> int | None:
     """Global position of the draw that exceeds one epoch's samples (draw number ``per_epoch``, 0-based)."""
     if consumption.positions is not None:
         if per_epoch < consumption.positions.shape[0]:
             return int(consumption.positions[per_epoch])
+        return None
+    if consumption.period <= 0:  # a blend's source: the blend knows the global position
         return None
     return per_epoch if consumption.consumed > per_epoch else None
 
