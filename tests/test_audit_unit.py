@@ -283,3 +283,19 @@ def test_legacy_megatron_lm_cache(tmp_path):
     assert r.kind == "megatron-legacy" and r.split == "train" and not r.findings, [str(f) for f in r.findings]
     assert r.length == r.samples == arr["S"] and r.epochs == 1 and r.seq_length == 8
     assert r.exposure is not None and r.exposure.tokens_unseen == arr["T"] - arr["S"] * 8
+
+
+def test_neox_unpacked_index_checked_without_exposure(tmp_path):
+    """NeoX pack_impl=unpacked: one document per sample, int64 arrays (saved lists): headers, ids and the
+    permutation are checked; no stream boundaries or exposure (other semantics), and that is said."""
+    prefix = str(tmp_path / "u")
+    write_corpus(prefix, [np.arange(n, dtype=np.int64) for n in (10, 20, 30, 40)])
+    base = f"{prefix}_train_indexmap_6ns_16sl_1234s_unpackedpi_ac"
+    np.save(base + "_doc_idx.npy", np.array([0, 1, 2, 3, 0, 1, 2], dtype=np.int64))
+    np.save(base + "_sample_idx.npy", np.stack([np.arange(7), np.zeros(7, dtype=np.int64)], axis=1))
+    np.save(base + "_shuffle_idx.npy", np.random.RandomState(0).permutation(6).astype(np.int64))
+    res = run_audit(names.discover([str(tmp_path)]), AuditOptions(consumed=4))
+    r = res.indexes[0]
+    assert not r.findings, [str(f) for f in r.findings]
+    assert r.pack_impl == "unpacked" and r.exposure is None and any("pack_impl unpacked" in n for n in r.notes)
+    assert r.samples == 6 and r.document_range == [0, 4]

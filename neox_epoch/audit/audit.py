@@ -163,6 +163,7 @@ def run_audit(
     for g in groups:
         if not (g.kind == names.MCORE and g.is_blend):
             continue
+        progress.describe(os.path.basename(g.stem))
         rep, _ = read_mcore_blend(g)
         consumed = options.consumed if (options.consumed is not None and _is_train(g.split)) else None
         draws, draws_n, pos = scan_blend(rep, g, consumed, progress, want_positions=manifest is not None)
@@ -227,6 +228,7 @@ def run_audit(
         cf = consumption_of.get(g.stem, standalone)
         if g.stem in no_exposure:
             cf = None  # type: ignore[assignment]
+        progress.describe(os.path.basename(g.stem))
         r = audit_index(g, resolve_prefix=resolve, add_extra_token=options.add_extra_token, consumption_for=cf,
                         manifest=manifest, progress=progress, iteration_of=iteration_of)
         if g.stem in no_exposure:

@@ -239,7 +239,7 @@ def discover(paths: list[str]) -> list[CacheGroup]:
         for c in candidates:
             cf = parse_name(c)
             if cf is not None:
-                found[os.path.normpath(c)] = cf
+                found[os.path.realpath(c)] = cf
     if not found:
         raise AuditError(
             f"no index cache files found under {', '.join(paths)}; expected NeoX *_indexmap_*_idx.npy, "

@@ -28,6 +28,9 @@ class TtyProgress(Progress):
         self.label, self.total, self.count, self.last, self.t0 = "", 0, 0, 0.0, 0.0
         self.context = ""
 
+    def describe(self, what: str) -> None:
+        self.context = what[-48:]
+
     def start(self, label: str, total: int) -> None:
         self.label, self.total, self.count, self.t0, self.last = label, max(total, 1), 0, time.monotonic(), 0.0
 
@@ -81,6 +84,14 @@ def _exposure_lines(e: ExposureReport, indent: str = "    ") -> list[str]:
     return lines
 
 
+def _table(headers: tuple[str, ...], rows: list[tuple[Any, ...]], indent: str = "  ") -> list[str]:
+    cells = [[_fmt(v) for v in row] for row in rows]
+    widths = [max([len(h)] + [len(r[k]) for r in cells]) for k, h in enumerate(headers)]
+    out = [indent + "  ".join(h.rjust(w) for h, w in zip(headers, widths))]
+    out.extend(indent + "  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in cells)
+    return out
+
+
 def render_text(res: AuditResult) -> str:
     """The human-readable report."""
     out: list[str] = []
@@ -89,25 +100,21 @@ def render_text(res: AuditResult) -> str:
         out.append(f"{r.kind} index {r.path}")
         out.append(f"  data {r.data_prefix or '-'}   seq_length {_fmt(r.seq_length)}   seed {_fmt(r.seed)}"
                    f"   requested {_fmt(r.num_samples_requested)}")
-        row = (r.split, r.epochs, r.samples, r.samples_per_epoch, r.length, r.separated_final_epoch, r.documents,
-               f"[{r.document_range[0]:,d}, {r.document_range[1]:,d})" if r.document_range else None, r.tokens)
-        cells = [_fmt(v) for v in row]
-        widths = [max(len(c), len(h)) for c, h in zip(cells, cols)]
-        out.append("  " + "  ".join(h.rjust(w) for h, w in zip(cols, widths)))
-        out.append("  " + "  ".join(c.rjust(w) for c, w in zip(cells, widths)))
+        rng = f"[{r.document_range[0]:,d}, {r.document_range[1]:,d})" if r.document_range else None
+        out.extend(_table(cols, [(r.split, r.epochs, r.samples, r.samples_per_epoch, r.length,
+                                  r.separated_final_epoch, r.documents, rng, r.tokens)]))
         if r.exposure is not None:
             out.extend(_exposure_lines(r.exposure))
         out.extend(f"  note: {n}" for n in r.notes)
         out.extend(f"  FINDING {f}" for f in r.findings)
         out.append("")
+    bcols = ("source", "weight", "draws", "consumed", "len", "per_epoch", "passes", "2nd pass sample", "iteration")
     for b in res.blends:
         out.append(f"{b.kind} blend {b.path} ({b.split}, {_fmt(b.size)} samples, consumed {_fmt(b.consumed_samples)})")
-        out.append("  source  weight  draws  consumed  len  per_epoch  passes  second pass (sample / iteration)")
-        for i, s in enumerate(b.sources):
-            sp = "-" if s.second_pass_sample is None else f"{s.second_pass_sample:,d} / {_fmt(s.second_pass_iteration)}"
-            w = f"{s.weight:.6g}" if s.weight is not None else "-"
-            out.append(f"  {i}: {os.path.basename(s.dataset_path or '-')}  {w}  {_fmt(s.draws)}  {_fmt(s.draws_consumed)}"
-                       f"  {_fmt(s.length)}  {_fmt(s.samples_per_epoch)}  {_fmt(s.passes)}  {sp}")
+        rows = [(f"{i}: {os.path.basename(s.dataset_path or '-')}", f"{s.weight:.6g}" if s.weight is not None else None,
+                 s.draws, s.draws_consumed, s.length, s.samples_per_epoch, s.passes, s.second_pass_sample,
+                 s.second_pass_iteration) for i, s in enumerate(b.sources)]
+        out.extend(_table(bcols, rows))
         if b.exposure is not None:
             out.extend(_exposure_lines(b.exposure, "  "))
         out.extend(f"  note: {n}" for n in b.notes)

@@ -132,6 +132,9 @@ class IndexReport:
 class Progress:
     """Minimal progress sink: ``advance(units)`` during a pass (see :mod:`neox_epoch.audit.report`)."""
 
+    def describe(self, what: str) -> None:
+        """The index or blend the next passes are about."""
+
     def start(self, label: str, total: int) -> None:
         """Begin a pass of ``total`` units."""
 
@@ -577,7 +580,9 @@ def _audit(ctx: _Ctx, resolve_prefix: Callable[[str | None], str | None] | None,
     if rep.pack_impl not in (None, "packed"):
         rep.notes.append(f"pack_impl {rep.pack_impl}: only headers and document ids are audited (no exposure)")
     ctx.doc, ctx.sample, ctx.shuffle = (read_header(g.files[r]) for r in names.GPT_ROLES)
-    ok = _check_dtype(rep, ctx.doc, _DOC_DTYPES, 1, "document index")
+    packed = rep.pack_impl in (None, "packed")
+    # NeoX's unpacked / pack_until_overflow save Python lists: int64 document ids
+    ok = _check_dtype(rep, ctx.doc, _DOC_DTYPES if packed else ("int32", "int64"), 1, "document index")
     ok &= _check_dtype(rep, ctx.sample, _SAMPLE_DTYPES, 2, "sample index")
     ok &= _check_dtype(rep, ctx.shuffle, _SHUFFLE_DTYPES, 1, "shuffle index")
     if ok and ctx.sample.shape[1] != 2:
@@ -639,7 +644,7 @@ def _audit(ctx: _Ctx, resolve_prefix: Callable[[str | None], str | None] | None,
         elif g.kind != names.NEOX and E_est > 1 and T_est > 0:
             s_first = ((E_est - 1) * T_est - ctx.a) // L
         consumption = None
-        if consumption_for is not None and rep.exposure_ok and rep.pack_impl in (None, "packed"):
+        if consumption_for is not None and rep.exposure_ok and packed:
             consumption = consumption_for(rep)
         c_ext, first_s, last_s = _shuffle_pass(ctx, sh_r, consumption, s_first,
                                                manifest is not None and consumption is not None, progress)
@@ -656,7 +661,7 @@ def _audit(ctx: _Ctx, resolve_prefix: Callable[[str | None], str | None] | None,
         tail: tuple[int, np.ndarray] | None = None
         if ctx.expected_separate and E_est > 1 and ctx.doc.rows == E_est * D:
             tail = ((E_est - 1) * D, np.zeros(D, dtype=bool))
-        if rep.pack_impl not in (None, "packed"):
+        if not packed:
             return
         st = _stream_pass(ctx, doc_r, sample_r, sizes, acc, shift, exp, tail, progress)
         mask = acc.dtype.type((1 << shift) - 1)
