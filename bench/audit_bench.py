@@ -11,8 +11,10 @@ sizes matter). Then, each in a fresh process so that peak RSS (``resource.getrus
 
 1. ``read``: ``np.load`` + ``sum`` of the three .npy files (reading them once);
 2. ``validate``: the audit without consumption (every check, one streamed pass);
-3. ``exposure``: the audit with ``--consumed`` (default: half the samples, the NeoX "one epoch" case,
-   the worst case for exposure bookkeeping).
+3. ``exposure@F``: the audit with ``--consumed`` = F x len, for each F of ``--consumed-fractions``
+   (default 0.5 and 1.0: half the samples is the NeoX "one epoch" case and the worst case for the
+   exposure bookkeeping, every sample boundary where drawn/undrawn changes being an event; 1.0 is a
+   whole run).
 
 and prints wall time, peak RSS and the ratios to ``read``. Targets: peak RSS <= 1.5 GB, time <= 3x read.
 """
@@ -137,7 +139,7 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=100_000_000)
     ap.add_argument("--seq", type=int, default=2048)
     ap.add_argument("--doc-tokens", type=int, default=2000, help="average document length")
-    ap.add_argument("--consumed-fraction", type=float, default=0.5)
+    ap.add_argument("--consumed-fractions", default="0.5,1.0", help="comma-separated fractions of len to consume")
     ap.add_argument("--dir", default=None, help="where to write the synthetic index (default: a temp dir)")
     ap.add_argument("--keep", action="store_true", help="keep the files")
     ap.add_argument("--child", nargs=3, metavar=("MODE", "BASE", "CONSUMED"), help=argparse.SUPPRESS)
@@ -159,21 +161,25 @@ def main() -> None:
         info = json.loads(gen.stdout.strip().splitlines()[-1])
         print(f"synthetic index: {info['samples']:,} samples, {info['docs']:,} documents, "
               f"{info['tokens']:,} tokens x {info['epochs']} epochs, seq {args.seq} ({info['generate_s']} s to generate)")
-        consumed = int(args.consumed_fraction * (int(info["samples"]) - 1))  # type: ignore[call-overload]
+        length = int(info["samples"]) - 1
+        runs = [("read", 0), ("validate", 0)]
+        runs += [(f"exposure@{f}", int(float(f) * length)) for f in args.consumed_fractions.split(",")]
         out: dict[str, dict[str, object]] = {}
-        for mode in ("read", "validate", "exposure"):
+        for label, consumed in runs:
+            mode = label.split("@")[0]
             proc = subprocess.run([sys.executable, __file__, "--child", mode, str(info["base"]), str(consumed)],
                                   capture_output=True, text=True, check=True)
-            out[mode] = json.loads(proc.stdout.strip().splitlines()[-1])
+            out[label] = json.loads(proc.stdout.strip().splitlines()[-1])
+            out[label]["consumed"] = consumed
         gb = 1e9
         read = float(out["read"]["wall_s"])  # type: ignore[arg-type]
-        for mode, r in out.items():
+        for label, r in out.items():
             ratio = float(r["wall_s"]) / read  # type: ignore[arg-type]
             hwm = r.get("vmhwm_bytes")
-            print(f"{mode:9s} wall {r['wall_s']:>7} s  ({ratio:5.2f}x read)  peak RSS {int(r['peak_rss_bytes']) / gb:5.2f} GB"  # type: ignore[call-overload]
+            print(f"{label:13s} wall {r['wall_s']:>7} s  ({ratio:5.2f}x read)  peak RSS {int(r['peak_rss_bytes']) / gb:5.2f} GB"  # type: ignore[call-overload]
                   + (f" (VmHWM {int(hwm) / gb:5.2f} GB)" if hwm else "")  # type: ignore[call-overload]
-                  + (f"  findings {len(r['findings'])}" if "findings" in r else ""))  # type: ignore[arg-type]
-        print(f"consumed {consumed:,} samples; token exposure: {out['exposure'].get('exposure')}")
+                  + (f"  findings {len(r['findings'])}" if "findings" in r else "")  # type: ignore[arg-type]
+                  + (f"  consumed {r['consumed']:,}: tokens by times seen {r.get('exposure')}" if r.get("exposure") else ""))
     finally:
         if not args.keep and args.dir is None:
             shutil.rmtree(directory, ignore_errors=True)

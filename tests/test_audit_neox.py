@@ -101,7 +101,7 @@ def test_full_blend_exposure_reproduced():
     assert res.indexes[0].exposure.tokens == _hist(src["histogram"])
 
 
-@pytest.mark.parametrize("name", ["c1_three_paths_3_1_2", "c2_three_paths_by_num_docs"])
+@pytest.mark.parametrize("name", ["b_one_path_one_epoch", "c1_three_paths_3_1_2", "c2_three_paths_by_num_docs"])
 def test_blend_replayed_from_config(name, tmp_path, capsys):
     """Three train_data_paths (weights 3:1:2, and weight_by_num_documents): the audit picks the index files
     this config builds among others in the directory, replays NeoX's greedy, and each source's token
@@ -119,6 +119,10 @@ def test_blend_replayed_from_config(name, tmp_path, capsys):
     gb = case["blends"]["train"]
     assert blend["weights"] == pytest.approx(gb["weights"], rel=0, abs=1e-15)
     assert [s["draws_consumed"] for s in blend["sources"]] == gb["draws_first_n"]
+    chosen = {s["index"] for s in blend["sources"]}
+    for rep in out["indexes"]:  # every other train index in the directory is left alone, and says why
+        if rep["split"].startswith("train") and rep["path"] not in chosen and rep["seq_length"] == p["seq_length"]:
+            assert rep["exposure"] is None and any("NeoX blend" in n for n in rep["notes"]), rep["path"]
     truth = {s["name"]: s for s in case["exposure"]["sources"]}
     for src in blend["sources"]:
         rep = next(r for r in out["indexes"] if r["path"] == src["index"])

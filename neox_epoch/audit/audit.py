@@ -198,25 +198,26 @@ def run_audit(
     # NeoX blends (train_0, train_1, ...): replay the greedy from the config's weights
     neox_train = [g for g in gpt if g.kind == names.NEOX and g.neox and _neox_source_number(g.split) is not None]
     nblend = _neox_blend(neox_train, options, res)
+    members: list[str] = []
+    used: set[tuple[int, int]] = set()
     if nblend is not None:
         nrep, members, ncons = nblend
         for stem, cons_i in zip(members, ncons):
-            consumption_of[stem] = lambda r, c=cons_i: c  # type: ignore[misc]
+            consumption_of[stem] = _fixed(cons_i)
         used = {(g.neox.seq_length, g.neox.seed) for g in neox_train if g.stem in members and g.neox}
+    # a train_k index is a blend source unless it is train_0 with no train_k (k >= 1) of the same
+    # seq_length and seed beside it (NeoX wraps even one train_data_paths entry in a blend of one)
+    multi = {(g.neox.seq_length, g.neox.seed) for g in neox_train if g.neox and (_neox_source_number(g.split) or 0) > 0}
+    if options.consumed is not None:
         for g in neox_train:
-            if g.stem not in members and g.neox and (g.neox.seq_length, g.neox.seed) in used:
+            if g.stem in members or g.neox is None:
+                continue
+            key = (g.neox.seq_length, g.neox.seed)
+            if key in used:
                 no_exposure[g.stem] = "another build of a source of the replayed NeoX blend (not the one it uses)"
-    else:
-        members = []
-        # a train_k index is a blend source unless it is train_0 with no train_k (k >= 1) of the same
-        # seq_length and seed beside it (NeoX wraps even one train_data_paths entry in a blend of one)
-        multi = {(g.neox.seq_length, g.neox.seed) for g in neox_train
-                 if g.neox and (_neox_source_number(g.split) or 0) > 0}
-        if options.consumed is not None:
-            for g in neox_train:
-                if g.neox and (g.neox.seq_length, g.neox.seed) in multi:
-                    no_exposure[g.stem] = ("a source of a NeoX blend: its draws depend on the blend weights; "
-                                           "pass --config with train_data_paths and train_data_weights")
+            elif key in multi:
+                no_exposure[g.stem] = ("a source of a NeoX blend: its draws depend on the blend weights; "
+                                       "pass --config with train_data_paths and train_data_weights")
 
     reports: dict[str, IndexReport] = {}
     for g in gpt:
@@ -225,9 +226,9 @@ def run_audit(
                 return None
             return Consumption.prefix(r.length, options.consumed)
 
-        cf = consumption_of.get(g.stem, standalone)
+        cf: Callable[[IndexReport], Consumption | None] | None = consumption_of.get(g.stem, standalone)
         if g.stem in no_exposure:
-            cf = None  # type: ignore[assignment]
+            cf = None
         progress.describe(os.path.basename(g.stem))
         r = audit_index(g, resolve_prefix=resolve, add_extra_token=options.add_extra_token, consumption_for=cf,
                         manifest=manifest, progress=progress, iteration_of=iteration_of)
@@ -279,6 +280,13 @@ def run_audit(
     return res
 
 
+def _fixed(c: Consumption) -> Callable[[IndexReport], Consumption | None]:
+    def get(_: IndexReport) -> Consumption | None:
+        return c
+
+    return get
+
+
 def _finish_blend(rep: BlendReport, reports: dict[str, IndexReport], iteration_of: Callable[[int], int | None]) -> None:
     parts: list[ExposureReport] = []
     for src, stem in zip(rep.sources, rep.children):
@@ -318,7 +326,7 @@ def _neox_blend(
         candidates.append(cands)
     if options.neox_weight_by_num_documents:
         try:
-            docs = [idxmod.read_header(c[0].neox.prefix, check_bin=False).sequence_count  # type: ignore[union-attr]
+            docs = [idxmod.read_header(c[0].neox.prefix if c[0].neox else "", check_bin=False).sequence_count
                     for c in candidates]
         except IndexFileError as err:
             res.notes.append(f"weight_by_num_documents: {err}; NeoX blend not replayed")

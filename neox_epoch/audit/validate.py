@@ -160,21 +160,37 @@ class _Ctx:
     """Working state of one index audit."""
 
     rep: IndexReport
+    """The report being filled."""
     group: names.CacheGroup
+    """The index's files."""
     doc: NpyInfo | None = None
+    """Header of the document index."""
     sample: NpyInfo | None = None
+    """Header of the sample index."""
     shuffle: NpyInfo | None = None
+    """Header of the shuffle index."""
     header: idxmod.IdxHeader | None = None
+    """Header of the data's .idx."""
     L: int = 0
+    """Sequence length."""
     S: int = 0
+    """Samples built (rows of the sample index - 1)."""
     lo: int = 0
+    """First document id in the document index."""
     hi: int = 0
+    """Last document id + 1."""
     expected_range: tuple[int, int] | None = None
+    """Document range the description's split_matrix gives (megatron-core)."""
     expected_separate: bool | None = None
+    """Whether the 80% rule separates the last epoch (from the request), else from the files."""
     a: int = 1
+    """add_extra_token_to_sequence in use."""
     a_known: bool = False
+    """``a`` is known (given, inferred, or always 1) rather than assumed."""
     description: Description | None = None
+    """The parsed description file (megatron)."""
     files_separate: bool | None = None
+    """What the shuffle index's blocks say about the last epoch's separation."""
 
 
 def _check_dtype(rep: IndexReport, info: NpyInfo, allowed: tuple[str, ...], ndim: int, role: str) -> bool:
@@ -377,9 +393,13 @@ class _Stream:
     """Results of the stream pass."""
 
     total_tokens: int = 0
+    """Tokens of the whole stream (E*T for a consistent index)."""
     pos_last: int | None = None
+    """Stream position of the last sample boundary (row S)."""
     last_row: tuple[int, int] | None = None
+    """(local document, offset) of the last sample boundary."""
     diverged: bool = False
+    """A sample boundary disagreed with the .idx sizes (reported once)."""
 
 
 def _stream_pass(ctx: _Ctx, doc_r: NpyReader, sample_r: NpyReader, sizes: np.ndarray, acc: np.ndarray,
@@ -761,10 +781,15 @@ class _DocStats:
     """Per-document copy counts summarized."""
 
     documents: int = 0
+    """Documents present at least once."""
     tokens: int = 0
+    """Their tokens."""
     epochs: int = 0
+    """The most copies of a document."""
     first_absent: int = 0
+    """First local id absent from the document index."""
     first_other: tuple[int, int] | None = None
+    """(local id, copies) of the first document present another number of times than ``epochs``."""
 
 
 def _doc_stats(acc: np.ndarray, mask: Any, sizes: np.ndarray) -> _DocStats:
