@@ -521,8 +521,12 @@ def _neox_cache_warnings(inp: PlanInput, sources: list[SourcePlan]) -> list[str]
 # exact mode
 
 
-def _target_samples(build_fn, tokens: int, seq_length: int, passes: float, a: int) -> int:  # type: ignore[no-untyped-def]
-    """Samples to draw for ``passes`` passes: whole passes use every sample of their index."""
+def _target_samples(tokens: int, seq_length: int, passes: float, a: int) -> int:
+    """Samples to draw for ``passes`` passes: whole passes use every sample of their index.
+
+    ``k`` whole passes give ``(k*T - a) // L`` samples (the epochs' tokens packed back to back, which can be
+    one more than ``k * samples_per_epoch``); a fractional part adds ``floor(f * samples_per_epoch)``.
+    """
     whole = int(math.floor(passes + 1e-12))
     frac = passes - whole
     per_epoch = (tokens - a) // seq_length
@@ -555,7 +559,7 @@ def exact_plan(inp: PlanInput, passes: dict[str, float], search_seeds: int = 200
     targets = []
     for spec, w in zip(specs, want):
         sp = by_prefix[spec.prefix]
-        t = _target_samples(None, sp.tokens, inp.seq_length, float(w), a)  # type: ignore[arg-type]
+        t = _target_samples(sp.tokens, inp.seq_length, float(w), a)  # type: ignore[arg-type]
         if len_minus_one:
             t = min(t, ((math.ceil(w) * sp.tokens - 1) // inp.seq_length) - 1)
         if t <= 0:
