@@ -572,7 +572,16 @@ def exact_plan(inp: PlanInput, passes: dict[str, float], search_seeds: int = 200
         raise PlanError(f"exact plan: {total} samples are less than one global batch ({gbs}); lower the batch size")
     consumed = iters * gbs
     remainder = total - consumed
-    final = _shave(targets, remainder)
+    # the remainder under one global batch is taken from sources with fractional targets first: their pass is
+    # partial anyway, so whole-pass sources stay exact
+    fractional = [i for i, w in enumerate(want) if float(w) != math.floor(float(w))]  # type: ignore[arg-type]
+    if fractional and sum(targets[i] for i in fractional) > remainder:
+        cut = _shave([targets[i] for i in fractional], remainder)
+        final = list(targets)
+        for i, t in zip(fractional, cut):
+            final[i] = t
+    else:
+        final = _shave(targets, remainder)
     arithmetic = [
         f"{lab}: target = {w} passes -> {t} samples" for lab, w, t in zip(labels, want, targets)
     ] + [
