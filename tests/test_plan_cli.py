@@ -143,3 +143,22 @@ def test_bad_data_path_syntax(capsys):
     code, _, err = run_cli(["plan", "--framework-version", "0.16.1", "--data-path", "1", "a", "b",
                             "--seq-length", "8", "--global-batch-size", "2", "--train-iters", "3"], capsys)
     assert code == 2 and "expected 'PREFIX ...' or 'WEIGHT PREFIX WEIGHT PREFIX ...'" in err
+
+
+def test_megatron_exact_settings(demo_dir, capsys, monkeypatch):
+    """Megatron flags + --source-epochs: JSON carries weights, integer targets, surplus 0 and train_iters, and
+    the replayed greedy draws equal the targets (web 1 pass, code 2 passes)."""
+    monkeypatch.chdir(demo_dir)
+    code, out, err = run_cli(["plan", "--framework-version", "0.16.1", "--data-path", "1", "demo/data/web_text_document",
+                              "1", "demo/data/code_text_document", "--split", "100,0,0", "--seq-length", "512",
+                              "--global-batch-size", "16", "--eval-iters", "0", "--source-epochs",
+                              "web_text_document=1", "code_text_document=2", "--json"], capsys)
+    assert code == 0, err
+    plan = json.loads(out)
+    st = plan["settings"]
+    assert st["mid_level_dataset_surplus"] == 0.0
+    # web: (632167 - 1) // 512 = 1234; code: (2*383380 - 1) // 512 = 1497; 2731 = 170 * 16 + 11
+    assert plan["train_iters"] == 170 and plan["remainder"]["samples"] == 11
+    train = [s for s in plan["sources"] if s["split"] == "train"]
+    assert [s["samples_drawn"] for s in train] == list(st["targets"].values())
+    assert sum(st["targets"].values()) == 170 * 16
