@@ -1,0 +1,213 @@
+"""Live per-source pass counters: O(1) work per training step.
+
+Which source each of the first ``train_iters * train_batch_size`` samples comes from is fixed before
+training starts: NeoX's blend is the greedy rule replayed exactly by :mod:`neox_epoch.blend`, and a
+direct dataset (one source, or data_path + split) is drawn in order. So the per-source draw counts at
+every logging iteration, and the iteration at which each source starts each pass, are computed once
+(the greedy replay in C, about 6 ns per sample) and training only looks them up: a modulo and an
+integer comparison per step, a table row per log interval.
+
+After a checkpoint resume the counters start at the resumed iteration; records before it are not
+repeated and markers already passed are not fired again.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from neox_epoch import blend
+
+log = logging.getLogger("neox_epoch.neox")
+
+#: JSONL file name inside ``log_dir``
+JSONL_NAME = "neox_epoch.jsonl"
+
+
+@dataclass(frozen=True)
+class SourceCounter:
+    """What the counters need to know about one train source."""
+
+    name: str
+    samples_per_epoch: int
+    """Samples of one pass (the unit of ``passes``)."""
+    boundaries: tuple[int, ...]
+    """Draw counts after which the source starts pass 2, 3, ..."""
+    planned_passes: float
+
+
+@dataclass(frozen=True)
+class Marker:
+    """'source X starts pass p at iteration k'."""
+
+    iteration: int
+    source: str
+    pass_number: int
+    sample: int
+    """Blend position (0-based) of the pass's first sample."""
+
+
+class JsonlSink:
+    """Appends one JSON object per line to ``log_dir/neox_epoch.jsonl`` (opened per write: crash-safe)."""
+
+    def __init__(self, log_dir: str | None) -> None:
+        self.path = os.path.join(log_dir, JSONL_NAME) if log_dir else None
+        if self.path:
+            os.makedirs(log_dir, exist_ok=True)  # type: ignore[arg-type]
+
+    def write(self, record: dict[str, Any]) -> None:
+        if self.path is None:
+            return
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"time": round(time.time(), 3), **record}, sort_keys=False) + "\n")
+
+
+@dataclass
+class PassCounters:
+    """Precomputed per-source draw counts at logging iterations, and pass-boundary markers."""
+
+    sources: tuple[SourceCounter, ...]
+    weights: tuple[float, ...] | None
+    """Greedy blend weights (float64-normalized as NeoX's BlendableDataset); None: one direct dataset."""
+    train_batch_size: int
+    train_iters: int
+    log_interval: int
+    sink: JsonlSink = field(default_factory=lambda: JsonlSink(None))
+    scalar: Callable[[str, float, int], None] | None = None
+    """Writes one scalar (key, value, iteration) to TensorBoard/W&B, when NeoX has writers."""
+    active: bool = True
+    """False on ranks that do not log (everything becomes a no-op)."""
+    _iters: np.ndarray = field(init=False, repr=False)
+    _counts: np.ndarray = field(init=False, repr=False)
+    markers: list[Marker] = field(init=False)
+    _next: int = field(init=False, default=0)
+    start_iteration: int = field(init=False, default=0)
+    setup_seconds: float = field(init=False, default=0.0)
+
+    def __post_init__(self) -> None:
+        t0 = time.perf_counter()
+        if self.weights is not None and len(self.weights) != len(self.sources):
+            raise ValueError(f"{len(self.weights)} weights for {len(self.sources)} sources")
+        if self.weights is None and len(self.sources) != 1:
+            raise ValueError("a direct dataset has exactly one source")
+        li = max(1, int(self.log_interval))
+        iters = sorted({*range(li, self.train_iters + 1, li), self.train_iters, 0})
+        self._iters = np.asarray(iters, dtype=np.int64)
+        marks = [(i, b + 1) for i, s in enumerate(self.sources) for b in s.boundaries]
+        n = len(self.sources)
+        tbs = self.train_batch_size
+        if self.weights is None:
+            self._counts = (self._iters * tbs).reshape(-1, 1)
+            positions = [k - 1 for _, k in marks]
+        else:
+            draws = blend.greedy_draws(list(self.weights), [int(k) * tbs for k in iters], marks)
+            self._counts = np.asarray(draws.counts, dtype=np.int64).reshape(len(iters), n)
+            positions = list(draws.mark_positions)
+        self.markers = sorted(
+            (Marker(pos // tbs + 1, self.sources[i].name, 2 + self.sources[i].boundaries.index(k - 1), pos)
+             for (i, k), pos in zip(marks, positions) if 0 <= pos < self.train_iters * tbs),
+            key=lambda m: (m.iteration, m.sample),
+        )
+        self.setup_seconds = time.perf_counter() - t0
+
+    # ------------------------------------------------------------------------------------------------
+    def counts_at(self, iteration: int) -> list[int]:
+        """Samples drawn from each source after ``iteration`` iterations (exact)."""
+        iteration = max(0, min(int(iteration), self.train_iters))
+        k = int(np.searchsorted(self._iters, iteration, side="right")) - 1
+        base = [int(x) for x in self._counts[k]]
+        it0 = int(self._iters[k])
+        if it0 == iteration:
+            return base
+        tbs = self.train_batch_size
+        if self.weights is None:
+            return [iteration * tbs]
+        return blend.advance(list(self.weights), it0 * tbs, base, iteration * tbs)[0]
+
+    def passes_at(self, iteration: int) -> dict[str, dict[str, float | int]]:
+        """Per source: samples drawn, fractional passes, and the pass in progress (1-based)."""
+        out: dict[str, dict[str, float | int]] = {}
+        for s, c in zip(self.sources, self.counts_at(iteration)):
+            out[s.name] = {
+                "samples": c,
+                "passes": round(c / s.samples_per_epoch, 6) if s.samples_per_epoch else 0.0,
+                "pass": 1 + bisect.bisect_right(s.boundaries, c - 1) if c else 1,
+            }
+        return out
+
+    # ------------------------------------------------------------------------------------------------
+    def start(self, iteration: int) -> None:
+        """Begin (or resume) at ``iteration``: skip markers already passed."""
+        self.start_iteration = int(iteration)
+        self._next = bisect.bisect_right([m.iteration for m in self.markers], self.start_iteration)
+        if not self.active:
+            return
+        if iteration > 0:
+            state = self.passes_at(iteration)
+            log.info("neox_epoch: resumed at iteration %d: %s", iteration, _fmt(state))
+            self.sink.write({"event": "resume", "iteration": int(iteration), "sources": state})
+
+    def step(self, iteration: int) -> None:
+        """Call once per iteration (after it finished); O(1) unless a record is due."""
+        if not self.active:
+            return
+        if self._next < len(self.markers) and self.markers[self._next].iteration <= iteration:
+            self._fire(iteration)
+        if iteration % self.log_interval == 0 or iteration == self.train_iters:
+            self._record(iteration)
+
+    def _fire(self, iteration: int) -> None:
+        while self._next < len(self.markers) and self.markers[self._next].iteration <= iteration:
+            m = self.markers[self._next]
+            self._next += 1
+            log.info("neox_epoch: source %s starts pass %d at iteration %d (blend sample %d)",
+                     m.source, m.pass_number, m.iteration, m.sample)
+            self.sink.write({"event": "pass_start", "iteration": m.iteration, "source": m.source,
+                             "pass": m.pass_number, "sample": m.sample})
+
+    def _record(self, iteration: int) -> None:
+        state = self.passes_at(iteration)
+        self.sink.write({"event": "counters", "iteration": int(iteration),
+                         "consumed_samples": int(iteration) * self.train_batch_size, "sources": state})
+        if self.scalar is not None:
+            for name, v in state.items():
+                self.scalar(f"neox_epoch/passes/{name}", float(v["passes"]), int(iteration))
+
+    def final(self, iteration: int) -> dict[str, Any]:
+        """The final report (logged and written on the logging rank); returned on every rank."""
+        state = self.passes_at(iteration)
+        complete = int(iteration) >= self.train_iters
+        report = {"event": "final", "iteration": int(iteration), "train_iters": self.train_iters,
+                  "complete": complete, "sources": {
+                      s.name: {**state[s.name], "planned_passes": s.planned_passes} for s in self.sources}}
+        if self.active:
+            log.info("neox_epoch: final report at iteration %d of %d%s", iteration, self.train_iters,
+                     "" if complete else " (stopped early)")
+            for s in self.sources:
+                v = state[s.name]
+                log.info("neox_epoch:   %-24s %12d samples  %10.6f passes (planned %.6f)", s.name, v["samples"],
+                         v["passes"], s.planned_passes)
+            self.sink.write(report)
+        return report
+
+
+def _fmt(state: dict[str, dict[str, float | int]]) -> str:
+    return ", ".join(f"{k} {v['passes']:.4f} passes" for k, v in state.items())
+
+
+def counters_for(names: Sequence[str], samples_per_epoch: Sequence[int], boundaries: Sequence[Sequence[int]],
+                 planned: Sequence[float], weights: Sequence[float] | None, train_batch_size: int,
+                 train_iters: int, log_interval: int, **kw: Any) -> PassCounters:
+    """Convenience constructor from plain lists."""
+    sources = tuple(SourceCounter(n, int(s), tuple(int(x) for x in b), float(p))
+                    for n, s, b, p in zip(names, samples_per_epoch, boundaries, planned))
+    return PassCounters(sources, tuple(float(w) for w in weights) if weights is not None else None,
+                        int(train_batch_size), int(train_iters), int(log_interval), **kw)

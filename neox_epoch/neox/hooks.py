@@ -1,0 +1,393 @@
+"""The hooks: wrappers set on NeoX's module globals, looked up by NeoX at call time.
+
+=====================================================  =================================================
+NeoX name (patched where NeoX looks it up)             what the wrapper does
+=====================================================  =================================================
+``megatron.training.build_train_valid_test_data_loaders``  plans the run (train_iters set before NeoX reads
+(and ``megatron.data.data_utils``'s)                   it, checked equal on all ranks), runs NeoX's, then
+                                                       logs the per-source table and the JSON record,
+                                                       verifies the blend's draws, sets up the counters
+``data_utils.get_normalized_weights_and_num_samples``  train split: 1.005 -> the block's buffer, or the
+                                                       exact integer targets and their verified weights
+``gpt2_dataset._build_index_mappings``                 records each build; ``separate_epochs``: builds an
+                                                       epoch-separated index first (see ``index``)
+``megatron.training.update_iterations``                keeps train_iters the planned value
+``megatron.training.training_log``                     live counters (O(1) per step)
+``megatron.training.train``                            start/resume counters; final report
+``GPT2Dataset.__getitem__`` / ``BlendableDataset``     ``enforce`` only: the silent ``idx % len`` wrap
+``.__getitem__``                                       becomes :class:`WrapError`
+=====================================================  =================================================
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import logging
+import math
+import os
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from neox_epoch.errors import NeoxEpochError, PlanError
+from neox_epoch.neox import index as sep
+from neox_epoch.neox.block import HookBlock
+from neox_epoch.neox.counters import JsonlSink, PassCounters, SourceCounter
+from neox_epoch.neox.planning import RunPlan, make_run_plan, values_from_args
+from neox_epoch.semantics import neox as neox_sem
+
+log = logging.getLogger("neox_epoch.neox")
+
+
+class WrapError(NeoxEpochError):
+    """``enforce``: NeoX would have wrapped an index past a dataset's end (``idx % len``)."""
+
+
+def rank() -> int:
+    """Global rank: torch.distributed's when initialized, else $RANK, else 0."""
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank())
+    except ImportError:  # pragma: no cover - NeoX always has torch
+        pass
+    return int(os.environ.get("RANK", "0") or 0)
+
+
+@dataclass
+class DatasetRecord:
+    """One ``_build_index_mappings`` call NeoX made."""
+
+    name: str
+    prefix: str
+    documents: int
+    tokens: int
+    num_samples: int | None
+    epochs: int
+    samples_built: int
+    separated: bool
+
+
+@dataclass
+class State:
+    """Everything one installation holds (one per process)."""
+
+    hook: HookBlock
+    modules: dict[str, ModuleType]
+    originals: dict[tuple[str, str], Any] = field(default_factory=dict)
+    run: RunPlan | None = None
+    counters: PassCounters | None = None
+    builds: list[DatasetRecord] = field(default_factory=list)
+    in_build: bool = False
+    normalize_calls: int = 0
+    table: list[dict[str, Any]] = field(default_factory=list)
+    sink: JsonlSink = field(default_factory=lambda: JsonlSink(None))
+
+    @property
+    def block(self) -> Any:
+        return self.hook.block
+
+    def original(self, module: str, name: str) -> Any:
+        return self.originals[(module, name)]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# planning and train_iters
+
+
+def plan_for(state: State, neox_args: Any) -> RunPlan:
+    """Plan once per process from NeoX's parsed args; set train_iters on ``neox_args``."""
+    if state.run is None:
+        state.run = make_run_plan(values_from_args(neox_args), state.block, state.hook.settings)
+    rp = state.run
+    current = getattr(neox_args, "train_iters", None)
+    if getattr(neox_args, "train_epochs", None):
+        _set(neox_args, "train_epochs", None)
+        log.info("neox_epoch: train_epochs replaced by train_iters=%d (each epoch shuffled on its own, resume-safe)",
+                 rp.train_iters) if rank() == 0 else None
+    if current != rp.train_iters:
+        if current is not None and rp.targets is not None and rank() == 0:
+            log.warning("neox_epoch: train_iters %s in the config replaced by %d (exactly the requested epochs)",
+                        current, rp.train_iters)
+        _set(neox_args, "train_iters", rp.train_iters)
+    tbs = getattr(neox_args, "train_batch_size", None)
+    if tbs is not None and int(tbs) != rp.train_batch_size:
+        raise PlanError(f"train_batch_size: NeoX uses {tbs} but the plan used {rp.train_batch_size}; relaunch with "
+                        "neox-epoch launch (or check-batch) so both see the same world")
+    _same_on_all_ranks(rp.train_iters)
+    return rp
+
+
+def _set(neox_args: Any, key: str, value: Any) -> None:
+    if hasattr(neox_args, "update_value"):
+        neox_args.update_value(key, value)
+    else:
+        setattr(neox_args, key, value)
+
+
+def _same_on_all_ranks(value: int) -> None:
+    try:
+        import torch
+        import torch.distributed as dist
+    except ImportError:  # pragma: no cover
+        return
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+    lo = torch.tensor([value], dtype=torch.long, device=device)
+    hi = torch.tensor([value], dtype=torch.long, device=device)
+    dist.all_reduce(lo, op=dist.ReduceOp.MIN)
+    dist.all_reduce(hi, op=dist.ReduceOp.MAX)
+    if int(lo.item()) != int(hi.item()):
+        raise PlanError(f"train_iters differs across ranks ({int(lo.item())}..{int(hi.item())}): the ranks see "
+                        "different data files or configs; make them identical")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the wrappers
+
+
+def make_wrappers(state: State) -> dict[tuple[str, str], Any]:
+    """The replacement objects, keyed by (module, attribute)."""
+    m = state.modules
+    du, gd, tr = m["data_utils"], m["gpt2_dataset"], m["training"]
+    real_build_loaders = du.build_train_valid_test_data_loaders
+    real_normalize = du.get_normalized_weights_and_num_samples
+    real_index = gd._build_index_mappings
+    index_sig = inspect.signature(real_index)
+    log_sig = inspect.signature(tr.training_log)
+
+    def build_train_valid_test_data_loaders(neox_args: Any, *args: Any, **kwargs: Any) -> Any:
+        rp = plan_for(state, neox_args)
+        state.in_build, state.normalize_calls, state.builds = True, 0, []
+        try:
+            loaders = real_build_loaders(neox_args, *args, **kwargs)
+        finally:
+            state.in_build = False
+        after_build(state, rp, neox_args, loaders)
+        return loaders
+
+    def get_normalized_weights_and_num_samples(weights: Any, num_samples: Any) -> Any:
+        role = ("train", "valid", "test")[state.normalize_calls % 3] if state.in_build else None
+        if state.in_build:
+            state.normalize_calls += 1
+        rp = state.run
+        if role != "train" or rp is None or num_samples is None:
+            return real_normalize(weights, num_samples)
+        if len(weights) != len(rp.train):
+            raise PlanError(f"train_data_weights: NeoX passes {len(weights)} weights, the plan has {len(rp.train)} "
+                            "train sources; the hooks and the config disagree")
+        if rp.exact_targets is not None:
+            raw = [float(w) for w in rp.plan.settings["weights"]]  # type: ignore[union-attr]
+            total = sum(raw)
+            return [w / total for w in raw], list(rp.exact_targets)
+        total = sum(weights)
+        norm = [w / total for w in weights]
+        buf = rp.buffer if rp.buffer is not None else neox_sem.BLEND_BUFFER
+        return norm, [int(math.ceil(num_samples * w * buf)) for w in norm]
+
+    def _build_index_mappings(*args: Any, **kwargs: Any) -> Any:
+        call = index_sig.bind(*args, **kwargs)
+        call.apply_defaults()
+        a = call.arguments
+        documents = np.asarray(a["documents"])
+        sizes = a["sizes"]
+        tokens = int(np.sum(sizes[documents], dtype=np.int64))
+        epochs = a["num_epochs"] or neox_sem.num_epochs(tokens, a["seq_length"], a["num_samples"])
+        separated = bool(state.block.separate_epochs and a["packing_impl"] == "packed"
+                         and str(a["name"]).startswith("train") and epochs > 1)
+        if separated:
+            a["name"] = str(a["name"]) + sep.NAME_SUFFIX
+            _prebuild_separated(state, a, documents, sizes, epochs)
+        out = real_index(**a)
+        state.builds.append(DatasetRecord(
+            name=str(a["name"]), prefix=str(a["data_prefix"]), documents=int(documents.shape[0]), tokens=tokens,
+            num_samples=a["num_samples"], epochs=int(epochs), samples_built=int(out[1].shape[0]) - 1,
+            separated=separated))
+        return out
+
+    def update_iterations(neox_args: Any, data_loaders: Any) -> Any:
+        out = state.original("training", "update_iterations")(neox_args, data_loaders)
+        if state.run is not None and getattr(neox_args, "train_iters", None) != state.run.train_iters:
+            _set(neox_args, "train_iters", state.run.train_iters)
+        return out
+
+    def training_log(*args: Any, **kwargs: Any) -> Any:
+        out = state.original("training", "training_log")(*args, **kwargs)
+        c = state.counters
+        if c is not None:
+            c.step(int(log_sig.bind(*args, **kwargs).arguments["iteration"]))
+        return out
+
+    def train(*args: Any, **kwargs: Any) -> Any:
+        neox_args = kwargs.get("neox_args", args[0] if args else None)
+        c = state.counters
+        if c is not None:
+            c.start(int(getattr(neox_args, "iteration", 0) or 0))
+        iteration = state.original("training", "train")(*args, **kwargs)
+        if c is not None:
+            c.final(int(iteration))
+        return iteration
+
+    wrappers: dict[tuple[str, str], Any] = {
+        ("training", "build_train_valid_test_data_loaders"): build_train_valid_test_data_loaders,
+        ("data_utils", "build_train_valid_test_data_loaders"): build_train_valid_test_data_loaders,
+        ("data_utils", "get_normalized_weights_and_num_samples"): get_normalized_weights_and_num_samples,
+        ("gpt2_dataset", "_build_index_mappings"): _build_index_mappings,
+        ("training", "update_iterations"): update_iterations,
+        ("training", "training_log"): training_log,
+        ("training", "train"): train,
+    }
+    if state.block.enforce:
+        wrappers.update(_enforce_wrappers(state))
+    return wrappers
+
+
+def _prebuild_separated(state: State, a: dict[str, Any], documents: np.ndarray, sizes: np.ndarray, epochs: int) -> None:
+    """Write the epoch-separated index files NeoX will load (on the rank NeoX builds on)."""
+    stem = sep.cache_prefix(a["data_prefix"], a["name"], a["num_samples"], a["seq_length"], a["seed"],
+                            a["packing_impl"], a["allow_chopped"])
+    files = [stem + f"_{k}_idx.npy" for k in ("doc", "sample", "shuffle")]
+    builder = int(os.environ.get("LOCAL_RANK", "0")) == 0 if not a["use_shared_fs"] else rank() == 0
+    if not builder or all(os.path.isfile(f) for f in files):
+        return
+    helpers = importlib.import_module("megatron.data.helpers")
+    tokens = int(np.sum(sizes[documents], dtype=np.int64))
+    big = 2 * ((epochs * tokens - 1) / a["seq_length"] + 1) >= np.iinfo(np.int32).max
+    build = helpers.build_sample_idx_int64 if big else helpers.build_sample_idx_int32
+    doc_idx, sample_idx, shuffle_idx = sep.build_separated(documents, sizes, epochs, a["seq_length"], a["seed"], build)
+    for f, arr in zip(files, (doc_idx, sample_idx, shuffle_idx)):
+        sep.save_atomic(f, arr)
+    log.info("neox_epoch: built an epoch-separated index for %s (%d epochs, each shuffled on its own)",
+             a["name"], epochs)
+
+
+def _enforce_wrappers(state: State) -> dict[tuple[str, str], Any]:
+    gd, bd = state.modules["gpt2_dataset"], state.modules["blendable_dataset"]
+    real_gpt = gd.GPT2Dataset.__getitem__
+    real_blend = bd.BlendableDataset.__getitem__
+
+    def gpt_getitem(self: Any, idx: Any) -> Any:
+        i = int(idx)
+        shuffle = getattr(self, "shuffle_idx", None)
+        if shuffle is not None and (i >= shuffle.shape[0] or int(shuffle[i]) + 1 >= self.sample_idx.shape[0]):
+            raise WrapError(f"{self.name}: sample {i} is past the end of its index ({len(self)} samples): NeoX would "
+                            "wrap it to idx % len (enforce is on); the run draws more than was built, replan it")
+        return real_gpt(self, idx)
+
+    def blend_getitem(self: Any, idx: Any) -> Any:
+        if int(idx) >= self.size:
+            raise WrapError(f"blend: sample {int(idx)} is past the blend's end ({self.size} samples): NeoX would "
+                            "wrap it (enforce is on); the run draws more than was built, replan it")
+        return real_blend(self, idx)
+
+    return {("gpt2_dataset.GPT2Dataset", "__getitem__"): gpt_getitem,
+            ("blendable_dataset.BlendableDataset", "__getitem__"): blend_getitem}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# after the build: table, JSON record, verification, counters
+
+
+def after_build(state: State, rp: RunPlan, neox_args: Any, loaders: Any) -> None:
+    builds = {b.name.replace(sep.NAME_SUFFIX, ""): b for b in state.builds}
+    rows = []
+    problems = []
+    for k, s in enumerate(rp.train):
+        name = f"train_{k}" if rp.blended else "train"
+        b = builds.get(name)
+        if b is not None and (b.epochs != s.epochs_built or b.samples_built != s.samples_built):
+            problems.append(f"{s.name}: NeoX built {b.epochs} epochs / {b.samples_built} samples, the plan "
+                            f"{s.epochs_built} / {s.samples_built}")
+        target = rp.targets.get(s.name, rp.targets.get(s.prefix)) if rp.targets else None
+        rows.append({
+            "name": s.name, "prefix": s.prefix, "dataset": name, "documents": s.documents, "tokens": s.tokens,
+            "samples_per_epoch": s.samples_per_epoch, "samples_requested": s.samples_requested,
+            "epochs_built": s.epochs_built, "samples_built": s.samples_built, "length": s.length,
+            "samples_drawn": s.samples_drawn, "passes": s.passes, "target_passes": target,
+            "tokens_unseen": s.tokens_unseen, "separate_epochs": bool(b.separated) if b else rp.separate_epochs,
+        })
+    train_loader = loaders.get("train") if isinstance(loaders, dict) else None
+    ds = getattr(train_loader, "dataset", None)
+    if ds is not None and hasattr(ds, "dataset_index") and rp.blended:
+        n = rp.train_iters * rp.train_batch_size
+        got = np.bincount(np.asarray(ds.dataset_index[:n]), minlength=len(rp.train)).tolist()
+        want = [s.samples_drawn for s in rp.train]
+        if got != want:
+            problems.append(f"blend draws {got} in the first {n} samples, planned {want}")
+    state.table = rows
+    top = rank() == 0
+    sink = JsonlSink(state.block.log_dir) if top else JsonlSink(None)
+    state.sink = sink
+    if problems:
+        msg = "neox_epoch: NeoX's build differs from the plan: " + "; ".join(problems)
+        if state.block.enforce:
+            raise PlanError(msg + " (enforce is on)")
+        log.warning(msg) if top else None
+    if top:
+        log.info("%s", render_table(rp, rows))
+        for w in rp.plan.warnings:
+            if w.startswith("train") or w.startswith("exact") or w.startswith("without"):
+                log.warning("neox_epoch: %s", w)
+        for name in rp.spillover:
+            log.warning("neox_epoch: %s: fractional passes over jointly shuffled epochs (spillover); set "
+                        "separate_epochs: true", name)
+    sink.write({
+        "event": "plan", "iteration": int(getattr(neox_args, "iteration", 0) or 0), "train_iters": rp.train_iters,
+        "train_batch_size": rp.train_batch_size, "seq_length": rp.plan.seq_length,
+        "mode": "exact" if rp.targets is not None else "observe", "blended": rp.blended,
+        "separate_epochs": rp.separate_epochs, "settings": rp.settings(), "sources": rows,
+        "remainder": {"samples": rp.plan.remainder_samples, "tokens": rp.plan.remainder_tokens},
+        "warnings": list(rp.plan.warnings), "problems": problems,
+    })
+    state.counters = build_counters(state, rp, neox_args, active=top)
+
+
+def build_counters(state: State, rp: RunPlan, neox_args: Any, active: bool) -> PassCounters:
+    srcs = []
+    for s, row in zip(rp.train, state.table or [{}] * len(rp.train)):
+        bounds = sep.pass_boundaries(s.tokens, rp.plan.seq_length, s.epochs_built, rp.separate_epochs,
+                                     s.samples_per_epoch)
+        planned = row.get("target_passes") or s.passes
+        srcs.append(SourceCounter(s.name, s.samples_per_epoch, tuple(bounds), float(planned)))
+    scalar = _scalar_writer(state, neox_args) if active else None
+    return PassCounters(tuple(srcs), rp.weights if rp.blended else None, rp.train_batch_size, rp.train_iters,
+                        int(getattr(neox_args, "log_interval", None) or 100), sink=state.sink, scalar=scalar,
+                        active=active)
+
+
+def _scalar_writer(state: State, neox_args: Any) -> Any:
+    tb = getattr(neox_args, "tensorboard_writer", None)
+    wandb_on = bool(getattr(neox_args, "use_wandb", False))
+    comet = getattr(neox_args, "comet_experiment", None)
+    if tb is None and not wandb_on and comet is None:
+        return None
+    try:
+        tb_wandb_log = importlib.import_module("megatron.logging").tb_wandb_log
+    except (ImportError, AttributeError):  # pragma: no cover - older NeoX
+        return None
+
+    def scalar(key: str, value: float, iteration: int) -> None:
+        tb_wandb_log(key, value, iteration, use_wandb=wandb_on, tensorboard_writer=tb, comet_experiment=comet)
+
+    return scalar
+
+
+def render_table(rp: RunPlan, rows: list[dict[str, Any]]) -> str:
+    """The per-source table logged at build time."""
+    head = (f"neox_epoch: {'exact' if rp.targets is not None else 'observed'} plan: train_iters={rp.train_iters} "
+            f"train_batch_size={rp.train_batch_size} seq_length={rp.plan.seq_length}"
+            f"{' separate_epochs' if rp.separate_epochs else ''}")
+    cols = ("source", "tokens", "samples/epoch", "requested", "epochs built", "drawn", "passes", "target")
+    lines = [head, "  " + "  ".join(f"{c:>14}" for c in cols)]
+    for r in rows:
+        vals = (r["name"][:14], r["tokens"], r["samples_per_epoch"], r["samples_requested"], r["epochs_built"],
+                r["samples_drawn"], f"{r['passes']:.6f}", "-" if r["target_passes"] is None else r["target_passes"])
+        lines.append("  " + "  ".join(f"{str(v):>14}" for v in vals))
+    lines.append(f"  remainder: {rp.plan.remainder_samples} samples ({rp.plan.remainder_tokens} tokens) under one "
+                 "global batch are not drawn")
+    return "\n".join(lines)

@@ -1,0 +1,164 @@
+"""The run plan the hooks apply: the planner (``neox_epoch.plan``) fed with NeoX's own parsed values.
+
+Every rank computes it from the same .idx files and config values, so the result is identical on all
+ranks; settings handed in by ``neox-epoch launch`` are checked against it (a corpus changed between the
+launch and the worker start is an error, not a silent difference).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from neox_epoch.config import EpochBlock, NeoxConfig, plan_input_from_neox
+from neox_epoch.errors import ConfigError, PlanError
+from neox_epoch.plan import Plan, PlanInput, SourcePlan, exact_plan, make_plan
+
+#: NeoX argument names the planner reads (NeoXArgs attributes / merged YAML keys)
+PLAN_KEYS = (
+    "seq_length", "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+    "global_num_gpus", "num_gpus", "num_nodes", "pipe_parallel_size", "model_parallel_size",
+    "train_data_paths", "valid_data_paths", "test_data_paths", "train_data_weights", "valid_data_weights",
+    "test_data_weights", "data_path", "split", "train_iters", "train_epochs", "warmup", "lr_decay_iters",
+    "pack_impl", "eval_interval", "eval_iters", "seed", "weight_by_num_documents", "weighted_sampler_alpha",
+    "allow_chopped",
+)
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """The plan for one NeoX run under the hooks."""
+
+    plan: Plan
+    """The planner's result (per source and split)."""
+    train: tuple[SourcePlan, ...]
+    """The train split's sources, in NeoX's dataset order."""
+    targets: dict[str, float] | None
+    """Passes asked per source label (None: observe only, train_iters from the config)."""
+    blended: bool
+    """train_data_paths mode: the train split is a BlendableDataset."""
+    weights: tuple[float, ...] | None
+    """The float64-normalized weights the blend's greedy uses (None when not blended)."""
+    buffer: float | None
+    """Per-source factor replacing NeoX's 1.005 (None with exact targets or in data_path mode)."""
+    exact_targets: tuple[int, ...] | None
+    """Exact per-source num_samples (blends in exact mode)."""
+    separate_epochs: bool
+    """Each epoch of a train index shuffled on its own."""
+    spillover: tuple[str, ...]
+    """Sources whose index is drawn partly across jointly shuffled epochs (fractional passes > 1)."""
+
+    @property
+    def train_iters(self) -> int:
+        return self.plan.train_iters
+
+    @property
+    def train_batch_size(self) -> int:
+        return self.plan.global_batch_size
+
+    def settings(self) -> dict[str, Any]:
+        """What the launcher hands to the workers (and the JSON record repeats)."""
+        out: dict[str, Any] = {"train_iters": self.train_iters, "train_batch_size": self.train_batch_size}
+        if self.buffer is not None:
+            out["blend_buffer"] = self.buffer
+        if self.exact_targets is not None:
+            out["targets"] = {s.name: t for s, t in zip(self.train, self.exact_targets)}
+            out["weights"] = list(self.plan.settings.get("weights") or [])
+        return out
+
+
+def values_from_args(neox_args: Any) -> dict[str, Any]:
+    """The planner's keys read off a NeoXArgs object (or any object with those attributes)."""
+    return {k: getattr(neox_args, k, None) for k in PLAN_KEYS}
+
+
+def _targets(block: EpochBlock, labels: list[str], prefixes: list[str], train_epochs: Any) -> dict[str, float] | None:
+    ep = block.epochs
+    if ep is None and train_epochs:
+        ep = float(train_epochs)
+    if ep is None:
+        return None
+    if isinstance(ep, Mapping):
+        known = set(labels) | set(prefixes)
+        unknown = sorted(str(k) for k in ep if str(k) not in known)
+        if unknown:
+            raise ConfigError(f"neox_epoch.epochs: unknown source(s) {unknown}; give one of {labels} (name or path)")
+        return {str(k): float(v) for k, v in ep.items()}
+    return {lab: float(ep) for lab in labels}
+
+
+def make_run_plan(values: Mapping[str, Any], block: EpochBlock, settings: Mapping[str, Any] | None = None) -> RunPlan:
+    """Plan the run described by NeoX's ``values`` under ``block``; check ``settings`` handed in, if any."""
+    vals = {k: v for k, v in values.items() if v is not None}
+    train_epochs = vals.pop("train_epochs", None)
+    given_iters = vals.get("train_iters")
+    settings = dict(settings or {})
+    if settings.get("train_batch_size") and not vals.get("train_batch_size"):
+        vals["train_batch_size"] = settings["train_batch_size"]
+    cfg = NeoxConfig(values=vals, origin={}, block=block)
+    inp: PlanInput = plan_input_from_neox(cfg)
+    inp = replace(inp, framework_version="neox-hooks", warmup_iters=None)
+    labels = [s.label for s in inp.train_sources]
+    targets = _targets(block, labels, [s.prefix for s in inp.train_sources], train_epochs)
+    blended = inp.per_split_paths
+    buffer: float | None = None
+    if targets is not None:
+        plan = exact_plan(replace(inp, train_iters=None), targets)
+        if block.blend_buffer not in (None, "exact") and len(labels) > 1:
+            raise ConfigError(f"neox_epoch.blend_buffer: {block.blend_buffer} with epochs for a blend of {len(labels)} "
+                              "sources; exact epochs need exact targets: remove blend_buffer or set it to \"exact\"")
+        bb = plan.settings.get("blend_buffer")
+        buffer = float(bb) if isinstance(bb, (int, float)) else None
+    else:
+        if given_iters is None:
+            raise ConfigError("neox_epoch: no epochs in the block and no train_iters in the config; add "
+                              "\"epochs\": N to the neox_epoch block")
+        if blended:
+            bb = block.blend_buffer
+            if bb == "exact":
+                raise ConfigError("neox_epoch.blend_buffer: \"exact\" needs epochs; add \"epochs\": N to the block")
+            buffer = float(bb) if bb is not None else (1.0 if len(labels) == 1 else 1.005)
+            inp = replace(inp, blend_buffer=buffer)
+        plan = make_plan(inp)
+    train = tuple(s for s in plan.sources if s.split == "train")
+    weights: tuple[float, ...] | None = None
+    exact_targets: tuple[int, ...] | None = None
+    if blended:
+        (b,) = [b for b in plan.blends if b.split == "train"]
+        weights = tuple(float(w) for w in (b.weights or ()))
+        if targets is not None and len(labels) > 1:
+            exact_targets = tuple(int(s.target_samples or s.samples_drawn) for s in train)
+    spill = []
+    if targets is not None:
+        for s in train:
+            want = targets.get(s.name, targets.get(s.prefix, 0.0))
+            if s.epochs_built > 1 and abs(want - round(want)) > 1e-9 and not block.separate_epochs:
+                spill.append(s.name)
+    rp = RunPlan(plan=plan, train=train, targets=targets, blended=blended, weights=weights, buffer=buffer,
+                 exact_targets=exact_targets, separate_epochs=block.separate_epochs, spillover=tuple(spill))
+    _check_settings(rp, settings)
+    if targets is not None and given_iters is not None and int(given_iters) != rp.train_iters:
+        if block.enforce and settings.get("train_iters") != int(given_iters):
+            raise PlanError(f"train_iters: the config sets {given_iters} but {rp.train_iters} give exactly the "
+                            "requested epochs; remove train_iters from the config (neox_epoch computes it)")
+    if rp.spillover and block.enforce:
+        raise PlanError(f"neox_epoch.epochs: fractional passes over {list(rp.spillover)} draw part of an index of "
+                        "jointly shuffled epochs (cross-epoch spillover); set \"separate_epochs\": true")
+    return rp
+
+
+def _check_settings(rp: RunPlan, settings: Mapping[str, Any]) -> None:
+    mine = rp.settings()
+    for key in ("train_iters", "train_batch_size", "targets"):
+        if key in settings and key in mine and settings[key] != mine[key]:
+            raise PlanError(f"neox_epoch: {key} handed to this worker is {settings[key]!r} but the data here gives "
+                            f"{mine[key]!r} (corpus or config changed since the launch?); relaunch")
+    if "weights" in settings and rp.weights is not None and settings["weights"]:
+        got = [float(w) for w in settings["weights"]]
+        total = sum(got)
+        norm = [w / total for w in got]
+        if any(not math.isclose(a, b, rel_tol=1e-12, abs_tol=0.0) for a, b in zip(norm, rp.weights)):
+            raise PlanError(f"neox_epoch.weights: {got} differ from the weights the plan verified {list(rp.weights)}; "
+                            "rewrite the overlay with neox-epoch plan --write-config")
