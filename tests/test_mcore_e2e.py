@@ -1,0 +1,336 @@
+"""neox_epoch.mcore on the real megatron-core builder, and the end-to-end exact epoch under the real launcher.
+
+* Unit: ``exact_config`` on tiny corpora (weighted blends with whole and fractional passes, one prefix,
+  blend_per_split): the real ``BlendedMegatronDatasetBuilder`` given the returned config and sizes draws
+  exactly the plan's targets; ``verify_build`` accepts that build and rejects a tampered plan or a build
+  with the user's original config; ``install`` logs on rank 0 and verifies inside ``build()``.
+* End to end: ``deepspeed --num_gpus 2 examples/mcore_deepspeed_exact_epoch.py`` on CPU (gloo, real
+  deepspeed 0.19.8 and megatron-core), once through (with a DeepSpeed config that ``neox-epoch check-batch``
+  first rejected, exit 2, and then fixed with ``--fix``), and once stopped mid-epoch at a checkpoint and
+  resumed. The report's token counts are checked against numbers computed here from the .idx files alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("megatron.core", reason="megatron-core is not installed: pip install -e .[megatron-core]")
+
+from mcore_live import init_gloo, null_tokenizer  # noqa: E402
+
+from neox_epoch import idx  # noqa: E402
+from neox_epoch.demo import write_demo_corpus  # noqa: E402
+from neox_epoch.errors import NeoxEpochError, PlanError  # noqa: E402
+from neox_epoch.mcore import BuildMismatchError, ExactSetup, exact_config, install, plan_lines, verify_build  # noqa: E402
+from neox_epoch.semantics import mcore as mcore_semantics  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLE = os.path.join(ROOT, "examples", "mcore_deepspeed_exact_epoch.py")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# unit: exact_config / verify_build / install on the real builder
+
+
+def gpt_config(prefixes: list[str], weights: list[float] | None, split: str | None, seq: int, cache: str,
+               **extra: Any) -> Any:
+    from megatron.core.datasets.gpt_dataset import GPTDatasetConfig
+
+    kw: dict[str, Any] = dict(
+        random_seed=1234, sequence_length=seq, blend=(prefixes, weights) if split is not None else None,
+        split=split, path_to_cache=cache, tokenizer=null_tokenizer(), reset_position_ids=False,
+        reset_attention_mask=False, eod_mask_loss=False, create_attention_mask=False, **extra,
+    )
+    return GPTDatasetConfig(**kw)
+
+
+def build(config: Any, sizes: Any) -> list[Any]:
+    from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
+    from megatron.core.datasets.gpt_dataset import GPTDataset
+
+    init_gloo()
+    return BlendedMegatronDatasetBuilder(GPTDataset, list(sizes), lambda: True, config).build()
+
+
+@pytest.mark.parametrize(
+    ("docs", "weights", "epochs", "seq", "gbs"),
+    [
+        ([150, 90, 60], [0.5, 0.3, 0.2], {"s0": 1, "s1": 2, "s2": 0.5}, 32, 8),
+        ([200, 80], [1.0, 1.0], 1, 16, 6),
+        ([120], [1.0], 1, 32, 4),  # one prefix WITH a weight: blended path, surplus 0
+    ],
+)
+def test_exact_config_real_builder_draws_the_targets(
+    corpus: Any, tmp_path: Path, docs: list[int], weights: list[float], epochs: Any, seq: int, gbs: int
+) -> None:
+    prefixes = [corpus(f"s{k}", 40 + k, n, 1, 300) for k, n in enumerate(docs)]
+    config = gpt_config(prefixes, weights, "90,5,5", seq, str(tmp_path / "cache"))
+    setup = exact_config(config, epochs, gbs, eval_interval=10, eval_iters=1)
+    assert isinstance(setup, ExactSetup)
+    assert setup.config.mid_level_dataset_surplus == 0.0
+    assert config.mid_level_dataset_surplus == 0.005, "the user's config is not modified"
+    assert setup.train_samples == setup.train_iters * gbs == setup.sizes[0]
+    assert setup.sizes[1:] == ((setup.train_iters // 10 + 1) * gbs, gbs)
+    targets = [s.target_samples for s in setup.plan.sources if s.split == "train"]
+    if len(prefixes) > 1:
+        assert setup.config.blend == (prefixes, setup.plan.settings["weights"])
+        assert list(setup.plan.settings["targets"].values()) == targets
+    train, valid, test = build(setup.config, setup.sizes)
+    n = setup.train_samples
+    got = np.bincount(np.asarray(train.dataset_index[:n]), minlength=len(prefixes)).tolist()
+    assert got == targets, "the real builder draws exactly the integer targets"
+    for k, ds in enumerate(train.datasets):  # each draw is a distinct sample of the built epochs
+        ids = np.asarray(train.dataset_sample_index[:n])[np.asarray(train.dataset_index[:n]) == k]
+        assert len(set(ids.tolist())) == len(ids) == targets[k] and int(ids.max()) < len(ds)
+    draws = verify_build([train, valid, test], setup)
+    assert draws["train"] == targets
+    # the whole-pass sources are drawn to their last whole sample, less the reported remainder
+    per_epoch = [s.samples_per_epoch for s in setup.plan.sources if s.split == "train"]
+    want = epochs if isinstance(epochs, dict) else {f"s{k}": epochs for k in range(len(prefixes))}
+    whole = [mcore_semantics.build(s.tokens, seq, None).samples_per_epoch for s in setup.plan.sources
+             if s.split == "train"]
+    assert whole == per_epoch
+    full = [(int(w) * s.tokens - 1) // seq if float(w).is_integer() else int(w * pe)
+            for w, s, pe in zip(want.values(), [s for s in setup.plan.sources if s.split == "train"], per_epoch)]
+    assert sum(full) - sum(targets) == setup.plan.remainder_samples < gbs
+
+
+def test_one_prefix_without_weight_is_direct_and_exact(corpus: Any, tmp_path: Path) -> None:
+    (prefix,) = [corpus("solo", 7, 100, 1, 300)]
+    config = gpt_config([prefix], None, "100,0,0", 32, str(tmp_path / "cache"))
+    setup = exact_config(config, 1.0, 4)
+    assert setup.config.blend == ([prefix], None)
+    train, valid, test = build(setup.config, setup.sizes)
+    assert valid is None and test is None
+    assert not hasattr(train, "dataset_index") and len(train) == setup.plan.sources[0].samples_per_epoch
+    assert verify_build([train, valid, test], setup) == {"train": [setup.train_samples]}
+    assert setup.train_samples == len(train) - setup.plan.remainder_samples
+
+
+def test_blend_per_split_train_weights_replaced(corpus: Any, tmp_path: Path) -> None:
+    a, b, v = corpus("a", 1, 80, 1, 300), corpus("b", 2, 60, 1, 300), corpus("v", 3, 30, 1, 300)
+    config = gpt_config([], None, None, 32, str(tmp_path / "cache"),
+                        blend_per_split=[([a, b], [2.0, 1.0]), ([v], None), None])
+    setup = exact_config(config, {"a": 1, "b": 1}, 8, eval_interval=5, eval_iters=1)
+    assert setup.config.blend_per_split[0] == ([a, b], setup.plan.settings["weights"])
+    assert setup.config.blend_per_split[1] == ([v], None)
+    datasets = build(setup.config, setup.sizes)
+    assert datasets[2] is None
+    assert verify_build(datasets, setup)["train"] == list(setup.plan.settings["targets"].values())
+
+
+def test_verify_build_catches_a_tampered_plan_and_the_unfixed_config(corpus: Any, tmp_path: Path) -> None:
+    prefixes = [corpus("x", 5, 120, 1, 300), corpus("y", 6, 70, 1, 300)]
+    config = gpt_config(prefixes, [1.0, 1.0], "100,0,0", 32, str(tmp_path / "cache"))
+    setup = exact_config(config, 1, 8)
+    datasets = build(setup.config, setup.sizes)
+    verify_build(datasets, setup)
+    plan = setup.plan
+    src = [s for s in plan.sources if s.split == "train"]
+    tampered = dataclasses.replace(plan, sources=(dataclasses.replace(src[0], samples_drawn=src[0].samples_drawn + 1),
+                                                  *plan.sources[1:]))
+    with pytest.raises(BuildMismatchError, match=r"the first \d+ samples draw \[") as err:
+        verify_build(datasets, tampered)
+    assert isinstance(err.value, NeoxEpochError)
+    longer = dataclasses.replace(plan, sources=(dataclasses.replace(src[0], length=src[0].length + 3),
+                                                *plan.sources[1:]))
+    with pytest.raises(BuildMismatchError, match="length built"):
+        verify_build(datasets, longer)
+    # the user's own config (float weights 1:1, surplus 0.005) builds something else than the exact plan
+    stock = build(config, setup.sizes)
+    with pytest.raises(BuildMismatchError, match="ExactSetup.config"):
+        verify_build(stock, setup)
+    with pytest.raises(BuildMismatchError, match="expected \\(train, valid, test\\)"):
+        verify_build(datasets[:1], setup)
+
+
+def test_install_logs_on_rank_zero_and_verifies_inside_build(
+    corpus: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
+
+    prefixes = [corpus("p", 8, 90, 1, 300), corpus("q", 9, 50, 1, 300)]
+    setup = exact_config(gpt_config(prefixes, [3.0, 1.0], "100,0,0", 32, str(tmp_path / "cache")), 1, 4)
+    original = BlendedMegatronDatasetBuilder.build
+    with caplog.at_level(logging.INFO, logger="neox_epoch.mcore"):
+        uninstall = install(setup)
+        try:
+            build(setup.config, setup.sizes)
+            bad = dataclasses.replace(setup, plan=dataclasses.replace(setup.plan, consumed={**setup.plan.consumed,
+                                                                                            "train": 5}))
+            uninstall()
+            uninstall = install(bad)
+            with pytest.raises(BuildMismatchError):
+                build(setup.config, setup.sizes)
+        finally:
+            uninstall()
+    assert BlendedMegatronDatasetBuilder.build is original
+    text = caplog.text
+    for line in plan_lines(setup.plan):
+        assert line in text
+    assert "p: " in text and "samples per epoch" in text and "epoch(s) built" in text and "passes" in text
+    assert "build verified" in text
+    caplog.clear()
+    monkeypatch.setenv("RANK", "1")
+    import torch.distributed as dist
+
+    monkeypatch.setattr(dist, "get_rank", lambda *a, **k: 1)
+    with caplog.at_level(logging.INFO, logger="neox_epoch.mcore"):
+        install(setup)()
+    assert caplog.text == "", "only rank 0 logs"
+
+
+def test_exact_config_bad_input(corpus: Any, tmp_path: Path) -> None:
+    prefixes = [corpus("m", 1, 40, 1, 300), corpus("n", 2, 40, 1, 300)]
+    config = gpt_config(prefixes, [1.0, 1.0], "100,0,0", 32, str(tmp_path / "cache"))
+    with pytest.raises(PlanError, match="unknown source"):
+        exact_config(config, {"m": 1, "zzz": 1}, 4)
+    with pytest.raises(NeoxEpochError, match="global_batch_size"):
+        exact_config(config, 1, 0)
+    with pytest.raises(NeoxEpochError, match="less than one global batch"):
+        exact_config(config, 0.01, 4096)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# end to end: the real deepspeed launcher on CPU
+
+E2E_SOURCES = ["web", "code", "books"]
+E2E_SPLIT = "30,0,70"
+E2E_SEQ = 64
+E2E_GBS = 16
+STOP_AT = 100
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def deepspeed_command() -> list[str]:
+    script = os.path.join(os.path.dirname(sys.executable), "deepspeed")
+    return [script] if os.path.exists(script) else [sys.executable, "-m", "deepspeed.launcher.runner"]
+
+
+def launch(ds_config: str, data_dir: str, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_SIZE", "CUDA_VISIBLE_DEVICES", "MASTER_ADDR")}
+    env["DS_ACCELERATOR"] = "cpu"
+    cmd = [*deepspeed_command(), "--num_gpus", "2", "--master_port", str(free_port()), EXAMPLE,
+           "--ds-config", ds_config, "--data-dir", data_dir, "--out", str(out), "--sources", ",".join(E2E_SOURCES),
+           "--split", E2E_SPLIT, "--seq-length", str(E2E_SEQ), "--expected-world", "2", *extra]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return proc
+
+
+def expected_numbers(data_dir: str) -> dict[str, Any]:
+    """What one exact pass must give, from the .idx files alone (megatron-core's split rounding, (T-1)//L)."""
+    per_source = {}
+    for name in E2E_SOURCES:
+        header = idx.read_header(os.path.join(data_dir, f"{name}_text_document"))
+        lengths = np.asarray(idx.sizes_memmap(header), dtype=np.int64)
+        lo, hi = mcore_semantics.split_range(mcore_semantics.split_matrix(E2E_SPLIT)[0], len(lengths))  # type: ignore[arg-type]
+        tokens = int(lengths[lo:hi].sum())
+        per_source[name] = {"tokens": tokens, "samples": (tokens - 1) // E2E_SEQ}
+    total_samples = sum(s["samples"] for s in per_source.values())
+    remainder = total_samples % E2E_GBS
+    tokens = sum(s["tokens"] for s in per_source.values())
+    partial = sum(s["tokens"] - s["samples"] * E2E_SEQ for s in per_source.values())
+    return {"sources": per_source, "train_iters": total_samples // E2E_GBS, "remainder_samples": remainder,
+            "train_tokens": tokens, "final_partial_tokens": partial,
+            "seen_once": tokens - remainder * E2E_SEQ - partial}
+
+
+@pytest.fixture(scope="module")
+def e2e(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The check-batch mismatch flow, then the full run with the fixed config, then stop + resume."""
+    from neox_epoch.cli import main
+
+    base = tmp_path_factory.mktemp("e2e")
+    data_dir = str(base / "data")
+    write_demo_corpus(data_dir)
+    bad = base / "ds_bad.json"
+    bad.write_text(json.dumps({"train_batch_size": E2E_GBS, "train_micro_batch_size_per_gpu": 4,
+                               "gradient_accumulation_steps": 4, "steps_per_print": 1000000}))
+    fixed = str(base / "ds_fixed.json")
+    check = subprocess.run([sys.executable, "-m", "neox_epoch.cli", "check-batch", str(bad), "--num_gpus", "2"],
+                           capture_output=True, text=True, cwd=ROOT, env={**os.environ, "DS_ACCELERATOR": "cpu"})
+    fix_code = main(["check-batch", str(bad), "--num_gpus", "2", "--fix", fixed])
+    full = launch(fixed, data_dir, base / "full")
+    first = launch(fixed, data_dir, base / "resumed", "--stop-at-iter", str(STOP_AT))
+    stopped = {"report_exists": (base / "resumed" / "report.json").exists(),
+               "checkpoint": sorted(os.listdir(base / "resumed" / "checkpoints")), "log": first.stdout}
+    second = launch(fixed, data_dir, base / "resumed", "--resume")
+    return {
+        "check": check, "fix_code": fix_code, "fixed": json.loads(Path(fixed).read_text()),
+        "full": json.loads((base / "full" / "report.json").read_text()), "full_log": full.stdout,
+        "resumed": json.loads((base / "resumed" / "report.json").read_text()), "resume_log": second.stdout,
+        "stopped": stopped, "expected": expected_numbers(data_dir),
+    }
+
+
+@pytest.mark.slow
+def test_check_batch_mismatch_exits_2_and_the_fixed_config_runs_the_example(e2e: dict[str, Any]) -> None:
+    check = e2e["check"]
+    assert check.returncode == 2, check.stderr
+    assert "16 != micro * grad_accum * dp = 4 * 4 * 2 = 32" in check.stderr
+    assert "gradient_accumulation_steps 4 -> 2" in check.stderr and "--fix" in check.stderr
+    assert e2e["fix_code"] == 1
+    fixed = e2e["fixed"]
+    assert (fixed["train_batch_size"], fixed["train_micro_batch_size_per_gpu"],
+            fixed["gradient_accumulation_steps"]) == (16, 4, 2)
+    assert e2e["full"]["global_batch_size"] == 16 and e2e["full"]["gradient_accumulation_steps"] == 2
+
+
+@pytest.mark.slow
+def test_full_run_trains_every_train_token_exactly_once(e2e: dict[str, Any]) -> None:
+    r, want = e2e["full"], e2e["expected"]
+    assert r["world_size"] == 2 and r["megatron_core_version"] and r["deepspeed_version"] == "0.19.8"
+    assert r["plan"]["train_iters"] == want["train_iters"] == 380
+    assert r["plan"]["train_samples"] == 380 * 16 == r["consumed"]["samples"] == r["consumed"]["distinct"] == 6080
+    assert r["plan"]["remainder_samples"] == want["remainder_samples"] == 1
+    assert r["plan"]["remainder_tokens"] == 64
+    assert r["consumed"]["duplicates"] == 0
+    t = r["tokens"]
+    assert t["train_tokens"] == want["train_tokens"] == 389252
+    assert t["seen_once"] == want["seen_once"] == 389120 == t["train_tokens"] - t["remainder_tokens"] - t["final_partial_tokens"]
+    assert t["seen_more_than_once"] == 0
+    assert t["never_seen"] == 132 == t["remainder_tokens"] + t["final_partial_tokens"]
+    assert t["final_partial_tokens"] == want["final_partial_tokens"] == 68
+    for s, name in zip(r["sources"], E2E_SOURCES):
+        w = want["sources"][name]
+        assert s["train_tokens"] == w["tokens"] and s["samples_per_epoch"] == w["samples"]
+        assert s["samples_consumed"] == s["distinct_samples_consumed"] == s["samples_drawn_planned"]
+        assert s["samples_consumed"] == w["samples"] - s["remainder_samples"]
+        assert s["tokens_seen_once"] == s["samples_consumed"] * E2E_SEQ
+        assert s["tokens_never_seen"] == s["never_seen_expected"] and s["max_times_seen"] == 1
+        assert s["epochs_built"] == 1
+    assert r["cross_check"] == {"samples_checked": 6080, "mismatches": 0}
+    assert all(r["checks"].values()) and r["exactly_one_pass"] is True
+    assert "neox-epoch: web_text_document: " in e2e["full_log"] and "build verified" in e2e["full_log"]
+
+
+@pytest.mark.slow
+def test_stop_mid_epoch_and_resume_is_still_exactly_one_pass(e2e: dict[str, Any]) -> None:
+    stopped, r, full = e2e["stopped"], e2e["resumed"], e2e["full"]
+    assert not stopped["report_exists"], "a stopped run proves nothing yet"
+    assert stopped["checkpoint"] == [f"iter_{STOP_AT}", "latest"]
+    assert "resumed from" in e2e["resume_log"] and f"at iteration {STOP_AT}" in e2e["resume_log"]
+    assert r["launches"] == [{"start_iter": 0, "end_iter": STOP_AT, "samples": STOP_AT * 16},
+                             {"start_iter": STOP_AT, "end_iter": 380, "samples": (380 - STOP_AT) * 16}]
+    for key in ("plan", "consumed", "tokens", "sources", "cross_check", "checks", "consumed_digest"):
+        assert r[key] == full[key], key
+    assert r["exactly_one_pass"] is True
+    # the checkpoint carried the optimizer state and the sample counter: the same model, bit for bit
+    assert r["model_checksum"] == full["model_checksum"] and r["final_loss"] == full["final_loss"]
