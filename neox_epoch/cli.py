@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "audit": "neox_epoch.audit.cli",
     "check-batch": "neox_epoch.batch.cli",
     "demo": "neox_epoch.demo",
+    "launch": "neox_epoch.neox.launch",
 }
 
 
