@@ -80,7 +80,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def tiny_gpt(seq_length: int, width: int = 32) -> Any:
-    """Token + position embedding, one causal pre-norm transformer block, output head (~45k parameters)."""
+    """Token + position embedding, one causal pre-norm transformer block, output head (~44k parameters)."""
     import torch
 
     class TinyGPT(torch.nn.Module):
