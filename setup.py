@@ -17,7 +17,13 @@ setup(
             sources=["neox_epoch/_greedy.c"],
             extra_compile_args=["-O3", "-ffp-contract=off"],
             optional=True,
-        )
+        ),
+        Extension(
+            "neox_epoch._exposure",
+            sources=["neox_epoch/_exposure.c"],
+            extra_compile_args=["-O3"],
+            optional=True,
+        ),
     ],
     install_requires=["numpy>=1.22", "pyyaml>=5.4"],
     extras_require={

@@ -26,11 +26,26 @@ draw count changes). ``--manifest`` adds the first/last draw position per sample
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any
 
 import numpy as np
+
+_ext: ModuleType | None
+try:
+    from neox_epoch import _exposure as _ext
+except ImportError:  # the optional C extension is not built: numpy does the same work
+    _ext = None
+
+
+def accelerated() -> ModuleType | None:
+    """The C extension when it is built and not disabled (``NEOX_EPOCH_AUDIT_NUMPY=1``), else None."""
+    if _ext is None or os.environ.get("NEOX_EPOCH_AUDIT_NUMPY", "") not in ("", "0"):
+        return None
+    return _ext
 
 #: documents per chunk when finalizing
 DOC_CHUNK = 1 << 18
@@ -131,17 +146,34 @@ class ExposureState:
     """Accumulates exposure during the stream pass of one index (see the module docstring)."""
 
     def __init__(self, c_ext: np.ndarray, seq_length: int, num_docs: int, max_size: int,
-                 first_s: np.ndarray | None = None, last_s: np.ndarray | None = None) -> None:
+                 first_s: np.ndarray | None = None, last_s: np.ndarray | None = None,
+                 ext: ModuleType | None = None) -> None:
         self.c = c_ext
         """Draw count per sample, with ``c[S] = 0`` for the uncovered tail."""
         self.S = int(c_ext.shape[0]) - 1
         self.L = int(seq_length)
+        self.ext = ext
+        """The C extension (see :func:`accelerated`): non-uniform copies instead of events."""
         self.qbits = max(1, int(max_size).bit_length())
         self.shift = self.qbits + 1
-        if (max(num_docs, 1).bit_length() + self.shift) > 63:
-            raise ValueError("index too large for 64-bit exposure events")
-        self.events = np.empty(self._event_bound(), dtype=np.int64)
         self.n_events = 0
+        self.n_log = 0
+        if ext is not None:
+            # each non-uniform copy holds a change of the draw count strictly inside it: at most one a change
+            cap = int(ext.changes(c_ext))
+            idt = np.int32 if max(cap, num_docs) < (1 << 31) - 1 else np.int64
+            self.head = np.full(num_docs, -1, dtype=idt)
+            """Newest non-uniform copy of each document (an entry of the log), -1: none."""
+            if idt is np.int32 and int(c_ext.max() if c_ext.shape[0] else 0) >= (1 << 31) - 1:
+                idt = np.int64
+            self.log = np.empty((cap, 3), dtype=idt)
+            """Changes of the draw count inside a document copy: (offset, change, the document's previous
+            entry or -1)."""
+            self.events = np.empty(0, dtype=np.int64)
+        else:
+            if (max(num_docs, 1).bit_length() + self.shift) > 63:
+                raise ValueError("index too large for 64-bit exposure events")
+            self.events = np.empty(self._event_bound(), dtype=np.int64)
         self.first_s, self.last_s = first_s, last_s
         self.doc_first: np.ndarray | None = None
         self.doc_last: np.ndarray | None = None
@@ -204,6 +236,8 @@ class ExposureState:
 
     def end_event(self, dl: int, off: int) -> None:
         """The end of coverage at ``S*L`` inside a document: the last sample's count drops to 0."""
+        if self.ext is not None:  # the C path reads c[S] = 0 past S*L
+            return
         cnt = int(self.c[self.S - 1]) if self.S else 0
         if off > 0 and cnt > 0:
             self.add_keys(np.full(cnt, (dl << self.shift) | (off << 1), dtype=np.int64))
@@ -217,10 +251,59 @@ class ExposureState:
         self.events[self.n_events : self.n_events + n] = keys
         self.n_events += n
 
+    def _manifest_chunk(self, acc: np.ndarray, mask: Any, sizes: np.ndarray, d0: int, d1: int, doc_offset: int,
+                        mn: np.ndarray, mx: np.ndarray, tot: np.ndarray) -> ManifestChunk:
+        present = (acc[d0:d1] & mask) > 0
+        ids = np.flatnonzero(present)
+        first = last = np.full(ids.shape[0], -1, dtype=np.int64)
+        if self.doc_first is not None and self.doc_last is not None:
+            first = self.doc_first[d0:d1][ids]
+            first = np.where(first == _BIG, -1, first)
+            last = self.doc_last[d0:d1][ids]
+        return ManifestChunk(
+            documents=ids + d0 + doc_offset, tokens=sizes[d0:d1].astype(np.int64)[ids], min_exposure=mn[ids],
+            max_exposure=mx[ids], token_exposures=tot[ids], first=first, last=last,
+        )
+
+    def _finalize_c(self, acc: np.ndarray, shift: int, sizes: np.ndarray, doc_offset: int, consumed: int,
+                    manifest: Callable[[ManifestChunk], None] | None, max_copies: int | None) -> ExposureReport:
+        ext = self.ext
+        assert ext is not None
+        n = acc.shape[0]
+        mask = acc.dtype.type((1 << shift) - 1)
+        if max_copies is None:
+            max_copies = int(ext.doc_stats(acc, shift, sizes)[2])
+        top = int(self.c.max()) if self.c.shape[0] else 0
+        ht = np.zeros(max(1, max_copies) * max(1, top) + 1, dtype=np.int64)
+        hd = np.zeros_like(ht)
+        unseen = partial = 0
+        step = DOC_CHUNK if manifest is not None else max(n, 1)
+        for d0 in range(0, n, step):
+            d1 = min(n, d0 + step)
+            if manifest is not None:
+                mn, mx, tot = (np.empty(d1 - d0, dtype=np.int64) for _ in range(3))
+                u, p = ext.finalize(sizes, acc, shift, self.head, self.log, d0, d1, ht, hd, mn, mx, tot)
+                manifest(self._manifest_chunk(acc, mask, sizes, d0, d1, doc_offset, mn, mx, tot))
+            else:
+                u, p = ext.finalize(sizes, acc, shift, self.head, self.log, d0, d1, ht, hd, None, None, None)
+            unseen += int(u)
+            partial += int(p)
+        tokens = {int(k): int(ht[k]) for k in np.flatnonzero(ht)}
+        documents = {int(k): int(hd[k]) for k in np.flatnonzero(hd)}
+        exposures = sum(k * v for k, v in tokens.items())
+        return ExposureReport(
+            consumed_samples=consumed, tokens=tokens, documents=documents, documents_unseen=unseen,
+            documents_partial=partial, tokens_unseen=tokens.get(0, 0), token_exposures=exposures,
+        )
+
     def finalize(self, acc: np.ndarray, shift: int, sizes: np.ndarray, doc_offset: int,
-                 consumed: int, manifest: Callable[[ManifestChunk], None] | None = None) -> ExposureReport:
+                 consumed: int, manifest: Callable[[ManifestChunk], None] | None = None,
+                 max_copies: int | None = None) -> ExposureReport:
         """Histograms from the per-document counts (``acc``: copies in the low ``shift`` bits, base count
-        above) and the sorted events, documents in chunks."""
+        above) and the sorted events (or, with the C extension, the non-uniform copies), documents in
+        chunks. ``max_copies``: the most copies of a document, when known."""
+        if self.ext is not None:
+            return self._finalize_c(acc, shift, sizes, doc_offset, consumed, manifest, max_copies)
         ev = self.events[: self.n_events]
         ev.sort()
         tokens: dict[int, int] = {}

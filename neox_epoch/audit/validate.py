@@ -31,7 +31,7 @@ from neox_epoch import idx as idxmod
 from neox_epoch.audit import names
 from neox_epoch.audit.consumption import Consumption
 from neox_epoch.audit.descriptions import Description, read_legacy_description, read_mcore_description
-from neox_epoch.audit.exposure import ExposureReport, ExposureState, ManifestChunk
+from neox_epoch.audit.exposure import ExposureReport, ExposureState, ManifestChunk, accelerated
 from neox_epoch.audit.findings import FileProblem, Finding
 from neox_epoch.audit.npy import NpyInfo, NpyReader, read_header
 from neox_epoch.errors import IndexFileError
@@ -341,18 +341,27 @@ def _shuffle_pass(ctx: _Ctx, reader: NpyReader, consumption: Consumption | None,
         first = np.full(S, -1, dtype=np.int64)
         last = np.full(S, -1, dtype=np.int64)
     max_first = -1
+    ext = accelerated()
+    runs = [(a, b, cnt + 1) for a, b, cnt in consumption.runs] if consumption is not None else []
     progress.start("shuffle", S)
     for j0, v in reader.chunks(rows=STREAM_CHUNK):
         j1 = j0 + v.shape[0]
-        vmin, vmax = int(v.min()), int(v.max())
-        if vmin < 0 or vmax >= S:
-            bad = int(np.argmax((v < 0) | (v >= S)))
+        if ext is not None:
+            bad = int(ext.scatter(v, j0, store, runs))
+        else:
+            vmin, vmax = int(v.min()), int(v.max())
+            bad = int(np.argmax((v < 0) | (v >= S))) if vmin < 0 or vmax >= S else -1
+        if bad >= 0:
             _finding(rep, info.path, "shuffle entry", f"sample ids in [0, {S})", f"{int(v[bad])} at position {j0 + bad}",
                      "doc/sample/shuffle files come from different builds: " + STALE_HINT)
             rep.exposure_ok = False
             progress.done()
             return None, None, None
-        if consumption is None or not consumption.runs:
+        if ext is not None:
+            if first is not None and last is not None and consumption is not None:
+                f, la = consumption.first_last(j0, j1)
+                first[v], last[v] = f, la
+        elif consumption is None or not consumption.runs:
             store[v] = 1
         else:
             vals = np.ones(v.shape[0], dtype=cdt)
@@ -368,10 +377,14 @@ def _shuffle_pass(ctx: _Ctx, reader: NpyReader, consumption: Consumption | None,
             max_first = max(max_first, int(v[: s_first - j0].max()))
         progress.advance(v.shape[0])
     progress.done()
-    missing = np.flatnonzero(store[:S] == 0)
-    if missing.size:
+    if ext is not None:  # counts the ids never written, then (when none) store[:S] -= 1, store[S] = 0
+        n_missing, first_missing = (int(x) for x in ext.finish_store(store))
+    else:
+        missing = np.flatnonzero(store[:S] == 0)
+        n_missing, first_missing = int(missing.size), int(missing[0]) if missing.size else -1
+    if n_missing:
         _finding(rep, info.path, "shuffle permutation", f"each sample id in [0, {S}) exactly once",
-                 f"{missing.size} ids missing (first: {int(missing[0])}), so others repeat",
+                 f"{n_missing} ids missing (first: {first_missing}), so others repeat",
                  "the shuffle index is damaged or from another build: " + STALE_HINT)
         rep.exposure_ok = False
         return None, None, None
@@ -383,8 +396,9 @@ def _shuffle_pass(ctx: _Ctx, reader: NpyReader, consumption: Consumption | None,
                      f"{'a separately' if ctx.expected_separate else 'a jointly'} shuffled final epoch (80% rule)",
                      f"{'separate' if files_separate else 'joint'} shuffle blocks",
                      "the index was built with other parameters than its description says: " + STALE_HINT)
-    store[:S] -= 1
-    store[S] = 0
+    if ext is None:
+        store[:S] -= 1
+        store[S] = 0
     return store, first, last
 
 
@@ -406,6 +420,9 @@ def _stream_pass(ctx: _Ctx, doc_r: NpyReader, sample_r: NpyReader, sizes: np.nda
                  acc_shift: int, exp: ExposureState | None, tail_check: tuple[int, np.ndarray] | None,
                  progress: Progress) -> _Stream:
     """One pass over doc_idx and sample_idx: per-document copies (and exposure), boundary checks."""
+    ext = accelerated()
+    if ext is not None:
+        return _stream_pass_c(ext, ctx, doc_r, sample_r, sizes, acc, acc_shift, exp, tail_check, progress)
     rep, S, lo = ctx.rep, ctx.S, ctx.lo
     out = _Stream()
     rows_total = S + 1
@@ -480,6 +497,109 @@ def _stream_pass(ctx: _Ctx, doc_r: NpyReader, sample_r: NpyReader, sizes: np.nda
                  "the sample index points past the document index: the files come from different builds. " + STALE_HINT)
         rep.exposure_ok = False
     return out
+
+
+def _stream_pass_c(ext: Any, ctx: _Ctx, doc_r: NpyReader, sample_r: NpyReader, sizes: np.ndarray, acc: np.ndarray,
+                   acc_shift: int, exp: ExposureState | None, tail_check: tuple[int, np.ndarray] | None,
+                   progress: Progress) -> _Stream:
+    """:func:`_stream_pass` with its per-entry loops in C (same checks, same findings)."""
+    rep, S, lo, L = ctx.rep, ctx.S, ctx.lo, ctx.L
+    out = _Stream()
+    rows_total = S + 1
+    next_row = 0
+    pend = np.zeros((0, 2), dtype=sample_r.info.dtype)
+    pend_row0 = 0
+    prev_p = 0
+    base = 0
+    check = True
+    cb_buf = np.empty(STREAM_CHUNK, dtype=np.int64)
+    s_buf = np.empty(STREAM_CHUNK, dtype=np.int32)
+    progress.start("stream", doc_r.info.rows)
+    ndoc = doc_r.info.rows
+    for q0, d in doc_r.chunks(rows=STREAM_CHUNK):
+        n = d.shape[0]
+        q1 = q0 + n
+        if exp is not None and rep.exposure_ok:
+            base, exp.n_log = ext.stream(d, lo, sizes, acc, acc_shift, base, exp.c, L, S, cb_buf, s_buf,
+                                         exp.head, exp.log, exp.n_log)
+        else:
+            base = ext.stream(d, lo, sizes, acc, acc_shift, base, None, L, S, cb_buf, s_buf, None, None, 0)[0]
+        cb, s = cb_buf[:n], s_buf[:n]
+        if exp is not None and rep.exposure_ok and exp.first_s is not None:
+            exp.copies(d - lo if lo else d, s, cb)
+        if tail_check is not None and q1 > tail_check[0]:
+            dl = d - lo if lo else d
+            tail_check[1][dl[max(0, tail_check[0] - q0) :]] = True
+        while check:
+            if pend.shape[0] == 0:
+                if next_row >= rows_total:
+                    break
+                block = sample_r.read(next_row, min(rows_total, next_row + STREAM_CHUNK))
+                pend_row0, next_row = next_row, next_row + block.shape[0]
+                order, neg = ext.check_block(block, prev_p)
+                if order >= 0:
+                    _finding(rep, sample_r.info.path, "sample index order",
+                             "non-decreasing document positions", f"row {pend_row0 + order} goes back to {int(block[order, 0])}",
+                             "the sample index is damaged: " + STALE_HINT)
+                    rep.exposure_ok, check = False, False
+                    break
+                if neg >= 0:
+                    _finding(rep, sample_r.info.path, "sample offset", ">= 0", f"{int(block[neg, 1])} at row {pend_row0 + neg}")
+                    rep.exposure_ok, check = False, False
+                    break
+                prev_p = int(block[-1, 0])
+                pend = block
+            k = int(ext.rows_before(pend, q1))
+            if k:
+                _boundaries_c(ext, ctx, out, pend[:k], pend_row0, q0, d, s, cb, sample_r.info.path)
+                if out.diverged and exp is not None:
+                    rep.exposure_ok = False
+                pend, pend_row0 = pend[k:], pend_row0 + k
+            if pend.shape[0]:
+                break
+        progress.advance(n)
+    progress.done()
+    out.total_tokens = base
+    if check and (pend.shape[0] or next_row < rows_total):
+        row = pend_row0 if pend.shape[0] else next_row
+        p_bad = int(pend[0, 0]) if pend.shape[0] else int(sample_r.read(row, row + 1)[0, 0])
+        _finding(rep, sample_r.info.path, "sample index range", f"document positions < {ndoc} (entries of doc_idx)",
+                 f"row {row} points at position {p_bad}",
+                 "the sample index points past the document index: the files come from different builds. " + STALE_HINT)
+        rep.exposure_ok = False
+    return out
+
+
+def _boundaries_c(ext: Any, ctx: _Ctx, out: _Stream, rows: np.ndarray, row0: int, q0: int, d: np.ndarray,
+                  s: np.ndarray, cb: np.ndarray, path: str) -> None:
+    """:func:`_boundaries` in C: the exposure needs nothing from the rows (the stream pass found the
+    copies where the draw count changes)."""
+    rep, L, S = ctx.rep, ctx.L, ctx.S
+    if row0 + rows.shape[0] - 1 == S:  # the final boundary is checked at the end (ceil case)
+        p_l, off_l = int(rows[-1, 0]) - q0, int(rows[-1, 1])
+        out.pos_last = int(cb[p_l]) + off_l
+        out.last_row = (int(d[p_l]) - ctx.lo, off_l)
+        if off_l > int(s[p_l]) and not out.diverged:
+            _finding(rep, path, "sample boundary", f"an offset <= {int(s[p_l])} in document {int(d[p_l])}",
+                     f"sample_idx[{S}] = ({p_l + q0}, {off_l})", "first divergence: " + STALE_HINT)
+            out.diverged = True
+        rows = rows[:-1]
+    if not rows.shape[0] or out.diverged:
+        return
+    b = int(ext.check_rows(rows, q0, row0, L, cb, s))
+    if b < 0:
+        return
+    i = row0 + b
+    pb, ob = int(rows[b, 0]) - q0, int(rows[b, 1])
+    row = f"sample_idx[{i}] = ({pb + q0}, {ob})"
+    if ob > int(s[pb]):
+        found = f"{row}: offset past the end of document {int(d[pb])} ({int(s[pb])} tokens)"
+    else:
+        found = f"{row} at token {int(cb[pb]) + ob}"
+    _finding(rep, path, "sample boundary",
+             f"stream token {i * L} (= {i} x seq_length {L}) from doc_idx and the current .idx sizes",
+             found, "first divergence: " + STALE_HINT)
+    out.diverged = True
 
 
 def _boundaries(ctx: _Ctx, out: _Stream, rows: np.ndarray, row0: int, q0: int, dl: np.ndarray, s: np.ndarray,
@@ -672,7 +792,7 @@ def _audit(ctx: _Ctx, resolve_prefix: Callable[[str | None], str | None] | None,
             ctx.expected_separate = ctx.files_separate
         exp: ExposureState | None = None
         if consumption is not None and c_ext is not None and rep.exposure_ok:
-            exp = ExposureState(c_ext, L, D, int(sizes.max()) if D else 1, first_s, last_s)
+            exp = ExposureState(c_ext, L, D, int(sizes.max()) if D else 1, first_s, last_s, ext=accelerated())
         bound = max(E_est, 1) * (max(consumption.max_count, 0) + 1 if consumption else 1)
         if bound < (1 << 15) and E_est < (1 << 15):
             acc, shift = np.zeros(D, dtype=np.uint32), 16
@@ -685,7 +805,7 @@ def _audit(ctx: _Ctx, resolve_prefix: Callable[[str | None], str | None] | None,
             return
         st = _stream_pass(ctx, doc_r, sample_r, sizes, acc, shift, exp, tail, progress)
         mask = acc.dtype.type((1 << shift) - 1)
-        ds = _doc_stats(acc, mask, sizes)
+        ds = _doc_stats(acc, mask, sizes, shift)
         rep.documents, T, E = ds.documents, ds.tokens, ds.epochs
         rep.tokens = T
         ok_copies = True
@@ -764,7 +884,7 @@ def _audit(ctx: _Ctx, resolve_prefix: Callable[[str | None], str | None] | None,
             if manifest is not None:
                 def cb(chunk: ManifestChunk) -> None:
                     manifest(rep, chunk)
-            rep.exposure = exp.finalize(acc, shift, sizes, lo, consumption.consumed, cb)
+            rep.exposure = exp.finalize(acc, shift, sizes, lo, consumption.consumed, cb, max_copies=E)
             if rep.samples_per_epoch and consumption.consumed > rep.samples_per_epoch:
                 rep.exposure.second_pass_sample = _second_pass(consumption, rep.samples_per_epoch)
                 if iteration_of is not None and rep.exposure.second_pass_sample is not None:
@@ -792,8 +912,13 @@ class _DocStats:
     """(local id, copies) of the first document present another number of times than ``epochs``."""
 
 
-def _doc_stats(acc: np.ndarray, mask: Any, sizes: np.ndarray) -> _DocStats:
+def _doc_stats(acc: np.ndarray, mask: Any, sizes: np.ndarray, shift: int) -> _DocStats:
     """Documents present, their tokens, the epochs (most copies) and the first irregular document, in chunks."""
+    ext = accelerated()
+    if ext is not None:
+        docs, toks, epochs, absent, other, other_c = (int(x) for x in ext.doc_stats(acc, shift, sizes))
+        return _DocStats(documents=docs, tokens=toks, epochs=epochs, first_absent=max(absent, 0),
+                         first_other=(other, other_c) if other >= 0 else None)
     out = _DocStats(first_absent=-1)
     n = acc.shape[0]
     step = 1 << 20
