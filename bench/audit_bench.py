@@ -17,6 +17,8 @@ sizes matter). Then, each in a fresh process so that peak RSS (``resource.getrus
    whole run).
 
 and prints wall time, peak RSS and the ratios to ``read``. Targets: peak RSS <= 1.5 GB, time <= 3x read.
+The audit uses the C extension ``neox_epoch._exposure`` when it is built; ``NEOX_EPOCH_AUDIT_NUMPY=1``
+in the environment measures the numpy fallback instead (the children inherit it).
 """
 
 from __future__ import annotations

@@ -19,6 +19,14 @@ Computation, streamed and without a per-sample or per-token Python loop:
    tokens, hence the token histogram ``{times: tokens}`` (``np.bincount`` weighted by step lengths),
    and per document the minimum / maximum / total exposure.
 
+With the C extension ``neox_epoch._exposure`` (optional, see :func:`accelerated`) steps 2-3 have no
+sort: the stream pass walks ``doc_idx`` once, reading ``c`` sequentially, and logs every sample boundary
+strictly inside a document copy where ``c`` changes as an entry (offset, change) linked per document
+(``head[d]`` -> newest entry -> older ones); the final pass walks the documents in order, sorts each
+document's few entries and sweeps them into the same histograms and per-document minimum / maximum /
+total. Both paths give identical reports (``tests/test_audit_paths.py``); the C path keeps 12 bytes an
+entry (at most one per change of ``c`` between consecutive samples) and 4 bytes a document for ``head``.
+
 Memory: ``c`` (1 byte a sample), the per-document counts (4 or 8 bytes a document), the .idx sizes of
 the split (4 bytes a document) and the events (8 bytes each, at most one per sample boundary where the
 draw count changes). ``--manifest`` adds the first/last draw position per sample and per document.
