@@ -250,10 +250,10 @@ def data(tmp_path_factory):
     return d
 
 
-def _paths_args(d, names, weights):
+def _paths_args(d, names, weights, tbs=8):
     return {"train_data_paths": [str(d / n) for n in names], "valid_data_paths": [str(d / "v")],
             "test_data_paths": [str(d / "v")], "train_data_weights": weights, "valid_data_weights": [1.0],
-            "test_data_weights": [1.0], "seq_length": 32, "train_batch_size": 8, "eval_interval": 100, "eval_iters": 2}
+            "test_data_weights": [1.0], "seq_length": 32, "train_batch_size": tbs, "eval_interval": 100, "eval_iters": 2}
 
 
 def _fresh(d, tmp_path, sub):
@@ -280,18 +280,21 @@ def _check_exact(src, passes, tokens_unseen_planned=None):
 @pytest.mark.neox
 def test_one_source_exact_and_stock_spillover(data, tmp_path):
     d = _fresh(data, tmp_path, "one")
-    got, log = _probe(tmp_path, "one", _paths_args(d, ["a"], [1.0]), {"epochs": 1, "log_dir": str(tmp_path / "l")})
+    got, log = _probe(tmp_path, "one", _paths_args(d, ["a"], [1.0], tbs=4), {"epochs": 1, "log_dir": str(tmp_path / "l")})
     (src,) = got["sources"]
     row = got["table"][0]
     assert src["epochs"] == 1 and row["epochs_built"] == 1
     _check_exact(src, 1.0, row["tokens_unseen"])
-    assert _hist(src).get(0, 0) <= (got["plan"]["train_iters"] * 0 + 2) * 32  # one len-1 sample + remainder
+    # unseen = the samples of the pass not drawn (remainder under one global batch + NeoX's len-1) + the tail
+    assert _hist(src).get(0, 0) < (row["samples_per_epoch"] - row["samples_drawn"] + 1) * 32
+    # the run NeoX would make for the same train_iters asks 1.005x -> more than one epoch (the headline problem)
+    assert int(np.ceil(got["samples"] * 1.005)) > row["samples_per_epoch"]
     assert "neox_epoch: exact plan" in log and got["counter_mismatches"] == []
     recs = [json.loads(x) for x in open(tmp_path / "l" / JSONL_NAME)]
     assert recs[0]["event"] == "plan" and recs[-1]["event"] == "final" and recs[-1]["complete"]
     # stock NeoX, same train_iters: 1.005 -> 2 epochs shuffled together -> spillover
     d2 = _fresh(data, tmp_path, "one_stock")
-    stock, _ = _probe(tmp_path, "one_stock", {**_paths_args(d2, ["a"], [1.0]), "train_iters": got["train_iters"]},
+    stock, _ = _probe(tmp_path, "one_stock", {**_paths_args(d2, ["a"], [1.0], tbs=4), "train_iters": got["train_iters"]},
                       None)
     (s2,) = stock["sources"]
     h2 = _hist(s2)
@@ -394,7 +397,7 @@ def _launch(tmp_path, data, script, dry_run, extra_env=None):
     cfg = tmp_path / "run.yml"
     cfg.write_text(NEOX_CONFIG.format(a=d / "a", v=d / "v", logs=tmp_path / "logs"))
     before = cfg.read_text()
-    cmd = [NEOX_PYTHON, "-m", "neox_epoch", "launch"] + (["--dry-run"] if dry_run else []) + [script, str(cfg)]
+    cmd = [NEOX_PYTHON, "-m", "neox_epoch.cli", "launch"] + (["--dry-run"] if dry_run else []) + [script, str(cfg)]
     env = {**_neox_env(), "PROBE_OUT": str(tmp_path / "rank"), "MASTER_PORT": "29517", **(extra_env or {})}
     r = subprocess.run(cmd, cwd=NEOX_DIR, env=env, capture_output=True, text=True, timeout=900)
     assert cfg.read_text() == before

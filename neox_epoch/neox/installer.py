@@ -110,3 +110,4 @@ def _ensure_log_handler() -> None:
     handler.setFormatter(logging.Formatter("%(message)s"))
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
+    logger.propagate = False  # NeoX/DeepSpeed may configure the root logger later: print once
