@@ -96,7 +96,9 @@ def tiny_gpt(seq_length: int, width: int = 32) -> Any:
 
         def forward(self, tokens: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
             x = self.tok(tokens % VOCAB) + self.pos.weight[: tokens.shape[1]]
-            x = self.block(x, src_mask=self.mask[: tokens.shape[1], : tokens.shape[1]], is_causal=True)
+            n = tokens.shape[1]
+            mask: torch.Tensor = self.mask  # type: ignore[assignment]
+            x = self.block(x, src_mask=mask[:n, :n], is_causal=True)
             logits = self.head(x)
             return torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), (labels % VOCAB).reshape(-1))
 
@@ -274,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)  # ranks share the CPU cores: oversubscription costs more than it gives
 
     if not args.with_shm_op:  # the CPU shm op JIT-compiles for 15+ s and plays no part here (gloo)
-        importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None
+        setattr(importlib.import_module("deepspeed.comm.torch"), "build_shm_op", lambda: None)  # noqa: B010
     deepspeed.init_distributed(dist_backend="gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     if rank != 0:
@@ -307,7 +309,9 @@ def main(argv: list[str] | None = None) -> int:
     uninstall()
 
     ckpt_dir = os.path.join(args.out, "checkpoints")
-    start_iter, records_before, launches = 0, [], []
+    start_iter = 0
+    records_before: list[list[int]] = []
+    launches: list[dict[str, int]] = []
     if args.resume:
         path, client = engine.load_checkpoint(ckpt_dir)
         if path is None:

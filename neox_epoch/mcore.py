@@ -131,15 +131,16 @@ def exact_config(
     passes = _passes(epochs, specs)
     plan = exact_plan(inp, passes)
     _check_no_spillover(plan, specs, passes)
-    new_weights = plan.settings.get("weights")
+    raw_weights = plan.settings.get("weights")
+    new_weights = [float(w) for w in raw_weights] if isinstance(raw_weights, (list, tuple)) else None
     changes: dict[str, Any] = {"mid_level_dataset_surplus": 0.0}
     if new_weights is not None:
         if per_split:
             bps = list(config.blend_per_split)
-            bps[0] = (list(prefixes), [float(w) for w in new_weights])  # type: ignore[union-attr]
+            bps[0] = (list(prefixes), new_weights)
             changes["blend_per_split"] = bps
         else:
-            changes["blend"] = (list(prefixes), [float(w) for w in new_weights])  # type: ignore[union-attr]
+            changes["blend"] = (list(prefixes), new_weights)
     new_config = _with_fields(config, **changes)
     sizes = (plan.consumed["train"], plan.consumed["valid"], plan.consumed["test"])
     return ExactSetup(config=new_config, train_iters=plan.train_iters, train_samples=plan.train_samples,
@@ -221,7 +222,7 @@ def _check_dataset(split: str, k: int, gpt: Any, sp: SourcePlan, problems: list[
     path = getattr(gpt, "dataset_path", None)
     if path is not None and os.path.realpath(str(path)) != os.path.realpath(sp.prefix):
         problems.append(f"{where}: built from {path}, plan has {sp.prefix}")
-    checks = [("length", len(gpt), sp.length)]
+    checks: list[tuple[str, object, object]] = [("length", len(gpt), sp.length)]
     indices = getattr(gpt, "indices", None)
     if indices is not None:
         checks.append(("documents", len(indices), sp.documents))

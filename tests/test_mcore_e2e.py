@@ -82,10 +82,10 @@ def test_exact_config_real_builder_draws_the_targets(
     assert config.mid_level_dataset_surplus == 0.005, "the user's config is not modified"
     assert setup.train_samples == setup.train_iters * gbs == setup.sizes[0]
     assert setup.sizes[1:] == ((setup.train_iters // 10 + 1) * gbs, gbs)
-    targets = [s.target_samples for s in setup.plan.sources if s.split == "train"]
+    targets = [int(s.target_samples or 0) for s in setup.plan.sources if s.split == "train"]
     if len(prefixes) > 1:
         assert setup.config.blend == (prefixes, setup.plan.settings["weights"])
-        assert list(setup.plan.settings["targets"].values()) == targets
+        assert list(setup.plan.settings["targets"].values()) == targets  # type: ignore[attr-defined]
     train, valid, test = build(setup.config, setup.sizes)
     n = setup.train_samples
     got = np.bincount(np.asarray(train.dataset_index[:n]), minlength=len(prefixes)).tolist()
@@ -127,7 +127,8 @@ def test_blend_per_split_train_weights_replaced(corpus: Any, tmp_path: Path) -> 
     assert setup.config.blend_per_split[1] == ([v], None)
     datasets = build(setup.config, setup.sizes)
     assert datasets[2] is None
-    assert verify_build(datasets, setup)["train"] == list(setup.plan.settings["targets"].values())
+    targets: dict[str, int] = setup.plan.settings["targets"]  # type: ignore[assignment]
+    assert verify_build(datasets, setup)["train"] == list(targets.values())
 
 
 def test_verify_build_catches_a_tampered_plan_and_the_unfixed_config(corpus: Any, tmp_path: Path) -> None:
