@@ -15,7 +15,8 @@ setup(
         Extension(
             "neox_epoch._greedy",
             sources=["neox_epoch/_greedy.c"],
-            extra_compile_args=["-O3", "-ffp-contract=off"],
+            extra_compile_args=["-O3", "-ffp-contract=off", "-pthread"],
+            extra_link_args=["-pthread"],
             optional=True,
         ),
         Extension(

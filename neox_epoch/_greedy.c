@@ -12,47 +12,235 @@
  *   runs the steps s in [start, stop) from the given counts;
  *   marks: sequence of (source, count) pairs; positions[k] is the step s at which source
  *   marks[k][0] drew its marks[k][1]-th sample during this call, else -1.
+ *
+ * Long runs are split over threads without giving up exactness. Chunk k > 0 starts from a GUESSED
+ * state (the largest-remainder rounding of w * b_k) and keeps snapshots of its first steps. Once the
+ * true state at b_k is known (the end of chunk k-1), it is stepped forward until it equals the
+ * chunk's snapshot at the same step; from there the two trajectories are the same deterministic
+ * sequence, so the chunk's end state and later marks are exact. If they never meet within the
+ * snapshots, the chunk is replayed sequentially from the true state. (In practice they meet within
+ * a step or two.)
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
-
+#include <string.h>
+#include <unistd.h>
 
 #define MAXN 16
+#define NSNAP 4096
+#define MAX_THREADS 8
+#define PARALLEL_MIN_STEPS 8000000LL
 
-/* Record the step of every mark (source, count) just reached and find the source's next mark. */
-static void hit_mark(Py_ssize_t best, int64_t cnt, long long s, Py_ssize_t nm, const long long *msrc,
-                     const long long *mcnt, long long *mpos, int64_t *next) {
+typedef struct {
+    int n;
+    double *w;
+    Py_ssize_t nm;
+    const long long *msrc;
+    const long long *mcnt;
+} problem;
+
+/* Record the step of every mark (source, count) just reached; return the source's next mark count. */
+static int64_t hit_mark(const problem *p, int best, int64_t cnt, long long s, long long *mpos) {
     int64_t nxt = INT64_MAX;
-    for (Py_ssize_t k = 0; k < nm; k++) {
-        if (msrc[k] != best) continue;
-        if (mcnt[k] == cnt) mpos[k] = s;
-        else if (mcnt[k] > cnt && mcnt[k] < nxt) nxt = mcnt[k];
+    for (Py_ssize_t k = 0; k < p->nm; k++) {
+        if (p->msrc[k] != best) continue;
+        if (p->mcnt[k] == cnt) mpos[k] = s;
+        else if (p->mcnt[k] > cnt && p->mcnt[k] < nxt) nxt = p->mcnt[k];
     }
-    *next = nxt;
+    return nxt;
+}
+
+static void next_marks(const problem *p, const int64_t *count, double *dnext) {
+    for (int i = 0; i < p->n; i++) dnext[i] = 1e300;
+    for (Py_ssize_t k = 0; k < p->nm; k++) {
+        long long src = p->msrc[k];
+        if (src >= 0 && src < p->n && p->mcnt[k] > count[src] && (double)p->mcnt[k] < dnext[src])
+            dnext[src] = (double)p->mcnt[k];
+    }
 }
 
 /* The hot loop for a compile-time number of sources N (lets the compiler unroll and keep registers). */
 #define CASE(N)                                                                                 \
     case N:                                                                                     \
-        for (long long s = start; s < stop; s++) {                                              \
+        for (long long s = s0; s < s1; s++) {                                                   \
             double x = (double)s;                                                               \
             if (x < 1.0) x = 1.0;                                                               \
             int best = 0;                                                                       \
-            double best_err = wl[0] * x - dcount[0];                                            \
+            double best_err = w[0] * x - dcount[0];                                             \
             for (int i = 1; i < N; i++) {                                                       \
-                double err = wl[i] * x - dcount[i];                                             \
+                double err = w[i] * x - dcount[i];                                              \
                 if (err > best_err) { best_err = err; best = i; }                               \
             }                                                                                   \
             dcount[best] += 1.0;                                                                \
             if (dcount[best] == dnext[best]) {                                                  \
-                int64_t nx;                                                                     \
-                hit_mark(best, (int64_t)dcount[best], s, nm, msrc, mcnt, mpos, &nx);            \
+                int64_t nx = hit_mark(p, best, (int64_t)dcount[best], s, mpos);                 \
                 dnext[best] = nx == INT64_MAX ? 1e300 : (double)nx;                             \
             }                                                                                   \
         }                                                                                       \
         break;
+
+/* Run the steps [s0, s1) from count (updated in place), recording mark positions into mpos. */
+static int run(const problem *p, int64_t *count, long long s0, long long s1, long long *mpos) {
+    double sbuf[3 * MAXN];
+    double *buf = p->n <= MAXN ? sbuf : malloc(sizeof(double) * 3 * (size_t)p->n);
+    if (!buf) return -1;
+    double *dcount = buf, *dnext = buf + p->n, *w = buf + 2 * p->n;
+    for (int i = 0; i < p->n; i++) {
+        dcount[i] = (double)count[i];
+        w[i] = p->w[i];
+    }
+    next_marks(p, count, dnext);
+    switch (p->n) {
+        CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8)
+        CASE(9) CASE(10) CASE(11) CASE(12) CASE(13) CASE(14) CASE(15) CASE(16)
+        default: {
+            const int N = p->n;
+            for (long long s = s0; s < s1; s++) {
+                double x = (double)s;
+                if (x < 1.0) x = 1.0;
+                int best = 0;
+                double best_err = w[0] * x - dcount[0];
+                for (int i = 1; i < N; i++) {
+                    double err = w[i] * x - dcount[i];
+                    if (err > best_err) { best_err = err; best = i; }
+                }
+                dcount[best] += 1.0;
+                if (dcount[best] == dnext[best]) {
+                    int64_t nx = hit_mark(p, best, (int64_t)dcount[best], s, mpos);
+                    dnext[best] = nx == INT64_MAX ? 1e300 : (double)nx;
+                }
+            }
+        }
+    }
+    for (int i = 0; i < p->n; i++) count[i] = (int64_t)dcount[i];
+    if (buf != sbuf) free(buf);
+    return 0;
+}
+
+/* Any state with sum(count) = b works as a guess; this one is usually the true state. */
+static void guess_state(const problem *p, long long b, int64_t *count) {
+    double x = b < 1 ? 1.0 : (double)b;
+    double frac[MAXN];
+    long long total = 0;
+    for (int i = 0; i < p->n; i++) {
+        double f = p->w[i] * x;
+        count[i] = (int64_t)floor(f);
+        frac[i] = f - floor(f);
+        total += count[i];
+    }
+    long long r = b - total;
+    while (r > 0) {
+        int best = 0;
+        for (int i = 1; i < p->n; i++)
+            if (frac[i] > frac[best]) best = i;
+        count[best] += 1;
+        frac[best] = -1.0;
+        r--;
+    }
+    while (r < 0) { /* cannot happen for normalized weights; keep the sum right anyway */
+        for (int i = 0; i < p->n && r < 0; i++)
+            if (count[i] > 0) { count[i] -= 1; r++; }
+    }
+}
+
+typedef struct {
+    const problem *p;
+    long long s0, s1;
+    int64_t count[MAXN];
+    long long *mpos;
+    int64_t *snap; /* NSNAP states (the state before step s0 + j), or NULL for the first chunk */
+    long long nsnap;
+} chunk;
+
+static void *chunk_main(void *arg) {
+    chunk *c = (chunk *)arg;
+    long long s = c->s0;
+    if (c->snap) {
+        c->nsnap = c->s1 - c->s0 < NSNAP ? c->s1 - c->s0 : NSNAP;
+        for (long long j = 0; j < c->nsnap; j++, s++) {
+            memcpy(c->snap + j * c->p->n, c->count, sizeof(int64_t) * c->p->n);
+            run(c->p, c->count, s, s + 1, c->mpos);
+        }
+    }
+    run(c->p, c->count, s, c->s1, c->mpos);
+    return NULL;
+}
+
+static int num_threads(void) {
+    const char *env = getenv("NEOX_EPOCH_THREADS");
+    long t = env ? strtol(env, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
+    if (t < 1) t = 1;
+    if (t > MAX_THREADS) t = MAX_THREADS;
+    return (int)t;
+}
+
+/* Exact parallel run of [s0, s1) from count; mpos gets the true mark positions. */
+static int run_parallel(const problem *p, int64_t *count, long long s0, long long s1, long long *mpos) {
+    int T = num_threads();
+    if (T < 2 || s1 - s0 < PARALLEL_MIN_STEPS || p->n > MAXN) return run(p, count, s0, s1, mpos);
+    int n = p->n;
+    Py_ssize_t nm = p->nm;
+    chunk ch[MAX_THREADS];
+    pthread_t tid[MAX_THREADS];
+    long long *pos_all = malloc(sizeof(long long) * (nm + 1) * T);
+    int64_t *snaps = malloc(sizeof(int64_t) * (size_t)NSNAP * n * T);
+    if (!pos_all || !snaps) { free(pos_all); free(snaps); return -1; }
+    for (int k = 0; k < T; k++) {
+        ch[k].p = p;
+        ch[k].s0 = s0 + (s1 - s0) * k / T;
+        ch[k].s1 = s0 + (s1 - s0) * (k + 1) / T;
+        ch[k].mpos = pos_all + (size_t)(nm + 1) * k;
+        for (Py_ssize_t m = 0; m < nm; m++) ch[k].mpos[m] = -1;
+        ch[k].nsnap = 0;
+        if (k == 0) {
+            memcpy(ch[k].count, count, sizeof(int64_t) * n);
+            ch[k].snap = NULL;
+        } else {
+            guess_state(p, ch[k].s0, ch[k].count);
+            ch[k].snap = snaps + (size_t)NSNAP * n * k;
+        }
+    }
+    int started[MAX_THREADS] = {0};
+    for (int k = 1; k < T; k++) started[k] = pthread_create(&tid[k], NULL, chunk_main, &ch[k]) == 0;
+    chunk_main(&ch[0]);
+    for (int k = 1; k < T; k++) {
+        if (started[k]) pthread_join(tid[k], NULL);
+        else chunk_main(&ch[k]);
+    }
+    /* marks of the first chunk are exact */
+    for (Py_ssize_t m = 0; m < nm; m++) mpos[m] = ch[0].mpos[m];
+    int64_t truth[MAXN];
+    memcpy(truth, ch[0].count, sizeof(int64_t) * n);
+    long long *fix = malloc(sizeof(long long) * (nm + 1));
+    for (int k = 1; k < T; k++) {
+        for (Py_ssize_t m = 0; m < nm; m++) fix[m] = -1;
+        long long s = ch[k].s0, merged = -1;
+        for (long long j = 0; j < ch[k].nsnap; j++, s++) {
+            if (memcmp(truth, ch[k].snap + j * n, sizeof(int64_t) * n) == 0) { merged = s; break; }
+            run(p, truth, s, s + 1, fix);
+        }
+        if (merged >= 0) {
+            memcpy(truth, ch[k].count, sizeof(int64_t) * n);
+            for (Py_ssize_t m = 0; m < nm; m++) {
+                if (fix[m] >= 0) mpos[m] = fix[m];
+                else if (ch[k].mpos[m] >= merged) mpos[m] = ch[k].mpos[m];
+            }
+        } else { /* never met: replay the rest of the chunk from the true state */
+            run(p, truth, s, ch[k].s1, fix);
+            for (Py_ssize_t m = 0; m < nm; m++)
+                if (fix[m] >= 0) mpos[m] = fix[m];
+        }
+    }
+    memcpy(count, truth, sizeof(int64_t) * n);
+    free(fix);
+    free(pos_all);
+    free(snaps);
+    return 0;
+}
 
 static int read_ll_pair(PyObject *pair, long long *a, long long *b) {
     PyObject *seq = PySequence_Fast(pair, "marks must hold (source, count) pairs");
@@ -81,67 +269,45 @@ static PyObject *advance(PyObject *self, PyObject *args) {
     if (!mseq) { Py_DECREF(wseq); Py_DECREF(cseq); return NULL; }
     Py_ssize_t n = PySequence_Fast_GET_SIZE(wseq);
     Py_ssize_t nm = PySequence_Fast_GET_SIZE(mseq);
-    if (n < 1 || PySequence_Fast_GET_SIZE(cseq) != n) {
+    if (n < 1 || n > 1000000 || PySequence_Fast_GET_SIZE(cseq) != n) {
         Py_DECREF(wseq); Py_DECREF(cseq); Py_DECREF(mseq);
         PyErr_SetString(PyExc_ValueError, "weights and counts must be non-empty and of equal length");
         return NULL;
     }
-    double *w = malloc(sizeof(double) * n);
+    problem p;
+    p.n = (int)n;
+    double *wbuf = malloc(sizeof(double) * n);
     int64_t *count = malloc(sizeof(int64_t) * n);
-    int64_t *next_mark = malloc(sizeof(int64_t) * n);
+    p.w = wbuf;
     long long *msrc = malloc(sizeof(long long) * (nm + 1));
     long long *mcnt = malloc(sizeof(long long) * (nm + 1));
     long long *mpos = malloc(sizeof(long long) * (nm + 1));
     for (Py_ssize_t i = 0; i < n; i++) {
-        w[i] = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(wseq, i));
+        p.w[i] = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(wseq, i));
         count[i] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(cseq, i));
-        next_mark[i] = INT64_MAX;
     }
     int failed = PyErr_Occurred() != NULL;
     for (Py_ssize_t k = 0; k < nm && !failed; k++) {
         failed = read_ll_pair(PySequence_Fast_GET_ITEM(mseq, k), &msrc[k], &mcnt[k]) != 0;
         mpos[k] = -1;
-        if (!failed && msrc[k] >= 0 && msrc[k] < n && mcnt[k] > count[msrc[k]] && mcnt[k] < next_mark[msrc[k]])
-            next_mark[msrc[k]] = mcnt[k];
     }
     Py_DECREF(wseq); Py_DECREF(cseq); Py_DECREF(mseq);
-    if (failed) { free(w); free(count); free(next_mark); free(msrc); free(mcnt); free(mpos); return NULL; }
+    if (failed) { free(msrc); free(mcnt); free(mpos); free(wbuf); free(count); return NULL; }
+    p.nm = nm;
+    p.msrc = msrc;
+    p.mcnt = mcnt;
 
+    int rc;
     Py_BEGIN_ALLOW_THREADS
-    /* counts kept as doubles in the hot loop (exact below 2^53); a mark check is one compare */
-    double dcount[MAXN], dnext[MAXN], wl[MAXN];
-    if (n <= MAXN) {
-        for (Py_ssize_t i = 0; i < n; i++) {
-            dcount[i] = (double)count[i];
-            dnext[i] = next_mark[i] == INT64_MAX ? 1e300 : (double)next_mark[i];
-            wl[i] = w[i];
-        }
-        switch (n) {
-            CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8)
-            CASE(9) CASE(10) CASE(11) CASE(12) CASE(13) CASE(14) CASE(15) CASE(16)
-        }
-        for (Py_ssize_t i = 0; i < n; i++) count[i] = (int64_t)dcount[i];
-    } else {
-        for (long long s = start; s < stop; s++) {
-            double x = (double)s;
-            if (x < 1.0) x = 1.0;
-            Py_ssize_t best = 0;
-            double best_err = w[0] * x - (double)count[0];
-            for (Py_ssize_t i = 1; i < n; i++) {
-                double err = w[i] * x - (double)count[i];
-                if (err > best_err) { best_err = err; best = i; }
-            }
-            count[best] += 1;
-            if (count[best] == next_mark[best]) hit_mark(best, count[best], s, nm, msrc, mcnt, mpos, &next_mark[best]);
-        }
-    }
+    rc = run_parallel(&p, count, start, stop, mpos);
     Py_END_ALLOW_THREADS
+    if (rc != 0) { free(msrc); free(mcnt); free(mpos); free(wbuf); free(count); return PyErr_NoMemory(); }
 
     PyObject *out_counts = PyList_New(n);
     for (Py_ssize_t i = 0; i < n; i++) PyList_SET_ITEM(out_counts, i, PyLong_FromLongLong(count[i]));
     PyObject *positions = PyList_New(nm);
     for (Py_ssize_t k = 0; k < nm; k++) PyList_SET_ITEM(positions, k, PyLong_FromLongLong(mpos[k]));
-    free(w); free(count); free(next_mark); free(msrc); free(mcnt); free(mpos);
+    free(msrc); free(mcnt); free(mpos); free(wbuf); free(count);
     return Py_BuildValue("(NN)", out_counts, positions);
 }
 
