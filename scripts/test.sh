@@ -6,5 +6,5 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 . .venv/bin/activate
 export DS_ACCELERATOR=cpu
-ruff check neox_epoch tests scripts bench
+ruff check neox_epoch tests scripts bench examples
 python -m pytest -ra "$@"
