@@ -109,6 +109,7 @@ def generate(directory: str, samples: int, seq: int, doc_tokens: int, seed: int 
 
 def _child(mode: str, base: str, consumed: int) -> None:
     t0 = time.time()
+    c0 = time.process_time()  # CPU time of all the process's threads
     if mode == "read":
         total = 0
         for role in ("doc", "sample", "shuffle"):
@@ -126,6 +127,7 @@ def _child(mode: str, base: str, consumed: int) -> None:
         extra = {"findings": [str(f) for f in res.findings], "epochs": r.epochs, "samples": r.samples,
                  "exposure": r.exposure.to_json()["tokens"] if r.exposure else None}
     wall = time.time() - t0
+    cpu = time.process_time() - c0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: kB
     hwm = None
     try:  # the kernel's high-water mark of this process image (Linux), as a cross-check
@@ -133,7 +135,7 @@ def _child(mode: str, base: str, consumed: int) -> None:
             hwm = next(int(x.split()[1]) * 1024 for x in f if x.startswith("VmHWM:"))
     except (OSError, StopIteration):
         pass
-    print(json.dumps({"mode": mode, "wall_s": round(wall, 2), "peak_rss_bytes": rss, "vmhwm_bytes": hwm, **extra}))
+    print(json.dumps({"mode": mode, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "peak_rss_bytes": rss, "vmhwm_bytes": hwm, **extra}))
 
 
 def main() -> None:
@@ -144,6 +146,10 @@ def main() -> None:
     ap.add_argument("--consumed-fractions", default="0.5,1.0", help="comma-separated fractions of len to consume")
     ap.add_argument("--dir", default=None, help="where to write the synthetic index (default: a temp dir)")
     ap.add_argument("--keep", action="store_true", help="keep the files")
+    ap.add_argument("--reuse", action="store_true",
+                    help="with --dir: reuse an index generated there before with the same sizes (kept with --keep)")
+    ap.add_argument("--runs", default=None,
+                    help="comma-separated subset of read,validate,exposure to run (default: all)")
     ap.add_argument("--child", nargs=3, metavar=("MODE", "BASE", "CONSUMED"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -158,14 +164,25 @@ def main() -> None:
     try:
         # generate in a child too: a child's ru_maxrss starts from its parent's at fork on Linux, so the
         # parent must stay small for the measured children's numbers to be their own
-        gen = subprocess.run([sys.executable, __file__, "--child", "generate", directory,
-                              f"{args.samples},{args.seq},{args.doc_tokens}"], capture_output=True, text=True, check=True)
-        info = json.loads(gen.stdout.strip().splitlines()[-1])
+        key = f"{args.samples},{args.seq},{args.doc_tokens}"
+        saved = os.path.join(directory, f"bench_{key.replace(',', '_')}.json")
+        if args.reuse and os.path.exists(saved):
+            with open(saved, encoding="utf-8") as f:
+                info = json.load(f)
+        else:
+            gen = subprocess.run([sys.executable, __file__, "--child", "generate", directory, key],
+                                 capture_output=True, text=True, check=True)
+            info = json.loads(gen.stdout.strip().splitlines()[-1])
+            with open(saved, "w", encoding="utf-8") as f:
+                json.dump(info, f)
         print(f"synthetic index: {info['samples']:,} samples, {info['docs']:,} documents, "
               f"{info['tokens']:,} tokens x {info['epochs']} epochs, seq {args.seq} ({info['generate_s']} s to generate)")
         length = int(info["samples"]) - 1
         runs = [("read", 0), ("validate", 0)]
         runs += [(f"exposure@{f}", int(float(f) * length)) for f in args.consumed_fractions.split(",")]
+        if args.runs:
+            keep = set(args.runs.split(","))
+            runs = [r for r in runs if r[0].split("@")[0] in keep or r[0] == "read"]
         out: dict[str, dict[str, object]] = {}
         for label, consumed in runs:
             mode = label.split("@")[0]
@@ -173,17 +190,18 @@ def main() -> None:
                                   capture_output=True, text=True, check=True)
             out[label] = json.loads(proc.stdout.strip().splitlines()[-1])
             out[label]["consumed"] = consumed
+
         gb = 1e9
         read = float(out["read"]["wall_s"])  # type: ignore[arg-type]
         for label, r in out.items():
             ratio = float(r["wall_s"]) / read  # type: ignore[arg-type]
             hwm = r.get("vmhwm_bytes")
-            print(f"{label:13s} wall {r['wall_s']:>7} s  ({ratio:5.2f}x read)  peak RSS {int(r['peak_rss_bytes']) / gb:5.2f} GB"  # type: ignore[call-overload]
+            print(f"{label:13s} wall {r['wall_s']:>7} s  ({ratio:5.2f}x read)  cpu {r['cpu_s']:>6} s  peak RSS {int(r['peak_rss_bytes']) / gb:5.2f} GB"  # type: ignore[call-overload]
                   + (f" (VmHWM {int(hwm) / gb:5.2f} GB)" if hwm else "")  # type: ignore[call-overload]
                   + (f"  findings {len(r['findings'])}" if "findings" in r else "")  # type: ignore[arg-type]
                   + (f"  consumed {r['consumed']:,}: tokens by times seen {r.get('exposure')}" if r.get("exposure") else ""))
     finally:
-        if not args.keep and args.dir is None:
+        if not args.keep and not args.reuse and args.dir is None:
             shutil.rmtree(directory, ignore_errors=True)
 
 

@@ -27,6 +27,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,7 @@ typedef struct {
     Py_buffer view;
     char *buf;
     Py_ssize_t n;       /* elements */
+    Py_ssize_t st;      /* bytes from one element to the next (1-D views may be strided: a field of records) */
     int size;           /* item size */
     int is_signed;
     int held;
@@ -48,9 +50,19 @@ static void arr_release(Arr *a) {
 static int arr_get(PyObject *o, Arr *a, int writable, const char *name) {
     memset(a, 0, sizeof(*a));
     if (o == Py_None) return 0;
-    int flags = PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+    int flags = PyBUF_FORMAT | PyBUF_STRIDES | (writable ? PyBUF_WRITABLE : 0);
     if (PyObject_GetBuffer(o, &a->view, flags) < 0) return -1;
     a->held = 1;
+    if (a->view.ndim > 1 && !PyBuffer_IsContiguous(&a->view, 'C')) {
+        PyErr_Format(PyExc_TypeError, "%s: a C-contiguous buffer is needed", name);
+        arr_release(a);
+        return -1;
+    }
+    if (a->view.ndim == 1 && a->view.shape[0] > 1 && a->view.strides[0] <= 0) {
+        PyErr_Format(PyExc_TypeError, "%s: a positive stride is needed", name);
+        arr_release(a);
+        return -1;
+    }
     const char *f = a->view.format ? a->view.format : "B";
     while (*f == '@' || *f == '=' || *f == '<' || *f == '>' || *f == '!') f++;
     int sz = (int)a->view.itemsize;
@@ -63,41 +75,110 @@ static int arr_get(PyObject *o, Arr *a, int writable, const char *name) {
     a->is_signed = (*f >= 'a' && *f <= 'z');
     a->buf = (char *)a->view.buf;
     a->n = a->view.len / sz;
+    a->st = sz;
+    if (a->view.ndim == 1) {
+        a->n = a->view.shape[0];
+        if (a->n > 1) a->st = a->view.strides[0];
+    }
     return 0;
 }
 
+#define AT(a, i) ((a)->buf + (Py_ssize_t)(i) * (a)->st)
+
 static inline int64_t get(const Arr *a, Py_ssize_t i) {
+    const char *p = AT(a, i);
     switch (a->size) {
-    case 1: return a->is_signed ? (int64_t)((int8_t *)a->buf)[i] : (int64_t)((uint8_t *)a->buf)[i];
-    case 2: return a->is_signed ? (int64_t)((int16_t *)a->buf)[i] : (int64_t)((uint16_t *)a->buf)[i];
-    case 4: return a->is_signed ? (int64_t)((int32_t *)a->buf)[i] : (int64_t)((uint32_t *)a->buf)[i];
-    default: return ((int64_t *)a->buf)[i];
+    case 1: return a->is_signed ? (int64_t)*(const int8_t *)p : (int64_t)*(const uint8_t *)p;
+    case 2: return a->is_signed ? (int64_t)*(const int16_t *)p : (int64_t)*(const uint16_t *)p;
+    case 4: return a->is_signed ? (int64_t)*(const int32_t *)p : (int64_t)*(const uint32_t *)p;
+    default: return *(const int64_t *)p;
     }
 }
 
 static inline void set(Arr *a, Py_ssize_t i, int64_t v) {
+    char *p = AT(a, i);
     switch (a->size) {
-    case 1: ((uint8_t *)a->buf)[i] = (uint8_t)v; break;
-    case 2: ((uint16_t *)a->buf)[i] = (uint16_t)v; break;
-    case 4: ((uint32_t *)a->buf)[i] = (uint32_t)v; break;
-    default: ((int64_t *)a->buf)[i] = v; break;
+    case 1: *(uint8_t *)p = (uint8_t)v; break;
+    case 2: *(uint16_t *)p = (uint16_t)v; break;
+    case 4: *(uint32_t *)p = (uint32_t)v; break;
+    default: *(int64_t *)p = v; break;
     }
 }
 
 static inline uint64_t getu(const Arr *a, Py_ssize_t i) {
+    const char *p = AT(a, i);
     switch (a->size) {
-    case 1: return ((uint8_t *)a->buf)[i];
-    case 2: return ((uint16_t *)a->buf)[i];
-    case 4: return ((uint32_t *)a->buf)[i];
-    default: return ((uint64_t *)a->buf)[i];
+    case 1: return *(const uint8_t *)p;
+    case 2: return *(const uint16_t *)p;
+    case 4: return *(const uint32_t *)p;
+    default: return *(const uint64_t *)p;
     }
 }
 
+static inline int contig(const Arr *a) { return a->st == a->size; }
+
 #define RELEASE(...) do { Arr *_l[] = {__VA_ARGS__}; for (size_t _k = 0; _k < sizeof(_l) / sizeof(_l[0]); _k++) arr_release(_l[_k]); } while (0)
+
+/* ------------------------------------------------------------------ threads */
+
+/* Work of at least this many entries is split between two threads (the caller may lower it: tests). */
+static long long par_min = 1 << 16;
+
+typedef void *(*job_fn)(void *);
+
+/* Runs f(a) on a new thread and f(b) on this one; f(a) alone when no thread can be started. */
+static void run2(job_fn f, void *a, void *b) {
+    pthread_t t;
+    if (pthread_create(&t, NULL, f, b) == 0) {
+        f(a);
+        pthread_join(t, NULL);
+    } else {
+        f(a);
+        f(b);
+    }
+}
 
 /* ------------------------------------------------------------------ scatter */
 
 #define MAXRUNS 64
+#define PF_SCATTER 64
+
+typedef struct {
+    const Arr *v;
+    Arr *st;
+    int64_t i0, i1, j0;
+    int nr;
+    const long long *ra, *rb, *rv;
+} ScJob;
+
+static void *scatter_job(void *arg) {
+    ScJob *j = (ScJob *)arg;
+    const Arr *v = j->v;
+    Arr *st = j->st;
+    int fast = st->size == 1 && contig(st) && v->size == 4 && !v->is_signed && contig(v);
+    int64_t i = j->i0, n = j->i1;
+    /* the range split at the runs' edges: a constant value per piece */
+    while (i < n) {
+        int64_t jj = j->j0 + i, stop = n, val = 1;
+        for (int k = 0; k < j->nr; k++) {
+            if (jj >= j->ra[k] && jj < j->rb[k]) { val = j->rv[k]; if (j->rb[k] - j->j0 < stop) stop = j->rb[k] - j->j0; }
+            else if (j->ra[k] > jj && j->ra[k] - j->j0 < stop) stop = j->ra[k] - j->j0;
+        }
+        if (fast) {
+            const uint32_t *vv = (const uint32_t *)v->buf;
+            uint8_t *s8 = (uint8_t *)st->buf, b = (uint8_t)val;
+            for (; i < stop; i++) {
+                if (i + PF_SCATTER < stop) __builtin_prefetch(s8 + vv[i + PF_SCATTER], 1, 3);
+                /* a damaged (non-permutation) shuffle can name a sample twice, on both threads: it is
+                   reported as such, and the relaxed store keeps that race defined */
+                __atomic_store_n(s8 + vv[i], b, __ATOMIC_RELAXED);
+            }
+        } else {
+            for (; i < stop; i++) set(st, (Py_ssize_t)get(v, i), val);
+        }
+    }
+    return NULL;
+}
 
 static PyObject *scatter(PyObject *self, PyObject *args) {
     PyObject *vo, *so, *runs;
@@ -119,34 +200,30 @@ static PyObject *scatter(PyObject *self, PyObject *args) {
     Py_DECREF(seq);
     int64_t S = (int64_t)st.n - 1, n = (int64_t)v.n;
     Py_ssize_t bad = -1;
-    for (int64_t i = 0; i < n; i++) {
-        int64_t x = get(&v, i);
-        if (x < 0 || x >= S) { bad = i; break; }
-    }
-    if (bad < 0) {
-        if (nr == 0 && st.size == 1 && v.size == 4 && !v.is_signed) {
-            const uint32_t *vv = (const uint32_t *)v.buf;
-            uint8_t *s8 = (uint8_t *)st.buf;
-            for (int64_t i = 0; i < n; i++) s8[vv[i]] = 1;
-        } else {
-            /* the chunk split at the runs' edges: a constant value per piece */
-            int64_t i = 0;
-            while (i < n) {
-                int64_t j = j0 + i, stop = n, val = 1;
-                for (Py_ssize_t k = 0; k < nr; k++) {
-                    if (j >= ra[k] && j < rb[k]) { val = rv[k]; if (rb[k] - j0 < stop) stop = rb[k] - j0; }
-                    else if (ra[k] > j && ra[k] - j0 < stop) stop = ra[k] - j0;
-                }
-                if (st.size == 1 && v.size == 4 && !v.is_signed) {
-                    const uint32_t *vv = (const uint32_t *)v.buf;
-                    uint8_t *s8 = (uint8_t *)st.buf, b = (uint8_t)val;
-                    for (; i < stop; i++) s8[vv[i]] = b;
-                } else {
-                    for (; i < stop; i++) set(&st, (Py_ssize_t)get(&v, i), val);
-                }
-            }
+    Py_BEGIN_ALLOW_THREADS
+    if (v.size == 4 && !v.is_signed && contig(&v)) {
+        const uint32_t *vv = (const uint32_t *)v.buf;
+        uint32_t mx = 0;
+        for (int64_t i = 0; i < n; i++) mx = vv[i] > mx ? vv[i] : mx;
+        if ((int64_t)mx >= S) {
+            for (int64_t i = 0; i < n; i++) if ((int64_t)vv[i] >= S) { bad = i; break; }
+        }
+    } else {
+        for (int64_t i = 0; i < n; i++) {
+            int64_t x = get(&v, i);
+            if (x < 0 || x >= S) { bad = i; break; }
         }
     }
+    if (bad < 0) {
+        ScJob a = {&v, &st, 0, n, j0, (int)nr, ra, rb, rv}, b = a;
+        if (n >= 2 * par_min) {
+            a.i1 = b.i0 = n / 2;
+            run2(scatter_job, &a, &b);
+        } else {
+            scatter_job(&a);
+        }
+    }
+    Py_END_ALLOW_THREADS
     RELEASE(&v, &st);
     return PyLong_FromSsize_t(bad);
 }
@@ -157,7 +234,7 @@ static PyObject *finish_store(PyObject *self, PyObject *args) {
     Arr st;
     if (arr_get(so, &st, 1, "store") < 0) return NULL;
     int64_t S = (int64_t)st.n - 1, missing = 0, first = -1;
-    if (st.size == 1) {
+    if (st.size == 1 && contig(&st)) {
         uint8_t *s8 = (uint8_t *)st.buf;
         for (int64_t i = 0; i < S; i++) {
             if (s8[i] == 0) { if (first < 0) first = i; missing++; }
@@ -178,7 +255,7 @@ static PyObject *changes(PyObject *self, PyObject *args) {
     Arr c;
     if (arr_get(co, &c, 0, "c") < 0) return NULL;
     int64_t n = 0;
-    if (c.size == 1) {
+    if (c.size == 1 && contig(&c)) {
         const uint8_t *c8 = (const uint8_t *)c.buf;
         for (Py_ssize_t k = 1; k < c.n; k++) n += c8[k] != c8[k - 1];
     } else {
@@ -191,15 +268,120 @@ static PyObject *changes(PyObject *self, PyObject *args) {
 /* ------------------------------------------------------------------ stream */
 
 static inline uint64_t cval(const Arr *c, int64_t k) {
-    return c->size == 1 ? ((const uint8_t *)c->buf)[k] : getu(c, k);
+    return c->size == 1 && c->st == 1 ? ((const uint8_t *)c->buf)[k] : getu(c, k);
+}
+
+/* copies ahead whose document record is prefetched */
+#define PF_STREAM 48
+
+typedef struct {
+    const Arr *doc, *sizes, *c;
+    Arr *acc, *head, *lg;
+    int64_t lo, L, S, D;
+    int shift, atomic;
+    int64_t *cbv;
+    int32_t *sv;
+    int64_t i0, i1, base, log_at, log_end;
+    int64_t end, n_log;  /* out: stream position after i1, next free log entry */
+    int err;             /* 1: document id outside the sizes, 2: log region full */
+} StJob;
+
+static void *stream_job(void *arg) {
+    StJob *j = (StJob *)arg;
+    const Arr *doc = j->doc, *sizes = j->sizes, *c = j->c;
+    Arr *acc = j->acc, *head = j->head, *lg = j->lg;
+    const int64_t lo = j->lo, L = j->L, S = j->S, D = j->D, i1 = j->i1;
+    const int logging = c->held, atomic = j->atomic, shift = j->shift;
+    const int doc32 = doc->size == 4 && doc->is_signed && contig(doc);
+    const int32_t *d32 = (const int32_t *)doc->buf;
+    int64_t base = j->base, n_log = j->log_at;
+    const int64_t log_end = j->log_end;
+    int64_t kcur = base >= 0 ? base / L : 0, kpos = kcur * L;
+    for (int64_t i = j->i0; i < i1; i++) {
+        if (i + PF_STREAM < i1) {
+            int64_t dp = (doc32 ? d32[i + PF_STREAM] : get(doc, i + PF_STREAM)) - lo;
+            if (dp >= 0 && dp < D) {
+                /* one record per document holds its size, counts and log head: usually one line */
+                __builtin_prefetch(AT(sizes, dp), 1, 3);
+                __builtin_prefetch(AT(acc, dp), 1, 3);
+                if (logging) __builtin_prefetch(AT(head, dp), 1, 3);
+            }
+        }
+        int64_t d = (doc32 ? d32[i] : get(doc, i)) - lo;
+        if (d < 0 || d >= D) { j->err = 1; break; }
+        int64_t z = *(const int32_t *)AT(sizes, d);
+        j->sv[i] = (int32_t)z;
+        j->cbv[i] = base;
+        uint64_t add = 1;
+        if (logging) {
+            /* k0 = base / L kept up to date without a division: base only grows (sizes >= 0) */
+            if (base < kpos || base - kpos >= L) {
+                kcur = base >= 0 ? base / L : 0;
+                kpos = kcur * L;
+            }
+            int64_t k0 = kcur > S ? S : kcur;
+            uint64_t c0 = cval(c, k0);
+            add |= c0 << shift;
+            if (z > 0 && k0 < S) {
+                /* one log entry (offset, delta, previous entry of d) per change of the draw count inside:
+                   the boundaries k * L in (base, base + z), k <= S */
+                int64_t last = base + z - 1;
+                uint64_t prevc = c0;
+                for (int64_t k = k0 + 1, kp = kpos + L; k <= S && kp <= last; k++, kp += L) {
+                    uint64_t ck = cval(c, k);
+                    if (ck == prevc) continue;
+                    if (n_log >= log_end) { j->err = 2; break; }
+                    set(lg, 3 * n_log, kp - base);
+                    set(lg, 3 * n_log + 1, (int64_t)ck - (int64_t)prevc);
+                    char *hp = AT(head, d);
+                    int64_t prev;
+                    if (head->size == 4) {
+                        prev = atomic ? __atomic_exchange_n((int32_t *)hp, (int32_t)n_log, __ATOMIC_RELAXED)
+                                      : *(int32_t *)hp;
+                        if (!atomic) *(int32_t *)hp = (int32_t)n_log;
+                    } else {
+                        prev = atomic ? __atomic_exchange_n((int64_t *)hp, (int64_t)n_log, __ATOMIC_RELAXED)
+                                      : *(int64_t *)hp;
+                        if (!atomic) *(int64_t *)hp = (int64_t)n_log;
+                    }
+                    set(lg, 3 * n_log + 2, prev);
+                    n_log++;
+                    prevc = ck;
+                }
+                if (j->err) break;
+            }
+        }
+        char *ap = AT(acc, d);
+        if (acc->size == 4) {
+            if (atomic) __atomic_fetch_add((uint32_t *)ap, (uint32_t)add, __ATOMIC_RELAXED);
+            else *(uint32_t *)ap += (uint32_t)add;
+        } else {
+            if (atomic) __atomic_fetch_add((uint64_t *)ap, add, __ATOMIC_RELAXED);
+            else *(uint64_t *)ap += add;
+        }
+        base += z;
+        if (logging) while (base - kpos >= L) { kcur++; kpos += L; }
+    }
+    j->end = base;
+    j->n_log = n_log;
+    return NULL;
+}
+
+/* changes of c between consecutive samples k-1, k for k in [k0, k1] (clipped to [1, S]) */
+static int64_t changes_in(const Arr *c, int64_t k0, int64_t k1, int64_t S) {
+    if (k0 < 1) k0 = 1;
+    if (k1 > S) k1 = S;
+    int64_t n = 0;
+    for (int64_t k = k0; k <= k1; k++) n += cval(c, k) != cval(c, k - 1);
+    return n;
 }
 
 static PyObject *stream(PyObject *self, PyObject *args) {
     PyObject *doco, *sizeso, *acco, *co, *cbo, *so, *heado, *lgo;
-    long long lo, base, L, S, n_log;
+    long long lo, base, L, S, n_log, split_at = -1, split_base = 0;
     int shift;
-    if (!PyArg_ParseTuple(args, "OLOOiLOLLOOOOL", &doco, &lo, &sizeso, &acco, &shift, &base, &co, &L, &S,
-                          &cbo, &so, &heado, &lgo, &n_log))
+    if (!PyArg_ParseTuple(args, "OLOOiLOLLOOOOL|LL", &doco, &lo, &sizeso, &acco, &shift, &base, &co, &L, &S,
+                          &cbo, &so, &heado, &lgo, &n_log, &split_at, &split_base))
         return NULL;
     Arr doc, sizes, acc, c, cb, s, head, lg;
     memset(&sizes, 0, sizeof(Arr)); memset(&acc, 0, sizeof(Arr)); memset(&c, 0, sizeof(Arr));
@@ -212,66 +394,53 @@ static PyObject *stream(PyObject *self, PyObject *args) {
         return NULL;
     }
     if (sizes.size != 4 || (acc.size != 4 && acc.size != 8) || cb.size != 8 || s.size != 4 || cb.n < doc.n ||
-        s.n < doc.n || (c.held && (!head.held || !lg.held || head.n < sizes.n))) {
+        s.n < doc.n || !contig(&cb) || !contig(&s) || acc.n < sizes.n ||
+        (c.held && (!head.held || !lg.held || head.n < sizes.n || (head.size != 4 && head.size != 8) ||
+                    !contig(&lg) || c.n < S + 1))) {
         RELEASE(&doc, &sizes, &acc, &c, &cb, &s, &head, &lg);
         PyErr_SetString(PyExc_ValueError, "stream: unexpected buffers");
         return NULL;
     }
-    const int32_t *sz = (const int32_t *)sizes.buf;
-    int64_t *cbv = (int64_t *)cb.buf;
-    int32_t *sv = (int32_t *)s.buf;
-    int64_t n = doc.n, D = sizes.n, cap = lg.n / 3;
-    int err = 0;
-    const int PF = 16;
-    for (int64_t i = 0; i < n; i++) {
-        if (i + PF < n) {
-            int64_t dp = get(&doc, i + PF) - lo;
-            if (dp >= 0 && dp < D) {
-                __builtin_prefetch(sz + dp, 0, 0);
-                __builtin_prefetch(acc.buf + dp * acc.size, 1, 0);
-                if (head.held) __builtin_prefetch(head.buf + dp * head.size, 1, 0);
-            }
-        }
-        int64_t d = get(&doc, i) - lo;
-        if (d < 0 || d >= D) { err = 1; break; }
-        int64_t z = sz[d];
-        sv[i] = (int32_t)z;
-        cbv[i] = base;
-        uint64_t add = 1;
+    int64_t n = doc.n, cap = lg.n / 3;
+    StJob a = {&doc, &sizes, &c, &acc, &head, &lg, lo, L, S, sizes.n, shift, 0, (int64_t *)cb.buf, (int32_t *)s.buf,
+               0, n, base, n_log, cap, 0, 0, 0};
+    StJob b = a;
+    int split = split_at > 0 && split_at < n && split_base >= 0 && n >= 2 * par_min;
+    int seam_ok = 1, err = 0;
+    Py_BEGIN_ALLOW_THREADS
+    if (split) {
+        /* the second part starts at the stream position the sample index gives for entry split_at; its
+           log entries go after the most the first part can log (one per change of c in its range) */
+        a.i1 = b.i0 = split_at;
+        b.base = split_base;
         if (c.held) {
-            int64_t k0 = base / L;
-            if (k0 > S) k0 = S;
-            uint64_t c0 = cval(&c, k0);
-            add |= c0 << shift;
-            if (z > 0 && k0 < S) {
-                int64_t k1 = (base + z - 1) / L;
-                if (k1 > S) k1 = S;
-                /* one log entry (offset, delta, previous entry of d) per change of the draw count inside */
-                uint64_t prevc = c0;
-                for (int64_t k = k0 + 1; k <= k1; k++) {
-                    uint64_t ck = cval(&c, k);
-                    if (ck == prevc) continue;
-                    if (n_log >= cap) { err = 2; break; }
-                    set(&lg, 3 * n_log, k * L - base);
-                    set(&lg, 3 * n_log + 1, (int64_t)ck - (int64_t)prevc);
-                    set(&lg, 3 * n_log + 2, get(&head, d));
-                    set(&head, d, n_log);
-                    n_log++;
-                    prevc = ck;
-                }
-                if (err) break;
-            }
+            int64_t need = split_base > base ? changes_in(&c, base / L + 1, (split_base - 1) / L, S) : 0;
+            a.log_end = n_log + need < cap ? n_log + need : cap;
+            b.log_at = a.log_end;
         }
-        if (acc.size == 4) ((uint32_t *)acc.buf)[d] += (uint32_t)add;
-        else ((uint64_t *)acc.buf)[d] += add;
-        base += z;
+        a.atomic = b.atomic = 1;
+        run2(stream_job, &a, &b);
+        seam_ok = a.end == split_base;
+        if (!seam_ok) {
+            /* the sample index disagrees with the sizes: positions as one pass gives them (the boundary
+               check then reports the first divergence, and the exposure is withheld) */
+            int64_t fix = a.end - split_base;
+            for (int64_t i = split_at; i < n; i++) ((int64_t *)cb.buf)[i] += fix;
+            b.end += fix;
+        }
+        err = a.err ? a.err : b.err;
+        if (err == 2 && !seam_ok) err = 0;
+    } else {
+        stream_job(&a);
+        err = a.err;
     }
+    Py_END_ALLOW_THREADS
     RELEASE(&doc, &sizes, &acc, &c, &cb, &s, &head, &lg);
     if (err) {
         PyErr_SetString(PyExc_ValueError, err == 1 ? "stream: document id outside the sizes" : "stream: log full");
         return NULL;
     }
-    return Py_BuildValue("LL", base, n_log);
+    return Py_BuildValue("LLi", (long long)(split ? b.end : a.end), (long long)(split ? b.n_log : a.n_log), seam_ok);
 }
 
 /* ------------------------------------------------------------------ sample rows */
@@ -361,68 +530,66 @@ static int ev_cmp(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-static PyObject *finalize(PyObject *self, PyObject *args) {
-    PyObject *sizeso, *acco, *heado, *lgo, *hto, *hdo, *mno, *mxo, *toto;
-    int shift;
-    long long d0, d1;
-    if (!PyArg_ParseTuple(args, "OOiOOLLOOOOO", &sizeso, &acco, &shift, &heado, &lgo,
-                          &d0, &d1, &hto, &hdo, &mno, &mxo, &toto))
-        return NULL;
-    Arr sizes, acc, head, lg, ht, hd, mn, mx, tot;
-    Arr *all[] = {&sizes, &acc, &head, &lg, &ht, &hd, &mn, &mx, &tot};
-    for (size_t k = 0; k < sizeof(all) / sizeof(all[0]); k++) memset(all[k], 0, sizeof(Arr));
-    if (arr_get(sizeso, &sizes, 0, "sizes") < 0 || arr_get(acco, &acc, 0, "acc") < 0 ||
-        arr_get(heado, &head, 0, "head") < 0 || arr_get(lgo, &lg, 0, "log") < 0 ||
-        arr_get(hto, &ht, 1, "hist_tokens") < 0 || arr_get(hdo, &hd, 1, "hist_docs") < 0 ||
-        arr_get(mno, &mn, 1, "mn") < 0 || arr_get(mxo, &mx, 1, "mx") < 0 || arr_get(toto, &tot, 1, "tot") < 0) {
-        RELEASE(&sizes, &acc, &head, &lg, &ht, &hd, &mn, &mx, &tot);
-        return NULL;
-    }
-    int64_t *htv = (int64_t *)ht.buf, *hdv = (int64_t *)hd.buf;
-    int64_t H = ht.n;
-    int man = mn.held && mx.held && tot.held;
-    uint64_t mask = (shift >= 64) ? ~(uint64_t)0 : (((uint64_t)1 << shift) - 1);
+#define PF_FIN 32
+
+typedef struct {
+    const Arr *sizes, *acc, *head, *lg;
+    Arr *mn, *mx, *tot;
+    int64_t d0, da, db, H;
+    uint64_t mask;
+    int shift, man;
+    int64_t *htv, *hdv;      /* histograms of this part */
+    int64_t unseen, partial;
+    int err;                 /* 1: inconsistent entries, 2: out of memory */
+} FinJob;
+
+static void *finalize_job(void *arg) {
+    FinJob *j = (FinJob *)arg;
+    const Arr *sizes = j->sizes, *acc = j->acc, *head = j->head, *lg = j->lg;
+    Arr *mn = j->mn, *mx = j->mx, *tot = j->tot;
+    const int64_t H = j->H, d0 = j->d0, db = j->db;
+    const int man = j->man, shift = j->shift;
+    const uint64_t mask = j->mask;
+    int64_t *htv = j->htv, *hdv = j->hdv;
     int64_t unseen = 0, partial = 0;
     Ev *ev = NULL;
     int64_t evcap = 0;
     int err = 0;
-    if (ht.size != 8 || hd.size != 8 || hd.n < H || d1 > acc.n || d1 > sizes.n || d0 < 0 ||
-        (man && (mn.n < d1 - d0 || mx.n < d1 - d0 || tot.n < d1 - d0))) err = 3;
-    if (!err && head.held && head.n < d1) err = 3;
-    for (int64_t d = d0; d < d1 && !err; d++) {
-        if (head.held && d + 16 < d1) {
-            int64_t ep = get(&head, d + 16);
-            if (ep >= 0) __builtin_prefetch(lg.buf + 3 * ep * lg.size, 0, 0);
+    for (int64_t d = j->da; d < db && !err; d++) {
+        if (head->held && d + PF_FIN < db) {
+            __builtin_prefetch(AT(head, d + 2 * PF_FIN), 0, 3);
+            int64_t ep = get(head, d + PF_FIN);
+            if (ep >= 0) __builtin_prefetch(AT(lg, 3 * ep), 0, 3);
         }
-        uint64_t a = getu(&acc, d);
+        uint64_t a = getu(acc, d);
         int64_t i = d - d0;
         if ((a & mask) == 0) {
-            if (man) { set(&mn, i, 0); set(&mx, i, 0); set(&tot, i, 0); }
+            if (man) { set(mn, i, 0); set(mx, i, 0); set(tot, i, 0); }
             continue;
         }
-        int64_t z = get(&sizes, d);
+        int64_t z = get(sizes, d);
         int64_t b = (int64_t)(a >> shift);
         if (z <= 0) {
-            if (man) { set(&mn, i, 0); set(&mx, i, 0); set(&tot, i, 0); }
+            if (man) { set(mn, i, 0); set(mx, i, 0); set(tot, i, 0); }
             continue;
         }
         int64_t lo_v = b, hi_v = b, total = 0;
-        int64_t e = head.held ? get(&head, d) : -1;
+        int64_t e = head->held ? get(head, d) : -1;
         if (e < 0) {
             if (b >= H) { err = 1; break; }
             htv[b] += z;
             total = b * z;
         } else {
             int64_t ne = 0;
-            for (; e >= 0; e = get(&lg, 3 * e + 2)) {
+            for (; e >= 0; e = get(lg, 3 * e + 2)) {
                 if (ne >= evcap) {
                     int64_t nc = evcap ? 2 * evcap : 64;
                     Ev *g = (Ev *)realloc(ev, (size_t)nc * sizeof(Ev));
                     if (!g) { err = 2; break; }
                     ev = g; evcap = nc;
                 }
-                ev[ne].off = get(&lg, 3 * e);
-                ev[ne].delta = get(&lg, 3 * e + 1);
+                ev[ne].off = get(lg, 3 * e);
+                ev[ne].delta = get(lg, 3 * e + 1);
                 ne++;
             }
             if (err) break;
@@ -456,9 +623,66 @@ static PyObject *finalize(PyObject *self, PyObject *args) {
         hdv[lo_v] += 1;
         unseen += hi_v == 0;
         partial += lo_v != hi_v;
-        if (man) { set(&mn, i, lo_v); set(&mx, i, hi_v); set(&tot, i, total); }
+        if (man) { set(mn, i, lo_v); set(mx, i, hi_v); set(tot, i, total); }
     }
     free(ev);
+    j->unseen = unseen;
+    j->partial = partial;
+    j->err = err;
+    return NULL;
+}
+
+static PyObject *finalize(PyObject *self, PyObject *args) {
+    PyObject *sizeso, *acco, *heado, *lgo, *hto, *hdo, *mno, *mxo, *toto;
+    int shift;
+    long long d0, d1;
+    if (!PyArg_ParseTuple(args, "OOiOOLLOOOOO", &sizeso, &acco, &shift, &heado, &lgo,
+                          &d0, &d1, &hto, &hdo, &mno, &mxo, &toto))
+        return NULL;
+    Arr sizes, acc, head, lg, ht, hd, mn, mx, tot;
+    Arr *all[] = {&sizes, &acc, &head, &lg, &ht, &hd, &mn, &mx, &tot};
+    for (size_t k = 0; k < sizeof(all) / sizeof(all[0]); k++) memset(all[k], 0, sizeof(Arr));
+    if (arr_get(sizeso, &sizes, 0, "sizes") < 0 || arr_get(acco, &acc, 0, "acc") < 0 ||
+        arr_get(heado, &head, 0, "head") < 0 || arr_get(lgo, &lg, 0, "log") < 0 ||
+        arr_get(hto, &ht, 1, "hist_tokens") < 0 || arr_get(hdo, &hd, 1, "hist_docs") < 0 ||
+        arr_get(mno, &mn, 1, "mn") < 0 || arr_get(mxo, &mx, 1, "mx") < 0 || arr_get(toto, &tot, 1, "tot") < 0) {
+        RELEASE(&sizes, &acc, &head, &lg, &ht, &hd, &mn, &mx, &tot);
+        return NULL;
+    }
+    int64_t H = ht.n;
+    int man = mn.held && mx.held && tot.held;
+    uint64_t mask = (shift >= 64) ? ~(uint64_t)0 : (((uint64_t)1 << shift) - 1);
+    int err = 0;
+    if (ht.size != 8 || hd.size != 8 || !contig(&ht) || !contig(&hd) || hd.n < H || d1 > acc.n || d1 > sizes.n ||
+        d0 < 0 || (man && (mn.n < d1 - d0 || mx.n < d1 - d0 || tot.n < d1 - d0))) err = 3;
+    if (!err && head.held && head.n < d1) err = 3;
+    int64_t unseen = 0, partial = 0;
+    if (!err) {
+        FinJob a = {&sizes, &acc, &head, &lg, &mn, &mx, &tot, d0, d0, d1, H, mask, shift, man,
+                    (int64_t *)ht.buf, (int64_t *)hd.buf, 0, 0, 0};
+        FinJob b = a;
+        int64_t *mine = NULL;
+        Py_BEGIN_ALLOW_THREADS
+        if (d1 - d0 >= 2 * par_min) mine = (int64_t *)calloc((size_t)(2 * H), sizeof(int64_t));
+        if (mine) {
+            /* two halves of the documents, the second with its own histograms, added after */
+            a.db = b.da = d0 + (d1 - d0) / 2;
+            b.htv = mine;
+            b.hdv = mine + H;
+            run2(finalize_job, &a, &b);
+            for (int64_t k = 0; k < H; k++) { a.htv[k] += b.htv[k]; a.hdv[k] += b.hdv[k]; }
+            free(mine);
+            unseen = a.unseen + b.unseen;
+            partial = a.partial + b.partial;
+            err = a.err ? a.err : b.err;
+        } else {
+            finalize_job(&a);
+            unseen = a.unseen;
+            partial = a.partial;
+            err = a.err;
+        }
+        Py_END_ALLOW_THREADS
+    }
     RELEASE(&sizes, &acc, &head, &lg, &ht, &hd, &mn, &mx, &tot);
     if (err) {
         PyErr_SetString(err == 2 ? PyExc_MemoryError : PyExc_ValueError,
@@ -467,6 +691,14 @@ static PyObject *finalize(PyObject *self, PyObject *args) {
         return NULL;
     }
     return Py_BuildValue("LL", (long long)unseen, (long long)partial);
+}
+
+static PyObject *set_parallel_min(PyObject *self, PyObject *args) {
+    long long v;
+    if (!PyArg_ParseTuple(args, "L", &v)) return NULL;
+    long long old = par_min;
+    par_min = v < 1 ? 1 : v;
+    return PyLong_FromLongLong(old);
 }
 
 static PyMethodDef methods[] = {
@@ -479,6 +711,7 @@ static PyMethodDef methods[] = {
     {"check_rows", check_rows, METH_VARARGS, "first sample boundary not at row * L, else -1"},
     {"doc_stats", doc_stats, METH_VARARGS, "documents, tokens, epochs, first absent, first irregular, its copies"},
     {"finalize", finalize, METH_VARARGS, "per-document exposure of [d0, d1): histograms, unseen, partial"},
+    {"set_parallel_min", set_parallel_min, METH_VARARGS, "entries from which work is split over two threads; returns the old value"},
     {NULL, NULL, 0, NULL},
 };
 

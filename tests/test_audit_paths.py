@@ -59,3 +59,46 @@ def test_c_and_numpy_agree_on_damage(tmp_path, monkeypatch):
         m.setattr(exposure, "_ext", None)
         without = _audit(str(tmp_path), 10)
     assert with_c == without and with_c["findings"]
+
+
+@pytest.fixture
+def two_threads():  # type: ignore[no-untyped-def]
+    """Split every C loop over two threads, however small (the stream pass from a seeded position)."""
+    assert exposure._ext is not None
+    old = exposure._ext.set_parallel_min(1)
+    yield
+    exposure._ext.set_parallel_min(old)
+
+
+@pytest.mark.parametrize("shape", SHAPES + [([3000, 1, 2, 4097, 64, 0, 9000], 64, 4, 1.7)])
+def test_threads_agree_with_numpy(tmp_path, monkeypatch, two_threads, shape):
+    lengths, seq, epochs, frac = shape
+    _, arr = write_neox_index(str(tmp_path), "p", lengths, seq, epochs)
+    consumed = max(1, int(frac * (arr["S"] - 1)))
+    for cons in (None, consumed, arr["S"] - 1):
+        rows_c: list = []
+        rows_np: list = []
+        with_c = _audit(str(tmp_path), cons, rows_c)
+        with monkeypatch.context() as m:
+            m.setattr(exposure, "_ext", None)
+            without = _audit(str(tmp_path), cons, rows_np)
+        assert with_c == without
+        assert rows_c == rows_np
+
+
+@pytest.mark.parametrize("shift", [-2, -1, 0, 1, 3])
+@pytest.mark.parametrize("change", [1, -1])
+def test_threads_agree_on_a_broken_seam(tmp_path, monkeypatch, two_threads, shift, change):
+    """A sample boundary off its position seeds the second thread wrongly (shift 0: the row the seed
+    comes from, the first at or past the middle of doc_idx): same findings as numpy."""
+    _, arr = write_neox_index(str(tmp_path), "d", [50, 7, 33, 12, 90, 5, 41, 17, 60, 3, 28], 8, 2)
+    sample = arr["sample"].copy()
+    row = int(np.searchsorted(sample[:, 0], arr["doc"].shape[0] // 2)) + shift
+    sample[row, 1] += change if sample[row, 1] + change >= 0 else 1
+    np.save(arr["base"] + "_sample_idx.npy", sample)
+    for cons in (None, 10):
+        with_c = _audit(str(tmp_path), cons)
+        with monkeypatch.context() as m:
+            m.setattr(exposure, "_ext", None)
+            without = _audit(str(tmp_path), cons)
+        assert with_c == without and with_c["findings"]

@@ -155,7 +155,7 @@ class ExposureState:
 
     def __init__(self, c_ext: np.ndarray, seq_length: int, num_docs: int, max_size: int,
                  first_s: np.ndarray | None = None, last_s: np.ndarray | None = None,
-                 ext: ModuleType | None = None) -> None:
+                 ext: ModuleType | None = None, head: np.ndarray | None = None, cap: int | None = None) -> None:
         self.c = c_ext
         """Draw count per sample, with ``c[S] = 0`` for the uncovered tail."""
         self.S = int(c_ext.shape[0]) - 1
@@ -168,13 +168,19 @@ class ExposureState:
         self.n_log = 0
         if ext is not None:
             # each non-uniform copy holds a change of the draw count strictly inside it: at most one a change
-            cap = int(ext.changes(c_ext))
+            if cap is None:
+                cap = int(ext.changes(c_ext))
             idt = np.int32 if max(cap, num_docs) < (1 << 31) - 1 else np.int64
-            self.head = np.full(num_docs, -1, dtype=idt)
-            """Newest non-uniform copy of each document (an entry of the log), -1: none."""
+            if head is None:
+                head = np.full(num_docs, -1, dtype=idt)
+            self.head = head
+            """Newest non-uniform copy of each document (an entry of the log), -1: none; may be a field
+            of the per-document records (a strided view)."""
             if idt is np.int32 and int(c_ext.max() if c_ext.shape[0] else 0) >= (1 << 31) - 1:
                 idt = np.int64
-            self.log = np.empty((cap, 3), dtype=idt)
+            # zeros, not empty: numpy's calloc path gets transparent huge pages (a 4 kB page fault per 341
+            # entries made the first touch in the stream pass cost as much as the pass itself)
+            self.log = np.zeros((cap, 3), dtype=idt)
             """Changes of the draw count inside a document copy: (offset, change, the document's previous
             entry or -1)."""
             self.events = np.empty(0, dtype=np.int64)

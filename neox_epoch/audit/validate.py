@@ -289,13 +289,19 @@ def _int_field(rep: IndexReport, path: str, f: dict[str, Any], key: str) -> int 
     return v
 
 
-def _load_sizes(header: idxmod.IdxHeader, lo: int, hi: int) -> np.ndarray:
-    """``sizes[lo:hi]`` of the .idx as int32, read once (4 bytes a document)."""
+def _load_sizes(header: idxmod.IdxHeader, lo: int, hi: int, out: np.ndarray | None = None) -> np.ndarray:
+    """``sizes[lo:hi]`` of the .idx as int32, read once (4 bytes a document), in chunks into ``out`` (a
+    view, e.g. the size field of the per-document records) when given."""
+    if out is None:
+        out = np.zeros(hi - lo, dtype=np.int32)  # calloc: huge pages, cheaper to fault in than fromfile's
     with open(header.prefix + ".idx", "rb") as f:
         f.seek(header.sizes_offset + 4 * lo)
-        out = np.fromfile(f, dtype=np.int32, count=hi - lo)
-    if out.shape[0] != hi - lo:
-        raise FileProblem(header.prefix + ".idx", "size", f"{hi - lo} sizes from sequence {lo}", f"{out.shape[0]}")
+        for a in range(0, hi - lo, STREAM_CHUNK):
+            part = np.fromfile(f, dtype=np.int32, count=min(STREAM_CHUNK, hi - lo - a))
+            out[a : a + part.shape[0]] = part
+            if part.shape[0] != min(STREAM_CHUNK, hi - lo - a):
+                raise FileProblem(header.prefix + ".idx", "size", f"{hi - lo} sizes from sequence {lo}",
+                                  f"{a + part.shape[0]}")
     return out
 
 
@@ -519,11 +525,30 @@ def _stream_pass_c(ext: Any, ctx: _Ctx, doc_r: NpyReader, sample_r: NpyReader, s
     for q0, d in doc_r.chunks(rows=STREAM_CHUNK):
         n = d.shape[0]
         q1 = q0 + n
+        # the chunk's second half runs on another thread from the stream position the sample index gives
+        # for its first row there; peeked blocks are used only when clean (else read again below, in order)
+        qm = q0 + n // 2
+        while check and next_row < rows_total and (pend.shape[0] == 0 or int(pend[-1, 0]) < qm):
+            block = sample_r.read(next_row, min(rows_total, next_row + STREAM_CHUNK))
+            order, neg = ext.check_block(block, prev_p)
+            if order >= 0 or neg >= 0:
+                break
+            pend = np.concatenate((pend, block)) if pend.shape[0] else block
+            if not pend.shape[0] - block.shape[0]:
+                pend_row0 = next_row
+            next_row += block.shape[0]
+            prev_p = int(block[-1, 0])
+        split_at = split_base = -1
+        if check and pend.shape[0]:
+            k = int(ext.rows_before(pend, qm))
+            if k < pend.shape[0] and pend_row0 + k < S and int(pend[k, 0]) < q1:
+                split_at, split_base = int(pend[k, 0]) - q0, (pend_row0 + k) * L - int(pend[k, 1])
         if exp is not None and rep.exposure_ok:
-            base, exp.n_log = ext.stream(d, lo, sizes, acc, acc_shift, base, exp.c, L, S, cb_buf, s_buf,
-                                         exp.head, exp.log, exp.n_log)
+            base, exp.n_log, seam_ok = ext.stream(d, lo, sizes, acc, acc_shift, base, exp.c, L, S, cb_buf, s_buf,
+                                                  exp.head, exp.log, exp.n_log, split_at, split_base)
         else:
-            base = ext.stream(d, lo, sizes, acc, acc_shift, base, None, L, S, cb_buf, s_buf, None, None, 0)[0]
+            base, _, seam_ok = ext.stream(d, lo, sizes, acc, acc_shift, base, None, L, S, cb_buf, s_buf, None, None, 0,
+                                          split_at, split_base)
         cb, s = cb_buf[:n], s_buf[:n]
         if exp is not None and rep.exposure_ok and exp.first_s is not None:
             exp.copies(d - lo if lo else d, s, cb)
@@ -557,6 +582,8 @@ def _stream_pass_c(ext: Any, ctx: _Ctx, doc_r: NpyReader, sample_r: NpyReader, s
                 pend, pend_row0 = pend[k:], pend_row0 + k
             if pend.shape[0]:
                 break
+        if not seam_ok and exp is not None and rep.exposure_ok:  # the boundary check reports it; never trust it
+            rep.exposure_ok = False
         progress.advance(n)
     progress.done()
     out.total_tokens = base
@@ -769,10 +796,24 @@ def _audit(ctx: _Ctx, resolve_prefix: Callable[[str | None], str | None] | None,
             _finding(rep, ctx.doc.path, "document range",
                      f"[{ctx.expected_range[0]}, {ctx.expected_range[1]}) from split_matrix and {n_seq} sequences",
                      f"[{lo}, {hi})", "the corpus or split changed since the build: " + STALE_HINT)
-        sizes = _load_sizes(ctx.header, lo, hi)
         D = hi - lo
-        T_est = int(sizes.sum(dtype=np.int64))
+        consumption = None
+        if consumption_for is not None and rep.exposure_ok and packed:
+            consumption = consumption_for(rep)
+        ext = accelerated()
         E_est = ctx.doc.rows // D if D else 0
+        bound = max(E_est, 1) * (max(consumption.max_count, 0) + 1 if consumption else 1)
+        wide = not (bound < (1 << 15) and E_est < (1 << 15))
+        shift = 32 if wide else 16
+        # one record per document (its .idx size, copy/base counts and, with the C extension and a
+        # consumption, the head of its log): a document copy in the stream pass touches one cache line
+        fields: list[tuple[str, Any]] = [("acc", np.uint64 if wide else np.uint32)]
+        if ext is not None and consumption is not None:  # log entries: at most one a sample
+            fields.append(("head", np.int32 if max(ctx.S, D) < (1 << 31) - 1 else np.int64))
+        fields.append(("size", np.int32))
+        rec = np.zeros(D, dtype=np.dtype(fields, align=True))
+        sizes, acc = _load_sizes(ctx.header, lo, hi, rec["size"]), rec["acc"]
+        T_est = int(sizes.sum(dtype=np.int64))
         s_first: int | None = None
         if g.kind != names.NEOX and rep.num_samples_requested is not None and E_est > 1 and T_est > 0 \
                 and ctx.doc.rows == E_est * D:
@@ -783,21 +824,17 @@ def _audit(ctx: _Ctx, resolve_prefix: Callable[[str | None], str | None] | None,
             s_first = sans
         elif g.kind != names.NEOX and E_est > 1 and T_est > 0:
             s_first = ((E_est - 1) * T_est - ctx.a) // L
-        consumption = None
-        if consumption_for is not None and rep.exposure_ok and packed:
-            consumption = consumption_for(rep)
         c_ext, first_s, last_s = _shuffle_pass(ctx, sh_r, consumption, s_first,
                                                manifest is not None and consumption is not None, progress)
         if ctx.expected_separate is None and ctx.files_separate is not None:
             ctx.expected_separate = ctx.files_separate
         exp: ExposureState | None = None
         if consumption is not None and c_ext is not None and rep.exposure_ok:
-            exp = ExposureState(c_ext, L, D, int(sizes.max()) if D else 1, first_s, last_s, ext=accelerated())
-        bound = max(E_est, 1) * (max(consumption.max_count, 0) + 1 if consumption else 1)
-        if bound < (1 << 15) and E_est < (1 << 15):
-            acc, shift = np.zeros(D, dtype=np.uint32), 16
-        else:
-            acc, shift = np.zeros(D, dtype=np.uint64), 32
+            head = None
+            if ext is not None:
+                head = rec["head"]
+                head.fill(-1)
+            exp = ExposureState(c_ext, L, D, int(sizes.max()) if D else 1, first_s, last_s, ext=ext, head=head)
         tail: tuple[int, np.ndarray] | None = None
         if ctx.expected_separate and E_est > 1 and ctx.doc.rows == E_est * D:
             tail = ((E_est - 1) * D, np.zeros(D, dtype=bool))
