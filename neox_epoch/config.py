@@ -90,14 +90,27 @@ def known_neox_keys() -> dict[str, str]:
 
 
 def load_neox_configs(paths: list[str], check_keys: bool = True) -> NeoxConfig:
-    """Load and merge NeoX YAML files in order (later overrides earlier), as ``NeoXArgs.from_ymls``."""
+    """Load and merge NeoX YAML files in order, as ``NeoXArgs.from_ymls`` does.
+
+    Like NeoX, a key given in two files is an error (NeoX compares the key as written with the keys
+    already loaded, after their ``-`` -> ``_`` conversion), and so are two files with the same basename.
+    """
     values: dict[str, Any] = {}
     origin: dict[str, str] = {}
     block: EpochBlock | None = None
+    block_origin = ""
+    basenames: dict[str, str] = {}
     known = known_neox_keys() if check_keys else {}
     for path in paths:
         if not os.path.isfile(path):
             raise ConfigError(f"{path}: config file not found")
+        base = os.path.basename(path)
+        if base in basenames:
+            raise ConfigError(
+                f"{path}: same file name as {basenames[base]}; NeoX refuses two config files with the same name "
+                "(it saves them side by side with the checkpoint): rename one"
+            )
+        basenames[base] = path
         try:
             with open(path, encoding="utf-8") as f:
                 raw = yaml.safe_load(f)
@@ -112,8 +125,16 @@ def load_neox_configs(paths: list[str], check_keys: bool = True) -> NeoxConfig:
         for key, value in raw.items():
             k = str(key).replace("-", "_")
             if k == BLOCK:
+                if block is not None:
+                    raise ConfigError(f"{path}: {BLOCK}: already given in {block_origin}; keep one {BLOCK} block")
                 block = EpochBlock.from_mapping(value, path)
+                block_origin = path
                 continue
+            if str(key) in values:
+                raise ConfigError(
+                    f"{path}: {key}: already set in {origin[str(key)]}; NeoX rejects a key given in two config "
+                    "files (\"duplicate keys with previously loaded file\"): keep it in one file"
+                )
             if check_keys and k not in known:
                 raise ConfigError(f"{path}: {key}: unknown NeoX config key{did_you_mean(k, known)}")
             values[k] = value

@@ -135,6 +135,12 @@ def build_input(args: argparse.Namespace) -> tuple[PlanInput, EpochBlock | None]
         from dataclasses import replace
 
         inp = replace(inp, framework=framework, framework_version=args.framework_version or detect.neox_version())
+        if args.write_config and "train_iters" in cfg.values:
+            raise ConfigError(
+                f"--write-config: train_iters is set in {cfg.origin['train_iters']}, and the overlay sets it too: "
+                "NeoX rejects a key given in two config files; remove train_iters from that file (or use "
+                "neox-epoch launch, which sets it without an overlay)"
+            )
         return inp, cfg.block
     if not (args.data_path or args.train_data_path):
         raise ConfigError("no input: give NeoX config files (neox-epoch plan config.yml) or --data-path PREFIX ...")

@@ -162,3 +162,22 @@ def test_megatron_exact_settings(demo_dir, capsys, monkeypatch):
     train = [s for s in plan["sources"] if s["split"] == "train"]
     assert [s["samples_drawn"] for s in train] == list(st["targets"].values())
     assert sum(st["targets"].values()) == 170 * 16
+
+
+def test_duplicate_key_across_files_like_neox(demo_dir, tmp_path, capsys):
+    """NeoX's from_ymls rejects a key set in two files; so does the planner, naming both files."""
+    prefix = str(demo_dir / "demo" / "data" / "web_text_document")
+    (tmp_path / "a.yml").write_text(json.dumps({"seq_length": 512, "train_batch_size": 16, "data_path": prefix}))
+    (tmp_path / "b.yml").write_text('{"seq_length": 256, "train_iters": 10}')
+    code, _, err = run_cli(["plan", str(tmp_path / "a.yml"), str(tmp_path / "b.yml")], capsys)
+    assert code == 2 and "seq_length: already set in" in err and "a.yml" in err and "b.yml" in err
+
+
+def test_write_config_refuses_duplicate_train_iters(demo_dir, tmp_path, capsys):
+    prefix = str(demo_dir / "demo" / "data" / "web_text_document")
+    (tmp_path / "a.yml").write_text(json.dumps({"seq_length": 512, "train_batch_size": 16, "data_path": prefix,
+                                                "train_iters": 10}))
+    code, _, err = run_cli(["plan", str(tmp_path / "a.yml"), "--epochs", "1", "--write-config",
+                            str(tmp_path / "o.yml")], capsys)
+    assert code == 2 and "remove train_iters from that file" in err
+    assert not (tmp_path / "o.yml").exists()
