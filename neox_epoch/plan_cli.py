@@ -186,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
     if args.write_config:
         if inp.framework != "neox" or not targets:
             raise ConfigError("--write-config: writes a NeoX overlay for an exact plan; use NeoX configs and --epochs")
-        text = "# written by neox-epoch plan: merge after your other configs\n" + yaml.safe_dump(
+        text = "# written by neox-epoch plan: give it to deepy.py as one more config file (your files must not set train_iters)\n" + yaml.safe_dump(
             overlay(plan, block, targets), sort_keys=False)
         write_text_atomic(args.write_config, text)
     if args.json:
