@@ -325,28 +325,39 @@ static void *stream_job(void *arg) {
             if (z > 0 && k0 < S) {
                 /* one log entry (offset, delta, previous entry of d) per change of the draw count inside:
                    the boundaries k * L in (base, base + z), k <= S */
-                int64_t last = base + z - 1;
+                const int64_t last = base + z - 1;
                 uint64_t prevc = c0;
+                const int64_t first = n_log;
+                int64_t prev = -1;  /* the copy's entries link to each other; the first to the old head */
                 for (int64_t k = k0 + 1, kp = kpos + L; k <= S && kp <= last; k++, kp += L) {
                     uint64_t ck = cval(c, k);
-                    if (ck == prevc) continue;
-                    if (n_log >= log_end) { j->err = 2; break; }
-                    set(lg, 3 * n_log, kp - base);
-                    set(lg, 3 * n_log + 1, (int64_t)ck - (int64_t)prevc);
-                    char *hp = AT(head, d);
-                    int64_t prev;
-                    if (head->size == 4) {
-                        prev = atomic ? __atomic_exchange_n((int32_t *)hp, (int32_t)n_log, __ATOMIC_RELAXED)
-                                      : *(int32_t *)hp;
-                        if (!atomic) *(int32_t *)hp = (int32_t)n_log;
-                    } else {
-                        prev = atomic ? __atomic_exchange_n((int64_t *)hp, (int64_t)n_log, __ATOMIC_RELAXED)
-                                      : *(int64_t *)hp;
-                        if (!atomic) *(int64_t *)hp = (int64_t)n_log;
+                    int64_t ch = ck != prevc;
+                    /* written whether or not c changes (no branch to mispredict), kept when it does */
+                    if (n_log < log_end) {
+                        set(lg, 3 * n_log, kp - base);
+                        set(lg, 3 * n_log + 1, (int64_t)ck - (int64_t)prevc);
+                        set(lg, 3 * n_log + 2, prev);
+                    } else if (ch) {
+                        j->err = 2;
+                        break;
                     }
-                    set(lg, 3 * n_log + 2, prev);
-                    n_log++;
+                    prev = ch ? n_log : prev;
+                    n_log += ch;
                     prevc = ck;
+                }
+                if (j->err) break;
+                if (n_log > first) {
+                    char *hp = AT(head, d);
+                    int64_t old;
+                    if (head->size == 4) {
+                        old = atomic ? __atomic_exchange_n((int32_t *)hp, (int32_t)prev, __ATOMIC_RELAXED)
+                                     : *(int32_t *)hp;
+                        if (!atomic) *(int32_t *)hp = (int32_t)prev;
+                    } else {
+                        old = atomic ? __atomic_exchange_n((int64_t *)hp, prev, __ATOMIC_RELAXED) : *(int64_t *)hp;
+                        if (!atomic) *(int64_t *)hp = prev;
+                    }
+                    set(lg, 3 * first + 2, old);
                 }
                 if (j->err) break;
             }
@@ -360,7 +371,7 @@ static void *stream_job(void *arg) {
             else *(uint64_t *)ap += add;
         }
         base += z;
-        if (logging) while (base - kpos >= L) { kcur++; kpos += L; }
+        if (logging) while (base - kpos >= L) { kcur++; kpos += L; }  /* usually 0-2 steps */
     }
     j->end = base;
     j->n_log = n_log;
