@@ -36,6 +36,10 @@ class EpochBlock:
     """Directory for the JSONL records (plan at build time, live counters, final report)."""
     enforce: bool = False
     """Fail, rather than warn, when the run cannot be exact (and on a silent index wrap)."""
+    targets: dict[str, int] | None = None
+    """Written by ``plan --write-config`` for blends: exact samples per source (re-checked when used)."""
+    weights: list[float] | None = None
+    """Written by ``plan --write-config`` for blends: the blend weights verified to draw the targets."""
 
     @staticmethod
     def from_mapping(raw: Any, where: str) -> EpochBlock:
@@ -61,6 +65,15 @@ class EpochBlock:
         for key in ("separate_epochs", "enforce"):
             if key in fields and not isinstance(fields[key], bool):
                 raise ConfigError(f"{where}: {BLOCK}.{key}: expected true or false, found {fields[key]!r}")
+        tg, wt = fields.get("targets"), fields.get("weights")
+        if tg is not None and (not isinstance(tg, dict) or not all(
+                isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in tg.values())):
+            raise ConfigError(f"{where}: {BLOCK}.targets: expected a map of source -> positive integer samples, "
+                              f"found {tg!r}; rewrite it with neox-epoch plan --write-config")
+        if wt is not None and (not isinstance(wt, list) or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in wt)):
+            raise ConfigError(f"{where}: {BLOCK}.weights: expected a list of positive numbers, found {wt!r}; "
+                              "rewrite it with neox-epoch plan --write-config")
         if fields.get("log_dir") is not None and not isinstance(fields["log_dir"], str):
             raise ConfigError(f"{where}: {BLOCK}.log_dir: expected a directory path string, found {fields['log_dir']!r}")
         return EpochBlock(**fields)

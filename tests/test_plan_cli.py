@@ -181,3 +181,21 @@ def test_write_config_refuses_duplicate_train_iters(demo_dir, tmp_path, capsys):
                             str(tmp_path / "o.yml")], capsys)
     assert code == 2 and "remove train_iters from that file" in err
     assert not (tmp_path / "o.yml").exists()
+
+
+def test_overlay_plans_again(demo_dir, tmp_path, capsys, monkeypatch):
+    """The overlay --write-config writes is itself a valid input: planning config + overlay gives the same run."""
+    monkeypatch.chdir(demo_dir)
+    overlay_path = tmp_path / "overlay.yml"
+    assert run_cli(["plan", "configs/blend_per_source_epochs.yml", "--write-config", str(overlay_path)],
+                   capsys)[0] == 0
+    import yaml
+
+    base = yaml.safe_load((demo_dir / "configs" / "blend_per_source_epochs.yml").read_text())
+    del base["neox_epoch"]
+    (tmp_path / "base.yml").write_text(json.dumps(base))
+    code, out, err = run_cli(["plan", str(tmp_path / "base.yml"), str(overlay_path), "--json"], capsys)
+    assert code == 0, err
+    plan = json.loads(out)
+    assert plan["train_iters"] == 187
+    assert [s["samples_drawn"] for s in plan["sources"] if s["split"] == "train"] == [1233, 1496, 263]
