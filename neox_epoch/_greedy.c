@@ -83,12 +83,39 @@ static void next_marks(const problem *p, const int64_t *count, double *dnext) {
         }                                                                                       \
         break;
 
+/* The generic loop for any number of sources (heap arrays). */
+static int run_generic(const problem *p, int64_t *count, long long s0, long long s1, long long *mpos) {
+    const int N = p->n;
+    double *buf = malloc(sizeof(double) * 2 * (size_t)N);
+    if (!buf) return -1;
+    double *dcount = buf, *dnext = buf + N;
+    const double *w = p->w;
+    for (int i = 0; i < N; i++) dcount[i] = (double)count[i];
+    next_marks(p, count, dnext);
+    for (long long s = s0; s < s1; s++) {
+        double x = (double)s;
+        if (x < 1.0) x = 1.0;
+        int best = 0;
+        double best_err = w[0] * x - dcount[0];
+        for (int i = 1; i < N; i++) {
+            double err = w[i] * x - dcount[i];
+            if (err > best_err) { best_err = err; best = i; }
+        }
+        dcount[best] += 1.0;
+        if (dcount[best] == dnext[best]) {
+            int64_t nx = hit_mark(p, best, (int64_t)dcount[best], s, mpos);
+            dnext[best] = nx == INT64_MAX ? 1e300 : (double)nx;
+        }
+    }
+    for (int i = 0; i < N; i++) count[i] = (int64_t)dcount[i];
+    free(buf);
+    return 0;
+}
+
 /* Run the steps [s0, s1) from count (updated in place), recording mark positions into mpos. */
 static int run(const problem *p, int64_t *count, long long s0, long long s1, long long *mpos) {
-    double sbuf[3 * MAXN];
-    double *buf = p->n <= MAXN ? sbuf : malloc(sizeof(double) * 3 * (size_t)p->n);
-    if (!buf) return -1;
-    double *dcount = buf, *dnext = buf + p->n, *w = buf + 2 * p->n;
+    if (p->n > MAXN) return run_generic(p, count, s0, s1, mpos);
+    double dcount[MAXN], dnext[MAXN], w[MAXN];
     for (int i = 0; i < p->n; i++) {
         dcount[i] = (double)count[i];
         w[i] = p->w[i];
@@ -97,27 +124,8 @@ static int run(const problem *p, int64_t *count, long long s0, long long s1, lon
     switch (p->n) {
         CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8)
         CASE(9) CASE(10) CASE(11) CASE(12) CASE(13) CASE(14) CASE(15) CASE(16)
-        default: {
-            const int N = p->n;
-            for (long long s = s0; s < s1; s++) {
-                double x = (double)s;
-                if (x < 1.0) x = 1.0;
-                int best = 0;
-                double best_err = w[0] * x - dcount[0];
-                for (int i = 1; i < N; i++) {
-                    double err = w[i] * x - dcount[i];
-                    if (err > best_err) { best_err = err; best = i; }
-                }
-                dcount[best] += 1.0;
-                if (dcount[best] == dnext[best]) {
-                    int64_t nx = hit_mark(p, best, (int64_t)dcount[best], s, mpos);
-                    dnext[best] = nx == INT64_MAX ? 1e300 : (double)nx;
-                }
-            }
-        }
     }
     for (int i = 0; i < p->n; i++) count[i] = (int64_t)dcount[i];
-    if (buf != sbuf) free(buf);
     return 0;
 }
 
