@@ -199,3 +199,16 @@ def test_overlay_plans_again(demo_dir, tmp_path, capsys, monkeypatch):
     plan = json.loads(out)
     assert plan["train_iters"] == 187
     assert [s["samples_drawn"] for s in plan["sources"] if s["split"] == "train"] == [1233, 1496, 263]
+
+
+def test_plan_never_imports_torch(demo_dir):
+    """The planning core answers without torch, megatron-core or deepspeed (a second on a laptop)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from neox_epoch.cli import main; rc = main(['plan', 'configs/one_source_one_epoch.yml', "
+            "'--json']); heavy = [m for m in ('torch', 'megatron', 'deepspeed') if m in sys.modules]; "
+            "print('HEAVY', heavy); sys.exit(rc)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=demo_dir, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "HEAVY []" in out.stdout
