@@ -12,8 +12,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
+from neox_epoch.blend import normalize  # megatron-core's utils.normalize: float64 w / sum(w)
 from neox_epoch.errors import PlanError
 from neox_epoch.semantics import DatasetBuild
 
@@ -39,12 +38,6 @@ def buffer_rule(version: str) -> str:
     if v < (0, 13, 1):
         return "hard_margin"
     return "surplus"
-
-
-def normalize(weights: Sequence[float]) -> list[float]:
-    """Mirror ``megatron.core.datasets.utils.normalize``: float64 numpy ``w / sum(w)``."""
-    w = np.array(weights, dtype=np.float64)
-    return (w / np.sum(w)).tolist()
 
 
 def parse_split(split: str) -> list[float]:
