@@ -10,17 +10,20 @@
  * finish_store(store) -> (missing, first_missing)
  *     zeros among store[:S] (S = len - 1); then store[:S] -= 1 and store[S] = 0.
  * changes(c) -> number of k in [1, len) with c[k] != c[k-1].
- * stream(doc, lo, sizes, acc, shift, base, c, L, S, cb_out, s_out, head, log, n_log) -> (base, n_log)
+ * stream(doc, lo, sizes, acc, shift, base, c, L, S, cb_out, s_out, head, log, n_log[, split_at, split_base,
+ *        pk, bias]) -> (base, n_log, seam_ok)
  *     per copy i (document d = doc[i] - lo): s_out[i] = sizes[d], cb_out[i] = stream position of its
  *     first token; acc[d] += 1 | (c[min(cb/L, S)] << shift). With c given, every sample boundary
  *     strictly inside the copy where the draw count changes is a log entry (offset in the document,
- *     change, previous entry of d), linked per document from head[d] (-1 ends). log: [cap, 3].
+ *     change, previous entry of d), linked per document from head[d] (-1 ends). log: [cap, 3], or with
+ *     pk > 0 [cap, 2]: ((offset << pk) + change + bias, previous entry).
  * rows_before(rows, q1) -> first k with rows[k, 0] >= q1 (rows sorted on column 0).
  * check_block(rows, prev_p) -> (first row going back or -1, first negative offset or -1)
  * check_rows(rows, q0, row0, L, cb, s) -> first k with rows[k,1] > s[p] or cb[p] + rows[k,1] != (row0+k)*L
  *     (p = rows[k,0] - q0), else -1.
  * doc_stats(acc, shift, sizes) -> (documents, tokens, epochs, first_absent, first_other, other_copies)
- * finalize(sizes, acc, shift, head, log, d0, d1, hist_tokens, hist_docs, mn, mx, tot) -> (unseen, partial)
+ * finalize(sizes, acc, shift, head, log, d0, d1, hist_tokens, hist_docs, mn, mx, tot[, pk, bias])
+ *     -> (unseen, partial)
  *     per document of [d0, d1): its exposure as a step function over its tokens (base counts of all
  *     copies plus the steps of its non-uniform copies), added to the token histogram (weighted by
  *     tokens) and, at its minimum, to the document histogram; mn/mx/tot (or None) get min, max, sum.
@@ -271,6 +274,29 @@ static inline uint64_t cval(const Arr *c, int64_t k) {
     return c->size == 1 && c->st == 1 ? ((const uint8_t *)c->buf)[k] : getu(c, k);
 }
 
+/* Log entries: (offset, change, link) as three integers, or packed as two: (offset << pk) + change + bias,
+ * link (pk > 0; the caller checks that every offset and change fits). */
+typedef struct { int w, pk; int64_t bias; } LogFmt;
+
+static inline void log_put(Arr *lg, const LogFmt *f, int64_t n, int64_t off, int64_t delta, int64_t link) {
+    if (f->pk) {
+        set(lg, 2 * n, (int64_t)((uint64_t)off << f->pk) + delta + f->bias);
+        set(lg, 2 * n + 1, link);
+    } else {
+        set(lg, 3 * n, off);
+        set(lg, 3 * n + 1, delta);
+        set(lg, 3 * n + 2, link);
+    }
+}
+static inline void log_set_link(Arr *lg, const LogFmt *f, int64_t n, int64_t link) { set(lg, f->w * n + f->w - 1, link); }
+static inline int64_t log_link(const Arr *lg, const LogFmt *f, int64_t n) { return get(lg, f->w * n + f->w - 1); }
+static inline int64_t log_off(const Arr *lg, const LogFmt *f, int64_t n) {
+    return f->pk ? get(lg, 2 * n) >> f->pk : get(lg, 3 * n);
+}
+static inline int64_t log_delta(const Arr *lg, const LogFmt *f, int64_t n) {
+    return f->pk ? (get(lg, 2 * n) & (((int64_t)1 << f->pk) - 1)) - f->bias : get(lg, 3 * n + 1);
+}
+
 /* copies ahead whose document record is prefetched */
 #define PF_STREAM 48
 
@@ -284,6 +310,7 @@ typedef struct {
     int64_t i0, i1, base, log_at, log_end;
     int64_t end, n_log;  /* out: stream position after i1, next free log entry */
     int err;             /* 1: document id outside the sizes, 2: log region full */
+    LogFmt fmt;
 } StJob;
 
 static void *stream_job(void *arg) {
@@ -296,7 +323,11 @@ static void *stream_job(void *arg) {
     const int32_t *d32 = (const int32_t *)doc->buf;
     int64_t base = j->base, n_log = j->log_at;
     const int64_t log_end = j->log_end;
-    int64_t kcur = base >= 0 ? base / L : 0, kpos = kcur * L;
+    const LogFmt *fmt = &j->fmt;
+    /* k = pos / L by a shift when L is a power of two (positions are >= 0) */
+    const int pow2 = L > 0 && (L & (L - 1)) == 0;
+    int lsh = 0;
+    while (pow2 && ((int64_t)1 << lsh) < L) lsh++;
     for (int64_t i = j->i0; i < i1; i++) {
         if (i + PF_STREAM < i1) {
             int64_t dp = (doc32 ? d32[i + PF_STREAM] : get(doc, i + PF_STREAM)) - lo;
@@ -314,18 +345,48 @@ static void *stream_job(void *arg) {
         j->cbv[i] = base;
         uint64_t add = 1;
         if (logging) {
-            /* k0 = base / L kept up to date without a division: base only grows (sizes >= 0) */
-            if (base < kpos || base - kpos >= L) {
-                kcur = base >= 0 ? base / L : 0;
-                kpos = kcur * L;
-            }
-            int64_t k0 = kcur > S ? S : kcur;
+            /* the sample holding the copy's first token, and the last boundary k * L <= base + z - 1 */
+            const int64_t bb = base < 0 ? 0 : base;
+            const int64_t kb = pow2 ? bb >> lsh : bb / L;
+            int64_t kl = z > 0 && base + z - 1 >= 0 ? (pow2 ? (base + z - 1) >> lsh : (base + z - 1) / L) : kb;
+            const int64_t k0 = kb > S ? S : kb;
+            if (kl > S) kl = S;
+            const int64_t nb = kl - kb;  /* boundaries strictly inside the copy (<= 0: none) */
             uint64_t c0 = cval(c, k0);
             add |= c0 << shift;
-            if (z > 0 && k0 < S) {
+            if (nb <= 2 && n_log + 2 <= log_end) {
+                /* a fixed two steps, no branch on the boundary count or on the draw count changing:
+                   each step writes an entry at n_log, kept (n_log advances) when valid and c changes */
+                const int64_t first = n_log;
+                int64_t prev = -1;  /* the copy's entries link to each other; the first to the old head */
+                uint64_t prevc = c0;
+                for (int t = 0; t < 2; t++) {
+                    const int64_t k = kb + 1 + t, kk = k > S ? S : k;
+                    const uint64_t ck = cval(c, kk);
+                    const int64_t valid = t < nb;
+                    const int64_t ch = valid & (ck != prevc);
+                    log_put(lg, fmt, n_log, k * L - base, (int64_t)ck - (int64_t)prevc, prev);
+                    prev = ch ? n_log : prev;
+                    n_log += ch;
+                    prevc = valid ? ck : prevc;
+                }
+                const int kept = n_log > first;
+                char *hp = AT(head, d);
+                int64_t old;
+                if (!atomic) {
+                    /* without a kept entry the head stays and the link lands in a scratch entry */
+                    if (head->size == 4) { old = *(int32_t *)hp; *(int32_t *)hp = (int32_t)(kept ? prev : old); }
+                    else { old = *(int64_t *)hp; *(int64_t *)hp = kept ? prev : old; }
+                    log_set_link(lg, fmt, first, old);
+                } else if (kept) {
+                    if (head->size == 4) old = __atomic_exchange_n((int32_t *)hp, (int32_t)prev, __ATOMIC_RELAXED);
+                    else old = __atomic_exchange_n((int64_t *)hp, prev, __ATOMIC_RELAXED);
+                    log_set_link(lg, fmt, first, old);
+                }
+            } else if (nb > 0) {
                 /* one log entry (offset, delta, previous entry of d) per change of the draw count inside:
                    the boundaries k * L in (base, base + z), k <= S */
-                const int64_t last = base + z - 1;
+                const int64_t last = base + z - 1, kpos = kb * L;
                 uint64_t prevc = c0;
                 const int64_t first = n_log;
                 int64_t prev = -1;  /* the copy's entries link to each other; the first to the old head */
@@ -334,9 +395,7 @@ static void *stream_job(void *arg) {
                     int64_t ch = ck != prevc;
                     /* written whether or not c changes (no branch to mispredict), kept when it does */
                     if (n_log < log_end) {
-                        set(lg, 3 * n_log, kp - base);
-                        set(lg, 3 * n_log + 1, (int64_t)ck - (int64_t)prevc);
-                        set(lg, 3 * n_log + 2, prev);
+                        log_put(lg, fmt, n_log, kp - base, (int64_t)ck - (int64_t)prevc, prev);
                     } else if (ch) {
                         j->err = 2;
                         break;
@@ -357,7 +416,7 @@ static void *stream_job(void *arg) {
                         old = atomic ? __atomic_exchange_n((int64_t *)hp, prev, __ATOMIC_RELAXED) : *(int64_t *)hp;
                         if (!atomic) *(int64_t *)hp = prev;
                     }
-                    set(lg, 3 * first + 2, old);
+                    log_set_link(lg, fmt, first, old);
                 }
                 if (j->err) break;
             }
@@ -371,7 +430,6 @@ static void *stream_job(void *arg) {
             else *(uint64_t *)ap += add;
         }
         base += z;
-        if (logging) while (base - kpos >= L) { kcur++; kpos += L; }  /* usually 0-2 steps */
     }
     j->end = base;
     j->n_log = n_log;
@@ -389,10 +447,10 @@ static int64_t changes_in(const Arr *c, int64_t k0, int64_t k1, int64_t S) {
 
 static PyObject *stream(PyObject *self, PyObject *args) {
     PyObject *doco, *sizeso, *acco, *co, *cbo, *so, *heado, *lgo;
-    long long lo, base, L, S, n_log, split_at = -1, split_base = 0;
-    int shift;
-    if (!PyArg_ParseTuple(args, "OLOOiLOLLOOOOL|LL", &doco, &lo, &sizeso, &acco, &shift, &base, &co, &L, &S,
-                          &cbo, &so, &heado, &lgo, &n_log, &split_at, &split_base))
+    long long lo, base, L, S, n_log, split_at = -1, split_base = 0, bias = 0;
+    int shift, pk = 0;
+    if (!PyArg_ParseTuple(args, "OLOOiLOLLOOOOL|LLiL", &doco, &lo, &sizeso, &acco, &shift, &base, &co, &L, &S,
+                          &cbo, &so, &heado, &lgo, &n_log, &split_at, &split_base, &pk, &bias))
         return NULL;
     Arr doc, sizes, acc, c, cb, s, head, lg;
     memset(&sizes, 0, sizeof(Arr)); memset(&acc, 0, sizeof(Arr)); memset(&c, 0, sizeof(Arr));
@@ -412,9 +470,10 @@ static PyObject *stream(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "stream: unexpected buffers");
         return NULL;
     }
-    int64_t n = doc.n, cap = lg.n / 3;
+    LogFmt fmt = {pk > 0 ? 2 : 3, pk > 0 ? pk : 0, pk > 0 ? bias : 0};
+    int64_t n = doc.n, cap = lg.n / fmt.w;
     StJob a = {&doc, &sizes, &c, &acc, &head, &lg, lo, L, S, sizes.n, shift, 0, (int64_t *)cb.buf, (int32_t *)s.buf,
-               0, n, base, n_log, cap, 0, 0, 0};
+               0, n, base, n_log, cap, 0, 0, 0, fmt};
     StJob b = a;
     int split = split_at > 0 && split_at < n && split_base >= 0 && n >= 2 * par_min;
     int seam_ok = 1, err = 0;
@@ -552,6 +611,7 @@ typedef struct {
     int64_t *htv, *hdv;      /* histograms of this part */
     int64_t unseen, partial;
     int err;                 /* 1: inconsistent entries, 2: out of memory */
+    LogFmt fmt;
 } FinJob;
 
 static void *finalize_job(void *arg) {
@@ -561,6 +621,8 @@ static void *finalize_job(void *arg) {
     const int64_t H = j->H, d0 = j->d0, db = j->db;
     const int man = j->man, shift = j->shift;
     const uint64_t mask = j->mask;
+    const LogFmt *fmt = &j->fmt;
+    const int64_t W = fmt->w;
     int64_t *htv = j->htv, *hdv = j->hdv;
     int64_t unseen = 0, partial = 0;
     Ev *ev = NULL;
@@ -568,9 +630,16 @@ static void *finalize_job(void *arg) {
     int err = 0;
     for (int64_t d = j->da; d < db && !err; d++) {
         if (head->held && d + PF_FIN < db) {
+            /* the newest entry of the document PF_FIN ahead, and the entry it links to (another copy's,
+               elsewhere in the log) of the document PF_FIN / 2 ahead, whose newest entry is cached by now */
             __builtin_prefetch(AT(head, d + 2 * PF_FIN), 0, 3);
             int64_t ep = get(head, d + PF_FIN);
-            if (ep >= 0) __builtin_prefetch(AT(lg, 3 * ep), 0, 3);
+            if (ep >= 0) __builtin_prefetch(AT(lg, W * ep), 0, 3);
+            int64_t eq = get(head, d + PF_FIN / 2);
+            if (eq >= 0) {
+                int64_t nx = log_link(lg, fmt, eq);
+                if (nx >= 0) __builtin_prefetch(AT(lg, W * nx), 0, 3);
+            }
         }
         uint64_t a = getu(acc, d);
         int64_t i = d - d0;
@@ -592,15 +661,15 @@ static void *finalize_job(void *arg) {
             total = b * z;
         } else {
             int64_t ne = 0;
-            for (; e >= 0; e = get(lg, 3 * e + 2)) {
+            for (; e >= 0; e = log_link(lg, fmt, e)) {
                 if (ne >= evcap) {
                     int64_t nc = evcap ? 2 * evcap : 64;
                     Ev *g = (Ev *)realloc(ev, (size_t)nc * sizeof(Ev));
                     if (!g) { err = 2; break; }
                     ev = g; evcap = nc;
                 }
-                ev[ne].off = get(lg, 3 * e);
-                ev[ne].delta = get(lg, 3 * e + 1);
+                ev[ne].off = log_off(lg, fmt, e);
+                ev[ne].delta = log_delta(lg, fmt, e);
                 ne++;
             }
             if (err) break;
@@ -645,10 +714,10 @@ static void *finalize_job(void *arg) {
 
 static PyObject *finalize(PyObject *self, PyObject *args) {
     PyObject *sizeso, *acco, *heado, *lgo, *hto, *hdo, *mno, *mxo, *toto;
-    int shift;
-    long long d0, d1;
-    if (!PyArg_ParseTuple(args, "OOiOOLLOOOOO", &sizeso, &acco, &shift, &heado, &lgo,
-                          &d0, &d1, &hto, &hdo, &mno, &mxo, &toto))
+    int shift, pk = 0;
+    long long d0, d1, bias = 0;
+    if (!PyArg_ParseTuple(args, "OOiOOLLOOOOO|iL", &sizeso, &acco, &shift, &heado, &lgo,
+                          &d0, &d1, &hto, &hdo, &mno, &mxo, &toto, &pk, &bias))
         return NULL;
     Arr sizes, acc, head, lg, ht, hd, mn, mx, tot;
     Arr *all[] = {&sizes, &acc, &head, &lg, &ht, &hd, &mn, &mx, &tot};
@@ -670,7 +739,7 @@ static PyObject *finalize(PyObject *self, PyObject *args) {
     int64_t unseen = 0, partial = 0;
     if (!err) {
         FinJob a = {&sizes, &acc, &head, &lg, &mn, &mx, &tot, d0, d0, d1, H, mask, shift, man,
-                    (int64_t *)ht.buf, (int64_t *)hd.buf, 0, 0, 0};
+                    (int64_t *)ht.buf, (int64_t *)hd.buf, 0, 0, 0, {pk > 0 ? 2 : 3, pk > 0 ? pk : 0, pk > 0 ? bias : 0}};
         FinJob b = a;
         int64_t *mine = NULL;
         Py_BEGIN_ALLOW_THREADS

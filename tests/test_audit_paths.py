@@ -102,3 +102,28 @@ def test_threads_agree_on_a_broken_seam(tmp_path, monkeypatch, two_threads, shif
             m.setattr(exposure, "_ext", None)
             without = _audit(str(tmp_path), cons)
         assert with_c == without and with_c["findings"]
+
+
+@pytest.mark.parametrize("threads", [False, True])
+@pytest.mark.parametrize("shape", SHAPES + [([3000, 1, 2, 4097, 64, 0, 9000], 64, 4, 1.7)])
+def test_unpacked_log_agrees_with_numpy(tmp_path, monkeypatch, shape, threads):
+    """The C log with three integers an entry (offsets too large to pack) gives the same audits."""
+    assert exposure._ext is not None
+    lengths, seq, epochs, frac = shape
+    _, arr = write_neox_index(str(tmp_path), "p", lengths, seq, epochs)
+    consumed = max(1, int(frac * (arr["S"] - 1)))
+    old = exposure._ext.set_parallel_min(1 if threads else 1 << 40)
+    try:
+        for cons in (consumed, arr["S"] - 1):
+            rows_c: list = []
+            rows_np: list = []
+            with monkeypatch.context() as m:
+                m.setattr(exposure, "PACK_LOG", False)
+                with_c = _audit(str(tmp_path), cons, rows_c)
+            with monkeypatch.context() as m:
+                m.setattr(exposure, "_ext", None)
+                without = _audit(str(tmp_path), cons, rows_np)
+            assert with_c == without
+            assert rows_c == rows_np
+    finally:
+        exposure._ext.set_parallel_min(old)

@@ -57,6 +57,8 @@ def accelerated() -> ModuleType | None:
 
 #: documents per chunk when finalizing
 DOC_CHUNK = 1 << 18
+#: C path: two integers a log entry (offset and change packed) when they fit; False: always three (tests)
+PACK_LOG = True
 _BIG = np.iinfo(np.int64).max
 
 
@@ -166,6 +168,8 @@ class ExposureState:
         self.shift = self.qbits + 1
         self.n_events = 0
         self.n_log = 0
+        self.pack = 0
+        self.bias = 0
         if ext is not None:
             # each non-uniform copy holds a change of the draw count strictly inside it: at most one a change
             if cap is None:
@@ -176,13 +180,21 @@ class ExposureState:
             self.head = head
             """Newest non-uniform copy of each document (an entry of the log), -1: none; may be a field
             of the per-document records (a strided view)."""
-            if idt is np.int32 and int(c_ext.max() if c_ext.shape[0] else 0) >= (1 << 31) - 1:
+            top = int(c_ext.max()) if c_ext.shape[0] else 0
+            if idt is np.int32 and top >= (1 << 31) - 1:
                 idt = np.int64
-            # zeros, not empty: numpy's calloc path gets transparent huge pages (a 4 kB page fault per 341
-            # entries made the first touch in the stream pass cost as much as the pass itself)
-            self.log = np.zeros((cap, 3), dtype=idt)
+            # two integers an entry when the offset and the change share one: (offset << pack) + change + top
+            self.pack = (2 * top).bit_length() or 1
+            """Bits of the change in a packed log entry (0: three integers an entry)."""
+            self.bias = top
+            if not PACK_LOG or (max(int(max_size), 1) << self.pack) + 2 * top >= int(np.iinfo(idt).max):
+                self.pack = 0
+            # empty, not zeros: numpy asks for transparent huge pages for its uninitialized allocations
+            # only (calloc's 4 kB pages made every random access into the log a TLB miss); an entry is
+            # always written before it is read
+            self.log = np.empty((cap + 2, 3 if self.pack == 0 else 2), dtype=idt)  # + 2: scratch entries
             """Changes of the draw count inside a document copy: (offset, change, the document's previous
-            entry or -1)."""
+            entry or -1), the first two packed into one integer when ``pack``."""
             self.events = np.empty(0, dtype=np.int64)
         else:
             if (max(num_docs, 1).bit_length() + self.shift) > 63:
@@ -296,10 +308,12 @@ class ExposureState:
             d1 = min(n, d0 + step)
             if manifest is not None:
                 mn, mx, tot = (np.empty(d1 - d0, dtype=np.int64) for _ in range(3))
-                u, p = ext.finalize(sizes, acc, shift, self.head, self.log, d0, d1, ht, hd, mn, mx, tot)
+                u, p = ext.finalize(sizes, acc, shift, self.head, self.log, d0, d1, ht, hd, mn, mx, tot,
+                                    self.pack, self.bias)
                 manifest(self._manifest_chunk(acc, mask, sizes, d0, d1, doc_offset, mn, mx, tot))
             else:
-                u, p = ext.finalize(sizes, acc, shift, self.head, self.log, d0, d1, ht, hd, None, None, None)
+                u, p = ext.finalize(sizes, acc, shift, self.head, self.log, d0, d1, ht, hd, None, None, None,
+                                    self.pack, self.bias)
             unseen += int(u)
             partial += int(p)
         tokens = {int(k): int(ht[k]) for k in np.flatnonzero(ht)}

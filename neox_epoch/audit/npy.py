@@ -15,6 +15,7 @@ from types import TracebackType
 from typing import IO
 
 import numpy as np
+import numpy.typing as npt
 from numpy.lib import format as npformat
 
 from neox_epoch.audit.findings import FileProblem
@@ -143,6 +144,18 @@ class NpyReader:
             n = min(rows, stop - pos)
             yield pos, self.read(pos, pos + n)
             pos += n
+
+
+def zeroed(shape: int | tuple[int, ...], dtype: npt.DTypeLike) -> np.ndarray:
+    """``np.zeros(shape, dtype)`` on transparent huge pages where the kernel gives them on request.
+
+    numpy asks Linux for huge pages (``madvise``) for its large *uninitialized* allocations only;
+    ``np.zeros`` takes calloc's 4 kB pages, and a random access into hundreds of MB of those misses the
+    TLB nearly every time (it cost the audit's scatter, stream and exposure passes about half their
+    time). The zero fill here is one sequential pass."""
+    out = np.empty(shape, dtype=dtype)
+    out.reshape(-1).view(np.uint8).fill(0)
+    return out
 
 
 def open_npy(path: str) -> NpyReader:

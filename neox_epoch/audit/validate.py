@@ -33,7 +33,7 @@ from neox_epoch.audit.consumption import Consumption
 from neox_epoch.audit.descriptions import Description, read_legacy_description, read_mcore_description
 from neox_epoch.audit.exposure import ExposureReport, ExposureState, ManifestChunk, accelerated
 from neox_epoch.audit.findings import FileProblem, Finding
-from neox_epoch.audit.npy import NpyInfo, NpyReader, read_header
+from neox_epoch.audit.npy import NpyInfo, NpyReader, read_header, zeroed
 from neox_epoch.errors import IndexFileError
 from neox_epoch.semantics import mcore as mcore_sem
 from neox_epoch.semantics import neox as neox_sem
@@ -293,7 +293,7 @@ def _load_sizes(header: idxmod.IdxHeader, lo: int, hi: int, out: np.ndarray | No
     """``sizes[lo:hi]`` of the .idx as int32, read once (4 bytes a document), in chunks into ``out`` (a
     view, e.g. the size field of the per-document records) when given."""
     if out is None:
-        out = np.zeros(hi - lo, dtype=np.int32)  # calloc: huge pages, cheaper to fault in than fromfile's
+        out = zeroed(hi - lo, np.int32)
     with open(header.prefix + ".idx", "rb") as f:
         f.seek(header.sizes_offset + 4 * lo)
         for a in range(0, hi - lo, STREAM_CHUNK):
@@ -341,7 +341,7 @@ def _shuffle_pass(ctx: _Ctx, reader: NpyReader, consumption: Consumption | None,
         return None, None, None
     top = consumption.max_count if consumption is not None else 0
     cdt = np.uint8 if top < 255 else (np.uint16 if top < 65535 else np.uint32)
-    store = np.zeros(S + 1, dtype=cdt)
+    store = zeroed(S + 1, cdt)
     first = last = None
     if manifest and consumption is not None:
         first = np.full(S, -1, dtype=np.int64)
@@ -545,7 +545,8 @@ def _stream_pass_c(ext: Any, ctx: _Ctx, doc_r: NpyReader, sample_r: NpyReader, s
                 split_at, split_base = int(pend[k, 0]) - q0, (pend_row0 + k) * L - int(pend[k, 1])
         if exp is not None and rep.exposure_ok:
             base, exp.n_log, seam_ok = ext.stream(d, lo, sizes, acc, acc_shift, base, exp.c, L, S, cb_buf, s_buf,
-                                                  exp.head, exp.log, exp.n_log, split_at, split_base)
+                                                  exp.head, exp.log, exp.n_log, split_at, split_base,
+                                                  exp.pack, exp.bias)
         else:
             base, _, seam_ok = ext.stream(d, lo, sizes, acc, acc_shift, base, None, L, S, cb_buf, s_buf, None, None, 0,
                                           split_at, split_base)
@@ -811,7 +812,7 @@ def _audit(ctx: _Ctx, resolve_prefix: Callable[[str | None], str | None] | None,
         if ext is not None and consumption is not None:  # log entries: at most one a sample
             fields.append(("head", np.int32 if max(ctx.S, D) < (1 << 31) - 1 else np.int64))
         fields.append(("size", np.int32))
-        rec = np.zeros(D, dtype=np.dtype(fields, align=True))
+        rec = zeroed(D, np.dtype(fields, align=True))
         sizes, acc = _load_sizes(ctx.header, lo, hi, rec["size"]), rec["acc"]
         T_est = int(sizes.sum(dtype=np.int64))
         s_first: int | None = None
