@@ -24,8 +24,9 @@ sort: the stream pass walks ``doc_idx`` once, reading ``c`` sequentially, and lo
 strictly inside a document copy where ``c`` changes as an entry (offset, change) linked per document
 (``head[d]`` -> newest entry -> older ones); the final pass walks the documents in order, sorts each
 document's few entries and sweeps them into the same histograms and per-document minimum / maximum /
-total. Both paths give identical reports (``tests/test_audit_paths.py``); the C path keeps 12 bytes an
-entry (at most one per change of ``c`` between consecutive samples) and 4 bytes a document for ``head``.
+total. Both paths give identical reports (``tests/test_audit_paths.py``); the C path keeps 8 bytes an
+entry, 12 when offsets are too large to pack (at most one entry per change of ``c`` between consecutive
+samples), and 4 bytes a document for ``head``.
 
 Memory: ``c`` (1 byte a sample), the per-document counts (4 or 8 bytes a document), the .idx sizes of
 the split (4 bytes a document) and the events (8 bytes each, at most one per sample boundary where the
