@@ -389,6 +389,7 @@ CPU_SCRIPT = textwrap.dedent("""
     open(os.environ["PROBE_OUT"] + str(out["rank"]), "w").write(json.dumps(out))
     torch.distributed.barrier()
     torch.distributed.destroy_process_group()
+    os._exit(0)  # skip the interpreter teardown, where a CPU rank aborts now and then (rc -6)
 """)
 
 
