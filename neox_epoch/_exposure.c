@@ -22,6 +22,8 @@
  * check_rows(rows, q0, row0, L, cb, s) -> first k with rows[k,1] > s[p] or cb[p] + rows[k,1] != (row0+k)*L
  *     (p = rows[k,0] - q0), else -1.
  * doc_stats(acc, shift, sizes) -> (documents, tokens, epochs, first_absent, first_other, other_copies)
+ * fill(buf, pattern)
+ *     buf (contiguous bytes, a whole number of patterns) = the pattern repeated; two threads when large.
  * finalize(sizes, acc, shift, head, log, d0, d1, hist_tokens, hist_docs, mn, mx, tot[, pk, bias])
  *     -> (unseen, partial)
  *     per document of [d0, d1): its exposure as a step function over its tokens (base counts of all
@@ -297,12 +299,26 @@ static inline int64_t log_delta(const Arr *lg, const LogFmt *f, int64_t n) {
     return f->pk ? (get(lg, 2 * n) & (((int64_t)1 << f->pk) - 1)) - f->bias : get(lg, 3 * n + 1);
 }
 
+/* The document's first log entry (packed, never 0: its offset is > 0) into its record's inline slot when
+ * that is still empty (0); 1 when taken. Both threads may race for it: compare-and-swap then. */
+static inline int inl_take(Arr *inl, int64_t d, int64_t v, int atomic) {
+    char *ip = AT(inl, d);
+    if (inl->size == 4) {
+        int32_t z = 0;
+        if (!atomic) { if (*(int32_t *)ip) return 0; *(int32_t *)ip = (int32_t)v; return 1; }
+        return __atomic_compare_exchange_n((int32_t *)ip, &z, (int32_t)v, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+    }
+    int64_t z = 0;
+    if (!atomic) { if (*(int64_t *)ip) return 0; *(int64_t *)ip = v; return 1; }
+    return __atomic_compare_exchange_n((int64_t *)ip, &z, v, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+}
+
 /* copies ahead whose document record is prefetched */
 #define PF_STREAM 48
 
 typedef struct {
     const Arr *doc, *sizes, *c;
-    Arr *acc, *head, *lg;
+    Arr *acc, *head, *lg, *inl;
     int64_t lo, L, S, D;
     int shift, atomic;
     int64_t *cbv;
@@ -316,8 +332,9 @@ typedef struct {
 static void *stream_job(void *arg) {
     StJob *j = (StJob *)arg;
     const Arr *doc = j->doc, *sizes = j->sizes, *c = j->c;
-    Arr *acc = j->acc, *head = j->head, *lg = j->lg;
+    Arr *acc = j->acc, *head = j->head, *lg = j->lg, *inl = j->inl;
     const int64_t lo = j->lo, L = j->L, S = j->S, D = j->D, i1 = j->i1;
+    const int use_inl = inl != NULL && inl->held;
     const int logging = c->held, atomic = j->atomic, shift = j->shift;
     const int doc32 = doc->size == 4 && doc->is_signed && contig(doc);
     const int32_t *d32 = (const int32_t *)doc->buf;
@@ -370,7 +387,19 @@ static void *stream_job(void *arg) {
                     n_log += ch;
                     prevc = valid ? ck : prevc;
                 }
-                const int kept = n_log > first;
+                int kept = n_log > first;
+                if (kept && use_inl && inl_take(inl, d, get(lg, 2 * first), atomic)) {
+                    /* the document's first entry went into its record: the copy's second (if any) moves
+                       into the freed slot */
+                    if (n_log - first == 2) {
+                        set(lg, 2 * first, get(lg, 2 * first + 2));
+                        prev = first;
+                        n_log = first + 1;
+                    } else {
+                        n_log = first;
+                        kept = 0;
+                    }
+                }
                 char *hp = AT(head, d);
                 int64_t old;
                 if (!atomic) {
@@ -405,6 +434,12 @@ static void *stream_job(void *arg) {
                     prevc = ck;
                 }
                 if (j->err) break;
+                int64_t link_at = first;
+                if (n_log > first && use_inl && inl_take(inl, d, get(lg, 2 * first), atomic)) {
+                    /* the first entry went into the record: the slot stays unused, the next one links on */
+                    if (n_log - first == 1) n_log = first;
+                    else link_at = first + 1;
+                }
                 if (n_log > first) {
                     char *hp = AT(head, d);
                     int64_t old;
@@ -416,7 +451,7 @@ static void *stream_job(void *arg) {
                         old = atomic ? __atomic_exchange_n((int64_t *)hp, prev, __ATOMIC_RELAXED) : *(int64_t *)hp;
                         if (!atomic) *(int64_t *)hp = prev;
                     }
-                    log_set_link(lg, fmt, first, old);
+                    log_set_link(lg, fmt, link_at, old);
                 }
                 if (j->err) break;
             }
@@ -446,34 +481,44 @@ static int64_t changes_in(const Arr *c, int64_t k0, int64_t k1, int64_t S) {
 }
 
 static PyObject *stream(PyObject *self, PyObject *args) {
-    PyObject *doco, *sizeso, *acco, *co, *cbo, *so, *heado, *lgo;
-    long long lo, base, L, S, n_log, split_at = -1, split_base = 0, bias = 0;
+    PyObject *doco, *sizeso, *acco, *co, *cbo, *so, *heado, *lgo, *inlo = Py_None;
+    long long lo, base, L, S, n_log, split_at = -1, split_base = 0, bias = 0, n_log2 = -1;
     int shift, pk = 0;
-    if (!PyArg_ParseTuple(args, "OLOOiLOLLOOOOL|LLiL", &doco, &lo, &sizeso, &acco, &shift, &base, &co, &L, &S,
-                          &cbo, &so, &heado, &lgo, &n_log, &split_at, &split_base, &pk, &bias))
+    if (!PyArg_ParseTuple(args, "OLOOiLOLLOOOOL|LLiLOL", &doco, &lo, &sizeso, &acco, &shift, &base, &co, &L, &S,
+                          &cbo, &so, &heado, &lgo, &n_log, &split_at, &split_base, &pk, &bias, &inlo, &n_log2))
         return NULL;
-    Arr doc, sizes, acc, c, cb, s, head, lg;
+    Arr doc, sizes, acc, c, cb, s, head, lg, inl;
     memset(&sizes, 0, sizeof(Arr)); memset(&acc, 0, sizeof(Arr)); memset(&c, 0, sizeof(Arr));
     memset(&cb, 0, sizeof(Arr)); memset(&s, 0, sizeof(Arr)); memset(&head, 0, sizeof(Arr));
-    memset(&lg, 0, sizeof(Arr));
+    memset(&lg, 0, sizeof(Arr)); memset(&inl, 0, sizeof(Arr));
     if (arr_get(doco, &doc, 0, "doc") < 0 || arr_get(sizeso, &sizes, 0, "sizes") < 0 ||
         arr_get(acco, &acc, 1, "acc") < 0 || arr_get(co, &c, 0, "c") < 0 || arr_get(cbo, &cb, 1, "cb") < 0 ||
-        arr_get(so, &s, 1, "s") < 0 || arr_get(heado, &head, 1, "head") < 0 || arr_get(lgo, &lg, 1, "log") < 0) {
-        RELEASE(&doc, &sizes, &acc, &c, &cb, &s, &head, &lg);
+        arr_get(so, &s, 1, "s") < 0 || arr_get(heado, &head, 1, "head") < 0 || arr_get(lgo, &lg, 1, "log") < 0 ||
+        arr_get(inlo, &inl, 1, "inl") < 0) {
+        RELEASE(&doc, &sizes, &acc, &c, &cb, &s, &head, &lg, &inl);
+        return NULL;
+    }
+    if (inl.held && (!c.held || pk <= 0 || inl.size < lg.size || (inl.size != 4 && inl.size != 8) || inl.n < sizes.n)) {
+        RELEASE(&doc, &sizes, &acc, &c, &cb, &s, &head, &lg, &inl);
+        PyErr_SetString(PyExc_ValueError, "stream: unexpected inline buffer");
         return NULL;
     }
     if (sizes.size != 4 || (acc.size != 4 && acc.size != 8) || cb.size != 8 || s.size != 4 || cb.n < doc.n ||
         s.n < doc.n || !contig(&cb) || !contig(&s) || acc.n < sizes.n ||
         (c.held && (!head.held || !lg.held || head.n < sizes.n || (head.size != 4 && head.size != 8) ||
                     !contig(&lg) || c.n < S + 1))) {
-        RELEASE(&doc, &sizes, &acc, &c, &cb, &s, &head, &lg);
+        RELEASE(&doc, &sizes, &acc, &c, &cb, &s, &head, &lg, &inl);
         PyErr_SetString(PyExc_ValueError, "stream: unexpected buffers");
         return NULL;
     }
     LogFmt fmt = {pk > 0 ? 2 : 3, pk > 0 ? pk : 0, pk > 0 ? bias : 0};
     int64_t n = doc.n, cap = lg.n / fmt.w;
-    StJob a = {&doc, &sizes, &c, &acc, &head, &lg, lo, L, S, sizes.n, shift, 0, (int64_t *)cb.buf, (int32_t *)s.buf,
+    StJob a = {&doc, &sizes, &c, &acc, &head, &lg, &inl, lo, L, S, sizes.n, shift, 0, (int64_t *)cb.buf, (int32_t *)s.buf,
                0, n, base, n_log, cap, 0, 0, 0, fmt};
+    /* n_log2 >= 0: the log is two regions, one a thread, each filled from its start (no gap between chunks):
+       the first part's entries from n_log below cap / 2, the second's from n_log2 */
+    const int regions = c.held && n_log2 >= 0;
+    if (regions) a.log_end = cap / 2;
     StJob b = a;
     int split = split_at > 0 && split_at < n && split_base >= 0 && n >= 2 * par_min;
     int seam_ok = 1, err = 0;
@@ -483,7 +528,10 @@ static PyObject *stream(PyObject *self, PyObject *args) {
            log entries go after the most the first part can log (one per change of c in its range) */
         a.i1 = b.i0 = split_at;
         b.base = split_base;
-        if (c.held) {
+        if (regions) {
+            b.log_at = n_log2;
+            b.log_end = cap;
+        } else if (c.held) {
             int64_t need = split_base > base ? changes_in(&c, base / L + 1, (split_base - 1) / L, S) : 0;
             a.log_end = n_log + need < cap ? n_log + need : cap;
             b.log_at = a.log_end;
@@ -505,11 +553,14 @@ static PyObject *stream(PyObject *self, PyObject *args) {
         err = a.err;
     }
     Py_END_ALLOW_THREADS
-    RELEASE(&doc, &sizes, &acc, &c, &cb, &s, &head, &lg);
+    RELEASE(&doc, &sizes, &acc, &c, &cb, &s, &head, &lg, &inl);
     if (err) {
         PyErr_SetString(PyExc_ValueError, err == 1 ? "stream: document id outside the sizes" : "stream: log full");
         return NULL;
     }
+    if (regions)
+        return Py_BuildValue("LLiL", (long long)(split ? b.end : a.end), (long long)a.n_log, seam_ok,
+                             (long long)(split ? b.n_log : n_log2));
     return Py_BuildValue("LLi", (long long)(split ? b.end : a.end), (long long)(split ? b.n_log : a.n_log), seam_ok);
 }
 
@@ -603,7 +654,7 @@ static int ev_cmp(const void *a, const void *b) {
 #define PF_FIN 32
 
 typedef struct {
-    const Arr *sizes, *acc, *head, *lg;
+    const Arr *sizes, *acc, *head, *lg, *inl;
     Arr *mn, *mx, *tot;
     int64_t d0, da, db, H;
     uint64_t mask;
@@ -616,7 +667,8 @@ typedef struct {
 
 static void *finalize_job(void *arg) {
     FinJob *j = (FinJob *)arg;
-    const Arr *sizes = j->sizes, *acc = j->acc, *head = j->head, *lg = j->lg;
+    const Arr *sizes = j->sizes, *acc = j->acc, *head = j->head, *lg = j->lg, *inl = j->inl;
+    const int use_inl = inl->held;
     Arr *mn = j->mn, *mx = j->mx, *tot = j->tot;
     const int64_t H = j->H, d0 = j->d0, db = j->db;
     const int man = j->man, shift = j->shift;
@@ -655,12 +707,23 @@ static void *finalize_job(void *arg) {
         }
         int64_t lo_v = b, hi_v = b, total = 0;
         int64_t e = head->held ? get(head, d) : -1;
-        if (e < 0) {
+        const int64_t iv = use_inl ? get(inl, d) : 0;  /* the document's first entry, packed (0: none) */
+        if (e < 0 && iv == 0) {
             if (b >= H) { err = 1; break; }
             htv[b] += z;
             total = b * z;
         } else {
             int64_t ne = 0;
+            if (iv) {
+                if (!evcap) {
+                    ev = (Ev *)malloc(64 * sizeof(Ev));
+                    if (!ev) { err = 2; break; }
+                    evcap = 64;
+                }
+                ev[0].off = iv >> fmt->pk;
+                ev[0].delta = (iv & (((int64_t)1 << fmt->pk) - 1)) - fmt->bias;
+                ne = 1;
+            }
             for (; e >= 0; e = log_link(lg, fmt, e)) {
                 if (ne >= evcap) {
                     int64_t nc = evcap ? 2 * evcap : 64;
@@ -713,20 +776,21 @@ static void *finalize_job(void *arg) {
 }
 
 static PyObject *finalize(PyObject *self, PyObject *args) {
-    PyObject *sizeso, *acco, *heado, *lgo, *hto, *hdo, *mno, *mxo, *toto;
+    PyObject *sizeso, *acco, *heado, *lgo, *hto, *hdo, *mno, *mxo, *toto, *inlo = Py_None;
     int shift, pk = 0;
     long long d0, d1, bias = 0;
-    if (!PyArg_ParseTuple(args, "OOiOOLLOOOOO|iL", &sizeso, &acco, &shift, &heado, &lgo,
-                          &d0, &d1, &hto, &hdo, &mno, &mxo, &toto, &pk, &bias))
+    if (!PyArg_ParseTuple(args, "OOiOOLLOOOOO|iLO", &sizeso, &acco, &shift, &heado, &lgo,
+                          &d0, &d1, &hto, &hdo, &mno, &mxo, &toto, &pk, &bias, &inlo))
         return NULL;
-    Arr sizes, acc, head, lg, ht, hd, mn, mx, tot;
-    Arr *all[] = {&sizes, &acc, &head, &lg, &ht, &hd, &mn, &mx, &tot};
+    Arr sizes, acc, head, lg, ht, hd, mn, mx, tot, inl;
+    Arr *all[] = {&sizes, &acc, &head, &lg, &ht, &hd, &mn, &mx, &tot, &inl};
     for (size_t k = 0; k < sizeof(all) / sizeof(all[0]); k++) memset(all[k], 0, sizeof(Arr));
     if (arr_get(sizeso, &sizes, 0, "sizes") < 0 || arr_get(acco, &acc, 0, "acc") < 0 ||
         arr_get(heado, &head, 0, "head") < 0 || arr_get(lgo, &lg, 0, "log") < 0 ||
         arr_get(hto, &ht, 1, "hist_tokens") < 0 || arr_get(hdo, &hd, 1, "hist_docs") < 0 ||
-        arr_get(mno, &mn, 1, "mn") < 0 || arr_get(mxo, &mx, 1, "mx") < 0 || arr_get(toto, &tot, 1, "tot") < 0) {
-        RELEASE(&sizes, &acc, &head, &lg, &ht, &hd, &mn, &mx, &tot);
+        arr_get(mno, &mn, 1, "mn") < 0 || arr_get(mxo, &mx, 1, "mx") < 0 || arr_get(toto, &tot, 1, "tot") < 0 ||
+        arr_get(inlo, &inl, 0, "inl") < 0) {
+        RELEASE(&sizes, &acc, &head, &lg, &ht, &hd, &mn, &mx, &tot, &inl);
         return NULL;
     }
     int64_t H = ht.n;
@@ -736,9 +800,10 @@ static PyObject *finalize(PyObject *self, PyObject *args) {
     if (ht.size != 8 || hd.size != 8 || !contig(&ht) || !contig(&hd) || hd.n < H || d1 > acc.n || d1 > sizes.n ||
         d0 < 0 || (man && (mn.n < d1 - d0 || mx.n < d1 - d0 || tot.n < d1 - d0))) err = 3;
     if (!err && head.held && head.n < d1) err = 3;
+    if (!err && inl.held && (pk <= 0 || inl.n < d1)) err = 3;
     int64_t unseen = 0, partial = 0;
     if (!err) {
-        FinJob a = {&sizes, &acc, &head, &lg, &mn, &mx, &tot, d0, d0, d1, H, mask, shift, man,
+        FinJob a = {&sizes, &acc, &head, &lg, &inl, &mn, &mx, &tot, d0, d0, d1, H, mask, shift, man,
                     (int64_t *)ht.buf, (int64_t *)hd.buf, 0, 0, 0, {pk > 0 ? 2 : 3, pk > 0 ? pk : 0, pk > 0 ? bias : 0}};
         FinJob b = a;
         int64_t *mine = NULL;
@@ -763,7 +828,7 @@ static PyObject *finalize(PyObject *self, PyObject *args) {
         }
         Py_END_ALLOW_THREADS
     }
-    RELEASE(&sizes, &acc, &head, &lg, &ht, &hd, &mn, &mx, &tot);
+    RELEASE(&sizes, &acc, &head, &lg, &ht, &hd, &mn, &mx, &tot, &inl);
     if (err) {
         PyErr_SetString(err == 2 ? PyExc_MemoryError : PyExc_ValueError,
                         err == 1 ? "negative or too large exposure: inconsistent events"
@@ -771,6 +836,59 @@ static PyObject *finalize(PyObject *self, PyObject *args) {
         return NULL;
     }
     return Py_BuildValue("LL", (long long)unseen, (long long)partial);
+}
+
+/* ------------------------------------------------------------------ fill */
+
+typedef struct { char *p; size_t n; const char *pat; size_t pn; int zero; } FillJob;
+
+static void *fill_job(void *arg) {
+    FillJob *j = (FillJob *)arg;
+    if (j->zero) { memset(j->p, 0, j->n); return NULL; }
+    /* the pattern once, then doubling copies up to 1 MB, then that block repeated */
+    size_t have = j->n < j->pn ? j->n : j->pn;
+    memcpy(j->p, j->pat, have);
+    size_t blk = (size_t)1 << 20;
+    while (have < j->n && have < blk) {
+        size_t m = have <= j->n - have ? have : j->n - have;
+        memcpy(j->p + have, j->p, m);
+        have += m;
+    }
+    for (size_t at = have; at < j->n; at += have) memcpy(j->p + at, j->p, j->n - at < have ? j->n - at : have);
+    return NULL;
+}
+
+static PyObject *fill(PyObject *self, PyObject *args) {
+    PyObject *bo;
+    Py_buffer pat;
+    if (!PyArg_ParseTuple(args, "Oy*", &bo, &pat)) return NULL;
+    Arr b;
+    if (arr_get(bo, &b, 1, "buf") < 0) { PyBuffer_Release(&pat); return NULL; }
+    size_t n = (size_t)b.n * (size_t)b.size, pn = (size_t)pat.len;
+    if (!contig(&b) || pn == 0 || n % pn) {
+        RELEASE(&b);
+        PyBuffer_Release(&pat);
+        PyErr_SetString(PyExc_ValueError, "fill: a contiguous buffer of whole patterns is needed");
+        return NULL;
+    }
+    int zero = 1;
+    for (size_t k = 0; k < pn; k++) zero &= ((const char *)pat.buf)[k] == 0;
+    Py_BEGIN_ALLOW_THREADS
+    FillJob a = {b.buf, n, (const char *)pat.buf, pn, zero}, c = a;
+    /* two threads for large buffers: the kernel's zeroing of fresh pages, the bulk of the cost, in parallel */
+    size_t half = n / 2 / pn * pn;
+    if ((long long)n >= 64 * par_min && half > 0) {
+        a.n = half;
+        c.p = b.buf + half;
+        c.n = n - half;
+        run2(fill_job, &a, &c);
+    } else {
+        fill_job(&a);
+    }
+    Py_END_ALLOW_THREADS
+    RELEASE(&b);
+    PyBuffer_Release(&pat);
+    Py_RETURN_NONE;
 }
 
 static PyObject *set_parallel_min(PyObject *self, PyObject *args) {
@@ -791,6 +909,7 @@ static PyMethodDef methods[] = {
     {"check_rows", check_rows, METH_VARARGS, "first sample boundary not at row * L, else -1"},
     {"doc_stats", doc_stats, METH_VARARGS, "documents, tokens, epochs, first absent, first irregular, its copies"},
     {"finalize", finalize, METH_VARARGS, "per-document exposure of [d0, d1): histograms, unseen, partial"},
+    {"fill", fill, METH_VARARGS, "fill(buf, pattern): a contiguous byte buffer filled with a repeated pattern (two threads when large)"},
     {"set_parallel_min", set_parallel_min, METH_VARARGS, "entries from which work is split over two threads; returns the old value"},
     {NULL, NULL, 0, NULL},
 };

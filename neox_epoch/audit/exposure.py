@@ -158,7 +158,8 @@ class ExposureState:
 
     def __init__(self, c_ext: np.ndarray, seq_length: int, num_docs: int, max_size: int,
                  first_s: np.ndarray | None = None, last_s: np.ndarray | None = None,
-                 ext: ModuleType | None = None, head: np.ndarray | None = None, cap: int | None = None) -> None:
+                 ext: ModuleType | None = None, head: np.ndarray | None = None, cap: int | None = None,
+                 inl: np.ndarray | None = None) -> None:
         self.c = c_ext
         """Draw count per sample, with ``c[S] = 0`` for the uncovered tail."""
         self.S = int(c_ext.shape[0]) - 1
@@ -175,7 +176,7 @@ class ExposureState:
             # each non-uniform copy holds a change of the draw count strictly inside it: at most one a change
             if cap is None:
                 cap = int(ext.changes(c_ext))
-            idt = np.int32 if max(cap, num_docs) < (1 << 31) - 1 else np.int64
+            idt = np.int32 if max(2 * cap + 4, num_docs) < (1 << 31) - 1 else np.int64
             if head is None:
                 head = np.full(num_docs, -1, dtype=idt)
             self.head = head
@@ -193,11 +194,19 @@ class ExposureState:
             # empty, not zeros: numpy asks for transparent huge pages for its uninitialized allocations
             # only (calloc's 4 kB pages made every random access into the log a TLB miss); an entry is
             # always written before it is read
-            self.log = np.empty((cap + 2, 3 if self.pack == 0 else 2), dtype=idt)  # + 2: scratch entries
+            # two regions of cap + 2 entries (+ 2: scratch entries), one for each thread of the stream pass,
+            # each filled from its start: only the entries written are ever touched (faulted in)
+            self.log = np.empty((2 * (cap + 2), 3 if self.pack == 0 else 2), dtype=idt)
+            self.n_log2 = cap + 2
+            """Next free entry of the second region (the stream pass's second thread)."""
             """Changes of the draw count inside a document copy: (offset, change, the document's previous
             entry or -1), the first two packed into one integer when ``pack``."""
+            self.inl = inl if self.pack and inl is not None and inl.dtype.itemsize >= self.log.dtype.itemsize else None
+            """Each document's first log entry, packed (0: none; a packed entry is > 0), when the records hold
+            one (a zeroed field of them) and entries are packed: most documents then need no log read."""
             self.events = np.empty(0, dtype=np.int64)
         else:
+            self.inl = None
             if (max(num_docs, 1).bit_length() + self.shift) > 63:
                 raise ValueError("index too large for 64-bit exposure events")
             self.events = np.empty(self._event_bound(), dtype=np.int64)
@@ -310,11 +319,11 @@ class ExposureState:
             if manifest is not None:
                 mn, mx, tot = (np.empty(d1 - d0, dtype=np.int64) for _ in range(3))
                 u, p = ext.finalize(sizes, acc, shift, self.head, self.log, d0, d1, ht, hd, mn, mx, tot,
-                                    self.pack, self.bias)
+                                    self.pack, self.bias, self.inl)
                 manifest(self._manifest_chunk(acc, mask, sizes, d0, d1, doc_offset, mn, mx, tot))
             else:
                 u, p = ext.finalize(sizes, acc, shift, self.head, self.log, d0, d1, ht, hd, None, None, None,
-                                    self.pack, self.bias)
+                                    self.pack, self.bias, self.inl)
             unseen += int(u)
             partial += int(p)
         tokens = {int(k): int(ht[k]) for k in np.flatnonzero(ht)}

@@ -544,9 +544,9 @@ def _stream_pass_c(ext: Any, ctx: _Ctx, doc_r: NpyReader, sample_r: NpyReader, s
             if k < pend.shape[0] and pend_row0 + k < S and int(pend[k, 0]) < q1:
                 split_at, split_base = int(pend[k, 0]) - q0, (pend_row0 + k) * L - int(pend[k, 1])
         if exp is not None and rep.exposure_ok:
-            base, exp.n_log, seam_ok = ext.stream(d, lo, sizes, acc, acc_shift, base, exp.c, L, S, cb_buf, s_buf,
-                                                  exp.head, exp.log, exp.n_log, split_at, split_base,
-                                                  exp.pack, exp.bias)
+            base, exp.n_log, seam_ok, exp.n_log2 = ext.stream(
+                d, lo, sizes, acc, acc_shift, base, exp.c, L, S, cb_buf, s_buf, exp.head, exp.log, exp.n_log,
+                split_at, split_base, exp.pack, exp.bias, exp.inl, exp.n_log2)
         else:
             base, _, seam_ok = ext.stream(d, lo, sizes, acc, acc_shift, base, None, L, S, cb_buf, s_buf, None, None, 0,
                                           split_at, split_base)
@@ -810,9 +810,18 @@ def _audit(ctx: _Ctx, resolve_prefix: Callable[[str | None], str | None] | None,
         # consumption, the head of its log): a document copy in the stream pass touches one cache line
         fields: list[tuple[str, Any]] = [("acc", np.uint64 if wide else np.uint32)]
         if ext is not None and consumption is not None:  # log entries: at most one a sample
-            fields.append(("head", np.int32 if max(ctx.S, D) < (1 << 31) - 1 else np.int64))
+            idt = np.int32 if max(2 * ctx.S + 4, D) < (1 << 31) - 1 else np.int64  # two log regions
+            fields.append(("head", idt))
         fields.append(("size", np.int32))
-        rec = zeroed(D, np.dtype(fields, align=True))
+        if ext is not None and consumption is not None:
+            # the document's first log entry, packed (0: none): 16-byte records (with 32-bit counts), and
+            # most documents need no log read in the last pass
+            fields.append(("inl", idt))
+        rdt = np.dtype(fields, align=True)
+        init = np.zeros(1, dtype=rdt)
+        if "head" in rdt.names:
+            init["head"] = -1  # no log entry yet
+        rec = zeroed(D, rdt, fill=init)
         sizes, acc = _load_sizes(ctx.header, lo, hi, rec["size"]), rec["acc"]
         T_est = int(sizes.sum(dtype=np.int64))
         s_first: int | None = None
@@ -831,11 +840,11 @@ def _audit(ctx: _Ctx, resolve_prefix: Callable[[str | None], str | None] | None,
             ctx.expected_separate = ctx.files_separate
         exp: ExposureState | None = None
         if consumption is not None and c_ext is not None and rep.exposure_ok:
-            head = None
+            head = inl = None
             if ext is not None:
-                head = rec["head"]
-                head.fill(-1)
-            exp = ExposureState(c_ext, L, D, int(sizes.max()) if D else 1, first_s, last_s, ext=ext, head=head)
+                head, inl = rec["head"], rec["inl"]  # -1 (none) and 0 (none) from the fill above
+            exp = ExposureState(c_ext, L, D, int(sizes.max()) if D else 1, first_s, last_s, ext=ext, head=head,
+                                inl=inl)
         tail: tuple[int, np.ndarray] | None = None
         if ctx.expected_separate and E_est > 1 and ctx.doc.rows == E_est * D:
             tail = ((E_est - 1) * D, np.zeros(D, dtype=bool))
