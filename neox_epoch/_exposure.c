@@ -331,11 +331,27 @@ typedef struct {
 
 static void *stream_job(void *arg) {
     StJob *j = (StJob *)arg;
-    const Arr *doc = j->doc, *sizes = j->sizes, *c = j->c;
-    Arr *acc = j->acc, *head = j->head, *lg = j->lg, *inl = j->inl;
+    /* local copies of the descriptors: the stores into the arrays cannot alias them, so their fields stay
+       in registers instead of being reloaded after every store */
+    Arr l_doc = *j->doc, l_sizes = *j->sizes, l_c = *j->c, l_acc = *j->acc, l_head, l_lg, l_inl;
+    memset(&l_head, 0, sizeof(Arr)); memset(&l_lg, 0, sizeof(Arr)); memset(&l_inl, 0, sizeof(Arr));
+    if (j->head) l_head = *j->head;
+    if (j->lg) l_lg = *j->lg;
+    if (j->inl) l_inl = *j->inl;
+    const Arr *doc = &l_doc, *sizes = &l_sizes, *c = &l_c;
+    Arr *acc = &l_acc, *head = &l_head, *lg = &l_lg, *inl = &l_inl;
+    int64_t *const cbv = j->cbv;
+    int32_t *const sv = j->sv;
     const int64_t lo = j->lo, L = j->L, S = j->S, D = j->D, i1 = j->i1;
-    const int use_inl = inl != NULL && inl->held;
+    const int use_inl = inl->held;
     const int logging = c->held, atomic = j->atomic, shift = j->shift;
+    /* the size, counts and log head are fields of one record of 8, 16, 32 or 64 bytes, aligned to its size:
+       one cache line a document */
+    const char *rb = acc->buf;
+    const Py_ssize_t rs = acc->st;
+    const int one_line = (rs == 8 || rs == 16 || rs == 32 || rs == 64) && ((uintptr_t)rb & (uintptr_t)(rs - 1)) == 0 &&
+                         sizes->st == rs && sizes->buf - rb >= 0 && sizes->buf - rb < rs &&
+                         (!logging || (head->st == rs && head->buf - rb >= 0 && head->buf - rb < rs));
     const int doc32 = doc->size == 4 && doc->is_signed && contig(doc);
     const int32_t *d32 = (const int32_t *)doc->buf;
     int64_t base = j->base, n_log = j->log_at;
@@ -349,17 +365,19 @@ static void *stream_job(void *arg) {
         if (i + PF_STREAM < i1) {
             int64_t dp = (doc32 ? d32[i + PF_STREAM] : get(doc, i + PF_STREAM)) - lo;
             if (dp >= 0 && dp < D) {
-                /* one record per document holds its size, counts and log head: usually one line */
-                __builtin_prefetch(AT(sizes, dp), 1, 3);
+                /* one record per document holds its size, counts and log head: one line, prefetched once */
                 __builtin_prefetch(AT(acc, dp), 1, 3);
-                if (logging) __builtin_prefetch(AT(head, dp), 1, 3);
+                if (!one_line) {
+                    __builtin_prefetch(AT(sizes, dp), 1, 3);
+                    if (logging) __builtin_prefetch(AT(head, dp), 1, 3);
+                }
             }
         }
         int64_t d = (doc32 ? d32[i] : get(doc, i)) - lo;
         if (d < 0 || d >= D) { j->err = 1; break; }
         int64_t z = *(const int32_t *)AT(sizes, d);
-        j->sv[i] = (int32_t)z;
-        j->cbv[i] = base;
+        sv[i] = (int32_t)z;
+        cbv[i] = base;
         uint64_t add = 1;
         if (logging) {
             /* the sample holding the copy's first token, and the last boundary k * L <= base + z - 1 */
@@ -667,7 +685,8 @@ typedef struct {
 
 static void *finalize_job(void *arg) {
     FinJob *j = (FinJob *)arg;
-    const Arr *sizes = j->sizes, *acc = j->acc, *head = j->head, *lg = j->lg, *inl = j->inl;
+    const Arr l_sizes = *j->sizes, l_acc = *j->acc, l_head = *j->head, l_lg = *j->lg, l_inl = *j->inl;  /* see stream_job */
+    const Arr *sizes = &l_sizes, *acc = &l_acc, *head = &l_head, *lg = &l_lg, *inl = &l_inl;
     const int use_inl = inl->held;
     Arr *mn = j->mn, *mx = j->mx, *tot = j->tot;
     const int64_t H = j->H, d0 = j->d0, db = j->db;
