@@ -731,6 +731,15 @@ static void *finalize_job(void *arg) {
             if (b >= H) { err = 1; break; }
             htv[b] += z;
             total = b * z;
+        } else if (e < 0 && (iv >> fmt->pk) > 0 && (iv >> fmt->pk) < z) {
+            /* one change, strictly inside (always, by the stream pass): two steps, no sort, no branch */
+            const int64_t off = iv >> fmt->pk, b2 = b + (iv & (((int64_t)1 << fmt->pk) - 1)) - fmt->bias;
+            if (b >= H || b2 < 0 || b2 >= H) { err = 1; break; }
+            htv[b] += off;
+            htv[b2] += z - off;
+            total = b * off + b2 * (z - off);
+            lo_v = b < b2 ? b : b2;
+            hi_v = b < b2 ? b2 : b;
         } else {
             int64_t ne = 0;
             if (iv) {
