@@ -617,6 +617,25 @@ static PyObject *check_block(PyObject *self, PyObject *args) {
     return Py_BuildValue("nn", order, neg);
 }
 
+typedef struct {
+    const Arr *r, *cb, *s;
+    int64_t q0, row0, L;
+    Py_ssize_t k0, k1, bad;
+} CrJob;
+
+static void *check_rows_job(void *arg) {
+    CrJob *j = (CrJob *)arg;
+    const Arr r = *j->r, cb = *j->cb, s = *j->s;
+    int64_t want = (j->row0 + j->k0) * j->L;
+    j->bad = -1;
+    for (Py_ssize_t k = j->k0; k < j->k1; k++, want += j->L) {
+        int64_t p = get(&r, 2 * k) - j->q0, o = get(&r, 2 * k + 1);
+        if (p < 0 || p >= cb.n || p >= s.n) { j->bad = k; break; }
+        if (o > get(&s, p) || get(&cb, p) + o != want) { j->bad = k; break; }
+    }
+    return NULL;
+}
+
 static PyObject *check_rows(PyObject *self, PyObject *args) {
     PyObject *ro, *cbo, *so;
     long long q0, row0, L;
@@ -628,17 +647,53 @@ static PyObject *check_rows(PyObject *self, PyObject *args) {
         return NULL;
     }
     Py_ssize_t n = r.n / 2, bad = -1;
-    int64_t want = row0 * L;
-    for (Py_ssize_t k = 0; k < n; k++, want += L) {
-        int64_t p = get(&r, 2 * k) - q0, o = get(&r, 2 * k + 1);
-        if (p < 0 || p >= cb.n || p >= s.n) { bad = k; break; }
-        if (o > get(&s, p) || get(&cb, p) + o != want) { bad = k; break; }
+    CrJob a = {&r, &cb, &s, q0, row0, L, 0, n, -1}, b = a;
+    Py_BEGIN_ALLOW_THREADS
+    if (n >= 2 * par_min) {
+        /* two halves; the first bad row is the first half's, else the second's */
+        a.k1 = b.k0 = n / 2;
+        run2(check_rows_job, &a, &b);
+        bad = a.bad >= 0 ? a.bad : b.bad;
+    } else {
+        check_rows_job(&a);
+        bad = a.bad;
     }
+    Py_END_ALLOW_THREADS
     RELEASE(&r, &cb, &s);
     return PyLong_FromSsize_t(bad);
 }
 
 /* ------------------------------------------------------------------ per-document results */
+
+typedef struct {
+    const Arr *acc, *sizes;
+    uint64_t mask;
+    Py_ssize_t d0, d1;
+    int pass;   /* 0: counts, 1: the first irregular document (epochs known) */
+    int64_t docs, tokens, epochs, first_absent, other, other_c;
+} DsJob;
+
+static void *doc_stats_job(void *arg) {
+    DsJob *j = (DsJob *)arg;
+    const Arr acc = *j->acc, sizes = *j->sizes;
+    const uint64_t mask = j->mask;
+    if (j->pass == 0) {
+        int64_t docs = 0, tokens = 0, epochs = 0, first_absent = -1;
+        for (Py_ssize_t d = j->d0; d < j->d1; d++) {
+            int64_t k = (int64_t)(getu(&acc, d) & mask);
+            if (k > 0) { docs++; tokens += get(&sizes, d); if (k > epochs) epochs = k; }
+            else if (first_absent < 0) first_absent = d;
+        }
+        j->docs = docs; j->tokens = tokens; j->epochs = epochs; j->first_absent = first_absent;
+    } else {
+        j->other = -1;
+        for (Py_ssize_t d = j->d0; d < j->d1; d++) {
+            int64_t k = (int64_t)(getu(&acc, d) & mask);
+            if (k > 0 && k != j->epochs) { j->other = d; j->other_c = k; break; }
+        }
+    }
+    return NULL;
+}
 
 static PyObject *doc_stats(PyObject *self, PyObject *args) {
     PyObject *ao, *so;
@@ -648,16 +703,28 @@ static PyObject *doc_stats(PyObject *self, PyObject *args) {
     memset(&sizes, 0, sizeof(Arr));
     if (arr_get(ao, &acc, 0, "acc") < 0 || arr_get(so, &sizes, 0, "sizes") < 0) { RELEASE(&acc, &sizes); return NULL; }
     uint64_t mask = (shift >= 64) ? ~(uint64_t)0 : (((uint64_t)1 << shift) - 1);
-    int64_t docs = 0, tokens = 0, epochs = 0, first_absent = -1, other = -1, other_c = 0;
-    for (Py_ssize_t d = 0; d < acc.n; d++) {
-        int64_t k = (int64_t)(getu(&acc, d) & mask);
-        if (k > 0) { docs++; tokens += get(&sizes, d); if (k > epochs) epochs = k; }
-        else if (first_absent < 0) first_absent = d;
+    int64_t docs, tokens, epochs, first_absent, other, other_c;
+    DsJob a = {&acc, &sizes, mask, 0, acc.n, 0, 0, 0, 0, -1, -1, 0}, b = a;
+    Py_BEGIN_ALLOW_THREADS
+    int two = acc.n >= 2 * par_min;
+    if (two) {
+        /* two halves, combined: the first absent / irregular document is the first half's if any */
+        a.d1 = b.d0 = acc.n / 2;
+        b.first_absent = -1;
+        run2(doc_stats_job, &a, &b);
+    } else {
+        doc_stats_job(&a);
     }
-    for (Py_ssize_t d = 0; d < acc.n; d++) {
-        int64_t k = (int64_t)(getu(&acc, d) & mask);
-        if (k > 0 && k != epochs) { other = d; other_c = k; break; }
-    }
+    docs = a.docs + (two ? b.docs : 0);
+    tokens = a.tokens + (two ? b.tokens : 0);
+    epochs = two && b.epochs > a.epochs ? b.epochs : a.epochs;
+    first_absent = a.first_absent >= 0 ? a.first_absent : (two ? b.first_absent : -1);
+    a.pass = b.pass = 1;
+    a.epochs = b.epochs = epochs;
+    if (two) run2(doc_stats_job, &a, &b); else doc_stats_job(&a);
+    other = a.other >= 0 ? a.other : (two ? b.other : -1);
+    other_c = a.other >= 0 ? a.other_c : (two ? b.other_c : 0);
+    Py_END_ALLOW_THREADS
     RELEASE(&acc, &sizes);
     return Py_BuildValue("LLLLLL", docs, tokens, epochs, first_absent, other, other_c);
 }
