@@ -11,12 +11,14 @@
  *     zeros among store[:S] (S = len - 1); then store[:S] -= 1 and store[S] = 0.
  * changes(c) -> number of k in [1, len) with c[k] != c[k-1].
  * stream(doc, lo, sizes, acc, shift, base, c, L, S, cb_out, s_out, head, log, n_log[, split_at, split_base,
- *        pk, bias]) -> (base, n_log, seam_ok)
+ *        pk, bias, inl, n_log2]) -> (base, n_log, seam_ok[, n_log2])
  *     per copy i (document d = doc[i] - lo): s_out[i] = sizes[d], cb_out[i] = stream position of its
  *     first token; acc[d] += 1 | (c[min(cb/L, S)] << shift). With c given, every sample boundary
  *     strictly inside the copy where the draw count changes is a log entry (offset in the document,
  *     change, previous entry of d), linked per document from head[d] (-1 ends). log: [cap, 3], or with
- *     pk > 0 [cap, 2]: ((offset << pk) + change + bias, previous entry).
+ *     pk > 0 [cap, 2]: ((offset << pk) + change + bias, previous entry). inl (pk > 0): per document, its first
+ *     entry packed (0: none; never 0 else), taken instead of a log entry when still 0. n_log2 >= 0: the log
+ *     is two regions (the second from cap / 2), one per thread, n_log and n_log2 their next free entries.
  * rows_before(rows, q1) -> first k with rows[k, 0] >= q1 (rows sorted on column 0).
  * check_block(rows, prev_p) -> (first row going back or -1, first negative offset or -1)
  * check_rows(rows, q0, row0, L, cb, s) -> first k with rows[k,1] > s[p] or cb[p] + rows[k,1] != (row0+k)*L
@@ -24,7 +26,7 @@
  * doc_stats(acc, shift, sizes) -> (documents, tokens, epochs, first_absent, first_other, other_copies)
  * fill(buf, pattern)
  *     buf (contiguous bytes, a whole number of patterns) = the pattern repeated; two threads when large.
- * finalize(sizes, acc, shift, head, log, d0, d1, hist_tokens, hist_docs, mn, mx, tot[, pk, bias])
+ * finalize(sizes, acc, shift, head, log, d0, d1, hist_tokens, hist_docs, mn, mx, tot[, pk, bias, inl])
  *     -> (unseen, partial)
  *     per document of [d0, d1): its exposure as a step function over its tokens (base counts of all
  *     copies plus the steps of its non-uniform copies), added to the token histogram (weighted by

@@ -26,7 +26,8 @@ strictly inside a document copy where ``c`` changes as an entry (offset, change)
 document's few entries and sweeps them into the same histograms and per-document minimum / maximum /
 total. Both paths give identical reports (``tests/test_audit_paths.py``); the C path keeps 8 bytes an
 entry, 12 when offsets are too large to pack (at most one entry per change of ``c`` between consecutive
-samples), and 4 bytes a document for ``head``.
+samples), and 4 bytes a document for ``head`` (plus, packed, 4 for the document's first entry, kept in its
+record instead of the log: most documents then need no log read).
 
 Memory: ``c`` (1 byte a sample), the per-document counts (4 or 8 bytes a document), the .idx sizes of
 the split (4 bytes a document) and the events (8 bytes each, at most one per sample boundary where the
