@@ -105,8 +105,10 @@ def known_neox_keys() -> dict[str, str]:
 def load_neox_configs(paths: list[str], check_keys: bool = True) -> NeoxConfig:
     """Load and merge NeoX YAML files in order, as ``NeoXArgs.from_ymls`` does.
 
-    Like NeoX, a key given in two files is an error (NeoX compares the key as written with the keys
-    already loaded, after their ``-`` -> ``_`` conversion), and so are two files with the same basename.
+    Like NeoX, a key given in two files is an error, and so are two files with the same basename. (NeoX
+    compares the key as written with the keys already loaded after their ``-`` -> ``_`` conversion, so
+    ``train-iters`` in one file and ``train_iters`` in the next silently keeps the later value; that is
+    reported as an error here too.)
     """
     values: dict[str, Any] = {}
     origin: dict[str, str] = {}
@@ -115,6 +117,8 @@ def load_neox_configs(paths: list[str], check_keys: bool = True) -> NeoxConfig:
     basenames: dict[str, str] = {}
     known = known_neox_keys() if check_keys else {}
     for path in paths:
+        if os.path.isdir(path):
+            raise ConfigError(f"{path}: is a directory; expected a NeoX YAML config file")
         if not os.path.isfile(path):
             raise ConfigError(f"{path}: config file not found")
         base = os.path.basename(path)
@@ -130,11 +134,13 @@ def load_neox_configs(paths: list[str], check_keys: bool = True) -> NeoxConfig:
         except yaml.YAMLError as err:
             mark = getattr(err, "problem_mark", None)
             at = f" at line {mark.line + 1}" if mark is not None else ""
-            raise ConfigError(f"{path}: not valid YAML{at}: {getattr(err, 'problem', err)}") from err
+            raise ConfigError(f"{path}: is not valid YAML{at} ({getattr(err, 'problem', err)}); expected a NeoX "
+                              "YAML config") from None
         if raw is None:
             continue
         if not isinstance(raw, dict):
-            raise ConfigError(f"{path}: expected a mapping of config keys at the top level, found {type(raw).__name__}")
+            raise ConfigError(f"{path}: holds a {type(raw).__name__}, not a mapping of config keys; expected a NeoX "
+                              "YAML config")
         for key, value in raw.items():
             k = str(key).replace("-", "_")
             if k == BLOCK:
@@ -143,10 +149,13 @@ def load_neox_configs(paths: list[str], check_keys: bool = True) -> NeoxConfig:
                 block = EpochBlock.from_mapping(value, path)
                 block_origin = path
                 continue
-            if str(key) in values:
+            if k in values:
+                # NeoX raises when the key is written the same way in both files, and silently keeps the later
+                # value when one file writes '-' and the other '_'; both are reported here
                 raise ConfigError(
-                    f"{path}: {key}: already set in {origin[str(key)]}; NeoX rejects a key given in two config "
-                    "files (\"duplicate keys with previously loaded file\"): keep it in one file"
+                    f"{path}: {key}: already set in {origin[k]} (config key \"{k}\" is set in both files); NeoX "
+                    "rejects a key given in two config files (or, spelled with '-' in one and '_' in the other, "
+                    "silently keeps the later value): keep it in one"
                 )
             if check_keys and k not in known:
                 raise ConfigError(f"{path}: {key}: unknown NeoX config key{did_you_mean(k, known)}")

@@ -133,21 +133,6 @@ class BatchConfig:
         return f"in {self.origin.get(key) or ', '.join(self.paths)}"
 
 
-def _load_yaml(path: str) -> Any:
-    import yaml
-
-    try:
-        with open(path, encoding="utf-8") as f:
-            return yaml.safe_load(f)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(err, "problem", None) or type(err).__name__
-        raise ConfigError(
-            f'config file "{path}" is not valid YAML{where} ({problem}); expected a NeoX YAML config'
-        ) from None
-
-
 def _no_duplicates(path: str) -> Any:
     def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -211,6 +196,11 @@ def _flavor_of(paths: Sequence[str]) -> Flavor:
 
 
 def _read_files(paths: Sequence[str], flavor: Flavor) -> tuple[dict[str, Any], dict[str, str]]:
+    if flavor == "neox":  # one NeoX loader for the project: NeoX's merge and duplicate-key rules
+        from neox_epoch.config import load_neox_configs
+
+        cfg = load_neox_configs(list(paths), check_keys=False)
+        return dict(cfg.values), dict(cfg.origin)
     merged: dict[str, Any] = {}
     origin: dict[str, str] = {}
     for path in paths:
@@ -218,7 +208,7 @@ def _read_files(paths: Sequence[str], flavor: Flavor) -> tuple[dict[str, Any], d
             raise ConfigError(f'config file "{path}" not found; expected a NeoX YAML or DeepSpeed JSON path')
         if os.path.isdir(path):
             raise ConfigError(f'config path "{path}" is a directory; expected a NeoX YAML or DeepSpeed JSON file')
-        content = _load_yaml(path) if flavor == "neox" else _load_json(path)
+        content = _load_json(path)
         if content is None:
             content = {}
         if not isinstance(content, Mapping):
@@ -227,7 +217,7 @@ def _read_files(paths: Sequence[str], flavor: Flavor) -> tuple[dict[str, Any], d
                 "expected a NeoX YAML or DeepSpeed JSON object"
             )
         for raw_key, value in content.items():
-            key = str(raw_key).replace("-", "_") if flavor == "neox" else str(raw_key)
+            key = str(raw_key)
             if key in merged:
                 raise ConfigError(
                     f'config key "{key}" is set in both {origin[key]} and {path}; NeoX rejects a key given in '
