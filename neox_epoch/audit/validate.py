@@ -496,14 +496,20 @@ def _stream_pass(ctx: _Ctx, doc_r: NpyReader, sample_r: NpyReader, sizes: np.nda
     progress.done()
     out.total_tokens = base
     if check and (pend.shape[0] or next_row < rows_total):
-        row = pend_row0 if pend.shape[0] else next_row
-        p_bad = int(pend[0, 0]) if pend.shape[0] else int(sample_r.read(row, row + 1)[0, 0])
-        _finding(rep, sample_r.info.path, "sample index range", f"document positions < {ndoc} (entries of doc_idx)",
-                 f"row {row} points at position {p_bad}",
-                 "the sample index points past the document index: the files come from different builds. " + STALE_HINT)
-        rep.exposure_ok = False
+        _rows_past_doc_index(rep, sample_r, pend, pend_row0, next_row, ndoc)
     return out
 
+
+
+def _rows_past_doc_index(rep: Any, sample_r: NpyReader, pend: np.ndarray, pend_row0: int, next_row: int,
+                         ndoc: int) -> None:
+    """Finding for sample-index rows left after the document index ran out (both stream passes)."""
+    row = pend_row0 if pend.shape[0] else next_row
+    p_bad = int(pend[0, 0]) if pend.shape[0] else int(sample_r.read(row, row + 1)[0, 0])
+    _finding(rep, sample_r.info.path, "sample index range", f"document positions < {ndoc} (entries of doc_idx)",
+             f"row {row} points at position {p_bad}",
+             "the sample index points past the document index: the files come from different builds. " + STALE_HINT)
+    rep.exposure_ok = False
 
 def _stream_pass_c(ext: Any, ctx: _Ctx, doc_r: NpyReader, sample_r: NpyReader, sizes: np.ndarray, acc: np.ndarray,
                    acc_shift: int, exp: ExposureState | None, tail_check: tuple[int, np.ndarray] | None,
@@ -589,12 +595,7 @@ def _stream_pass_c(ext: Any, ctx: _Ctx, doc_r: NpyReader, sample_r: NpyReader, s
     progress.done()
     out.total_tokens = base
     if check and (pend.shape[0] or next_row < rows_total):
-        row = pend_row0 if pend.shape[0] else next_row
-        p_bad = int(pend[0, 0]) if pend.shape[0] else int(sample_r.read(row, row + 1)[0, 0])
-        _finding(rep, sample_r.info.path, "sample index range", f"document positions < {ndoc} (entries of doc_idx)",
-                 f"row {row} points at position {p_bad}",
-                 "the sample index points past the document index: the files come from different builds. " + STALE_HINT)
-        rep.exposure_ok = False
+        _rows_past_doc_index(rep, sample_r, pend, pend_row0, next_row, ndoc)
     return out
 
 
