@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from neox_epoch.plan import Plan
+from neox_epoch.text import fmt
+from neox_epoch.text import table as text_table
 
 COLUMNS = (
     ("split", "split"), ("name", "source"), ("documents", "docs"), ("tokens", "tokens"),
@@ -11,38 +13,19 @@ COLUMNS = (
 )
 
 
-def _fmt(v: object) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, float):
-        return f"{v:.4f}"
-    if isinstance(v, int):
-        return f"{v:,d}"
-    return str(v)
-
-
 def table(plan: Plan) -> str:
     rows = []
     for s in plan.sources:
         row = []
         for key, _ in COLUMNS:
-            v = getattr(s, key)
-            text = _fmt(v)
+            text = fmt(getattr(s, key), float_digits=4)
             if key == "tokens_unseen" and not s.tokens_unseen_exact:
                 text = "~" + text
             if key == "epochs_built" and s.epochs_built > 1:
                 text += " (sep.)" if s.separate_final_epoch else " (joint)"
             row.append(text)
         rows.append(row)
-    heads = [h for _, h in COLUMNS]
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(heads)]
-    line = "  ".join(h.rjust(w) if i > 1 else h.ljust(w) for i, (h, w) in enumerate(zip(heads, widths)))
-    out = [line, "  ".join("-" * w for w in widths)]
-    for r in rows:
-        out.append("  ".join(c.rjust(w) if i > 1 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))))
-    return "\n".join(out)
+    return "\n".join(text_table([h for _, h in COLUMNS], rows, left=2, rule=True))
 
 
 def render(plan: Plan) -> str:

@@ -12,6 +12,8 @@ from neox_epoch.audit.audit import AuditResult
 from neox_epoch.audit.exposure import ExposureReport, ManifestChunk
 from neox_epoch.audit.findings import AuditError
 from neox_epoch.audit.validate import IndexReport, Progress
+from neox_epoch.text import fmt as _fmt
+from neox_epoch.text import table
 
 MANIFEST_COLUMNS = (
     "index", "split", "data_prefix", "document", "tokens", "min_exposure", "max_exposure", "token_exposures",
@@ -51,16 +53,6 @@ class TtyProgress(Progress):
         self.last = 0.0
 
 
-def _fmt(v: Any) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, int):
-        return f"{v:,d}"
-    return str(v)
-
-
 def _hist_line(h: dict[int, int]) -> str:
     total = sum(h.values())
     if not total:
@@ -85,11 +77,7 @@ def _exposure_lines(e: ExposureReport, indent: str = "    ") -> list[str]:
 
 
 def _table(headers: tuple[str, ...], rows: list[tuple[Any, ...]], indent: str = "  ") -> list[str]:
-    cells = [[_fmt(v) for v in row] for row in rows]
-    widths = [max([len(h)] + [len(r[k]) for r in cells]) for k, h in enumerate(headers)]
-    out = [indent + "  ".join(h.rjust(w) for h, w in zip(headers, widths))]
-    out.extend(indent + "  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in cells)
-    return out
+    return table(headers, [[_fmt(v) for v in row] for row in rows], indent=indent)
 
 
 def render_text(res: AuditResult) -> str:
