@@ -21,44 +21,26 @@ from __future__ import annotations
 
 import os
 import random
-import re
 from typing import Any
 
 import numpy as np
 
+from neox_epoch import idx
 from neox_epoch.corpus import write_random_corpus
+
+# megatron-core's split rounding (only used to keep generated splits non-empty; the truth comes from the builder)
+from neox_epoch.semantics.mcore import split_matrix, split_range
 
 SEQ_LENGTHS = (8, 16, 32, 64, 128)
 SPLIT_STRINGS = ("98,1,1", "90,5,5", "100,0,0", "80,20,0", "70,20,10", "99,1,0", "949,50,1")
 SURPLUSES = (0.0, 0.005, 0.05)
 #: (min_len, max_len) of the documents of a source
 LENGTH_PROFILES = ((1, 300), (1, 300), (1, 40), (100, 300), (1, 8), (20, 120))
-IDX_HEADER_BYTES = 34
-
-
-def split_matrix(split: str) -> list[tuple[float, float] | None]:
-    """megatron-core's split matrix of a split string (None for an empty share)."""
-    vector = [float(x) for x in re.findall(r"[.0-9]+", split)]
-    vector += [0.0] * (3 - len(vector))
-    w = np.array(vector, dtype=np.float64)
-    normalized = (w / np.sum(w)).tolist()
-    ends: list[float] = [0]
-    for v in normalized:
-        ends.append(ends[-1] + v)
-    return [(lo, hi) if hi > lo else None for lo, hi in zip(ends[:-1], ends[1:], strict=True)]
-
-
-def split_range(bookend: tuple[float, float], num_sequences: int) -> tuple[int, int]:
-    """The [begin, end) sequence range megatron-core gives a split bookend."""
-    return int(round(bookend[0] * float(num_sequences))), int(round(bookend[1] * float(num_sequences)))
 
 
 def read_sizes(prefix: str) -> np.ndarray:
     """The int32 sequence lengths of ``prefix.idx``."""
-    with open(prefix + ".idx", "rb") as f:
-        header = f.read(IDX_HEADER_BYTES)
-    count = int(np.frombuffer(header[18:26], dtype="<u8")[0])
-    return np.fromfile(prefix + ".idx", dtype="<i4", count=count, offset=IDX_HEADER_BYTES)
+    return np.array(idx.sizes_memmap(idx.read_header(prefix)))
 
 
 def _epoch_samples(tokens: int, seq_length: int, a: int) -> int:
