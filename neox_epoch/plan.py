@@ -18,6 +18,8 @@ from neox_epoch.semantics import DatasetBuild, legacy, mcore, neox
 
 FRAMEWORKS = ("neox", "megatron-core", "megatron-legacy")
 SPLITS = ("train", "valid", "test")
+#: token sums of (prefix, first sequence, end sequence), shared between plans so each .idx is read once
+TokenCache = dict[tuple[str, int, int], int]
 
 
 @dataclass(frozen=True)
@@ -186,7 +188,7 @@ def _read_sources(specs: Sequence[SourceSpec]) -> list[_Source]:
     return [_Source(s, idx.read_header(s.prefix)) for s in specs]
 
 
-def _token_sums(src: _Source, ranges: list[tuple[int, int]], cache: dict[tuple[str, int, int], int]) -> list[int]:
+def _token_sums(src: _Source, ranges: list[tuple[int, int]], cache: TokenCache) -> list[int]:
     missing = [r for r in ranges if (src.header.prefix, r[0], r[1]) not in cache]
     if missing:
         for r, t in zip(missing, idx.range_token_sums(src.header, missing)):
@@ -226,7 +228,7 @@ def _consumption(inp: PlanInput, train_iters: int) -> list[int]:
     ]
 
 
-def _neox_builds(inp: PlanInput, requests: list[int], cache: dict) -> list[_SplitBuild | None]:  # type: ignore[type-arg]
+def _neox_builds(inp: PlanInput, requests: list[int], cache: TokenCache) -> list[_SplitBuild | None]:
     out: list[_SplitBuild | None] = [None, None, None]
     if not inp.per_split_paths:
         (src,) = _read_sources(inp.train_sources[:1])
@@ -280,7 +282,7 @@ def _neox_builds(inp: PlanInput, requests: list[int], cache: dict) -> list[_Spli
     return out
 
 
-def _mcore_builds(inp: PlanInput, requests: list[int], cache: dict) -> list[_SplitBuild | None]:  # type: ignore[type-arg]
+def _mcore_builds(inp: PlanInput, requests: list[int], cache: TokenCache) -> list[_SplitBuild | None]:
     version = inp.framework_version
     a = 1 if inp.add_extra_token_to_sequence else 0
     specs = list(inp.train_sources)
@@ -339,7 +341,7 @@ def _mcore_builds(inp: PlanInput, requests: list[int], cache: dict) -> list[_Spl
     return out
 
 
-def _builds(inp: PlanInput, train_iters: int, cache: dict) -> list[_SplitBuild | None]:  # type: ignore[type-arg]
+def _builds(inp: PlanInput, train_iters: int, cache: TokenCache) -> list[_SplitBuild | None]:
     requests = _consumption(inp, train_iters)
     if inp.train_samples is not None and inp.framework == "megatron-core":
         requests[0] = inp.train_samples
@@ -390,14 +392,18 @@ def _draws(sb: _SplitBuild, consumed: int) -> tuple[list[int], int]:
     return blend.greedy_counts(list(sb.greedy_weights), n), n
 
 
-def make_plan(inp: PlanInput, targets: Sequence[int] | None = None) -> Plan:
-    """Plan ``inp`` as the framework will run it (``inp.train_iters`` or ``train_samples`` required)."""
+def make_plan(inp: PlanInput, targets: Sequence[int] | None = None, cache: TokenCache | None = None) -> Plan:
+    """Plan ``inp`` as the framework will run it (``inp.train_iters`` or ``train_samples`` required).
+
+    ``cache`` keeps the token sums of (prefix, first, last sequence) between calls, so the exact-mode
+    search reads each .idx once.
+    """
     _check_input(inp)
     gbs = inp.global_batch_size
     if inp.train_iters is None and inp.train_samples is None:
         raise PlanError("train_iters: not set; give train_iters (or --train-samples), or ask for --epochs N")
     train_iters = inp.train_iters if inp.train_iters is not None else int(inp.train_samples) // gbs  # type: ignore[arg-type]
-    cache: dict[tuple[str, int, int], int] = {}
+    cache = {} if cache is None else cache
     builds = _builds(inp, train_iters, cache)
     consumed = _consumption(inp, train_iters)
     sources: list[SourcePlan] = []
@@ -551,7 +557,8 @@ def exact_plan(inp: PlanInput, passes: dict[str, float], search_seeds: int = 200
             raise PlanError(f"--source-epochs: {lab}={w}: epochs must be > 0")
     a = 1 if (inp.framework != "megatron-core" or inp.add_extra_token_to_sequence) else 0
     # one plan with a throwaway train_iters gives the per-source train tokens (split-aware)
-    probe = make_plan(replace(inp, train_iters=1, train_samples=None, warmup_iters=None))
+    cache: TokenCache = {}
+    probe = make_plan(replace(inp, train_iters=1, train_samples=None, warmup_iters=None), cache=cache)
     train = [s for s in probe.sources if s.split == "train"]
     by_prefix = {s.prefix: s for s in train}
     # NeoX's len(dataset) is samples - 1 and its blend size the sum of those lens: one sample per source is unusable
@@ -597,9 +604,9 @@ def exact_plan(inp: PlanInput, passes: dict[str, float], search_seeds: int = 200
         if inp.framework == "neox" and inp.per_split_paths:
             exact_inp = replace(exact_inp, blend_buffer=1.0)
             settings["blend_buffer"] = 1.0
-        plan = make_plan(exact_inp, final)
+        plan = make_plan(exact_inp, final, cache)
     else:
-        plan, weights = _search_weights(exact_inp, final, search_seeds)
+        plan, weights = _search_weights(exact_inp, final, search_seeds, cache)
         settings["weights"] = weights
         settings["targets"] = {lab: t for lab, t in zip(labels, final)}
         if inp.framework == "neox":
@@ -614,7 +621,7 @@ def exact_plan(inp: PlanInput, passes: dict[str, float], search_seeds: int = 200
             warnings.append(f"exact: {lab}: {t0 - t1} of its {t0} target samples fall in the remainder under one "
                             f"global batch ({(t0 - t1) * inp.seq_length} tokens not drawn)")
     if inp.framework == "neox" and inp.per_split_paths:
-        warnings.extend(_without_plugin(inp, iters))
+        warnings.extend(_without_plugin(inp, iters, cache))
     return replace(plan, settings=settings, remainder_samples=remainder, remainder_tokens=lost_tokens,
                    arithmetic=tuple(arithmetic) + plan.arithmetic, warnings=tuple(warnings))
 
@@ -633,7 +640,7 @@ def _shave(targets: list[int], remainder: int) -> list[int]:
     return [t - c for t, c in zip(out, cut)]
 
 
-def _search_weights(inp: PlanInput, targets: list[int], seeds: int) -> tuple[Plan, list[float]]:
+def _search_weights(inp: PlanInput, targets: list[int], seeds: int, cache: TokenCache) -> tuple[Plan, list[float]]:
     """Float weights under which the framework's greedy draws exactly ``targets`` (tried, then verified)."""
     import numpy as np
 
@@ -646,7 +653,7 @@ def _search_weights(inp: PlanInput, targets: list[int], seeds: int) -> tuple[Pla
             w = [float(t) * (1.0 + float(u)) for t, u in zip(targets, rng.uniform(-1e-9, 1e-9, len(targets)) * k)]
         trial = replace(inp, blend_weights_override=tuple(w),
                         exact_requests=tuple(targets) if inp.framework == "neox" else None)
-        plan = make_plan(trial, targets)
+        plan = make_plan(trial, targets, cache)
         drawn = [s.samples_drawn for s in plan.sources if s.split == "train"]
         built_ok = all(s.samples_built >= s.samples_drawn for s in plan.sources if s.split == "train")
         if drawn == targets and built_ok:
@@ -658,10 +665,10 @@ def _search_weights(inp: PlanInput, targets: list[int], seeds: int) -> tuple[Pla
     )
 
 
-def _without_plugin(inp: PlanInput, train_iters: int) -> list[str]:
+def _without_plugin(inp: PlanInput, train_iters: int, cache: TokenCache) -> list[str]:
     """What stock NeoX (1.005 buffer, config weights) does with the same train_iters, for comparison."""
     stock = make_plan(replace(inp, train_iters=train_iters, blend_buffer=None, exact_requests=None,
-                              blend_weights_override=None))
+                              blend_weights_override=None), cache=cache)
     out = []
     for s in stock.sources:
         if s.split == "train" and s.epochs_built > math.ceil(s.passes - 1e-9):
@@ -680,7 +687,7 @@ def predict_splits(inp: PlanInput, sizes: Sequence[int | None]) -> list[dict[str
     """
     if inp.framework != "megatron-core":
         raise PlanError("predict_splits mirrors megatron-core's builder only")
-    cache: dict[tuple[str, int, int], int] = {}
+    cache: TokenCache = {}
     out: list[dict[str, object] | None] = []
     for sb in _mcore_builds(inp, list(sizes), cache):  # type: ignore[arg-type]
         if sb is None:
