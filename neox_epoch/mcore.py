@@ -31,7 +31,7 @@ from typing import Any
 
 from neox_epoch.detect import megatron_core_version
 from neox_epoch.errors import ConfigError, NeoxEpochError, PlanError
-from neox_epoch.plan import SPLITS, Plan, PlanInput, SourcePlan, SourceSpec, exact_plan
+from neox_epoch.plan import SPLITS, Plan, PlanInput, SourcePlan, SourceSpec, exact_plan, passes_per_source
 
 logger = logging.getLogger("neox_epoch.mcore")
 
@@ -77,14 +77,6 @@ def _specs(prefixes: Sequence[str], weights: Sequence[float] | None) -> tuple[So
     return tuple(SourceSpec(p, float(weights[k]) if weights is not None else None) for k, p in enumerate(prefixes))
 
 
-def _passes(epochs: float | Mapping[str, float], specs: Sequence[SourceSpec]) -> dict[str, float]:
-    if isinstance(epochs, Mapping):
-        return {str(k): float(v) for k, v in epochs.items()}
-    if isinstance(epochs, bool) or not isinstance(epochs, (int, float)):
-        raise ConfigError(f"epochs: {epochs!r}; expected a number or a dict {{source name: epochs}}")
-    return {s.label: float(epochs) for s in specs}
-
-
 def _with_fields(config: Any, **changes: Any) -> Any:
     """``dataclasses.replace`` keeping only fields this megatron-core version has."""
     names = {f.name for f in dataclasses.fields(config) if f.init}
@@ -128,7 +120,7 @@ def exact_config(
         add_extra_token_to_sequence=bool(getattr(config, "add_extra_token_to_sequence", True)),
         renormalize_blend_weights=bool(getattr(config, "renormalize_blend_weights", False)),
     )
-    passes = _passes(epochs, specs)
+    passes = passes_per_source(epochs, specs)
     plan = exact_plan(inp, passes)
     _check_no_spillover(plan, specs, passes)
     raw_weights = plan.settings.get("weights")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from neox_epoch import blend, idx
@@ -538,6 +538,15 @@ def _target_samples(tokens: int, seq_length: int, passes: float, a: int) -> int:
     per_epoch = (tokens - a) // seq_length
     base = (whole * tokens - a) // seq_length if whole >= 1 else 0
     return base + int(math.floor(frac * per_epoch + 1e-9))
+
+
+def passes_per_source(epochs: float | Mapping[str, float], sources: Sequence[SourceSpec]) -> dict[str, float]:
+    """Passes per source from one number (every source) or a map keyed by source name or prefix."""
+    if isinstance(epochs, Mapping):
+        return {str(k): float(v) for k, v in epochs.items()}
+    if isinstance(epochs, bool) or not isinstance(epochs, (int, float)):
+        raise PlanError(f"epochs: {epochs!r}; expected a number or a map {{source name: epochs}}")
+    return {s.label: float(epochs) for s in sources}
 
 
 def exact_plan(inp: PlanInput, passes: dict[str, float], search_seeds: int = 200) -> Plan:

@@ -12,7 +12,7 @@ from neox_epoch import detect
 from neox_epoch.atomic import write_text_atomic
 from neox_epoch.config import EpochBlock, load_neox_configs, plan_input_from_neox
 from neox_epoch.errors import ConfigError
-from neox_epoch.plan import FRAMEWORKS, Plan, PlanInput, SourceSpec, exact_plan, make_plan
+from neox_epoch.plan import FRAMEWORKS, Plan, PlanInput, SourceSpec, exact_plan, make_plan, passes_per_source
 from neox_epoch.report import render
 
 
@@ -153,17 +153,14 @@ def build_input(args: argparse.Namespace) -> tuple[PlanInput, EpochBlock | None]
 
 
 def targets_from(args: argparse.Namespace, inp: PlanInput, block: EpochBlock | None) -> dict[str, float] | None:
-    labels = [s.label for s in inp.train_sources]
     if args.epochs is not None and args.source_epochs:
         raise ConfigError("give --epochs or --source-epochs, not both")
     if args.epochs is not None:
-        return {lab: args.epochs for lab in labels}
+        return passes_per_source(args.epochs, inp.train_sources)
     if args.source_epochs:
         return parse_source_epochs(args.source_epochs)
     if block is not None and block.epochs is not None:
-        if isinstance(block.epochs, dict):
-            return {str(k): float(v) for k, v in block.epochs.items()}
-        return {lab: float(block.epochs) for lab in labels}
+        return passes_per_source(block.epochs, inp.train_sources)
     return None
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from neox_epoch.config import EpochBlock, NeoxConfig, plan_input_from_neox
 from neox_epoch.errors import ConfigError, PlanError
-from neox_epoch.plan import Plan, PlanInput, SourcePlan, exact_plan, make_plan
+from neox_epoch.plan import Plan, PlanInput, SourcePlan, SourceSpec, exact_plan, make_plan, passes_per_source
 
 #: NeoX argument names the planner reads (NeoXArgs attributes / merged YAML keys)
 PLAN_KEYS = (
@@ -85,8 +85,7 @@ def _targets(block: EpochBlock, labels: list[str], prefixes: list[str], train_ep
         unknown = sorted(str(k) for k in ep if str(k) not in known)
         if unknown:
             raise ConfigError(f"neox_epoch.epochs: unknown source(s) {unknown}; give one of {labels} (name or path)")
-        return {str(k): float(v) for k, v in ep.items()}
-    return {lab: float(ep) for lab in labels}
+    return passes_per_source(ep, [SourceSpec(p, name=lab) for p, lab in zip(prefixes, labels)])
 
 
 def make_run_plan(values: Mapping[str, Any], block: EpochBlock, settings: Mapping[str, Any] | None = None) -> RunPlan:
