@@ -7,6 +7,9 @@
  * scatter(v, j0, store, runs) -> -1 | i
  *     store[v[i]] = value of index j0+i: `val` of the run (a, b, val) holding it, else 1. Returns the
  *     first i with v[i] outside [0, len(store)-1) (nothing written for that chunk then).
+ * perm_hash(v, j0, S) -> (bad, h1, h2)
+ *     bad: first i with v[i] outside [0, S) (-1: none); sums mod 2^64 of h1: mix(v[i]) - mix(j0 + i)
+ *     (a 64-bit mixer), h2: v[i] - (j0 + i); both 0 over a whole permutation of [0, S).
  * finish_store(store) -> (missing, first_missing)
  *     zeros among store[:S] (S = len - 1); then store[:S] -= 1 and store[S] = 0.
  * changes(c) -> number of k in [1, len) with c[k] != c[k-1].
@@ -233,6 +236,59 @@ static PyObject *scatter(PyObject *self, PyObject *args) {
     Py_END_ALLOW_THREADS
     RELEASE(&v, &st);
     return PyLong_FromSsize_t(bad);
+}
+
+/* perm_hash(v, j0, S) -> (bad, h1, h2): bad = the first i with v[i] outside [0, S) (-1: none); h1 = the
+ * sum mod 2^64 of mix(v[i]) - mix(j0 + i) (mix: splitmix64's finalizer, a bijection spreading every bit),
+ * h2 = the sum of v[i] - (j0 + i). Over a whole shuffle index both are 0 for a permutation of [0, S); a
+ * damaged one of the same length passes both only by a chance of about 2^-64 (h1) and also needs the
+ * ids' plain sum unchanged (h2). */
+static inline uint64_t mix1(uint64_t x) {  /* splitmix64's finalizer */
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+typedef struct { const Arr *v; int64_t i0, i1, j0, S, bad; uint64_t h1, h2; } PhJob;
+
+static void *perm_hash_job(void *arg) {
+    PhJob *j = (PhJob *)arg;
+    uint64_t h1 = 0, h2 = 0;
+    const int u32 = j->v->size == 4 && !j->v->is_signed && contig(j->v);
+    const uint32_t *vv = (const uint32_t *)j->v->buf;
+    for (int64_t i = j->i0; i < j->i1; i++) {
+        const int64_t x = u32 ? (int64_t)vv[i] : get(j->v, i);
+        if (x < 0 || x >= j->S) { j->bad = i; break; }
+        const uint64_t k = (uint64_t)(j->j0 + i);
+        h1 += mix1((uint64_t)x) - mix1(k);
+        h2 += (uint64_t)x - k;
+    }
+    j->h1 = h1;
+    j->h2 = h2;
+    return NULL;
+}
+
+static PyObject *perm_hash(PyObject *self, PyObject *args) {
+    PyObject *vo;
+    long long j0, S;
+    if (!PyArg_ParseTuple(args, "OLL", &vo, &j0, &S)) return NULL;
+    Arr v;
+    if (arr_get(vo, &v, 0, "v") < 0) return NULL;
+    int64_t n = (int64_t)v.n;
+    PhJob a = {&v, 0, n, j0, S, -1, 0, 0}, b = a;
+    Py_BEGIN_ALLOW_THREADS
+    if (n >= 2 * par_min) {
+        a.i1 = b.i0 = n / 2;
+        run2(perm_hash_job, &a, &b);
+    } else {
+        perm_hash_job(&a);
+        b.i0 = b.i1 = n;
+    }
+    Py_END_ALLOW_THREADS
+    RELEASE(&v);
+    int64_t bad = a.bad >= 0 ? a.bad : b.bad;
+    return Py_BuildValue("LKK", (long long)bad, (unsigned long long)(a.h1 + b.h1), (unsigned long long)(a.h2 + b.h2));
 }
 
 static PyObject *finish_store(PyObject *self, PyObject *args) {
@@ -998,6 +1054,7 @@ static PyObject *set_parallel_min(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"scatter", scatter, METH_VARARGS, "store[v[i]] = the run value of index j0+i; -1 or the first bad i"},
+    {"perm_hash", perm_hash, METH_VARARGS, "(first id outside [0, S) or -1, h1, h2): permutation sums of a shuffle chunk"},
     {"finish_store", finish_store, METH_VARARGS, "(missing, first missing); then store -= 1, store[S] = 0"},
     {"changes", changes, METH_VARARGS, "number of k with c[k] != c[k-1]"},
     {"stream", stream, METH_VARARGS, "one chunk of doc_idx: sizes, positions, copies, base counts, non-uniform copies"},

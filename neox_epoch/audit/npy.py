@@ -1,13 +1,16 @@
 """Read .npy files in bounded pieces: the header, and rows ``[start, stop)`` read on demand.
 
-Index arrays reach gigabytes. ``np.load`` would read them whole, and a memory map keeps every page it
-touched resident (it counts in the process's RSS), so rows are read with ``np.fromfile`` at an offset
-into fresh, chunk-sized arrays. A truncated file, a pickled object array or an unexpected shape becomes a
+Index arrays reach gigabytes. ``np.load`` would read them whole, and a memory map of the whole file keeps
+every page it touched resident (it counts in the process's RSS), so rows are read in windows: each read
+maps just the pages of its rows (read-only, prefaulted), and the mapping goes away with the array. No copy
+is made and no fresh memory is zeroed (copying into fresh arrays with ``np.fromfile`` cost more than the
+audit's own work on large indexes); where a file cannot be mapped, ``np.fromfile`` reads it instead. A truncated file, a pickled object array or an unexpected shape becomes a
 :class:`~neox_epoch.audit.findings.FileProblem` (later a finding), never a traceback.
 """
 
 from __future__ import annotations
 
+import mmap
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,6 +22,9 @@ import numpy.typing as npt
 from numpy.lib import format as npformat
 
 from neox_epoch.audit.findings import FileProblem
+
+#: map windows with their pages faulted in at once (Linux); elsewhere on first touch
+_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 
 #: rows per chunk when streaming: 4M rows of an int64 [N, 2] array is 64 MiB
 CHUNK_ROWS = 1 << 22
@@ -112,8 +118,21 @@ class NpyReader:
         return self._f
 
     def _read(self, offset: int, count: int) -> np.ndarray:
+        """``count`` elements from element ``offset``: a read-only view of a mapped window (or a copy)."""
+        start = self.info.data_offset + offset * self.info.dtype.itemsize
+        nbytes = count * self.info.dtype.itemsize
+        if nbytes > 0:
+            f = self._file()
+            lo = start - start % mmap.ALLOCATIONGRANULARITY
+            try:
+                mm = mmap.mmap(f.fileno(), start - lo + nbytes, flags=mmap.MAP_SHARED | _POPULATE,
+                               prot=mmap.PROT_READ, offset=lo)
+            except (OSError, ValueError):  # not mappable (a pipe, some network file systems): copy it
+                mm = None
+            if mm is not None:
+                return np.frombuffer(mm, dtype=self.info.dtype, count=count, offset=start - lo)
         f = self._file()
-        f.seek(self.info.data_offset + offset * self.info.dtype.itemsize)
+        f.seek(start)
         out = np.fromfile(f, dtype=self.info.dtype, count=count)
         if out.shape[0] != count:
             raise FileProblem(self.info.path, "size", f"{count} more elements at element {offset}",
@@ -121,7 +140,7 @@ class NpyReader:
         return out
 
     def read(self, start: int, stop: int) -> np.ndarray:
-        """Rows ``[start, stop)`` as a new C-ordered array (1-D, or 2-D ``[rows, cols]``)."""
+        """Rows ``[start, stop)`` as a C-ordered, read-only array (1-D, or 2-D ``[rows, cols]``)."""
         info = self.info
         start, stop = max(0, start), min(stop, info.rows)
         if stop <= start:

@@ -40,6 +40,7 @@ from neox_epoch.semantics import neox as neox_sem
 
 #: entries of doc_idx per chunk of the stream pass
 STREAM_CHUNK = 1 << 18
+_U64 = (1 << 64) - 1
 #: regenerate doc_idx/shuffle_idx from the seed when they hold at most this many entries together
 REGEN_LIMIT = 1 << 23
 #: the 80% rule of megatron (core and legacy)
@@ -330,9 +331,91 @@ def _doc_prepass(ctx: _Ctx, reader: NpyReader, progress: Progress) -> bool:
     return True
 
 
+def _check_separation(ctx: _Ctx, info: NpyInfo, s_first: int | None, max_first: int) -> None:
+    """Whether the first ``s_first`` shuffle entries stay below ``s_first`` (a separately shuffled last epoch)."""
+    if s_first is not None and 0 < s_first < ctx.S:
+        files_separate = max_first < s_first
+        ctx.files_separate = files_separate
+        if ctx.expected_separate is not None and files_separate != ctx.expected_separate:
+            _finding(ctx.rep, info.path, "final-epoch separation",
+                     f"{'a separately' if ctx.expected_separate else 'a jointly'} shuffled final epoch (80% rule)",
+                     f"{'separate' if files_separate else 'joint'} shuffle blocks",
+                     "the index was built with other parameters than its description says: " + STALE_HINT)
+
+
+def _count_segments(consumption: Consumption | None, S: int) -> tuple[int, list[tuple[int, int, int]]]:
+    """Draw count of most shuffle positions, and the (start, stop, count) ranges with another count."""
+    if consumption is None:
+        return 0, []
+    segs: list[tuple[int, int, int]] = []
+    pos = 0
+    for a, b, cnt in sorted(consumption.runs):
+        a, b = max(a, pos), min(b, S)
+        if a > pos:
+            segs.append((pos, a, 0))
+        if b > a:
+            segs.append((a, b, cnt))
+            pos = b
+    if pos < S:
+        segs.append((pos, S, 0))
+    total: dict[int, int] = {}
+    for a, b, cnt in segs:
+        total[cnt] = total.get(cnt, 0) + b - a
+    default = max(total, key=lambda k: (total[k], -k)) if total else 0
+    return default, [x for x in segs if x[2] != default]
+
+
 def _shuffle_pass(ctx: _Ctx, reader: NpyReader, consumption: Consumption | None, s_first: int | None,
                   manifest: bool, progress: Progress) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]:
-    """Permutation check and draw counts per sample: returns (c with c[S]=0, first, last) or Nones."""
+    """Permutation check and draw counts per sample: returns (c with c[S]=0, first, last) or Nones.
+
+    With the C extension (and no manifest) one sequential pass checks the ids' range and two sums that
+    are 0 over a permutation (``_exposure.perm_hash``: a 64-bit hash and the plain sum), and only the positions whose draw count differs from most
+    positions' are written into ``c`` (none for a validation or a whole number of passes); when the sums
+    say "not a permutation", :func:`_shuffle_pass_exact` runs to name the first missing id."""
+    rep, info, S = ctx.rep, reader.info, ctx.S
+    ext = accelerated()
+    if ext is None or manifest or info.rows != S or not hasattr(ext, "perm_hash"):
+        return _shuffle_pass_exact(ctx, reader, consumption, s_first, manifest, progress)
+    top = consumption.max_count if consumption is not None else 0
+    cdt = np.uint8 if top < 255 else (np.uint16 if top < 65535 else np.uint32)
+    default, minority = _count_segments(consumption, S)
+    store = None
+    if consumption is not None:
+        store = zeroed(S + 1, cdt, fill=None if default == 0 else np.asarray([default], dtype=cdt))
+    h1 = h2 = 0
+    max_first = -1
+    progress.start("shuffle", S)
+    for j0, v in reader.chunks(rows=STREAM_CHUNK):
+        j1 = j0 + v.shape[0]
+        bad, a1, a2 = ext.perm_hash(v, j0, S)
+        if bad >= 0:
+            _finding(rep, info.path, "shuffle entry", f"sample ids in [0, {S})", f"{int(v[bad])} at position {j0 + bad}",
+                     "doc/sample/shuffle files come from different builds: " + STALE_HINT)
+            rep.exposure_ok = False
+            progress.done()
+            return None, None, None
+        h1, h2 = (h1 + int(a1)) & _U64, (h2 + int(a2)) & _U64
+        if store is not None:
+            for a, b, cnt in minority:
+                lo_, hi_ = max(a, j0), min(b, j1)
+                if hi_ > lo_:
+                    ext.scatter(v[lo_ - j0 : hi_ - j0], lo_, store, [(lo_, hi_, cnt)])
+        if s_first is not None and j0 < s_first:
+            max_first = max(max_first, int(v[: s_first - j0].max()))
+        progress.advance(v.shape[0])
+    progress.done()
+    if h1 or h2:  # not a permutation: the exact pass names the first missing id (and reports it)
+        return _shuffle_pass_exact(ctx, reader, consumption, s_first, manifest, progress)
+    _check_separation(ctx, info, s_first, max_first)
+    if store is not None:
+        store[S] = 0
+    return store, None, None
+
+
+def _shuffle_pass_exact(ctx: _Ctx, reader: NpyReader, consumption: Consumption | None, s_first: int | None,
+                  manifest: bool, progress: Progress) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]:
+    """:func:`_shuffle_pass` by writing every id: names the first missing id; keeps first/last draws."""
     rep, info, S = ctx.rep, reader.info, ctx.S
     if info.rows != S:
         _finding(rep, info.path, "shuffle index length", f"{S} (rows of the sample index - 1)", info.rows,
@@ -394,14 +477,7 @@ def _shuffle_pass(ctx: _Ctx, reader: NpyReader, consumption: Consumption | None,
                  "the shuffle index is damaged or from another build: " + STALE_HINT)
         rep.exposure_ok = False
         return None, None, None
-    if s_first is not None and 0 < s_first < S:
-        files_separate = max_first < s_first
-        ctx.files_separate = files_separate
-        if ctx.expected_separate is not None and files_separate != ctx.expected_separate:
-            _finding(rep, info.path, "final-epoch separation",
-                     f"{'a separately' if ctx.expected_separate else 'a jointly'} shuffled final epoch (80% rule)",
-                     f"{'separate' if files_separate else 'joint'} shuffle blocks",
-                     "the index was built with other parameters than its description says: " + STALE_HINT)
+    _check_separation(ctx, info, s_first, max_first)
     if ext is None:
         store[:S] -= 1
         store[S] = 0
