@@ -22,6 +22,8 @@
  *     pk > 0 [cap, 2]: ((offset << pk) + change + bias, previous entry). inl (pk > 0): per document, its first
  *     entry packed (0: none; never 0 else), taken instead of a log entry when still 0. n_log2 >= 0: the log
  *     is two regions (the second from cap / 2), one per thread, n_log and n_log2 their next free entries.
+ *     kchg (optional, sorted int64): every k in [1, S] with c[k] != c[k-1]; when given, a copy with no such
+ *     k inside skips the logging steps (worth it when changes are few).
  * rows_before(rows, q1) -> first k with rows[k, 0] >= q1 (rows sorted on column 0).
  * check_block(rows, prev_p) -> (first row going back or -1, first negative offset or -1)
  * check_rows(rows, q0, row0, L, cb, s) -> first k with rows[k,1] > s[p] or cb[p] + rows[k,1] != (row0+k)*L
@@ -385,7 +387,19 @@ typedef struct {
     int64_t end, n_log;  /* out: stream position after i1, next free log entry */
     int err;             /* 1: document id outside the sizes, 2: log region full */
     LogFmt fmt;
+    const int64_t *kchg; /* sorted k with c[k] != c[k-1] when few (NULL: not given) */
+    int64_t nk;
 } StJob;
+
+/* first p with K[p] > k (K sorted) */
+static int64_t upper(const int64_t *K, int64_t n, int64_t k) {
+    int64_t a = 0, b = n;
+    while (a < b) {
+        int64_t m = a + (b - a) / 2;
+        if (K[m] <= k) a = m + 1; else b = m;
+    }
+    return a;
+}
 
 static void *stream_job(void *arg) {
     StJob *j = (StJob *)arg;
@@ -419,6 +433,9 @@ static void *stream_job(void *arg) {
     const int pow2 = L > 0 && (L & (L - 1)) == 0;
     int lsh = 0;
     while (pow2 && ((int64_t)1 << lsh) < L) lsh++;
+    /* few changes of c (K given): a copy before the next change takes its count without the logging steps */
+    const int64_t *const K = j->kchg, nk = j->nk;
+    int64_t kp = -1, knext = INT64_MAX;
     for (int64_t i = j->i0; i < i1; i++) {
         if (i + PF_STREAM < i1) {
             int64_t dp = (doc32 ? d32[i + PF_STREAM] : get(doc, i + PF_STREAM)) - lo;
@@ -447,6 +464,13 @@ static void *stream_job(void *arg) {
             const int64_t nb = kl - kb;  /* boundaries strictly inside the copy (<= 0: none) */
             uint64_t c0 = cval(c, k0);
             add |= c0 << shift;
+            if (K) {
+                if (kp < 0 || knext <= kb) {  /* first copy, or past the change: the next one after kb */
+                    kp = upper(K, nk, kb);
+                    knext = kp < nk ? K[kp] : INT64_MAX;
+                }
+                if (kl < knext) goto counted;  /* no change of c inside the copy */
+            }
             if (nb <= 2 && n_log + 2 <= log_end) {
                 /* a fixed two steps, no branch on the boundary count or on the draw count changing:
                    each step writes an entry at n_log, kept (n_log advances) when valid and c changes */
@@ -532,6 +556,7 @@ static void *stream_job(void *arg) {
                 if (j->err) break;
             }
         }
+    counted:;
         char *ap = AT(acc, d);
         if (acc->size == 4) {
             if (atomic) __atomic_fetch_add((uint32_t *)ap, (uint32_t)add, __ATOMIC_RELAXED);
@@ -557,25 +582,30 @@ static int64_t changes_in(const Arr *c, int64_t k0, int64_t k1, int64_t S) {
 }
 
 static PyObject *stream(PyObject *self, PyObject *args) {
-    PyObject *doco, *sizeso, *acco, *co, *cbo, *so, *heado, *lgo, *inlo = Py_None;
+    PyObject *doco, *sizeso, *acco, *co, *cbo, *so, *heado, *lgo, *inlo = Py_None, *ko = Py_None;
     long long lo, base, L, S, n_log, split_at = -1, split_base = 0, bias = 0, n_log2 = -1;
     int shift, pk = 0;
-    if (!PyArg_ParseTuple(args, "OLOOiLOLLOOOOL|LLiLOL", &doco, &lo, &sizeso, &acco, &shift, &base, &co, &L, &S,
-                          &cbo, &so, &heado, &lgo, &n_log, &split_at, &split_base, &pk, &bias, &inlo, &n_log2))
+    if (!PyArg_ParseTuple(args, "OLOOiLOLLOOOOL|LLiLOLO", &doco, &lo, &sizeso, &acco, &shift, &base, &co, &L, &S,
+                          &cbo, &so, &heado, &lgo, &n_log, &split_at, &split_base, &pk, &bias, &inlo, &n_log2, &ko))
         return NULL;
-    Arr doc, sizes, acc, c, cb, s, head, lg, inl;
+    Arr doc, sizes, acc, c, cb, s, head, lg, inl, kc;
     memset(&sizes, 0, sizeof(Arr)); memset(&acc, 0, sizeof(Arr)); memset(&c, 0, sizeof(Arr));
     memset(&cb, 0, sizeof(Arr)); memset(&s, 0, sizeof(Arr)); memset(&head, 0, sizeof(Arr));
-    memset(&lg, 0, sizeof(Arr)); memset(&inl, 0, sizeof(Arr));
+    memset(&lg, 0, sizeof(Arr)); memset(&inl, 0, sizeof(Arr)); memset(&kc, 0, sizeof(Arr));
     if (arr_get(doco, &doc, 0, "doc") < 0 || arr_get(sizeso, &sizes, 0, "sizes") < 0 ||
         arr_get(acco, &acc, 1, "acc") < 0 || arr_get(co, &c, 0, "c") < 0 || arr_get(cbo, &cb, 1, "cb") < 0 ||
         arr_get(so, &s, 1, "s") < 0 || arr_get(heado, &head, 1, "head") < 0 || arr_get(lgo, &lg, 1, "log") < 0 ||
-        arr_get(inlo, &inl, 1, "inl") < 0) {
-        RELEASE(&doc, &sizes, &acc, &c, &cb, &s, &head, &lg, &inl);
+        arr_get(inlo, &inl, 1, "inl") < 0 || arr_get(ko, &kc, 0, "kchg") < 0) {
+        RELEASE(&doc, &sizes, &acc, &c, &cb, &s, &head, &lg, &inl, &kc);
+        return NULL;
+    }
+    if (kc.held && (kc.size != 8 || !contig(&kc))) {
+        RELEASE(&doc, &sizes, &acc, &c, &cb, &s, &head, &lg, &inl, &kc);
+        PyErr_SetString(PyExc_ValueError, "stream: kchg must be contiguous 64-bit integers");
         return NULL;
     }
     if (inl.held && (!c.held || pk <= 0 || inl.size < lg.size || (inl.size != 4 && inl.size != 8) || inl.n < sizes.n)) {
-        RELEASE(&doc, &sizes, &acc, &c, &cb, &s, &head, &lg, &inl);
+        RELEASE(&doc, &sizes, &acc, &c, &cb, &s, &head, &lg, &inl, &kc);
         PyErr_SetString(PyExc_ValueError, "stream: unexpected inline buffer");
         return NULL;
     }
@@ -583,14 +613,14 @@ static PyObject *stream(PyObject *self, PyObject *args) {
         s.n < doc.n || !contig(&cb) || !contig(&s) || acc.n < sizes.n ||
         (c.held && (!head.held || !lg.held || head.n < sizes.n || (head.size != 4 && head.size != 8) ||
                     !contig(&lg) || c.n < S + 1))) {
-        RELEASE(&doc, &sizes, &acc, &c, &cb, &s, &head, &lg, &inl);
+        RELEASE(&doc, &sizes, &acc, &c, &cb, &s, &head, &lg, &inl, &kc);
         PyErr_SetString(PyExc_ValueError, "stream: unexpected buffers");
         return NULL;
     }
     LogFmt fmt = {pk > 0 ? 2 : 3, pk > 0 ? pk : 0, pk > 0 ? bias : 0};
     int64_t n = doc.n, cap = lg.n / fmt.w;
     StJob a = {&doc, &sizes, &c, &acc, &head, &lg, &inl, lo, L, S, sizes.n, shift, 0, (int64_t *)cb.buf, (int32_t *)s.buf,
-               0, n, base, n_log, cap, 0, 0, 0, fmt};
+               0, n, base, n_log, cap, 0, 0, 0, fmt, kc.held ? (const int64_t *)kc.buf : NULL, kc.held ? (int64_t)kc.n : 0};
     /* n_log2 >= 0: the log is two regions, one a thread, each filled from its start (no gap between chunks):
        the first part's entries from n_log below cap / 2, the second's from n_log2 */
     const int regions = c.held && n_log2 >= 0;
@@ -629,7 +659,7 @@ static PyObject *stream(PyObject *self, PyObject *args) {
         err = a.err;
     }
     Py_END_ALLOW_THREADS
-    RELEASE(&doc, &sizes, &acc, &c, &cb, &s, &head, &lg, &inl);
+    RELEASE(&doc, &sizes, &acc, &c, &cb, &s, &head, &lg, &inl, &kc);
     if (err) {
         PyErr_SetString(PyExc_ValueError, err == 1 ? "stream: document id outside the sizes" : "stream: log full");
         return NULL;

@@ -62,6 +62,10 @@ DOC_CHUNK = 1 << 18
 #: C path: two integers a log entry (offset and change packed) when they fit; False: always three (tests)
 PACK_LOG = True
 _BIG = np.iinfo(np.int64).max
+#: log entries between the stream threads' two regions (more than a cache line of entries)
+LOG_GAP = 32
+#: the change points of the draw counts are listed for the stream pass when there are at most S / this
+SPARSE_CHANGES = 64
 
 
 @dataclass
@@ -143,6 +147,15 @@ class ManifestChunk:
     """Global sample index of the last draw that covered the document (-1: never)."""
 
 
+def _change_points(c: np.ndarray, step: int = 1 << 24) -> np.ndarray:
+    """Sorted ``k`` (int64) with ``c[k] != c[k-1]``, in pieces (no temporary of ``c``'s size)."""
+    parts = []
+    for a in range(1, c.shape[0], step):
+        seg = c[a - 1 : min(a + step, c.shape[0])]
+        parts.append(np.flatnonzero(seg[1:] != seg[:-1]).astype(np.int64) + a)
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
 def _hist_add(h: dict[int, int], values: np.ndarray, weights: np.ndarray | None = None) -> None:
     if values.size == 0:
         return
@@ -177,6 +190,9 @@ class ExposureState:
             # each non-uniform copy holds a change of the draw count strictly inside it: at most one a change
             if cap is None:
                 cap = int(ext.changes(c_ext))
+            self.kchg = _change_points(c_ext) if cap <= max(self.S, 1) // SPARSE_CHANGES else None
+            """Every k with c[k] != c[k-1] when they are few (a whole number of passes, a short run): the
+            stream pass then skips its logging steps for the copies without one."""
             idt = np.int32 if max(2 * cap + 4, num_docs) < (1 << 31) - 1 else np.int64
             if head is None:
                 head = np.full(num_docs, -1, dtype=idt)
@@ -196,9 +212,12 @@ class ExposureState:
             # only (calloc's 4 kB pages made every random access into the log a TLB miss); an entry is
             # always written before it is read
             # two regions of cap + 2 entries (+ 2: scratch entries), one for each thread of the stream pass,
-            # each filled from its start: only the entries written are ever touched (faulted in)
-            self.log = np.empty((2 * (cap + 2), 3 if self.pack == 0 else 2), dtype=idt)
-            self.n_log2 = cap + 2
+            # each filled from its start: only the entries written are ever touched (faulted in). Each
+            # thread writes its scratch entry on every copy: LOG_GAP entries between the first region's
+            # end and the second's start keep the two threads off one cache line when cap is small
+            rows = 2 * (cap + 2 + LOG_GAP)
+            self.log = np.empty((rows, 3 if self.pack == 0 else 2), dtype=idt)
+            self.n_log2 = cap + 2 + 2 * LOG_GAP
             """Next free entry of the second region (the stream pass's second thread)."""
             """Changes of the draw count inside a document copy: (offset, change, the document's previous
             entry or -1), the first two packed into one integer when ``pack``."""
@@ -208,6 +227,7 @@ class ExposureState:
             self.events = np.empty(0, dtype=np.int64)
         else:
             self.inl = None
+            self.kchg = None
             if (max(num_docs, 1).bit_length() + self.shift) > 63:
                 raise ValueError("index too large for 64-bit exposure events")
             self.events = np.empty(self._event_bound(), dtype=np.int64)

@@ -615,9 +615,10 @@ def _stream_pass_c(ext: Any, ctx: _Ctx, doc_r: NpyReader, sample_r: NpyReader, s
             order, neg = ext.check_block(block, prev_p)
             if order >= 0 or neg >= 0:
                 break
-            pend = np.concatenate((pend, block)) if pend.shape[0] else block
-            if not pend.shape[0] - block.shape[0]:
-                pend_row0 = next_row
+            if pend.shape[0]:  # the pending rows and this block as one view of the file (no copy)
+                pend = sample_r.read(pend_row0, next_row + block.shape[0])
+            else:
+                pend, pend_row0 = block, next_row
             next_row += block.shape[0]
             prev_p = int(block[-1, 0])
         split_at = split_base = -1
@@ -628,7 +629,7 @@ def _stream_pass_c(ext: Any, ctx: _Ctx, doc_r: NpyReader, sample_r: NpyReader, s
         if exp is not None and rep.exposure_ok:
             base, exp.n_log, seam_ok, exp.n_log2 = ext.stream(
                 d, lo, sizes, acc, acc_shift, base, exp.c, L, S, cb_buf, s_buf, exp.head, exp.log, exp.n_log,
-                split_at, split_base, exp.pack, exp.bias, exp.inl, exp.n_log2)
+                split_at, split_base, exp.pack, exp.bias, exp.inl, exp.n_log2, exp.kchg)
         else:
             base, _, seam_ok = ext.stream(d, lo, sizes, acc, acc_shift, base, None, L, S, cb_buf, s_buf, None, None, 0,
                                           split_at, split_base)
