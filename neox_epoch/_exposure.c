@@ -10,6 +10,9 @@
  * perm_hash(v, j0, S) -> (bad, h1, h2)
  *     bad: first i with v[i] outside [0, S) (-1: none); sums mod 2^64 of h1: mix(v[i]) - mix(j0 + i)
  *     (a 64-bit mixer), h2: v[i] - (j0 + i); both 0 over a whole permutation of [0, S).
+ * doc_scan(d) -> (min, max, h): h = sum mod 2^64 of mix(d[i]) (the mixer of perm_hash).
+ * mix_range(lo, hi) -> sum mod 2^64 of mix(x), x in [lo, hi): E * it = h over an index holding each id E times.
+ * count_add(d, lo, counts): counts[d[i] - lo] += 1.
  * finish_store(store) -> (missing, first_missing)
  *     zeros among store[:S] (S = len - 1); then store[:S] -= 1 and store[S] = 0.
  * changes(c) -> number of k in [1, len) with c[k] != c[k-1].
@@ -293,6 +296,97 @@ static PyObject *perm_hash(PyObject *self, PyObject *args) {
     return Py_BuildValue("LKK", (long long)bad, (unsigned long long)(a.h1 + b.h1), (unsigned long long)(a.h2 + b.h2));
 }
 
+/* doc_scan(d) -> (min, max, h): h = the sum mod 2^64 of mix(d[i]). Over a document index that holds every
+ * id of [lo, hi) exactly E times, h = E * mix_range(lo, hi); another multiset of ids matches only by a
+ * chance of about 2^-64. */
+typedef struct { const Arr *v; int64_t i0, i1, mn, mx; uint64_t h; } DscJob;
+
+static void *doc_scan_job(void *arg) {
+    DscJob *j = (DscJob *)arg;
+    int64_t mn = INT64_MAX, mx = INT64_MIN;
+    uint64_t h = 0;
+    const int i32 = j->v->size == 4 && j->v->is_signed && contig(j->v);
+    const int32_t *vv = (const int32_t *)j->v->buf;
+    for (int64_t i = j->i0; i < j->i1; i++) {
+        const int64_t x = i32 ? (int64_t)vv[i] : get(j->v, i);
+        mn = x < mn ? x : mn;
+        mx = x > mx ? x : mx;
+        h += mix1((uint64_t)x);
+    }
+    j->mn = mn; j->mx = mx; j->h = h;
+    return NULL;
+}
+
+static PyObject *doc_scan(PyObject *self, PyObject *args) {
+    PyObject *vo;
+    if (!PyArg_ParseTuple(args, "O", &vo)) return NULL;
+    Arr v;
+    if (arr_get(vo, &v, 0, "doc") < 0) return NULL;
+    const int64_t n = (int64_t)v.n;
+    DscJob a = {&v, 0, n, INT64_MAX, INT64_MIN, 0}, b = a;
+    b.i0 = b.i1 = n;
+    Py_BEGIN_ALLOW_THREADS
+    if (n >= 2 * par_min) {
+        a.i1 = b.i0 = n / 2;
+        b.i1 = n;
+        run2(doc_scan_job, &a, &b);
+    } else {
+        doc_scan_job(&a);
+    }
+    Py_END_ALLOW_THREADS
+    RELEASE(&v);
+    return Py_BuildValue("LLK", (long long)(a.mn < b.mn ? a.mn : b.mn), (long long)(a.mx > b.mx ? a.mx : b.mx),
+                         (unsigned long long)(a.h + b.h));
+}
+
+typedef struct { int64_t lo, hi; uint64_t h; } MrJob;
+
+static void *mix_range_job(void *arg) {
+    MrJob *j = (MrJob *)arg;
+    uint64_t h = 0;
+    for (int64_t x = j->lo; x < j->hi; x++) h += mix1((uint64_t)x);
+    j->h = h;
+    return NULL;
+}
+
+/* mix_range(lo, hi) -> the sum mod 2^64 of mix(x) for x in [lo, hi) */
+static PyObject *mix_range(PyObject *self, PyObject *args) {
+    long long lo, hi;
+    if (!PyArg_ParseTuple(args, "LL", &lo, &hi)) return NULL;
+    if (hi < lo) hi = lo;
+    MrJob a = {lo, hi, 0}, b = {hi, hi, 0};
+    Py_BEGIN_ALLOW_THREADS
+    if (hi - lo >= 2 * par_min) {
+        a.hi = b.lo = lo + (hi - lo) / 2;
+        run2(mix_range_job, &a, &b);
+    } else {
+        mix_range_job(&a);
+    }
+    Py_END_ALLOW_THREADS
+    return Py_BuildValue("K", (unsigned long long)(a.h + b.h));
+}
+
+/* count_add(d, lo, counts): counts[d[i] - lo] += 1 (one thread; ids checked by the caller) */
+static PyObject *count_add(PyObject *self, PyObject *args) {
+    PyObject *vo, *co;
+    long long lo;
+    if (!PyArg_ParseTuple(args, "OLO", &vo, &lo, &co)) return NULL;
+    Arr v, cnt;
+    if (arr_get(vo, &v, 0, "doc") < 0) return NULL;
+    if (arr_get(co, &cnt, 1, "counts") < 0) { RELEASE(&v); return NULL; }
+    int bad = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < v.n; i++) {
+        const int64_t k = get(&v, i) - lo;
+        if (k < 0 || k >= cnt.n) { bad = 1; break; }
+        set(&cnt, k, get(&cnt, k) + 1);
+    }
+    Py_END_ALLOW_THREADS
+    RELEASE(&v, &cnt);
+    if (bad) { PyErr_SetString(PyExc_ValueError, "count_add: id outside the counts"); return NULL; }
+    Py_RETURN_NONE;
+}
+
 static PyObject *finish_store(PyObject *self, PyObject *args) {
     PyObject *so;
     if (!PyArg_ParseTuple(args, "O", &so)) return NULL;
@@ -419,11 +513,13 @@ static void *stream_job(void *arg) {
     const int logging = c->held, atomic = j->atomic, shift = j->shift;
     /* the size, counts and log head are fields of one record of 8, 16, 32 or 64 bytes, aligned to its size:
        one cache line a document */
-    const char *rb = acc->buf;
-    const Py_ssize_t rs = acc->st;
-    const int one_line = (rs == 8 || rs == 16 || rs == 32 || rs == 64) && ((uintptr_t)rb & (uintptr_t)(rs - 1)) == 0 &&
-                         sizes->st == rs && sizes->buf - rb >= 0 && sizes->buf - rb < rs &&
-                         (!logging || (head->st == rs && head->buf - rb >= 0 && head->buf - rb < rs));
+    const int counting = acc->held;  /* no acc: the sizes and positions only (a validation) */
+    const char *rb = counting ? acc->buf : sizes->buf;
+    const Py_ssize_t rs = counting ? acc->st : sizes->st;
+    const int one_line = !counting ||
+                         ((rs == 8 || rs == 16 || rs == 32 || rs == 64) && ((uintptr_t)rb & (uintptr_t)(rs - 1)) == 0 &&
+                          sizes->st == rs && sizes->buf - rb >= 0 && sizes->buf - rb < rs &&
+                          (!logging || (head->st == rs && head->buf - rb >= 0 && head->buf - rb < rs)));
     const int doc32 = doc->size == 4 && doc->is_signed && contig(doc);
     const int32_t *d32 = (const int32_t *)doc->buf;
     int64_t base = j->base, n_log = j->log_at;
@@ -441,7 +537,8 @@ static void *stream_job(void *arg) {
             int64_t dp = (doc32 ? d32[i + PF_STREAM] : get(doc, i + PF_STREAM)) - lo;
             if (dp >= 0 && dp < D) {
                 /* one record per document holds its size, counts and log head: one line, prefetched once */
-                __builtin_prefetch(AT(acc, dp), 1, 3);
+                if (counting) __builtin_prefetch(AT(acc, dp), 1, 3);
+                else __builtin_prefetch(AT(sizes, dp), 0, 3);
                 if (!one_line) {
                     __builtin_prefetch(AT(sizes, dp), 1, 3);
                     if (logging) __builtin_prefetch(AT(head, dp), 1, 3);
@@ -557,6 +654,7 @@ static void *stream_job(void *arg) {
             }
         }
     counted:;
+        if (!counting) { base += z; continue; }
         char *ap = AT(acc, d);
         if (acc->size == 4) {
             if (atomic) __atomic_fetch_add((uint32_t *)ap, (uint32_t)add, __ATOMIC_RELAXED);
@@ -609,8 +707,8 @@ static PyObject *stream(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "stream: unexpected inline buffer");
         return NULL;
     }
-    if (sizes.size != 4 || (acc.size != 4 && acc.size != 8) || cb.size != 8 || s.size != 4 || cb.n < doc.n ||
-        s.n < doc.n || !contig(&cb) || !contig(&s) || acc.n < sizes.n ||
+    if (sizes.size != 4 || (acc.held && ((acc.size != 4 && acc.size != 8) || acc.n < sizes.n)) || cb.size != 8 ||
+        s.size != 4 || cb.n < doc.n || s.n < doc.n || !contig(&cb) || !contig(&s) || (c.held && !acc.held) ||
         (c.held && (!head.held || !lg.held || head.n < sizes.n || (head.size != 4 && head.size != 8) ||
                     !contig(&lg) || c.n < S + 1))) {
         RELEASE(&doc, &sizes, &acc, &c, &cb, &s, &head, &lg, &inl, &kc);
@@ -1085,6 +1183,9 @@ static PyObject *set_parallel_min(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"scatter", scatter, METH_VARARGS, "store[v[i]] = the run value of index j0+i; -1 or the first bad i"},
     {"perm_hash", perm_hash, METH_VARARGS, "(first id outside [0, S) or -1, h1, h2): permutation sums of a shuffle chunk"},
+    {"doc_scan", doc_scan, METH_VARARGS, "(min, max, sum of mix(d[i])) of a document index chunk"},
+    {"mix_range", mix_range, METH_VARARGS, "sum of mix(x) for x in [lo, hi)"},
+    {"count_add", count_add, METH_VARARGS, "counts[d[i] - lo] += 1"},
     {"finish_store", finish_store, METH_VARARGS, "(missing, first missing); then store -= 1, store[S] = 0"},
     {"changes", changes, METH_VARARGS, "number of k with c[k] != c[k-1]"},
     {"stream", stream, METH_VARARGS, "one chunk of doc_idx: sizes, positions, copies, base counts, non-uniform copies"},

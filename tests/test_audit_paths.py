@@ -127,3 +127,55 @@ def test_unpacked_log_agrees_with_numpy(tmp_path, monkeypatch, shape, threads):
             assert rows_c == rows_np
     finally:
         exposure._ext.set_parallel_min(old)
+
+
+@pytest.mark.parametrize("consumed", [None, 10])
+@pytest.mark.parametrize("damage", ["absent", "irregular"])
+def test_document_copies_damage_agrees_with_numpy(tmp_path, monkeypatch, consumed, damage):
+    """A validation with the C extension checks the copies by a hash sum of the ids and counts them only
+    when it does not match: the same findings as counting them (numpy) and as the records (with consumption)."""
+    _, arr = write_neox_index(str(tmp_path), "d", [50, 7, 33, 12, 90, 5, 41], 8, 2)
+    doc = arr["doc"].copy()
+    a, b = int(np.flatnonzero(doc == 3)[0]), int(np.flatnonzero(doc == 5)[0])
+    if damage == "absent":
+        doc[doc == 3] = 5  # document 3 gone, document 5 four times: rows still 2 x 7
+    else:
+        doc[a] = 5  # document 3 once, document 5 three times
+    del b
+    np.save(arr["base"] + "_doc_idx.npy", doc)
+    with_c = _audit(str(tmp_path), consumed)
+    with monkeypatch.context() as m:
+        m.setattr(exposure, "_ext", None)
+        without = _audit(str(tmp_path), consumed)
+    assert with_c == without
+    whats = {f["what"] for f in with_c["indexes"][0]["findings"]}
+    # why: "absent" leaves document 3 out; both damages leave a document present another number of times
+    assert ("documents of the split" in whats) == (damage == "absent")
+    assert "epochs" in whats
+
+
+def test_hash_sums_of_the_extension():
+    """perm_hash sums to 0 over a permutation (in any chunking) and not over a damaged one; doc_scan of an
+    index holding each id of [lo, hi) E times equals E * mix_range(lo, hi) (mod 2^64), and not when damaged."""
+    ext = exposure._ext
+    u64 = (1 << 64) - 1
+    S = 10_007
+    v = np.random.RandomState(3).permutation(S).astype(np.uint32)
+    parts = [ext.perm_hash(v[a : a + 999], a, S) for a in range(0, S, 999)]
+    assert all(p[0] == -1 for p in parts)
+    assert sum(p[1] for p in parts) & u64 == 0 and sum(p[2] for p in parts) & u64 == 0
+    w = v.copy()
+    w[10] = w[11]
+    bad = ext.perm_hash(w, 0, S)
+    assert bad[0] == -1 and (bad[1] != 0 or bad[2] != 0)
+    w[10] = S  # out of range: its position
+    assert ext.perm_hash(w, 0, S)[0] == 10
+    lo, hi, E = 17, 5_017, 3
+    doc = np.random.RandomState(4).permutation(np.tile(np.arange(lo, hi, dtype=np.int32), E))
+    mn, mx, h = ext.doc_scan(doc)
+    assert (mn, mx) == (lo, hi - 1) and h == (E * ext.mix_range(lo, hi)) & u64
+    doc[0] = doc[1]
+    assert ext.doc_scan(doc)[2] != (E * ext.mix_range(lo, hi)) & u64
+    counts = np.zeros(hi - lo, dtype=np.uint32)
+    ext.count_add(doc, lo, counts)
+    assert int(counts.sum()) == doc.shape[0] and int(counts.max()) == E + 1

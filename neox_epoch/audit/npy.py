@@ -2,7 +2,7 @@
 
 Index arrays reach gigabytes. ``np.load`` would read them whole, and a memory map of the whole file keeps
 every page it touched resident (it counts in the process's RSS), so rows are read in windows: each read
-maps just the pages of its rows (read-only, prefaulted), and the mapping goes away with the array. No copy
+maps just the pages of its rows (read-only), and the mapping goes away with the array. No copy
 is made and no fresh memory is zeroed (copying into fresh arrays with ``np.fromfile`` cost more than the
 audit's own work on large indexes); where a file cannot be mapped, ``np.fromfile`` reads it instead. A truncated file, a pickled object array or an unexpected shape becomes a
 :class:`~neox_epoch.audit.findings.FileProblem` (later a finding), never a traceback.
@@ -22,9 +22,6 @@ import numpy.typing as npt
 from numpy.lib import format as npformat
 
 from neox_epoch.audit.findings import FileProblem
-
-#: map windows with their pages faulted in at once (Linux); elsewhere on first touch
-_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 
 #: rows per chunk when streaming: 4M rows of an int64 [N, 2] array is 64 MiB
 CHUNK_ROWS = 1 << 22
@@ -125,7 +122,7 @@ class NpyReader:
             f = self._file()
             lo = start - start % mmap.ALLOCATIONGRANULARITY
             try:
-                mm = mmap.mmap(f.fileno(), start - lo + nbytes, flags=mmap.MAP_SHARED | _POPULATE,
+                mm = mmap.mmap(f.fileno(), start - lo + nbytes, flags=mmap.MAP_SHARED,
                                prot=mmap.PROT_READ, offset=lo)
             except (OSError, ValueError):  # not mappable (a pipe, some network file systems): copy it
                 mm = None

@@ -192,6 +192,8 @@ class _Ctx:
     """The parsed description file (megatron)."""
     files_separate: bool | None = None
     """What the shuffle index's blocks say about the last epoch's separation."""
+    doc_hash: int | None = None
+    """Sum mod 2^64 of mix(id) over the document index (C extension), for the copies check without counts."""
 
 
 def _check_dtype(rep: IndexReport, info: NpyInfo, allowed: tuple[str, ...], ndim: int, role: str) -> bool:
@@ -306,19 +308,63 @@ def _load_sizes(header: idxmod.IdxHeader, lo: int, hi: int, out: np.ndarray | No
     return out
 
 
+def _map_sizes(header: idxmod.IdxHeader, lo: int, hi: int) -> np.ndarray:
+    """``sizes[lo:hi]`` of the .idx as a read-only view of the file (no copy; :func:`_load_sizes` if it
+    cannot be mapped)."""
+    try:
+        return np.memmap(header.prefix + ".idx", dtype=np.int32, mode="r", offset=header.sizes_offset + 4 * lo,
+                         shape=(hi - lo,))
+    except (OSError, ValueError):
+        return _load_sizes(header, lo, hi)
+
+
+def _copies_by_hash(ctx: _Ctx, rows: int, D: int, sizes: np.ndarray) -> _DocStats | None:
+    """The document statistics without per-document counts: when ``rows = E * D`` and the ids' hash sum
+    (:func:`_doc_prepass`) equals ``E`` times that of every id in ``[lo, hi)``, each document is there
+    exactly ``E`` times (a damaged index matches by a chance of about 2^-64). None: count them instead."""
+    ext = accelerated()
+    if ctx.doc_hash is None or ext is None or not D or rows % D:
+        return None
+    E = rows // D
+    if (E * int(ext.mix_range(ctx.lo, ctx.hi))) & _U64 != ctx.doc_hash:
+        return None
+    tokens = 0
+    for a in range(0, D, 1 << 24):
+        tokens += int(sizes[a : a + (1 << 24)].sum(dtype=np.int64))
+    return _DocStats(documents=D, tokens=tokens, epochs=E, first_absent=0, first_other=None)
+
+
+def _count_copies(ctx: _Ctx, doc_r: NpyReader, D: int, sizes: np.ndarray) -> _DocStats:
+    """The document statistics from per-document counts (one pass over the document index)."""
+    ext = accelerated()
+    assert ext is not None
+    counts = zeroed(D, np.uint32)
+    for _, d in doc_r.chunks(rows=STREAM_CHUNK):
+        ext.count_add(d, ctx.lo, counts)
+    return _doc_stats(counts, np.uint32(0xFFFFFFFF), sizes, 32)
+
+
 def _doc_prepass(ctx: _Ctx, reader: NpyReader, progress: Progress) -> bool:
     """min/max of doc_idx: ids inside the .idx. False when the stream pass cannot run."""
     rep, info = ctx.rep, reader.info
     assert ctx.header is not None
     n = ctx.header.sequence_count
     lo, hi = None, None
+    ext = accelerated()
+    scan = ext is not None and hasattr(ext, "doc_scan")
+    h = 0
     progress.start("documents", info.rows)
     for _, d in reader.chunks(rows=STREAM_CHUNK):
-        dmin, dmax = int(d.min()), int(d.max())
+        if scan:
+            dmin, dmax, hd = (int(x) for x in ext.doc_scan(d))
+            h = (h + hd) & _U64
+        else:
+            dmin, dmax = int(d.min()), int(d.max())
         lo = dmin if lo is None else min(lo, dmin)
         hi = dmax if hi is None else max(hi, dmax)
         progress.advance(d.shape[0])
     progress.done()
+    ctx.doc_hash = h if scan else None
     if lo is None or hi is None:
         _finding(rep, info.path, "document index", "at least one document", "an empty array")
         return False
@@ -498,7 +544,7 @@ class _Stream:
     """A sample boundary disagreed with the .idx sizes (reported once)."""
 
 
-def _stream_pass(ctx: _Ctx, doc_r: NpyReader, sample_r: NpyReader, sizes: np.ndarray, acc: np.ndarray,
+def _stream_pass(ctx: _Ctx, doc_r: NpyReader, sample_r: NpyReader, sizes: np.ndarray, acc: np.ndarray | None,
                  acc_shift: int, exp: ExposureState | None, tail_check: tuple[int, np.ndarray] | None,
                  progress: Progress) -> _Stream:
     """One pass over doc_idx and sample_idx: per-document copies (and exposure), boundary checks."""
@@ -587,7 +633,7 @@ def _rows_past_doc_index(rep: Any, sample_r: NpyReader, pend: np.ndarray, pend_r
              "the sample index points past the document index: the files come from different builds. " + STALE_HINT)
     rep.exposure_ok = False
 
-def _stream_pass_c(ext: Any, ctx: _Ctx, doc_r: NpyReader, sample_r: NpyReader, sizes: np.ndarray, acc: np.ndarray,
+def _stream_pass_c(ext: Any, ctx: _Ctx, doc_r: NpyReader, sample_r: NpyReader, sizes: np.ndarray, acc: np.ndarray | None,
                    acc_shift: int, exp: ExposureState | None, tail_check: tuple[int, np.ndarray] | None,
                    progress: Progress) -> _Stream:
     """:func:`_stream_pass` with its per-entry loops in C (same checks, same findings)."""
@@ -899,8 +945,15 @@ def _audit(ctx: _Ctx, resolve_prefix: Callable[[str | None], str | None] | None,
         init = np.zeros(1, dtype=rdt)
         if "head" in rdt.names:
             init["head"] = -1  # no log entry yet
-        rec = zeroed(D, rdt, fill=init)
-        sizes, acc = _load_sizes(ctx.header, lo, hi, rec["size"]), rec["acc"]
+        # a validation with the C extension counts no copies: the stream pass reads the .idx sizes in place
+        # and the copies are checked by a hash sum of the ids (counted only when it does not match)
+        by_hash = consumption is None and ctx.doc_hash is not None
+        acc: np.ndarray | None = None
+        if by_hash:
+            sizes = _map_sizes(ctx.header, lo, hi)
+        else:
+            rec = zeroed(D, rdt, fill=init)
+            sizes, acc = _load_sizes(ctx.header, lo, hi, rec["size"]), rec["acc"]
         T_est = int(sizes.sum(dtype=np.int64))
         s_first: int | None = None
         if g.kind != names.NEOX and rep.num_samples_requested is not None and E_est > 1 and T_est > 0 \
@@ -929,8 +982,10 @@ def _audit(ctx: _Ctx, resolve_prefix: Callable[[str | None], str | None] | None,
         if not packed:
             return
         st = _stream_pass(ctx, doc_r, sample_r, sizes, acc, shift, exp, tail, progress)
-        mask = acc.dtype.type((1 << shift) - 1)
-        ds = _doc_stats(acc, mask, sizes, shift)
+        if acc is None:
+            ds = _copies_by_hash(ctx, ctx.doc.rows, D, sizes) or _count_copies(ctx, doc_r, D, sizes)
+        else:
+            ds = _doc_stats(acc, acc.dtype.type((1 << shift) - 1), sizes, shift)
         rep.documents, T, E = ds.documents, ds.tokens, ds.epochs
         rep.tokens = T
         ok_copies = True
