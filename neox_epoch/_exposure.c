@@ -13,6 +13,7 @@
  * doc_scan(d) -> (min, max, h): h = sum mod 2^64 of mix(d[i]) (the mixer of perm_hash).
  * mix_range(lo, hi) -> sum mod 2^64 of mix(x), x in [lo, hi): E * it = h over an index holding each id E times.
  * count_add(d, lo, counts): counts[d[i] - lo] += 1.
+ * sum_i32(v) -> int64 sum of a contiguous int32 array.
  * finish_store(store) -> (missing, first_missing)
  *     zeros among store[:S] (S = len - 1); then store[:S] -= 1 and store[S] = 0.
  * changes(c) -> number of k in [1, len) with c[k] != c[k-1].
@@ -257,17 +258,46 @@ static inline uint64_t mix1(uint64_t x) {  /* splitmix64's finalizer */
 
 typedef struct { const Arr *v; int64_t i0, i1, j0, S, bad; uint64_t h1, h2; } PhJob;
 
+/* the 32-bit unsigned loops below have no early exit, so that the compiler vectorizes them (SIMD clones
+ * picked at load time where the compiler supports them) */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define VEC_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
+#else
+#define VEC_CLONES
+#endif
+
+VEC_CLONES
+static uint64_t hash_u32(const uint32_t *vv, int64_t n, uint64_t k0, uint64_t S, uint64_t *h2out, int *out_of_range) {
+    uint64_t h1 = 0, h2 = 0, bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const uint64_t x = vv[i], k = k0 + (uint64_t)i;
+        bad |= x >= S;
+        h1 += mix1(x) - mix1(k);
+        h2 += x - k;
+    }
+    *h2out = h2;
+    *out_of_range = bad != 0;
+    return h1;
+}
+
 static void *perm_hash_job(void *arg) {
     PhJob *j = (PhJob *)arg;
     uint64_t h1 = 0, h2 = 0;
-    const int u32 = j->v->size == 4 && !j->v->is_signed && contig(j->v);
-    const uint32_t *vv = (const uint32_t *)j->v->buf;
-    for (int64_t i = j->i0; i < j->i1; i++) {
-        const int64_t x = u32 ? (int64_t)vv[i] : get(j->v, i);
-        if (x < 0 || x >= j->S) { j->bad = i; break; }
-        const uint64_t k = (uint64_t)(j->j0 + i);
-        h1 += mix1((uint64_t)x) - mix1(k);
-        h2 += (uint64_t)x - k;
+    if (j->v->size == 4 && !j->v->is_signed && contig(j->v) && j->S >= 0) {
+        int oor = 0;
+        h1 = hash_u32((const uint32_t *)j->v->buf + j->i0, j->i1 - j->i0, (uint64_t)(j->j0 + j->i0), (uint64_t)j->S, &h2, &oor);
+        if (oor) {
+            const uint32_t *vv = (const uint32_t *)j->v->buf;
+            for (int64_t i = j->i0; i < j->i1; i++) if ((int64_t)vv[i] >= j->S) { j->bad = i; break; }
+        }
+    } else {
+        for (int64_t i = j->i0; i < j->i1; i++) {
+            const int64_t x = get(j->v, i);
+            if (x < 0 || x >= j->S) { j->bad = i; break; }
+            const uint64_t k = (uint64_t)(j->j0 + i);
+            h1 += mix1((uint64_t)x) - mix1(k);
+            h2 += (uint64_t)x - k;
+        }
     }
     j->h1 = h1;
     j->h2 = h2;
@@ -301,17 +331,35 @@ static PyObject *perm_hash(PyObject *self, PyObject *args) {
  * chance of about 2^-64. */
 typedef struct { const Arr *v; int64_t i0, i1, mn, mx; uint64_t h; } DscJob;
 
+VEC_CLONES
+static uint64_t scan_i32(const int32_t *vv, int64_t n, int64_t *mn_out, int64_t *mx_out) {
+    int32_t mn = INT32_MAX, mx = INT32_MIN;
+    uint64_t h = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const int32_t x = vv[i];
+        mn = x < mn ? x : mn;
+        mx = x > mx ? x : mx;
+        h += mix1((uint64_t)(int64_t)x);
+    }
+    *mn_out = mn;
+    *mx_out = mx;
+    return h;
+}
+
 static void *doc_scan_job(void *arg) {
     DscJob *j = (DscJob *)arg;
     int64_t mn = INT64_MAX, mx = INT64_MIN;
     uint64_t h = 0;
-    const int i32 = j->v->size == 4 && j->v->is_signed && contig(j->v);
-    const int32_t *vv = (const int32_t *)j->v->buf;
-    for (int64_t i = j->i0; i < j->i1; i++) {
-        const int64_t x = i32 ? (int64_t)vv[i] : get(j->v, i);
-        mn = x < mn ? x : mn;
-        mx = x > mx ? x : mx;
-        h += mix1((uint64_t)x);
+    if (j->i1 <= j->i0) {
+    } else if (j->v->size == 4 && j->v->is_signed && contig(j->v)) {
+        h = scan_i32((const int32_t *)j->v->buf + j->i0, j->i1 - j->i0, &mn, &mx);
+    } else {
+        for (int64_t i = j->i0; i < j->i1; i++) {
+            const int64_t x = get(j->v, i);
+            mn = x < mn ? x : mn;
+            mx = x > mx ? x : mx;
+            h += mix1((uint64_t)x);
+        }
     }
     j->mn = mn; j->mx = mx; j->h = h;
     return NULL;
@@ -385,6 +433,45 @@ static PyObject *count_add(PyObject *self, PyObject *args) {
     RELEASE(&v, &cnt);
     if (bad) { PyErr_SetString(PyExc_ValueError, "count_add: id outside the counts"); return NULL; }
     Py_RETURN_NONE;
+}
+
+typedef struct { const int32_t *v; int64_t i0, i1, sum; } SumJob;
+
+VEC_CLONES
+static int64_t sum_i32_range(const int32_t *v, int64_t i0, int64_t i1) {
+    int64_t t = 0;
+    for (int64_t i = i0; i < i1; i++) t += v[i];
+    return t;
+}
+
+static void *sum_job(void *arg) {
+    SumJob *j = (SumJob *)arg;
+    j->sum = sum_i32_range(j->v, j->i0, j->i1);
+    return NULL;
+}
+
+/* sum_i32(v) -> the int64 sum of a contiguous int32 array */
+static PyObject *sum_i32(PyObject *self, PyObject *args) {
+    PyObject *vo;
+    if (!PyArg_ParseTuple(args, "O", &vo)) return NULL;
+    Arr v;
+    if (arr_get(vo, &v, 0, "v") < 0) return NULL;
+    if (v.size != 4 || !v.is_signed || !contig(&v)) {
+        RELEASE(&v);
+        PyErr_SetString(PyExc_TypeError, "sum_i32: a contiguous int32 array is needed");
+        return NULL;
+    }
+    SumJob a = {(const int32_t *)v.buf, 0, v.n, 0}, b = {(const int32_t *)v.buf, v.n, v.n, 0};
+    Py_BEGIN_ALLOW_THREADS
+    if (v.n >= 2 * par_min) {
+        a.i1 = b.i0 = v.n / 2;
+        run2(sum_job, &a, &b);
+    } else {
+        sum_job(&a);
+    }
+    Py_END_ALLOW_THREADS
+    RELEASE(&v);
+    return PyLong_FromLongLong((long long)(a.sum + b.sum));
 }
 
 static PyObject *finish_store(PyObject *self, PyObject *args) {
@@ -785,22 +872,51 @@ static PyObject *rows_before(PyObject *self, PyObject *args) {
     return PyLong_FromSsize_t(a);
 }
 
+typedef struct { const Arr *r; int64_t k0, k1, prev, order, neg; } CbJob;
+
+static void *check_block_job(void *arg) {
+    CbJob *j = (CbJob *)arg;
+    const Arr *r = j->r;
+    int64_t p = j->prev;
+    j->order = j->neg = -1;
+    if (r->size == 4 && r->is_signed && contig(r)) {
+        /* typed, no early exit (vectorizable); the generic loop below finds the first bad row */
+        const int32_t *r32 = (const int32_t *)r->buf;
+        int bad = j->k0 < j->k1 && (int64_t)r32[2 * j->k0] < p;
+        for (int64_t k = j->k0 + 1; k < j->k1; k++) bad |= (r32[2 * k] < r32[2 * k - 2]) | (r32[2 * k + 1] < 0);
+        if (j->k0 < j->k1) bad |= r32[2 * j->k0 + 1] < 0;
+        if (!bad) return NULL;
+    }
+    for (int64_t k = j->k0; k < j->k1; k++) {
+        int64_t x = get(r, 2 * k), o = get(r, 2 * k + 1);
+        if (j->order < 0 && x < p) j->order = k;
+        if (j->neg < 0 && o < 0) j->neg = k;
+        p = x;
+    }
+    return NULL;
+}
+
 static PyObject *check_block(PyObject *self, PyObject *args) {
     PyObject *ro;
     long long prev;
     if (!PyArg_ParseTuple(args, "OL", &ro, &prev)) return NULL;
     Arr r;
     if (arr_get(ro, &r, 0, "rows") < 0) return NULL;
-    Py_ssize_t n = r.n / 2, order = -1, neg = -1;
-    int64_t p = prev;
-    for (Py_ssize_t k = 0; k < n; k++) {
-        int64_t x = get(&r, 2 * k), o = get(&r, 2 * k + 1);
-        if (order < 0 && x < p) order = k;
-        if (neg < 0 && o < 0) neg = k;
-        p = x;
+    const int64_t n = r.n / 2;
+    CbJob a = {&r, 0, n, prev, -1, -1}, b = a;
+    Py_BEGIN_ALLOW_THREADS
+    if (n >= 2 * par_min) {
+        /* two halves, the second's first row compared with the first's last */
+        a.k1 = b.k0 = n / 2;
+        b.prev = get(&r, 2 * (b.k0 - 1));
+        run2(check_block_job, &a, &b);
+    } else {
+        check_block_job(&a);
+        b.order = b.neg = -1;
     }
+    Py_END_ALLOW_THREADS
     RELEASE(&r);
-    return Py_BuildValue("nn", order, neg);
+    return Py_BuildValue("nn", (Py_ssize_t)(a.order >= 0 ? a.order : b.order), (Py_ssize_t)(a.neg >= 0 ? a.neg : b.neg));
 }
 
 typedef struct {
@@ -809,11 +925,27 @@ typedef struct {
     Py_ssize_t k0, k1, bad;
 } CrJob;
 
+/* the usual buffers (int32 rows, int64 positions, int32 sizes, contiguous) get typed loads and no early
+ * exit; the first bad row is searched by the generic loop only when there is one */
 static void *check_rows_job(void *arg) {
     CrJob *j = (CrJob *)arg;
     const Arr r = *j->r, cb = *j->cb, s = *j->s;
     int64_t want = (j->row0 + j->k0) * j->L;
     j->bad = -1;
+    if (r.size == 4 && r.is_signed && contig(&r) && cb.size == 8 && contig(&cb) && s.size == 4 && contig(&s)) {
+        const int32_t *r32 = (const int32_t *)r.buf, *s32 = (const int32_t *)s.buf;
+        const int64_t *c64 = (const int64_t *)cb.buf;
+        const int64_t n = cb.n < s.n ? cb.n : s.n, L = j->L, q0 = j->q0;
+        int bad = 0;
+        for (Py_ssize_t k = j->k0; k < j->k1; k++, want += L) {
+            const int64_t p = (int64_t)r32[2 * k] - q0, o = r32[2 * k + 1];
+            const int out = p < 0 || p >= n;
+            const int64_t pp = out ? 0 : p;
+            bad |= out | (o > s32[pp]) | (c64[pp] + o != want);
+        }
+        if (!bad) return NULL;
+        want = (j->row0 + j->k0) * j->L;
+    }
     for (Py_ssize_t k = j->k0; k < j->k1; k++, want += j->L) {
         int64_t p = get(&r, 2 * k) - j->q0, o = get(&r, 2 * k + 1);
         if (p < 0 || p >= cb.n || p >= s.n) { j->bad = k; break; }
@@ -1186,6 +1318,7 @@ static PyMethodDef methods[] = {
     {"doc_scan", doc_scan, METH_VARARGS, "(min, max, sum of mix(d[i])) of a document index chunk"},
     {"mix_range", mix_range, METH_VARARGS, "sum of mix(x) for x in [lo, hi)"},
     {"count_add", count_add, METH_VARARGS, "counts[d[i] - lo] += 1"},
+    {"sum_i32", sum_i32, METH_VARARGS, "int64 sum of a contiguous int32 array (two threads when large)"},
     {"finish_store", finish_store, METH_VARARGS, "(missing, first missing); then store -= 1, store[S] = 0"},
     {"changes", changes, METH_VARARGS, "number of k with c[k] != c[k-1]"},
     {"stream", stream, METH_VARARGS, "one chunk of doc_idx: sizes, positions, copies, base counts, non-uniform copies"},

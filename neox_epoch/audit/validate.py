@@ -328,9 +328,10 @@ def _copies_by_hash(ctx: _Ctx, rows: int, D: int, sizes: np.ndarray) -> _DocStat
     E = rows // D
     if (E * int(ext.mix_range(ctx.lo, ctx.hi))) & _U64 != ctx.doc_hash:
         return None
-    tokens = 0
-    for a in range(0, D, 1 << 24):
-        tokens += int(sizes[a : a + (1 << 24)].sum(dtype=np.int64))
+    if hasattr(ext, "sum_i32") and sizes.dtype == np.int32 and sizes.flags.c_contiguous:
+        tokens = int(ext.sum_i32(sizes))
+    else:
+        tokens = sum(int(sizes[a : a + (1 << 24)].sum(dtype=np.int64)) for a in range(0, D, 1 << 24))
     return _DocStats(documents=D, tokens=tokens, epochs=E, first_absent=0, first_other=None)
 
 
