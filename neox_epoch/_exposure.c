@@ -13,7 +13,7 @@
  * doc_scan(d) -> (min, max, h): h = sum mod 2^64 of mix(d[i]) (the mixer of perm_hash).
  * mix_range(lo, hi) -> sum mod 2^64 of mix(x), x in [lo, hi): E * it = h over an index holding each id E times.
  * count_add(d, lo, counts): counts[d[i] - lo] += 1.
- * sum_i32(v) -> int64 sum of a contiguous int32 array.
+ * sum_i32(v) -> (int64 sum, number of zeros) of a contiguous int32 array.
  * finish_store(store) -> (missing, first_missing)
  *     zeros among store[:S] (S = len - 1); then store[:S] -= 1 and store[S] = 0.
  * changes(c) -> number of k in [1, len) with c[k] != c[k-1].
@@ -28,6 +28,9 @@
  *     is two regions (the second from cap / 2), one per thread, n_log and n_log2 their next free entries.
  *     kchg (optional, sorted int64): every k in [1, S] with c[k] != c[k-1]; when given, a copy with no such
  *     k inside skips the logging steps (worth it when changes are few).
+ * stream_aff(doc, lo, sizes, base, L, S, cb_out, s_out, split_at, split_base, K, dflt, aff, n_aff, n_aff2)
+ *     -> (base, n_aff, seam_ok, n_aff2): `stream` without counts, listing (document, position, size) of each
+ *     copy overlapping a sample of K (sorted; with dflt also those past S * L) in aff's two regions.
  * rows_before(rows, q1) -> first k with rows[k, 0] >= q1 (rows sorted on column 0).
  * check_block(rows, prev_p) -> (first row going back or -1, first negative offset or -1)
  * check_rows(rows, q0, row0, L, cb, s) -> first k with rows[k,1] > s[p] or cb[p] + rows[k,1] != (row0+k)*L
@@ -435,22 +438,26 @@ static PyObject *count_add(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-typedef struct { const int32_t *v; int64_t i0, i1, sum; } SumJob;
+typedef struct { const int32_t *v; int64_t i0, i1, sum, zeros; } SumJob;
 
 VEC_CLONES
-static int64_t sum_i32_range(const int32_t *v, int64_t i0, int64_t i1) {
-    int64_t t = 0;
-    for (int64_t i = i0; i < i1; i++) t += v[i];
+static int64_t sum_i32_range(const int32_t *v, int64_t i0, int64_t i1, int64_t *zeros) {
+    int64_t t = 0, z = 0;
+    for (int64_t i = i0; i < i1; i++) {
+        t += v[i];
+        z += v[i] == 0;
+    }
+    *zeros = z;
     return t;
 }
 
 static void *sum_job(void *arg) {
     SumJob *j = (SumJob *)arg;
-    j->sum = sum_i32_range(j->v, j->i0, j->i1);
+    j->sum = sum_i32_range(j->v, j->i0, j->i1, &j->zeros);
     return NULL;
 }
 
-/* sum_i32(v) -> the int64 sum of a contiguous int32 array */
+/* sum_i32(v) -> (the int64 sum, the number of zeros) of a contiguous int32 array */
 static PyObject *sum_i32(PyObject *self, PyObject *args) {
     PyObject *vo;
     if (!PyArg_ParseTuple(args, "O", &vo)) return NULL;
@@ -461,7 +468,7 @@ static PyObject *sum_i32(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_TypeError, "sum_i32: a contiguous int32 array is needed");
         return NULL;
     }
-    SumJob a = {(const int32_t *)v.buf, 0, v.n, 0}, b = {(const int32_t *)v.buf, v.n, v.n, 0};
+    SumJob a = {(const int32_t *)v.buf, 0, v.n, 0, 0}, b = {(const int32_t *)v.buf, v.n, v.n, 0, 0};
     Py_BEGIN_ALLOW_THREADS
     if (v.n >= 2 * par_min) {
         a.i1 = b.i0 = v.n / 2;
@@ -471,7 +478,7 @@ static PyObject *sum_i32(PyObject *self, PyObject *args) {
     }
     Py_END_ALLOW_THREADS
     RELEASE(&v);
-    return PyLong_FromLongLong((long long)(a.sum + b.sum));
+    return Py_BuildValue("LL", (long long)(a.sum + b.sum), (long long)(a.zeros + b.zeros));
 }
 
 static PyObject *finish_store(PyObject *self, PyObject *args) {
@@ -568,8 +575,12 @@ typedef struct {
     int64_t end, n_log;  /* out: stream position after i1, next free log entry */
     int err;             /* 1: document id outside the sizes, 2: log region full */
     LogFmt fmt;
-    const int64_t *kchg; /* sorted k with c[k] != c[k-1] when few (NULL: not given) */
+    const int64_t *kchg; /* sorted k with c[k] != c[k-1] when few (NULL: not given); stream_aff: the samples
+                            drawn another number of times than most */
     int64_t nk;
+    int64_t *aff;        /* stream_aff: (document, position, size) of each copy touching one of them */
+    int64_t aff_n, aff_end;
+    int dflt;            /* stream_aff: most samples are drawn at least once (the uncovered tail differs) */
 } StJob;
 
 /* first p with K[p] > k (K sorted) */
@@ -741,7 +752,28 @@ static void *stream_job(void *arg) {
             }
         }
     counted:;
-        if (!counting) { base += z; continue; }
+        if (!counting) {
+            if (j->aff) {
+                /* a copy is affected when a sample it overlaps, [kb, kl], is one of K (or past S while most
+                   samples are drawn): its exposure is then computed from it, the others' from the count of most */
+                const int64_t bb = base < 0 ? 0 : base;
+                const int64_t kb = pow2 ? bb >> lsh : bb / L;
+                const int64_t kl = z > 0 && base + z - 1 >= 0 ? (pow2 ? (base + z - 1) >> lsh : (base + z - 1) / L) : kb;
+                if (kp < 0 || knext < kb) {
+                    kp = upper(K, nk, kb - 1);
+                    knext = kp < nk ? K[kp] : INT64_MAX;
+                }
+                if (knext <= kl || (j->dflt && kl >= S)) {
+                    if (j->aff_n < j->aff_end) {
+                        int64_t *o = j->aff + 3 * j->aff_n;
+                        o[0] = d; o[1] = base; o[2] = z;
+                    }
+                    j->aff_n++;
+                }
+            }
+            base += z;
+            continue;
+        }
         char *ap = AT(acc, d);
         if (acc->size == 4) {
             if (atomic) __atomic_fetch_add((uint32_t *)ap, (uint32_t)add, __ATOMIC_RELAXED);
@@ -805,7 +837,8 @@ static PyObject *stream(PyObject *self, PyObject *args) {
     LogFmt fmt = {pk > 0 ? 2 : 3, pk > 0 ? pk : 0, pk > 0 ? bias : 0};
     int64_t n = doc.n, cap = lg.n / fmt.w;
     StJob a = {&doc, &sizes, &c, &acc, &head, &lg, &inl, lo, L, S, sizes.n, shift, 0, (int64_t *)cb.buf, (int32_t *)s.buf,
-               0, n, base, n_log, cap, 0, 0, 0, fmt, kc.held ? (const int64_t *)kc.buf : NULL, kc.held ? (int64_t)kc.n : 0};
+               0, n, base, n_log, cap, 0, 0, 0, fmt, kc.held ? (const int64_t *)kc.buf : NULL, kc.held ? (int64_t)kc.n : 0,
+               NULL, 0, 0, 0};
     /* n_log2 >= 0: the log is two regions, one a thread, each filled from its start (no gap between chunks):
        the first part's entries from n_log below cap / 2, the second's from n_log2 */
     const int regions = c.held && n_log2 >= 0;
@@ -853,6 +886,71 @@ static PyObject *stream(PyObject *self, PyObject *args) {
         return Py_BuildValue("LLiL", (long long)(split ? b.end : a.end), (long long)a.n_log, seam_ok,
                              (long long)(split ? b.n_log : n_log2));
     return Py_BuildValue("LLi", (long long)(split ? b.end : a.end), (long long)(split ? b.n_log : a.n_log), seam_ok);
+}
+
+/* stream_aff(doc, lo, sizes, base, L, S, cb_out, s_out, split_at, split_base, K, dflt, aff, n_aff, n_aff2)
+ *     -> (base, n_aff, seam_ok, n_aff2): `stream` without counts (sizes and positions out) that lists in aff
+ *     ([rows, 3] int64, two regions as the log: the second from rows / 2) the (document, position, size) of
+ *     every copy overlapping a sample of K (sorted int64) or, with dflt, the uncovered tail past S * L. The
+ *     counts returned may exceed the regions (nothing written past them): the caller then counts instead. */
+static PyObject *stream_aff(PyObject *self, PyObject *args) {
+    PyObject *doco, *sizeso, *cbo, *so, *ko, *affo;
+    long long lo, base, L, S, split_at, split_base, n_aff, n_aff2;
+    int dflt;
+    if (!PyArg_ParseTuple(args, "OLOLLLOOLLOiOLL", &doco, &lo, &sizeso, &base, &L, &S, &cbo, &so, &split_at,
+                          &split_base, &ko, &dflt, &affo, &n_aff, &n_aff2))
+        return NULL;
+    Arr doc, sizes, cb, s, kc, af, none;
+    memset(&none, 0, sizeof(Arr));
+    memset(&sizes, 0, sizeof(Arr)); memset(&cb, 0, sizeof(Arr)); memset(&s, 0, sizeof(Arr));
+    memset(&kc, 0, sizeof(Arr)); memset(&af, 0, sizeof(Arr));
+    if (arr_get(doco, &doc, 0, "doc") < 0 || arr_get(sizeso, &sizes, 0, "sizes") < 0 || arr_get(cbo, &cb, 1, "cb") < 0 ||
+        arr_get(so, &s, 1, "s") < 0 || arr_get(ko, &kc, 0, "K") < 0 || arr_get(affo, &af, 1, "aff") < 0) {
+        RELEASE(&doc, &sizes, &cb, &s, &kc, &af);
+        return NULL;
+    }
+    const int64_t n = doc.n, rows = af.n / 3;
+    if (L <= 0 || sizes.size != 4 || cb.size != 8 || s.size != 4 || cb.n < n || s.n < n || !contig(&cb) || !contig(&s) ||
+        !kc.held || kc.size != 8 || !contig(&kc) || !af.held || af.size != 8 || !contig(&af) || n_aff < 0 ||
+        n_aff2 < rows / 2) {
+        RELEASE(&doc, &sizes, &cb, &s, &kc, &af);
+        PyErr_SetString(PyExc_ValueError, "stream_aff: unexpected buffers");
+        return NULL;
+    }
+    LogFmt fmt = {2, 0, 0};
+    StJob a = {&doc, &sizes, &none, &none, NULL, NULL, NULL, lo, L, S, sizes.n, 0, 0, (int64_t *)cb.buf, (int32_t *)s.buf,
+               0, n, base, 0, 0, 0, 0, 0, fmt, (const int64_t *)kc.buf, (int64_t)kc.n,
+               (int64_t *)af.buf, n_aff, rows / 2, dflt};
+    StJob b = a;
+    b.aff_n = n_aff2;
+    b.aff_end = rows;
+    int split = split_at > 0 && split_at < n && split_base >= 0 && n >= 2 * par_min;
+    int seam_ok = 1, err = 0;
+    Py_BEGIN_ALLOW_THREADS
+    if (split) {
+        a.i1 = b.i0 = split_at;
+        b.base = split_base;
+        run2(stream_job, &a, &b);
+        seam_ok = a.end == split_base;
+        if (!seam_ok) {
+            int64_t fix = a.end - split_base;
+            for (int64_t i = split_at; i < n; i++) ((int64_t *)cb.buf)[i] += fix;
+            b.end += fix;
+        }
+        err = a.err ? a.err : b.err;
+    } else {
+        /* one thread: the second region is untouched */
+        stream_job(&a);
+        err = a.err;
+    }
+    Py_END_ALLOW_THREADS
+    RELEASE(&doc, &sizes, &cb, &s, &kc, &af);
+    if (err) {
+        PyErr_SetString(PyExc_ValueError, "stream: document id outside the sizes");
+        return NULL;
+    }
+    return Py_BuildValue("LLiL", (long long)(split ? b.end : a.end), (long long)a.aff_n, seam_ok,
+                         (long long)(split ? b.aff_n : n_aff2));
 }
 
 /* ------------------------------------------------------------------ sample rows */
@@ -1318,10 +1416,11 @@ static PyMethodDef methods[] = {
     {"doc_scan", doc_scan, METH_VARARGS, "(min, max, sum of mix(d[i])) of a document index chunk"},
     {"mix_range", mix_range, METH_VARARGS, "sum of mix(x) for x in [lo, hi)"},
     {"count_add", count_add, METH_VARARGS, "counts[d[i] - lo] += 1"},
-    {"sum_i32", sum_i32, METH_VARARGS, "int64 sum of a contiguous int32 array (two threads when large)"},
+    {"sum_i32", sum_i32, METH_VARARGS, "(int64 sum, zeros) of a contiguous int32 array (two threads when large)"},
     {"finish_store", finish_store, METH_VARARGS, "(missing, first missing); then store -= 1, store[S] = 0"},
     {"changes", changes, METH_VARARGS, "number of k with c[k] != c[k-1]"},
     {"stream", stream, METH_VARARGS, "one chunk of doc_idx: sizes, positions, copies, base counts, non-uniform copies"},
+    {"stream_aff", stream_aff, METH_VARARGS, "stream without counts, listing the copies that overlap given samples"},
     {"rows_before", rows_before, METH_VARARGS, "first row whose document position is >= q1"},
     {"check_block", check_block, METH_VARARGS, "(first row going back, first negative offset), -1 when none"},
     {"check_rows", check_rows, METH_VARARGS, "first sample boundary not at row * L, else -1"},

@@ -37,3 +37,13 @@ def fixed_corpus(tmp_path):
         return prefix
 
     return make
+
+
+@pytest.fixture(params=["sparse", "records"])
+def exposure_mode(request, monkeypatch):  # type: ignore[no-untyped-def]
+    """Both ways the C path computes an exposure: "sparse" (the copies overlapping the few samples drawn
+    another number of times than most; small test indexes always qualify) and "records" (per-document
+    records and the change log, what larger consumptions use), forced by switching the sparse one off."""
+    if request.param == "records":
+        monkeypatch.setattr("neox_epoch.audit.validate.SPARSE_SAMPLES", -1)
+    return request.param

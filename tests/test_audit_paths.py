@@ -25,7 +25,7 @@ def _audit(path: str, consumed: int | None, rows: list | None = None) -> dict:
 
 @pytest.mark.parametrize("shape", SHAPES + [([3000, 1, 2, 4097, 64, 0, 9000], 64, 4, 1.7)])
 @pytest.mark.parametrize("manifest", [False, True])
-def test_c_and_numpy_agree(tmp_path, monkeypatch, shape, manifest):
+def test_c_and_numpy_agree(tmp_path, monkeypatch, shape, manifest, exposure_mode):
     lengths, seq, epochs, frac = shape
     _, arr = write_neox_index(str(tmp_path), "p", lengths, seq, epochs)
     consumed = max(1, int(frac * (arr["S"] - 1)))
@@ -71,7 +71,7 @@ def two_threads():  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("shape", SHAPES + [([3000, 1, 2, 4097, 64, 0, 9000], 64, 4, 1.7)])
-def test_threads_agree_with_numpy(tmp_path, monkeypatch, two_threads, shape):
+def test_threads_agree_with_numpy(tmp_path, monkeypatch, two_threads, shape, exposure_mode):
     lengths, seq, epochs, frac = shape
     _, arr = write_neox_index(str(tmp_path), "p", lengths, seq, epochs)
     consumed = max(1, int(frac * (arr["S"] - 1)))
@@ -131,7 +131,7 @@ def test_unpacked_log_agrees_with_numpy(tmp_path, monkeypatch, shape, threads):
 
 @pytest.mark.parametrize("consumed", [None, 10])
 @pytest.mark.parametrize("damage", ["absent", "irregular"])
-def test_document_copies_damage_agrees_with_numpy(tmp_path, monkeypatch, consumed, damage):
+def test_document_copies_damage_agrees_with_numpy(tmp_path, monkeypatch, consumed, damage, exposure_mode):
     """A validation with the C extension checks the copies by a hash sum of the ids and counts them only
     when it does not match: the same findings as counting them (numpy) and as the records (with consumption)."""
     _, arr = write_neox_index(str(tmp_path), "d", [50, 7, 33, 12, 90, 5, 41], 8, 2)
@@ -179,3 +179,32 @@ def test_hash_sums_of_the_extension():
     counts = np.zeros(hi - lo, dtype=np.uint32)
     ext.count_add(doc, lo, counts)
     assert int(counts.sum()) == doc.shape[0] and int(counts.max()) == E + 1
+
+
+@pytest.mark.parametrize("passes,extra", [(1, -1), (2, 0), (2, 3), (0, 5)])
+def test_sparse_exposure_used_and_equal_to_records(tmp_path, monkeypatch, passes, extra):
+    """Whole passes give or take a few samples: the C path takes the sparse computation (checked by a spy),
+    and it equals the per-document records' answer and the numpy one."""
+    from neox_epoch.audit import validate
+
+    _, arr = write_neox_index(str(tmp_path), "s", [3000, 1, 2, 4097, 64, 0, 9000, 17, 250], 64, 3)
+    consumed = max(1, passes * (arr["S"] - 1) + extra)
+    calls: list[int] = []
+    real = validate.sparse_exposure
+
+    def spy(*a, **k):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        return real(*a, **k)
+
+    with monkeypatch.context() as m:
+        m.setattr(validate, "sparse_exposure", spy)
+        sparse = _audit(str(tmp_path), consumed)
+    assert calls == [1]
+    with monkeypatch.context() as m:
+        m.setattr(validate, "SPARSE_SAMPLES", -1)
+        records = _audit(str(tmp_path), consumed)
+    with monkeypatch.context() as m:
+        m.setattr(exposure, "_ext", None)
+        without = _audit(str(tmp_path), consumed)
+    assert sparse == records == without
+    assert sparse["indexes"][0]["exposure"]["tokens"]  # why: an exposure was computed, not withheld

@@ -167,7 +167,7 @@ SHAPES = [
 
 
 @pytest.mark.parametrize("shape", SHAPES)
-def test_exposure_equals_brute_force(tmp_path, shape):
+def test_exposure_equals_brute_force(tmp_path, shape, exposure_mode):
     lengths, seq, epochs, frac = shape
     _, arr = write_neox_index(str(tmp_path), "c", lengths, seq, epochs)
     length = arr["S"] - 1

@@ -36,6 +36,7 @@ draw count changes). ``--manifest`` adds the first/last draw position per sample
 
 from __future__ import annotations
 
+import bisect
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -66,6 +67,9 @@ _BIG = np.iinfo(np.int64).max
 LOG_GAP = 32
 #: the change points of the draw counts are listed for the stream pass when there are at most S / this
 SPARSE_CHANGES = 64
+#: with at most this many samples drawn another number of times than most (whole passes, a few samples
+#: more or less), the exposure is computed from the copies overlapping them (:func:`sparse_exposure`)
+SPARSE_SAMPLES = 4096
 
 
 @dataclass
@@ -449,3 +453,71 @@ class ExposureState:
             consumed_samples=consumed, tokens=tokens, documents=documents, documents_unseen=unseen,
             documents_partial=partial, tokens_unseen=tokens.get(0, 0), token_exposures=exposures,
         )
+
+
+def sparse_exposure(copies: np.ndarray, sizes: np.ndarray, minor_ids: np.ndarray, minor_counts: np.ndarray,
+                    default: int, S: int, L: int, E: int, tokens: int, documents: int, empty: int,
+                    consumed: int) -> ExposureReport:
+    """Exposure when nearly every sample was drawn the same number of times (``default``).
+
+    ``copies``: ``[n, 3]`` (local document, stream position, size) of every copy that overlaps one of the
+    samples ``minor_ids`` (sorted, drawn ``minor_counts`` times) or the uncovered stream past ``S * L``;
+    every other copy is seen ``default`` times over all its tokens. Each of the ``documents`` documents
+    (``empty`` of them without tokens; ``tokens`` tokens in all) is in the document index exactly ``E``
+    times (checked by the caller). Same definitions and results as :meth:`ExposureState.finalize`."""
+    counts = dict(zip(minor_ids.tolist(), minor_counts.tolist()))
+    ids = minor_ids.tolist()
+
+    def c(k: int) -> int:
+        return 0 if k >= S else counts.get(k, default)
+
+    starts: dict[int, list[int]] = {}  # per document: the first value of each listed copy
+    steps: dict[int, list[tuple[int, int]]] = {}  # per document: (offset, change) inside its listed copies
+    for d, base, z in copies.tolist():
+        if z <= 0:
+            continue
+        kb = max(base, 0) // L
+        kl = (base + z - 1) // L
+        prev = c(kb)
+        starts.setdefault(d, []).append(prev)
+        st = steps.setdefault(d, [])
+        # the count can change only at a listed sample, right after one, and at S
+        cand = set()
+        for m in ids[bisect.bisect_left(ids, kb) : bisect.bisect_right(ids, kl)]:
+            cand.update((m, m + 1))
+        cand.add(S)
+        for k in sorted(x for x in cand if kb < x <= kl):
+            v = c(k)
+            if v != prev:
+                st.append((k * L - base, v - prev))
+                prev = v
+    v0 = E * default
+    tok: dict[int, int] = {}
+    docs: dict[int, int] = {}
+    unseen = partial = aff_tokens = 0
+    for d, first in starts.items():
+        z = int(sizes[d])
+        aff_tokens += z
+        cur = sum(first) + (E - len(first)) * default
+        lo_v = hi_v = cur
+        at = 0
+        for off, dv in sorted(steps[d]) + [(z, 0)]:
+            if off > at:
+                tok[cur] = tok.get(cur, 0) + off - at
+                lo_v, hi_v = min(lo_v, cur), max(hi_v, cur)
+                at = off
+            cur += dv
+        docs[lo_v] = docs.get(lo_v, 0) + 1
+        unseen += hi_v == 0
+        partial += lo_v != hi_v
+    rest_docs = documents - empty - len(starts)
+    if tokens > aff_tokens:
+        tok[v0] = tok.get(v0, 0) + tokens - aff_tokens
+    if rest_docs > 0:
+        docs[v0] = docs.get(v0, 0) + rest_docs
+        unseen += rest_docs if v0 == 0 else 0
+    tok = {k: v for k, v in sorted(tok.items()) if v}
+    return ExposureReport(
+        consumed_samples=consumed, tokens=tok, documents=dict(sorted(docs.items())), documents_unseen=unseen,
+        documents_partial=partial, tokens_unseen=tok.get(0, 0), token_exposures=sum(k * v for k, v in tok.items()),
+    )

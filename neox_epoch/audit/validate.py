@@ -31,7 +31,14 @@ from neox_epoch import idx as idxmod
 from neox_epoch.audit import names
 from neox_epoch.audit.consumption import Consumption
 from neox_epoch.audit.descriptions import Description, read_legacy_description, read_mcore_description
-from neox_epoch.audit.exposure import ExposureReport, ExposureState, ManifestChunk, accelerated
+from neox_epoch.audit.exposure import (
+    SPARSE_SAMPLES,
+    ExposureReport,
+    ExposureState,
+    ManifestChunk,
+    accelerated,
+    sparse_exposure,
+)
 from neox_epoch.audit.findings import FileProblem, Finding
 from neox_epoch.audit.npy import NpyInfo, NpyReader, read_header, zeroed
 from neox_epoch.errors import IndexFileError
@@ -194,6 +201,41 @@ class _Ctx:
     """What the shuffle index's blocks say about the last epoch's separation."""
     doc_hash: int | None = None
     """Sum mod 2^64 of mix(id) over the document index (C extension), for the copies check without counts."""
+    allow_sparse: bool = True
+    """The exposure may be computed from the copies overlapping the few samples drawn another number of times
+    than most (:func:`~neox_epoch.audit.exposure.sparse_exposure`); False on the retry with records."""
+    aff: _Affected | None = None
+    """That computation's state during the stream pass."""
+
+
+@dataclass
+class _Affected:
+    """Copies overlapping the samples drawn another number of times than most (two regions, one a thread)."""
+
+    ids: np.ndarray
+    """Those samples (sorted int64)."""
+    counts: np.ndarray
+    """Their draw counts."""
+    default: int
+    """The draw count of every other sample."""
+    rows: np.ndarray
+    """``[2 * cap, 3]`` int64: (local document, stream position, size) of each copy, region 2 from ``cap``."""
+    n1: int = 0
+    """Copies found by the first thread (more than ``cap``: they did not fit)."""
+    n2: int = 0
+    """Next row of the second region."""
+
+    def copies(self) -> np.ndarray | None:
+        """The copies found, or None when a region overflowed."""
+        cap = self.rows.shape[0] // 2
+        if self.n1 > cap or self.n2 > 2 * cap:
+            return None
+        return np.concatenate((self.rows[: self.n1], self.rows[cap : self.n2]))
+
+
+class _SparseFailed(Exception):
+    """The sparse exposure's preconditions failed (copies not all E times, too many copies): audit again
+    with per-document records."""
 
 
 def _check_dtype(rep: IndexReport, info: NpyInfo, allowed: tuple[str, ...], ndim: int, role: str) -> bool:
@@ -329,10 +371,12 @@ def _copies_by_hash(ctx: _Ctx, rows: int, D: int, sizes: np.ndarray) -> _DocStat
     if (E * int(ext.mix_range(ctx.lo, ctx.hi))) & _U64 != ctx.doc_hash:
         return None
     if hasattr(ext, "sum_i32") and sizes.dtype == np.int32 and sizes.flags.c_contiguous:
-        tokens = int(ext.sum_i32(sizes))
+        tokens, empty = (int(x) for x in ext.sum_i32(sizes))
     else:
         tokens = sum(int(sizes[a : a + (1 << 24)].sum(dtype=np.int64)) for a in range(0, D, 1 << 24))
-    return _DocStats(documents=D, tokens=tokens, epochs=E, first_absent=0, first_other=None)
+        empty = sum(int(np.count_nonzero(sizes[a : a + (1 << 24)] == 0)) for a in range(0, D, 1 << 24))
+    return _DocStats(documents=D, tokens=tokens, epochs=E, first_absent=0, first_other=None, by_hash=True,
+                     empty=empty)
 
 
 def _count_copies(ctx: _Ctx, doc_r: NpyReader, D: int, sizes: np.ndarray) -> _DocStats:
@@ -428,7 +472,9 @@ def _shuffle_pass(ctx: _Ctx, reader: NpyReader, consumption: Consumption | None,
     cdt = np.uint8 if top < 255 else (np.uint16 if top < 65535 else np.uint32)
     default, minority = _count_segments(consumption, S)
     store = None
-    if consumption is not None:
+    ids: list[np.ndarray] = []
+    counts: list[np.ndarray] = []
+    if consumption is not None and ctx.aff is None:
         store = zeroed(S + 1, cdt, fill=None if default == 0 else np.asarray([default], dtype=cdt))
     h1 = h2 = 0
     max_first = -1
@@ -443,11 +489,15 @@ def _shuffle_pass(ctx: _Ctx, reader: NpyReader, consumption: Consumption | None,
             progress.done()
             return None, None, None
         h1, h2 = (h1 + int(a1)) & _U64, (h2 + int(a2)) & _U64
-        if store is not None:
-            for a, b, cnt in minority:
-                lo_, hi_ = max(a, j0), min(b, j1)
-                if hi_ > lo_:
-                    ext.scatter(v[lo_ - j0 : hi_ - j0], lo_, store, [(lo_, hi_, cnt)])
+        for a, b, cnt in minority:
+            lo_, hi_ = max(a, j0), min(b, j1)
+            if hi_ <= lo_:
+                continue
+            if store is not None:
+                ext.scatter(v[lo_ - j0 : hi_ - j0], lo_, store, [(lo_, hi_, cnt)])
+            elif ctx.aff is not None:  # the few samples drawn another number of times: their ids
+                ids.append(v[lo_ - j0 : hi_ - j0].astype(np.int64))
+                counts.append(np.full(hi_ - lo_, cnt, dtype=np.int64))
         if s_first is not None and j0 < s_first:
             max_first = max(max_first, int(v[: s_first - j0].max()))
         progress.advance(v.shape[0])
@@ -457,6 +507,10 @@ def _shuffle_pass(ctx: _Ctx, reader: NpyReader, consumption: Consumption | None,
     _check_separation(ctx, info, s_first, max_first)
     if store is not None:
         store[S] = 0
+    if ctx.aff is not None and ids:
+        all_ids = np.concatenate(ids)
+        order = np.argsort(all_ids, kind="stable")
+        ctx.aff.ids, ctx.aff.counts = all_ids[order], np.concatenate(counts)[order]
     return store, None, None
 
 
@@ -609,7 +663,7 @@ def _stream_pass(ctx: _Ctx, doc_r: NpyReader, sample_r: NpyReader, sizes: np.nda
             k = int(np.searchsorted(pend[:, 0], q1, side="left"))
             if k:
                 _boundaries(ctx, out, pend[:k], pend_row0, q0, dl, s, cum_before, exp, sample_r.info.path)
-                if out.diverged and exp is not None:
+                if out.diverged and (exp is not None or ctx.aff is not None):
                     rep.exposure_ok = False
                 pend, pend_row0 = pend[k:], pend_row0 + k
             if pend.shape[0]:
@@ -677,6 +731,10 @@ def _stream_pass_c(ext: Any, ctx: _Ctx, doc_r: NpyReader, sample_r: NpyReader, s
             base, exp.n_log, seam_ok, exp.n_log2 = ext.stream(
                 d, lo, sizes, acc, acc_shift, base, exp.c, L, S, cb_buf, s_buf, exp.head, exp.log, exp.n_log,
                 split_at, split_base, exp.pack, exp.bias, exp.inl, exp.n_log2, exp.kchg)
+        elif ctx.aff is not None and acc is None:
+            aff = ctx.aff
+            base, aff.n1, seam_ok, aff.n2 = ext.stream_aff(d, lo, sizes, base, L, S, cb_buf, s_buf, split_at, split_base,
+                                                           aff.ids, int(aff.default != 0), aff.rows, aff.n1, aff.n2)
         else:
             base, _, seam_ok = ext.stream(d, lo, sizes, acc, acc_shift, base, None, L, S, cb_buf, s_buf, None, None, 0,
                                           split_at, split_base)
@@ -708,12 +766,12 @@ def _stream_pass_c(ext: Any, ctx: _Ctx, doc_r: NpyReader, sample_r: NpyReader, s
             k = int(ext.rows_before(pend, q1))
             if k:
                 _boundaries_c(ext, ctx, out, pend[:k], pend_row0, q0, d, s, cb, sample_r.info.path)
-                if out.diverged and exp is not None:
+                if out.diverged and (exp is not None or ctx.aff is not None):
                     rep.exposure_ok = False
                 pend, pend_row0 = pend[k:], pend_row0 + k
             if pend.shape[0]:
                 break
-        if not seam_ok and exp is not None and rep.exposure_ok:  # the boundary check reports it; never trust it
+        if not seam_ok and (exp is not None or ctx.aff is not None) and rep.exposure_ok:  # the check reports it
             rep.exposure_ok = False
         progress.advance(n)
     progress.done()
@@ -843,13 +901,18 @@ def audit_index(
     iteration_of: Callable[[int], int | None] | None = None,
 ) -> IndexReport:
     """Audit one GPT index; never raises for a damaged file (findings instead)."""
-    rep = IndexReport(kind=group.kind, path=group.stem, split=group.split, files=dict(group.files), digest=group.digest)
-    ctx = _Ctx(rep=rep, group=group)
-    try:
-        _audit(ctx, resolve_prefix, add_extra_token, consumption_for, manifest, progress or Progress(), iteration_of)
-    except FileProblem as p:
-        rep.findings.append(p.finding)
-        rep.exposure_ok = False
+    for allow_sparse in (True, False):
+        rep = IndexReport(kind=group.kind, path=group.stem, split=group.split, files=dict(group.files),
+                          digest=group.digest)
+        ctx = _Ctx(rep=rep, group=group, allow_sparse=allow_sparse)
+        try:
+            _audit(ctx, resolve_prefix, add_extra_token, consumption_for, manifest, progress or Progress(), iteration_of)
+        except _SparseFailed:
+            continue
+        except FileProblem as p:
+            rep.findings.append(p.finding)
+            rep.exposure_ok = False
+        break
     if not rep.exposure_ok and rep.exposure is not None:
         rep.exposure = None
     return rep
@@ -946,9 +1009,20 @@ def _audit(ctx: _Ctx, resolve_prefix: Callable[[str | None], str | None] | None,
         init = np.zeros(1, dtype=rdt)
         if "head" in rdt.names:
             init["head"] = -1  # no log entry yet
-        # a validation with the C extension counts no copies: the stream pass reads the .idx sizes in place
-        # and the copies are checked by a hash sum of the ids (counted only when it does not match)
-        by_hash = consumption is None and ctx.doc_hash is not None
+        # with the C extension, a validation, or a consumption where nearly every sample is drawn the same
+        # number of times, counts no copies: the stream pass reads the .idx sizes in place and the copies are
+        # checked by a hash sum of the ids (counted only when it does not match)
+        sparse = False
+        if consumption is not None and ext is not None and manifest is None and ctx.allow_sparse \
+                and ctx.doc_hash is not None and hasattr(ext, "stream_aff"):
+            default, minority = _count_segments(consumption, S)
+            n_minor = sum(b_ - a_ for a_, b_, _ in minority)
+            if n_minor <= SPARSE_SAMPLES:
+                sparse = True
+                cap = 64 + n_minor * (L + 2)  # a sample overlaps at most L + 2 copies; untouched rows cost nothing
+                ctx.aff = _Affected(ids=np.zeros(0, dtype=np.int64), counts=np.zeros(0, dtype=np.int64),
+                                    default=default, rows=np.empty((2 * cap, 3), dtype=np.int64), n2=cap)
+        by_hash = (consumption is None or sparse) and ctx.doc_hash is not None
         acc: np.ndarray | None = None
         if by_hash:
             sizes = _map_sizes(ctx.header, lo, hi)
@@ -985,6 +1059,8 @@ def _audit(ctx: _Ctx, resolve_prefix: Callable[[str | None], str | None] | None,
         st = _stream_pass(ctx, doc_r, sample_r, sizes, acc, shift, exp, tail, progress)
         if acc is None:
             ds = _copies_by_hash(ctx, ctx.doc.rows, D, sizes) or _count_copies(ctx, doc_r, D, sizes)
+            if sparse and rep.exposure_ok and (not ds.by_hash or ctx.aff is None or ctx.aff.copies() is None):
+                raise _SparseFailed
         else:
             ds = _doc_stats(acc, acc.dtype.type((1 << shift) - 1), sizes, shift)
         rep.documents, T, E = ds.documents, ds.tokens, ds.epochs
@@ -1058,7 +1134,12 @@ def _audit(ctx: _Ctx, resolve_prefix: Callable[[str | None], str | None] | None,
         small = ctx.doc.rows + S <= REGEN_LIMIT
         if small and ok_copies and not st.diverged and rep.exposure_ok and E > 0:
             _regen_check(ctx, doc_r, sh_r, E, s_first if s_first is not None else None)
-        if exp is not None and rep.exposure_ok and consumption is not None:
+        if sparse and rep.exposure_ok and consumption is not None and ctx.aff is not None:
+            aff, copies = ctx.aff, ctx.aff.copies()
+            assert copies is not None
+            rep.exposure = sparse_exposure(copies, sizes, aff.ids, aff.counts, aff.default, S, L, E, T, D, ds.empty,
+                                           consumption.consumed)
+        elif exp is not None and rep.exposure_ok and consumption is not None:
             if st.pos_last == S * L and st.last_row is not None and S * L < ET:
                 exp.end_event(*st.last_row)
             cb = None
@@ -1066,6 +1147,7 @@ def _audit(ctx: _Ctx, resolve_prefix: Callable[[str | None], str | None] | None,
                 def cb(chunk: ManifestChunk) -> None:
                     manifest(rep, chunk)
             rep.exposure = exp.finalize(acc, shift, sizes, lo, consumption.consumed, cb, max_copies=E)
+        if rep.exposure is not None and consumption is not None:
             if rep.samples_per_epoch and consumption.consumed > rep.samples_per_epoch:
                 rep.exposure.second_pass_sample = _second_pass(consumption, rep.samples_per_epoch)
                 if iteration_of is not None and rep.exposure.second_pass_sample is not None:
@@ -1091,6 +1173,10 @@ class _DocStats:
     """First local id absent from the document index."""
     first_other: tuple[int, int] | None = None
     """(local id, copies) of the first document present another number of times than ``epochs``."""
+    by_hash: bool = False
+    """Every document is there ``epochs`` times, by the hash sum (no counts)."""
+    empty: int = 0
+    """Documents without tokens (known with ``by_hash``)."""
 
 
 def _doc_stats(acc: np.ndarray, mask: Any, sizes: np.ndarray, shift: int) -> _DocStats:
