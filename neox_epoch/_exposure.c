@@ -561,6 +561,46 @@ static inline int inl_take(Arr *inl, int64_t d, int64_t v, int atomic) {
     return __atomic_compare_exchange_n((int64_t *)ip, &z, v, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
 }
 
+/* A document's second change, when its head has no log entry yet, is kept in the head itself, encoded
+ * below -1 (-1: nothing; >= 0: the newest log entry; <= -2: a packed entry, the end of the chain). The
+ * links of log entries use the same encoding, so a chain may end in an encoded entry. */
+#define HEAD_ENC(v) (-(v) - 2)
+#define HEAD_DEC(h) (-(h) - 2)
+
+/* One change of document d (a packed entry v > 0) into its record: the inline slot, else the head, else a
+ * new log entry at *n_log linked to the old head. 0, or 2 when the log region is full. With `atomic` both
+ * threads may add to the same document: compare-and-swap for the slots, exchange for the head. */
+static inline int put_change(Arr *inl, Arr *head, Arr *lg, int64_t d, int64_t v, int atomic, int64_t *n_log,
+                             int64_t log_end) {
+    if (inl_take(inl, d, v, atomic)) return 0;
+    char *hp = AT(head, d);
+    const int64_t enc = HEAD_ENC(v);
+    if (head->size == 4) {
+        int32_t none = -1;
+        if (atomic ? __atomic_compare_exchange_n((int32_t *)hp, &none, (int32_t)enc, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)
+                   : (*(int32_t *)hp == -1 ? (*(int32_t *)hp = (int32_t)enc, 1) : 0))
+            return 0;
+    } else {
+        int64_t none = -1;
+        if (atomic ? __atomic_compare_exchange_n((int64_t *)hp, &none, enc, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)
+                   : (*(int64_t *)hp == -1 ? (*(int64_t *)hp = enc, 1) : 0))
+            return 0;
+    }
+    if (*n_log >= log_end) return 2;
+    const int64_t n = (*n_log)++;
+    set(lg, 2 * n, v);
+    int64_t old;
+    if (head->size == 4) {
+        if (atomic) old = __atomic_exchange_n((int32_t *)hp, (int32_t)n, __ATOMIC_RELAXED);
+        else { old = *(int32_t *)hp; *(int32_t *)hp = (int32_t)n; }
+    } else {
+        if (atomic) old = __atomic_exchange_n((int64_t *)hp, n, __ATOMIC_RELAXED);
+        else { old = *(int64_t *)hp; *(int64_t *)hp = n; }
+    }
+    set(lg, 2 * n + 1, old);
+    return 0;
+}
+
 /* copies ahead whose document record is prefetched */
 #define PF_STREAM 48
 
@@ -666,7 +706,38 @@ static void *stream_job(void *arg) {
                 }
                 if (kl < knext) goto counted;  /* no change of c inside the copy */
             }
-            if (nb <= 2 && n_log + 2 <= log_end) {
+            if (use_inl) {
+                /* packed entries: each change goes to the inline slot, the head, or the log (put_change) */
+                const int c8 = c->size == 1 && c->st == 1;
+                const uint8_t *c8p = (const uint8_t *)c->buf;
+                uint64_t prevc = c0;
+                if (nb <= 2) {
+                    /* a fixed two steps, no branch on the draw counts: the changes into ev, then stored */
+                    int64_t ev[2];
+                    int ne = 0;
+                    for (int t = 0; t < 2; t++) {
+                        const int64_t k = kb + 1 + t, kk = k > S ? S : k;
+                        const uint64_t ck = c8 ? c8p[kk] : cval(c, kk);
+                        const int valid = t < nb;
+                        ev[ne] = (int64_t)((uint64_t)(k * L - base) << fmt->pk) + ((int64_t)ck - (int64_t)prevc) + fmt->bias;
+                        ne += valid & (ck != prevc);
+                        prevc = valid ? ck : prevc;
+                    }
+                    for (int x = 0; x < ne && !j->err; x++)
+                        j->err = put_change(inl, head, lg, d, ev[x], atomic, &n_log, log_end);
+                } else {
+                    const int64_t last = base + z - 1;
+                    for (int64_t k = k0 + 1, kp = kb * L + L; k <= S && kp <= last && !j->err; k++, kp += L) {
+                        const uint64_t ck = c8 ? c8p[k] : cval(c, k);
+                        if (ck != prevc) {
+                            const int64_t v = (int64_t)((uint64_t)(kp - base) << fmt->pk) + ((int64_t)ck - (int64_t)prevc) + fmt->bias;
+                            j->err = put_change(inl, head, lg, d, v, atomic, &n_log, log_end);
+                        }
+                        prevc = ck;
+                    }
+                }
+                if (j->err) break;
+            } else if (nb <= 2 && n_log + 2 <= log_end) {
                 /* a fixed two steps, no branch on the boundary count or on the draw count changing:
                    each step writes an entry at n_log, kept (n_log advances) when valid and c changes */
                 const int64_t first = n_log;
@@ -1210,11 +1281,11 @@ static void *finalize_job(void *arg) {
         int64_t lo_v = b, hi_v = b, total = 0;
         int64_t e = head->held ? get(head, d) : -1;
         const int64_t iv = use_inl ? get(inl, d) : 0;  /* the document's first entry, packed (0: none) */
-        if (e < 0 && iv == 0) {
+        if (e == -1 && iv == 0) {
             if (b >= H) { err = 1; break; }
             htv[b] += z;
             total = b * z;
-        } else if (e < 0 && (iv >> fmt->pk) > 0 && (iv >> fmt->pk) < z) {
+        } else if (e == -1 && (iv >> fmt->pk) > 0 && (iv >> fmt->pk) < z) {
             /* one change, strictly inside (always, by the stream pass): two steps, no sort, no branch */
             const int64_t off = iv >> fmt->pk, b2 = b + (iv & (((int64_t)1 << fmt->pk) - 1)) - fmt->bias;
             if (b >= H || b2 < 0 || b2 >= H) { err = 1; break; }
@@ -1235,16 +1306,27 @@ static void *finalize_job(void *arg) {
                 ev[0].delta = (iv & (((int64_t)1 << fmt->pk) - 1)) - fmt->bias;
                 ne = 1;
             }
-            for (; e >= 0; e = log_link(lg, fmt, e)) {
+            /* the chain from the head: log entries (>= 0), ending at -1 or at an entry kept encoded (<= -2) */
+            for (;;) {
+                if (e == -1) break;
                 if (ne >= evcap) {
                     int64_t nc = evcap ? 2 * evcap : 64;
                     Ev *g = (Ev *)realloc(ev, (size_t)nc * sizeof(Ev));
                     if (!g) { err = 2; break; }
                     ev = g; evcap = nc;
                 }
+                if (e <= -2) {
+                    const int64_t v = HEAD_DEC(e);
+                    if (!fmt->pk) { err = 1; break; }
+                    ev[ne].off = v >> fmt->pk;
+                    ev[ne].delta = (v & (((int64_t)1 << fmt->pk) - 1)) - fmt->bias;
+                    ne++;
+                    break;
+                }
                 ev[ne].off = log_off(lg, fmt, e);
                 ev[ne].delta = log_delta(lg, fmt, e);
                 ne++;
+                e = log_link(lg, fmt, e);
             }
             if (err) break;
             if (ne <= 24) {

@@ -210,7 +210,8 @@ class ExposureState:
             self.pack = (2 * top).bit_length() or 1
             """Bits of the change in a packed log entry (0: three integers an entry)."""
             self.bias = top
-            if not PACK_LOG or (max(int(max_size), 1) << self.pack) + 2 * top >= int(np.iinfo(idt).max):
+            # (+ 2: a packed entry v may be kept in a head as -(v + 2), which must fit as well)
+            if not PACK_LOG or (max(int(max_size), 1) << self.pack) + 2 * top + 2 >= int(np.iinfo(idt).max):
                 self.pack = 0
             # empty, not zeros: numpy asks for transparent huge pages for its uninitialized allocations
             # only (calloc's 4 kB pages made every random access into the log a TLB miss); an entry is
