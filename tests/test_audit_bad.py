@@ -214,3 +214,21 @@ def test_usage_errors_exit_2(tmp_path, capsys, argv, message):
     rc = main([a.replace("{tmp}", str(tmp_path)) for a in argv])
     assert rc == 2
     assert message in capsys.readouterr().err
+
+
+def test_file_truncated_after_its_header_was_checked(tmp_path):
+    """A file that shrinks between the header check and a read is a finding, not a crash of the mapped read."""
+    from neox_epoch.audit.findings import FileProblem
+    from neox_epoch.audit.npy import open_npy
+
+    path = str(tmp_path / "a.npy")
+    np.save(path, np.arange(10_000, dtype=np.int32))
+    r = open_npy(path)
+    assert int(r.read(0, 10_000)[-1]) == 9_999
+    with open(path, "r+b") as f:
+        f.truncate(r.info.data_offset + 4 * 5_000)
+    assert int(r.read(0, 5_000)[-1]) == 4_999  # why: the part still there is read
+    with pytest.raises(FileProblem) as err:
+        r.read(4_000, 6_000)
+    assert "shrank" in str(err.value.finding.found)
+    r.close()
