@@ -177,10 +177,12 @@ class ExposureState:
     def __init__(self, c_ext: np.ndarray, seq_length: int, num_docs: int, max_size: int,
                  first_s: np.ndarray | None = None, last_s: np.ndarray | None = None,
                  ext: ModuleType | None = None, head: np.ndarray | None = None, cap: int | None = None,
-                 inl: np.ndarray | None = None) -> None:
+                 inl: np.ndarray | None = None, top: int | None = None) -> None:
         self.c = c_ext
         """Draw count per sample, with ``c[S] = 0`` for the uncovered tail."""
         self.S = int(c_ext.shape[0]) - 1
+        self.top = int(top) if top is not None else (int(c_ext.max()) if c_ext.shape[0] else 0)
+        """The largest draw count (an upper bound given by the caller, else ``c.max()``)."""
         self.L = int(seq_length)
         self.ext = ext
         """The C extension (see :func:`accelerated`): non-uniform copies instead of events."""
@@ -203,7 +205,7 @@ class ExposureState:
             self.head = head
             """Newest non-uniform copy of each document (an entry of the log), -1: none; may be a field
             of the per-document records (a strided view)."""
-            top = int(c_ext.max()) if c_ext.shape[0] else 0
+            top = self.top
             if idt is np.int32 and top >= (1 << 31) - 1:
                 idt = np.int64
             # two integers an entry when the offset and the change share one: (offset << pack) + change + top
@@ -335,7 +337,7 @@ class ExposureState:
         mask = acc.dtype.type((1 << shift) - 1)
         if max_copies is None:
             max_copies = int(ext.doc_stats(acc, shift, sizes)[2])
-        top = int(self.c.max()) if self.c.shape[0] else 0
+        top = self.top
         ht = np.zeros(max(1, max_copies) * max(1, top) + 1, dtype=np.int64)
         hd = np.zeros_like(ht)
         unseen = partial = 0

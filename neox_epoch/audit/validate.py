@@ -334,11 +334,14 @@ def _int_field(rep: IndexReport, path: str, f: dict[str, Any], key: str) -> int 
     return v
 
 
-def _load_sizes(header: idxmod.IdxHeader, lo: int, hi: int, out: np.ndarray | None = None) -> np.ndarray:
+def _load_sizes(header: idxmod.IdxHeader, lo: int, hi: int, out: np.ndarray | None = None,
+                stats: list[int] | None = None) -> np.ndarray:
     """``sizes[lo:hi]`` of the .idx as int32, read once (4 bytes a document), in chunks into ``out`` (a
-    view, e.g. the size field of the per-document records) when given."""
+    view, e.g. the size field of the per-document records) when given. ``stats``: a list that receives
+    [sum, max] of the sizes (from the contiguous chunks, not the strided result)."""
     if out is None:
         out = zeroed(hi - lo, np.int32)
+    total = top = 0
     with open(header.prefix + ".idx", "rb") as f:
         f.seek(header.sizes_offset + 4 * lo)
         for a in range(0, hi - lo, STREAM_CHUNK):
@@ -347,6 +350,11 @@ def _load_sizes(header: idxmod.IdxHeader, lo: int, hi: int, out: np.ndarray | No
             if part.shape[0] != min(STREAM_CHUNK, hi - lo - a):
                 raise FileProblem(header.prefix + ".idx", "size", f"{hi - lo} sizes from sequence {lo}",
                                   f"{a + part.shape[0]}")
+            if stats is not None and part.shape[0]:
+                total += int(part.sum(dtype=np.int64))
+                top = max(top, int(part.max()))
+    if stats is not None:
+        stats[:] = [total, top]
     return out
 
 
@@ -1028,8 +1036,12 @@ def _audit(ctx: _Ctx, resolve_prefix: Callable[[str | None], str | None] | None,
             sizes = _map_sizes(ctx.header, lo, hi)
         else:
             rec = zeroed(D, rdt, fill=init)
-            sizes, acc = _load_sizes(ctx.header, lo, hi, rec["size"]), rec["acc"]
-        T_est = int(sizes.sum(dtype=np.int64))
+            stats: list[int] = []
+            sizes, acc = _load_sizes(ctx.header, lo, hi, rec["size"], stats), rec["acc"]
+        T_est, max_size = stats if acc is not None else (0, 0)
+        if acc is None:  # the mapped .idx sizes (contiguous)
+            T_est = int(ext.sum_i32(sizes)[0]) if ext is not None and hasattr(ext, "sum_i32") else \
+                int(sizes.sum(dtype=np.int64))
         s_first: int | None = None
         if g.kind != names.NEOX and rep.num_samples_requested is not None and E_est > 1 and T_est > 0 \
                 and ctx.doc.rows == E_est * D:
@@ -1049,8 +1061,8 @@ def _audit(ctx: _Ctx, resolve_prefix: Callable[[str | None], str | None] | None,
             head = inl = None
             if ext is not None:
                 head, inl = rec["head"], rec["inl"]  # -1 (none) and 0 (none) from the fill above
-            exp = ExposureState(c_ext, L, D, int(sizes.max()) if D else 1, first_s, last_s, ext=ext, head=head,
-                                inl=inl)
+            exp = ExposureState(c_ext, L, D, max_size if D else 1, first_s, last_s, ext=ext, head=head,
+                                inl=inl, top=consumption.max_count)
         tail: tuple[int, np.ndarray] | None = None
         if ctx.expected_separate and E_est > 1 and ctx.doc.rows == E_est * D:
             tail = ((E_est - 1) * D, np.zeros(D, dtype=bool))
