@@ -808,13 +808,15 @@ def _boundaries_c(ext: Any, ctx: _Ctx, out: _Stream, rows: np.ndarray, row0: int
     b = int(ext.check_rows(rows, q0, row0, L, cb, s))
     if b < 0:
         return
-    i = row0 + b
     pb, ob = int(rows[b, 0]) - q0, int(rows[b, 1])
-    row = f"sample_idx[{i}] = ({pb + q0}, {ob})"
-    if ob > int(s[pb]):
-        found = f"{row}: offset past the end of document {int(d[pb])} ({int(s[pb])} tokens)"
-    else:
-        found = f"{row} at token {int(cb[pb]) + ob}"
+    _boundary_finding(rep, out, path, row0 + b, L, pb + q0, ob, int(d[pb]), int(s[pb]), int(cb[pb]) + ob)
+
+
+def _boundary_finding(rep: IndexReport, out: _Stream, path: str, i: int, L: int, pos: int, off: int, doc: int,
+                      size: int, token: int) -> None:
+    """The first sample boundary ``sample_idx[i] = (pos, off)`` not where the sizes put it (both stream passes)."""
+    row = f"sample_idx[{i}] = ({pos}, {off})"
+    found = f"{row}: offset past the end of document {doc} ({size} tokens)" if off > size else f"{row} at token {token}"
     _finding(rep, path, "sample boundary",
              f"stream token {i * L} (= {i} x seq_length {L}) from doc_idx and the current .idx sizes",
              found, "first divergence: " + STALE_HINT)
@@ -844,16 +846,8 @@ def _boundaries(ctx: _Ctx, out: _Stream, rows: np.ndarray, row0: int, q0: int, d
     bad = (off > size) | (pos != 0)
     if bad.any():
         b = int(np.argmax(bad))
-        i = row0 + b
-        row = f"sample_idx[{i}] = ({int(p[b]) + q0}, {int(off[b])})"
-        if off[b] > size[b]:
-            found = f"{row}: offset past the end of document {int(dl[p[b]]) + ctx.lo} ({int(size[b])} tokens)"
-        else:
-            found = f"{row} at token {int(pos[b]) + i * L}"
-        _finding(rep, path, "sample boundary",
-                 f"stream token {i * L} (= {i} x seq_length {L}) from doc_idx and the current .idx sizes",
-                 found, "first divergence: " + STALE_HINT)
-        out.diverged = True
+        _boundary_finding(rep, out, path, row0 + b, L, int(p[b]) + q0, int(off[b]), int(dl[p[b]]) + ctx.lo,
+                          int(size[b]), int(pos[b]) + (row0 + b) * L)
         return
     if exp is not None:
         k = 1 if row0 == 0 else 0
