@@ -1101,7 +1101,8 @@ static void *check_rows_job(void *arg) {
     const Arr r = *j->r, cb = *j->cb, s = *j->s;
     int64_t want = (j->row0 + j->k0) * j->L;
     j->bad = -1;
-    if (r.size == 4 && r.is_signed && contig(&r) && cb.size == 8 && contig(&cb) && s.size == 4 && contig(&s)) {
+    if (r.size == 4 && r.is_signed && contig(&r) && cb.size == 8 && contig(&cb) && s.size == 4 && contig(&s) &&
+        cb.n > 0 && s.n > 0) {
         const int32_t *r32 = (const int32_t *)r.buf, *s32 = (const int32_t *)s.buf;
         const int64_t *c64 = (const int64_t *)cb.buf;
         const int64_t n = cb.n < s.n ? cb.n : s.n, L = j->L, q0 = j->q0;
