@@ -70,6 +70,8 @@ SPARSE_CHANGES = 64
 #: with at most this many samples drawn another number of times than most (whole passes, a few samples
 #: more or less), the exposure is computed from the copies overlapping them (:func:`sparse_exposure`)
 SPARSE_SAMPLES = 4096
+#: ... and at most about this many copies overlapping them (estimated from the copies per sample)
+SPARSE_COPIES = 65536
 
 
 @dataclass

@@ -32,6 +32,7 @@ from neox_epoch.audit import names
 from neox_epoch.audit.consumption import Consumption
 from neox_epoch.audit.descriptions import Description, read_legacy_description, read_mcore_description
 from neox_epoch.audit.exposure import (
+    SPARSE_COPIES,
     SPARSE_SAMPLES,
     ExposureReport,
     ExposureState,
@@ -1019,7 +1020,9 @@ def _audit(ctx: _Ctx, resolve_prefix: Callable[[str | None], str | None] | None,
                 and ctx.doc_hash is not None and hasattr(ext, "stream_aff"):
             default, minority = _count_segments(consumption, S)
             n_minor = sum(b_ - a_ for a_, b_, _ in minority)
-            if n_minor <= SPARSE_SAMPLES:
+            # the copies to list: about (copies a sample overlaps + 1) per such sample; bounded, so that their
+            # exact exposure (a Python loop over them) stays cheap for corpora of very short documents too
+            if n_minor <= SPARSE_SAMPLES and n_minor * (ctx.doc.rows / max(S, 1) + 2) <= SPARSE_COPIES:
                 sparse = True
                 cap = 64 + n_minor * (L + 2)  # a sample overlaps at most L + 2 copies; untouched rows cost nothing
                 ctx.aff = _Affected(ids=np.zeros(0, dtype=np.int64), counts=np.zeros(0, dtype=np.int64),
