@@ -369,21 +369,28 @@ def _map_sizes(header: idxmod.IdxHeader, lo: int, hi: int) -> np.ndarray:
         return _load_sizes(header, lo, hi)
 
 
-def _copies_by_hash(ctx: _Ctx, rows: int, D: int, sizes: np.ndarray) -> _DocStats | None:
+def _size_totals(sizes: np.ndarray) -> tuple[int, int]:
+    """(tokens, documents without tokens) of the split's sizes (contiguous int32: in C, two threads)."""
+    ext = accelerated()
+    if ext is not None and hasattr(ext, "sum_i32") and sizes.dtype == np.int32 and sizes.flags.c_contiguous:
+        tokens, empty = (int(x) for x in ext.sum_i32(sizes))
+        return tokens, empty
+    step = 1 << 24
+    return (sum(int(sizes[a : a + step].sum(dtype=np.int64)) for a in range(0, sizes.shape[0], step)),
+            sum(int(np.count_nonzero(sizes[a : a + step] == 0)) for a in range(0, sizes.shape[0], step)))
+
+
+def _copies_by_hash(ctx: _Ctx, rows: int, D: int, tokens: int, empty: int) -> _DocStats | None:
     """The document statistics without per-document counts: when ``rows = E * D`` and the ids' hash sum
     (:func:`_doc_prepass`) equals ``E`` times that of every id in ``[lo, hi)``, each document is there
-    exactly ``E`` times (a damaged index matches by a chance of about 2^-64). None: count them instead."""
+    exactly ``E`` times (a damaged index matches by a chance of about 2^-64). ``tokens``, ``empty``: from
+    :func:`_size_totals`. None: count them instead."""
     ext = accelerated()
     if ctx.doc_hash is None or ext is None or not D or rows % D:
         return None
     E = rows // D
     if (E * int(ext.mix_range(ctx.lo, ctx.hi))) & _U64 != ctx.doc_hash:
         return None
-    if hasattr(ext, "sum_i32") and sizes.dtype == np.int32 and sizes.flags.c_contiguous:
-        tokens, empty = (int(x) for x in ext.sum_i32(sizes))
-    else:
-        tokens = sum(int(sizes[a : a + (1 << 24)].sum(dtype=np.int64)) for a in range(0, D, 1 << 24))
-        empty = sum(int(np.count_nonzero(sizes[a : a + (1 << 24)] == 0)) for a in range(0, D, 1 << 24))
     return _DocStats(documents=D, tokens=tokens, epochs=E, first_absent=0, first_other=None, by_hash=True,
                      empty=empty)
 
@@ -1036,9 +1043,9 @@ def _audit(ctx: _Ctx, resolve_prefix: Callable[[str | None], str | None] | None,
             stats: list[int] = []
             sizes, acc = _load_sizes(ctx.header, lo, hi, rec["size"], stats), rec["acc"]
         T_est, max_size = stats if acc is not None else (0, 0)
+        empty = 0
         if acc is None:  # the mapped .idx sizes (contiguous)
-            T_est = int(ext.sum_i32(sizes)[0]) if ext is not None and hasattr(ext, "sum_i32") else \
-                int(sizes.sum(dtype=np.int64))
+            T_est, empty = _size_totals(sizes)
         s_first: int | None = None
         if g.kind != names.NEOX and rep.num_samples_requested is not None and E_est > 1 and T_est > 0 \
                 and ctx.doc.rows == E_est * D:
@@ -1067,7 +1074,7 @@ def _audit(ctx: _Ctx, resolve_prefix: Callable[[str | None], str | None] | None,
             return
         st = _stream_pass(ctx, doc_r, sample_r, sizes, acc, shift, exp, tail, progress)
         if acc is None:
-            ds = _copies_by_hash(ctx, ctx.doc.rows, D, sizes) or _count_copies(ctx, doc_r, D, sizes)
+            ds = _copies_by_hash(ctx, ctx.doc.rows, D, T_est, empty) or _count_copies(ctx, doc_r, D, sizes)
             if sparse and rep.exposure_ok and (not ds.by_hash or ctx.aff is None or ctx.aff.copies() is None):
                 raise _SparseFailed
         else:
