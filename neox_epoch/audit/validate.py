@@ -477,9 +477,10 @@ def _shuffle_pass(ctx: _Ctx, reader: NpyReader, consumption: Consumption | None,
     """Permutation check and draw counts per sample: returns (c with c[S]=0, first, last) or Nones.
 
     With the C extension (and no manifest) one sequential pass checks the ids' range and two sums that
-    are 0 over a permutation (``_exposure.perm_hash``: a 64-bit hash and the plain sum), and only the positions whose draw count differs from most
-    positions' are written into ``c`` (none for a validation or a whole number of passes); when the sums
-    say "not a permutation", :func:`_shuffle_pass_exact` runs to name the first missing id."""
+    are 0 over a permutation (``_exposure.perm_hash``: a 64-bit hash and the plain sum), and only the
+    positions whose draw count differs from most positions' are written into ``c`` (none for a validation
+    or a whole number of passes; with a sparse exposure their ids are kept instead, in ``ctx.aff``); when
+    the sums say "not a permutation", :func:`_shuffle_pass_exact` runs to name the first missing id."""
     rep, info, S = ctx.rep, reader.info, ctx.S
     ext = accelerated()
     if ext is None or manifest or info.rows != S or not hasattr(ext, "perm_hash"):
@@ -531,7 +532,8 @@ def _shuffle_pass(ctx: _Ctx, reader: NpyReader, consumption: Consumption | None,
 
 
 def _shuffle_pass_exact(ctx: _Ctx, reader: NpyReader, consumption: Consumption | None, s_first: int | None,
-                  manifest: bool, progress: Progress) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]:
+                        manifest: bool, progress: Progress
+                        ) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]:
     """:func:`_shuffle_pass` by writing every id: names the first missing id; keeps first/last draws."""
     rep, info, S = ctx.rep, reader.info, ctx.S
     if info.rows != S:
