@@ -29,6 +29,11 @@ entry, 12 when offsets are too large to pack (at most one entry per change of ``
 samples), and 4 bytes a document for ``head`` (plus, packed, 4 for the document's first entry, kept in its
 record instead of the log: most documents then need no log read).
 
+When nearly every sample is drawn the same number of times ``q`` (whole passes give or take a few
+samples, or only a few samples drawn), :func:`sparse_exposure` needs neither ``c`` nor per-document
+counts: every token is seen ``E * q`` times except in the copies that overlap one of the few other
+samples, which the stream pass lists and which are computed exactly.
+
 Memory: ``c`` (1 byte a sample), the per-document counts (4 or 8 bytes a document), the .idx sizes of
 the split (4 bytes a document) and the events (8 bytes each, at most one per sample boundary where the
 draw count changes). ``--manifest`` adds the first/last draw position per sample and per document.
