@@ -363,8 +363,7 @@ def _map_sizes(header: idxmod.IdxHeader, lo: int, hi: int) -> np.ndarray:
     """``sizes[lo:hi]`` of the .idx as a read-only view of the file (no copy; :func:`_load_sizes` if it
     cannot be mapped)."""
     try:
-        return np.memmap(header.prefix + ".idx", dtype=np.int32, mode="r", offset=header.sizes_offset + 4 * lo,
-                         shape=(hi - lo,))
+        return np.asarray(idxmod.sizes_memmap(header)[lo:hi])
     except (OSError, ValueError):
         return _load_sizes(header, lo, hi)
 
