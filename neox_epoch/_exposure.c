@@ -263,7 +263,8 @@ typedef struct { const Arr *v; int64_t i0, i1, j0, S, bad; uint64_t h1, h2; } Ph
 
 /* the 32-bit unsigned loops below have no early exit, so that the compiler vectorizes them (SIMD clones
  * picked at load time where the compiler supports them) */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#if defined(__GNUC__) && __GNUC__ >= 11 && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
+    defined(__GLIBC__)
 #define VEC_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 #else
 #define VEC_CLONES
