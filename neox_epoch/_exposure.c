@@ -870,6 +870,17 @@ static int64_t changes_in(const Arr *c, int64_t k0, int64_t k1, int64_t S) {
     return n;
 }
 
+/* After a split stream pass: whether the first part ended where the second started (the position the sample
+ * index gave). If not, the sample index disagrees with the sizes: the second part's positions are shifted to
+ * what one pass gives (the boundary check then reports the first divergence; the exposure is withheld). */
+static int seam_check(const StJob *a, StJob *b, int64_t *cbv, int64_t split_at, int64_t n, int64_t split_base) {
+    if (a->end == split_base) return 1;
+    const int64_t fix = a->end - split_base;
+    for (int64_t i = split_at; i < n; i++) cbv[i] += fix;
+    b->end += fix;
+    return 0;
+}
+
 static PyObject *stream(PyObject *self, PyObject *args) {
     PyObject *doco, *sizeso, *acco, *co, *cbo, *so, *heado, *lgo, *inlo = Py_None, *ko = Py_None;
     long long lo, base, L, S, n_log, split_at = -1, split_base = 0, bias = 0, n_log2 = -1;
@@ -934,14 +945,7 @@ static PyObject *stream(PyObject *self, PyObject *args) {
         }
         a.atomic = b.atomic = 1;
         run2(stream_job, &a, &b);
-        seam_ok = a.end == split_base;
-        if (!seam_ok) {
-            /* the sample index disagrees with the sizes: positions as one pass gives them (the boundary
-               check then reports the first divergence, and the exposure is withheld) */
-            int64_t fix = a.end - split_base;
-            for (int64_t i = split_at; i < n; i++) ((int64_t *)cb.buf)[i] += fix;
-            b.end += fix;
-        }
+        seam_ok = seam_check(&a, &b, (int64_t *)cb.buf, split_at, n, split_base);
         err = a.err ? a.err : b.err;
         if (err == 2 && !seam_ok) err = 0;
     } else {
@@ -1003,12 +1007,7 @@ static PyObject *stream_aff(PyObject *self, PyObject *args) {
         a.i1 = b.i0 = split_at;
         b.base = split_base;
         run2(stream_job, &a, &b);
-        seam_ok = a.end == split_base;
-        if (!seam_ok) {
-            int64_t fix = a.end - split_base;
-            for (int64_t i = split_at; i < n; i++) ((int64_t *)cb.buf)[i] += fix;
-            b.end += fix;
-        }
+        seam_ok = seam_check(&a, &b, (int64_t *)cb.buf, split_at, n, split_base);
         err = a.err ? a.err : b.err;
     } else {
         /* one thread: the second region is untouched */
