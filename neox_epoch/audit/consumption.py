@@ -69,6 +69,26 @@ class Consumption:
     def max_count(self) -> int:
         return max((c for _, _, c in self.runs), default=0)
 
+    def majority(self, n: int) -> tuple[int, list[tuple[int, int, int]]]:
+        """Over indices ``[0, n)``: the draw count most of them have, and the ``(start, stop, count)`` ranges
+        with another count (indices in no run count 0; ties go to the smaller count)."""
+        segs: list[tuple[int, int, int]] = []
+        pos = 0
+        for a, b, c in self.runs:
+            b = min(b, n)
+            if a > pos:
+                segs.append((pos, min(a, n), 0))
+            if b > a:
+                segs.append((a, b, c))
+            pos = max(pos, b)
+        if pos < n:
+            segs.append((pos, n, 0))
+        total: dict[int, int] = {}
+        for a, b, c in segs:
+            total[c] = total.get(c, 0) + b - a
+        most = max(total, key=lambda c: (total[c], -c)) if total else 0
+        return most, [x for x in segs if x[2] != most and x[1] > x[0]]
+
     def counts(self, start: int, stop: int) -> np.ndarray:
         """Draw counts of indices ``[start, stop)`` (0 at and past ``length``)."""
         out = np.zeros(max(0, stop - start), dtype=np.int64)

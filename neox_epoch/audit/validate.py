@@ -449,28 +449,6 @@ def _check_separation(ctx: _Ctx, info: NpyInfo, s_first: int | None, max_first: 
                      "the index was built with other parameters than its description says: " + STALE_HINT)
 
 
-def _count_segments(consumption: Consumption | None, S: int) -> tuple[int, list[tuple[int, int, int]]]:
-    """Draw count of most shuffle positions, and the (start, stop, count) ranges with another count."""
-    if consumption is None:
-        return 0, []
-    segs: list[tuple[int, int, int]] = []
-    pos = 0
-    for a, b, cnt in sorted(consumption.runs):
-        a, b = max(a, pos), min(b, S)
-        if a > pos:
-            segs.append((pos, a, 0))
-        if b > a:
-            segs.append((a, b, cnt))
-            pos = b
-    if pos < S:
-        segs.append((pos, S, 0))
-    total: dict[int, int] = {}
-    for a, b, cnt in segs:
-        total[cnt] = total.get(cnt, 0) + b - a
-    default = max(total, key=lambda k: (total[k], -k)) if total else 0
-    return default, [x for x in segs if x[2] != default]
-
-
 def _shuffle_pass(ctx: _Ctx, reader: NpyReader, consumption: Consumption | None, s_first: int | None,
                   manifest: bool, progress: Progress) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]:
     """Permutation check and draw counts per sample: returns (c with c[S]=0, first, last) or Nones.
@@ -486,7 +464,7 @@ def _shuffle_pass(ctx: _Ctx, reader: NpyReader, consumption: Consumption | None,
         return _shuffle_pass_exact(ctx, reader, consumption, s_first, manifest, progress)
     top = consumption.max_count if consumption is not None else 0
     cdt = np.uint8 if top < 255 else (np.uint16 if top < 65535 else np.uint32)
-    default, minority = _count_segments(consumption, S)
+    default, minority = consumption.majority(S) if consumption is not None else (0, [])
     store = None
     ids: list[np.ndarray] = []
     counts: list[np.ndarray] = []
@@ -1026,7 +1004,7 @@ def _audit(ctx: _Ctx, resolve_prefix: Callable[[str | None], str | None] | None,
         sparse = False
         if consumption is not None and ext is not None and manifest is None and ctx.allow_sparse \
                 and ctx.doc_hash is not None and hasattr(ext, "stream_aff"):
-            default, minority = _count_segments(consumption, S)
+            default, minority = consumption.majority(S)
             n_minor = sum(b_ - a_ for a_, b_, _ in minority)
             # the copies to list: about (copies a sample overlaps + 1) per such sample; bounded, so that their
             # exact exposure (a Python loop over them) stays cheap for corpora of very short documents too
