@@ -322,15 +322,19 @@ class ExposureState:
         self.events[self.n_events : self.n_events + n] = keys
         self.n_events += n
 
+    def _first_last(self, d0: int, d1: int, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Manifest: the first and last draw covering documents ``d0 + ids`` (-1: none or unknown)."""
+        if self.doc_first is None or self.doc_last is None:
+            none = np.full(ids.shape[0], -1, dtype=np.int64)
+            return none, none
+        first = self.doc_first[d0:d1][ids]
+        return np.where(first == _BIG, -1, first), self.doc_last[d0:d1][ids]
+
     def _manifest_chunk(self, acc: np.ndarray, mask: Any, sizes: np.ndarray, d0: int, d1: int, doc_offset: int,
                         mn: np.ndarray, mx: np.ndarray, tot: np.ndarray) -> ManifestChunk:
         present = (acc[d0:d1] & mask) > 0
         ids = np.flatnonzero(present)
-        first = last = np.full(ids.shape[0], -1, dtype=np.int64)
-        if self.doc_first is not None and self.doc_last is not None:
-            first = self.doc_first[d0:d1][ids]
-            first = np.where(first == _BIG, -1, first)
-            last = self.doc_last[d0:d1][ids]
+        first, last = self._first_last(d0, d1, ids)
         return ManifestChunk(
             documents=ids + d0 + doc_offset, tokens=sizes[d0:d1].astype(np.int64)[ids], min_exposure=mn[ids],
             max_exposure=mx[ids], token_exposures=tot[ids], first=first, last=last,
@@ -448,11 +452,7 @@ class ExposureState:
             partial += int(np.count_nonzero(mn[keep] != mx[keep]))
             if manifest is not None:
                 ids = np.flatnonzero(present)
-                first = last = np.full(ids.shape[0], -1, dtype=np.int64)
-                if self.doc_first is not None and self.doc_last is not None:
-                    first = self.doc_first[d0:d1][ids]
-                    first = np.where(first == _BIG, -1, first)
-                    last = self.doc_last[d0:d1][ids]
+                first, last = self._first_last(d0, d1, ids)
                 manifest(ManifestChunk(
                     documents=ids + d0 + doc_offset, tokens=sz[ids], min_exposure=mn[ids], max_exposure=mx[ids],
                     token_exposures=tot[ids], first=first, last=last,

@@ -449,6 +449,14 @@ def _check_separation(ctx: _Ctx, info: NpyInfo, s_first: int | None, max_first: 
                      "the index was built with other parameters than its description says: " + STALE_HINT)
 
 
+def _shuffle_entry_finding(rep: IndexReport, path: str, S: int, value: int, position: int, progress: Progress) -> None:
+    """A shuffle entry outside ``[0, S)`` (both shuffle passes): a finding, the exposure withheld."""
+    _finding(rep, path, "shuffle entry", f"sample ids in [0, {S})", f"{value} at position {position}",
+             "doc/sample/shuffle files come from different builds: " + STALE_HINT)
+    rep.exposure_ok = False
+    progress.done()
+
+
 def _shuffle_pass(ctx: _Ctx, reader: NpyReader, consumption: Consumption | None, s_first: int | None,
                   manifest: bool, progress: Progress) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]:
     """Permutation check and draw counts per sample: returns (c with c[S]=0, first, last) or Nones.
@@ -477,10 +485,7 @@ def _shuffle_pass(ctx: _Ctx, reader: NpyReader, consumption: Consumption | None,
         j1 = j0 + v.shape[0]
         bad, a1, a2 = ext.perm_hash(v, j0, S)
         if bad >= 0:
-            _finding(rep, info.path, "shuffle entry", f"sample ids in [0, {S})", f"{int(v[bad])} at position {j0 + bad}",
-                     "doc/sample/shuffle files come from different builds: " + STALE_HINT)
-            rep.exposure_ok = False
-            progress.done()
+            _shuffle_entry_finding(rep, info.path, S, int(v[bad]), j0 + bad, progress)
             return None, None, None
         h1, h2 = (h1 + int(a1)) & _U64, (h2 + int(a2)) & _U64
         for a, b, cnt in minority:
@@ -537,10 +542,7 @@ def _shuffle_pass_exact(ctx: _Ctx, reader: NpyReader, consumption: Consumption |
             vmin, vmax = int(v.min()), int(v.max())
             bad = int(np.argmax((v < 0) | (v >= S))) if vmin < 0 or vmax >= S else -1
         if bad >= 0:
-            _finding(rep, info.path, "shuffle entry", f"sample ids in [0, {S})", f"{int(v[bad])} at position {j0 + bad}",
-                     "doc/sample/shuffle files come from different builds: " + STALE_HINT)
-            rep.exposure_ok = False
-            progress.done()
+            _shuffle_entry_finding(rep, info.path, S, int(v[bad]), j0 + bad, progress)
             return None, None, None
         if ext is not None:
             if first is not None and last is not None and consumption is not None:
