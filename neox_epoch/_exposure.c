@@ -31,6 +31,11 @@
  * stream_aff(doc, lo, sizes, base, L, S, cb_out, s_out, split_at, split_base, K, dflt, aff, n_aff, n_aff2)
  *     -> (base, n_aff, seam_ok, n_aff2): `stream` without counts, listing (document, position, size) of each
  *     copy overlapping a sample of K (sorted; with dflt also those past S * L) in aff's two regions.
+ * pair_init(sizes, rec) -> the largest size: rec[d] = (no copy yet << 24) | sizes[d] (uint64).
+ * stream_pair(doc, lo, sizes, rec, base, c, L, S, cb_out, s_out, split_at, split_base, hist, stats)
+ *     -> (base, seam_ok): `stream` when every document is there exactly once (rec None) or twice (rec from
+ *     pair_init): each document's exposure is complete at its last copy and goes straight into the token
+ *     and document histograms hist [2, 2, H] and the unseen / partial counts stats [2, 2] (one row a thread).
  * rows_before(rows, q1) -> first k with rows[k, 0] >= q1 (rows sorted on column 0).
  * check_block(rows, prev_p) -> (first row going back or -1, first negative offset or -1)
  * check_rows(rows, q0, row0, L, cb, s) -> first k with rows[k,1] > s[p] or cb[p] + rows[k,1] != (row0+k)*L
@@ -873,11 +878,11 @@ static int64_t changes_in(const Arr *c, int64_t k0, int64_t k1, int64_t S) {
 /* After a split stream pass: whether the first part ended where the second started (the position the sample
  * index gave). If not, the sample index disagrees with the sizes: the second part's positions are shifted to
  * what one pass gives (the boundary check then reports the first divergence; the exposure is withheld). */
-static int seam_check(const StJob *a, StJob *b, int64_t *cbv, int64_t split_at, int64_t n, int64_t split_base) {
-    if (a->end == split_base) return 1;
-    const int64_t fix = a->end - split_base;
+static int seam_check(int64_t a_end, int64_t *b_end, int64_t *cbv, int64_t split_at, int64_t n, int64_t split_base) {
+    if (a_end == split_base) return 1;
+    const int64_t fix = a_end - split_base;
     for (int64_t i = split_at; i < n; i++) cbv[i] += fix;
-    b->end += fix;
+    *b_end += fix;
     return 0;
 }
 
@@ -945,7 +950,7 @@ static PyObject *stream(PyObject *self, PyObject *args) {
         }
         a.atomic = b.atomic = 1;
         run2(stream_job, &a, &b);
-        seam_ok = seam_check(&a, &b, (int64_t *)cb.buf, split_at, n, split_base);
+        seam_ok = seam_check(a.end, &b.end, (int64_t *)cb.buf, split_at, n, split_base);
         err = a.err ? a.err : b.err;
         if (err == 2 && !seam_ok) err = 0;
     } else {
@@ -1007,7 +1012,7 @@ static PyObject *stream_aff(PyObject *self, PyObject *args) {
         a.i1 = b.i0 = split_at;
         b.base = split_base;
         run2(stream_job, &a, &b);
-        seam_ok = seam_check(&a, &b, (int64_t *)cb.buf, split_at, n, split_base);
+        seam_ok = seam_check(a.end, &b.end, (int64_t *)cb.buf, split_at, n, split_base);
         err = a.err ? a.err : b.err;
     } else {
         /* one thread: the second region is untouched */
@@ -1022,6 +1027,242 @@ static PyObject *stream_aff(PyObject *self, PyObject *args) {
     }
     return Py_BuildValue("LLiL", (long long)(split ? b.end : a.end), (long long)a.aff_n, seam_ok,
                          (long long)(split ? b.aff_n : n_aff2));
+}
+
+/* ------------------------------------------------------------------ pairs */
+
+/* Every document exactly E = 1 or 2 times (checked by the hash sum before): its exposure is complete at its
+ * last copy, so the stream pass computes it there, with no log and no last pass over the documents. E = 2:
+ * a record of 8 bytes a document, the size in the low PAIR_ZBITS bits and the stream position of the copy
+ * seen first above (PAIR_NONE: none yet). */
+#define PAIR_ZBITS 24
+#define PAIR_ZMASK ((((uint64_t)1) << PAIR_ZBITS) - 1)
+#define PAIR_NONE ((((uint64_t)1) << (64 - PAIR_ZBITS)) - 1)
+#define PF_PAIR 48
+
+typedef struct { const int32_t *sz; uint64_t *rec; int64_t i0, i1, top; } PInitJob;
+
+static void *pair_init_job(void *arg) {
+    PInitJob *j = (PInitJob *)arg;
+    int64_t top = 0;
+    for (int64_t i = j->i0; i < j->i1; i++) {
+        const int64_t z = j->sz[i];
+        /* a negative size is reported as too large (no pairs then) */
+        const uint64_t zz = z < 0 ? PAIR_ZMASK + 1 : (uint64_t)z;
+        if ((int64_t)zz > top) top = (int64_t)zz;
+        j->rec[i] = (PAIR_NONE << PAIR_ZBITS) | (zz & PAIR_ZMASK);
+    }
+    j->top = top;
+    return NULL;
+}
+
+/* pair_init(sizes, rec) -> the largest size (a negative one counts as 2^24): rec[d] = no copy yet, sizes[d];
+ * records hold sizes below 2^24 only (the caller uses them when the result is below). */
+static PyObject *pair_init(PyObject *self, PyObject *args) {
+    PyObject *so, *ro;
+    if (!PyArg_ParseTuple(args, "OO", &so, &ro)) return NULL;
+    Arr s, r;
+    memset(&r, 0, sizeof(Arr));
+    if (arr_get(so, &s, 0, "sizes") < 0 || arr_get(ro, &r, 1, "rec") < 0) {
+        RELEASE(&s, &r);
+        return NULL;
+    }
+    if (s.size != 4 || !s.is_signed || !contig(&s) || r.size != 8 || r.is_signed || !contig(&r) || r.n != s.n) {
+        RELEASE(&s, &r);
+        PyErr_SetString(PyExc_ValueError, "pair_init: contiguous int32 sizes and uint64 records of one length");
+        return NULL;
+    }
+    PInitJob a = {(const int32_t *)s.buf, (uint64_t *)r.buf, 0, s.n, 0}, b = a;
+    Py_BEGIN_ALLOW_THREADS
+    if (s.n >= 2 * par_min) {
+        a.i1 = b.i0 = s.n / 2;
+        run2(pair_init_job, &a, &b);
+    } else {
+        pair_init_job(&a);
+    }
+    Py_END_ALLOW_THREADS
+    RELEASE(&s, &r);
+    return PyLong_FromLongLong(a.top > b.top ? a.top : b.top);
+}
+
+typedef struct {
+    const Arr *doc, *sizes, *c;
+    uint64_t *rec;           /* E = 2: the records; NULL: E = 1 (sizes read from `sizes`) */
+    int64_t lo, L, S, D, H;
+    int atomic;
+    int64_t *cbv;
+    int32_t *sv;
+    int64_t i0, i1, base;
+    int64_t end;             /* out: stream position after i1 */
+    int64_t *ht, *hd;        /* histograms of this thread: tokens and documents (at their minimum) by exposure */
+    int64_t *st;             /* unseen, partial documents of this thread */
+    int err;                 /* 1: document id outside the sizes, 3: an exposure past the histograms */
+} PairJob;
+
+/* c of the sample holding stream position p: min(max(p, 0) / L, S), as the stream pass reads it */
+static inline int64_t pair_k(int64_t p, int64_t L, int pow2, int lsh) {
+    const int64_t q = p < 0 ? 0 : p;
+    return pow2 ? q >> lsh : q / L;
+}
+
+/* The exposure of one document of z > 0 tokens from its copies at stream positions g[0..n) (n = 1, 2): the
+ * sum of the draw counts of the samples holding each copy's token t, a step function over t whose steps
+ * are at the copies' sample boundaries; its steps go to the histograms. 0, or 3 past them. */
+static inline int pair_doc(const PairJob *j, const uint8_t *c8, const int64_t *g, int n, int64_t z, int pow2,
+                           int lsh, int64_t *unseen, int64_t *partial) {
+    const int64_t L = j->L, S = j->S, H = j->H;
+    int64_t k[2] = {0, 0}, b[2] = {INT64_MAX, INT64_MAX};
+    for (int x = 0; x < n; x++) {
+        k[x] = pair_k(g[x], L, pow2, lsh);
+        b[x] = (k[x] + 1) * L - g[x];  /* offset of the copy's next sample boundary (> 0) */
+    }
+    int64_t t = 0, lo_v = INT64_MAX, hi_v = -1;
+    while (t < z) {
+        int64_t nt = b[0] < b[1] ? b[0] : b[1];
+        if (nt > z) nt = z;
+        int64_t v = 0;
+        for (int x = 0; x < n; x++) {
+            const int64_t kk = k[x] < S ? k[x] : S;
+            v += c8 ? c8[kk] : (int64_t)cval(j->c, kk);
+        }
+        if (v >= H) return 3;
+        j->ht[v] += nt - t;
+        if (v < lo_v) lo_v = v;
+        if (v > hi_v) hi_v = v;
+        for (int x = 0; x < n; x++)
+            if (nt == b[x]) { k[x]++; b[x] += L; }
+        t = nt;
+    }
+    j->hd[lo_v] += 1;
+    *unseen += hi_v == 0;
+    *partial += lo_v != hi_v;
+    return 0;
+}
+
+static void *pair_job(void *arg) {
+    PairJob *j = (PairJob *)arg;
+    const Arr l_doc = *j->doc, l_sizes = *j->sizes, l_c = *j->c;  /* see stream_job */
+    const Arr *doc = &l_doc, *sizes = &l_sizes, *c = &l_c;
+    const int64_t lo = j->lo, L = j->L, D = j->D, i1 = j->i1;
+    uint64_t *const rec = j->rec;
+    const int atomic = j->atomic;
+    const int doc32 = doc->size == 4 && doc->is_signed && contig(doc);
+    const int32_t *d32 = (const int32_t *)doc->buf;
+    const uint8_t *c8 = c->size == 1 && contig(c) ? (const uint8_t *)c->buf : NULL;
+    const int pow2 = L > 0 && (L & (L - 1)) == 0;
+    int lsh = 0;
+    while (pow2 && ((int64_t)1 << lsh) < L) lsh++;
+    int64_t *const cbv = j->cbv;
+    int32_t *const sv = j->sv;
+    int64_t base = j->base, unseen = 0, partial = 0;
+    for (int64_t i = j->i0; i < i1; i++) {
+        if (i + PF_PAIR < i1) {
+            const int64_t dp = (doc32 ? d32[i + PF_PAIR] : get(doc, i + PF_PAIR)) - lo;
+            if (dp >= 0 && dp < D) {
+                if (rec) __builtin_prefetch(rec + dp, 1, 3);
+                else __builtin_prefetch(AT(sizes, dp), 0, 3);
+            }
+            /* the draw count at the first copy of a document half as far ahead, whose record is cached by now */
+            const int64_t dq = (doc32 ? d32[i + PF_PAIR / 2] : get(doc, i + PF_PAIR / 2)) - lo;
+            if (rec && c8 && dq >= 0 && dq < D) {
+                const uint64_t v = __atomic_load_n(rec + dq, __ATOMIC_RELAXED);
+                if ((v >> PAIR_ZBITS) != PAIR_NONE) {
+                    const int64_t kq = pair_k((int64_t)(v >> PAIR_ZBITS), L, pow2, lsh);
+                    if (kq < j->S) __builtin_prefetch(c8 + kq, 0, 3);
+                }
+            }
+        }
+        const int64_t d = (doc32 ? d32[i] : get(doc, i)) - lo;
+        if (d < 0 || d >= D) { j->err = 1; break; }
+        int64_t z, g[2];
+        int n = 1;
+        if (rec) {
+            uint64_t v = atomic ? __atomic_load_n(rec + d, __ATOMIC_RELAXED) : rec[d];
+            z = (int64_t)(v & PAIR_ZMASK);
+            if ((v >> PAIR_ZBITS) == PAIR_NONE) {
+                /* the first copy: its position into the record (a wrong position, only when the sample index
+                   disagrees with the sizes, gives an exposure the caller withholds) */
+                const uint64_t nv = (((uint64_t)base & PAIR_NONE) << PAIR_ZBITS) | (uint64_t)z;
+                if (!atomic) { rec[d] = nv; goto next; }
+                if (__atomic_compare_exchange_n(rec + d, &v, nv, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) goto next;
+                /* the other thread stored the first copy meanwhile: v holds it now */
+            }
+            g[0] = (int64_t)(v >> PAIR_ZBITS);
+            g[1] = base;
+            n = 2;
+        } else {
+            z = *(const int32_t *)AT(sizes, d);
+            g[0] = base;
+        }
+        if (z > 0 && (j->err = pair_doc(j, c8, g, n, z, pow2, lsh, &unseen, &partial))) break;
+    next:
+        sv[i] = (int32_t)z;
+        cbv[i] = base;
+        base += z;
+    }
+    j->end = base;
+    j->st[0] += unseen;
+    j->st[1] += partial;
+    return NULL;
+}
+
+/* stream_pair(doc, lo, sizes, rec, base, c, L, S, cb_out, s_out, split_at, split_base, hist, stats)
+ *     -> (base, seam_ok): `stream` (sizes and positions out) computing each document's exposure at its last
+ *     copy (E = 2: rec from pair_init, else None and E = 1). hist: int64 [2, 2, H] (thread, tokens /
+ *     documents, exposure) and stats int64 [2, 2] (thread, unseen / partial documents), both added to. */
+static PyObject *stream_pair(PyObject *self, PyObject *args) {
+    PyObject *doco, *sizeso, *reco, *co, *cbo, *so, *ho, *sto;
+    long long lo, base, L, S, split_at, split_base;
+    if (!PyArg_ParseTuple(args, "OLOOLOLLOOLLOO", &doco, &lo, &sizeso, &reco, &base, &co, &L, &S, &cbo, &so,
+                          &split_at, &split_base, &ho, &sto))
+        return NULL;
+    Arr doc, sizes, rec, c, cb, s, h, st;
+    Arr *all[] = {&doc, &sizes, &rec, &c, &cb, &s, &h, &st};
+    for (size_t k = 0; k < sizeof(all) / sizeof(all[0]); k++) memset(all[k], 0, sizeof(Arr));
+    if (arr_get(doco, &doc, 0, "doc") < 0 || arr_get(sizeso, &sizes, 0, "sizes") < 0 ||
+        arr_get(reco, &rec, 1, "rec") < 0 || arr_get(co, &c, 0, "c") < 0 || arr_get(cbo, &cb, 1, "cb") < 0 ||
+        arr_get(so, &s, 1, "s") < 0 || arr_get(ho, &h, 1, "hist") < 0 || arr_get(sto, &st, 1, "stats") < 0) {
+        RELEASE(&doc, &sizes, &rec, &c, &cb, &s, &h, &st);
+        return NULL;
+    }
+    const int64_t n = doc.n, H = h.n / 4;
+    if (L <= 0 || S < 0 || sizes.size != 4 || !c.held || c.n < S + 1 || cb.size != 8 || s.size != 4 || cb.n < n ||
+        s.n < n || !contig(&cb) || !contig(&s) || h.size != 8 || !contig(&h) || H < 1 || h.n != 4 * H ||
+        st.size != 8 || !contig(&st) || st.n != 4 ||
+        (rec.held && (rec.size != 8 || rec.is_signed || !contig(&rec) || rec.n != sizes.n))) {
+        RELEASE(&doc, &sizes, &rec, &c, &cb, &s, &h, &st);
+        PyErr_SetString(PyExc_ValueError, "stream_pair: unexpected buffers");
+        return NULL;
+    }
+    int64_t *hv = (int64_t *)h.buf, *sv = (int64_t *)st.buf;
+    PairJob a = {&doc, &sizes, &c, rec.held ? (uint64_t *)rec.buf : NULL, lo, L, S, sizes.n, H, 0,
+                 (int64_t *)cb.buf, (int32_t *)s.buf, 0, n, base, 0, hv, hv + H, sv, 0};
+    PairJob b = a;
+    b.ht = hv + 2 * H;
+    b.hd = hv + 3 * H;
+    b.st = sv + 2;
+    int split = split_at > 0 && split_at < n && split_base >= 0 && n >= 2 * par_min;
+    int seam_ok = 1, err = 0;
+    Py_BEGIN_ALLOW_THREADS
+    if (split) {
+        a.i1 = b.i0 = split_at;
+        b.base = split_base;
+        a.atomic = b.atomic = 1;
+        run2(pair_job, &a, &b);
+        seam_ok = seam_check(a.end, &b.end, (int64_t *)cb.buf, split_at, n, split_base);
+        err = a.err ? a.err : b.err;
+    } else {
+        pair_job(&a);
+        err = a.err;
+    }
+    Py_END_ALLOW_THREADS
+    RELEASE(&doc, &sizes, &rec, &c, &cb, &s, &h, &st);
+    if (err) {
+        PyErr_SetString(PyExc_ValueError, err == 1 ? "stream_pair: document id outside the sizes"
+                                                   : "stream_pair: an exposure past the histograms");
+        return NULL;
+    }
+    return Py_BuildValue("Li", (long long)(split ? b.end : a.end), seam_ok);
 }
 
 /* ------------------------------------------------------------------ sample rows */
@@ -1504,6 +1745,8 @@ static PyMethodDef methods[] = {
     {"changes", changes, METH_VARARGS, "number of k with c[k] != c[k-1]"},
     {"stream", stream, METH_VARARGS, "one chunk of doc_idx: sizes, positions, copies, base counts, non-uniform copies"},
     {"stream_aff", stream_aff, METH_VARARGS, "stream without counts, listing the copies that overlap given samples"},
+    {"pair_init", pair_init, METH_VARARGS, "records of the documents for stream_pair: sizes, no copy yet; the largest size"},
+    {"stream_pair", stream_pair, METH_VARARGS, "stream computing each document's exposure at its last copy (every document 1 or 2 times)"},
     {"rows_before", rows_before, METH_VARARGS, "first row whose document position is >= q1"},
     {"check_block", check_block, METH_VARARGS, "(first row going back, first negative offset), -1 when none"},
     {"check_rows", check_rows, METH_VARARGS, "first sample boundary not at row * L, else -1"},

@@ -88,7 +88,7 @@ def test_threads_agree_with_numpy(tmp_path, monkeypatch, two_threads, shape, exp
 
 @pytest.mark.parametrize("shift", [-2, -1, 0, 1, 3])
 @pytest.mark.parametrize("change", [1, -1])
-def test_threads_agree_on_a_broken_seam(tmp_path, monkeypatch, two_threads, shift, change):
+def test_threads_agree_on_a_broken_seam(tmp_path, monkeypatch, two_threads, shift, change, exposure_mode):
     """A sample boundary off its position seeds the second thread wrongly (shift 0: the row the seed
     comes from, the first at or past the middle of doc_idx): same findings as numpy."""
     _, arr = write_neox_index(str(tmp_path), "d", [50, 7, 33, 12, 90, 5, 41, 17, 60, 3, 28], 8, 2)
@@ -208,3 +208,66 @@ def test_sparse_exposure_used_and_equal_to_records(tmp_path, monkeypatch, passes
         without = _audit(str(tmp_path), consumed)
     assert sparse == records == without
     assert sparse["indexes"][0]["exposure"]["tokens"]  # why: an exposure was computed, not withheld
+
+
+@pytest.mark.parametrize("epochs", [1, 2, 3])
+@pytest.mark.parametrize("threads", [False, True])
+def test_pairs_used_for_one_or_two_copies_and_equal_to_records(tmp_path, monkeypatch, epochs, threads):
+    """A consumption that is not whole passes (the sparse computation does not apply) of an index holding each
+    document once or twice: the exposure is computed at each document's last copy (checked by a spy); with
+    three copies, and with a manifest, the records path is taken instead. All equal the numpy answer."""
+    from neox_epoch.audit import pairs
+
+    _, arr = write_neox_index(str(tmp_path), "q", [3000, 1, 2, 4097, 64, 0, 9000, 17, 250, 33, 700], 64, epochs)
+    consumed = (arr["S"] - 1) // 2 + 1
+    if threads:
+        assert exposure._ext is not None
+        old = exposure._ext.set_parallel_min(1)
+    calls: list[int] = []
+    real = pairs.Pairs.report
+
+    def spy(self, consumed):  # type: ignore[no-untyped-def]
+        calls.append(consumed)
+        return real(self, consumed)
+
+    try:
+        with monkeypatch.context() as m:
+            m.setattr("neox_epoch.audit.validate.SPARSE_SAMPLES", -1)
+            m.setattr(pairs.Pairs, "report", spy)
+            paired = _audit(str(tmp_path), consumed)
+            assert calls == ([consumed] if epochs < 3 else [])  # why: the path taken depends on the copies only
+            rows: list = []
+            _audit(str(tmp_path), consumed, rows)
+            assert len(calls) == (1 if epochs < 3 else 0)  # why: a manifest needs the records
+            m.setattr(pairs, "PAIR_EPOCHS", ())
+            records = _audit(str(tmp_path), consumed)
+    finally:
+        if threads:
+            exposure._ext.set_parallel_min(old)
+    with monkeypatch.context() as m:
+        m.setattr(exposure, "_ext", None)
+        without = _audit(str(tmp_path), consumed)
+    assert paired == records == without
+    assert paired["indexes"][0]["exposure"]["documents_partial"] > 0  # why: a dense case, not a uniform one
+
+
+def test_make_pairs_applies_only_where_records_hold():
+    """The pair records pack a size in 24 bits and a stream position in 40: larger ones, three copies or
+    sizes that are not contiguous int32 give None (the records path); else the initial records."""
+    from neox_epoch.audit import pairs
+
+    ext = exposure._ext
+    assert ext is not None
+    sizes = np.array([5, 0, (1 << 24) - 1, 7], dtype=np.int32)
+    p = pairs.make_pairs(ext, sizes, 2, int(sizes.sum()), 3)
+    assert p is not None and p.rec is not None
+    assert p.rec.tolist() == [(((1 << 40) - 1) << 24) | int(z) for z in sizes]
+    assert p.hist.shape == (2, 2, 7)  # why: exposures 0..2*3 (two copies, drawn at most 3 times)
+    one = pairs.make_pairs(ext, sizes, 1, int(sizes.sum()), 3)
+    assert one is not None and one.rec is None and one.hist.shape == (2, 2, 4)
+    assert pairs.make_pairs(ext, sizes, 3, int(sizes.sum()), 3) is None
+    assert pairs.make_pairs(ext, np.array([5, 1 << 24], dtype=np.int32), 2, 5 + (1 << 24), 1) is None
+    assert pairs.make_pairs(ext, np.array([5, -1], dtype=np.int32), 2, 4, 1) is None
+    assert pairs.make_pairs(ext, sizes, 2, (1 << 39), 1) is None  # why: 2 x 2^39 positions need 41 bits
+    assert pairs.make_pairs(ext, sizes.astype(np.int64), 2, int(sizes.sum()), 1) is None
+    assert pairs.make_pairs(ext, sizes[::2], 1, 5, 1) is None

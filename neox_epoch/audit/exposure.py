@@ -178,6 +178,18 @@ def _hist_add(h: dict[int, int], values: np.ndarray, weights: np.ndarray | None 
         h[int(k)] = h.get(int(k), 0) + int(b[k])
 
 
+def report_from_histograms(ht: np.ndarray, hd: np.ndarray, unseen: int, partial: int, consumed: int) -> ExposureReport:
+    """The report from the token histogram ``ht`` and the document histogram ``hd`` (at each document's
+    minimum), both indexed by times seen, and the unseen / partially seen document counts."""
+    tokens = {int(k): int(ht[k]) for k in np.flatnonzero(ht)}
+    documents = {int(k): int(hd[k]) for k in np.flatnonzero(hd)}
+    exposures = sum(k * v for k, v in tokens.items())
+    return ExposureReport(
+        consumed_samples=consumed, tokens=tokens, documents=documents, documents_unseen=int(unseen),
+        documents_partial=int(partial), tokens_unseen=tokens.get(0, 0), token_exposures=exposures,
+    )
+
+
 class ExposureState:
     """Accumulates exposure during the stream pass of one index (see the module docstring)."""
 
@@ -365,13 +377,7 @@ class ExposureState:
                                     self.pack, self.bias, self.inl)
             unseen += int(u)
             partial += int(p)
-        tokens = {int(k): int(ht[k]) for k in np.flatnonzero(ht)}
-        documents = {int(k): int(hd[k]) for k in np.flatnonzero(hd)}
-        exposures = sum(k * v for k, v in tokens.items())
-        return ExposureReport(
-            consumed_samples=consumed, tokens=tokens, documents=documents, documents_unseen=unseen,
-            documents_partial=partial, tokens_unseen=tokens.get(0, 0), token_exposures=exposures,
-        )
+        return report_from_histograms(ht, hd, unseen, partial, consumed)
 
     def finalize(self, acc: np.ndarray, shift: int, sizes: np.ndarray, doc_offset: int,
                  consumed: int, manifest: Callable[[ManifestChunk], None] | None = None,

@@ -42,6 +42,7 @@ from neox_epoch.audit.exposure import (
 )
 from neox_epoch.audit.findings import FileProblem, Finding
 from neox_epoch.audit.npy import NpyInfo, NpyReader, read_header, zeroed
+from neox_epoch.audit.pairs import Pairs, make_pairs
 from neox_epoch.errors import IndexFileError
 from neox_epoch.semantics import mcore as mcore_sem
 from neox_epoch.semantics import neox as neox_sem
@@ -207,6 +208,9 @@ class _Ctx:
     than most (:func:`~neox_epoch.audit.exposure.sparse_exposure`); False on the retry with records."""
     aff: _Affected | None = None
     """That computation's state during the stream pass."""
+    pairs: Pairs | None = None
+    """Every document once or twice: the exposure computed at each document's last copy
+    (:mod:`neox_epoch.audit.pairs`)."""
 
 
 @dataclass
@@ -698,6 +702,7 @@ def _stream_pass_c(ext: Any, ctx: _Ctx, doc_r: NpyReader, sample_r: NpyReader, s
     prev_p = 0
     base = 0
     check = True
+    exposing = exp is not None or ctx.aff is not None or ctx.pairs is not None
     cb_buf = np.empty(STREAM_CHUNK, dtype=np.int64)
     s_buf = np.empty(STREAM_CHUNK, dtype=np.int32)
     progress.start("stream", doc_r.info.rows)
@@ -728,6 +733,10 @@ def _stream_pass_c(ext: Any, ctx: _Ctx, doc_r: NpyReader, sample_r: NpyReader, s
             base, exp.n_log, seam_ok, exp.n_log2 = ext.stream(
                 d, lo, sizes, acc, acc_shift, base, exp.c, L, S, cb_buf, s_buf, exp.head, exp.log, exp.n_log,
                 split_at, split_base, exp.pack, exp.bias, exp.inl, exp.n_log2, exp.kchg)
+        elif ctx.pairs is not None and rep.exposure_ok:
+            p = ctx.pairs
+            base, seam_ok = ext.stream_pair(d, lo, p.sizes, p.rec, base, p.c, L, S, cb_buf, s_buf, split_at, split_base,
+                                            p.hist, p.stats)
         elif ctx.aff is not None and acc is None:
             aff = ctx.aff
             base, aff.n1, seam_ok, aff.n2 = ext.stream_aff(d, lo, sizes, base, L, S, cb_buf, s_buf, split_at, split_base,
@@ -763,12 +772,12 @@ def _stream_pass_c(ext: Any, ctx: _Ctx, doc_r: NpyReader, sample_r: NpyReader, s
             k = int(ext.rows_before(pend, q1))
             if k:
                 _boundaries_c(ext, ctx, out, pend[:k], pend_row0, q0, d, s, cb, sample_r.info.path)
-                if out.diverged and (exp is not None or ctx.aff is not None):
+                if out.diverged and exposing:
                     rep.exposure_ok = False
                 pend, pend_row0 = pend[k:], pend_row0 + k
             if pend.shape[0]:
                 break
-        if not seam_ok and (exp is not None or ctx.aff is not None) and rep.exposure_ok:  # the check reports it
+        if not seam_ok and exposing and rep.exposure_ok:  # the check reports it
             rep.exposure_ok = False
         progress.advance(n)
     progress.done()
@@ -1015,9 +1024,18 @@ def _audit(ctx: _Ctx, resolve_prefix: Callable[[str | None], str | None] | None,
                 cap = 64 + n_minor * (L + 2)  # a sample overlaps at most L + 2 copies; untouched rows cost nothing
                 ctx.aff = _Affected(ids=np.zeros(0, dtype=np.int64), counts=np.zeros(0, dtype=np.int64),
                                     default=default, rows=np.empty((2 * cap, 3), dtype=np.int64), n2=cap)
-        by_hash = (consumption is None or sparse) and ctx.doc_hash is not None
+        pre: _DocStats | None = None
+        if consumption is not None and ext is not None and manifest is None and not sparse:
+            # every document once or twice (by the hash sum): each one's exposure at its last copy
+            sizes = _map_sizes(ctx.header, lo, hi)
+            pre = _copies_by_hash(ctx, ctx.doc.rows, D, *_size_totals(sizes))
+            if pre is not None:
+                ctx.pairs = make_pairs(ext, sizes, pre.epochs, pre.tokens, consumption.max_count)
+        by_hash = (consumption is None or sparse or ctx.pairs is not None) and ctx.doc_hash is not None
         acc: np.ndarray | None = None
-        if by_hash:
+        if ctx.pairs is not None:
+            sizes = ctx.pairs.sizes
+        elif by_hash:
             sizes = _map_sizes(ctx.header, lo, hi)
         else:
             rec = zeroed(D, rdt, fill=init)
@@ -1026,7 +1044,7 @@ def _audit(ctx: _Ctx, resolve_prefix: Callable[[str | None], str | None] | None,
         T_est, max_size = stats if acc is not None else (0, 0)
         empty = 0
         if acc is None:  # the mapped .idx sizes (contiguous)
-            T_est, empty = _size_totals(sizes)
+            T_est, empty = (pre.tokens, pre.empty) if pre is not None else _size_totals(sizes)
         s_first: int | None = None
         if g.kind != names.NEOX and rep.num_samples_requested is not None and E_est > 1 and T_est > 0 \
                 and ctx.doc.rows == E_est * D:
@@ -1042,7 +1060,11 @@ def _audit(ctx: _Ctx, resolve_prefix: Callable[[str | None], str | None] | None,
         if ctx.expected_separate is None and ctx.files_separate is not None:
             ctx.expected_separate = ctx.files_separate
         exp: ExposureState | None = None
-        if consumption is not None and c_ext is not None and rep.exposure_ok:
+        if ctx.pairs is not None and (c_ext is None or not rep.exposure_ok):
+            ctx.pairs = None  # no exposure (the findings say why): the stream pass validates only
+        if ctx.pairs is not None:
+            ctx.pairs.c = c_ext
+        elif consumption is not None and c_ext is not None and rep.exposure_ok:
             head = inl = None
             if ext is not None:
                 head, inl = rec["head"], rec["inl"]  # -1 (none) and 0 (none) from the fill above
@@ -1054,7 +1076,9 @@ def _audit(ctx: _Ctx, resolve_prefix: Callable[[str | None], str | None] | None,
         if not packed:
             return
         st = _stream_pass(ctx, doc_r, sample_r, sizes, acc, shift, exp, tail, progress)
-        if acc is None:
+        if ctx.pairs is not None and pre is not None:
+            ds = pre
+        elif acc is None:
             ds = _copies_by_hash(ctx, ctx.doc.rows, D, T_est, empty) or _count_copies(ctx, doc_r, D, sizes)
             if sparse and rep.exposure_ok and (not ds.by_hash or ctx.aff is None or ctx.aff.copies() is None):
                 raise _SparseFailed
@@ -1136,6 +1160,8 @@ def _audit(ctx: _Ctx, resolve_prefix: Callable[[str | None], str | None] | None,
             assert copies is not None
             rep.exposure = sparse_exposure(copies, sizes, aff.ids, aff.counts, aff.default, S, L, E, T, D, ds.empty,
                                            consumption.consumed)
+        elif ctx.pairs is not None and rep.exposure_ok and consumption is not None:
+            rep.exposure = ctx.pairs.report(consumption.consumed)
         elif exp is not None and rep.exposure_ok and consumption is not None:
             if st.pos_last == S * L and st.last_row is not None and S * L < ET:
                 exp.end_event(*st.last_row)
