@@ -1033,11 +1033,17 @@ static PyObject *stream_aff(PyObject *self, PyObject *args) {
 
 /* Every document exactly E = 1 or 2 times (checked by the hash sum before): its exposure is complete at its
  * last copy, so the stream pass computes it there, with no log and no last pass over the documents. E = 2:
- * a record of 8 bytes a document, the size in the low PAIR_ZBITS bits and the stream position of the copy
- * seen first above (PAIR_NONE: none yet). */
+ * a record of 8 bytes a document, the size in the low PAIR_ZBITS bits and above it, f (40 bits):
+ *   PAIR_NONE                       no copy seen yet;
+ *   PAIR_STEPS | b << 14 | c0 << 7 | c1   the first copy's draw counts, c0 on tokens [0, b), c1 on [b, z) (at most
+ *                                   one sample boundary inside it and counts below 128: most documents), so
+ *                                   the last copy needs no read of c elsewhere;
+ *   below PAIR_STEPS                the first copy's stream position (its samples are walked at the last copy).
+ * b <= z < 2^24 keeps a steps value below PAIR_NONE. */
 #define PAIR_ZBITS 24
 #define PAIR_ZMASK ((((uint64_t)1) << PAIR_ZBITS) - 1)
 #define PAIR_NONE ((((uint64_t)1) << (64 - PAIR_ZBITS)) - 1)
+#define PAIR_STEPS (((uint64_t)1) << (63 - PAIR_ZBITS))
 #define PF_PAIR 48
 
 typedef struct { const int32_t *sz; uint64_t *rec; int64_t i0, i1, top; } PInitJob;
@@ -1105,38 +1111,82 @@ static inline int64_t pair_k(int64_t p, int64_t L, int pow2, int lsh) {
     return pow2 ? q >> lsh : q / L;
 }
 
-/* The exposure of one document of z > 0 tokens from its copies at stream positions g[0..n) (n = 1, 2): the
- * sum of the draw counts of the samples holding each copy's token t, a step function over t whose steps
- * are at the copies' sample boundaries; its steps go to the histograms. 0, or 3 past them. */
-static inline int pair_doc(const PairJob *j, const uint8_t *c8, const int64_t *g, int n, int64_t z, int pow2,
-                           int lsh, int64_t *unseen, int64_t *partial) {
-    const int64_t L = j->L, S = j->S, H = j->H;
-    int64_t k[2] = {0, 0}, b[2] = {INT64_MAX, INT64_MAX};
-    for (int x = 0; x < n; x++) {
-        k[x] = pair_k(g[x], L, pow2, lsh);
-        b[x] = (k[x] + 1) * L - g[x];  /* offset of the copy's next sample boundary (> 0) */
-    }
+/* One copy's draw counts over its z tokens: walking its samples from stream position g (walk), or, when at
+ * most one sample boundary falls inside it, c0 on [0, b) and c1 on [b, z) (b >= z: none). */
+typedef struct { int64_t b, v, k, c1; int walk; } Copy;
+
+static inline int64_t pair_c(const PairJob *j, const uint8_t *c8, int64_t k) {
+    const int64_t kk = k < j->S ? k : j->S;
+    return c8 ? c8[kk] : (int64_t)cval(j->c, kk);
+}
+
+/* The copy at stream position g: its first boundary offset b (> 0) and, with at most one boundary inside
+ * (b + L >= z), its two counts; 1 then, else 0 (the copy walks its samples). */
+static inline int pair_step(const PairJob *j, const uint8_t *c8, int64_t g, int64_t z, int pow2, int lsh,
+                            int64_t *b, int64_t *c0, int64_t *c1) {
+    const int64_t k = pair_k(g, j->L, pow2, lsh);
+    *b = (k + 1) * j->L - g;
+    if (*b + j->L < z) return 0;
+    *c0 = pair_c(j, c8, k);
+    *c1 = *b < z ? pair_c(j, c8, k + 1) : *c0;
+    return 1;
+}
+
+/* Both copies with at most one boundary inside (the second one absent: c 0): at most three steps, added
+ * without a branch on the counts. 0, or 3 when an exposure is past the histograms. */
+static inline int pair_fast(const PairJob *j, int64_t z, int64_t b0, int64_t c00, int64_t c01, int64_t b1,
+                            int64_t c10, int64_t c11, int64_t *unseen, int64_t *partial) {
+    const int64_t B0 = b0 < z ? b0 : z, B1 = b1 < z ? b1 : z;
+    const int first0 = B0 <= B1;
+    const int64_t lo = first0 ? B0 : B1, hi = first0 ? B1 : B0;
+    const int64_t v1 = c00 + c10, v2 = first0 ? c01 + c10 : c00 + c11, v3 = c01 + c11;
+    const int64_t l2 = hi - lo, l3 = z - hi;  /* the first step, [0, lo), is never empty (b > 0) */
+    int64_t mn = v1, mx = v1;
+    mn = l2 > 0 && v2 < mn ? v2 : mn;
+    mx = l2 > 0 && v2 > mx ? v2 : mx;
+    mn = l3 > 0 && v3 < mn ? v3 : mn;
+    mx = l3 > 0 && v3 > mx ? v3 : mx;
+    if (v1 >= j->H || v2 >= j->H || v3 >= j->H) return 3;
+    j->ht[v1] += lo;
+    j->ht[v2] += l2;
+    j->ht[v3] += l3;
+    j->hd[mn] += 1;
+    *unseen += mx == 0;
+    *partial += mn != mx;
+    return 0;
+}
+
+/* Any two (or one) copies: their steps merged over the z tokens. 0, or 3 past the histograms. */
+static int pair_walk(const PairJob *j, const uint8_t *c8, Copy *cp, int n, int64_t z, int64_t *unseen,
+                     int64_t *partial) {
+    const int64_t L = j->L;
     int64_t t = 0, lo_v = INT64_MAX, hi_v = -1;
     while (t < z) {
-        int64_t nt = b[0] < b[1] ? b[0] : b[1];
+        int64_t nt = n > 1 && cp[1].b < cp[0].b ? cp[1].b : cp[0].b;
         if (nt > z) nt = z;
-        int64_t v = 0;
-        for (int x = 0; x < n; x++) {
-            const int64_t kk = k[x] < S ? k[x] : S;
-            v += c8 ? c8[kk] : (int64_t)cval(j->c, kk);
-        }
-        if (v >= H) return 3;
+        const int64_t v = cp[0].v + (n > 1 ? cp[1].v : 0);
+        if (v >= j->H) return 3;
         j->ht[v] += nt - t;
         if (v < lo_v) lo_v = v;
         if (v > hi_v) hi_v = v;
-        for (int x = 0; x < n; x++)
-            if (nt == b[x]) { k[x]++; b[x] += L; }
+        for (int x = 0; x < n; x++) {
+            if (nt != cp[x].b) continue;
+            if (cp[x].walk) { cp[x].k++; cp[x].b += L; cp[x].v = pair_c(j, c8, cp[x].k); }
+            else { cp[x].v = cp[x].c1; cp[x].b = INT64_MAX; }
+        }
         t = nt;
     }
     j->hd[lo_v] += 1;
     *unseen += hi_v == 0;
     *partial += lo_v != hi_v;
     return 0;
+}
+
+static inline void pair_copy_walk(const PairJob *j, const uint8_t *c8, Copy *cp, int64_t g, int pow2, int lsh) {
+    cp->walk = 1;
+    cp->k = pair_k(g, j->L, pow2, lsh);
+    cp->b = (cp->k + 1) * j->L - g;
+    cp->v = pair_c(j, c8, cp->k);
 }
 
 static void *pair_job(void *arg) {
@@ -1162,39 +1212,70 @@ static void *pair_job(void *arg) {
                 if (rec) __builtin_prefetch(rec + dp, 1, 3);
                 else __builtin_prefetch(AT(sizes, dp), 0, 3);
             }
-            /* the draw count at the first copy of a document half as far ahead, whose record is cached by now */
+            /* the draw counts at a first copy kept by position, of a document half as far ahead (its record
+               is cached by now) */
             const int64_t dq = (doc32 ? d32[i + PF_PAIR / 2] : get(doc, i + PF_PAIR / 2)) - lo;
             if (rec && c8 && dq >= 0 && dq < D) {
-                const uint64_t v = __atomic_load_n(rec + dq, __ATOMIC_RELAXED);
-                if ((v >> PAIR_ZBITS) != PAIR_NONE) {
-                    const int64_t kq = pair_k((int64_t)(v >> PAIR_ZBITS), L, pow2, lsh);
+                const uint64_t f = __atomic_load_n(rec + dq, __ATOMIC_RELAXED) >> PAIR_ZBITS;
+                if (f < PAIR_STEPS) {
+                    const int64_t kq = pair_k((int64_t)f, L, pow2, lsh);
                     if (kq < j->S) __builtin_prefetch(c8 + kq, 0, 3);
                 }
             }
         }
         const int64_t d = (doc32 ? d32[i] : get(doc, i)) - lo;
         if (d < 0 || d >= D) { j->err = 1; break; }
-        int64_t z, g[2];
-        int n = 1;
+        int64_t z, b1, c10 = 0, c11 = 0;
         if (rec) {
             uint64_t v = atomic ? __atomic_load_n(rec + d, __ATOMIC_RELAXED) : rec[d];
             z = (int64_t)(v & PAIR_ZMASK);
             if ((v >> PAIR_ZBITS) == PAIR_NONE) {
-                /* the first copy: its position into the record (a wrong position, only when the sample index
-                   disagrees with the sizes, gives an exposure the caller withholds) */
-                const uint64_t nv = (((uint64_t)base & PAIR_NONE) << PAIR_ZBITS) | (uint64_t)z;
+                /* the first copy: its steps when it has at most one boundary inside and small counts (read
+                   here, where c is being read in order), else its position (a wrong one, only when the sample
+                   index disagrees with the sizes, gives an exposure the caller withholds) */
+                int64_t b, c0 = 0, c1 = 0;
+                uint64_t f;
+                if (z > 0 && pair_step(j, c8, base, z, pow2, lsh, &b, &c0, &c1) && c0 < 128 && c1 < 128)
+                    f = PAIR_STEPS | ((uint64_t)(b < z ? b : z) << 14) | ((uint64_t)c0 << 7) | (uint64_t)c1;
+                else
+                    f = (uint64_t)base & (PAIR_STEPS - 1);
+                const uint64_t nv = (f << PAIR_ZBITS) | (uint64_t)z;
                 if (!atomic) { rec[d] = nv; goto next; }
                 if (__atomic_compare_exchange_n(rec + d, &v, nv, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) goto next;
                 /* the other thread stored the first copy meanwhile: v holds it now */
             }
-            g[0] = (int64_t)(v >> PAIR_ZBITS);
-            g[1] = base;
-            n = 2;
+            if (z <= 0) goto next;
+            const uint64_t f = v >> PAIR_ZBITS;
+            int64_t b0, c00 = 0, c01 = 0;
+            int fast0;
+            if (f >= PAIR_STEPS) {
+                b0 = (int64_t)((f >> 14) & PAIR_ZMASK);
+                c00 = (int64_t)((f >> 7) & 127);
+                c01 = (int64_t)(f & 127);
+                fast0 = 1;
+            } else {
+                fast0 = pair_step(j, c8, (int64_t)f, z, pow2, lsh, &b0, &c00, &c01);
+            }
+            if (fast0 && pair_step(j, c8, base, z, pow2, lsh, &b1, &c10, &c11)) {
+                if ((j->err = pair_fast(j, z, b0, c00, c01, b1, c10, c11, &unseen, &partial))) break;
+            } else {
+                Copy cp[2];
+                if (f >= PAIR_STEPS) cp[0] = (Copy){b0 < z ? b0 : INT64_MAX, c00, 0, c01, 0};
+                else pair_copy_walk(j, c8, &cp[0], (int64_t)f, pow2, lsh);
+                pair_copy_walk(j, c8, &cp[1], base, pow2, lsh);
+                if ((j->err = pair_walk(j, c8, cp, 2, z, &unseen, &partial))) break;
+            }
         } else {
             z = *(const int32_t *)AT(sizes, d);
-            g[0] = base;
+            if (z <= 0) goto next;
+            if (pair_step(j, c8, base, z, pow2, lsh, &b1, &c10, &c11)) {
+                if ((j->err = pair_fast(j, z, b1, c10, c11, z, 0, 0, &unseen, &partial))) break;
+            } else {
+                Copy cp[1];
+                pair_copy_walk(j, c8, &cp[0], base, pow2, lsh);
+                if ((j->err = pair_walk(j, c8, cp, 1, z, &unseen, &partial))) break;
+            }
         }
-        if (z > 0 && (j->err = pair_doc(j, c8, g, n, z, pow2, lsh, &unseen, &partial))) break;
     next:
         sv[i] = (int32_t)z;
         cbv[i] = base;

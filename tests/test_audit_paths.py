@@ -268,6 +268,93 @@ def test_make_pairs_applies_only_where_records_hold():
     assert pairs.make_pairs(ext, sizes, 3, int(sizes.sum()), 3) is None
     assert pairs.make_pairs(ext, np.array([5, 1 << 24], dtype=np.int32), 2, 5 + (1 << 24), 1) is None
     assert pairs.make_pairs(ext, np.array([5, -1], dtype=np.int32), 2, 4, 1) is None
-    assert pairs.make_pairs(ext, sizes, 2, (1 << 39), 1) is None  # why: 2 x 2^39 positions need 41 bits
+    assert pairs.make_pairs(ext, sizes, 2, 1 << 38, 1) is None  # why: stream positions up to 2^39 need the steps bit
+    assert pairs.make_pairs(ext, sizes, 2, (1 << 38) - 1, 1) is not None
     assert pairs.make_pairs(ext, sizes.astype(np.int64), 2, int(sizes.sum()), 1) is None
     assert pairs.make_pairs(ext, sizes[::2], 1, 5, 1) is None
+
+
+@pytest.mark.parametrize("epochs", [1, 2])
+@pytest.mark.parametrize("passes", [0.5, 129.5])
+@pytest.mark.parametrize("threads", [False, True])
+def test_pairs_steps_and_walks_equal_brute_force(tmp_path, monkeypatch, epochs, passes, threads):
+    """Documents of 0 to 3 samples (one copy with at most one sample boundary inside keeps its draw counts in
+    the record, a longer one its position), drawn up to 130 times (counts past 127 are kept by position):
+    the pair path's histograms equal the token-by-token count, and the records path's report."""
+    from neox_epoch.audit import pairs
+    from tests.test_audit_unit import brute_force, hist
+
+    seq = 16
+    lengths = np.random.RandomState(7).randint(0, 3 * seq + 1, size=120).tolist()
+    _, arr = write_neox_index(str(tmp_path), "w", lengths, seq, epochs)
+    consumed = int(passes * (arr["S"] - 1))
+    calls: list[int] = []
+    real = pairs.Pairs.report
+
+    def spy(self, consumed):  # type: ignore[no-untyped-def]
+        calls.append(consumed)
+        return real(self, consumed)
+
+    if threads:
+        assert exposure._ext is not None
+        old = exposure._ext.set_parallel_min(1)
+    try:
+        with monkeypatch.context() as m:
+            m.setattr("neox_epoch.audit.validate.SPARSE_SAMPLES", -1)
+            m.setattr(pairs.Pairs, "report", spy)
+            res = run_audit(names.discover([str(tmp_path)]), AuditOptions(consumed=consumed, global_batch_size=3))
+            assert calls == [consumed]
+            m.setattr(pairs, "PAIR_EPOCHS", ())
+            records = _audit(str(tmp_path), consumed)
+    finally:
+        if threads:
+            exposure._ext.set_parallel_min(old)
+    assert res.to_json() == records
+    e = res.indexes[0].exposure
+    assert e is not None and not res.findings
+    counts, _ = brute_force(arr, seq, consumed)
+    assert e.tokens == hist(counts)
+    withtok = [c for c in counts.values() if c.size]
+    assert e.documents == {int(k): int(v) for k, v in zip(*np.unique([int(c.min()) for c in withtok], return_counts=True))}
+    assert e.documents_unseen == sum(1 for c in withtok if c.max() == 0)
+    assert e.documents_partial == sum(1 for c in withtok if c.min() != c.max())
+    assert max(e.tokens) >= (128 if passes > 100 else 1)  # why: counts past 127 were exercised
+
+
+def test_pairs_when_both_threads_meet_the_same_documents(tmp_path, monkeypatch):
+    """One chunk holding exactly both epochs, the second in the reverse order of the first: the stream pass's
+    two threads (one an epoch) meet in the middle, where both handle the same documents at about the same
+    time (a first-copy record then may be stored by the other thread between a read and the compare-and-swap;
+    whether that happens depends on timing). Every document's exposure is still counted once: equal to the
+    records path."""
+    from neox_epoch.audit import pairs, validate
+    from neox_epoch.corpus import write_corpus
+
+    D, seq = validate.STREAM_CHUNK // 2, 16
+    lengths = np.random.RandomState(3).randint(1, 40, size=D)
+    prefix = str(tmp_path / "same")
+    write_corpus(prefix, [np.arange(n, dtype=np.int64) % 50000 for n in lengths])
+    doc = np.concatenate((np.arange(D, dtype=np.int32), np.arange(D - 1, -1, -1, dtype=np.int32)))
+    cum_after = np.cumsum(lengths[doc])
+    S = (int(cum_after[-1]) - 1) // seq
+    b = np.arange(S + 1, dtype=np.int64) * seq
+    p = np.searchsorted(cum_after, b, side="right")
+    sample = np.stack([p, b - (cum_after[p] - lengths[doc[p]])], axis=1).astype(np.int32)
+    shuffle = np.random.RandomState(4).permutation(S).astype(np.uint32)
+    base = f"{prefix}_train_0_indexmap_{S - 3}ns_{seq}sl_1234s_packedpi_ac"
+    np.save(base + "_doc_idx.npy", doc)
+    np.save(base + "_sample_idx.npy", sample)
+    np.save(base + "_shuffle_idx.npy", shuffle)
+    assert exposure._ext is not None
+    old = exposure._ext.set_parallel_min(1)
+    try:
+        with monkeypatch.context() as m:
+            m.setattr(validate, "SPARSE_SAMPLES", -1)
+            m.setattr(validate, "REGEN_LIMIT", 0)  # not what a seed builds (the order is the point here)
+            paired = _audit(str(tmp_path), S // 3)
+            m.setattr(pairs, "PAIR_EPOCHS", ())
+            records = _audit(str(tmp_path), S // 3)
+    finally:
+        exposure._ext.set_parallel_min(old)
+    assert paired == records
+    assert not paired["findings"] and paired["indexes"][0]["exposure"]["documents_partial"] > 0

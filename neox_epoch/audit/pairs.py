@@ -26,8 +26,8 @@ from neox_epoch.audit.exposure import ExposureReport, report_from_histograms
 PAIR_EPOCHS: tuple[int, ...] = (1, 2)
 #: bits of a record's size field (larger documents: the records path)
 SIZE_BITS = 24
-#: stream positions a record holds (below 2^40 - 1)
-POSITION_LIMIT = (1 << 40) - 1
+#: stream positions a record holds (below 2^39: the top bit of its 40 marks a first copy kept by its draw counts)
+POSITION_LIMIT = 1 << 39
 
 
 @dataclass
