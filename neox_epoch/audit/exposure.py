@@ -29,6 +29,10 @@ entry, 12 when offsets are too large to pack (at most one entry per change of ``
 samples), and 4 bytes a document for ``head`` (plus, packed, 4 for the document's first entry, kept in its
 record instead of the log: most documents then need no log read).
 
+When every document is in the document index exactly once or twice (one epoch, or the two NeoX builds for
+a "one epoch" request; checked by the hash sum of the ids), :mod:`neox_epoch.audit.pairs` computes each
+document's exposure at its last copy during the stream pass instead: no log and no last pass.
+
 When nearly every sample is drawn the same number of times ``q`` (whole passes give or take a few
 samples, or only a few samples drawn), :func:`sparse_exposure` needs neither ``c`` nor per-document
 counts: every token is seen ``E * q`` times except in the copies that overlap one of the few other
