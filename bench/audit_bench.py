@@ -3,9 +3,10 @@
     python bench/audit_bench.py                      # 100M samples, seq 2048, ~100B tokens, 2 epochs
     python bench/audit_bench.py --samples 20000000   # smaller
     python bench/audit_bench.py --dir /big/tmp --keep
+    python bench/audit_bench.py --epochs 1           # one epoch (megatron-core's usual build)
 
 It writes a NeoX-named index (doc/sample/shuffle .npy built with numpy the way NeoX builds them: the
-documents tiled over 2 epochs and shuffled once, a boundary every seq_length tokens, a shuffled
+documents tiled over ``--epochs`` (default 2) epochs and shuffled once, a boundary every seq_length tokens, a shuffled
 permutation) next to a synthetic .idx whose sizes average ``--doc-tokens`` and a sparse .bin (only the
 sizes matter). Then, each in a fresh process so that peak RSS (``resource.getrusage``) is its own:
 
@@ -69,9 +70,9 @@ def _write_idx(prefix: str, sizes: np.ndarray) -> None:
         f.truncate(base)
 
 
-def generate(directory: str, samples: int, seq: int, doc_tokens: int, seed: int = 1234) -> dict[str, object]:
+def generate(directory: str, samples: int, seq: int, doc_tokens: int, epochs: int = 2,
+             seed: int = 1234) -> dict[str, object]:
     t0 = time.time()
-    epochs = 2
     tokens_target = (samples * seq) // epochs
     n_docs = max(1, tokens_target // doc_tokens)
     sizes = np.random.RandomState(seed + 1).randint(1, 2 * doc_tokens, size=n_docs).astype(np.int32)
@@ -156,6 +157,7 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=100_000_000)
     ap.add_argument("--seq", type=int, default=2048)
     ap.add_argument("--doc-tokens", type=int, default=2000, help="average document length")
+    ap.add_argument("--epochs", type=int, default=2, help="copies of every document in the index")
     ap.add_argument("--consumed-fractions", default="0.5,1.0", help="comma-separated fractions of len to consume")
     ap.add_argument("--dir", default=None, help="where to write the synthetic index (default: a temp dir)")
     ap.add_argument("--keep", action="store_true", help="keep the files")
@@ -167,18 +169,23 @@ def main() -> None:
     args = ap.parse_args()
     if args.child:
         if args.child[0] == "generate":
-            samples, seq, doc_tokens = (int(x) for x in args.child[2].split(","))
-            print(json.dumps(generate(args.child[1], samples, seq, doc_tokens)))
+            samples, seq, doc_tokens, epochs = (int(x) for x in args.child[2].split(","))
+            print(json.dumps(generate(args.child[1], samples, seq, doc_tokens, epochs)))
         else:
             _child(args.child[0], args.child[1], int(args.child[2]))
         return
-    directory = args.dir or tempfile.mkdtemp(prefix="audit_bench_")
+    if args.epochs < 1:
+        ap.error(f"--epochs {args.epochs}: at least 1")
+    root = directory = args.dir or tempfile.mkdtemp(prefix="audit_bench_")
+    if args.epochs != 2:  # another corpus: its own subdirectory (the 2-epoch one keeps its place for --reuse)
+        directory = os.path.join(directory, f"epochs_{args.epochs}")
     os.makedirs(directory, exist_ok=True)
     try:
         # generate in a child too: a child's ru_maxrss starts from its parent's at fork on Linux, so the
         # parent must stay small for the measured children's numbers to be their own
         key = f"{args.samples},{args.seq},{args.doc_tokens}"
         saved = os.path.join(directory, f"bench_{key.replace(',', '_')}.json")
+        key += f",{args.epochs}"
         if args.reuse and os.path.exists(saved):
             with open(saved, encoding="utf-8") as f:
                 info = json.load(f)
@@ -218,7 +225,7 @@ def main() -> None:
                   + (f"  consumed {r['consumed']:,}: tokens by times seen {r.get('exposure')}" if r.get("exposure") else ""))
     finally:
         if not args.keep and not args.reuse and args.dir is None:
-            shutil.rmtree(directory, ignore_errors=True)
+            shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":
