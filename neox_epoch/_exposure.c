@@ -162,6 +162,19 @@ static void run2(job_fn f, void *a, void *b) {
     }
 }
 
+/* Runs job a over its range [lo, hi), or, when that holds at least 2 * par_min entries, a over the first half
+ * and b over the second on two threads: *a_end and *b_start (fields of a and b) are set to the middle first.
+ * 1 when split. */
+static int run_halves(job_fn f, void *a, void *b, int64_t lo, int64_t hi, int64_t *a_end, int64_t *b_start) {
+    if (hi - lo < 2 * par_min) {
+        f(a);
+        return 0;
+    }
+    *a_end = *b_start = lo + (hi - lo) / 2;
+    run2(f, a, b);
+    return 1;
+}
+
 /* ------------------------------------------------------------------ scatter */
 
 #define MAXRUNS 64
@@ -240,12 +253,7 @@ static PyObject *scatter(PyObject *self, PyObject *args) {
     }
     if (bad < 0) {
         ScJob a = {&v, &st, 0, n, j0, (int)nr, ra, rb, rv}, b = a;
-        if (n >= 2 * par_min) {
-            a.i1 = b.i0 = n / 2;
-            run2(scatter_job, &a, &b);
-        } else {
-            scatter_job(&a);
-        }
+        run_halves(scatter_job, &a, &b, 0, n, &a.i1, &b.i0);
     }
     Py_END_ALLOW_THREADS
     RELEASE(&v, &st);
@@ -322,13 +330,7 @@ static PyObject *perm_hash(PyObject *self, PyObject *args) {
     int64_t n = (int64_t)v.n;
     PhJob a = {&v, 0, n, j0, S, -1, 0, 0}, b = a;
     Py_BEGIN_ALLOW_THREADS
-    if (n >= 2 * par_min) {
-        a.i1 = b.i0 = n / 2;
-        run2(perm_hash_job, &a, &b);
-    } else {
-        perm_hash_job(&a);
-        b.i0 = b.i1 = n;
-    }
+    if (!run_halves(perm_hash_job, &a, &b, 0, n, &a.i1, &b.i0)) b.i0 = b.i1 = n;
     Py_END_ALLOW_THREADS
     RELEASE(&v);
     int64_t bad = a.bad >= 0 ? a.bad : b.bad;
@@ -383,13 +385,7 @@ static PyObject *doc_scan(PyObject *self, PyObject *args) {
     DscJob a = {&v, 0, n, INT64_MAX, INT64_MIN, 0}, b = a;
     b.i0 = b.i1 = n;
     Py_BEGIN_ALLOW_THREADS
-    if (n >= 2 * par_min) {
-        a.i1 = b.i0 = n / 2;
-        b.i1 = n;
-        run2(doc_scan_job, &a, &b);
-    } else {
-        doc_scan_job(&a);
-    }
+    run_halves(doc_scan_job, &a, &b, 0, n, &a.i1, &b.i0);
     Py_END_ALLOW_THREADS
     RELEASE(&v);
     return Py_BuildValue("LLK", (long long)(a.mn < b.mn ? a.mn : b.mn), (long long)(a.mx > b.mx ? a.mx : b.mx),
@@ -413,12 +409,7 @@ static PyObject *mix_range(PyObject *self, PyObject *args) {
     if (hi < lo) hi = lo;
     MrJob a = {lo, hi, 0}, b = {hi, hi, 0};
     Py_BEGIN_ALLOW_THREADS
-    if (hi - lo >= 2 * par_min) {
-        a.hi = b.lo = lo + (hi - lo) / 2;
-        run2(mix_range_job, &a, &b);
-    } else {
-        mix_range_job(&a);
-    }
+    run_halves(mix_range_job, &a, &b, lo, hi, &a.hi, &b.lo);
     Py_END_ALLOW_THREADS
     return Py_BuildValue("K", (unsigned long long)(a.h + b.h));
 }
@@ -476,12 +467,7 @@ static PyObject *sum_i32(PyObject *self, PyObject *args) {
     }
     SumJob a = {(const int32_t *)v.buf, 0, v.n, 0, 0}, b = {(const int32_t *)v.buf, v.n, v.n, 0, 0};
     Py_BEGIN_ALLOW_THREADS
-    if (v.n >= 2 * par_min) {
-        a.i1 = b.i0 = v.n / 2;
-        run2(sum_job, &a, &b);
-    } else {
-        sum_job(&a);
-    }
+    run_halves(sum_job, &a, &b, 0, v.n, &a.i1, &b.i0);
     Py_END_ALLOW_THREADS
     RELEASE(&v);
     return Py_BuildValue("LL", (long long)(a.sum + b.sum), (long long)(a.zeros + b.zeros));
@@ -886,6 +872,22 @@ static int seam_check(int64_t a_end, int64_t *b_end, int64_t *cbv, int64_t split
     return 0;
 }
 
+/* Whether a stream chunk of n copies is split between two threads at copy split_at, the second part starting
+ * at stream position split_base (both from the sample index; -1: no row there). */
+static inline int can_split(int64_t split_at, int64_t split_base, int64_t n) {
+    return split_at > 0 && split_at < n && split_base >= 0 && n >= 2 * par_min;
+}
+
+/* Runs stream job a over copies [.., split_at) and b over [split_at, n) from position split_base on two threads
+ * (the jobs' fields set through the pointers), then the seam check. 1 when the seam holds. */
+static int run_split(job_fn f, void *a, void *b, int64_t split_at, int64_t split_base, int64_t n, int64_t *cbv,
+                     int64_t *a_i1, int64_t *b_i0, int64_t *b_base, const int64_t *a_end, int64_t *b_end) {
+    *a_i1 = *b_i0 = split_at;
+    *b_base = split_base;
+    run2(f, a, b);
+    return seam_check(*a_end, b_end, cbv, split_at, n, split_base);
+}
+
 static PyObject *stream(PyObject *self, PyObject *args) {
     PyObject *doco, *sizeso, *acco, *co, *cbo, *so, *heado, *lgo, *inlo = Py_None, *ko = Py_None;
     long long lo, base, L, S, n_log, split_at = -1, split_base = 0, bias = 0, n_log2 = -1;
@@ -932,14 +934,12 @@ static PyObject *stream(PyObject *self, PyObject *args) {
     const int regions = c.held && n_log2 >= 0;
     if (regions) a.log_end = cap / 2;
     StJob b = a;
-    int split = split_at > 0 && split_at < n && split_base >= 0 && n >= 2 * par_min;
+    int split = can_split(split_at, split_base, n);
     int seam_ok = 1, err = 0;
     Py_BEGIN_ALLOW_THREADS
     if (split) {
         /* the second part starts at the stream position the sample index gives for entry split_at; its
            log entries go after the most the first part can log (one per change of c in its range) */
-        a.i1 = b.i0 = split_at;
-        b.base = split_base;
         if (regions) {
             b.log_at = n_log2;
             b.log_end = cap;
@@ -949,8 +949,8 @@ static PyObject *stream(PyObject *self, PyObject *args) {
             b.log_at = a.log_end;
         }
         a.atomic = b.atomic = 1;
-        run2(stream_job, &a, &b);
-        seam_ok = seam_check(a.end, &b.end, (int64_t *)cb.buf, split_at, n, split_base);
+        seam_ok = run_split(stream_job, &a, &b, split_at, split_base, n, (int64_t *)cb.buf, &a.i1, &b.i0, &b.base,
+                            &a.end, &b.end);
         err = a.err ? a.err : b.err;
         if (err == 2 && !seam_ok) err = 0;
     } else {
@@ -1005,14 +1005,12 @@ static PyObject *stream_aff(PyObject *self, PyObject *args) {
     StJob b = a;
     b.aff_n = n_aff2;
     b.aff_end = rows;
-    int split = split_at > 0 && split_at < n && split_base >= 0 && n >= 2 * par_min;
+    int split = can_split(split_at, split_base, n);
     int seam_ok = 1, err = 0;
     Py_BEGIN_ALLOW_THREADS
     if (split) {
-        a.i1 = b.i0 = split_at;
-        b.base = split_base;
-        run2(stream_job, &a, &b);
-        seam_ok = seam_check(a.end, &b.end, (int64_t *)cb.buf, split_at, n, split_base);
+        seam_ok = run_split(stream_job, &a, &b, split_at, split_base, n, (int64_t *)cb.buf, &a.i1, &b.i0, &b.base,
+                            &a.end, &b.end);
         err = a.err ? a.err : b.err;
     } else {
         /* one thread: the second region is untouched */
@@ -1080,12 +1078,7 @@ static PyObject *pair_init(PyObject *self, PyObject *args) {
     }
     PInitJob a = {(const int32_t *)s.buf, (uint64_t *)r.buf, 0, s.n, 0}, b = a;
     Py_BEGIN_ALLOW_THREADS
-    if (s.n >= 2 * par_min) {
-        a.i1 = b.i0 = s.n / 2;
-        run2(pair_init_job, &a, &b);
-    } else {
-        pair_init_job(&a);
-    }
+    run_halves(pair_init_job, &a, &b, 0, s.n, &a.i1, &b.i0);
     Py_END_ALLOW_THREADS
     RELEASE(&s, &r);
     return PyLong_FromLongLong(a.top > b.top ? a.top : b.top);
@@ -1322,15 +1315,13 @@ static PyObject *stream_pair(PyObject *self, PyObject *args) {
     b.ht = hv + 2 * H;
     b.hd = hv + 3 * H;
     b.st = sv + 2;
-    int split = split_at > 0 && split_at < n && split_base >= 0 && n >= 2 * par_min;
+    int split = can_split(split_at, split_base, n);
     int seam_ok = 1, err = 0;
     Py_BEGIN_ALLOW_THREADS
     if (split) {
-        a.i1 = b.i0 = split_at;
-        b.base = split_base;
         a.atomic = b.atomic = 1;
-        run2(pair_job, &a, &b);
-        seam_ok = seam_check(a.end, &b.end, (int64_t *)cb.buf, split_at, n, split_base);
+        seam_ok = run_split(pair_job, &a, &b, split_at, split_base, n, (int64_t *)cb.buf, &a.i1, &b.i0, &b.base,
+                            &a.end, &b.end);
         err = a.err ? a.err : b.err;
     } else {
         pair_job(&a);
