@@ -23,6 +23,25 @@ def _audit(path: str, consumed: int | None, rows: list | None = None) -> dict:
     return res.to_json()
 
 
+def _c_equals_numpy(monkeypatch, path: str, consumed: int | None, manifest: bool = False,
+                    c_patches: tuple[tuple[str, object], ...] = ()) -> dict:  # type: ignore[no-untyped-def]
+    """The audit (and manifest rows) with the C extension (``c_patches``: attributes of the exposure module
+    set for that run) equal to the numpy fallback's; returns the JSON."""
+    rows_c: list | None = [] if manifest else None
+    rows_np: list | None = [] if manifest else None
+    with monkeypatch.context() as m:
+        for name, value in c_patches:
+            m.setattr(exposure, name, value)
+        with_c = _audit(path, consumed, rows_c)
+    with monkeypatch.context() as m:
+        m.setattr(exposure, "_ext", None)
+        assert exposure.accelerated() is None
+        without = _audit(path, consumed, rows_np)
+    assert with_c == without
+    assert rows_c == rows_np
+    return with_c
+
+
 @pytest.mark.parametrize("shape", SHAPES + [([3000, 1, 2, 4097, 64, 0, 9000], 64, 4, 1.7)])
 @pytest.mark.parametrize("manifest", [False, True])
 def test_c_and_numpy_agree(tmp_path, monkeypatch, shape, manifest, exposure_mode):
@@ -30,15 +49,7 @@ def test_c_and_numpy_agree(tmp_path, monkeypatch, shape, manifest, exposure_mode
     _, arr = write_neox_index(str(tmp_path), "p", lengths, seq, epochs)
     consumed = max(1, int(frac * (arr["S"] - 1)))
     for cons in (None, consumed, 1, arr["S"] - 1):
-        rows_c: list | None = [] if manifest else None
-        rows_np: list | None = [] if manifest else None
-        with_c = _audit(str(tmp_path), cons, rows_c)
-        with monkeypatch.context() as m:
-            m.setattr(exposure, "_ext", None)
-            assert exposure.accelerated() is None
-            without = _audit(str(tmp_path), cons, rows_np)
-        assert with_c == without
-        assert rows_c == rows_np
+        _c_equals_numpy(monkeypatch, str(tmp_path), cons, manifest)
 
 
 def test_c_and_numpy_agree_on_damage(tmp_path, monkeypatch):
@@ -46,19 +57,11 @@ def test_c_and_numpy_agree_on_damage(tmp_path, monkeypatch):
     sample = arr["sample"].copy()
     sample[5, 1] += 1  # a boundary off its stream position
     np.save(arr["base"] + "_sample_idx.npy", sample)
-    with_c = _audit(str(tmp_path), 10)
-    with monkeypatch.context() as m:
-        m.setattr(exposure, "_ext", None)
-        without = _audit(str(tmp_path), 10)
-    assert with_c == without and with_c["findings"]
+    assert _c_equals_numpy(monkeypatch, str(tmp_path), 10)["findings"]
     shuffle = arr["shuffle"].copy()
     shuffle[3] = shuffle[4]  # not a permutation
     np.save(arr["base"] + "_shuffle_idx.npy", shuffle)
-    with_c = _audit(str(tmp_path), 10)
-    with monkeypatch.context() as m:
-        m.setattr(exposure, "_ext", None)
-        without = _audit(str(tmp_path), 10)
-    assert with_c == without and with_c["findings"]
+    assert _c_equals_numpy(monkeypatch, str(tmp_path), 10)["findings"]
 
 
 @pytest.fixture
@@ -76,14 +79,7 @@ def test_threads_agree_with_numpy(tmp_path, monkeypatch, two_threads, shape, exp
     _, arr = write_neox_index(str(tmp_path), "p", lengths, seq, epochs)
     consumed = max(1, int(frac * (arr["S"] - 1)))
     for cons in (None, consumed, arr["S"] - 1):
-        rows_c: list = []
-        rows_np: list = []
-        with_c = _audit(str(tmp_path), cons, rows_c)
-        with monkeypatch.context() as m:
-            m.setattr(exposure, "_ext", None)
-            without = _audit(str(tmp_path), cons, rows_np)
-        assert with_c == without
-        assert rows_c == rows_np
+        _c_equals_numpy(monkeypatch, str(tmp_path), cons, manifest=True)
 
 
 @pytest.mark.parametrize("shift", [-2, -1, 0, 1, 3])
@@ -97,11 +93,7 @@ def test_threads_agree_on_a_broken_seam(tmp_path, monkeypatch, two_threads, shif
     sample[row, 1] += change if sample[row, 1] + change >= 0 else 1
     np.save(arr["base"] + "_sample_idx.npy", sample)
     for cons in (None, 10):
-        with_c = _audit(str(tmp_path), cons)
-        with monkeypatch.context() as m:
-            m.setattr(exposure, "_ext", None)
-            without = _audit(str(tmp_path), cons)
-        assert with_c == without and with_c["findings"]
+        assert _c_equals_numpy(monkeypatch, str(tmp_path), cons)["findings"]
 
 
 @pytest.mark.parametrize("threads", [False, True])
@@ -115,16 +107,7 @@ def test_unpacked_log_agrees_with_numpy(tmp_path, monkeypatch, shape, threads):
     old = exposure._ext.set_parallel_min(1 if threads else 1 << 40)
     try:
         for cons in (consumed, arr["S"] - 1):
-            rows_c: list = []
-            rows_np: list = []
-            with monkeypatch.context() as m:
-                m.setattr(exposure, "PACK_LOG", False)
-                with_c = _audit(str(tmp_path), cons, rows_c)
-            with monkeypatch.context() as m:
-                m.setattr(exposure, "_ext", None)
-                without = _audit(str(tmp_path), cons, rows_np)
-            assert with_c == without
-            assert rows_c == rows_np
+            _c_equals_numpy(monkeypatch, str(tmp_path), cons, manifest=True, c_patches=(("PACK_LOG", False),))
     finally:
         exposure._ext.set_parallel_min(old)
 
@@ -143,11 +126,7 @@ def test_document_copies_damage_agrees_with_numpy(tmp_path, monkeypatch, consume
         doc[a] = 5  # document 3 once, document 5 three times
     del b
     np.save(arr["base"] + "_doc_idx.npy", doc)
-    with_c = _audit(str(tmp_path), consumed)
-    with monkeypatch.context() as m:
-        m.setattr(exposure, "_ext", None)
-        without = _audit(str(tmp_path), consumed)
-    assert with_c == without
+    with_c = _c_equals_numpy(monkeypatch, str(tmp_path), consumed)
     whats = {f["what"] for f in with_c["indexes"][0]["findings"]}
     # why: "absent" leaves document 3 out; both damages leave a document present another number of times
     assert ("documents of the split" in whats) == (damage == "absent")
