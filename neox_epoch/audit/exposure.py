@@ -182,16 +182,24 @@ def _hist_add(h: dict[int, int], values: np.ndarray, weights: np.ndarray | None 
         h[int(k)] = h.get(int(k), 0) + int(b[k])
 
 
-def report_from_histograms(ht: np.ndarray, hd: np.ndarray, unseen: int, partial: int, consumed: int) -> ExposureReport:
-    """The report from the token histogram ``ht`` and the document histogram ``hd`` (at each document's
-    minimum), both indexed by times seen, and the unseen / partially seen document counts."""
-    tokens = {int(k): int(ht[k]) for k in np.flatnonzero(ht)}
-    documents = {int(k): int(hd[k]) for k in np.flatnonzero(hd)}
-    exposures = sum(k * v for k, v in tokens.items())
+def report_from_counts(tokens: dict[int, int], documents: dict[int, int], unseen: int, partial: int,
+                       consumed: int) -> ExposureReport:
+    """The report from the tokens and the documents (at each document's minimum) by times seen, and the
+    unseen / partially seen document counts: zero entries dropped, keys in order, the token totals derived
+    (every exposure path ends here)."""
+    tok = {int(k): int(v) for k, v in sorted(tokens.items()) if v}
+    docs = {int(k): int(v) for k, v in sorted(documents.items()) if v}
     return ExposureReport(
-        consumed_samples=consumed, tokens=tokens, documents=documents, documents_unseen=int(unseen),
-        documents_partial=int(partial), tokens_unseen=tokens.get(0, 0), token_exposures=exposures,
+        consumed_samples=consumed, tokens=tok, documents=docs, documents_unseen=int(unseen),
+        documents_partial=int(partial), tokens_unseen=tok.get(0, 0),
+        token_exposures=sum(k * v for k, v in tok.items()),
     )
+
+
+def report_from_histograms(ht: np.ndarray, hd: np.ndarray, unseen: int, partial: int, consumed: int) -> ExposureReport:
+    """:func:`report_from_counts` from histogram arrays indexed by times seen."""
+    return report_from_counts({int(k): int(ht[k]) for k in np.flatnonzero(ht)},
+                              {int(k): int(hd[k]) for k in np.flatnonzero(hd)}, unseen, partial, consumed)
 
 
 class ExposureState:
@@ -467,12 +475,7 @@ class ExposureState:
                     documents=ids + d0 + doc_offset, tokens=sz[ids], min_exposure=mn[ids], max_exposure=mx[ids],
                     token_exposures=tot[ids], first=first, last=last,
                 ))
-        tokens = {k: v for k, v in tokens.items() if v}
-        exposures = sum(k * v for k, v in tokens.items())
-        return ExposureReport(
-            consumed_samples=consumed, tokens=tokens, documents=documents, documents_unseen=unseen,
-            documents_partial=partial, tokens_unseen=tokens.get(0, 0), token_exposures=exposures,
-        )
+        return report_from_counts(tokens, documents, unseen, partial, consumed)
 
 
 def sparse_exposure(copies: np.ndarray, sizes: np.ndarray, minor_ids: np.ndarray, minor_counts: np.ndarray,
@@ -536,8 +539,4 @@ def sparse_exposure(copies: np.ndarray, sizes: np.ndarray, minor_ids: np.ndarray
     if rest_docs > 0:
         docs[v0] = docs.get(v0, 0) + rest_docs
         unseen += rest_docs if v0 == 0 else 0
-    tok = {k: v for k, v in sorted(tok.items()) if v}
-    return ExposureReport(
-        consumed_samples=consumed, tokens=tok, documents=dict(sorted(docs.items())), documents_unseen=unseen,
-        documents_partial=partial, tokens_unseen=tok.get(0, 0), token_exposures=sum(k * v for k, v in tok.items()),
-    )
+    return report_from_counts(tok, docs, unseen, partial, consumed)
