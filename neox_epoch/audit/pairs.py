@@ -36,10 +36,9 @@ class Pairs:
 
     sizes: np.ndarray
     """The split's .idx sizes (contiguous int32, mapped in place)."""
-    epochs: int
-    """Copies of every document (1 or 2)."""
     rec: np.ndarray | None
-    """Two copies: uint64 per document, ``(position of the first copy seen << 24) | size`` (C ``pair_init``)."""
+    """Every document twice: uint64 per document, ``(the first copy seen << 24) | size`` (C ``pair_init``);
+    None: every document once."""
     hist: np.ndarray
     """int64 ``[2, 2, H]``: per thread of the stream pass, tokens and documents (at their minimum) by times seen."""
     stats: np.ndarray
@@ -55,11 +54,16 @@ class Pairs:
         return report_from_histograms(ht, hd, unseen, partial, consumed)
 
 
+def applies(epochs: int) -> bool:
+    """Whether an index holding every document ``epochs`` times can take this path (checked before any work)."""
+    return epochs in PAIR_EPOCHS
+
+
 def make_pairs(ext: ModuleType, sizes: np.ndarray, epochs: int, tokens: int, top: int) -> Pairs | None:
     """The pair state for documents ``sizes`` each there ``epochs`` times and draw counts at most ``top``;
     None when this path does not apply (another number of copies, a document of 2^24 tokens or more,
     stream positions past the records' 40 bits, sizes not a contiguous int32 array)."""
-    if epochs not in PAIR_EPOCHS or not hasattr(ext, "stream_pair") or epochs * tokens >= POSITION_LIMIT:
+    if not applies(epochs) or not hasattr(ext, "stream_pair") or epochs * tokens >= POSITION_LIMIT:
         return None
     if sizes.dtype != np.int32 or not sizes.flags.c_contiguous:
         return None
@@ -69,5 +73,5 @@ def make_pairs(ext: ModuleType, sizes: np.ndarray, epochs: int, tokens: int, top
         if int(ext.pair_init(sizes, rec)) >= 1 << SIZE_BITS:
             return None
     H = epochs * max(int(top), 0) + 1
-    return Pairs(sizes=sizes, epochs=epochs, rec=rec, hist=np.zeros((2, 2, H), dtype=np.int64),
+    return Pairs(sizes=sizes, rec=rec, hist=np.zeros((2, 2, H), dtype=np.int64),
                  stats=np.zeros((2, 2), dtype=np.int64))

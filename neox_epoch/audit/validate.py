@@ -42,7 +42,7 @@ from neox_epoch.audit.exposure import (
 )
 from neox_epoch.audit.findings import FileProblem, Finding
 from neox_epoch.audit.npy import NpyInfo, NpyReader, read_header, zeroed
-from neox_epoch.audit.pairs import Pairs, make_pairs
+from neox_epoch.audit.pairs import Pairs, applies, make_pairs
 from neox_epoch.errors import IndexFileError
 from neox_epoch.semantics import mcore as mcore_sem
 from neox_epoch.semantics import neox as neox_sem
@@ -1024,8 +1024,9 @@ def _audit(ctx: _Ctx, resolve_prefix: Callable[[str | None], str | None] | None,
                 cap = 64 + n_minor * (L + 2)  # a sample overlaps at most L + 2 copies; untouched rows cost nothing
                 ctx.aff = _Affected(ids=np.zeros(0, dtype=np.int64), counts=np.zeros(0, dtype=np.int64),
                                     default=default, rows=np.empty((2 * cap, 3), dtype=np.int64), n2=cap)
-        pre: _DocStats | None = None
-        if consumption is not None and ext is not None and manifest is None and not sparse:
+        pre: _DocStats | None = None  # the copies by the hash sum, when known before the stream pass
+        if consumption is not None and ext is not None and manifest is None and not sparse \
+                and applies(E_est) and ctx.doc.rows == E_est * D:
             # every document once or twice (by the hash sum): each one's exposure at its last copy
             sizes = _map_sizes(ctx.header, lo, hi)
             pre = _copies_by_hash(ctx, ctx.doc.rows, D, *_size_totals(sizes))
@@ -1033,11 +1034,9 @@ def _audit(ctx: _Ctx, resolve_prefix: Callable[[str | None], str | None] | None,
                 ctx.pairs = make_pairs(ext, sizes, pre.epochs, pre.tokens, consumption.max_count)
         by_hash = (consumption is None or sparse or ctx.pairs is not None) and ctx.doc_hash is not None
         acc: np.ndarray | None = None
-        if ctx.pairs is not None:
-            sizes = ctx.pairs.sizes
-        elif by_hash:
+        if by_hash and ctx.pairs is None:
             sizes = _map_sizes(ctx.header, lo, hi)
-        else:
+        elif not by_hash:
             rec = zeroed(D, rdt, fill=init)
             stats: list[int] = []
             sizes, acc = _load_sizes(ctx.header, lo, hi, rec["size"], stats), rec["acc"]
@@ -1076,10 +1075,8 @@ def _audit(ctx: _Ctx, resolve_prefix: Callable[[str | None], str | None] | None,
         if not packed:
             return
         st = _stream_pass(ctx, doc_r, sample_r, sizes, acc, shift, exp, tail, progress)
-        if ctx.pairs is not None and pre is not None:
-            ds = pre
-        elif acc is None:
-            ds = _copies_by_hash(ctx, ctx.doc.rows, D, T_est, empty) or _count_copies(ctx, doc_r, D, sizes)
+        if acc is None:
+            ds = pre or _copies_by_hash(ctx, ctx.doc.rows, D, T_est, empty) or _count_copies(ctx, doc_r, D, sizes)
             if sparse and rep.exposure_ok and (not ds.by_hash or ctx.aff is None or ctx.aff.copies() is None):
                 raise _SparseFailed
         else:
