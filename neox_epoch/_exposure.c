@@ -1113,12 +1113,18 @@ static inline int64_t pair_c(const PairJob *j, const uint8_t *c8, int64_t k) {
     return c8 ? c8[kk] : (int64_t)cval(j->c, kk);
 }
 
+/* The sample k holding stream position g, and the offset from g of the next sample boundary (> 0). */
+static inline int64_t pair_first(const PairJob *j, int64_t g, int pow2, int lsh, int64_t *k) {
+    *k = pair_k(g, j->L, pow2, lsh);
+    return (*k + 1) * j->L - g;
+}
+
 /* The copy at stream position g: its first boundary offset b (> 0) and, with at most one boundary inside
  * (b + L >= z), its two counts; 1 then, else 0 (the copy walks its samples). */
 static inline int pair_step(const PairJob *j, const uint8_t *c8, int64_t g, int64_t z, int pow2, int lsh,
                             int64_t *b, int64_t *c0, int64_t *c1) {
-    const int64_t k = pair_k(g, j->L, pow2, lsh);
-    *b = (k + 1) * j->L - g;
+    int64_t k;
+    *b = pair_first(j, g, pow2, lsh, &k);
     if (*b + j->L < z) return 0;
     *c0 = pair_c(j, c8, k);
     *c1 = *b < z ? pair_c(j, c8, k + 1) : *c0;
@@ -1177,8 +1183,7 @@ static int pair_walk(const PairJob *j, const uint8_t *c8, Copy *cp, int n, int64
 
 static inline void pair_copy_walk(const PairJob *j, const uint8_t *c8, Copy *cp, int64_t g, int pow2, int lsh) {
     cp->walk = 1;
-    cp->k = pair_k(g, j->L, pow2, lsh);
-    cp->b = (cp->k + 1) * j->L - g;
+    cp->b = pair_first(j, g, pow2, lsh, &cp->k);
     cp->v = pair_c(j, c8, cp->k);
 }
 
