@@ -122,9 +122,10 @@ class NpyReader:
             f = self._file()
             # a mapped page past the end of a file that shrank since its header was checked would stop the
             # process (SIGBUS) instead of giving a finding: the size is checked again for every window
-            if os.fstat(f.fileno()).st_size < start + nbytes:
+            size = os.fstat(f.fileno()).st_size
+            if size < start + nbytes:
                 raise FileProblem(self.info.path, "size", f"at least {start + nbytes} bytes",
-                                  f"{os.fstat(f.fileno()).st_size} bytes (the file shrank during the audit)",
+                                  f"{size} bytes (the file shrank during the audit)",
                                   "the file is being rewritten or truncated: audit it once it is complete")
             lo = start - start % mmap.ALLOCATIONGRANULARITY
             try:
