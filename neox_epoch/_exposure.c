@@ -878,10 +878,15 @@ static inline int can_split(int64_t split_at, int64_t split_base, int64_t n) {
     return split_at > 0 && split_at < n && split_base >= 0 && n >= 2 * par_min;
 }
 
-/* Runs stream job a over copies [.., split_at) and b over [split_at, n) from position split_base on two threads
- * (the jobs' fields set through the pointers), then the seam check. 1 when the seam holds. */
-static int run_split(job_fn f, void *a, void *b, int64_t split_at, int64_t split_base, int64_t n, int64_t *cbv,
-                     int64_t *a_i1, int64_t *b_i0, int64_t *b_base, const int64_t *a_end, int64_t *b_end) {
+/* With split (can_split): runs stream job a over copies [.., split_at) and b over [split_at, n) from position
+ * split_base on two threads (the jobs' fields set through the pointers), then the seam check; else a alone
+ * (b untouched). 1 when the seam holds (always without a split). */
+static int run_split(job_fn f, void *a, void *b, int split, int64_t split_at, int64_t split_base, int64_t n,
+                     int64_t *cbv, int64_t *a_i1, int64_t *b_i0, int64_t *b_base, const int64_t *a_end, int64_t *b_end) {
+    if (!split) {
+        f(a);
+        return 1;
+    }
     *a_i1 = *b_i0 = split_at;
     *b_base = split_base;
     run2(f, a, b);
@@ -949,14 +954,11 @@ static PyObject *stream(PyObject *self, PyObject *args) {
             b.log_at = a.log_end;
         }
         a.atomic = b.atomic = 1;
-        seam_ok = run_split(stream_job, &a, &b, split_at, split_base, n, (int64_t *)cb.buf, &a.i1, &b.i0, &b.base,
-                            &a.end, &b.end);
-        err = a.err ? a.err : b.err;
-        if (err == 2 && !seam_ok) err = 0;
-    } else {
-        stream_job(&a);
-        err = a.err;
     }
+    seam_ok = run_split(stream_job, &a, &b, split, split_at, split_base, n, (int64_t *)cb.buf, &a.i1, &b.i0,
+                        &b.base, &a.end, &b.end);
+    err = a.err ? a.err : b.err;
+    if (err == 2 && !seam_ok) err = 0;
     Py_END_ALLOW_THREADS
     RELEASE(&doc, &sizes, &acc, &c, &cb, &s, &head, &lg, &inl, &kc);
     if (err) {
@@ -1005,18 +1007,12 @@ static PyObject *stream_aff(PyObject *self, PyObject *args) {
     StJob b = a;
     b.aff_n = n_aff2;
     b.aff_end = rows;
-    int split = can_split(split_at, split_base, n);
-    int seam_ok = 1, err = 0;
+    const int split = can_split(split_at, split_base, n);  /* one thread: the second region is untouched */
+    int seam_ok, err;
     Py_BEGIN_ALLOW_THREADS
-    if (split) {
-        seam_ok = run_split(stream_job, &a, &b, split_at, split_base, n, (int64_t *)cb.buf, &a.i1, &b.i0, &b.base,
-                            &a.end, &b.end);
-        err = a.err ? a.err : b.err;
-    } else {
-        /* one thread: the second region is untouched */
-        stream_job(&a);
-        err = a.err;
-    }
+    seam_ok = run_split(stream_job, &a, &b, split, split_at, split_base, n, (int64_t *)cb.buf, &a.i1, &b.i0,
+                        &b.base, &a.end, &b.end);
+    err = a.err ? a.err : b.err;
     Py_END_ALLOW_THREADS
     RELEASE(&doc, &sizes, &cb, &s, &kc, &af);
     if (err) {
@@ -1320,18 +1316,13 @@ static PyObject *stream_pair(PyObject *self, PyObject *args) {
     b.ht = hv + 2 * H;
     b.hd = hv + 3 * H;
     b.st = sv + 2;
-    int split = can_split(split_at, split_base, n);
-    int seam_ok = 1, err = 0;
+    const int split = can_split(split_at, split_base, n);
+    a.atomic = b.atomic = split;
+    int seam_ok, err;
     Py_BEGIN_ALLOW_THREADS
-    if (split) {
-        a.atomic = b.atomic = 1;
-        seam_ok = run_split(pair_job, &a, &b, split_at, split_base, n, (int64_t *)cb.buf, &a.i1, &b.i0, &b.base,
-                            &a.end, &b.end);
-        err = a.err ? a.err : b.err;
-    } else {
-        pair_job(&a);
-        err = a.err;
-    }
+    seam_ok = run_split(pair_job, &a, &b, split, split_at, split_base, n, (int64_t *)cb.buf, &a.i1, &b.i0, &b.base,
+                        &a.end, &b.end);
+    err = a.err ? a.err : b.err;
     Py_END_ALLOW_THREADS
     RELEASE(&doc, &sizes, &rec, &c, &cb, &s, &h, &st);
     if (err) {
