@@ -180,6 +180,8 @@ def main() -> None:
         return
     if args.epochs < 1:
         ap.error(f"--epochs {args.epochs}: at least 1")
+    if args.repeat < 1:
+        ap.error(f"--repeat {args.repeat}: at least 1")
     root = directory = args.dir or tempfile.mkdtemp(prefix="audit_bench_")
     if args.epochs != 2:  # another corpus: its own subdirectory (the 2-epoch one keeps its place for --reuse)
         directory = os.path.join(directory, f"epochs_{args.epochs}")
@@ -207,27 +209,21 @@ def main() -> None:
         if args.runs:
             keep = set(args.runs.split(","))
             runs = [r for r in runs if r[0].split("@")[0] in keep or r[0] == "read"]
-        if args.repeat < 1:
-            ap.error(f"--repeat {args.repeat}: at least 1")
-        out: dict[str, dict[str, object]] = {}
-        walls: dict[str, list[float]] = {}
+        results: dict[str, list[dict[str, object]]] = {label: [] for label, _ in runs}
         for _ in range(args.repeat):
             for label, consumed in runs:
-                mode = label.split("@")[0]
-                proc = subprocess.run([sys.executable, __file__, "--child", mode, str(info["base"]), str(consumed)],
-                                      capture_output=True, text=True, check=True)
-                r = json.loads(proc.stdout.strip().splitlines()[-1])
-                r["consumed"] = consumed
-                walls.setdefault(label, []).append(float(r["wall_s"]))
-                if label not in out or float(r["wall_s"]) < float(out[label]["wall_s"]):  # type: ignore[arg-type]
-                    out[label] = r  # the fastest run's line
+                proc = subprocess.run([sys.executable, __file__, "--child", label.split("@")[0], str(info["base"]),
+                                       str(consumed)], capture_output=True, text=True, check=True)
+                results[label].append({**json.loads(proc.stdout.strip().splitlines()[-1]), "consumed": consumed})
 
         gb = 1e9
+        out = {label: min(rs, key=lambda r: float(r["wall_s"])) for label, rs in results.items()}  # type: ignore[arg-type]
         read = float(out["read"]["wall_s"])  # type: ignore[arg-type]
         for label, r in out.items():
             ratio = float(r["wall_s"]) / read  # type: ignore[arg-type]
             hwm = r.get("vmhwm_bytes")
-            spread = f" (of {'/'.join(f'{w:.2f}' for w in walls[label])})" if len(walls[label]) > 1 else ""
+            walls = [float(x["wall_s"]) for x in results[label]]  # type: ignore[arg-type]
+            spread = f" (of {'/'.join(f'{w:.2f}' for w in walls)})" if len(walls) > 1 else ""
             print(f"{label:13s} wall {r['wall_s']:>7} s{spread}  ({ratio:5.2f}x read)  cpu {r['cpu_s']:>6} s  peak RSS {int(r['peak_rss_bytes']) / gb:5.2f} GB"  # type: ignore[call-overload]
                   + (f" (VmHWM {int(hwm) / gb:5.2f} GB)" if hwm else "")  # type: ignore[call-overload]
                   + (f"  findings {len(r['findings'])}" if "findings" in r else "")  # type: ignore[arg-type]

@@ -45,7 +45,10 @@ static void *pass(void *arg) {
 
 int main(int argc, char **argv) {
     if (argc < 4) { fprintf(stderr, "usage: %s DOC_IDX.npy DOCUMENTS THREADS(1|2) [RECORD_BYTES(8|16)]\n", argv[0]); return 2; }
-    if (argc > 4 && atoi(argv[4]) == 8) stride = 8;
+    if (argc > 4) {
+        stride = (size_t)atoi(argv[4]);
+        if (stride != 8 && stride != 16) { fprintf(stderr, "RECORD_BYTES %s: 8 or 16\n", argv[4]); return 2; }
+    }
     ndocs = atoll(argv[2]);
     int threads = atoi(argv[3]) == 2 ? 2 : 1;
     int fd = open(argv[1], O_RDONLY);
