@@ -1,6 +1,8 @@
 """``neox-epoch`` command line: one subcommand per module, errors mapped to exit codes.
 
-Exit codes: 0 success, 1 findings (audit, check-batch), 2 bad input (any :class:`NeoxEpochError`).
+Exit codes: 0 success, 1 findings (audit, check-batch, plan with ``enforce``), 2 bad input (any
+:class:`NeoxEpochError`), 3 internal error (an unexpected exception: one line naming the command and its
+input; the traceback only with ``--debug``).
 Each subcommand module provides ``register(subparsers)`` (adds its parser, sets ``func``) and a
 ``run(args) -> int`` function.
 """
@@ -15,6 +17,9 @@ from collections.abc import Sequence
 
 from neox_epoch import __version__
 from neox_epoch.errors import NeoxEpochError
+
+#: exit code of an unexpected exception (a bug), distinct from bad input (2)
+INTERNAL_ERROR = 3
 
 #: subcommand modules, imported lazily so ``neox-epoch plan`` never imports torch or deepspeed
 COMMANDS: dict[str, str] = {
@@ -33,6 +38,7 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"neox-epoch {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
+    parser.add_argument("--debug", action="store_true", help="print the traceback of an internal error (exit 3)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     wanted = next((a for a in argv if a in COMMANDS), None)
     for name, module in COMMANDS.items():
@@ -67,6 +73,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("neox-epoch: interrupted", file=sys.stderr)
         return 130
+    except Exception as err:  # the last line of defence: one line, never a traceback unless asked
+        if args.debug:
+            raise
+        inputs = " ".join(a for a in argv if a != args.command)[:300]
+        print(f"neox-epoch {args.command}: internal error: {type(err).__name__}: {err} (input: {inputs}); "
+              "this is a bug in neox-epoch: rerun with --debug for the traceback and report it", file=sys.stderr)
+        return INTERNAL_ERROR
 
 
 if __name__ == "__main__":  # pragma: no cover

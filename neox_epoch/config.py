@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from neox_epoch.errors import ConfigError, did_you_mean
-from neox_epoch.plan import PlanInput, SourceSpec
+from neox_epoch.plan_input import NeoxOptions, PlanInput, SourceSpec
 
 BLOCK = "neox_epoch"
 
@@ -282,9 +282,15 @@ def plan_input_from_neox(cfg: NeoxConfig, world_size: int | None = None, gbs_ove
         eval_interval=get_int(cfg, "eval_interval", 1000) or 1000,
         eval_iters=get_int(cfg, "eval_iters", 100, positive=False) or 0,
         seed=get_int(cfg, "seed", 1234, positive=False) or 0,
-        weight_by_num_documents=bool(cfg.values.get("weight_by_num_documents", False)),
-        weighted_sampler_alpha=get_float(cfg, "weighted_sampler_alpha", 1.0) or 1.0,
-        blend_buffer=float(bb) if isinstance(bb, (int, float)) else None,
         warmup_iters=warmup_iters if train_iters else None,
-        allow_chopped=bool(cfg.values.get("allow_chopped", True)),
+        neox=NeoxOptions(
+            weight_by_num_documents=bool(cfg.values.get("weight_by_num_documents", False)),
+            weighted_sampler_alpha=get_float(cfg, "weighted_sampler_alpha", 1.0) or 1.0,
+            blend_buffer=float(bb) if isinstance(bb, (int, float)) else None,
+            allow_chopped=bool(cfg.values.get("allow_chopped", True)),
+            train_epochs=get_int(cfg, "train_epochs"),
+            micro_batch_size=get_int(cfg, "train_micro_batch_size_per_gpu"),
+            gradient_accumulation_steps=get_int(cfg, "gradient_accumulation_steps", 1) or 1,
+            separate_epochs=bool(cfg.block and cfg.block.separate_epochs),
+        ),
     )

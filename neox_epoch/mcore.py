@@ -31,7 +31,7 @@ from typing import Any
 
 from neox_epoch.detect import megatron_core_version
 from neox_epoch.errors import ConfigError, NeoxEpochError, PlanError
-from neox_epoch.plan import SPLITS, Plan, PlanInput, SourcePlan, SourceSpec, exact_plan, passes_per_source
+from neox_epoch.plan import SPLITS, McoreOptions, Plan, PlanInput, SourcePlan, SourceSpec, exact_plan, passes_per_source
 
 logger = logging.getLogger("neox_epoch.mcore")
 
@@ -117,8 +117,10 @@ def exact_config(
         global_batch_size=global_batch_size, train_sources=specs, valid_sources=valid_specs, test_sources=test_specs,
         per_split_paths=per_split, split=None if per_split else config.split, eval_interval=eval_interval,
         eval_iters=eval_iters, seed=int(config.random_seed),
-        add_extra_token_to_sequence=bool(getattr(config, "add_extra_token_to_sequence", True)),
-        renormalize_blend_weights=bool(getattr(config, "renormalize_blend_weights", False)),
+        mcore=McoreOptions(
+            add_extra_token_to_sequence=bool(getattr(config, "add_extra_token_to_sequence", True)),
+            renormalize_blend_weights=bool(getattr(config, "renormalize_blend_weights", False)),
+        ),
     )
     passes = passes_per_source(epochs, specs)
     plan = exact_plan(inp, passes)

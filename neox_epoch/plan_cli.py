@@ -12,7 +12,16 @@ from neox_epoch import detect
 from neox_epoch.atomic import write_text_atomic
 from neox_epoch.config import EpochBlock, load_neox_configs, plan_input_from_neox
 from neox_epoch.errors import ConfigError
-from neox_epoch.plan import FRAMEWORKS, Plan, PlanInput, SourceSpec, exact_plan, make_plan, passes_per_source
+from neox_epoch.plan import (
+    FRAMEWORKS,
+    McoreOptions,
+    Plan,
+    PlanInput,
+    SourceSpec,
+    exact_plan,
+    make_plan,
+    passes_per_source,
+)
 from neox_epoch.report import render
 
 
@@ -92,8 +101,8 @@ def _megatron_input(args: argparse.Namespace, framework: str, version: str) -> P
         eval_interval=args.eval_interval or 1000,
         eval_iters=args.eval_iters if args.eval_iters is not None else 10,
         seed=args.seed if args.seed is not None else 1234,
-        mid_level_dataset_surplus=(args.mid_level_dataset_surplus if args.mid_level_dataset_surplus is not None
-                                   else 0.005),
+        mcore=McoreOptions(mid_level_dataset_surplus=(args.mid_level_dataset_surplus
+                                                      if args.mid_level_dataset_surplus is not None else 0.005)),
     )
 
 

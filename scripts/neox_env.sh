@@ -31,6 +31,7 @@ fi
 NEOX_DIR="$(cd "$NEOX_DIR" && pwd)"
 
 [[ -x "$VENV/bin/python" ]] || "$PYTHON" -m venv "$VENV"
+VENV="$(cd "$VENV" && pwd)"  # absolute: make -C changes directory, and PATH must still find the venv
 PIP=("$VENV/bin/python" -m pip)
 
 # torch first, pinned, so nothing later pulls another torch; every later install keeps it pinned.

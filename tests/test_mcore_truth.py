@@ -14,7 +14,7 @@ from mcore_cases import generate_cases  # noqa: E402
 from mcore_env import mcore_pythonpath, run_truth  # noqa: E402
 
 from neox_epoch.errors import PlanError  # noqa: E402
-from neox_epoch.plan import PlanInput, SourceSpec, predict_splits  # noqa: E402
+from neox_epoch.plan import McoreOptions, PlanInput, SourceSpec, predict_splits  # noqa: E402
 
 CASES = 200
 SPLITS = ("train", "valid", "test")
@@ -40,9 +40,12 @@ def predict(case: dict, version: str):  # type: ignore[no-untyped-def,type-arg]
         framework="megatron-core", framework_version=version, seq_length=case["seq_length"], global_batch_size=1,
         train_sources=tuple(specs), valid_sources=tuple(valid), test_sources=tuple(test), per_split_paths=per_split,
         split=case["split"], seed=case["seed"],
-        mid_level_dataset_surplus=case.get("mid_level_dataset_surplus") if case.get("mid_level_dataset_surplus") is not None else 0.005,
-        add_extra_token_to_sequence=case.get("add_extra_token_to_sequence", True),
-        renormalize_blend_weights=bool(case.get("renormalize_blend_weights", False)),
+        mcore=McoreOptions(
+            mid_level_dataset_surplus=(case.get("mid_level_dataset_surplus")
+                                       if case.get("mid_level_dataset_surplus") is not None else 0.005),
+            add_extra_token_to_sequence=case.get("add_extra_token_to_sequence", True),
+            renormalize_blend_weights=bool(case.get("renormalize_blend_weights", False)),
+        ),
     )
     if per_split and not specs:
         inp = PlanInput(**{**inp.__dict__, "train_sources": tuple(valid or test)})

@@ -62,7 +62,8 @@ def test_one_source_one_epoch_numbers(demo_dir, capsys, monkeypatch):
     assert (train["tokens"], train["samples_per_epoch"], plan["train_iters"]) == (632167, 1234, 77)
     assert (train["samples_requested"], train["epochs_built"], train["samples_drawn"]) == (1232, 1, 1232)
     assert plan["remainder"] == {"samples": 1, "tokens": 512}
-    assert any("without neox-epoch: NeoX asks web_text_document for 1239 samples" in w for w in plan["warnings"])
+    assert any(w["code"] == "without-plugin" and "without neox-epoch: NeoX asks web_text_document for 1239 samples" in w["text"]
+               for w in plan["warnings"])
 
 
 def test_write_config_overlay(demo_dir, capsys, monkeypatch, tmp_path):

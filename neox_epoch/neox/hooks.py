@@ -331,9 +331,9 @@ def after_build(state: State, rp: RunPlan, neox_args: Any, loaders: Any) -> None
     if top:
         log.info("%s", render_table(rp, rows))
         for w in rp.plan.warnings:
-            if rp.separate_epochs and "shuffled jointly" in w:
-                continue  # the planner assumes NeoX's joint shuffle; the separated index has no spillover
-            if w.startswith("train") or w.startswith("exact") or w.startswith("without"):
+            if rp.separate_epochs and w.code == "spillover":
+                continue  # the separated index has no cross-epoch spillover
+            if w.split == "train" or w.code in ("exact-remainder", "without-plugin"):
                 log.warning("neox_epoch: %s", w)
         for name in rp.spillover:
             log.warning("neox_epoch: %s: fractional passes over jointly shuffled epochs (spillover); set "
@@ -344,7 +344,7 @@ def after_build(state: State, rp: RunPlan, neox_args: Any, loaders: Any) -> None
         "mode": "exact" if rp.targets is not None else "observe", "blended": rp.blended,
         "separate_epochs": rp.separate_epochs, "settings": rp.settings(), "sources": rows,
         "remainder": {"samples": rp.plan.remainder_samples, "tokens": rp.plan.remainder_tokens},
-        "warnings": list(rp.plan.warnings), "problems": problems,
+        "warnings": [w.to_json() for w in rp.plan.warnings], "problems": problems,
     })
     state.counters = build_counters(state, rp, neox_args, active=top)
 

@@ -119,7 +119,7 @@ def make_run_plan(values: Mapping[str, Any], block: EpochBlock, settings: Mappin
             if bb == "exact":
                 raise ConfigError("neox_epoch.blend_buffer: \"exact\" needs epochs; add \"epochs\": N to the block")
             buffer = float(bb) if bb is not None else (1.0 if len(labels) == 1 else 1.005)
-            inp = replace(inp, blend_buffer=buffer)
+            inp = replace(inp, neox=replace(inp.neox, blend_buffer=buffer))
         plan = make_plan(inp)
     train = tuple(s for s in plan.sources if s.split == "train")
     weights: tuple[float, ...] | None = None

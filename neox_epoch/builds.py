@@ -1,0 +1,268 @@
+"""Which datasets a framework builds for a run, with which requests, and how it blends them.
+
+One :class:`Framework` record per framework in :data:`FRAMEWORKS`; the plan dispatches through it instead
+of comparing framework names. The numbers themselves come from the semantics modules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from neox_epoch import blend, idx
+from neox_epoch.errors import PlanError
+from neox_epoch.plan_input import PlanInput, SourceSpec
+from neox_epoch.semantics import DatasetBuild, legacy, mcore, neox
+
+SPLITS = ("train", "valid", "test")
+#: token sums of (prefix, first sequence, end sequence), shared between plans so each .idx is read once
+TokenCache = dict[tuple[str, int, int], int]
+
+
+@dataclass(frozen=True)
+class Source:
+    """A source spec with its .idx header read."""
+
+    spec: SourceSpec
+    header: idx.IdxHeader
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """One dataset the framework builds: a source's document range in one split, and its index numbers."""
+
+    source: Source
+    split: str
+    doc_range: tuple[int, int]
+    tokens: int
+    build: DatasetBuild
+
+
+@dataclass(frozen=True)
+class SplitBuild:
+    """The top-level dataset of one split: direct (one dataset) or a blend."""
+
+    split: str
+    datasets: tuple[Dataset, ...]
+    blended: bool
+    greedy_weights: tuple[float, ...] | None
+    """None: exhaustive blend (every sample once) or a direct dataset."""
+    size: int
+    """Samples the split's top-level dataset offers."""
+    rule: str
+
+
+def read_sources(specs: Sequence[SourceSpec]) -> list[Source]:
+    return [Source(s, idx.read_header(s.prefix)) for s in specs]
+
+
+def token_sums(src: Source, ranges: list[tuple[int, int]], cache: TokenCache) -> list[int]:
+    missing = [r for r in ranges if (src.header.prefix, r[0], r[1]) not in cache]
+    if missing:
+        for r, t in zip(missing, idx.range_token_sums(src.header, missing)):
+            cache[(src.header.prefix, r[0], r[1])] = t
+    return [cache[(src.header.prefix, r[0], r[1])] for r in ranges]
+
+
+def eval_consumption(inp: PlanInput, train_iters: int) -> list[int]:
+    """Samples each split's loader draws: train_iters * gbs, evaluations every eval_interval, one test."""
+    gbs = inp.global_batch_size
+    return [
+        train_iters * gbs,
+        (train_iters // inp.eval_interval + 1) * inp.eval_iters * gbs if inp.eval_iters > 0 else 0,
+        inp.eval_iters * gbs if inp.eval_iters > 0 else 0,
+    ]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# GPT-NeoX (and legacy Megatron-LM, which shares the data_path / train_data_paths code shape)
+
+
+def _neox_requests(inp: PlanInput, train_iters: int) -> list[int | None]:
+    if inp.neox.train_epochs is not None and inp.train_iters is None:
+        return [None, None, None]  # train_epochs: every split built for exactly one epoch
+    return list(eval_consumption(inp, train_iters))
+
+
+def _neox_like_builds(inp: PlanInput, requests: list[int | None], cache: TokenCache,
+                      build: Callable[[int, int, int | None], DatasetBuild], legacy_size: bool) -> list[SplitBuild | None]:
+    out: list[SplitBuild | None] = [None, None, None]
+    if not inp.per_split_paths:
+        if len(inp.train_sources) != 1:
+            raise PlanError("data_path: NeoX's data_path mode takes exactly one prefix; use train_data_paths to blend")
+        (src,) = read_sources(inp.train_sources[:1])
+        bounds = neox.split_boundaries(inp.split or "969,30,1", src.header.sequence_count)
+        ranges = [(bounds[i], bounds[i + 1]) for i in range(3)]
+        toks = token_sums(src, ranges, cache)
+        for i in range(3):
+            if ranges[i][1] <= ranges[i][0]:
+                continue  # NeoX: no dataset for an empty split
+            b = build(toks[i], inp.seq_length, requests[i])
+            d = Dataset(src, SPLITS[i], ranges[i], toks[i], b)
+            out[i] = SplitBuild(SPLITS[i], (d,), False, None, b.length, "data_path + split: one dataset per split, no buffer")
+        return out
+    opts = inp.neox
+    for i, specs in enumerate((inp.train_sources, inp.valid_sources, inp.test_sources)):
+        if not specs:
+            continue
+        srcs = read_sources(specs)
+        if opts.weight_by_num_documents:
+            weights = neox.weights_by_num_docs([s.header.sequence_count for s in srcs], opts.weighted_sampler_alpha)
+        elif i == 0 and inp.blend_weights_override is not None:
+            weights = list(inp.blend_weights_override)
+        else:
+            weights = [s.spec.weight if s.spec.weight is not None else 1.0 for s in srcs]
+        for s, w in zip(srcs, weights):
+            if not w > 0:
+                raise PlanError(f"{SPLITS[i]}_data_weights: weight {w} for {s.spec.prefix} must be > 0")
+        buffer = opts.blend_buffer if opts.blend_buffer is not None else neox.BLEND_BUFFER
+        wn, reqs = neox.normalized_weights_and_num_samples(weights, requests[i], buffer)
+        if i == 0 and opts.exact_requests is not None:
+            reqs = list(opts.exact_requests)
+        datasets = []
+        for s, r in zip(srcs, reqs):
+            n = s.header.sequence_count
+            (t,) = token_sums(s, [(0, n)], cache)
+            datasets.append(Dataset(s, SPLITS[i], (0, n), t, build(t, inp.seq_length, r)))
+        if legacy_size:
+            size = int(sum(r for r in reqs if r is not None))
+        else:
+            size = neox.blend_size([d.build.length for d in datasets])
+        rule = (f"train_data_paths: each source asked for ceil(N * w_i * {buffer}); blend size = sum of len_i"
+                if opts.exact_requests is None or i else "neox_epoch exact targets: each source asked for its target")
+        if requests[i] is None:
+            rule = "train_epochs: each source built for exactly one epoch; blend size = sum of len_i"
+        out[i] = SplitBuild(SPLITS[i], tuple(datasets), True, tuple(blend.normalize(wn)), size, rule)
+    return out
+
+
+def _neox_build(tokens: int, seq_length: int, num_samples: int | None) -> DatasetBuild:
+    return neox.build(tokens, seq_length, num_samples, epochs=1 if num_samples is None else None)
+
+
+def _neox_builds(inp: PlanInput, requests: list[int | None], cache: TokenCache) -> list[SplitBuild | None]:
+    return _neox_like_builds(inp, requests, cache, _neox_build, legacy_size=False)
+
+
+def _legacy_builds(inp: PlanInput, requests: list[int | None], cache: TokenCache) -> list[SplitBuild | None]:
+    return _neox_like_builds(inp, requests, cache, legacy.build, legacy_size=True)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# megatron-core
+
+
+def _mcore_requests(inp: PlanInput, train_iters: int) -> list[int | None]:
+    if inp.mcore.num_samples is not None:
+        return list(inp.mcore.num_samples)
+    requests: list[int | None] = list(eval_consumption(inp, train_iters))
+    if inp.train_samples is not None:
+        requests[0] = inp.train_samples
+    return requests
+
+
+def _mcore_weights(inp: PlanInput) -> list[float] | None:
+    specs = list(inp.train_sources)
+    if inp.blend_weights_override is not None:
+        return list(inp.blend_weights_override)
+    if not any(s.weight is not None for s in specs):
+        return None
+    if any(s.weight is None for s in specs):
+        raise PlanError("--data-path: give a weight for every prefix or for none")
+    weights = [float(s.weight) for s in specs if s.weight is not None]
+    if any(not w > 0 for w in weights):
+        raise PlanError(f"--data-path: weights {weights} must all be > 0")
+    return weights
+
+
+def _mcore_blend_per_split(inp: PlanInput) -> list[tuple[list[str], list[float] | None] | None] | None:
+    if not inp.per_split_paths:
+        return None
+    out: list[tuple[list[str], list[float] | None] | None] = []
+    for ss in (inp.train_sources, inp.valid_sources, inp.test_sources):
+        if not ss:
+            out.append(None)
+            continue
+        w = [s.weight for s in ss]
+        out.append(([s.prefix for s in ss], None if all(x is None for x in w) else [float(x or 1.0) for x in w]))
+    if inp.blend_weights_override is not None and out[0] is not None:
+        out[0] = (out[0][0], list(inp.blend_weights_override))
+    return out
+
+
+def _mcore_builds(inp: PlanInput, requests: list[int | None], cache: TokenCache) -> list[SplitBuild | None]:
+    version, opts = inp.framework_version, inp.mcore
+    a = 1 if opts.add_extra_token_to_sequence else 0
+    rts = mcore.routes([s.prefix for s in inp.train_sources], _mcore_weights(inp), inp.split, requests, version,
+                       opts.mid_level_dataset_surplus, _mcore_blend_per_split(inp))
+    all_specs = {s.prefix: s for s in [*inp.train_sources, *inp.valid_sources, *inp.test_sources]}
+    out: list[SplitBuild | None] = [None, None, None]
+    for i, route in enumerate(rts):
+        if route is None:
+            continue
+        datasets = []
+        for prefix, bookends, req in zip(route.prefixes, route.bookends, route.requests):
+            (src,) = read_sources([all_specs[prefix]])
+            rng = mcore.split_range(bookends, src.header.sequence_count)
+            (t,) = token_sums(src, [rng], cache)
+            if rng[1] <= rng[0] and req is not None:
+                raise PlanError(
+                    f"{route.split} split of {prefix} has no documents (split {inp.split!r} over "
+                    f"{src.header.sequence_count} sequences gives [{rng[0]}, {rng[1]})) and {req} samples are "
+                    "requested: megatron-core would loop forever building it; change --split so it is empty (0) "
+                    "or has documents"
+                )
+            b = mcore.build(t, inp.seq_length, req, a, is_valid_split=(i == 1))
+            datasets.append(Dataset(src, route.split, rng, t, b))
+        if not route.blended:
+            d = datasets[0]
+            out[i] = SplitBuild(route.split, (d,), False, None, d.build.length, route.rule)
+            continue
+        size, gw = mcore.blend_size_and_weights(route, [d.build.length for d in datasets], version,
+                                                opts.renormalize_blend_weights)
+        if size is None:
+            size = int(sum(d.build.length for d in datasets))
+        out[i] = SplitBuild(route.split, tuple(datasets), True, tuple(gw) if gw is not None else None, size, route.rule)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the registry
+
+
+@dataclass(frozen=True)
+class Framework:
+    """How one framework turns a :class:`PlanInput` into datasets, and how it behaves at the edges."""
+
+    name: str
+    requests: Callable[[PlanInput, int], list[int | None]]
+    """Samples each split's dataset is asked for, given train_iters."""
+    split_builds: Callable[[PlanInput, list[int | None], TokenCache], list[SplitBuild | None]]
+    """The per-split datasets built for those requests."""
+    extra_token: Callable[[PlanInput], int]
+    """``a`` in ``(T - a) // L``: tokens of a split not usable by its samples."""
+    len_minus_one: bool
+    """``len(dataset)`` is samples - 1 (NeoX's old "temporary fix"): one sample per source is unusable."""
+    past_end: str
+    """What the framework does when a source is drawn past its end, in words."""
+    neox_cache_names: bool
+    """Its index caches are named like NeoX's (no epochs, split or content hash in the name)."""
+
+
+FRAMEWORKS: dict[str, Framework] = {
+    "neox": Framework("neox", _neox_requests, _neox_builds, lambda inp: 1, True,
+                      "NeoX silently wraps the index around (idx % len)", True),
+    "megatron-core": Framework("megatron-core", _mcore_requests, _mcore_builds,
+                               lambda inp: 1 if inp.mcore.add_extra_token_to_sequence else 0, False,
+                               "megatron-core raises its oversampling IndexError", False),
+    "megatron-legacy": Framework("megatron-legacy", _neox_requests, _legacy_builds, lambda inp: 1, False,
+                                 "legacy Megatron-LM raises an IndexError", False),
+}
+
+
+def framework_of(inp: PlanInput) -> Framework:
+    """The :class:`Framework` record of ``inp.framework`` (an error naming the choices otherwise)."""
+    fw = FRAMEWORKS.get(inp.framework)
+    if fw is None:
+        raise PlanError(f"framework: {inp.framework!r} is not one of {', '.join(FRAMEWORKS)}")
+    return fw
