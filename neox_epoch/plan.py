@@ -191,7 +191,8 @@ def make_plan(inp: PlanInput, targets: Sequence[int] | None = None, cache: Token
         builds = fw.split_builds(inp, fw.requests(inp, train_iters), cache)
     consumed = eval_consumption(inp, train_iters)
     if inp.mcore.num_samples is not None and inp.framework == "megatron-core":
-        consumed = [c if c is not None else 0 for c in inp.mcore.num_samples]
+        # Megatron-LM's evaluation draws what it asked for; training draws train_iters * global batch
+        consumed = [consumed[0]] + [c if c is not None else 0 for c in inp.mcore.num_samples[1:]]
     sources: list[SourcePlan] = []
     blends: list[SplitBlend] = []
     warnings: list[PlanWarning] = []

@@ -104,6 +104,28 @@ def test_headline_planner_predicts_spillover(corpora, tmp_path):
     assert any(w.code == "spillover" and "cross-epoch spillover" in w.text for w in plan.warnings)
 
 
+@pytest.mark.parametrize("name", sorted(GOLDEN["cases"]))
+def test_plan_unseen_equals_neox_exposure(name, corpora, tmp_path):
+    """Tokens never seen per train source: the plan's figure against the exposure NeoX's own arrays give for
+    the first train_iters * train_batch_size samples. Exact figures must be equal; expectations (jointly
+    shuffled epochs drawn in part) within 4 standard deviations of a sample-level binomial, plus 2 samples."""
+    case = GOLDEN["cases"][name]
+    plan = make_plan(plan_input_from_neox(load_neox_configs([_config(case, corpora, tmp_path)])))
+    seq = case["exposure"]["seq_length"]
+    measured = [s["histogram"].get("0", 0) for s in case["exposure"]["sources"]]
+    train = [s for s in plan.sources if s.split == "train"]
+    assert len(train) == len(measured)
+    for s, count in zip(train, measured):
+        if s.tokens_unseen_exact:
+            assert s.tokens_unseen == count, f"{s.name}: exact {s.tokens_unseen}, NeoX's arrays give {count}"
+            continue
+        p = min(1.0, s.samples_drawn / s.samples_built)
+        q = (1 - p) ** s.epochs_built
+        n = max(1, s.tokens // seq)
+        tol = 4 * (n * q * (1 - q)) ** 0.5 * seq + 2 * seq
+        assert abs(s.tokens_unseen - count) <= tol, f"{s.name}: expected ~{s.tokens_unseen}, NeoX gives {count}"
+
+
 @pytest.mark.skipif(not os.environ.get("NEOX_DIR"), reason="NEOX_DIR is not set: live GPT-NeoX comparison skipped "
                     "(set NEOX_DIR to a gpt-neox checkout and NEOX_PYTHON to a venv built by scripts/neox_env.sh)")
 def test_live_neox_reproduces_fixture(tmp_path):
