@@ -31,6 +31,11 @@ COMMANDS: dict[str, str] = {
 }
 
 
+def one_line(message: str) -> str:
+    """``message`` on one line (a wrapped YAML or DeepSpeed error keeps its words, loses its line breaks)."""
+    return " ".join(part.strip() for part in message.splitlines() if part.strip())
+
+
 def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="neox-epoch",
@@ -65,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except NeoxEpochError as err:
-        print(f"neox-epoch {args.command}: error: {err}", file=sys.stderr)
+        print(f"neox-epoch {args.command}: error: {one_line(str(err))}", file=sys.stderr)
         return err.exit_code
     except BrokenPipeError:  # output piped into head and closed
         sys.stderr.close()
@@ -77,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.debug:
             raise
         inputs = " ".join(a for a in argv if a != args.command)[:300]
-        print(f"neox-epoch {args.command}: internal error: {type(err).__name__}: {err} (input: {inputs}); "
+        print(f"neox-epoch {args.command}: internal error: {type(err).__name__}: {one_line(str(err))} (input: {inputs}); "
               "this is a bug in neox-epoch: rerun with --debug for the traceback and report it", file=sys.stderr)
         return INTERNAL_ERROR
 

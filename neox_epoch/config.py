@@ -17,6 +17,7 @@ import yaml
 
 from neox_epoch.errors import ConfigError, did_you_mean
 from neox_epoch.plan_input import NeoxOptions, PlanInput, SourceSpec
+from neox_epoch.textfile import read_config_text
 
 BLOCK = "neox_epoch"
 
@@ -129,8 +130,7 @@ def load_neox_configs(paths: list[str], check_keys: bool = True) -> NeoxConfig:
             )
         basenames[base] = path
         try:
-            with open(path, encoding="utf-8") as f:
-                raw = yaml.safe_load(f)
+            raw = yaml.safe_load(read_config_text(path, "NeoX YAML config"))
         except yaml.YAMLError as err:
             mark = getattr(err, "problem_mark", None)
             at = f" at line {mark.line + 1}" if mark is not None else ""

@@ -137,6 +137,10 @@ def _check_input(inp: PlanInput) -> None:
         raise PlanError(f"blend_buffer: {bb}; expected a finite number >= 1.0")
 
 
+#: blends larger than this are refused: the framework's blending index takes 9 bytes a sample (90 GB here)
+MAX_BLEND_SAMPLES = 10_000_000_000
+
+
 def _draws(sb: SplitBuild, consumed: int) -> tuple[list[int], int]:
     """Per dataset draws among the first ``consumed`` samples of the split (and how many were consumed)."""
     n = min(consumed, sb.size)
@@ -144,6 +148,12 @@ def _draws(sb: SplitBuild, consumed: int) -> tuple[list[int], int]:
         return [n], n
     if sb.greedy_weights is None:  # exhaustive megatron-core blend
         return [d.build.length for d in sb.datasets], n
+    if n > MAX_BLEND_SAMPLES:
+        raise PlanError(
+            f"{sb.split}: a blend of {n:,d} samples: the framework's blending index would take {9 * n / 1e9:,.0f} GB "
+            "(a uint8 and an int64 per sample) and no real run draws that many; check train_iters, eval_interval "
+            "and eval_iters"
+        )
     return blend.greedy_counts(list(sb.greedy_weights), n), n
 
 

@@ -8,11 +8,11 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 . .venv/bin/activate
-stamp=.venv/.neox-epoch-setup-v1
+stamp=.venv/.neox-epoch-setup-v2
 if [ ! -f "$stamp" ]; then
   python -m pip install -q --upgrade "pip<26" wheel "setuptools<81"
   python -m pip install -q torch==2.13.0
-  python -m pip install -q "numpy<2" packaging pyyaml pytest ruff matplotlib
+  python -m pip install -q "numpy<2" packaging pyyaml pytest ruff matplotlib hypothesis
   python -m pip install -q megatron-core==0.16.1
   python -m pip install -q deepspeed==0.19.8
   touch "$stamp"

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from neox_epoch.errors import ConfigError, did_you_mean
+from neox_epoch.textfile import read_config_text
 
 Flavor = Literal["neox", "deepspeed"]
 
@@ -148,8 +149,7 @@ def _no_duplicates(path: str) -> Any:
 
 
 def _load_json(path: str) -> Any:
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
+    text = read_config_text(path, "DeepSpeed JSON config")
     try:
         return json.loads(text, object_pairs_hook=_no_duplicates(path))
     except json.JSONDecodeError as err:

@@ -45,6 +45,7 @@ from neox_epoch.atomic import write_text_atomic
 from neox_epoch.config import BLOCK, load_neox_configs
 from neox_epoch.errors import BatchError, ConfigError
 from neox_epoch.neox.block import ENV_VAR, EXPORT_PREFIX, HookBlock, parse_block
+from neox_epoch.textfile import read_config_text
 
 #: the module the workers run (``python -m``) instead of the user script
 WORKER_MODULE = "neox_epoch.neox.worker"
@@ -116,8 +117,7 @@ def clean_configs(paths: list[str], workdir: str) -> tuple[list[str], HookBlock 
     for path in paths:
         if not os.path.isfile(path):
             raise ConfigError(f"{path}: config file not found")
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        text = read_config_text(path, "NeoX YAML config")
         cleaned, raw = strip_block_text(text, path)
         if raw is not None:
             found.append((path, raw))
