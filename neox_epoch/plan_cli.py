@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 import yaml
@@ -185,6 +186,29 @@ def overlay(plan: Plan, block: EpochBlock | None, targets: dict[str, float]) -> 
     return {"train_iters": plan.train_iters, "neox_epoch": b}
 
 
+#: warnings that the hooks turn into a stopped run when the block says ``enforce: true``
+ENFORCED_CODES = ("oversampled", "spillover")
+
+
+def enforce_findings(plan: Plan, block: EpochBlock | None) -> list[str]:
+    """What would stop a run whose ``neox_epoch`` block has ``enforce: true`` (empty: it runs)."""
+    if block is None or not block.enforce:
+        return []
+    return [f"enforce: the run would stop: {w.text}" for w in plan.warnings
+            if w.split == "train" and w.code in ENFORCED_CODES]
+
+
+def block_line(block: EpochBlock | None) -> str:
+    """One line saying what the neox_epoch block changes about how the run is built and checked."""
+    if block is None:
+        return ""
+    parts = [f"epochs {block.epochs}" if block.epochs is not None else "no epochs (observe only)"]
+    parts.append("separate_epochs: each epoch shuffled on its own" if block.separate_epochs
+                 else "epochs shuffled jointly (NeoX's way)")
+    parts.append("enforce: a run that cannot be exact stops" if block.enforce else "enforce off: problems are warnings")
+    return "neox_epoch block: " + "; ".join(parts)
+
+
 def run(args: argparse.Namespace) -> int:
     inp, block = build_input(args)
     targets = targets_from(args, inp, block)
@@ -197,11 +221,17 @@ def run(args: argparse.Namespace) -> int:
         write_text_atomic(args.write_config, text)
     if args.json:
         out = plan.to_json()
+        out["enforce_findings"] = enforce_findings(plan, block)
         if targets and inp.framework == "neox":
             out["settings"]["neox_overlay"] = overlay(plan, block, targets)  # type: ignore[index]
         print(json.dumps(out, indent=1, sort_keys=False))
     else:
+        if block is not None:
+            print(block_line(block))
         print(render(plan))
         if args.write_config:
             print(f"\nwrote {args.write_config}")
-    return 0
+    stops = enforce_findings(plan, block)
+    for line in stops:
+        print(f"neox-epoch plan: {line}", file=sys.stderr)
+    return 1 if stops else 0
