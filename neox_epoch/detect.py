@@ -3,16 +3,54 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
+import sys
+from collections.abc import Sequence
 from importlib import metadata
+
+#: megatron-core versions whose data arithmetic this project's tests check against the real builder
+VERIFIED_MCORE_VERSIONS = ("0.10.0", "0.16.1")
+
+
+def _package_info_version(path: str) -> str | None:
+    """``MAJOR.MINOR.PATCH[PRE_RELEASE]`` read from a megatron/core/package_info.py as text (no import)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError):
+        return None
+    parts = {}
+    for key in ("MAJOR", "MINOR", "PATCH", "PRE_RELEASE"):
+        m = re.search(rf"^{key}\s*=\s*['\"]?([0-9A-Za-z.]*)['\"]?\s*$", text, re.MULTILINE)
+        if m is None and key != "PRE_RELEASE":
+            return None
+        parts[key] = m.group(1) if m else ""
+    return f"{parts['MAJOR']}.{parts['MINOR']}.{parts['PATCH']}{parts['PRE_RELEASE']}"
+
+
+def megatron_core_source(paths: Sequence[str] | None = None) -> tuple[str, str] | None:
+    """(version, where) of the megatron-core that ``import megatron.core`` would load, without importing it.
+
+    The first ``megatron/core`` on ``sys.path`` wins, as for the import: a Megatron-LM checkout on PYTHONPATH
+    shadows the installed wheel. Its ``package_info.py`` gives the version; package metadata is the fallback.
+    """
+    for entry in sys.path if paths is None else paths:
+        base = os.path.join(entry or os.getcwd(), "megatron", "core")
+        if os.path.isfile(os.path.join(base, "__init__.py")):
+            version = _package_info_version(os.path.join(base, "package_info.py"))
+            if version:
+                return version, os.path.join(entry or ".", "megatron", "core", "package_info.py")
+    try:
+        return metadata.version("megatron-core"), "the installed megatron-core package"
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def megatron_core_version() -> str | None:
-    """The installed megatron-core version from package metadata, or None."""
-    try:
-        return metadata.version("megatron-core")
-    except metadata.PackageNotFoundError:
-        return None
+    """The version of the megatron-core that would be imported (a checkout on the path first), or None."""
+    found = megatron_core_source()
+    return found[0] if found else None
 
 
 def neox_version(neox_dir: str | None = None) -> str:

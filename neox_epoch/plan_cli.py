@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from typing import Any
 
@@ -24,6 +25,8 @@ from neox_epoch.plan import (
     passes_per_source,
 )
 from neox_epoch.report import render
+
+log = logging.getLogger(__name__)
 
 
 def register(sub: Any) -> None:
@@ -50,6 +53,8 @@ def register(sub: Any) -> None:
     g.add_argument("--eval-iters", type=int)
     g.add_argument("--seed", type=int)
     g.add_argument("--mid-level-dataset-surplus", type=float)
+    p.add_argument("--force-version", action="store_true", help="plan a megatron-core version this project has not "
+                   "verified against a real build (with a warning)")
     p.add_argument("--world-size", type=int, help="NeoX: GPUs, to derive train_batch_size = micro * accum * dp")
     e = p.add_argument_group("exact mode")
     e.add_argument("--epochs", type=float, help="exactly N passes over every train source (fractional allowed)")
@@ -155,11 +160,32 @@ def build_input(args: argparse.Namespace) -> tuple[PlanInput, EpochBlock | None]
     if not (args.data_path or args.train_data_path):
         raise ConfigError("no input: give NeoX config files (neox-epoch plan config.yml) or --data-path PREFIX ...")
     framework = args.framework or "megatron-core"
-    version = args.framework_version or (detect.megatron_core_version() if framework == "megatron-core" else "") or ""
-    if framework == "megatron-core" and not version:
-        raise ConfigError("--framework-version: megatron-core is not installed here; say which version to mirror, "
-                          "e.g. --framework-version 0.16.1")
+    version = mcore_version(args) if framework == "megatron-core" else (args.framework_version or "")
     return _megatron_input(args, framework, version), None
+
+
+def mcore_version(args: argparse.Namespace) -> str:
+    """The megatron-core version to mirror: given, or the one ``import megatron.core`` would load (a
+    Megatron-LM checkout on PYTHONPATH first, else the installed package); unverified versions need
+    ``--force-version``."""
+    where = "--framework-version"
+    version = args.framework_version
+    if not version:
+        found = detect.megatron_core_source()
+        if found is None:
+            raise ConfigError("--framework-version: no megatron-core is installed or on PYTHONPATH; say which version "
+                              "to mirror, e.g. --framework-version 0.16.1")
+        version, where = found
+    if version not in detect.VERIFIED_MCORE_VERSIONS and not args.force_version:
+        raise ConfigError(
+            f"megatron-core {version} (from {where}): its data arithmetic is not verified against a real build by "
+            f"this project (verified: {', '.join(detect.VERIFIED_MCORE_VERSIONS)}); pass --force-version to plan it "
+            "with the rules of its version range, or --framework-version with a verified version"
+        )
+    if version not in detect.VERIFIED_MCORE_VERSIONS:
+        log.warning("megatron-core %s is not verified against a real build here; planned with the rules of its "
+                    "version range (--force-version)", version)
+    return str(version)
 
 
 def targets_from(args: argparse.Namespace, inp: PlanInput, block: EpochBlock | None) -> dict[str, float] | None:

@@ -213,3 +213,61 @@ def test_plan_never_imports_torch(demo_dir):
     out = subprocess.run([sys.executable, "-c", code], cwd=demo_dir, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "HEAVY []" in out.stdout
+
+
+def test_megatron_version_from_checkout_on_path(demo_dir, capsys, monkeypatch, tmp_path):
+    """A Megatron-LM checkout first on sys.path decides the version (it shadows the wheel), read from its
+    package_info.py as text; an unverified version is refused unless --force-version."""
+    pkg = tmp_path / "Megatron-LM" / "megatron" / "core"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("raise ImportError('never imported by the planner')\n")
+    (pkg / "package_info.py").write_text('MAJOR = 0\nMINOR = 19\nPATCH = 2\nPRE_RELEASE = ""\n')
+    monkeypatch.syspath_prepend(str(tmp_path / "Megatron-LM"))
+    monkeypatch.chdir(demo_dir)
+    flags = ["plan", "--data-path", "demo/data/web_text_document", "--seq-length", "512", "--global-batch-size",
+             "16", "--train-iters", "20", "--json"]
+    code, _, err = run_cli(flags, capsys)
+    assert code == 2 and "megatron-core 0.19.2 (from" in err and "--force-version" in err
+    code, out, _ = run_cli(flags + ["--force-version"], capsys)
+    assert code == 0 and json.loads(out)["framework_version"] == "0.19.2"
+    (pkg / "package_info.py").write_text('MAJOR = 0\nMINOR = 16\nPATCH = 1\nPRE_RELEASE = ""\n')
+    code, out, _ = run_cli(flags, capsys)
+    assert code == 0 and json.loads(out)["framework_version"] == "0.16.1"
+
+
+def test_enforce_and_separate_epochs_in_plan(demo_dir, capsys, monkeypatch, tmp_path):
+    """1.5 passes over one source: NeoX builds 2 epochs; jointly shuffled, enforce would stop the run (exit 1);
+    with separate_epochs the second pass is its own block, nothing is left unseen, exit 0."""
+    monkeypatch.chdir(demo_dir)
+    text = open("configs/one_source_one_epoch.yml", encoding="utf-8").read()
+    joint = tmp_path / "joint.yml"
+    joint.write_text(text.replace('"neox_epoch": {"epochs": 1, "blend_buffer": 1.0}',
+                                  '"neox_epoch": {"epochs": 1.5, "enforce": true}'))
+    code, out, err = run_cli(["plan", str(joint), "--json"], capsys)
+    plan = json.loads(out)
+    assert code == 1 and "enforce: the run would stop" in err and "cross-epoch spillover" in err
+    assert len(plan["enforce_findings"]) == 1
+    sep = tmp_path / "sep.yml"
+    sep.write_text(text.replace('"neox_epoch": {"epochs": 1, "blend_buffer": 1.0}',
+                                '"neox_epoch": {"epochs": 1.5, "enforce": true, "separate_epochs": true}'))
+    code, out, err = run_cli(["plan", str(sep)], capsys)
+    assert code == 0, err
+    assert "separate_epochs: each epoch shuffled on its own" in out and "2 (sep.)" in out
+    code, out, _ = run_cli(["plan", str(sep), "--json"], capsys)
+    (train,) = [s for s in json.loads(out)["sources"] if s["split"] == "train"]
+    assert (train["epochs_built"], train["tokens_unseen"], train["tokens_unseen_exact"]) == (2, 0, True)
+
+
+def test_internal_error_is_one_line_exit_3(capsys, monkeypatch):
+    """An unexpected exception (a bug) is one line with the command and input, exit 3; --debug re-raises."""
+    import neox_epoch.plan_cli as plan_cli
+
+    def boom(args):  # type: ignore[no-untyped-def]
+        raise ZeroDivisionError("simulated bug")
+
+    monkeypatch.setattr(plan_cli, "build_input", boom)
+    code, _, err = run_cli(["plan", "x.yml"], capsys)
+    assert code == 3 and err.count("\n") == 1
+    assert "neox-epoch plan: internal error: ZeroDivisionError: simulated bug (input: x.yml)" in err
+    with pytest.raises(ZeroDivisionError):
+        main(["--debug", "plan", "x.yml"])
