@@ -1,0 +1,143 @@
+"""Regenerate neox_epoch/data/megatron_flags.json: every option Megatron-LM's ``parse_args`` knows.
+
+Runs Megatron-LM's own ``megatron.training.arguments.parse_args()`` and catches the
+``argparse.ArgumentParser`` it builds at the moment it would parse ``sys.argv``, then writes each
+action's facts: option strings, dest, nargs, the type's name, the default, choices and the action
+kind (store, store_true, store_false, ...). Nothing of Megatron-LM's code is copied: the file is a table
+of option names and defaults, with the version read from ``megatron/core/package_info.py``.
+
+Run with the Megatron-LM tree first on PYTHONPATH (its megatron.core shadows the wheel's)::
+
+    MEGATRON_LM_DIR=<Megatron-LM tree> python scripts/megatron_flags.py [OUT.json]
+
+Importing megatron.training needs torch, megatron-core's dependencies and ``six regex triton pydantic``
+(see shared/notes/megatron-core.md, "Megatron-LM's training side").
+"""
+
+from __future__ import annotations
+
+import argparse
+import enum
+import json
+import os
+import re
+import sys
+from typing import Any
+
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "neox_epoch", "data", "megatron_flags.json")
+
+#: argparse action classes by the name a reader expects (the ``action=`` string that creates them)
+ACTION_NAMES = {
+    "_StoreAction": "store",
+    "_StoreTrueAction": "store_true",
+    "_StoreFalseAction": "store_false",
+    "_StoreConstAction": "store_const",
+    "_AppendAction": "append",
+    "_AppendConstAction": "append_const",
+    "_CountAction": "count",
+    "_HelpAction": "help",
+    "_VersionAction": "version",
+    "BooleanOptionalAction": "boolean_optional",
+}
+
+
+class _Caught(Exception):
+    """Raised instead of parsing, carrying the parser parse_args built."""
+
+    def __init__(self, parser: argparse.ArgumentParser) -> None:
+        super().__init__("parser caught")
+        self.parser = parser
+
+
+def megatron_parser() -> argparse.ArgumentParser:
+    """The ArgumentParser built by Megatron-LM's ``parse_args()`` (caught before it parses)."""
+    from megatron.training import arguments
+
+    def catch(self: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> Any:
+        raise _Caught(self)
+
+    saved = (argparse.ArgumentParser.parse_args, argparse.ArgumentParser.parse_known_args)
+    argparse.ArgumentParser.parse_args = catch  # type: ignore[method-assign]
+    argparse.ArgumentParser.parse_known_args = catch  # type: ignore[method-assign]
+    try:
+        arguments.parse_args()
+    except _Caught as caught:
+        return caught.parser
+    finally:
+        argparse.ArgumentParser.parse_args, argparse.ArgumentParser.parse_known_args = saved
+    raise RuntimeError("megatron.training.arguments.parse_args() returned without parsing")
+
+
+def type_name(kind: Any) -> str | None:
+    """A JSON-able name for an action's ``type``: int, float, str, or the callable's name."""
+    if kind is None:
+        return None
+    name = getattr(kind, "__name__", None) or type(kind).__name__
+    if name == "enum_type_handler":  # ArgumentGroupFactory's enum parser: the value is a member name
+        return "enum"
+    return str(name)
+
+
+def json_value(value: Any) -> Any:
+    """Defaults and choices as JSON: enums by member name, other objects by str()."""
+    if isinstance(value, enum.Enum):  # before int: IntEnum members (signal.Signals) are ints too
+        return value.name
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [json_value(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): json_value(v) for k, v in value.items()}
+    return str(value)
+
+
+def action_record(action: argparse.Action) -> dict[str, Any]:
+    """The facts of one argparse action."""
+    kind = ACTION_NAMES.get(type(action).__name__, type(action).__name__)
+    return {
+        "options": list(action.option_strings),
+        "dest": action.dest,
+        "action": kind,
+        "nargs": action.nargs,
+        "type": type_name(action.type),
+        "default": json_value(action.default),
+        "choices": None if action.choices is None else [json_value(c) for c in action.choices],
+        "required": bool(action.required),
+    }
+
+
+def package_version(tree: str) -> str:
+    """MAJOR.MINOR.PATCH+PRE_RELEASE from megatron/core/package_info.py, read as text (not imported)."""
+    text = open(os.path.join(tree, "megatron", "core", "package_info.py"), encoding="utf-8").read()
+    parts = {k: v for k, v in re.findall(r'^(MAJOR|MINOR|PATCH|PRE_RELEASE)\s*=\s*["\']?([^"\'\n]*)', text, re.M)}
+    return f"{parts['MAJOR']}.{parts['MINOR']}.{parts['PATCH']}{parts.get('PRE_RELEASE', '')}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Write the table; the Megatron-LM tree comes from MEGATRON_LM_DIR or the imported megatron package."""
+    out = (argv or sys.argv[1:] or [OUT])[0]
+    tree = os.environ.get("MEGATRON_LM_DIR")
+    if tree and tree not in sys.path:
+        sys.path.insert(0, tree)
+    import megatron
+
+    tree = os.path.dirname(os.path.dirname(os.path.abspath(megatron.__path__[0] + "/x")))
+    parser = megatron_parser()
+    actions = [action_record(a) for a in parser._actions if a.option_strings and a.dest != "help"]
+    table = {
+        "megatron_lm_version": package_version(tree),
+        "source": "megatron/training/arguments.py parse_args(): the argparse parser it builds",
+        "allow_abbrev": bool(parser.allow_abbrev),
+        "num_options": len(actions),
+        "options": sorted(actions, key=lambda a: a["options"][0]),
+    }
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out, "w", encoding="utf-8") as f:
+        json.dump(table, f, indent=0, sort_keys=True)
+        f.write("\n")
+    print(f"{len(actions)} options of Megatron-LM {table['megatron_lm_version']} written to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,324 @@
+"""Ground truth from REAL Megatron-LM (megatron/training + pretrain_gpt.py), not a pytest file.
+
+Usage (the Megatron-LM tree first on PYTHONPATH, see tests/megatron_lm_env.py)::
+
+    python tests/megatron_lm_truth.py CASES.json OUT.json [--timeout 120]
+
+CASES.json: ``[{"id", "argv": [pretrain_gpt.py arguments], "world_size": N, "cache_dir": DIR}, ...]``.
+Each case runs in a forked worker (Megatron-LM is imported once, before forking) that does what
+``pretrain()`` does before training, in its order, and records the first refusal:
+
+1. ``parse_args()`` with ``sys.argv`` set and ``WORLD_SIZE`` = world_size (where Megatron-LM reads it);
+2. ``validate_args(args, {})``;
+3. ``init_num_microbatches_calculator(...)`` as ``set_global_variables`` calls it;
+4. ``get_optimizer_param_scheduler(optimizer)`` (it calls ``update_train_iters`` for sample-based runs);
+5. ``get_train_valid_test_num_samples()`` with ``args.iteration = 0`` (a new run);
+6. pretrain_gpt.py's ``core_gpt_dataset_config_from_args(args)`` and the real
+   ``BlendedMegatronDatasetBuilder(GPTDataset, sizes, is_built_on_rank, config).build()``;
+7. with a batch-size ramp, the training loop's ``update_num_microbatches(consumed, consistency_check=True)``.
+
+Stand-ins, test side only (each says why at its definition): CUDA_DEVICE_MAX_CONNECTIONS=1, the GPU
+architecture query answered as an H100 would, a one-rank gloo group, a parameter-less optimizer for the
+scheduler, ``is_built_on_rank`` always True. A build that would never return (a split with no document
+asked for samples) is detected before building and recorded as the refusal "builder would never return";
+a worker that still hangs is killed after ``--timeout`` seconds.
+
+OUT.json: ``{"megatron_lm_version", "megatron_lm_dir", "import_s", "cases": [CASE, ...]}`` with
+CASE = ``{"id", "refusal": null | {"stage", "error", "message"}, "world_size", "data_parallel_size",
+"global_batch_size", "train_iters", "num_samples": [train, valid, test], "scheduler": {...},
+"splits": {"train"|"valid"|"test": SPLIT | [SPLIT, ...] | null}}``; SPLIT is a GPTDataset record
+(``dataset_path, num_samples, len, num_documents, tokens, epochs``) or a BlendedDataset record (``size,
+len, weights, draws, datasets: [GPT record, ...]``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import sys
+import tempfile
+import time
+import traceback
+import types
+import warnings
+from typing import Any
+
+import numpy as np
+
+SPLITS = ("train", "valid", "test")
+MESSAGE_CHARS = 400
+M: dict[str, Any] = {}
+
+
+class Refused(Exception):
+    """A stage of Megatron-LM raised: carries the stage, the exception type and message."""
+
+    def __init__(self, stage: str, error: str, message: str) -> None:
+        super().__init__(f"{stage}: {error}: {message}")
+        self.record = {"stage": stage, "error": error, "message": message[:MESSAGE_CHARS]}
+
+
+def _stand_ins() -> None:
+    """Test-side stand-ins for what a GPU cluster gives Megatron-LM; nothing of Megatron-LM is changed."""
+    import torch
+
+    # validate_args asserts CUDA_DEVICE_MAX_CONNECTIONS=1 with tensor/context parallelism (the examples export it).
+    os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
+    # validate_args asks the GPU generation (get_device_arch_version -> get_device_properties(...).major, and
+    # get_device_capability for MoE grouped GEMM); this machine has no GPU, so answer as an H100 (sm_90) would.
+    torch.cuda.get_device_properties = lambda *a, **k: types.SimpleNamespace(major=9, minor=0, name="H100 stand-in")
+    torch.cuda.get_device_capability = lambda *a, **k: (9, 0)
+
+
+def _import_megatron() -> None:
+    """Import Megatron-LM's training side and pretrain_gpt.py once, before forking."""
+    warnings.filterwarnings("ignore")
+    _stand_ins()
+    import megatron.training.global_vars as global_vars
+    import pretrain_gpt
+    from megatron.core.datasets import blended_megatron_dataset_builder as builder_module
+    from megatron.core.datasets.gpt_dataset import GPTDataset
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+    from megatron.core.datasets.utils import normalize
+    from megatron.core.num_microbatches_calculator import (
+        get_current_global_batch_size,
+        get_num_microbatches,
+        init_num_microbatches_calculator,
+        update_num_microbatches,
+    )
+    from megatron.core.package_info import __version__
+    from megatron.training import arguments, training
+
+    M.update(arguments=arguments, training=training, global_vars=global_vars, pretrain_gpt=pretrain_gpt,
+             builder_module=builder_module, GPTDataset=GPTDataset, IndexedDataset=IndexedDataset,
+             normalize=normalize, init_calc=init_num_microbatches_calculator, update_calc=update_num_microbatches,
+             num_micro=get_num_microbatches, current_gbs=get_current_global_batch_size, version=__version__)
+
+
+def _stage(name: str, fn: Any, *args: Any) -> Any:
+    """Run one Megatron-LM step; any exception (SystemExit included) becomes a Refused of that stage."""
+    try:
+        return fn(*args)
+    except Refused:
+        raise
+    except BaseException as err:  # noqa: BLE001 - every refusal of the real code is a fact to record
+        message = str(err.code) if isinstance(err, SystemExit) else str(err)
+        raise Refused(name, type(err).__name__, message) from err
+
+
+# ------------------------------------------------------------------------------------------- stages
+
+
+def _parse(argv: list[str], world_size: int) -> Any:
+    """parse_args() as pretrain() calls it: sys.argv and the WORLD_SIZE torchrun sets."""
+    os.environ["WORLD_SIZE"] = str(world_size)
+    os.environ["RANK"] = "0"
+    sys.argv = ["pretrain_gpt.py", *argv]
+    return M["arguments"].parse_args()
+
+
+def _scheduler(args: Any) -> dict[str, Any]:
+    """get_optimizer_param_scheduler with a parameter-less optimizer (test-side: the scheduler only sets lr
+    on optimizer.param_groups; no model is built)."""
+    sched = M["training"].get_optimizer_param_scheduler(types.SimpleNamespace(param_groups=[]))
+    return {"lr_warmup_steps": sched.lr_warmup_steps, "lr_decay_steps": sched.lr_decay_steps,
+            "wd_incr_steps": sched.wd_incr_steps, "wsd_decay_steps": sched.wsd_decay_steps}
+
+
+def _train_consistency(args: Any) -> None:
+    """The training loop's per-step update_num_microbatches(consumed, consistency_check=True) through the ramp."""
+    if args.rampup_batch_size is None:
+        return
+    consumed = 0
+    for _ in range(args.train_iters):
+        M["update_calc"](consumed, consistency_check=True)
+        if consumed > int(args.rampup_batch_size[2]):
+            break
+        consumed += args.data_parallel_size * args.micro_batch_size * M["num_micro"]()
+    M["update_calc"](0, consistency_check=False)
+
+
+def _num_sequences(prefix: str) -> int:
+    """Sequences in a prefix's .idx, read with Megatron's IndexedDataset (held while read)."""
+    ds = M["IndexedDataset"](prefix)
+    return int(ds.sequence_lengths.shape[0])
+
+
+def _requests(config: Any, sizes: list[int | None]) -> list[tuple[str, int, tuple[float, float]]]:
+    """(prefix, num_samples, bookends) of every GPTDataset the builder will ask for samples (not None)."""
+    surplus = config.mid_level_dataset_surplus
+    out: list[tuple[str, int, tuple[float, float]]] = []
+
+    def add(prefixes: list[str], weights: list[float] | None, matrix: list[Any], sz: list[int | None],
+            single_direct: bool) -> None:
+        if weights is None:
+            if single_direct and len(prefixes) == 1:
+                out.extend((prefixes[0], s, b) for s, b in zip(sz, matrix) if b is not None and s is not None)
+            return
+        buffers = M["builder_module"]._get_size_per_split_per_dataset(M["normalize"](weights), sz, surplus=surplus)
+        for prefix, per_split in zip(prefixes, buffers):
+            out.extend((prefix, s, b) for s, b in zip(per_split, matrix) if b is not None and s is not None)
+
+    if config.blend is not None:
+        add(list(config.blend[0]), config.blend[1], list(config.split_matrix), sizes, True)
+    elif config.blend_per_split is not None:
+        for i, blend in enumerate(config.blend_per_split):
+            if blend is None:
+                continue
+            matrix = [None, None, None]
+            matrix[i] = (0.0, 1.0)
+            spoof: list[int | None] = [0, 0, 0]
+            spoof[i] = sizes[i]
+            if len(blend[0]) == 1:  # one prefix: the GPTDataset directly, over the whole file
+                if sizes[i] is not None:
+                    out.append((blend[0][0], sizes[i], (0.0, 1.0)))
+                continue
+            multi_valid = config.multiple_validation_sets and i == 1 and len(blend[0]) > 1
+            add(list(blend[0]), None if multi_valid else blend[1], matrix, spoof, True)
+            if multi_valid and sizes[i] is not None:
+                out.extend((p, sizes[i], (0.0, 1.0)) for p in blend[0])
+    return out
+
+
+def _never_returns(config: Any, sizes: list[int | None]) -> str | None:
+    """The first dataset asked for samples whose split has no sequence (the builder would loop forever)."""
+    for prefix, num_samples, (lo, hi) in _requests(config, sizes):
+        n = _num_sequences(prefix)
+        if int(round(hi * float(n))) - int(round(lo * float(n))) <= 0:
+            return (f"{os.path.basename(prefix)}: split ({lo:g}, {hi:g}) of {n} sequences is empty and "
+                    f"{num_samples} samples are requested")
+    return None
+
+
+def _gpt_record(ds: Any) -> dict[str, Any]:
+    """What one GPTDataset built."""
+    indices = np.asarray(ds.indices)
+    docs = int(indices.shape[0])
+    tokens = int(np.sum(ds.dataset.sequence_lengths[indices], dtype=np.int64)) if docs else 0
+    return {"type": "GPTDataset", "dataset_path": ds.dataset_path, "num_samples": ds.num_samples, "len": len(ds),
+            "num_documents": docs, "tokens": tokens,
+            "epochs": int(np.asarray(ds.document_index).shape[0] // docs) if docs else None}
+
+
+def _record(ds: Any) -> Any:
+    """A split's dataset (GPT, blended, a list for multiple validation sets, or None)."""
+    if ds is None:
+        return None
+    if isinstance(ds, list):
+        return [_record(d) for d in ds]
+    if type(ds).__name__ == "BlendedDataset":
+        index = np.asarray(ds.dataset_index)
+        draws = np.bincount(index, minlength=len(ds.datasets)).tolist() if index.size else [0] * len(ds.datasets)
+        weights = [float(w) for w in ds.weights] if ds.weights is not None else None
+        return {"type": "BlendedDataset", "size": ds.size, "len": len(ds), "weights": weights, "draws": draws,
+                "datasets": [_gpt_record(d) for d in ds.datasets]}
+    return _gpt_record(ds)
+
+
+def _run_case(case: dict[str, Any]) -> dict[str, Any]:
+    """All stages of one case; the first refusal ends it."""
+    import torch.distributed as dist
+
+    cache = tempfile.mkdtemp(prefix="mlm-truth-", dir=case["cache_dir"])
+    if not dist.is_initialized():
+        # the blend builder calls torch.distributed.get_rank(): a one-rank gloo group (test-side stand-in)
+        dist.init_process_group("gloo", init_method=f"file://{os.path.join(cache, 'gloo')}", rank=0, world_size=1)
+    out: dict[str, Any] = {"id": case["id"], "refusal": None}
+    try:
+        args = _stage("parse_args", _parse, list(case["argv"]), int(case["world_size"]))
+        _stage("validate_args", M["arguments"].validate_args, args, {})
+        out.update(world_size=args.world_size, data_parallel_size=args.data_parallel_size,
+                   global_batch_size=args.global_batch_size)
+        M["global_vars"].set_args(args)
+        _stage("num_microbatches_calculator", M["init_calc"], args.rank, args.rampup_batch_size,
+               args.global_batch_size, args.micro_batch_size, args.data_parallel_size,
+               args.decrease_batch_size_if_needed)
+        out["scheduler"] = _stage("get_optimizer_param_scheduler", _scheduler, args)
+        out["train_iters"] = args.train_iters
+        args.iteration = 0  # a new run: pretrain() sets it to 0 when no checkpoint is loaded
+        sizes = _stage("get_train_valid_test_num_samples", M["training"].get_train_valid_test_num_samples)
+        out["num_samples"] = list(sizes)
+        config = _stage("core_gpt_dataset_config_from_args", M["pretrain_gpt"].core_gpt_dataset_config_from_args, args)
+        builder = _stage("builder", M["builder_module"].BlendedMegatronDatasetBuilder,
+                         M["GPTDataset"], list(sizes), lambda: True, config)  # built on this rank (stand-in)
+        try:
+            hang = _never_returns(config, list(sizes))
+        except Exception:  # noqa: BLE001 - sizes the builder itself cannot handle: let the real build say so
+            hang = None
+        if hang:
+            raise Refused("builder", "builder would never return", hang)
+        if not case.get("build", True):
+            out["splits"] = "not built (the case asks not to)"
+            _stage("train", _train_consistency, args)
+            return out
+        datasets = _stage("builder", builder.build)
+        out["splits"] = {name: _record(ds) for name, ds in zip(SPLITS, datasets)}
+        _stage("train", _train_consistency, args)
+    except Refused as refused:
+        out["refusal"] = refused.record
+    return out
+
+
+def _worker(case: dict[str, Any], conn: Any) -> None:
+    """Forked worker: run one case, send its JSON, leave without exit handlers."""
+    code = 0
+    try:
+        sys.stdout = open(os.devnull, "w")  # Megatron-LM prints every argument; keep the pipe quiet
+        conn.send(json.dumps(_run_case(case)))
+    except BaseException as err:  # noqa: BLE001
+        code = 1
+        conn.send(json.dumps({"id": case.get("id"), "refusal": {"stage": "harness", "error": type(err).__name__,
+                                                                "message": traceback.format_exc()[-MESSAGE_CHARS:]}}))
+    finally:
+        conn.close()
+        os._exit(code)
+
+
+def run_case(case: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """One case in a forked worker; a hang is killed after ``timeout`` seconds and recorded."""
+    ctx = multiprocessing.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_worker, args=(case, send), daemon=True)
+    proc.start()
+    send.close()
+    if recv.poll(timeout):
+        try:
+            result = json.loads(recv.recv())
+        except EOFError:
+            result = {"id": case["id"], "refusal": {"stage": "harness", "error": "Crash", "message": "no result"}}
+        proc.join()
+        return result
+    proc.kill()
+    proc.join()
+    return {"id": case["id"], "refusal": {"stage": "builder", "error": "Timeout",
+                                          "message": f"no result within {timeout:g} s (killed)"}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: CASES.json OUT.json [--timeout S]."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("cases")
+    parser.add_argument("out")
+    parser.add_argument("--timeout", type=float, default=120.0)
+    opts = parser.parse_args(argv)
+    with open(opts.cases, encoding="utf-8") as f:
+        cases = json.load(f)
+    t0 = time.perf_counter()
+    _import_megatron()
+    import megatron
+
+    import_s = time.perf_counter() - t0
+    results = [run_case(case, opts.timeout) for case in cases]
+    out = {"megatron_lm_version": M["version"], "megatron_lm_dir": os.path.dirname(list(megatron.__path__)[0]),
+           "import_s": round(import_s, 2), "elapsed_s": round(time.perf_counter() - t0, 2), "cases": results}
+    tmp = opts.out + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(out, f, indent=1)
+    os.replace(tmp, opts.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,470 @@
+"""Megatron-LM command lines: neox_epoch.megatron_args against the real Megatron-LM (core_v0.16.1).
+
+Fast unit tests of the parser run everywhere. The ``megatron_lm`` tests run Megatron-LM's own
+parse_args/validate_args/update_train_iters/get_train_valid_test_num_samples and dataset builder
+(tests/megatron_lm_truth.py, in a subprocess) on the command lines of Megatron-LM's examples/ (read from
+its .sh scripts at test time) and on randomized command lines, and require the same train_iters,
+global batch, samples per split and refusals, exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import stat
+import subprocess
+from typing import Any
+
+import pytest
+
+from neox_epoch import idx
+from neox_epoch.corpus import write_random_corpus
+from neox_epoch.errors import ConfigError
+from neox_epoch.megatron_args import megatron_lm_version, megatron_run, parse_megatron_argv, split_launcher
+from neox_epoch.semantics import mcore
+from neox_epoch.semantics import megatron_lm as mlm
+from neox_epoch.semantics.megatron_lm import MegatronRefusal
+
+MODEL = ("--num-layers 4 --hidden-size 64 --num-attention-heads 4 --max-position-embeddings 4096 "
+         "--lr 1e-4 --tokenizer-type NullTokenizer --vocab-size 65000").split()
+
+
+def argv(*extra: str) -> list[str]:
+    """A small valid command line plus ``extra``."""
+    return [*MODEL, "--seq-length", "128", "--micro-batch-size", "2", "--data-path", "data/web", "--split",
+            "98,1,1", "--eval-interval", "10", *extra]
+
+
+def refusal(tokens: list[str]) -> MegatronRefusal:
+    """The refusal a command line gets (parse or run)."""
+    with pytest.raises(MegatronRefusal) as info:
+        megatron_run(parse_megatron_argv(tokens))
+    return info.value
+
+
+# ------------------------------------------------------------------------------------ fast unit tests
+
+
+def test_table_is_megatron_lm_0_16_1() -> None:
+    assert megatron_lm_version() == "0.16.1"
+
+
+def test_defaults_are_megatron_lms() -> None:
+    a = parse_megatron_argv(argv("--train-iters", "100", "--world-size", "8"))
+    run = megatron_run(a)
+    assert (a.eval_iters, a.eval_interval, a.seed, a.mid_level_dataset_surplus) == (100, 10, 1234, 0.005)
+    assert a.data_parallel_size == 8 and a.global_batch_size == 16 and not a.global_batch_size_given
+    assert run.num_samples == (1600, (100 // 10 + 1) * 100 * 16, 100 * 16)
+    assert "--num-layers" in a.not_affecting_plan and "--seq-length" not in a.not_affecting_plan
+
+
+def test_flag_equals_value_and_repeated_flags() -> None:
+    a = parse_megatron_argv(argv("--train-iters=50", "--train-iters", "70", "--global-batch-size=32",
+                                 "--world-size=4"))
+    assert (a.train_iters, a.global_batch_size, a.world_size) == (70, 32, 4)
+
+
+def test_unknown_flag_did_you_mean() -> None:
+    err = refusal(argv("--train-iters", "5", "--micro-batchsize", "1"))
+    assert '--micro-batchsize' in str(err) and 'did you mean "--micro-batch-size"' in str(err)
+    assert err.stage == "parse_args" and "\n" not in str(err)
+
+
+def test_start_eval_at_iter_is_not_a_0_16_1_flag() -> None:
+    assert refusal(argv("--train-iters", "5", "--start-eval-at-iter", "10")).stage == "parse_args"
+
+
+def test_bad_value_is_one_line() -> None:
+    err = refusal(argv("--train-iters", "many"))
+    assert "invalid int value" in str(err) and "\n" not in str(err)
+
+
+def test_torchrun_launcher_and_world_flags() -> None:
+    launcher = ["torchrun", "--nproc_per_node", "8", "--nnodes=2", "--master_addr", "h", "pretrain_gpt.py"]
+    a = parse_megatron_argv([*launcher, *argv("--train-iters", "10", "--tensor-model-parallel-size", "2")])
+    assert (a.world_size, a.data_parallel_size, a.global_batch_size) == (16, 8, 16)
+    assert split_launcher(launcher + ["--seed", "1"])[1] == ["--seed", "1"]
+    b = parse_megatron_argv(argv("--train-iters", "10", "--nproc-per-node", "4", "--nnodes", "3"))
+    assert b.world_size == 12
+    with pytest.raises(ConfigError, match="elastic"):
+        parse_megatron_argv(argv("--train-iters", "10", "--nnodes", "1:4"))
+
+
+def test_a_py_value_is_not_the_script() -> None:
+    tokens = ["--yaml-cfg", "cfg.py", "--seed", "3"]
+    assert split_launcher(tokens) == ([], tokens)
+    assert split_launcher(["python", "pretrain_gpt.py", *tokens]) == (["python"], tokens)
+
+
+@pytest.mark.parametrize("extra, flag", [
+    (["--mock-data"], "--mock-data"),
+    (["--sft"], "--sft"),
+    (["--dataloader-type", "cyclic"], "--dataloader-type"),
+    (["--dataloader-type", "external"], "--dataloader-type"),
+])
+def test_unplannable(extra: list[str], flag: str) -> None:
+    tokens = argv("--train-iters", "10", *extra)
+    if flag == "--mock-data":
+        tokens = [t for t in tokens if t not in ("--data-path", "data/web")]
+    err = refusal(tokens)
+    assert err.stage == "neox-epoch" and str(err).startswith(flag) and "\n" not in str(err)
+
+
+@pytest.mark.parametrize("prefix", ["s3://bucket/web", "msc://profile/web"])
+def test_object_storage_refused(prefix: str) -> None:
+    tokens = [prefix if t == "data/web" else t for t in argv("--train-iters", "10")]
+    err = refusal(tokens)
+    assert err.stage == "neox-epoch" and prefix in str(err)
+
+
+def test_rampup_with_train_iters_quotes_megatron() -> None:
+    err = refusal(argv("--train-iters", "10", "--rampup-batch-size", "4", "4", "100"))
+    assert err.stage == "validate_args" and err.megatron_error == "AssertionError"
+    assert err.megatron_message == "expected no batch-size rampup for iteration-based training"
+    assert "expected no batch-size rampup for iteration-based training" in str(err)
+
+
+def test_missing_eval_interval_is_megatrons_type_error() -> None:
+    tokens = argv("--train-iters", "12")
+    del tokens[tokens.index("--eval-interval"):tokens.index("--eval-interval") + 2]
+    err = refusal(tokens)
+    assert err.stage == "get_train_valid_test_num_samples" and err.megatron_error == "TypeError"
+    assert megatron_run(parse_megatron_argv([*tokens, "--full-validation"])).num_samples[1] is None
+
+
+@pytest.mark.parametrize("extra", [["--mid-level-dataset-surplus", "nan"], ["--train-iters", "-3"],
+                                   ["--tensor-model-parallel-size", "0"], ["--lr-warmup-fraction", "inf"]])
+def test_values_validated(extra: list[str]) -> None:
+    tokens = argv("--train-samples", "100", *extra) if "--train-iters" not in extra else argv(*extra)
+    err = refusal(tokens)
+    assert err.stage == "neox-epoch" and str(err).startswith(extra[0]) and "\n" not in str(err)
+
+
+def test_args_files_are_read(tmp_path: Any) -> None:
+    data = tmp_path / "data.txt"
+    data.write_text("0.3 data/web\n0.7 data/code\n")
+    tokens = [t for t in argv("--train-iters", "10") if t not in ("--data-path", "data/web")]
+    a = parse_megatron_argv([*tokens, "--data-args-path", str(data)])
+    assert a.blend == (("data/web", "data/code"), (0.3, 0.7))
+    per = tmp_path / "per.json"
+    per.write_text(json.dumps({"train": "1 data/web 2 data/code", "valid": ["data/v"], "test": None}))
+    b_tokens = [t for t in tokens if t not in ("--split", "98,1,1")]
+    b = parse_megatron_argv([*b_tokens, "--per-split-data-args-path", str(per)])
+    assert b.blend_per_split == ((("data/web", "data/code"), (1.0, 2.0)), (("data/v",), None), None)
+    with pytest.raises(ConfigError, match="cannot be read"):
+        parse_megatron_argv([*tokens, "--data-args-path", str(tmp_path / "missing.txt")])
+
+
+def test_update_train_iters_rampup() -> None:
+    sched = mlm.build_num_microbatches_calculator(64, 1, 8, False, (16, 16, 100))
+    # consumed 0 -> 16, 16 -> 16, 32 -> 32 (steps = int(32 / 33.3) = 0 -> 16) ...
+    sizes, consumed = [], 0
+    while consumed <= 100:
+        sizes.append(sched.current_global_batch_size(consumed))
+        consumed += sizes[-1]
+    assert sizes == [16, 16, 16, 32, 48]
+    assert mlm.update_train_iters(None, 1000, sched) == 5 + (1000 - 128) // 64
+
+
+def test_gbs_not_divisible_is_the_calculators_refusal() -> None:
+    err = refusal(argv("--train-iters", "10", "--world-size", "8", "--global-batch-size", "20"))
+    assert err.stage == "num_microbatches_calculator"
+    assert err.megatron_message == ("global batch size (20) is not divisible by micro batch size (2) times data "
+                                    "parallel size (8)")
+
+
+# ------------------------------------------------------------------------------ against Megatron-LM
+
+EXAMPLES = {
+    # script under examples/: positional arguments (DATA and TOKENIZER are filled in)
+    "gpt3/train_gpt3_175b_distributed.sh": ["ckpt", "tb", "vocab.json", "merges.txt", "DATA"],
+    "llama/train_llama3_8b_h100_fp8.sh": ["ckpt/x", "tb/x", "TOKENIZER", "DATA"],
+    "mixtral/train_mixtral_8x7b_distributed.sh": ["ckpt", "TOKENIZER", "DATA"],
+    "mamba/train.sh": ["DATA", "TOKENIZER"],
+}
+EXAMPLE_WORLDS = {"gpt3": (8, 128, 256), "llama": (8, 16, 64), "mixtral": (8, 16, 64), "mamba": (8, 16, 64)}
+TOKENIZER_FLAGS = {"--tokenizer-type": 1, "--tokenizer-model": 1, "--vocab-file": 1, "--merge-file": 1,
+                   "--vocab-size": 1, "--tiktoken-pattern": 1}
+
+
+def example_argv(tree: str, script: str, data: str, workdir: str) -> list[str]:
+    """Run an example .sh with a stand-in ``torchrun`` on PATH that records its argv; the arguments after the
+    training script, with the tokenizer replaced by NullTokenizer (it only names cache files)."""
+    bindir = os.path.join(workdir, "bin")
+    os.makedirs(bindir, exist_ok=True)
+    capture = os.path.join(workdir, "argv.bin")
+    fake = os.path.join(bindir, "torchrun")
+    with open(fake, "w") as f:
+        f.write('#!/bin/bash\nprintf "%s\\0" "$@" > "$CAPTURE"\n')
+    os.chmod(fake, os.stat(fake).st_mode | stat.S_IEXEC)
+    open(os.path.join(workdir, "pretrain_gpt.py"), "w").close()  # the llama script checks it exists
+    positional = [data if a == "DATA" else a for a in EXAMPLES[script]]
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "SLURM_NNODES")}
+    env.update(PATH=bindir + os.pathsep + env.get("PATH", ""), CAPTURE=capture)
+    subprocess.run(["bash", os.path.join(tree, "examples", script), *positional], cwd=workdir, env=env,
+                   check=True, capture_output=True)
+    with open(capture, "rb") as f:
+        tokens = [t.decode() for t in f.read().split(b"\0")[:-1]]
+    tokens = split_launcher(tokens)[1]
+    out: list[str] = []
+    skip = 0
+    for tok in tokens:
+        if skip:
+            skip -= 1
+            continue
+        if tok in TOKENIZER_FLAGS:
+            skip = TOKENIZER_FLAGS[tok]
+            continue
+        out.append(tok)
+    return [*out, "--tokenizer-type", "NullTokenizer", "--vocab-size", "65000"]
+
+
+def random_argv(rng: random.Random, corpora: list[str], workdir: str, i: int) -> tuple[list[str], int]:
+    """One randomized command line (plan flags varied, model flags valid) and its world size."""
+    tp, pp, cp = rng.choice([1, 2]), rng.choice([1, 2]), rng.choice([1, 1, 2])
+    world = rng.choice([8, 16, 64, 12])
+    micro = rng.choice([1, 2, 4])
+    dp = max(1, world // (tp * pp * cp))
+    seq = rng.choice([64, 128, 256])
+    tokens = [*MODEL, "--seq-length", str(seq), "--micro-batch-size", str(micro),
+              "--tensor-model-parallel-size", str(tp), "--pipeline-model-parallel-size", str(pp),
+              "--context-parallel-size", str(cp), "--seed", str(rng.randint(1, 9999))]
+    gbs_choice = rng.random()
+    if gbs_choice < 0.7:
+        tokens += ["--global-batch-size", str(micro * dp * rng.choice([1, 2, 3]))]
+    elif gbs_choice < 0.8:
+        tokens += ["--global-batch-size", str(micro * dp + 1)]  # not a multiple: the calculator refuses
+    data = rng.random()
+    if data < 0.35:
+        tokens += ["--data-path", rng.choice(corpora)]
+    elif data < 0.6:
+        tokens += ["--data-path"] + [x for c in rng.sample(corpora, 2) for x in (str(rng.randint(1, 9)), c)]
+    elif data < 0.7:
+        tokens += ["--data-path", *rng.sample(corpora, 2)]
+    elif data < 0.85:
+        tokens += ["--train-data-path", "0.4", corpora[0], "0.6", corpora[1], "--valid-data-path", corpora[2],
+                   "--test-data-path", corpora[2]]
+    else:
+        path = os.path.join(workdir, f"data-args-{i}.txt")
+        with open(path, "w") as f:
+            f.write(f"3 {corpora[0]}\n1 {corpora[2]}\n")
+        tokens += ["--data-args-path", path]
+    if "--train-data-path" not in tokens and rng.random() < 0.9:
+        tokens += ["--split", rng.choice(["90,5,5", "98,1,1", "80,15,5", "969,30,1", "99,1,0", "80,20,0"])]
+    if rng.random() < 0.5:
+        tokens += ["--train-iters", str(rng.randint(1, 40))]
+        if rng.random() < 0.15:
+            tokens += ["--rampup-batch-size", "4", "4", "64"]  # validate_args refuses a ramp here
+        if rng.random() < 0.3:
+            tokens += [rng.choice(["--lr-warmup-iters", "--lr-decay-iters"]), str(rng.randint(0, 30))]
+        if rng.random() < 0.05:
+            tokens += ["--lr-warmup-samples", "8"]
+    else:
+        tokens += ["--train-samples", str(rng.randint(50, 1500))]
+        if rng.random() < 0.35:
+            start = micro * dp
+            tokens += ["--rampup-batch-size", str(start), str(start), str(rng.randint(0, 400))]
+            if "--global-batch-size" not in tokens:
+                tokens += ["--global-batch-size", str(start * 4)]
+        if rng.random() < 0.3:
+            tokens += ["--lr-warmup-samples", str(rng.randint(0, 200))]
+        if rng.random() < 0.05:
+            tokens += ["--lr-decay-iters", "5"]
+    if rng.random() < 0.15:
+        tokens += ["--lr-warmup-fraction", str(rng.choice([0.01, 0.1]))]
+    if rng.random() < 0.9:
+        tokens += ["--eval-interval", str(rng.randint(5, 50))]
+    tokens += ["--eval-iters", str(rng.choice([0, 1, 2, 5]))]
+    if rng.random() < 0.1:
+        tokens += ["--full-validation"]
+    if rng.random() < 0.07:
+        tokens += ["--skip-train"]
+    if rng.random() < 0.1:
+        tokens += ["--decrease-batch-size-if-needed"]
+    if rng.random() < 0.1 and "--rampup-batch-size" not in tokens:
+        tokens += ["--phase-transition-iterations", "3,1"]
+    return tokens, world
+
+
+def ours(tokens: list[str], world: int) -> dict[str, Any]:
+    """Our parser's numbers or refusal for a command line."""
+    out: dict[str, Any] = {"refusal": None}
+    try:
+        a = parse_megatron_argv([*tokens, "--world-size", str(world)])
+        out.update(data_parallel_size=a.data_parallel_size, global_batch_size=a.global_batch_size)
+        run = megatron_run(a)
+        out.update(train_iters=run.train_iters, num_samples=list(run.num_samples),
+                   scheduler={"lr_warmup_steps": run.scheduler.lr_warmup_steps,
+                              "lr_decay_steps": run.scheduler.lr_decay_steps,
+                              "wd_incr_steps": run.scheduler.wd_incr_steps,
+                              "wsd_decay_steps": run.scheduler.wsd_decay_steps})
+    except MegatronRefusal as err:
+        out["refusal"] = {"stage": err.stage, "error": err.megatron_error, "message": err.megatron_message}
+        out.update(err.known)
+        if "num_samples" in out:
+            out["num_samples"] = list(out["num_samples"])
+        if isinstance(out.get("scheduler"), mlm.SchedulerSteps):
+            steps = out["scheduler"]
+            out["scheduler"] = {"lr_warmup_steps": steps.lr_warmup_steps, "lr_decay_steps": steps.lr_decay_steps,
+                                "wd_incr_steps": steps.wd_incr_steps, "wsd_decay_steps": steps.wsd_decay_steps}
+    return out
+
+
+def corpus_refusal(tokens: list[str], world: int) -> str | None:
+    """What the corpus (not the flags) makes Megatron-LM's builder refuse, from this project's megatron-core
+    semantics: "never returns" (a split with no sequence asked for samples) or "empty source" (a blend
+    without weights over a source with no sample in a split: BlendedDataset asserts every weight > 0)."""
+    a = parse_megatron_argv([*tokens, "--world-size", str(world)])
+    num = megatron_run(a).num_samples
+    if a.blend is not None:
+        routes = mcore.routes(a.blend[0], a.blend[1], a.split, num, mcore_version(), a.mid_level_dataset_surplus)
+    else:
+        routes = mcore.routes([], None, None, num, mcore_version(), a.mid_level_dataset_surplus,
+                              blend_per_split=a.blend_per_split)
+    for route in (r for r in routes if r is not None):
+        lengths = []
+        for prefix, bookends, request in zip(route.prefixes, route.bookends, route.requests):
+            header = idx.read_header(prefix)
+            lo, hi = mcore.split_range(bookends, header.sequence_count)
+            if hi <= lo and request is not None:
+                return "never returns"
+            tokens_in_split = idx.range_token_sums(header, [(lo, hi)])[0] if hi > lo else 0
+            lengths.append(mcore.build(tokens_in_split, a.seq_length, None).samples_built if hi > lo else 0)
+        if route.blended and route.weights is None and min(lengths) <= 0:
+            return "empty source"
+    return None
+
+
+def built_by_our_semantics(tokens: list[str], world: int) -> dict[str, Any]:
+    """Per split: (prefix, epochs, len) per GPTDataset and the blend size, from this project's megatron-core
+    semantics (neox_epoch.semantics.mcore) fed with the parsed command line's samples per split."""
+    a = parse_megatron_argv([*tokens, "--world-size", str(world)])
+    num = megatron_run(a).num_samples
+    if a.blend is not None:
+        routes = mcore.routes(a.blend[0], a.blend[1], a.split, num, mcore_version(), a.mid_level_dataset_surplus)
+    else:
+        routes = mcore.routes([], None, None, num, mcore_version(), a.mid_level_dataset_surplus,
+                              blend_per_split=a.blend_per_split)
+    out: dict[str, Any] = {}
+    for name, route in zip(mlm_splits(), routes):
+        if route is None:
+            out[name] = None
+            continue
+        sources = []
+        for prefix, bookends, request in zip(route.prefixes, route.bookends, route.requests):
+            header = idx.read_header(prefix)
+            lo, hi = mcore.split_range(bookends, header.sequence_count)
+            built = mcore.build(idx.range_token_sums(header, [(lo, hi)])[0], a.seq_length, request)
+            sources.append((prefix, built.epochs, built.samples_built))
+        size = mcore.blend_size_and_weights(route, [n for _, _, n in sources], mcore_version())[0] if route.blended \
+            else None
+        out[name] = {"sources": sources, "blended": route.blended, "size": size}
+    return out
+
+
+def mlm_splits() -> tuple[str, str, str]:
+    """The split names in Megatron's order."""
+    return ("train", "valid", "test")
+
+
+def compare_built(real: dict[str, Any], ours_built: dict[str, Any]) -> list[str]:
+    """Differences between what Megatron-LM's builder built and this project's semantics (per source)."""
+    diffs = []
+    for name in mlm_splits():
+        r, o = real.get(name), ours_built.get(name)
+        if (r is None) != (o is None):
+            diffs.append(f"{name}: megatron {r} != ours {o}")
+            continue
+        if r is None:
+            continue
+        datasets = r["datasets"] if r["type"] == "BlendedDataset" else [r]
+        got = [(d["dataset_path"], d["epochs"], d["len"]) for d in datasets]
+        if got != o["sources"]:
+            diffs.append(f"{name}: megatron built {got} != ours {o['sources']}")
+        if r["type"] == "BlendedDataset" and o["size"] is not None and r["size"] != o["size"]:
+            diffs.append(f"{name}: blend size megatron {r['size']} != ours {o['size']}")
+    return diffs
+
+
+CORPUS_REFUSALS = {"builder would never return": "never returns", "Timeout": "never returns",
+                   "AssertionError": "empty source"}
+
+
+def mcore_version() -> str:
+    """The megatron-core version whose dataset semantics apply (the tree's: 0.16.1)."""
+    return megatron_lm_version()
+
+
+def compare(truth: dict[str, Any], mine: dict[str, Any], tokens: list[str], world: int) -> list[str]:
+    """Differences between Megatron-LM's record and ours (empty: equal)."""
+    diffs = []
+    real = truth["refusal"]
+    if real is not None and real["stage"] == "builder" and real["error"] in CORPUS_REFUSALS and mine["refusal"] is None:
+        kind = corpus_refusal(tokens, world)
+        if kind != CORPUS_REFUSALS[real["error"]]:
+            diffs.append(f"builder: megatron {real} but this project's semantics say {kind}")
+        real = None  # the corpus decides this, not the command line: the numbers before it must still agree
+    if real != mine["refusal"]:
+        diffs.append(f"refusal: megatron {real} != ours {mine['refusal']}")
+    for key in ("data_parallel_size", "global_batch_size", "train_iters", "num_samples", "scheduler"):
+        if key in truth and truth[key] != mine.get(key):
+            diffs.append(f"{key}: megatron {truth[key]} != ours {mine.get(key)}")
+    return diffs
+
+
+@pytest.fixture(scope="module")
+def megatron_lm() -> str:
+    """The Megatron-LM tree (skips when unavailable)."""
+    import megatron_lm_env as env
+
+    missing = env.missing_imports()
+    if missing:
+        pytest.skip(f"Megatron-LM's training side needs {', '.join(missing)} (pip install them)")
+    tree = env.megatron_lm_dir()
+    if tree is None:
+        pytest.skip(env.LAST_FAILURE.get("dir", "no Megatron-LM tree"))
+    return tree
+
+
+@pytest.mark.megatron_lm
+def test_examples_and_random_command_lines_equal_megatron_lm(megatron_lm: str, tmp_path: Any) -> None:
+    import megatron_lm_env as env
+
+    corpora = []
+    for j, docs in enumerate((700, 500, 400)):
+        prefix = str(tmp_path / f"corpus{j}")
+        write_random_corpus(prefix, 100 + j, docs, 1, 300)
+        corpora.append(prefix)
+    cases = []
+    for script in EXAMPLES:
+        tokens = example_argv(megatron_lm, script, corpora[0], str(tmp_path / script.split("/")[0]))
+        for world in EXAMPLE_WORLDS[script.split("/")[0]]:
+            # the examples' run lengths ask ~1e8 samples: compare everything up to the builder, and let
+            # the builder's empty-split check run (building that many samples here is not the point)
+            cases.append({"id": f"{script}@{world}", "argv": tokens, "world_size": world, "build": False})
+    rng = random.Random(20261123)
+    for i in range(24):
+        tokens, world = random_argv(rng, corpora, str(tmp_path), i)
+        cases.append({"id": f"random-{i}", "argv": tokens, "world_size": world, "build": True})
+    for case in cases:
+        case["cache_dir"] = str(tmp_path)
+    truth = env.run_truth(cases, str(tmp_path / "work"))
+    assert truth["megatron_lm_version"] == megatron_lm_version()
+    report, failures = [], []
+    built = 0
+    for case, real in zip(cases, truth["cases"], strict=True):
+        mine = ours(case["argv"], case["world_size"])
+        diffs = compare(real, mine, case["argv"], case["world_size"])
+        if not diffs and isinstance(real.get("splits"), dict):
+            built += 1
+            diffs = compare_built(real["splits"], built_by_our_semantics(case["argv"], case["world_size"]))
+        report.append({"id": case["id"], "megatron": real.get("refusal") or real.get("num_samples"),
+                       "equal": not diffs})
+        if diffs:
+            failures.append(f"{case['id']}: {'; '.join(diffs)}")
+    with open(os.environ.get("MEGATRON_LM_REPORT", str(tmp_path / "report.json")), "w") as f:
+        json.dump({"cases": report, "truth": truth}, f, indent=1)
+    assert not failures, "\n".join(failures)
+    refused = sum(1 for r in truth["cases"] if r["refusal"])
+    assert 0 < refused < len(cases) and built >= 8  # refusals and real builds were both exercised
