@@ -202,7 +202,8 @@ def make_plan(inp: PlanInput, targets: Sequence[int] | None = None, cache: Token
     consumed = eval_consumption(inp, train_iters)
     if inp.mcore.num_samples is not None and inp.framework == "megatron-core":
         # Megatron-LM's evaluation draws what it asked for; training draws train_iters * global batch
-        consumed = [consumed[0]] + [c if c is not None else 0 for c in inp.mcore.num_samples[1:]]
+        train = inp.mcore.train_consumed if inp.mcore.train_consumed is not None else consumed[0]
+        consumed = [train] + [c if c is not None else 0 for c in inp.mcore.num_samples[1:]]
     sources: list[SourcePlan] = []
     blends: list[SplitBlend] = []
     warnings: list[PlanWarning] = []

@@ -27,6 +27,8 @@ from neox_epoch.plan import (
 from neox_epoch.report import render
 
 log = logging.getLogger(__name__)
+#: the plan parser's actions (for the did-you-mean of an unknown option)
+_PARSER_ACTIONS: list[argparse.Action] = []
 
 
 def register(sub: Any) -> None:
@@ -62,7 +64,8 @@ def register(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object (keys documented in the README)")
     p.add_argument("--write-config", metavar="OUT.yml", help="write a NeoX config overlay with train_iters and the "
                    "neox_epoch block")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, accepts_extra=True)
+    _PARSER_ACTIONS[:] = p._actions
 
 
 def parse_data_path(tokens: list[str], flag: str) -> list[SourceSpec]:
@@ -160,8 +163,74 @@ def build_input(args: argparse.Namespace) -> tuple[PlanInput, EpochBlock | None]
     if not (args.data_path or args.train_data_path):
         raise ConfigError("no input: give NeoX config files (neox-epoch plan config.yml) or --data-path PREFIX ...")
     framework = args.framework or "megatron-core"
-    version = mcore_version(args) if framework == "megatron-core" else (args.framework_version or "")
-    return _megatron_input(args, framework, version), None
+    if framework == "megatron-core":
+        raise AssertionError("megatron-core command lines are planned by megatron_plan")  # routed in run()
+    _no_extra(args)
+    return _megatron_input(args, framework, args.framework_version or ""), None
+
+
+def _no_extra(args: argparse.Namespace) -> None:
+    """Outside a Megatron-LM command line, an option plan does not know is an error (with a did-you-mean)."""
+    extra = [t for t in getattr(args, "extra", []) if t.startswith("-")]
+    if extra:
+        from neox_epoch.errors import did_you_mean
+
+        flag = extra[0].partition("=")[0]
+        known = [o for a in _PARSER_ACTIONS for o in a.option_strings]
+        raise ConfigError(f"{flag}: not an option of neox-epoch plan{did_you_mean(flag, known)}; Megatron-LM flags are "
+                          "read when the command line has --data-path (or --train-data-path)")
+
+
+def _plan_argv(args: argparse.Namespace) -> list[str]:
+    """The tokens after ``plan`` on the command line."""
+    raw = list(getattr(args, "raw_argv", []) or [])
+    return raw[raw.index("plan") + 1:] if "plan" in raw else raw
+
+
+def run_megatron(args: argparse.Namespace) -> int:
+    """A pasted Megatron-LM command line: planned with Megatron-LM's own arithmetic, megatron-core's builder."""
+    from dataclasses import replace
+
+    from neox_epoch import megatron_plan as mp
+
+    if args.configs and any(c.endswith((".yml", ".yaml")) for c in args.configs):
+        raise ConfigError("give NeoX config files or Megatron-LM flags (--data-path ...), not both")
+    version = mcore_version(args)
+    argv = mp.megatron_argv(_plan_argv(args))
+    wants_exact = args.epochs is not None or bool(args.source_epochs)
+    if wants_exact and not any(t.partition("=")[0] in ("--train-iters", "--train-samples") for t in argv):
+        argv += ["--train-iters", "1"]  # exact mode computes the length; Megatron-LM needs one to parse
+    mi = mp.megatron_input(argv, version)
+    targets = targets_from(args, mi.inp, None)
+    if targets:
+        if mi.args.rampup_batch_size is not None:
+            raise ConfigError("--rampup-batch-size: exact passes need a constant global batch; plan the ramp-up "
+                              "without --epochs, or drop the ramp-up")
+        base = replace(mi.inp, train_iters=None, train_samples=None,
+                       mcore=replace(mi.inp.mcore, num_samples=None, train_consumed=None))
+        plan = exact_plan(base, targets)
+        flags = mp.exact_flags(mi.args, plan)
+        mp.verify_exact(argv, flags, plan, version)
+        plan = replace(plan, settings={**plan.settings, "megatron_flags": flags})
+    else:
+        plan = make_plan(mi.inp)
+    plan = replace(plan, warnings=plan.warnings + tuple(mp.cache_warnings(mi.args, plan)))
+    if args.write_config:
+        raise ConfigError("--write-config: writes a NeoX config; for Megatron-LM paste the flags exact mode prints")
+    if args.json:
+        out = plan.to_json()
+        out["notes"] = list(mi.notes)
+        out["world_size"] = {"value": mi.args.world_size, "from": mi.args.world_size_source}
+        print(json.dumps(out, indent=1, sort_keys=False))
+        return 0
+    print(render(plan))
+    print(f"\nworld: {mi.args.world_size} ({mi.args.world_size_source}); data-parallel size "
+          f"{mi.args.data_parallel_size}; Megatron-LM {mi.args.megatron_lm_version} flags")
+    for note in mi.notes:
+        print(f"note: {note}")
+    if targets:
+        print(f"\nflags for exact passes (paste after your command line; the last one wins):\n  {plan.settings['megatron_flags']}")
+    return 0
 
 
 def mcore_version(args: argparse.Namespace) -> str:
@@ -236,6 +305,12 @@ def block_line(block: EpochBlock | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from neox_epoch.megatron_plan import is_megatron_argv
+
+    if (args.framework in (None, "megatron-core")) and is_megatron_argv(_plan_argv(args)):
+        return run_megatron(args)
+    if args.configs:
+        _no_extra(args)
     inp, block = build_input(args)
     targets = targets_from(args, inp, block)
     plan = exact_plan(inp, targets) if targets else make_plan(inp)

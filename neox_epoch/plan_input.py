@@ -69,6 +69,9 @@ class McoreOptions:
     num_samples: tuple[int | None, int | None, int | None] | None = None
     """Samples Megatron-LM asks the builder for per split (get_train_valid_test_num_samples); None: the
     NeoX-style formula from train_iters, eval_interval and eval_iters."""
+    train_consumed: int | None = None
+    """Samples training draws in train_iters iterations when that is not train_iters * global batch (a
+    batch-size ramp-up); None: train_iters * global_batch_size."""
 
 
 @dataclass(frozen=True)

@@ -68,12 +68,16 @@ def _assert_clean(rc: int, err: str, argv: list[str]) -> None:
     weight=st.one_of(st.none(), text_numbers),
     flags=st.dictionaries(
         st.sampled_from(["--seq-length", "--global-batch-size", "--train-iters", "--train-samples", "--eval-interval",
-                         "--eval-iters", "--seed", "--mid-level-dataset-surplus", "--epochs", "--split"]),
+                         "--eval-iters", "--seed", "--mid-level-dataset-surplus", "--epochs", "--split",
+                         "--micro-batch-size", "--world-size", "--rampup-batch-size", "--tensor-model-parallel-size",
+                         "--lr-warmup-fraction", "--lr-decay-iters", "--nproc-per-node", "--unknown-flag"]),
         text_numbers, max_size=6),
 )
 def test_plan_flags_never_traceback(data_dir, capsys, prefix, weight, flags):
     path = os.path.join(data_dir, prefix)
     argv = ["plan", "--framework-version", "0.16.1", "--data-path"] + ([weight] if weight is not None else []) + [path]
+    for flag, value in (("--micro-batch-size", "1"), ("--lr", "1e-4"), ("--eval-interval", "10")):
+        flags.setdefault(flag, value)  # Megatron-LM refuses a command line without them
     flags.setdefault("--seq-length", "64")
     flags.setdefault("--global-batch-size", "4")
     if "--epochs" not in flags:

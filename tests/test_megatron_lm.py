@@ -22,6 +22,8 @@ from neox_epoch import idx
 from neox_epoch.corpus import write_random_corpus
 from neox_epoch.errors import ConfigError
 from neox_epoch.megatron_args import megatron_lm_version, megatron_run, parse_megatron_argv, split_launcher
+from neox_epoch.megatron_plan import megatron_input
+from neox_epoch.plan import make_plan
 from neox_epoch.semantics import mcore
 from neox_epoch.semantics import megatron_lm as mlm
 from neox_epoch.semantics.megatron_lm import MegatronRefusal
@@ -337,29 +339,16 @@ def corpus_refusal(tokens: list[str], world: int) -> str | None:
 
 
 def built_by_our_semantics(tokens: list[str], world: int) -> dict[str, Any]:
-    """Per split: (prefix, epochs, len) per GPTDataset and the blend size, from this project's megatron-core
-    semantics (neox_epoch.semantics.mcore) fed with the parsed command line's samples per split."""
-    a = parse_megatron_argv([*tokens, "--world-size", str(world)])
-    num = megatron_run(a).num_samples
-    if a.blend is not None:
-        routes = mcore.routes(a.blend[0], a.blend[1], a.split, num, mcore_version(), a.mid_level_dataset_surplus)
-    else:
-        routes = mcore.routes([], None, None, num, mcore_version(), a.mid_level_dataset_surplus,
-                              blend_per_split=a.blend_per_split)
-    out: dict[str, Any] = {}
-    for name, route in zip(mlm_splits(), routes):
-        if route is None:
-            out[name] = None
-            continue
-        sources = []
-        for prefix, bookends, request in zip(route.prefixes, route.bookends, route.requests):
-            header = idx.read_header(prefix)
-            lo, hi = mcore.split_range(bookends, header.sequence_count)
-            built = mcore.build(idx.range_token_sums(header, [(lo, hi)])[0], a.seq_length, request)
-            sources.append((prefix, built.epochs, built.samples_built))
-        size = mcore.blend_size_and_weights(route, [n for _, _, n in sources], mcore_version())[0] if route.blended \
-            else None
-        out[name] = {"sources": sources, "blended": route.blended, "size": size}
+    """Per split: (prefix, epochs, samples built) per GPTDataset and the blend size, from the product path:
+    ``megatron_plan.megatron_input`` (the command line as Megatron-LM parses it) and ``make_plan``."""
+    mi = megatron_input([*tokens, "--world-size", str(world)], mcore_version())
+    plan = make_plan(mi.inp)
+    sizes = {b.split: b.size for b in plan.blends}
+    out: dict[str, Any] = {name: None for name in mlm_splits()}
+    for name in mlm_splits():
+        rows = [(s.prefix, s.epochs_built, s.samples_built) for s in plan.sources if s.split == name]
+        if rows:
+            out[name] = {"sources": rows, "blended": name in sizes, "size": sizes.get(name)}
     return out
 
 

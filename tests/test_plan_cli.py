@@ -85,12 +85,50 @@ def test_megatron_flags(demo_dir, capsys, monkeypatch):
     monkeypatch.chdir(demo_dir)
     code, out, err = run_cli(["plan", "--framework-version", "0.16.1", "--data-path", "demo/data/web_text_document",
                               "--split", "98,1,1", "--seq-length", "512", "--global-batch-size", "16",
+                              "--micro-batch-size", "4", "--world-size", "4", "--num-layers", "2", "--lr", "3e-4",
                               "--train-iters", "50", "--eval-iters", "1", "--eval-interval", "25", "--json"], capsys)
     assert code == 0, err
     plan = json.loads(out)
     assert plan["framework"] == "megatron-core" and plan["framework_version"] == "0.16.1"
     assert [s["split"] for s in plan["sources"]] == ["train", "valid", "test"]
     assert plan["sources"][0]["samples_requested"] == 800  # one prefix without weight: no buffer
+    # Megatron-LM: valid = (50 // 25 + 1) * 1 * 16, test = 1 * 16; a model flag is listed, not planned
+    assert plan["consumed_samples"] == {"train": 800, "valid": 48, "test": 16}
+    assert plan["notes"] == ["not affecting the plan: --num-layers"]
+    assert plan["world_size"] == {"value": 4, "from": "--world-size"}
+
+
+def test_megatron_exact_flags_and_defaults(demo_dir, capsys, monkeypatch):
+    """A Megatron-LM command line in exact mode prints flags to paste; they are re-parsed and give the targets.
+    Without --eval-iters Megatron-LM's own default (100) applies: (train_iters // 25 + 1) * 100 * 16 valid."""
+    monkeypatch.chdir(demo_dir)
+    base = ["plan", "--framework-version", "0.16.1", "--data-path", "1", "demo/data/web_text_document", "1",
+            "demo/data/code_text_document", "--split", "100,0,0", "--seq-length", "512", "--global-batch-size", "16",
+            "--micro-batch-size", "8", "--nproc-per-node", "2", "--train-samples", "1000", "--eval-interval", "25",
+            "--lr", "3e-4"]
+    code, out, err = run_cli(base + ["--source-epochs", "web_text_document=1", "code_text_document=2", "--json"],
+                             capsys)
+    assert code == 0, err
+    plan = json.loads(out)
+    flags = plan["settings"]["megatron_flags"]
+    assert flags.startswith(f"--train-iters {plan['train_iters']} --mid-level-dataset-surplus 0 --data-path ")
+    train = [s for s in plan["sources"] if s["split"] == "train"]
+    assert [s["samples_drawn"] for s in train] == [s["target_samples"] for s in train]
+    code, out, err = run_cli(base + ["--json"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["train_iters"] == 1000 // 16
+    assert json.loads(out)["consumed_samples"]["valid"] == (62 // 25 + 1) * 100 * 16
+
+
+def test_megatron_unknown_flag_and_refusal(demo_dir, capsys, monkeypatch):
+    """A flag Megatron-LM does not know: did-you-mean; one Megatron-LM refuses: its reason, one line."""
+    monkeypatch.chdir(demo_dir)
+    base = ["plan", "--framework-version", "0.16.1", "--data-path", "demo/data/web_text_document", "--split",
+            "98,1,1", "--seq-length", "512", "--micro-batch-size", "4", "--eval-interval", "10", "--lr", "1e-4"]
+    code, _, err = run_cli(base + ["--train-iters", "5", "--micro-batch-sise", "4"], capsys)
+    assert code == 2 and "--micro-batch-sise" in err and 'did you mean "--micro-batch-size"' in err
+    code, _, err = run_cli(base + ["--train-iters", "5", "--rampup-batch-size", "4", "4", "100"], capsys)
+    assert code == 2 and err.count("\n") == 1 and "rampup" in err
 
 
 def _write(tmp_path, text):  # type: ignore[no-untyped-def]
@@ -136,14 +174,17 @@ def test_empty_split_is_reported(fixed_corpus, capsys):
     """20 documents with split 98,1,1: megatron-core's valid split is empty and would loop forever."""
     p = fixed_corpus("small", [50] * 20)
     code, _, err = run_cli(["plan", "--framework-version", "0.16.1", "--data-path", p, "--split", "98,1,1",
-                            "--seq-length", "8", "--global-batch-size", "2", "--train-iters", "3"], capsys)
+                            "--seq-length", "8", "--global-batch-size", "2", "--micro-batch-size", "1", "--lr", "1e-4",
+                            "--eval-interval", "10", "--train-iters", "3"], capsys)
     assert code == 2 and "valid split of" in err and "has no documents" in err and "loop forever" in err
 
 
 def test_bad_data_path_syntax(capsys):
+    """Megatron-LM's get_blend_from_list reads an odd-length '1 a b' as three prefixes: '1' is not found."""
     code, _, err = run_cli(["plan", "--framework-version", "0.16.1", "--data-path", "1", "a", "b",
-                            "--seq-length", "8", "--global-batch-size", "2", "--train-iters", "3"], capsys)
-    assert code == 2 and "expected 'PREFIX ...' or 'WEIGHT PREFIX WEIGHT PREFIX ...'" in err
+                            "--seq-length", "8", "--global-batch-size", "2", "--micro-batch-size", "1", "--lr", "1e-4",
+                            "--eval-interval", "10", "--train-iters", "3"], capsys)
+    assert code == 2 and "1.idx: file not found" in err
 
 
 def test_megatron_exact_settings(demo_dir, capsys, monkeypatch):
@@ -152,7 +193,8 @@ def test_megatron_exact_settings(demo_dir, capsys, monkeypatch):
     monkeypatch.chdir(demo_dir)
     code, out, err = run_cli(["plan", "--framework-version", "0.16.1", "--data-path", "1", "demo/data/web_text_document",
                               "1", "demo/data/code_text_document", "--split", "100,0,0", "--seq-length", "512",
-                              "--global-batch-size", "16", "--eval-iters", "0", "--source-epochs",
+                              "--global-batch-size", "16", "--micro-batch-size", "16", "--lr", "1e-4",
+                              "--eval-interval", "1000", "--eval-iters", "0", "--source-epochs",
                               "web_text_document=1", "code_text_document=2", "--json"], capsys)
     assert code == 0, err
     plan = json.loads(out)
@@ -225,7 +267,7 @@ def test_megatron_version_from_checkout_on_path(demo_dir, capsys, monkeypatch, t
     monkeypatch.syspath_prepend(str(tmp_path / "Megatron-LM"))
     monkeypatch.chdir(demo_dir)
     flags = ["plan", "--data-path", "demo/data/web_text_document", "--seq-length", "512", "--global-batch-size",
-             "16", "--train-iters", "20", "--json"]
+             "16", "--micro-batch-size", "4", "--lr", "1e-4", "--eval-interval", "10", "--train-iters", "20", "--json"]
     code, _, err = run_cli(flags, capsys)
     assert code == 2 and "megatron-core 0.19.2 (from" in err and "--force-version" in err
     code, out, _ = run_cli(flags + ["--force-version"], capsys)
