@@ -17,6 +17,7 @@ import yaml
 
 from neox_epoch.errors import ConfigError, did_you_mean
 from neox_epoch.plan_input import NeoxOptions, PlanInput, SourceSpec
+from neox_epoch.schedule import NEOX_DECAY_STYLES, NeoxScheduleKeys
 from neox_epoch.textfile import read_config_text
 
 BLOCK = "neox_epoch"
@@ -293,4 +294,44 @@ def plan_input_from_neox(cfg: NeoxConfig, world_size: int | None = None, gbs_ove
             gradient_accumulation_steps=get_int(cfg, "gradient_accumulation_steps", 1) or 1,
             separate_epochs=bool(cfg.block and cfg.block.separate_epochs),
         ),
+    )
+
+
+def schedule_keys(cfg: NeoxConfig) -> NeoxScheduleKeys:
+    """The learning-rate, checkpoint, evaluation and exit keys a new train_iters touches (NeoX's defaults)."""
+
+    def where(key: str) -> str:
+        return f"{cfg.origin.get(key, '<config>')}: {key}"
+
+    def choice(key: str, default: str, allowed: tuple[str, ...]) -> str:
+        value = cfg.values.get(key)
+        if value is None:
+            return default
+        if value not in allowed:
+            raise ConfigError(f"{where(key)}: {value!r}; expected one of {list(allowed)}")
+        return str(value)
+
+    extra = cfg.values.get("extra_save_iters") or []
+    if not isinstance(extra, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in extra):
+        raise ConfigError(f"{where('extra_save_iters')}: {extra!r}; expected a list of iteration numbers, e.g. [0, 500]")
+    factor = get_float(cfg, "checkpoint_factor")
+    if factor is not None and factor <= 0:
+        raise ConfigError(f"{where('checkpoint_factor')}: {factor}; expected a number > 0")
+    if factor is not None and factor.is_integer():
+        factor = int(factor)
+    return NeoxScheduleKeys(
+        lr_decay_iters=get_int(cfg, "lr_decay_iters"),
+        lr_decay_fraction=get_float(cfg, "lr_decay_fraction"),
+        lr_decay_style=choice("lr_decay_style", "linear", NEOX_DECAY_STYLES),
+        warmup=get_float(cfg, "warmup", 0.01) or 0.0,
+        saves=bool(cfg.values.get("save")),
+        checkpoint_factor=factor,
+        checkpoint_scale=choice("checkpoint_scale", "linear", ("linear", "log")),
+        extra_save_iters=tuple(extra),
+        eval_interval=get_int(cfg, "eval_interval", 1000),
+        eval_iters=get_int(cfg, "eval_iters", 100, positive=False) or 0,
+        exit_interval=get_int(cfg, "exit_interval"),
+        loads=bool(cfg.values.get("load")),
+        use_checkpoint_lr_scheduler=bool(cfg.values.get("use_checkpoint_lr_scheduler", False)),
+        train_epochs=get_int(cfg, "train_epochs"),
     )

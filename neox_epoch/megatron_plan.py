@@ -139,10 +139,19 @@ def cache_warnings(args: MegatronArgs, plan: Plan) -> list[PlanWarning]:
     return out
 
 
-def exact_flags(args: MegatronArgs, plan: Plan) -> str:
-    """The flags to paste back for an exact plan: train iterations, no mid-level surplus, verified weights."""
+def exact_flags(args: MegatronArgs, plan: Plan, schedule: dict[str, object] | None = None) -> str:
+    """The flags to paste back for an exact plan: train iterations, no mid-level surplus, verified weights,
+    and the LR-schedule flags that follow the new length (``schedule``: dest -> new value)."""
     settings = plan.settings
-    flags = [f"--train-iters {settings['train_iters']}", "--mid-level-dataset-surplus 0"]
+    schedule = dict(schedule or {})
+    if schedule.get("--train-samples") is not None:  # a sample-based run stays sample-based (its LR flags are)
+        flags = [f"--train-samples {schedule['--train-samples']}"]
+    else:
+        flags = [f"--train-iters {settings['train_iters']}"]
+    flags.append("--mid-level-dataset-surplus 0")
+    for flag, value in schedule.items():
+        if flag not in ("--train-iters", "--train-samples") and value is not None:
+            flags.append(f"{flag} {value}")
     weights = settings.get("weights")
     prefixes = [s.prefix for s in plan.sources if s.split == "train"]
     if isinstance(weights, list) and len(weights) == len(prefixes):
@@ -171,6 +180,7 @@ def verify_exact(argv: Sequence[str], flags: str, plan: Plan, version: str) -> N
     from neox_epoch.plan import make_plan
 
     replaced = ["--train-iters", "--train-samples", "--mid-level-dataset-surplus"]
+    replaced += [t for t in shlex.split(flags) if t.startswith("--")]
     if "--data-path" in flags or "--train-data-path" in flags:
         replaced += ["--data-path", "--train-data-path"] if "--data-path" in flags else ["--train-data-path"]
     again = megatron_input(_without(argv, replaced) + shlex.split(flags), version)

@@ -6,14 +6,13 @@ import argparse
 import json
 import logging
 import sys
+from dataclasses import replace
 from typing import Any
 
-import yaml
-
 from neox_epoch import detect
-from neox_epoch.atomic import write_text_atomic
-from neox_epoch.config import EpochBlock, load_neox_configs, plan_input_from_neox
-from neox_epoch.errors import ConfigError
+from neox_epoch.config import EpochBlock, NeoxConfig, load_neox_configs, plan_input_from_neox, schedule_keys
+from neox_epoch.config_out import check_output_path, write_config_text, yaml_config_text
+from neox_epoch.errors import ConfigError, PlanError
 from neox_epoch.plan import (
     FRAMEWORKS,
     McoreOptions,
@@ -25,6 +24,14 @@ from neox_epoch.plan import (
     passes_per_source,
 )
 from neox_epoch.report import render
+from neox_epoch.schedule import McoreScheduleKeys, Schedule, attach_mcore, attach_neox
+from neox_epoch.stock import stock_neox_exact
+
+#: Megatron-LM schedule flags (exact mode adjusts them like Megatron-LM's get_optimizer_param_scheduler reads them)
+SCHEDULE_FLAGS = ("lr_decay_style", "lr_decay_iters", "lr_decay_samples", "lr_warmup_fraction", "lr_warmup_iters",
+                  "lr_warmup_samples", "lr_wsd_decay_iters", "lr_wsd_decay_samples", "save_interval", "exit_interval")
+#: flags that override NeoX config values (a written config could not carry them)
+OVERRIDE_FLAGS = ("seq_length", "global_batch_size", "train_iters", "eval_interval", "eval_iters", "seed", "split")
 
 log = logging.getLogger(__name__)
 #: the plan parser's actions (for the did-you-mean of an unknown option)
@@ -34,6 +41,7 @@ _PARSER_ACTIONS: list[argparse.Action] = []
 def register(sub: Any) -> None:
     p = sub.add_parser(
         "plan",
+        allow_abbrev=False,  # a pasted Megatron-LM flag such as --lr must never match one of ours by prefix
         help="what a run builds and draws per source, and the train_iters for exactly N passes",
         description="Plan epochs from NeoX YAML configs (merged in order) or Megatron-LM flags.",
     )
@@ -57,13 +65,20 @@ def register(sub: Any) -> None:
     g.add_argument("--mid-level-dataset-surplus", type=float)
     p.add_argument("--force-version", action="store_true", help="plan a megatron-core version this project has not "
                    "verified against a real build (with a warning)")
+    g.add_argument("--lr-decay-style", choices=("constant", "linear", "cosine", "inverse-square-root", "WSD"))
+    for flag in ("--lr-decay-iters", "--lr-decay-samples", "--lr-warmup-iters", "--lr-warmup-samples",
+                 "--lr-wsd-decay-iters", "--lr-wsd-decay-samples", "--save-interval", "--exit-interval"):
+        g.add_argument(flag, type=int)
+    g.add_argument("--lr-warmup-fraction", type=float)
     p.add_argument("--world-size", type=int, help="NeoX: GPUs, to derive train_batch_size = micro * accum * dp")
     e = p.add_argument_group("exact mode")
     e.add_argument("--epochs", type=float, help="exactly N passes over every train source (fractional allowed)")
     e.add_argument("--source-epochs", nargs="+", metavar="NAME=E", help="per-source passes, e.g. code=2 web=0.5")
     p.add_argument("--json", action="store_true", help="print one JSON object (keys documented in the README)")
-    p.add_argument("--write-config", metavar="OUT.yml", help="write a NeoX config overlay with train_iters and the "
-                   "neox_epoch block")
+    p.add_argument("--write-config", metavar="OUT.yml", help="write a NeoX config overlay with train_iters, the "
+                   "schedule keys that follow it and the neox_epoch block (for neox-epoch launch or the patched deepy.py)")
+    p.add_argument("--full", action="store_true", help="with --write-config: one complete config, the input files "
+                   "merged as NeoX merges them with train_iters and the schedule changes replaced, and the block")
     p.set_defaults(func=run, accepts_extra=True)
     _PARSER_ACTIONS[:] = p._actions
 
@@ -116,8 +131,6 @@ def _megatron_input(args: argparse.Namespace, framework: str, version: str) -> P
 
 
 def _apply_flag_overrides(inp: PlanInput, args: argparse.Namespace) -> PlanInput:
-    from dataclasses import replace
-
     changes: dict[str, Any] = {}
     for flag, key in (("seq_length", "seq_length"), ("global_batch_size", "global_batch_size"),
                       ("train_iters", "train_iters"), ("eval_interval", "eval_interval"), ("eval_iters", "eval_iters"),
@@ -140,26 +153,24 @@ def parse_source_epochs(items: list[str]) -> dict[str, float]:
     return out
 
 
-def build_input(args: argparse.Namespace) -> tuple[PlanInput, EpochBlock | None]:
+def build_input(args: argparse.Namespace) -> tuple[PlanInput, NeoxConfig | None]:
+    """The plan input, and the merged NeoX config when the input is NeoX config files."""
     if args.configs and (args.data_path or args.train_data_path):
         raise ConfigError("give NeoX config files or --data-path, not both")
     if args.configs:
+        for flag in SCHEDULE_FLAGS:
+            if getattr(args, flag) is not None:
+                name = "--" + flag.replace("_", "-")
+                raise ConfigError(f"{name}: a Megatron-LM flag; with NeoX configs set the NeoX key ({flag}, or "
+                                  "lr_decay_iters / warmup / checkpoint_factor) in a config file")
         framework = args.framework or "neox"
         if framework == "megatron-core":
             raise ConfigError("--framework megatron-core: NeoX configs are planned with neox semantics; use --data-path")
         cfg = load_neox_configs(args.configs)
         inp = plan_input_from_neox(cfg, world_size=args.world_size, gbs_override=args.global_batch_size)
         inp = _apply_flag_overrides(inp, args)
-        from dataclasses import replace
-
         inp = replace(inp, framework=framework, framework_version=args.framework_version or detect.neox_version())
-        if args.write_config and "train_iters" in cfg.values:
-            raise ConfigError(
-                f"--write-config: train_iters is set in {cfg.origin['train_iters']}, and the overlay sets it too: "
-                "NeoX rejects a key given in two config files; remove train_iters from that file (or use "
-                "neox-epoch launch, which sets it without an overlay)"
-            )
-        return inp, cfg.block
+        return inp, cfg
     if not (args.data_path or args.train_data_path):
         raise ConfigError("no input: give NeoX config files (neox-epoch plan config.yml) or --data-path PREFIX ...")
     framework = args.framework or "megatron-core"
@@ -209,7 +220,16 @@ def run_megatron(args: argparse.Namespace) -> int:
         base = replace(mi.inp, train_iters=None, train_samples=None,
                        mcore=replace(mi.inp.mcore, num_samples=None, train_consumed=None))
         plan = exact_plan(base, targets)
-        flags = mp.exact_flags(mi.args, plan)
+        a = mi.args
+        keys = McoreScheduleKeys(
+            lr_decay_style=a.lr_decay_style, lr_decay_iters=a.lr_decay_iters, lr_decay_samples=a.lr_decay_samples,
+            lr_warmup_fraction=a.lr_warmup_fraction, lr_warmup_iters=a.lr_warmup_iters,
+            lr_warmup_samples=a.lr_warmup_samples, lr_wsd_decay_iters=a.lr_wsd_decay_iters,
+            lr_wsd_decay_samples=a.lr_wsd_decay_samples, save_interval=a.save_interval,
+            eval_interval=a.eval_interval, eval_iters=a.eval_iters, exit_interval=a.exit_interval)
+        old_iters = a.train_iters if any(t.partition("=")[0] == "--train-iters" for t in _plan_argv(args)) else None
+        plan, schedule = attach_mcore(plan, keys, old_iters, a.train_samples, targets, mi.inp.warmup_share_limit)
+        flags = mp.exact_flags(mi.args, plan, schedule.overwrite())
         mp.verify_exact(argv, flags, plan, version)
         plan = replace(plan, settings={**plan.settings, "megatron_flags": flags})
     else:
@@ -258,6 +278,7 @@ def mcore_version(args: argparse.Namespace) -> str:
 
 
 def targets_from(args: argparse.Namespace, inp: PlanInput, block: EpochBlock | None) -> dict[str, float] | None:
+    """Passes per source: --epochs, --source-epochs or the neox_epoch block (None: not exact mode)."""
     if args.epochs is not None and args.source_epochs:
         raise ConfigError("give --epochs or --source-epochs, not both")
     if args.epochs is not None:
@@ -269,16 +290,157 @@ def targets_from(args: argparse.Namespace, inp: PlanInput, block: EpochBlock | N
     return None
 
 
-def overlay(plan: Plan, block: EpochBlock | None, targets: dict[str, float]) -> dict[str, Any]:
-    """The NeoX config overlay for an exact plan: train_iters and the neox_epoch block."""
+def overlay(plan: Plan, block: EpochBlock | None, targets: dict[str, float],
+            schedule: Schedule | None = None) -> dict[str, Any]:
+    """The NeoX config overlay for an exact plan: train_iters, the schedule keys that change with it, and the
+    neox_epoch block (train_epochs is cleared by the hooks, so it is not written)."""
     b: dict[str, Any] = dict(block.to_mapping()) if block else {}
-    values = set(targets.values())
-    b["epochs"] = next(iter(values)) if len(values) == 1 else dict(targets)
+    values = {_plain(v) for v in targets.values()}
+    b["epochs"] = next(iter(values)) if len(values) == 1 else {k: _plain(v) for k, v in targets.items()}
     b.setdefault("blend_buffer", plan.settings.get("blend_buffer", 1.0))
     if "targets" in plan.settings:
         b["targets"] = plan.settings["targets"]
         b["weights"] = plan.settings["weights"]
-    return {"train_iters": plan.train_iters, "neox_epoch": b}
+    changed = {k: v for k, v in (schedule.overwrite() if schedule else {}).items()
+               if k not in ("train_iters", "train_epochs")}
+    return {"train_iters": plan.train_iters, **changed, "neox_epoch": b}
+
+
+def _plain(v: float) -> float | int:
+    """1.0 -> 1 (as a user writes it), 0.5 stays."""
+    return int(v) if float(v).is_integer() else v
+
+
+def full_config(cfg: NeoxConfig, plan: Plan, block: EpochBlock | None, targets: dict[str, float],
+                schedule: Schedule) -> dict[str, Any]:
+    """The input files merged as NeoX merges them, with train_iters and every changed schedule key replaced in
+    place (train_epochs removed), and the neox_epoch block."""
+    data = dict(cfg.values)
+    for key, value in schedule.overwrite().items():
+        if value is None:
+            data.pop(key, None)
+        else:
+            data[key] = value
+    data["train_iters"] = plan.train_iters
+    data["neox_epoch"] = overlay(plan, block, targets)["neox_epoch"]
+    return data
+
+
+def _write_label(args: argparse.Namespace) -> str:
+    return f'--write-config "{args.write_config}"'
+
+
+def check_write_request(args: argparse.Namespace, cfg: NeoxConfig | None) -> None:
+    """Refuse --write-config/--full requests that cannot give a correct file, before any planning."""
+    if args.full and not args.write_config:
+        raise ConfigError("--full: goes with --write-config OUT.yml (one complete merged config); add --write-config")
+    if not args.write_config:
+        return
+    if cfg is None or (args.framework or "neox") != "neox":
+        raise ConfigError(f"{_write_label(args)}: writes GPT-NeoX configs; give NeoX config files (not --data-path) "
+                          "with neox semantics (no --framework megatron-legacy)")
+    for flag in OVERRIDE_FLAGS:
+        if getattr(args, flag) is not None:
+            name = "--" + flag.replace("_", "-")
+            raise ConfigError(f"{_write_label(args)}: {name} {getattr(args, flag)} overrides the config files, and the "
+                              f"written file would not carry it; set it in a config file instead of {name}")
+    check_output_path(args.write_config, list(cfg.files), _write_label(args), unique_name=True, existing_dir=True)
+
+
+def _overlay_conflicts(cfg: NeoxConfig, data: dict[str, Any], args: argparse.Namespace) -> None:
+    """The overlay may not set a key an input file sets (NeoX rejects a key given in two config files)."""
+    both = [k for k in data if k != "neox_epoch" and k in cfg.values]
+    if both:
+        where = ", ".join(f"{k} in {cfg.origin.get(k, '?')}" for k in both)
+        raise ConfigError(
+            f"{_write_label(args)}: the overlay sets {', '.join(both)}, which the input files set too ({where}); NeoX "
+            f"rejects a key given in two config files: add --full for one merged config that replaces them, or remove "
+            f"{' and '.join(both)} from that file"
+        )
+
+
+def _header(args: argparse.Namespace, cfg: NeoxConfig, schedule: Schedule) -> list[str]:
+    files = " ".join(cfg.files)
+    out = args.write_config
+    changed = [c.line() for c in schedule.changes if c.key in schedule.overwrite()]
+    if args.full:
+        head = [f"written by neox-epoch plan --write-config --full: {', '.join(cfg.files)} merged as NeoX merges them, "
+                "with train_iters and the keys below replaced and the neox_epoch block added.",
+                "Use this file alone, in place of those files. Stock GPT-NeoX rejects the neox_epoch key (NeoXArgs",
+                f"raises on unknown config keys): run it with   neox-epoch launch train.py {out}",
+                "or with deepy.py/train.py patched by patches/neox_epoch_hook.patch (from the neox-epoch repository)."]
+    else:
+        block_in = _block_file(cfg)
+        head = [f"written by neox-epoch plan --write-config from {', '.join(cfg.files)}: an overlay with train_iters, "
+                "the keys below and the neox_epoch block.",
+                "Stock GPT-NeoX rejects the neox_epoch key (NeoXArgs raises on unknown config keys): run it with",
+                f"  neox-epoch launch train.py {files} {out}",
+                "or with deepy.py/train.py patched by patches/neox_epoch_hook.patch (from the neox-epoch repository).",
+                "Those files must not set these keys (NeoX rejects a key given in two config files)"
+                + (f" and the neox_epoch block must be removed from {block_in}: this file carries it." if block_in
+                   else ".")]
+    return head + ["changes:"] + [f"  {line}" for line in changed]
+
+
+def _block_file(cfg: NeoxConfig) -> str:
+    """The input file holding the neox_epoch block ('' when none does)."""
+    import yaml
+
+    if cfg.block is None:
+        return ""
+    for path in cfg.files:
+        with open(path, encoding="utf-8") as f:
+            raw = yaml.safe_load(f)
+        if isinstance(raw, dict) and any(str(k).replace("-", "_") == "neox_epoch" for k in raw):
+            return path
+    return ""
+
+
+def _write(args: argparse.Namespace, cfg: NeoxConfig, plan: Plan, targets: dict[str, float],
+           schedule: Schedule) -> None:
+    if args.full:
+        data = full_config(cfg, plan, cfg.block, targets, schedule)
+    else:
+        data = overlay(plan, cfg.block, targets, schedule)
+        _overlay_conflicts(cfg, data, args)
+    write_config_text(args.write_config, yaml_config_text(_header(args, cfg, schedule), data), _write_label(args))
+
+
+def _old_neox_iters(inp: PlanInput) -> int | None:
+    """The run's train_iters before exact mode: given, or what NeoX derives from train_epochs."""
+    if inp.train_iters is not None:
+        return inp.train_iters
+    if inp.neox.train_epochs is None:
+        return None
+    try:
+        return make_plan(inp).train_iters
+    except PlanError:
+        return None
+
+
+def _mcore_keys(args: argparse.Namespace) -> McoreScheduleKeys:
+    given = {f: getattr(args, f) for f in SCHEDULE_FLAGS if getattr(args, f) is not None}
+    return McoreScheduleKeys(**given, eval_interval=args.eval_interval,
+                             eval_iters=args.eval_iters if args.eval_iters is not None else 10)
+
+
+def plan_with_schedule(args: argparse.Namespace, inp: PlanInput, cfg: NeoxConfig | None,
+                       targets: dict[str, float] | None) -> tuple[Plan, Schedule | None]:
+    """The plan, with the schedule (and, for NeoX exact plans, whether stock NeoX is exact) attached."""
+    plan = exact_plan(inp, targets) if targets else make_plan(inp)
+    if cfg is not None:
+        plan, schedule = attach_neox(plan, schedule_keys(cfg), _old_neox_iters(inp), targets,
+                                     inp.warmup_share_limit)
+        if targets and inp.framework == "neox":
+            stock = stock_neox_exact(inp, plan, targets)
+            if stock["exact"]:  # the schedule keys that follow train_iters belong to the stock config too
+                stock["config"].update({k: v for k, v in schedule.overwrite().items() if k != "train_iters"})
+            plan = replace(plan, settings={**plan.settings, "stock_neox_exact": stock})
+        return plan, schedule
+    if targets:
+        return attach_mcore(plan, _mcore_keys(args), args.train_iters, args.train_samples, targets,
+                            inp.warmup_share_limit)
+    return plan, None
 
 
 #: warnings that the hooks turn into a stopped run when the block says ``enforce: true``
@@ -311,27 +473,28 @@ def run(args: argparse.Namespace) -> int:
         return run_megatron(args)
     if args.configs:
         _no_extra(args)
-    inp, block = build_input(args)
+    inp, cfg = build_input(args)
+    check_write_request(args, cfg)
+    block = cfg.block if cfg is not None else None
     targets = targets_from(args, inp, block)
-    plan = exact_plan(inp, targets) if targets else make_plan(inp)
-    if args.write_config:
-        if inp.framework != "neox" or not targets:
-            raise ConfigError("--write-config: writes a NeoX overlay for an exact plan; use NeoX configs and --epochs")
-        text = "# written by neox-epoch plan: give it to deepy.py as one more config file (your files must not set train_iters)\n" + yaml.safe_dump(
-            overlay(plan, block, targets), sort_keys=False)
-        write_text_atomic(args.write_config, text)
+    if args.write_config and not targets:
+        raise ConfigError(f"{_write_label(args)}: writes the config of an exact plan; add --epochs N (or a neox_epoch "
+                          "block with epochs)")
+    plan, schedule = plan_with_schedule(args, inp, cfg, targets)
+    if args.write_config and cfg is not None and targets and schedule is not None:
+        _write(args, cfg, plan, targets, schedule)
     if args.json:
         out = plan.to_json()
         out["enforce_findings"] = enforce_findings(plan, block)
         if targets and inp.framework == "neox":
-            out["settings"]["neox_overlay"] = overlay(plan, block, targets)  # type: ignore[index]
+            out["settings"]["neox_overlay"] = overlay(plan, block, targets, schedule)  # type: ignore[index]
         print(json.dumps(out, indent=1, sort_keys=False))
     else:
         if block is not None:
             print(block_line(block))
         print(render(plan))
         if args.write_config:
-            print(f"\nwrote {args.write_config}")
+            print(f"\nwrote {args.write_config}" + (" (complete merged config)" if args.full else " (overlay)"))
     stops = enforce_findings(plan, block)
     for line in stops:
         print(f"neox-epoch plan: {line}", file=sys.stderr)

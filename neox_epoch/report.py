@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from neox_epoch.plan import Plan
+from neox_epoch.schedule import ScheduleChange
 from neox_epoch.text import fmt
 from neox_epoch.text import table as text_table
 
@@ -28,6 +29,28 @@ def table(plan: Plan) -> str:
     return "\n".join(text_table([h for _, h in COLUMNS], rows, left=2, rule=True))
 
 
+#: settings rendered as their own sections, not as ``key: value`` lines
+SECTIONS = ("schedule", "stock_neox_exact")
+
+
+def schedule_section(entries: object) -> list[str]:
+    """The "schedule" section: one ``key: old -> new (action): why`` line per key looked at."""
+    if not isinstance(entries, list):
+        return []
+    lines = [ScheduleChange(**e).line() for e in entries if isinstance(e, dict)]
+    return ["", "schedule (learning rate, checkpoints, evaluation for the new train_iters):"] + [f"  {x}" for x in lines]
+
+
+def stock_section(stock: object) -> list[str]:
+    """Whether stock NeoX, without neox-epoch, runs this plan exactly (and with which keys)."""
+    if not isinstance(stock, dict):
+        return []
+    if stock.get("exact"):
+        keys = ", ".join(f"{k}: {v!r}" for k, v in dict(stock.get("config") or {}).items())
+        return ["", "stock NeoX without neox-epoch:", f"  exact with {keys}", f"  ({stock.get('why')})"]
+    return ["", "stock NeoX without neox-epoch:", f"  not exact: {stock.get('why')}"]
+
+
 def render(plan: Plan) -> str:
     """The full text report."""
     ver = f" {plan.framework_version}" if plan.framework_version else ""
@@ -51,9 +74,11 @@ def render(plan: Plan) -> str:
                    f"per source {list(b.draws)} (exact greedy replay, not w*N)")
     if plan.settings:
         out += ["", "settings for exact passes:"]
-        out += [f"  {k}: {v}" for k, v in plan.settings.items()]
+        out += [f"  {k}: {v}" for k, v in plan.settings.items() if k not in SECTIONS]
         out.append(f"  remainder: {plan.remainder_samples} samples ({plan.remainder_tokens:,d} tokens) under one global "
                    "batch are not drawn")
+        out += schedule_section(plan.settings.get("schedule"))
+        out += stock_section(plan.settings.get("stock_neox_exact"))
     if plan.warnings:
         out += ["", "warnings:"]
         out += [f"  - {w}" for w in plan.warnings]

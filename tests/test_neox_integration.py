@@ -326,6 +326,45 @@ def test_weighted_blend_per_source_epochs(data, tmp_path):
     assert sa["epochs"] == 2 and _hist(sa).get(0, 0) > 0.1 * sa["tokens"]
 
 
+#: in-process hooks, then NeoX's own get_learning_rate_scheduler on the args the hooks left (pretrain builds the
+#: data loaders before setup_model_and_optimizer builds the scheduler)
+LR_SCRIPT = textwrap.dedent("""
+    import json, sys, tempfile
+    import torch
+    import megatron.training as training
+    import neox_epoch.neox
+    from neox_epoch.neox.probe import init_cpu, neox_args
+    case = json.loads(sys.argv[1])
+    init_cpu(tempfile.mkdtemp())
+    args = neox_args(**case["args"])
+    neox_epoch.neox.install(case["block"])
+    training.build_train_valid_test_data_loaders(neox_args=args)
+    training.update_iterations(neox_args=args, data_loaders={"train": None})
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=case["args"]["lr"])
+    sched = training.get_learning_rate_scheduler(opt, args)
+    print(json.dumps({"train_iters": args.train_iters, "end_iter": sched.end_iter, "warmup_iter": sched.warmup_iter}))
+""")
+
+
+@needs_neox
+@pytest.mark.neox
+def test_hooks_schedule_reaches_neox_scheduler(data, tmp_path):
+    """train_iters 320000 and lr_decay_iters 320000 in NeoX's args: after the hooks, NeoX's AnnealingLR decays
+    over the planned train_iters and warms up for warmup * that (not 0.01 * 320000 = 3200 iterations)."""
+    d = _fresh(data, tmp_path, "lr")
+    args = {**_paths_args(d, ["a"], [1.0]), "train_iters": 320000, "lr_decay_iters": 320000, "warmup": 0.01,
+            "lr": 0.001, "min_lr": 0.0, "lr_decay_style": "cosine", "no_load_optim": False, "deepspeed": True,
+            "optimizer_type": "adam", "use_checkpoint_lr_scheduler": False, "override_lr_scheduler": False,
+            "use_mup": False}
+    r = subprocess.run([NEOX_PYTHON, "-c", LR_SCRIPT, json.dumps({"args": args, "block": {"epochs": 1}})],
+                       cwd=NEOX_DIR, env=_neox_env(), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["train_iters"] < 320000 and got["end_iter"] == got["train_iters"]
+    assert got["warmup_iter"] == pytest.approx(0.01 * got["train_iters"])
+    assert f"lr_decay_iters 320000 -> {got['train_iters']}" in r.stdout + r.stderr
+
+
 @needs_neox
 @pytest.mark.neox
 def test_data_path_split_separate_epochs(data, tmp_path):
@@ -393,10 +432,10 @@ CPU_SCRIPT = textwrap.dedent("""
 """)
 
 
-def _launch(tmp_path, data, script, dry_run, extra_env=None):
+def _launch(tmp_path, data, script, dry_run, extra_env=None, config=NEOX_CONFIG):
     d = _fresh(data, tmp_path, "launch")
     cfg = tmp_path / "run.yml"
-    cfg.write_text(NEOX_CONFIG.format(a=d / "a", v=d / "v", logs=tmp_path / "logs"))
+    cfg.write_text(config.format(a=d / "a", v=d / "v", logs=tmp_path / "logs"))
     before = cfg.read_text()
     cmd = [NEOX_PYTHON, "-m", "neox_epoch.cli", "launch"] + (["--dry-run"] if dry_run else []) + [script, str(cfg)]
     env = {**_neox_env(), "PROBE_OUT": str(tmp_path / "rank"), "MASTER_PORT": "29517", **(extra_env or {})}
@@ -420,6 +459,24 @@ def test_launch_dry_run_through_deepy(data, tmp_path):
     assert "# the plugin's block" in next(iter(mc["config_files"].values()))  # comments kept
     assert decode_env(out["env"][ENV_VAR]).settings["train_iters"] == mc["train_iters"]
     assert out["export_prefix"] == "NEOX_EPOCH" and ENV_VAR.startswith(out["export_prefix"])
+
+
+@needs_neox
+@pytest.mark.neox
+def test_launch_dry_run_passes_the_schedule_to_neox(data, tmp_path):
+    """A shipped-style train_iters 320000 / lr_decay_iters 320000: the worker config NeoX builds (its own
+    from_ymls with launch's overwrite values) has lr_decay_iters = the planned train_iters, and stderr says so."""
+    config = NEOX_CONFIG.replace('"eval_interval": 100,', '"eval_interval": 100, "train_iters": 320000, '
+                                 '"lr_decay_iters": 320000,')
+    r = _launch(tmp_path, data, "train.py", dry_run=True, config=config)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    mc = out["megatron_config"]
+    assert mc["train_iters"] == out["settings"]["train_iters"] < 320000
+    assert mc["lr_decay_iters"] == mc["train_iters"]
+    assert f"neox_epoch: train_iters: 320000 -> {mc['train_iters']} (set): exact mode" in r.stderr
+    assert f"neox_epoch: lr_decay_iters: 320000 -> {mc['train_iters']} (scaled)" in r.stderr
+    assert [e["key"] for e in out["schedule"]][:2] == ["train_iters", "lr_decay_iters"]
 
 
 @needs_neox

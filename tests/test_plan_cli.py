@@ -111,7 +111,8 @@ def test_megatron_exact_flags_and_defaults(demo_dir, capsys, monkeypatch):
     assert code == 0, err
     plan = json.loads(out)
     flags = plan["settings"]["megatron_flags"]
-    assert flags.startswith(f"--train-iters {plan['train_iters']} --mid-level-dataset-surplus 0 --data-path ")
+    # the run was sample-based (--train-samples): it stays sample-based, as its LR flags would be
+    assert flags.startswith(f"--train-samples {plan['train_iters'] * 16} --mid-level-dataset-surplus 0 --data-path ")
     train = [s for s in plan["sources"] if s["split"] == "train"]
     assert [s["samples_drawn"] for s in train] == [s["target_samples"] for s in train]
     code, out, err = run_cli(base + ["--json"], capsys)

@@ -16,10 +16,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from neox_epoch.atomic import write_text_atomic
 from neox_epoch.batch.check import BatchReport
 from neox_epoch.batch.config import BatchConfig, LauncherSettings
-from neox_epoch.errors import BatchError, ConfigError
+from neox_epoch.config_out import check_output_path, write_config_text, yaml_config_text
+from neox_epoch.errors import BatchError
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -131,35 +131,20 @@ def render(config: BatchConfig, data: Mapping[str, Any], fix: BatchFix, out_path
     """Text of the fixed config: JSON for a DeepSpeed config, YAML for NeoX."""
     if config.flavor == "deepspeed":
         return json.dumps(data, indent=2) + "\n"
-    import yaml
-
     header = [
-        f"# written by neox-epoch check-batch --fix from {', '.join(os.path.basename(p) for p in config.paths)}",
-        f"# dp {fix.data_parallel_size}: {fix.summary()}",
+        f"written by neox-epoch check-batch --fix from {', '.join(os.path.basename(p) for p in config.paths)}",
+        f"dp {fix.data_parallel_size}: {fix.summary()}",
     ]
-    return "\n".join(header) + "\n" + yaml.safe_dump(dict(data), sort_keys=False, default_flow_style=False)
+    return yaml_config_text(header, data)
 
 
 def write_fixed_config(config: BatchConfig, fix: BatchFix, out_path: str,
                        launcher: LauncherSettings | None = None) -> str:
     """Write the fixed config to ``out_path`` atomically (never over an input file); return the text."""
-    for path in config.paths:
-        if os.path.exists(out_path) and os.path.samefile(path, out_path):
-            raise ConfigError(
-                f'--fix output "{out_path}" is the input config {path}; expected a new path; '
-                "write the fix to another file"
-            )
-    wanted = (".json",) if config.flavor == "deepspeed" else (".yml", ".yaml")
-    if not out_path.lower().endswith(wanted):
-        raise ConfigError(
-            f'--fix output "{out_path}" must end in {" or ".join(wanted)} to be read back as a '
-            f'{"DeepSpeed JSON" if config.flavor == "deepspeed" else "NeoX YAML"} config; rename it'
-        )
-    if os.path.isdir(out_path):
-        raise ConfigError(f'--fix output "{out_path}" is a directory; expected a file path')
+    label = f'--fix output "{out_path}"'
+    neox = config.flavor != "deepspeed"
+    check_output_path(out_path, config.paths, label, extensions=(".yml", ".yaml") if neox else (".json",),
+                      kind="NeoX YAML" if neox else "DeepSpeed JSON")
     text = render(config, fixed_config(config, fix, launcher), fix, out_path)
-    try:
-        write_text_atomic(out_path, text)
-    except OSError as err:
-        raise ConfigError(f'--fix output "{out_path}" cannot be written ({err.strerror}); choose a writable path') from None
+    write_config_text(out_path, text, label)
     return text

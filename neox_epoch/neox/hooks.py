@@ -3,8 +3,9 @@
 =====================================================  =================================================
 NeoX name (patched where NeoX looks it up)             what the wrapper does
 =====================================================  =================================================
-``megatron.training.build_train_valid_test_data_loaders``  plans the run (train_iters set before NeoX reads
-(and ``megatron.data.data_utils``'s)                   it, checked equal on all ranks), runs NeoX's, then
+``megatron.training.build_train_valid_test_data_loaders``  plans the run (train_iters and the schedule keys
+(and ``megatron.data.data_utils``'s)                   that follow it set before NeoX reads them, train_iters
+                                                       checked equal on all ranks), runs NeoX's, then
                                                        logs the per-source table and the JSON record,
                                                        verifies the blend's draws, sets up the counters
 ``data_utils.get_normalized_weights_and_num_samples``  train split: 1.005 -> the block's buffer, or the
@@ -37,6 +38,7 @@ from neox_epoch.neox import index as sep
 from neox_epoch.neox.block import HookBlock
 from neox_epoch.neox.counters import JsonlSink, PassCounters, SourceCounter
 from neox_epoch.neox.planning import RunPlan, make_run_plan, values_from_args
+from neox_epoch.schedule import CODES as SCHEDULE_CODES
 from neox_epoch.semantics import neox as neox_sem
 
 log = logging.getLogger("neox_epoch.neox")
@@ -100,26 +102,30 @@ class State:
 
 
 def plan_for(state: State, neox_args: Any) -> RunPlan:
-    """Plan once per process from NeoX's parsed args; set train_iters on ``neox_args``."""
+    """Plan once per process from NeoX's parsed args; set train_iters and the schedule keys that follow it on
+    ``neox_args`` (before NeoX builds its learning-rate scheduler), logging every change."""
     if state.run is None:
         state.run = make_run_plan(values_from_args(neox_args), state.block, state.hook.settings)
     rp = state.run
-    current = getattr(neox_args, "train_iters", None)
-    if getattr(neox_args, "train_epochs", None):
-        _set(neox_args, "train_epochs", None)
-        log.info("neox_epoch: train_epochs replaced by train_iters=%d (each epoch shuffled on its own, resume-safe)",
-                 rp.train_iters) if rank() == 0 else None
-    if current != rp.train_iters:
-        if current is not None and rp.targets is not None and rank() == 0:
-            log.warning("neox_epoch: train_iters %s in the config replaced by %d (exactly the requested epochs)",
-                        current, rp.train_iters)
-        _set(neox_args, "train_iters", rp.train_iters)
+    apply_overwrite(neox_args, rp)
     tbs = getattr(neox_args, "train_batch_size", None)
     if tbs is not None and int(tbs) != rp.train_batch_size:
         raise PlanError(f"train_batch_size: NeoX uses {tbs} but the plan used {rp.train_batch_size}; relaunch with "
                         "neox-epoch launch (or check-batch) so both see the same world")
     _same_on_all_ranks(rp.train_iters)
     return rp
+
+
+def apply_overwrite(neox_args: Any, rp: RunPlan) -> None:
+    """Set each value of ``rp.overwrite()`` that differs on ``neox_args``; rank 0 logs ``key old -> new: why``."""
+    why = {c.key: c.why for c in rp.schedule.changes}
+    for key, value in rp.overwrite().items():
+        current = getattr(neox_args, key, None)
+        if current == value:
+            continue
+        _set(neox_args, key, value)
+        if rank() == 0:
+            log.warning("neox_epoch: %s %s -> %s: %s", key, current, value, why.get(key, "planned by neox_epoch"))
 
 
 def _set(neox_args: Any, key: str, value: Any) -> None:
@@ -333,7 +339,7 @@ def after_build(state: State, rp: RunPlan, neox_args: Any, loaders: Any) -> None
         for w in rp.plan.warnings:
             if rp.separate_epochs and w.code == "spillover":
                 continue  # the separated index has no cross-epoch spillover
-            if w.split == "train" or w.code in ("exact-remainder", "without-plugin"):
+            if w.split == "train" or w.code in ("exact-remainder", "without-plugin", *SCHEDULE_CODES):
                 log.warning("neox_epoch: %s", w)
         for name in rp.spillover:
             log.warning("neox_epoch: %s: fractional passes over jointly shuffled epochs (spillover); set "

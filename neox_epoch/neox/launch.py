@@ -13,7 +13,9 @@ What happens, in order (NeoX's own ``deepy.main`` runs; only two names are wrapp
 2. runs the batch/world check (``neox_epoch.batch.preflight``) on the cleaned configs, and stops with
    its findings when the batch disagrees with the world the launcher starts,
 3. plans the run (``neox_epoch.neox.planning``) and passes ``train_iters`` (and ``train_epochs: null``)
-   to NeoX as overwrite values, so ``--megatron_config`` carries them to every worker,
+   and the schedule keys that follow it (``neox_epoch.schedule``: e.g. an ``lr_decay_iters`` that equalled
+   the old train_iters) to NeoX as overwrite values, so ``--megatron_config`` carries them to every
+   worker; every change is printed on stderr as ``neox_epoch: key old -> new (action): why``,
 4. puts the block and the planned settings in ``$NEOX_EPOCH_BLOCK`` and appends its prefix to
    ``deepspeed.launcher.runner.EXPORT_ENVS`` (as deepy does for WANDB_API_KEY), so pdsh/MPI multi-node
    launches export it too,
@@ -37,7 +39,7 @@ import os
 import shutil
 import sys
 import tempfile
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -46,6 +48,9 @@ from neox_epoch.config import BLOCK, load_neox_configs
 from neox_epoch.errors import BatchError, ConfigError
 from neox_epoch.neox.block import ENV_VAR, EXPORT_PREFIX, HookBlock, parse_block
 from neox_epoch.textfile import read_config_text
+
+if TYPE_CHECKING:
+    from neox_epoch.neox.planning import RunPlan
 
 #: the module the workers run (``python -m``) instead of the user script
 WORKER_MODULE = "neox_epoch.neox.worker"
@@ -145,6 +150,7 @@ class LaunchState:
         self.cleaned: list[str] = []
         self.env_value: str | None = None
         self.notes: list[str] = []
+        self.schedule: list[dict[str, Any]] = []
 
 
 STATE = LaunchState()
@@ -180,9 +186,8 @@ def apply_block(paths: list[str], overwrite: dict[str, Any]) -> list[str]:
     if tbs is not None:
         values["train_batch_size"] = tbs
     rp = make_run_plan(values, hook.block, hook.settings)
-    overwrite["train_iters"] = rp.train_iters
-    if values.get("train_epochs") is not None:
-        overwrite["train_epochs"] = None
+    overwrite.update(rp.overwrite())
+    _report_changes(rp)
     hb = HookBlock(hook.block, rp.settings())
     STATE.hook, STATE.cleaned, STATE.env_value = hb, cleaned, hb.to_env()
     os.environ[ENV_VAR] = STATE.env_value
@@ -190,6 +195,17 @@ def apply_block(paths: list[str], overwrite: dict[str, Any]) -> list[str]:
     if EXPORT_PREFIX not in runner.EXPORT_ENVS:
         runner.EXPORT_ENVS.append(EXPORT_PREFIX)
     return cleaned
+
+
+def _report_changes(rp: RunPlan) -> None:
+    """Say what the launch changes (never train_iters silently) and the schedule's warnings, on stderr and in
+    the --dry-run notes."""
+    STATE.schedule = rp.schedule.to_json()
+    lines = [f"neox_epoch: {line}" for line in rp.changes()]
+    lines += [f"neox_epoch: warning: {w.text}" for w in rp.schedule.warnings]
+    for line in lines:
+        print(line, file=sys.stderr, flush=True)
+    STATE.notes.extend(lines)
 
 
 def hook_deepy() -> None:
@@ -271,5 +287,6 @@ def run(args: argparse.Namespace) -> int:
             "block": STATE.hook.block.to_mapping() if STATE.hook else None,
             "settings": STATE.hook.settings if STATE.hook else None,
             "megatron_config": decode_megatron_config(argv) if argv else None, "notes": STATE.notes,
+            "schedule": STATE.schedule,
         }, default=str), flush=True)
     return int(rc or 0)

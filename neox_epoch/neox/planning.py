@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from neox_epoch.config import EpochBlock, NeoxConfig, plan_input_from_neox
+from neox_epoch.config import EpochBlock, NeoxConfig, plan_input_from_neox, schedule_keys
 from neox_epoch.errors import ConfigError, PlanError
 from neox_epoch.plan import Plan, PlanInput, SourcePlan, SourceSpec, exact_plan, make_plan, passes_per_source
+from neox_epoch.schedule import Schedule, attach_neox
 
 #: NeoX argument names the planner reads (NeoXArgs attributes / merged YAML keys)
 PLAN_KEYS = (
@@ -24,6 +25,9 @@ PLAN_KEYS = (
     "test_data_weights", "data_path", "split", "train_iters", "train_epochs", "warmup", "lr_decay_iters",
     "pack_impl", "eval_interval", "eval_iters", "seed", "weight_by_num_documents", "weighted_sampler_alpha",
     "allow_chopped",
+    # the schedule keys a new train_iters touches (neox_epoch.schedule)
+    "lr_decay_fraction", "lr_decay_style", "min_lr", "save", "load", "checkpoint_factor", "checkpoint_scale",
+    "extra_save_iters", "exit_interval", "use_checkpoint_lr_scheduler",
 )
 
 
@@ -49,6 +53,8 @@ class RunPlan:
     """Each epoch of a train index shuffled on its own."""
     spillover: tuple[str, ...]
     """Sources whose index is drawn partly across jointly shuffled epochs (fractional passes > 1)."""
+    schedule: Schedule = field(default_factory=lambda: Schedule((), ()))
+    """train_iters and the learning-rate/checkpoint/eval keys that follow it (neox_epoch.schedule)."""
 
     @property
     def train_iters(self) -> int:
@@ -57,6 +63,15 @@ class RunPlan:
     @property
     def train_batch_size(self) -> int:
         return self.plan.global_batch_size
+
+    def overwrite(self) -> dict[str, Any]:
+        """The values to hand NeoX (as from_ymls overwrite values, or set on NeoXArgs): train_iters and every
+        schedule key that changed (train_epochs cleared in train_epochs mode)."""
+        return {"train_iters": self.train_iters, **self.schedule.overwrite()}
+
+    def changes(self) -> list[str]:
+        """``key old -> new (action): why`` for every value :meth:`overwrite` changes, for the logs."""
+        return [c.line() for c in self.schedule.changes if c.key in self.schedule.overwrite()]
 
     def settings(self) -> dict[str, Any]:
         """What the launcher hands to the workers (and the JSON record repeats)."""
@@ -129,6 +144,9 @@ def make_run_plan(values: Mapping[str, Any], block: EpochBlock, settings: Mappin
         weights = tuple(float(w) for w in (b.weights or ()))
         if targets is not None and len(labels) > 1:
             exact_targets = tuple(int(s.target_samples or s.samples_drawn) for s in train)
+    keys = replace(schedule_keys(cfg), train_epochs=int(train_epochs) if train_epochs else None)
+    old_iters = _old_train_iters(inp, given_iters, train_epochs)
+    plan, schedule = attach_neox(plan, keys, old_iters, targets)
     spill = []
     if targets is not None:
         for s in train:
@@ -136,7 +154,8 @@ def make_run_plan(values: Mapping[str, Any], block: EpochBlock, settings: Mappin
             if s.epochs_built > 1 and abs(want - round(want)) > 1e-9 and not block.separate_epochs:
                 spill.append(s.name)
     rp = RunPlan(plan=plan, train=train, targets=targets, blended=blended, weights=weights, buffer=buffer,
-                 exact_targets=exact_targets, separate_epochs=block.separate_epochs, spillover=tuple(spill))
+                 exact_targets=exact_targets, separate_epochs=block.separate_epochs, spillover=tuple(spill),
+                 schedule=schedule)
     _check_settings(rp, settings)
     if targets is not None and given_iters is not None and int(given_iters) != rp.train_iters:
         if block.enforce and settings.get("train_iters") != int(given_iters):
@@ -146,6 +165,19 @@ def make_run_plan(values: Mapping[str, Any], block: EpochBlock, settings: Mappin
         raise PlanError(f"neox_epoch.epochs: fractional passes over {list(rp.spillover)} draw part of an index of "
                         "jointly shuffled epochs (cross-epoch spillover); set \"separate_epochs\": true")
     return rp
+
+
+def _old_train_iters(inp: PlanInput, given_iters: Any, train_epochs: Any) -> int | None:
+    """The run's train_iters before exact mode: the config's, or what NeoX derives from train_epochs."""
+    if given_iters is not None:
+        return int(given_iters)
+    if not train_epochs:
+        return None
+    try:
+        stock = replace(inp, train_iters=None, neox=replace(inp.neox, train_epochs=int(train_epochs)))
+        return make_plan(stock).train_iters
+    except PlanError:
+        return None
 
 
 def _check_settings(rp: RunPlan, settings: Mapping[str, Any]) -> None:
