@@ -78,8 +78,30 @@ def eval_consumption(inp: PlanInput, train_iters: int) -> list[int]:
 # GPT-NeoX (and legacy Megatron-LM, which shares the data_path / train_data_paths code shape)
 
 
+#: NeoX's validate_train_epochs messages, quoted in the planner's refusals so both name the same reason
+NEOX_EPOCHS_WEIGHTS = "train_data_weights != None is currently unsupported with train_epochs"
+NEOX_EPOCHS_BY_DOCS = "Weighting by number of documents is currently unsupported with train_epochs"
+
+
+def check_neox_train_epochs(inp: PlanInput) -> None:
+    """Refuse what NeoX's ``validate_train_epochs`` refuses in train_epochs mode, in its order, before any build.
+
+    (train_iters given as well is refused with the config, pack_impl other than packed by the config reader.)
+    """
+    fix = "or give train_iters instead of train_epochs"
+    if inp.neox.weight_by_num_documents:
+        raise PlanError(f"weight_by_num_documents: true with train_epochs: NeoX refuses it (\"{NEOX_EPOCHS_BY_DOCS}\"); "
+                        f"set weight_by_num_documents to false, {fix}")
+    weights = [s.weight for s in inp.train_sources]
+    if any(w is not None and w != 1.0 for w in weights):
+        given = [w if w is not None else 1.0 for w in weights]
+        raise PlanError(f"train_data_weights: {given} with train_epochs: NeoX refuses it (\"{NEOX_EPOCHS_WEIGHTS}\"): it "
+                        f"accepts only weights that are all 1.0; leave train_data_weights unset, {fix}")
+
+
 def _neox_requests(inp: PlanInput, train_iters: int) -> list[int | None]:
     if inp.neox.train_epochs is not None and inp.train_iters is None:
+        check_neox_train_epochs(inp)
         return [None, None, None]  # train_epochs: every split built for exactly one epoch
     return list(eval_consumption(inp, train_iters))
 

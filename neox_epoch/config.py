@@ -262,6 +262,11 @@ def plan_input_from_neox(cfg: NeoxConfig, world_size: int | None = None, gbs_ove
     if not isinstance(split, str):
         raise ConfigError(f"{cfg.origin.get('split')}: split: expected a string such as \"969,30,1\", found {split!r}")
     train_iters = get_int(cfg, "train_iters")
+    if train_iters is not None and get_int(cfg, "train_epochs") is not None and cfg.block is None:
+        # NeoX's validate_train_epochs (with the neox_epoch block the plugin clears train_epochs before it runs)
+        raise ConfigError(f"{cfg.origin.get('train_epochs', '<config>')}: train_epochs: given with train_iters "
+                          f"(in {cfg.origin.get('train_iters', '<config>')}); NeoX refuses both (\"Cannot specify both "
+                          "train epochs and train iters simultaneously\"): keep one of them")
     warm = get_float(cfg, "warmup", 0.01)
     lr_decay = get_int(cfg, "lr_decay_iters") or train_iters
     warmup_iters = int(warm * lr_decay) if (warm is not None and lr_decay) else None

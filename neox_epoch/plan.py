@@ -157,6 +157,19 @@ def _draws(sb: SplitBuild, consumed: int) -> tuple[list[int], int]:
     return blend.greedy_counts(list(sb.greedy_weights), n), n
 
 
+def _epochs_mode(inp: PlanInput) -> bool:
+    """NeoX's train_epochs mode: no train_iters or train_samples, train_epochs set."""
+    return inp.train_iters is None and inp.train_samples is None and inp.neox.train_epochs is not None
+
+
+def _loader_batch(inp: PlanInput) -> int:
+    """NeoX's loader batch in train_epochs mode: micro * dp (make_data_loader), dp = gbs // (micro * gas)."""
+    o = inp.neox
+    if o.micro_batch_size is None:
+        raise PlanError("train_epochs: train_micro_batch_size_per_gpu is needed to size NeoX's data loader")
+    return o.micro_batch_size * (inp.global_batch_size // (o.micro_batch_size * o.gradient_accumulation_steps))
+
+
 def _train_iters(inp: PlanInput, builds: list[SplitBuild | None] | None = None) -> tuple[int, str]:
     """train_iters and the line of arithmetic that gives it (given, from train_samples, or train_epochs)."""
     gbs = inp.global_batch_size
@@ -167,9 +180,7 @@ def _train_iters(inp: PlanInput, builds: list[SplitBuild | None] | None = None) 
         return iters, f"train_iters = train_samples // global_batch_size = {inp.train_samples} // {gbs} = {iters}"
     if inp.neox.train_epochs is not None and builds is not None and builds[0] is not None:
         o = inp.neox
-        if o.micro_batch_size is None:
-            raise PlanError("train_epochs: train_micro_batch_size_per_gpu is needed to size NeoX's data loader")
-        loader_batch = o.micro_batch_size * (gbs // (o.micro_batch_size * o.gradient_accumulation_steps))
+        loader_batch = _loader_batch(inp)
         size = builds[0].size
         batches = size // loader_batch
         iters = batches * o.train_epochs // o.gradient_accumulation_steps
@@ -192,7 +203,7 @@ def make_plan(inp: PlanInput, targets: Sequence[int] | None = None, cache: Token
     gbs = inp.global_batch_size
     cache = {} if cache is None else cache
     builds: list[SplitBuild | None] | None = None
-    if inp.train_iters is None and inp.train_samples is None and inp.neox.train_epochs is not None:
+    if _epochs_mode(inp):
         builds = fw.split_builds(inp, fw.requests(inp, 0), cache)
     train_iters, iters_line = _train_iters(inp, builds)
     if train_iters <= 0:
@@ -215,16 +226,20 @@ def make_plan(inp: PlanInput, targets: Sequence[int] | None = None, cache: Token
         f"test samples = eval_iters * global_batch_size = {inp.eval_iters} * {gbs} = {consumed[2]}",
     ]
     a = fw.extra_token(inp)
+    # train_epochs mode: the loaders (drop_last) are cycled, so at most their full batches are ever drawn
+    loader_batch = _loader_batch(inp) if _epochs_mode(inp) else None
     for i, sb in enumerate(builds):
         if sb is None:
             if i == 0:
                 raise PlanError("the train split is empty: check split and data paths")
             continue
-        draws, n = _draws(sb, consumed[i])
-        if consumed[i] > sb.size:
+        limit = sb.size if loader_batch is None else sb.size // loader_batch * loader_batch
+        draws, n = _draws(sb, min(consumed[i], limit))
+        if consumed[i] > limit:
+            full = f" ({limit} in full loader batches of {loader_batch})" if limit != sb.size else ""
             warnings.append(PlanWarning(
                 "loader-restart",
-                f"{sb.split}: {consumed[i]} samples consumed but the {sb.split} dataset offers {sb.size}; "
+                f"{sb.split}: {consumed[i]} samples consumed but the {sb.split} dataset offers {sb.size}{full}; "
                 "NeoX's loader starts over from its first sample (the same order again)", sb.split))
         if sb.blended:
             blends.append(SplitBlend(sb.split, sb.size, sb.greedy_weights, n, tuple(draws), sb.rule))

@@ -19,7 +19,14 @@ Those inner functions are wrapped in memory (never edited) only to record the ar
 and the results it got. The one CUDA call on that path (``torch.cuda.LongTensor``) is replaced by a
 CPU tensor factory; distributed state is a 1-process gloo group plus NeoX's ``mpu``.
 
-Then, for the first ``train_iters * train_batch_size`` samples of each case's training dataset, the
+In NeoX's ``train_epochs`` mode (the ``e*`` cases: train_iters None, every split built for one epoch) the
+script then calls NeoX's own ``megatron.training.update_iterations`` on the loaders NeoX built, and records
+the train_iters it sets, the loader's batch and length. The loader batch is micro * dp, dp read from NeoX's
+``mpu``; a data-parallel size above 1 is answered in memory for this one process, as its rank 0. The ``r*``
+cases are configurations NeoX refuses in that mode; the exception and message are recorded.
+
+Then, for the first ``train_iters * train_batch_size`` samples of each case's training dataset (in
+``train_epochs`` mode: the distinct samples of the cycled loader, at most one pass of full batches), the
 script maps every sample back to (document, token position) through the dataset's own
 ``doc_idx``/``sample_idx``/``shuffle_idx`` (and the blend's ``dataset_index``/``dataset_sample_index``),
 checks the mapped tokens against ``dataset[i]['text']`` for every sample, and records how often each
@@ -308,8 +315,12 @@ def neox_args(**overrides: Any) -> SimpleNamespace:
         eval_interval=1000,
         eval_iters=10,
         train_batch_size=None,
+        train_micro_batch_size_per_gpu=None,
         batch_size=None,
         gradient_accumulation_steps=1,
+        do_train=None,
+        do_valid=None,
+        do_test=None,
         is_pipe_parallel=False,
         dataset_impl="gpt2",
         data_impl="mmap",
@@ -333,7 +344,10 @@ def neox_args(**overrides: Any) -> SimpleNamespace:
     assert not unknown, f"not a NeoX data argument: {sorted(unknown)}"
     args.update(overrides)
     if args["batch_size"] is None:
-        args["batch_size"] = args["train_batch_size"]  # dp = 1, gas = 1
+        # NeoX's calculate_derived sets batch_size = train_micro_batch_size_per_gpu; without a micro batch the
+        # cases run with dp = 1 and gas = 1, so the micro batch is train_batch_size
+        micro = args["train_micro_batch_size_per_gpu"]
+        args["batch_size"] = micro if micro is not None else args["train_batch_size"]
     return SimpleNamespace(**args)
 
 
@@ -351,7 +365,8 @@ class CaseSpec:
     mode: str
     """"data_path" (one corpus + split) or "train_data_paths" (one dataset per path, blended)."""
     seq_length: int
-    train_iters: int
+    train_iters: int | None
+    """None: NeoX's train_epochs mode (then ``train_epochs`` is set and NeoX's update_iterations computes it)."""
     train_batch_size: int
     eval_interval: int
     eval_iters: int
@@ -368,6 +383,20 @@ class CaseSpec:
     copy_corpora: bool = True
     full_blend_exposure: bool = False
     """Also record the exposure of a pass over the whole blend (``len(blend)`` samples, wraps included)."""
+    train_epochs: int | None = None
+    """NeoX train_epochs (with train_iters None): every split built for one epoch, train_iters from the loader."""
+    micro_batch: int | None = None
+    """train_micro_batch_size_per_gpu (train_epochs cases; NeoX's ``batch_size``)."""
+    gradient_accumulation_steps: int = 1
+    data_parallel_size: int = 1
+    """The data-parallel world size NeoX's make_data_loader reads from mpu (train_epochs cases)."""
+    pass_weights: bool = True
+    """Give NeoX ``train_data_weights``; False: leave them out of ``params`` (the config gives none, NeoX's
+    calculate_derived still turns them into ``[1.0] * len(paths)``, which is what NeoX is called with)."""
+
+    def epochs_mode(self) -> bool:
+        """NeoX's train_epochs mode: no train_iters, datasets built for one epoch."""
+        return self.train_epochs is not None and self.train_iters is None
 
     def corpora(self) -> list[CorpusSpec]:
         """Every corpus the case reads, without repeats, in first-use order."""
@@ -398,9 +427,18 @@ class CaseSpec:
                 train_data_paths=[c.label for c in self.train],
                 valid_data_paths=[c.label for c in self.valid],
                 test_data_paths=[c.label for c in self.test],
-                train_data_weights=self.weights(),
+                train_data_weights=self.weights() if self.pass_weights else None,
                 weight_by_num_documents=self.weight_by_num_documents,
                 weighted_sampler_alpha=self.weighted_sampler_alpha,
+            )
+        if self.train_epochs is not None:
+            assert self.micro_batch is not None
+            assert self.train_batch_size == self.micro_batch * self.gradient_accumulation_steps * self.data_parallel_size
+            out.update(
+                train_epochs=self.train_epochs,
+                train_micro_batch_size_per_gpu=self.micro_batch,
+                gradient_accumulation_steps=self.gradient_accumulation_steps,
+                global_num_gpus=self.data_parallel_size,  # pipe and model parallel sizes are 1: dp = GPUs
             )
         return out
 
@@ -408,8 +446,11 @@ class CaseSpec:
         """train_data_weights as NeoX derives them (``[1.0] * len(paths)`` when not given)."""
         return list(self.train_weights) if self.train_weights is not None else [1.0] * len(self.train)
 
-    def num_samples(self) -> dict[str, int]:
-        """NeoX's train/valid/test sample counts from iterations."""
+    def num_samples(self) -> dict[str, int | None]:
+        """NeoX's train/valid/test sample counts from iterations (None each in train_epochs mode)."""
+        if self.epochs_mode():
+            return {"train": None, "valid": None, "test": None}
+        assert self.train_iters is not None
         tbs = self.train_batch_size
         return {
             "train": self.train_iters * tbs,
@@ -418,13 +459,39 @@ class CaseSpec:
         }
 
 
+@contextlib.contextmanager
+def data_parallel_stand_in(neox: Neox, size: int) -> Iterator[None]:
+    """Make NeoX's ``mpu`` report a data-parallel world of ``size`` with this process as its rank 0.
+
+    ``make_data_loader`` reads dp from ``mpu.get_data_parallel_world_size()`` (loader batch = micro * dp).
+    One process cannot form a dp group of 2 or more, so for those cases the two mpu queries are answered
+    in memory (restored afterwards): the loader NeoX builds is then rank 0's, the rank whose
+    ``len(train_loader)`` update_iterations turns into train_iters.
+    """
+    mpu = neox.data_utils.mpu
+    assert mpu.get_data_parallel_world_size() == 1 and mpu.get_data_parallel_rank() == 0
+    if size == 1:
+        yield
+        return
+    saved = mpu.get_data_parallel_world_size, mpu.get_data_parallel_rank
+    mpu.get_data_parallel_world_size = lambda: size
+    mpu.get_data_parallel_rank = lambda: 0
+    try:
+        yield
+    finally:
+        mpu.get_data_parallel_world_size, mpu.get_data_parallel_rank = saved
+
+
 def call_neox(neox: Neox, case: CaseSpec, directory: str) -> dict[str, Any]:
-    """Run NeoX's ``build_train_valid_test_data_loaders`` for ``case`` on corpora in ``directory``."""
+    """Run NeoX's ``build_train_valid_test_data_loaders`` for ``case`` on corpora in ``directory``.
+
+    In train_epochs mode, then NeoX's own ``megatron.training.update_iterations`` on the loaders it built.
+    """
 
     def path(spec: CorpusSpec) -> str:
         return os.path.join(directory, spec.label)
 
-    common = dict(
+    common: dict[str, Any] = dict(
         train_iters=case.train_iters,
         train_batch_size=case.train_batch_size,
         eval_interval=case.eval_interval,
@@ -432,6 +499,12 @@ def call_neox(neox: Neox, case: CaseSpec, directory: str) -> dict[str, Any]:
         seq_length=case.seq_length,
         seed=case.seed,
     )
+    if case.train_epochs is not None:
+        common.update(
+            train_epochs=case.train_epochs,
+            train_micro_batch_size_per_gpu=case.micro_batch,
+            gradient_accumulation_steps=case.gradient_accumulation_steps,
+        )
     if case.mode == "data_path":
         assert case.data_path is not None and case.split is not None
         args = neox_args(data_path=path(case.data_path), split=case.split, **common)
@@ -447,18 +520,32 @@ def call_neox(neox: Neox, case: CaseSpec, directory: str) -> dict[str, Any]:
             weighted_sampler_alpha=case.weighted_sampler_alpha,
             **common,
         )
-    loaders = neox.data_utils.build_train_valid_test_data_loaders(args)
-    return {
+    with data_parallel_stand_in(neox, case.data_parallel_size):
+        loaders = neox.data_utils.build_train_valid_test_data_loaders(args)
+    out = {
         "loaders": loaders,
         "flags": {"do_train": int(args.do_train), "do_valid": int(args.do_valid), "do_test": int(args.do_test)},
     }
+    if case.epochs_mode():
+        from megatron.training import update_iterations  # imported late: it pulls in the model code
+
+        before = args.train_iters
+        update_iterations(args, loaders)
+        out["train_iters"] = args.train_iters
+        assert before is None and isinstance(out["train_iters"], int)
+    return out
 
 
-def dataset_record(ds: Any, build: dict[str, Any], label: str, directory: str) -> dict[str, Any]:
-    """JSON record of one NeoX GPT2Dataset and the index files NeoX wrote for it."""
+def dataset_record(
+    ds: Any, build: dict[str, Any], label: str, directory: str, num_epochs: int | None = None
+) -> dict[str, Any]:
+    """JSON record of one NeoX GPT2Dataset and the index files NeoX wrote for it.
+
+    ``num_epochs``: what NeoX must have passed to ``_build_index_mappings`` (1 in train_epochs mode).
+    """
     documents = build["documents"]
     assert build["contiguous"], "a split's documents are always a contiguous range"
-    assert build["seq_length"] == ds.seq_length and build["num_epochs"] is None
+    assert build["seq_length"] == ds.seq_length and build["num_epochs"] == num_epochs
     num_docs = documents[1] - documents[0]
     assert ds.doc_idx.shape[0] % num_docs == 0
     tokens = int(np.sum(ds.indexed_dataset.sizes[documents[0] : documents[1]], dtype=np.int64))
@@ -599,6 +686,24 @@ def exposure(train: Any, sources: list[Source], blend: Any | None, n: int, seq_l
 # ----------------------------------------------------------------------------------------------
 
 
+def run_refused_case(neox: Neox, case: CaseSpec, workdir: str, log: str) -> tuple[dict[str, Any], dict[str, Corpus], str]:
+    """Call NeoX for a case it must refuse; record the exception it raised (and that nothing was built)."""
+    directory = os.path.join(workdir, case.name)
+    os.makedirs(directory)
+    corpora = {spec.label: write_corpus(spec, directory) for spec in case.corpora()}
+    neox.recorder.reset()
+    try:
+        with capture_fd1(log):
+            call_neox(neox, case, directory)
+    except ValueError as exc:
+        refused = {"exception": type(exc).__name__, "message": str(exc)}
+    else:
+        raise AssertionError(f"{case.name}: NeoX accepted a case it is expected to refuse")
+    assert not neox.recorder.index_builds, "NeoX built datasets before refusing"
+    record = {"description": case.description, "mode": case.mode, "params": case.params(), "refused": refused}
+    return record, corpora, directory
+
+
 def run_case(neox: Neox, case: CaseSpec, workdir: str, log: str) -> tuple[dict[str, Any], dict[str, Corpus], str]:
     """Build ``case`` with NeoX in a fresh directory; return its JSON record, corpora and directory."""
     directory = os.path.join(workdir, case.name)
@@ -615,7 +720,8 @@ def run_case(neox: Neox, case: CaseSpec, workdir: str, log: str) -> tuple[dict[s
 
     def record(ds: Any) -> dict[str, Any]:
         prefix = ds_prefix[id(ds)]
-        return dataset_record(ds, builds[(ds.name, prefix)], label_of[prefix], directory)
+        epochs = 1 if case.epochs_mode() else None
+        return dataset_record(ds, builds[(ds.name, prefix)], label_of[prefix], directory, epochs)
 
     # Which prefix each GPT2Dataset was built from (the dataset object does not keep it).
     ds_prefix: dict[int, str] = {}
@@ -629,7 +735,25 @@ def run_case(neox: Neox, case: CaseSpec, workdir: str, log: str) -> tuple[dict[s
     loader_len = {k: (len(v) if v is not None else None) for k, v in loaders.items()}
     out["loader_batches"] = loader_len
     datasets: list[dict[str, Any]] = []
-    n = case.train_iters * case.train_batch_size
+    first_n = case.num_samples()
+    if case.epochs_mode():
+        iters = result["train_iters"]
+        out["train_epochs"] = epochs_record(case, loaders, iters)
+        # The loaders (drop_last) are cycled: a split's distinct samples are the first min(drawn, one pass of full
+        # loader batches). Training draws train_iters * train_batch_size, evaluation what it draws with train_iters
+        # given (every eval_interval and at the end, eval_iters * train_batch_size each; the test split once).
+        tbs = case.train_batch_size
+        drawn = {
+            "train": iters * tbs,
+            "valid": (iters // case.eval_interval + 1) * case.eval_iters * tbs,
+            "test": case.eval_iters * tbs,
+        }
+        first_n = {
+            k: min(drawn[k], len(v) * v.batch_sampler.batch_size) if v is not None else None for k, v in loaders.items()
+        }
+        assert first_n["train"] == out["train_epochs"]["trained_samples_first_pass"]
+    n = first_n["train"]
+    assert n is not None
     if case.mode == "data_path":
         assert case.data_path is not None and case.split is not None
         num_docs = case.data_path.num_documents
@@ -664,7 +788,8 @@ def run_case(neox: Neox, case: CaseSpec, workdir: str, log: str) -> tuple[dict[s
             for ds, spec in zip(blend.datasets, specs, strict=True):
                 ds_prefix[id(ds)] = corpora[spec.label].prefix
                 datasets.append({"built": True, **record(ds)})
-            first = n if split == "train" else case.num_samples()[split]
+            first = first_n[split]
+            assert first is not None
             out["blends"][split] = blend_record(blend, first)
         blend = loaders["train"].dataset
 
@@ -679,6 +804,28 @@ def run_case(neox: Neox, case: CaseSpec, workdir: str, log: str) -> tuple[dict[s
             out["exposure_full_blend"] = exposure(blend, sources(), blend, len(blend), case.seq_length, log)
     out["datasets"] = datasets
     return out, corpora, directory
+
+
+def epochs_record(case: CaseSpec, loaders: dict[str, Any], train_iters: int) -> dict[str, Any]:
+    """What NeoX's train_epochs mode did: its loader (batch, len) and the train_iters update_iterations set."""
+    train = loaders["train"]
+    batch = int(train.batch_sampler.batch_size)
+    assert case.micro_batch is not None and batch == case.micro_batch * case.data_parallel_size
+    assert train.batch_sampler.drop_last and train.batch_sampler.world_size == case.data_parallel_size
+    gas = case.gradient_accumulation_steps
+    return {
+        "train_epochs": case.train_epochs,
+        "train_micro_batch_size_per_gpu": case.micro_batch,
+        "gradient_accumulation_steps": gas,
+        "data_parallel_size": case.data_parallel_size,
+        "loader_batch": batch,
+        "train_dataset_len": len(train.dataset),
+        "train_loader_len": len(train),
+        "train_iters": train_iters,
+        "train_samples": train_iters * case.train_batch_size,
+        "micro_batches": train_iters * gas,
+        "trained_samples_first_pass": min(train_iters * gas, len(train)) * batch,
+    }
 
 
 def blend_record(blend: Any, first: int) -> dict[str, Any]:
@@ -831,6 +978,122 @@ def named_cases() -> list[CaseSpec]:
             eval_iters=2,
             copy_index_files=True,
             full_blend_exposure=True,
+        ),
+    ]
+
+
+def train_epochs_cases() -> list[CaseSpec]:
+    """NeoX's train_epochs mode (train_iters None): data_path + split and two train paths without weights,
+    train_epochs 1 and 3, gradient_accumulation_steps 1 and 2, data-parallel sizes 1 to 4."""
+    return [
+        CaseSpec(
+            name="e1_split_epochs1_dp4",
+            description="train_epochs 1, data_path + split 90,5,5, micro 2 * gas 1 * dp 4 = 8",
+            mode="data_path",
+            data_path=CORPUS_A,
+            split="90,5,5",
+            seq_length=64,
+            train_iters=None,
+            train_epochs=1,
+            train_batch_size=8,
+            micro_batch=2,
+            gradient_accumulation_steps=1,
+            data_parallel_size=4,
+            eval_interval=100,
+            eval_iters=5,
+        ),
+        CaseSpec(
+            name="e2_split_epochs3_gas2",
+            description="train_epochs 3, data_path + split 90,5,5, micro 3 * gas 2 * dp 2 = 12",
+            mode="data_path",
+            data_path=CORPUS_B,
+            split="90,5,5",
+            seq_length=32,
+            train_iters=None,
+            train_epochs=3,
+            train_batch_size=12,
+            micro_batch=3,
+            gradient_accumulation_steps=2,
+            data_parallel_size=2,
+            eval_interval=50,
+            eval_iters=3,
+        ),
+        CaseSpec(
+            name="e3_two_paths_epochs1_gas2",
+            description="train_epochs 1, two train paths, train_data_weights not given, micro 5 * gas 2 * dp 1 = 10",
+            mode="train_data_paths",
+            train=[CORPUS_C0, CORPUS_C1],
+            valid=[CORPUS_VALID],
+            test=[CORPUS_TEST],
+            pass_weights=False,
+            seq_length=32,
+            train_iters=None,
+            train_epochs=1,
+            train_batch_size=10,
+            micro_batch=5,
+            gradient_accumulation_steps=2,
+            data_parallel_size=1,
+            eval_interval=100,
+            eval_iters=2,
+        ),
+        CaseSpec(
+            name="e4_two_paths_epochs3_dp3",
+            description="train_epochs 3, two train paths, train_data_weights not given, micro 2 * gas 1 * dp 3 = 6",
+            mode="train_data_paths",
+            train=[CORPUS_C0, CORPUS_C2],
+            valid=[CORPUS_VALID],
+            test=[CORPUS_TEST],
+            pass_weights=False,
+            seq_length=32,
+            train_iters=None,
+            train_epochs=3,
+            train_batch_size=6,
+            micro_batch=2,
+            gradient_accumulation_steps=1,
+            data_parallel_size=3,
+            eval_interval=100,
+            eval_iters=2,
+        ),
+    ]
+
+
+def refused_cases() -> list[CaseSpec]:
+    """train_epochs configurations NeoX's validate_train_epochs refuses before building anything."""
+    paths = dict(
+        mode="train_data_paths",
+        train=[CORPUS_C0, CORPUS_C1],
+        valid=[CORPUS_VALID],
+        test=[CORPUS_TEST],
+        seq_length=32,
+        train_iters=None,
+        train_epochs=1,
+        train_batch_size=8,
+        micro_batch=4,
+        gradient_accumulation_steps=2,
+        eval_interval=100,
+        eval_iters=2,
+    )
+    return [
+        CaseSpec(name="r1_epochs_weights_3_1", description="train_epochs with train_data_weights 3:1",
+                 train_weights=[3.0, 1.0], **paths),  # type: ignore[arg-type]
+        CaseSpec(name="r2_epochs_weights_2_2", description="train_epochs with equal weights that are not 1.0",
+                 train_weights=[2.0, 2.0], **paths),  # type: ignore[arg-type]
+        CaseSpec(name="r3_epochs_by_num_documents", description="train_epochs with weight_by_num_documents",
+                 weight_by_num_documents=True, weighted_sampler_alpha=0.3, pass_weights=False,
+                 **paths),  # type: ignore[arg-type]
+        CaseSpec(
+            name="r4_epochs_and_iters",
+            description="train_epochs and train_iters both given",
+            mode="data_path",
+            data_path=CORPUS_A,
+            split="969,30,1",
+            seq_length=64,
+            train_iters=100,
+            train_epochs=1,
+            train_batch_size=8,
+            micro_batch=8,
+            eval_interval=100,
+            eval_iters=2,
         ),
     ]
 
@@ -1031,19 +1294,23 @@ def main(argv: list[str] | None = None) -> int:
         with capture_fd1(log):
             init_distributed(neox, workdir)
         install_recorders(neox)
-        cases = named_cases() + random_cases(args.random_cases)
+        cases = named_cases() + random_cases(args.random_cases) + train_epochs_cases()
+        refused = refused_cases()
         records: dict[str, Any] = {}
+        refused_records: dict[str, Any] = {}
         results = []
         all_corpora: dict[str, Corpus] = {}
-        for case in cases:
+        refused_names = {case.name for case in refused}
+        for case in cases + refused:
             t0 = time.time()
+            runner = run_refused_case if case.name in refused_names else run_case
             try:
-                record, corpora, directory = run_case(neox, case, workdir, log)
+                record, corpora, directory = runner(neox, case, workdir, log)
             except Exception:
                 print(f"neox_golden: case {case.name} failed; NeoX's log: {log}", file=sys.stderr)
                 args.keep_workdir = True
                 raise
-            records[case.name] = record
+            (refused_records if case.name in refused_names else records)[case.name] = record
             results.append((case, corpora, directory))
             all_corpora.update(corpora)
             print(f"{case.name}: {time.time() - t0:.1f} s", file=sys.stderr)
@@ -1064,6 +1331,7 @@ def main(argv: list[str] | None = None) -> int:
                 for label, c in sorted(all_corpora.items())
             },
             "cases": records,
+            "refused": refused_records,
             "headline": headline(records[HEADLINE_CASE]),
             "neox_cache": fixtures,
         }

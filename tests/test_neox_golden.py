@@ -1,9 +1,11 @@
 """The planner against numbers produced by running REAL GPT-NeoX data code (scripts/neox_golden.py).
 
 The fixture tests/fixtures/neox/neox_golden.json records what NeoX's own build_train_valid_test_data_loaders
-built for 14 cases (data_path + split, one train path, weighted and weight_by_num_documents blends, random
-cases). The corpora are regenerated here from their recorded seeds (sha1-checked), planned with NeoX
-semantics, and every request, epoch count, len, blend size and draw must be equal. With NEOX_DIR set,
+built for 18 cases (data_path + split, one train path, weighted and weight_by_num_documents blends, random
+cases, and train_epochs mode with the train_iters NeoX's own update_iterations derived), plus the train_epochs
+configurations NeoX refuses and its messages. The corpora are regenerated here from their recorded seeds
+(sha1-checked), planned with NeoX semantics, and every request, epoch count, len, blend size, draw and
+train_iters must be equal; what NeoX refuses the planner must refuse for the same reason. With NEOX_DIR set,
 scripts/neox_golden.py is re-run live and must reproduce the fixture.
 """
 
@@ -18,6 +20,7 @@ import sys
 import pytest
 import yaml
 
+from neox_epoch import cli
 from neox_epoch.config import load_neox_configs, plan_input_from_neox
 from neox_epoch.corpus import write_random_corpus
 from neox_epoch.plan import make_plan
@@ -25,6 +28,7 @@ from neox_epoch.plan import make_plan
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURE = os.path.join(HERE, "fixtures", "neox", "neox_golden.json")
 GOLDEN = json.load(open(FIXTURE, encoding="utf-8"))
+EPOCH_CASES = sorted(k for k, c in GOLDEN["cases"].items() if "train_epochs" in c)
 
 
 @pytest.fixture(scope="module")
@@ -40,10 +44,10 @@ def corpora(tmp_path_factory):
     return paths
 
 
-def _config(case: dict, corpora: dict, tmp_path) -> str:  # type: ignore[type-arg]
+def _config(case: dict, corpora: dict, tmp_path, **changes) -> str:  # type: ignore[type-arg]
     params = {}
-    for k, v in case["params"].items():
-        if k in ("data_impl",):
+    for k, v in {**case["params"], **changes}.items():
+        if k in ("data_impl",) or v is None:
             continue
         if isinstance(v, str) and v in corpora:
             v = corpora[v]
@@ -60,7 +64,11 @@ def test_plan_equals_real_neox(name, corpora, tmp_path):
     case = GOLDEN["cases"][name]
     cfg = load_neox_configs([_config(case, corpora, tmp_path)])
     plan = make_plan(plan_input_from_neox(cfg))
-    assert plan.consumed == case["num_samples"], "NeoX's sample counts from iterations"
+    epochs = case.get("train_epochs")
+    if epochs is None:
+        assert plan.consumed == case["num_samples"], "NeoX's sample counts from iterations"
+    else:  # train_epochs mode: NeoX asks for no sample counts; update_iterations sets train_iters
+        assert (plan.train_iters, plan.consumed["train"]) == (epochs["train_iters"], epochs["train_samples"])
     built = [d for d in case["datasets"] if d.get("built", True) and d.get("len") is not None]
     ours = list(plan.sources)
     # NeoX builds weight_by_num_documents datasets twice (first without indices); keep the last build per name
@@ -126,6 +134,64 @@ def test_plan_unseen_equals_neox_exposure(name, corpora, tmp_path):
         assert abs(s.tokens_unseen - count) <= tol, f"{s.name}: expected ~{s.tokens_unseen}, NeoX gives {count}"
 
 
+@pytest.mark.parametrize("name", EPOCH_CASES)
+def test_train_epochs_iters_equal_neox_update_iterations(name, corpora, tmp_path):
+    """train_epochs mode: one epoch per split, the loader (micro * dp, drop_last) and train_iters as NeoX's own
+    update_iterations computed them; train_data_weights left out or written as all 1.0 plan alike."""
+    case = GOLDEN["cases"][name]
+    e = case["train_epochs"]
+    plans = [make_plan(plan_input_from_neox(load_neox_configs([_config(case, corpora, tmp_path)])))]
+    if case["mode"] == "train_data_paths":
+        ones = [1.0] * len(case["params"]["train_data_paths"])
+        d = tmp_path / "ones"
+        d.mkdir()
+        plans.append(make_plan(plan_input_from_neox(load_neox_configs([_config(case, corpora, d,
+                                                                               train_data_weights=ones)]))))
+    for plan in plans:
+        assert plan.train_iters == e["train_iters"]
+        train = [s for s in plan.sources if s.split == "train"]
+        assert all(s.epochs_built == 1 and s.samples_requested is None for s in train)
+        size = plan.blends[0].size if case["mode"] == "train_data_paths" else train[0].length
+        assert size == e["train_dataset_len"]
+        assert size // e["loader_batch"] == e["train_loader_len"] == case["loader_batches"]["train"]
+        line = [a for a in plan.arithmetic if a.startswith("train_epochs:")]
+        assert line and f"({size} // {e['loader_batch']}) * {e['train_epochs']} // " \
+            f"{e['gradient_accumulation_steps']} = {e['train_iters']} " in line[0]
+        # the loader drops its last partial batch and is cycled: the samples trained on are one pass's full batches
+        drawn = sum(s.samples_drawn for s in train)
+        assert drawn == e["trained_samples_first_pass"] == case["exposure"]["samples"]
+
+
+def test_train_epochs_cases_cover_the_brief():
+    """train_epochs 1 and 3, gradient accumulation 1 and 2, both data modes, two paths without weights."""
+    cases = [GOLDEN["cases"][n] for n in EPOCH_CASES]
+    assert {c["train_epochs"]["train_epochs"] for c in cases} == {1, 3}
+    assert {c["train_epochs"]["gradient_accumulation_steps"] for c in cases} == {1, 2}
+    assert {c["mode"] for c in cases} == {"data_path", "train_data_paths"}
+    assert any(len(c["params"].get("train_data_paths") or []) == 2 and c["params"]["train_data_weights"] is None
+               for c in cases)
+    for c in cases:
+        e, p = c["train_epochs"], c["params"]
+        assert p["train_iters"] is None and c["num_samples"] == {"train": None, "valid": None, "test": None}
+        assert p["train_batch_size"] == e["train_micro_batch_size_per_gpu"] * e["gradient_accumulation_steps"] * \
+            e["data_parallel_size"]
+        assert all(d["num_epochs_arg"] == 1 and d["epochs"] == 1 for d in c["datasets"] if d.get("built", True))
+
+
+@pytest.mark.parametrize("name", sorted(GOLDEN["refused"]))
+def test_planner_refuses_what_neox_refuses(name, corpora, tmp_path, capsys):
+    """NeoX's validate_train_epochs refused these configs; the plan command exits 2 with one line naming the
+    same reason (NeoX's own message quoted)."""
+    case = GOLDEN["refused"][name]
+    code = cli.main(["plan", _config(case, corpora, tmp_path)])
+    out, err = capsys.readouterr()
+    assert code == 2 and not out
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert case["refused"]["message"] in lines[0], (case["refused"], lines[0])
+    assert "Traceback" not in err
+
+
 @pytest.mark.skipif(not os.environ.get("NEOX_DIR"), reason="NEOX_DIR is not set: live GPT-NeoX comparison skipped "
                     "(set NEOX_DIR to a gpt-neox checkout and NEOX_PYTHON to a venv built by scripts/neox_env.sh)")
 def test_live_neox_reproduces_fixture(tmp_path):
@@ -138,3 +204,5 @@ def test_live_neox_reproduces_fixture(tmp_path):
     for name, case in GOLDEN["cases"].items():
         assert live["cases"][name]["datasets"] == case["datasets"], name
         assert live["cases"][name].get("blends") == case.get("blends"), name
+        assert live["cases"][name].get("train_epochs") == case.get("train_epochs"), name
+    assert live["refused"] == GOLDEN["refused"]
