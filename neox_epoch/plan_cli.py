@@ -10,7 +10,8 @@ import yaml
 
 from neox_epoch import detect
 from neox_epoch.atomic import write_text_atomic
-from neox_epoch.config import EpochBlock, load_neox_configs, plan_input_from_neox
+from neox_epoch.batch.config import LauncherSettings
+from neox_epoch.config import EpochBlock, load_neox_configs, neox_batch, plan_input_from_neox
 from neox_epoch.errors import ConfigError
 from neox_epoch.plan import (
     FRAMEWORKS,
@@ -23,6 +24,9 @@ from neox_epoch.plan import (
     passes_per_source,
 )
 from neox_epoch.report import render
+
+#: launcher flags of ``plan`` (same names as ``check-batch``), read into LauncherSettings
+_LAUNCHER_FLAGS = ("hostfile", "include", "exclude", "num_nodes", "num_gpus")
 
 
 def register(sub: Any) -> None:
@@ -49,7 +53,14 @@ def register(sub: Any) -> None:
     g.add_argument("--eval-iters", type=int)
     g.add_argument("--seed", type=int)
     g.add_argument("--mid-level-dataset-surplus", type=float)
-    p.add_argument("--world-size", type=int, help="NeoX: GPUs, to derive train_batch_size = micro * accum * dp")
+    w = p.add_argument_group("NeoX world (how NeoX counts GPUs for train_batch_size = micro * accum * dp)")
+    w.add_argument("--world-size", type=int, help="GPUs, overriding NeoX's own count (global_num_gpus, hostfile)")
+    w.add_argument("-H", "--hostfile", help="hostfile as given to deepy.py (default: the config's hostfile, else "
+                   "$DLTS_HOSTFILE or /job/hostfile when it exists)")
+    w.add_argument("-i", "--include", help='launcher --include filter, e.g. "node1:0,1@node2"')
+    w.add_argument("-e", "--exclude", help="launcher --exclude filter")
+    w.add_argument("--num_nodes", type=int, help="use the first N hosts of the hostfile")
+    w.add_argument("--num_gpus", "--num_accelerators", type=int, help="GPUs per host (NeoX: num_gpus * hosts)")
     e = p.add_argument_group("exact mode")
     e.add_argument("--epochs", type=float, help="exactly N passes over every train source (fractional allowed)")
     e.add_argument("--source-epochs", nargs="+", metavar="NAME=E", help="per-source passes, e.g. code=2 web=0.5")
@@ -131,7 +142,14 @@ def parse_source_epochs(items: list[str]) -> dict[str, float]:
     return out
 
 
-def build_input(args: argparse.Namespace) -> tuple[PlanInput, EpochBlock | None]:
+def launcher_flags(args: argparse.Namespace) -> LauncherSettings:
+    """The launcher flags given to ``plan`` (they replace the configs' hostfile/include/... keys)."""
+    return LauncherSettings(**{name: getattr(args, name, None) for name in _LAUNCHER_FLAGS})
+
+
+def build_input(args: argparse.Namespace) -> tuple[PlanInput, EpochBlock | None, list[str]]:
+    """The plan's input, the neox_epoch block and, for NeoX configs, notes on how NeoX reads them (its GPU
+    count and batch arithmetic, keys it silently replaces)."""
     if args.configs and (args.data_path or args.train_data_path):
         raise ConfigError("give NeoX config files or --data-path, not both")
     if args.configs:
@@ -139,7 +157,9 @@ def build_input(args: argparse.Namespace) -> tuple[PlanInput, EpochBlock | None]
         if framework == "megatron-core":
             raise ConfigError("--framework megatron-core: NeoX configs are planned with neox semantics; use --data-path")
         cfg = load_neox_configs(args.configs)
-        inp = plan_input_from_neox(cfg, world_size=args.world_size, gbs_override=args.global_batch_size)
+        batch = None if args.global_batch_size else neox_batch(cfg, args.world_size, launcher_flags(args))
+        notes = [*([batch.describe()] if batch else []), *cfg.notes]
+        inp = plan_input_from_neox(cfg, gbs_override=args.global_batch_size, batch=batch)
         inp = _apply_flag_overrides(inp, args)
         from dataclasses import replace
 
@@ -150,7 +170,7 @@ def build_input(args: argparse.Namespace) -> tuple[PlanInput, EpochBlock | None]
                 "NeoX rejects a key given in two config files; remove train_iters from that file (or use "
                 "neox-epoch launch, which sets it without an overlay)"
             )
-        return inp, cfg.block
+        return inp, cfg.block, notes
     if not (args.data_path or args.train_data_path):
         raise ConfigError("no input: give NeoX config files (neox-epoch plan config.yml) or --data-path PREFIX ...")
     framework = args.framework or "megatron-core"
@@ -158,7 +178,7 @@ def build_input(args: argparse.Namespace) -> tuple[PlanInput, EpochBlock | None]
     if framework == "megatron-core" and not version:
         raise ConfigError("--framework-version: megatron-core is not installed here; say which version to mirror, "
                           "e.g. --framework-version 0.16.1")
-    return _megatron_input(args, framework, version), None
+    return _megatron_input(args, framework, version), None, []
 
 
 def targets_from(args: argparse.Namespace, inp: PlanInput, block: EpochBlock | None) -> dict[str, float] | None:
@@ -186,7 +206,7 @@ def overlay(plan: Plan, block: EpochBlock | None, targets: dict[str, float]) -> 
 
 
 def run(args: argparse.Namespace) -> int:
-    inp, block = build_input(args)
+    inp, block, notes = build_input(args)
     targets = targets_from(args, inp, block)
     plan = exact_plan(inp, targets) if targets else make_plan(inp)
     if args.write_config:
@@ -199,9 +219,14 @@ def run(args: argparse.Namespace) -> int:
         out = plan.to_json()
         if targets and inp.framework == "neox":
             out["settings"]["neox_overlay"] = overlay(plan, block, targets)  # type: ignore[index]
+        if args.configs:
+            out["config_notes"] = notes
         print(json.dumps(out, indent=1, sort_keys=False))
     else:
         print(render(plan))
+        if notes:
+            print("\nconfig:")
+            print("\n".join(f"  - {n}" for n in notes))
         if args.write_config:
             print(f"\nwrote {args.write_config}")
     return 0
