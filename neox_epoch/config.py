@@ -1,21 +1,29 @@
-"""NeoX YAML configs: load and merge several files as NeoX does, validate keys and types, and turn them
-into a :class:`~neox_epoch.plan.PlanInput`. Also the ``neox_epoch`` block (the plugin's flag).
+"""NeoX YAML configs: load and merge several files as NeoX does, validate keys and types, derive the batch
+as NeoX does, and turn them into a :class:`~neox_epoch.plan.PlanInput`. Also the ``neox_epoch`` block.
 
-NeoX merges the YAML files in order, later files overriding earlier ones, and treats ``-`` and ``_`` in
-key names alike. Unknown keys make NeoX fail with a bare ``TypeError``; here they get a did-you-mean.
+NeoX's ``NeoXArgs.from_ymls`` merges the YAML files in order and stores keys with ``-`` turned into ``_``;
+a key already loaded is an error when written with ``_`` and silently replaced when written with ``-``
+(:func:`load_neox_configs`). Unknown keys make NeoX fail with a bare ``TypeError``; here they get a
+did-you-mean, or the replacement of a key NeoX removed. ``calculate_derived`` then counts the GPUs (a
+hostfile, ``global_num_gpus`` or ``torch.cuda.device_count()``) and derives train_batch_size; the same count
+comes from :mod:`neox_epoch.batch.world` (shared with ``check-batch``) in :func:`neox_batch`.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
 import yaml
 
-from neox_epoch.errors import ConfigError, did_you_mean
+from neox_epoch.batch.check import batch_errors, derive_batch
+from neox_epoch.batch.config import LauncherSettings, neox_launcher
+from neox_epoch.batch.world import NeoxCount, neox_gpu_count, neox_hostfile_path
+from neox_epoch.errors import BatchError, ConfigError, did_you_mean
 from neox_epoch.plan_input import NeoxOptions, PlanInput, SourceSpec
 from neox_epoch.schedule import NEOX_DECAY_STYLES, NeoxScheduleKeys
 from neox_epoch.textfile import read_config_text
@@ -84,6 +92,18 @@ class EpochBlock:
         return {k: v for k, v in self.__dict__.items() if v is not None and v is not False}
 
 
+#: NeoX config keys removed or renamed upstream: key -> (replacement, what happened and what to write)
+RENAMED_KEYS: dict[str, tuple[str, str]] = {
+    "gas": ("gradient_accumulation_steps",
+            "removed in NeoX PR #1144 (2024); it never changed the batch, which always used "
+            "gradient_accumulation_steps (default 1): remove it to keep the batch you had, or write "
+            "gradient_accumulation_steps: N for N accumulation steps"),
+    "save_interval": ("checkpoint_factor",
+                      "replaced by checkpoint_factor in NeoX PR #737 (2022): write checkpoint_factor: N to save "
+                      "every N iterations"),
+}
+
+
 @dataclass(frozen=True)
 class NeoxConfig:
     """Merged NeoX config values (keys normalized to ``_``) and where each came from."""
@@ -96,6 +116,10 @@ class NeoxConfig:
     """The neox_epoch block, if any file had one."""
     files: tuple[str, ...] = field(default_factory=tuple)
     """The files, in merge order."""
+    written: dict[str, str] = field(default_factory=dict)
+    """Key -> the key as written in the file that set it last (``train-iters``), for messages."""
+    notes: tuple[str, ...] = ()
+    """What NeoX does silently with these files (a key set again under its other spelling)."""
 
 
 def known_neox_keys() -> dict[str, str]:
@@ -104,25 +128,98 @@ def known_neox_keys() -> dict[str, str]:
     return dict(json.loads(text)["keys"])
 
 
+def _read_yaml(path: str) -> dict[str, Any]:
+    """One config file's top-level mapping; ConfigError for a missing, empty, invalid or non-mapping file."""
+    text = read_config_text(path, "NeoX YAML config file")
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{path}: is not valid YAML{at} ({getattr(err, 'problem', err)}); expected a NeoX "
+                          "YAML config") from None
+    if raw is None:
+        raise ConfigError(f"{path}: is empty; NeoX stops on an empty config file (AttributeError: 'NoneType' object "
+                          "has no attribute 'items'): add config keys to it or leave it out")
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: holds a {type(raw).__name__}, not a mapping of config keys; expected a NeoX "
+                          "YAML config")
+    return raw
+
+
+class _Merge:
+    """The state of NeoX's ``from_ymls`` loop over the files: merged values, origins and notes."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+        self.origin: dict[str, str] = {}
+        self.written: dict[str, str] = {}
+        self.notes: list[str] = []
+        self.block: EpochBlock | None = None
+        self.block_origin = ""
+
+    def add(self, path: str, written: str, value: Any) -> None:
+        """One key of one file, with NeoX's rule for a key seen before.
+
+        NeoX raises when the key *as written* is already among the loaded keys (which are stored after
+        ``-`` -> ``_``): ``train_iters`` after ``train-iters`` or ``train_iters`` is an error. Written with a
+        ``-`` the key never matches, so ``train-iters`` after ``train_iters`` (or after ``train-iters``)
+        silently replaces the earlier value; that is kept, and noted.
+        """
+        k = written.replace("-", "_")
+        if k == BLOCK:
+            if self.block is not None:
+                raise ConfigError(f"{path}: {BLOCK}: already given in {self.block_origin}; keep one {BLOCK} block")
+            self.block = EpochBlock.from_mapping(value, path)
+            self.block_origin = path
+            return
+        if written in self.values:
+            before = self.written[k]
+            spelled = f" (as {before})" if before != written else ""
+            raise ConfigError(
+                f"{path}: {written}: already set in {self.origin[k]}{spelled}; NeoX stops on a key given twice "
+                f"(\"duplicate keys with previously loaded file: {written}\"): keep it in one file"
+            )
+        if k in self.values:
+            self.notes.append(
+                f"{path}: {written} = {value!r} replaces {self.written[k]} = {self.values[k]!r} from {self.origin[k]}: "
+                f"NeoX keeps the later value without an error when the later file writes the key with '-'; keep "
+                "the key in one file"
+            )
+        self.values[k] = value
+        self.origin[k] = path
+        self.written[k] = written
+
+
+def _check_known(merge: _Merge, known: dict[str, str]) -> None:
+    """NeoX's ``NeoXArgs(**config)``: the first unknown key (in merged order) stops it with a TypeError."""
+    for k in merge.values:
+        if k in known:
+            continue
+        where = f"{merge.origin[k]}: {merge.written[k]}"
+        if k in RENAMED_KEYS:
+            new, what = RENAMED_KEYS[k]
+            raise ConfigError(f"{where}: NeoX no longer accepts this key (TypeError: unexpected keyword argument "
+                              f"'{k}'); {what}: use {new}")
+        raise ConfigError(f"{where}: unknown NeoX config key{did_you_mean(k, known)}; NeoX stops with TypeError: "
+                          f"unexpected keyword argument '{k}': remove it or correct its name")
+
+
 def load_neox_configs(paths: list[str], check_keys: bool = True) -> NeoxConfig:
     """Load and merge NeoX YAML files in order, as ``NeoXArgs.from_ymls`` does.
 
-    Like NeoX, a key given in two files is an error, and so are two files with the same basename. (NeoX
-    compares the key as written with the keys already loaded after their ``-`` -> ``_`` conversion, so
-    ``train-iters`` in one file and ``train_iters`` in the next silently keeps the later value; that is
-    reported as an error here too.)
+    Like NeoX: a key given again is an error when the later file writes it with ``_`` (the spelling NeoX
+    stores), and silently replaces the earlier value when the later file writes it with ``-`` (kept, and
+    recorded in :attr:`NeoxConfig.notes`); two files with the same basename are an error (checked after
+    the file's keys, as NeoX does); an empty file is an error. With ``check_keys``, unknown keys are then
+    reported like NeoX's ``TypeError`` (the first one in merged order), with a did-you-mean, or with the
+    replacement of a key NeoX removed (:data:`RENAMED_KEYS`).
     """
-    values: dict[str, Any] = {}
-    origin: dict[str, str] = {}
-    block: EpochBlock | None = None
-    block_origin = ""
+    merge = _Merge()
     basenames: dict[str, str] = {}
-    known = known_neox_keys() if check_keys else {}
     for path in paths:
-        if os.path.isdir(path):
-            raise ConfigError(f"{path}: is a directory; expected a NeoX YAML config file")
-        if not os.path.isfile(path):
-            raise ConfigError(f"{path}: config file not found")
+        for key, value in _read_yaml(path).items():
+            merge.add(path, str(key), value)
         base = os.path.basename(path)
         if base in basenames:
             raise ConfigError(
@@ -130,39 +227,10 @@ def load_neox_configs(paths: list[str], check_keys: bool = True) -> NeoxConfig:
                 "(it saves them side by side with the checkpoint): rename one"
             )
         basenames[base] = path
-        try:
-            raw = yaml.safe_load(read_config_text(path, "NeoX YAML config"))
-        except yaml.YAMLError as err:
-            mark = getattr(err, "problem_mark", None)
-            at = f" at line {mark.line + 1}" if mark is not None else ""
-            raise ConfigError(f"{path}: is not valid YAML{at} ({getattr(err, 'problem', err)}); expected a NeoX "
-                              "YAML config") from None
-        if raw is None:
-            continue
-        if not isinstance(raw, dict):
-            raise ConfigError(f"{path}: holds a {type(raw).__name__}, not a mapping of config keys; expected a NeoX "
-                              "YAML config")
-        for key, value in raw.items():
-            k = str(key).replace("-", "_")
-            if k == BLOCK:
-                if block is not None:
-                    raise ConfigError(f"{path}: {BLOCK}: already given in {block_origin}; keep one {BLOCK} block")
-                block = EpochBlock.from_mapping(value, path)
-                block_origin = path
-                continue
-            if k in values:
-                # NeoX raises when the key is written the same way in both files, and silently keeps the later
-                # value when one file writes '-' and the other '_'; both are reported here
-                raise ConfigError(
-                    f"{path}: {key}: already set in {origin[k]} (config key \"{k}\" is set in both files); NeoX "
-                    "rejects a key given in two config files (or, spelled with '-' in one and '_' in the other, "
-                    "silently keeps the later value): keep it in one"
-                )
-            if check_keys and k not in known:
-                raise ConfigError(f"{path}: {key}: unknown NeoX config key{did_you_mean(k, known)}")
-            values[k] = value
-            origin[k] = path
-    return NeoxConfig(values=values, origin=origin, block=block, files=tuple(paths))
+    if check_keys:
+        _check_known(merge, known_neox_keys())
+    return NeoxConfig(values=merge.values, origin=merge.origin, block=merge.block, files=tuple(paths),
+                      written=merge.written, notes=tuple(merge.notes))
 
 
 def _number(v: Any, where: str, positive: bool = False, integer: bool = False) -> float:
@@ -191,12 +259,24 @@ def get_float(cfg: NeoxConfig, key: str, default: float | None = None) -> float 
     return _number(cfg.values[key], f"{cfg.origin.get(key, '<config>')}: {key}")
 
 
+def get_bool(cfg: NeoxConfig, key: str, default: bool) -> bool:
+    """A true/false config value; NeoX refuses anything else (a string "false" is not false)."""
+    v = cfg.values.get(key)
+    if v is None:
+        return default
+    if not isinstance(v, bool):
+        raise ConfigError(f"{cfg.origin.get(key, '<config>')}: {key}: expected true or false, found "
+                          f"{type(v).__name__} {v!r}; NeoX refuses it (validate_types): write true or false")
+    return v
+
+
 def _paths(cfg: NeoxConfig, key: str) -> list[str]:
     v = cfg.values.get(key)
     if v is None:
         return []
     if isinstance(v, str):
-        return [v]
+        raise ConfigError(f"{cfg.origin.get(key)}: {key}: expected a list of path prefixes, found the string {v!r}; "
+                          f"NeoX refuses it (validate_types: a str, not a list): write [{json.dumps(v)}]")
     if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
         raise ConfigError(f"{cfg.origin.get(key)}: {key}: expected a list of path prefixes, found {v!r}")
     return list(v)
@@ -213,32 +293,158 @@ def _weights(cfg: NeoxConfig, key: str, n: int) -> list[float | None]:
     return [_number(x, f"{cfg.origin.get(key)}: {key}[{i}]", positive=True) for i, x in enumerate(v)]
 
 
-def global_batch_size(cfg: NeoxConfig, world_size: int | None = None) -> int:
-    """NeoX's train_batch_size: given, or micro * grad_accum * dp with dp = world / (pp * mp)."""
-    tbs = get_int(cfg, "train_batch_size")
-    if tbs is not None:
-        return tbs
-    mbs = get_int(cfg, "train_micro_batch_size_per_gpu")
-    gas = get_int(cfg, "gradient_accumulation_steps", 1)
-    if mbs is None:
-        raise ConfigError("train_batch_size: not set and no train_micro_batch_size_per_gpu either; set train_batch_size")
-    world = world_size or get_int(cfg, "global_num_gpus")
-    if world is None:
-        gpus, nodes = get_int(cfg, "num_gpus"), get_int(cfg, "num_nodes", 1)
-        world = gpus * nodes if gpus is not None else None  # type: ignore[operator]
-    if world is None:
-        raise ConfigError(
-            "train_batch_size: not set, and the world size is unknown; set train_batch_size, or pass --world-size"
+@dataclass(frozen=True)
+class NeoxBatch:
+    """NeoX's batch numbers for one world, derived as its ``calculate_derived`` derives them."""
+
+    train_batch_size: int
+    """Samples per iteration (NeoX's train_batch_size, given or derived)."""
+    micro_batch_size: int | None
+    """train_micro_batch_size_per_gpu (derived; as written when the world is not needed)."""
+    gradient_accumulation_steps: int | None
+    """gradient_accumulation_steps (derived; as written, default 1, when the world is not needed)."""
+    global_num_gpus: int | None
+    """NeoX's GPU count, None when it was not needed (train_batch_size given and no world known)."""
+    data_parallel_size: int | None
+    """global_num_gpus / (pp * mp), None with global_num_gpus."""
+    basis: str
+    """How the count came about (hostfile, --world-size, global_num_gpus, torch.cuda.device_count())."""
+
+    def describe(self) -> str:
+        """One line for the report: the count, its basis and the batch arithmetic."""
+        if self.global_num_gpus is None:
+            return f"train_batch_size {self.train_batch_size} as written ({self.basis})"
+        return (f"NeoX counts {self.global_num_gpus} GPUs {self.basis}; dp {self.data_parallel_size}: "
+                f"train_batch_size = micro * grad_accum * dp = {self.micro_batch_size} * "
+                f"{self.gradient_accumulation_steps} * {self.data_parallel_size} = {self.train_batch_size}")
+
+
+def _launcher(cfg: NeoxConfig, overrides: LauncherSettings | None) -> LauncherSettings:
+    """The config's launcher keys (hostfile, include, exclude, num_nodes, num_gpus) with flags applied."""
+    return neox_launcher(cfg.values, cfg.origin).overridden_by(overrides or LauncherSettings())
+
+
+def _no_world(why: str) -> ConfigError:
+    return ConfigError(f"train_batch_size: not set, so NeoX derives it as micro * grad_accum * dp, and {why}; give "
+                       "the world: --hostfile FILE (or hostfile: in a config), --world-size N, or set "
+                       "train_batch_size")
+
+
+def neox_count(cfg: NeoxConfig, settings: LauncherSettings, world_size: int | None = None,
+               environ: Mapping[str, str] | None = None) -> NeoxCount:
+    """NeoX's ``global_num_gpus`` for this config: ``world_size`` (``--world-size``) when given, else the
+    config's global_num_gpus, else :func:`~neox_epoch.batch.world.neox_gpu_count` (the hostfile, read
+    without DeepSpeed or torch when no include/exclude is set; ``torch.cuda.device_count()`` without one)."""
+    if world_size is not None:
+        if world_size <= 0:
+            raise ConfigError(f"--world-size: {world_size}; expected a positive number of GPUs")
+        return NeoxCount(count=world_size, basis="from --world-size")
+    given = get_int(cfg, "global_num_gpus")
+    try:
+        count = neox_gpu_count(settings, global_num_gpus=given, environ=environ)
+    except ImportError as err:
+        if settings.include or settings.exclude:
+            raise ConfigError(f"include/exclude: applied with DeepSpeed's own launcher functions, which cannot be "
+                              f"imported here ({err}); install deepspeed, or give the world with --world-size N") from None
+        raise _no_world("there is no hostfile, so NeoX would count torch.cuda.device_count() GPUs, but torch is "
+                        "not installed here") from None
+    if count.count <= 0:
+        raise _no_world(f"NeoX counts 0 GPUs {count.basis}{_ignored_without_hostfile(settings, environ)}")
+    return count
+
+
+def _ignored_without_hostfile(settings: LauncherSettings, environ: Mapping[str, str] | None) -> str:
+    """`` (num_gpus 8 count only with a hostfile ...)`` when such keys are set and there is no hostfile."""
+    ignored = [f"{k} {getattr(settings, k)}" for k in ("num_gpus", "num_nodes") if getattr(settings, k)]
+    if not ignored or neox_hostfile_path(settings, environ) is not None:
+        return ""
+    return f" ({' and '.join(ignored)} count only with a hostfile, in NeoX as here)"
+
+
+def world_needs_device_count(cfg: NeoxConfig, settings: LauncherSettings, world_size: int | None = None,
+                             environ: Mapping[str, str] | None = None) -> bool:
+    """True when NeoX's count would come from ``torch.cuda.device_count()`` (no explicit count, no hostfile
+    file), i.e. when the world is a property of the machine the run starts on."""
+    if world_size is not None or cfg.values.get("global_num_gpus") is not None:
+        return False
+    path = neox_hostfile_path(settings, environ)
+    return path is None or not os.path.isfile(path)
+
+
+def _neox_gas(cfg: NeoxConfig) -> int | None:
+    """gradient_accumulation_steps as NeoX reads it: 1 when absent, None when written as null."""
+    if "gradient_accumulation_steps" not in cfg.values:
+        return 1
+    return get_int(cfg, "gradient_accumulation_steps")
+
+
+def _dp(cfg: NeoxConfig, count: NeoxCount) -> int:
+    """NeoX's dp = (global_num_gpus / pp) / mp with pp, mp below 1 counted as 1; BatchError unless whole."""
+    pp = max(get_int(cfg, "pipe_parallel_size", 1, positive=False) or 0, 1)
+    mp = max(get_int(cfg, "model_parallel_size", 1, positive=False) or 0, 1)
+    g = count.count
+    if g % (pp * mp):
+        raise BatchError(
+            f"dp = global_num_gpus / (pipe_parallel_size * model_parallel_size) = {g} / ({pp} * {mp}) = "
+            f"{g / (pp * mp):g} is not a whole number (NeoX counts {g} GPUs {count.basis}); NeoX stops: "
+            f"'(global_num_gpus / pp_size) / mp_size must be a whole number': run on a multiple of {pp * mp} GPUs "
+            "or change model_parallel_size / pipe_parallel_size"
         )
-    pp = max(get_int(cfg, "pipe_parallel_size", 1, positive=False) or 1, 1)
-    mp = max(get_int(cfg, "model_parallel_size", 1, positive=False) or 1, 1)
-    if world % (pp * mp):
-        raise ConfigError(f"world size {world} is not divisible by pipe_parallel_size * model_parallel_size = {pp * mp}: dp must be whole")
-    return int(mbs) * int(gas) * (world // (pp * mp))  # type: ignore[operator]
+    return g // (pp * mp)
 
 
-def plan_input_from_neox(cfg: NeoxConfig, world_size: int | None = None, gbs_override: int | None = None) -> PlanInput:
-    """Build a PlanInput from a merged NeoX config (NeoX semantics, its defaults where keys are absent)."""
+def neox_batch(cfg: NeoxConfig, world_size: int | None = None, launcher: LauncherSettings | None = None,
+               environ: Mapping[str, str] | None = None) -> NeoxBatch:
+    """NeoX's train_batch_size (and micro batch, grad accumulation, GPU count) for this config and world.
+
+    The world is NeoX's own count (:func:`neox_count`): ``--world-size``, global_num_gpus, the hostfile
+    of the config or of ``launcher`` (flags win), or ``$DLTS_HOSTFILE``; then dp, the derivation and the
+    checks of NeoX's ``calculate_batch_parameters`` / ``check_batch_parameters``, with NeoX's defaults
+    (gradient_accumulation_steps 1). When train_batch_size is written and the world would need this
+    machine's GPU count, the world is not taken (the plan does not depend on it) and nothing is checked.
+    """
+    settings = _launcher(cfg, launcher)
+    tbs = get_int(cfg, "train_batch_size")
+    mbs = get_int(cfg, "train_micro_batch_size_per_gpu")
+    gas = _neox_gas(cfg)
+    if tbs is not None and world_needs_device_count(cfg, settings, world_size, environ):
+        return NeoxBatch(train_batch_size=tbs, micro_batch_size=mbs, gradient_accumulation_steps=gas,
+                         global_num_gpus=None, data_parallel_size=None,
+                         basis="no world given: the GPU count is not needed for it")
+    count = neox_count(cfg, settings, world_size, environ)
+    dp = _dp(cfg, count)
+    if tbs is None and mbs is None:
+        files = ", ".join(cfg.files) or "the config"
+        raise ConfigError(f"{files}: neither train_batch_size nor train_micro_batch_size_per_gpu is set; NeoX stops: "
+                          "'Either train_batch_size or train_micro_batch_size_per_gpu needs to be provided': set "
+                          "train_micro_batch_size_per_gpu (and gradient_accumulation_steps) or train_batch_size")
+    batch = derive_batch(tbs, mbs, gas, dp)
+    errors = batch_errors(batch, who="NeoX")
+    if errors:
+        raise BatchError(f"with {count.count} GPUs (NeoX counts them {count.basis}) and dp {dp}: {errors[0]}; set "
+                         "train_batch_size = micro * grad_accum * dp, or leave one of the three out for NeoX to derive")
+    return NeoxBatch(train_batch_size=batch.train_batch_size, micro_batch_size=batch.train_micro_batch_size_per_gpu,
+                     gradient_accumulation_steps=batch.gradient_accumulation_steps, global_num_gpus=count.count,
+                     data_parallel_size=dp, basis=count.basis)
+
+
+def global_batch_size(cfg: NeoxConfig, world_size: int | None = None) -> int:
+    """NeoX's train_batch_size: given, or micro * grad_accum * dp with NeoX's GPU count (:func:`neox_batch`)."""
+    return neox_batch(cfg, world_size).train_batch_size
+
+
+def plan_input_from_neox(cfg: NeoxConfig, world_size: int | None = None, gbs_override: int | None = None,
+                         launcher: LauncherSettings | None = None, batch: NeoxBatch | None = None) -> PlanInput:
+    """Build a PlanInput from a merged NeoX config (NeoX semantics, its defaults where keys are absent).
+
+    The batch comes first, as in NeoX (its ``calculate_derived`` runs before any other check): ``batch``
+    when given, else :func:`neox_batch` for ``world_size`` / the launcher keys and ``launcher`` flags;
+    ``gbs_override`` (``--global-batch-size``) replaces train_batch_size without a world.
+    """
+    if batch is None and not gbs_override:
+        batch = neox_batch(cfg, world_size, launcher)
+    mbs = batch.micro_batch_size if batch else get_int(cfg, "train_micro_batch_size_per_gpu")
+    gas = batch.gradient_accumulation_steps if batch else _neox_gas(cfg)
     seq = get_int(cfg, "seq_length")
     if seq is None:
         raise ConfigError("seq_length: not set in any config file; NeoX requires it")
@@ -278,7 +484,7 @@ def plan_input_from_neox(cfg: NeoxConfig, world_size: int | None = None, gbs_ove
         framework="neox",
         framework_version="",
         seq_length=seq,
-        global_batch_size=gbs_override or global_batch_size(cfg, world_size),
+        global_batch_size=gbs_override or batch.train_batch_size,  # type: ignore[union-attr]
         train_sources=train,
         valid_sources=valid,
         test_sources=test,
@@ -290,13 +496,13 @@ def plan_input_from_neox(cfg: NeoxConfig, world_size: int | None = None, gbs_ove
         seed=get_int(cfg, "seed", 1234, positive=False) or 0,
         warmup_iters=warmup_iters if train_iters else None,
         neox=NeoxOptions(
-            weight_by_num_documents=bool(cfg.values.get("weight_by_num_documents", False)),
+            weight_by_num_documents=get_bool(cfg, "weight_by_num_documents", False),
             weighted_sampler_alpha=get_float(cfg, "weighted_sampler_alpha", 1.0) or 1.0,
             blend_buffer=float(bb) if isinstance(bb, (int, float)) else None,
-            allow_chopped=bool(cfg.values.get("allow_chopped", True)),
+            allow_chopped=get_bool(cfg, "allow_chopped", True),
             train_epochs=get_int(cfg, "train_epochs"),
-            micro_batch_size=get_int(cfg, "train_micro_batch_size_per_gpu"),
-            gradient_accumulation_steps=get_int(cfg, "gradient_accumulation_steps", 1) or 1,
+            micro_batch_size=mbs,
+            gradient_accumulation_steps=gas or 1,
             separate_epochs=bool(cfg.block and cfg.block.separate_epochs),
         ),
     )

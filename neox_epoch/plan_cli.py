@@ -10,7 +10,15 @@ from dataclasses import replace
 from typing import Any
 
 from neox_epoch import detect
-from neox_epoch.config import EpochBlock, NeoxConfig, load_neox_configs, plan_input_from_neox, schedule_keys
+from neox_epoch.batch.config import LauncherSettings
+from neox_epoch.config import (
+    EpochBlock,
+    NeoxConfig,
+    load_neox_configs,
+    neox_batch,
+    plan_input_from_neox,
+    schedule_keys,
+)
 from neox_epoch.config_out import check_output_path, write_config_text, yaml_config_text
 from neox_epoch.errors import ConfigError, PlanError
 from neox_epoch.plan import (
@@ -70,7 +78,15 @@ def register(sub: Any) -> None:
                  "--lr-wsd-decay-iters", "--lr-wsd-decay-samples", "--save-interval", "--exit-interval"):
         g.add_argument(flag, type=int)
     g.add_argument("--lr-warmup-fraction", type=float)
-    p.add_argument("--world-size", type=int, help="NeoX: GPUs, to derive train_batch_size = micro * accum * dp")
+    w = p.add_argument_group("NeoX world (how NeoX counts GPUs for train_batch_size = micro * accum * dp)")
+    w.add_argument("--world-size", type=int, help="GPUs, overriding NeoX's own count (global_num_gpus, hostfile); "
+                   "with a Megatron-LM command line: the world it runs on")
+    w.add_argument("-H", "--hostfile", help="hostfile as given to deepy.py (default: the config's hostfile, else "
+                   "$DLTS_HOSTFILE or /job/hostfile when it exists)")
+    w.add_argument("-i", "--include", help='launcher --include filter, e.g. "node1:0,1@node2"')
+    w.add_argument("-e", "--exclude", help="launcher --exclude filter")
+    w.add_argument("--num_nodes", type=int, help="use the first N hosts of the hostfile")
+    w.add_argument("--num_gpus", "--num_accelerators", type=int, help="GPUs per host (NeoX: num_gpus * hosts)")
     e = p.add_argument_group("exact mode")
     e.add_argument("--epochs", type=float, help="exactly N passes over every train source (fractional allowed)")
     e.add_argument("--source-epochs", nargs="+", metavar="NAME=E", help="per-source passes, e.g. code=2 web=0.5")
@@ -153,6 +169,15 @@ def parse_source_epochs(items: list[str]) -> dict[str, float]:
     return out
 
 
+#: launcher flags of ``plan`` (same names as ``check-batch``), read into LauncherSettings
+_LAUNCHER_FLAGS = ("hostfile", "include", "exclude", "num_nodes", "num_gpus")
+
+
+def launcher_flags(args: argparse.Namespace) -> LauncherSettings:
+    """The launcher flags given to ``plan`` (they replace the configs' hostfile/include/... keys)."""
+    return LauncherSettings(**{name: getattr(args, name, None) for name in _LAUNCHER_FLAGS})
+
+
 def build_input(args: argparse.Namespace) -> tuple[PlanInput, NeoxConfig | None]:
     """The plan input, and the merged NeoX config when the input is NeoX config files."""
     if args.configs and (args.data_path or args.train_data_path):
@@ -167,7 +192,9 @@ def build_input(args: argparse.Namespace) -> tuple[PlanInput, NeoxConfig | None]
         if framework == "megatron-core":
             raise ConfigError("--framework megatron-core: NeoX configs are planned with neox semantics; use --data-path")
         cfg = load_neox_configs(args.configs)
-        inp = plan_input_from_neox(cfg, world_size=args.world_size, gbs_override=args.global_batch_size)
+        batch = None if args.global_batch_size else neox_batch(cfg, args.world_size, launcher_flags(args))
+        args.config_notes = [*([batch.describe()] if batch else []), *cfg.notes]
+        inp = plan_input_from_neox(cfg, gbs_override=args.global_batch_size, batch=batch)
         inp = _apply_flag_overrides(inp, args)
         inp = replace(inp, framework=framework, framework_version=args.framework_version or detect.neox_version())
         return inp, cfg
@@ -486,6 +513,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         out = plan.to_json()
         out["enforce_findings"] = enforce_findings(plan, block)
+        if args.configs:
+            out["config_notes"] = list(getattr(args, "config_notes", []))
         if targets and inp.framework == "neox":
             out["settings"]["neox_overlay"] = overlay(plan, block, targets, schedule)  # type: ignore[index]
         print(json.dumps(out, indent=1, sort_keys=False))
@@ -493,6 +522,10 @@ def run(args: argparse.Namespace) -> int:
         if block is not None:
             print(block_line(block))
         print(render(plan))
+        notes = getattr(args, "config_notes", [])
+        if notes:
+            print("\nconfig:")
+            print("\n".join(f"  - {n}" for n in notes))
         if args.write_config:
             print(f"\nwrote {args.write_config}" + (" (complete merged config)" if args.full else " (overlay)"))
     stops = enforce_findings(plan, block)

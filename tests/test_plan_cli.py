@@ -147,8 +147,9 @@ BAD = [
      '"train_iters": 5}', r"train_data_weights\[0\]: expected a value > 0, found 0"),
     ('{"seq_length": 512, "train_batch_size": 16, "train_data_paths": ["%s"], "train_data_weights": [1, 2], '
      '"train_iters": 5}', "2 weights for 1 paths; give one weight per path"),
-    ('{"seq_length": 512, "train_micro_batch_size_per_gpu": 4, "num_gpus": 3, "pipe_parallel_size": 2, '
-     '"data_path": "%s", "train_iters": 5}', "world size 3 is not divisible by .* dp must be whole"),
+    ('{"seq_length": 512, "train_micro_batch_size_per_gpu": 4, "global_num_gpus": 3, "pipe_parallel_size": 2, '
+     '"data_path": "%s", "train_iters": 5}', r"dp = global_num_gpus / \(pipe_parallel_size \* model_parallel_size\) "
+     r"= 3 / \(2 \* 1\) = 1.5 is not a whole number .*run on a multiple of 2 GPUs"),
     ('{"seq_length": 512, "train_batch_size": 16, "data_path": "%s.nope", "train_iters": 5}',
      r"\.nope\.idx: file not found"),
     ('{"seq_length": 512, "train_batch_size": 16, "data_path": "%s", "neox_epoch": {"epoch": 1}}',

@@ -158,24 +158,28 @@ def derive_batch(train_batch_size: int | None, micro_batch: int | None, grad_acc
                  data_parallel_size=dp, derived=rule)
 
 
-def batch_errors(batch: Batch) -> list[str]:
-    """DeepSpeed's ``_batch_assertion`` checks that fail, in its order (it raises the first), explained."""
+def batch_errors(batch: Batch, who: str = "DeepSpeed") -> list[str]:
+    """DeepSpeed's ``_batch_assertion`` checks that fail, in its order (it raises the first), explained.
+
+    NeoX's ``check_batch_parameters`` makes the same checks with the same messages; ``who`` names the one
+    that stops (``"NeoX"`` for a NeoX config checked with NeoX's own GPU count).
+    """
     errors = []
     how = f" ({batch.derived})" if batch.derived else ""
     if batch.train_batch_size <= 0:
-        errors.append(f"train_batch_size rounds to {batch.train_batch_size}{how}; DeepSpeed stops: "
+        errors.append(f"train_batch_size rounds to {batch.train_batch_size}{how}; {who} stops: "
                       f"'Train batch size: {batch.train_batch_size} has to be greater than 0'")
     if batch.train_micro_batch_size_per_gpu <= 0:
         errors.append(f"train_micro_batch_size_per_gpu rounds to {batch.train_micro_batch_size_per_gpu}{how}; "
-                      f"DeepSpeed stops: 'Micro batch size per gpu: {batch.train_micro_batch_size_per_gpu} has to "
+                      f"{who} stops: 'Micro batch size per gpu: {batch.train_micro_batch_size_per_gpu} has to "
                       "be greater than 0'")
     if batch.gradient_accumulation_steps <= 0:
         errors.append(f"gradient_accumulation_steps rounds to {batch.gradient_accumulation_steps}{how}; "
-                      f"DeepSpeed stops: 'Gradient accumulation steps: {batch.gradient_accumulation_steps} has to "
+                      f"{who} stops: 'Gradient accumulation steps: {batch.gradient_accumulation_steps} has to "
                       "be greater than 0'")
     if not errors and batch.train_batch_size != batch.product():
         floors = f" ({batch.derived} floors)" if batch.derived else ""
-        errors.append(f"{batch.equation()}{floors}; DeepSpeed stops: 'Check batch related parameters. "
+        errors.append(f"{batch.equation()}{floors}; {who} stops: 'Check batch related parameters. "
                       "train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step * world_size'")
     return errors
 

@@ -3,7 +3,8 @@
 Two flavors, decided by the file extension:
 
 * ``neox``: one or more ``.yml``/``.yaml`` files merged like NeoX's ``NeoXArgs.from_ymls`` (keys with
-  ``-`` and ``_`` are the same key; a key given in two files is an error). ``gradient_accumulation_steps``
+  ``-`` and ``_`` are the same key; a key given again is an error when written with ``_``, and replaces the
+  earlier value when written with ``-``, as in NeoX). ``gradient_accumulation_steps``
   defaults to 1, as in NeoX. Launcher keys (hostfile, include, exclude, num_nodes, num_gpus, launcher,
   ...) are read too, because ``deepy.py`` turns them into ``deepspeed`` flags.
 * ``deepspeed``: exactly one ``.json`` file read as DeepSpeed reads it (JSON, or hjson when installed;
@@ -279,7 +280,12 @@ def _optional_bool(data: Mapping[str, Any], key: str, where: str) -> bool:
     return value
 
 
-def _neox_launcher(data: Mapping[str, Any], origin: Mapping[str, str]) -> LauncherSettings:
+def neox_launcher(data: Mapping[str, Any], origin: Mapping[str, str]) -> LauncherSettings:
+    """The launcher keys of a merged NeoX config (hostfile, include, exclude, num_nodes, num_gpus, ...).
+
+    ``num_nodes: -1`` (NeoX's default, "all hosts") counts as not given. Raises :class:`ConfigError` for
+    a value of the wrong type, naming the file from ``origin``.
+    """
     def where(key: str) -> str:
         return f"in {origin.get(key, 'the config')}"
 
@@ -362,7 +368,7 @@ def read_config(paths: Sequence[str]) -> BatchConfig:
         global_num_gpus = None
     else:
         pp, mp = neox_pp, neox_mp
-        launcher = _neox_launcher(data, origin)
+        launcher = neox_launcher(data, origin)
         global_num_gpus = _optional_int(data, "global_num_gpus", where("global_num_gpus"))
         sp = None  # NeoX's sequence_parallel is a bool inside the model-parallel group; dp is unchanged
     return BatchConfig(

@@ -10,7 +10,10 @@ include/exclude vs num_nodes/num_gpus conflict, the localhost pool) are mirrored
 the hostfile's resource pool when there is a hostfile, else ``torch.cuda.device_count()`` — which
 ignores ``num_gpus``/``include``/``exclude`` and is the usual reason the two disagree.
 
-DeepSpeed (and with it torch) is imported inside the functions, never at module import.
+DeepSpeed (and with it torch) is imported inside the functions, never at module import, and
+:func:`neox_gpu_count` does without it for a hostfile alone (no include/exclude): :func:`read_hostfile`
+reads the file by DeepSpeed's ``fetch_hostfile`` rules, so ``neox-epoch plan`` answers in well under a
+second (tests compare both paths).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import importlib
 import json
 import logging
 import os
+import re
 import sys
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
@@ -34,6 +38,11 @@ from neox_epoch.errors import ConfigError
 
 #: stands in for the user script in the argv handed to DeepSpeed's parse_args (never run)
 PLACEHOLDER_SCRIPT = "train.py"
+
+#: DeepSpeed's default hostfile (``deepspeed.launcher.runner.DLTS_HOSTFILE``): NeoX reads it when it exists
+DEFAULT_HOSTFILE = "/job/hostfile"
+#: a hostfile line as ``deepspeed.launcher.runner._parse_hostfile`` matches it (``node1 slots=8``)
+_HOSTFILE_LINE = re.compile(r"^(\S+)\s+slots=(\d+)")
 
 #: backends whose world is the whole hostfile (mpirun -n sum(slots)), not the filtered resources
 MPI_STYLE_LAUNCHERS = ("openmpi", "mpich", "impi", "mvapich")
@@ -365,12 +374,60 @@ def _cuda_device_count() -> int:
     return int(torch.cuda.device_count())
 
 
+def read_hostfile(path: str) -> dict[str, int] | None:
+    """The resource pool of hostfile ``path`` (host -> slots, in file order), read without DeepSpeed.
+
+    Same rules and messages as DeepSpeed's ``fetch_hostfile``: None when ``path`` is not a file; blank
+    lines and lines starting with ``#`` skipped; every other line must start with ``HOST slots=N``; a
+    host given twice, a bad line or no host at all raise :class:`ConfigError` quoting DeepSpeed's words.
+    """
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.readlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f'hostfile "{path}" cannot be read ({err}); check the path') from None
+    pool: dict[str, int] = collections.OrderedDict()
+    for raw in lines:
+        line = raw.strip()
+        if line.startswith("#") or line == "":
+            continue
+        match = _HOSTFILE_LINE.search(line)
+        if match is None:
+            reason = f"Hostfile contains a bad entry: {line}, unable to proceed with launching"
+        elif match.group(1) in pool:
+            reason = f"Hostfile contains multiple entries for {match.group(1)}, unable to proceed with launching"
+        else:
+            pool[match.group(1)] = int(match.group(2))
+            continue
+        raise _hostfile_refused(path, reason)
+    if not pool:
+        raise _hostfile_refused(path, "Hostfile is empty or not formatted correctly, unable to proceed with launching.")
+    return pool
+
+
+def _hostfile_refused(path: str, reason: str) -> ConfigError:
+    return ConfigError(f'hostfile "{path}" is refused by NeoX (DeepSpeed\'s fetch_hostfile): {reason}; fix the file')
+
+
+def neox_hostfile_path(settings: LauncherSettings, environ: Mapping[str, str] | None = None) -> str | None:
+    """The hostfile NeoX's ``calculate_derived`` reads: the config's, else ``$DLTS_HOSTFILE`` (default
+    /job/hostfile) when that path exists, else None (NeoX then counts ``torch.cuda.device_count()``)."""
+    env = os.environ if environ is None else environ
+    if settings.hostfile:
+        return settings.hostfile
+    dlts = env.get("DLTS_HOSTFILE", DEFAULT_HOSTFILE)
+    return dlts if os.path.exists(dlts) else None
+
+
 def neox_gpu_count(
     settings: LauncherSettings,
     *,
     global_num_gpus: int | None = None,
     cuda_device_count: int | None = None,
     environ: Mapping[str, str] | None = None,
+    use_deepspeed: bool = False,
 ) -> NeoxCount:
     """The ``global_num_gpus`` NeoX's ``calculate_derived`` would compute for ``settings``.
 
@@ -378,32 +435,55 @@ def neox_gpu_count(
     resource pool after include/exclude, truncated to ``num_nodes``; ``num_gpus * hosts`` when num_gpus
     is set, else the sum of slots. Without one: ``torch.cuda.device_count()`` (``cuda_device_count``
     overrides it, for tests), ignoring num_gpus/include/exclude.
+
+    Without include/exclude the hostfile is read by :func:`read_hostfile` (no DeepSpeed; torch only for
+    a missing hostfile, which means this machine's GPUs); ``use_deepspeed`` forces DeepSpeed's own
+    ``fetch_hostfile`` / ``parse_inclusion_exclusion`` (which include/exclude always use).
     """
     if global_num_gpus is not None:
         return NeoxCount(count=global_num_gpus, basis="from global_num_gpus in the config")
-    env = os.environ if environ is None else environ
-    runner = deepspeed_runner()
-    dlts = env.get("DLTS_HOSTFILE", runner.DLTS_HOSTFILE)
 
     def cuda() -> int:
         return _cuda_device_count() if cuda_device_count is None else cuda_device_count
 
-    if settings.hostfile is None and not os.path.exists(dlts):
+    path = neox_hostfile_path(settings, environ)
+    if path is None:
         n = cuda()
         return NeoxCount(count=n, basis="with torch.cuda.device_count() because there is no hostfile")
-    path = settings.hostfile or dlts
+    filtered = bool(settings.include or settings.exclude)
+    if not use_deepspeed and not filtered:
+        pool = read_hostfile(path)
+        if pool is None:  # NeoX's obtain_resource_pool: a missing hostfile means this machine's GPUs
+            n = cuda()
+            if n == 0:
+                return _no_gpu(path)
+            pool = {"localhost": n}
+            source = f"with torch.cuda.device_count() = {n} because hostfile {path} does not exist"
+        else:
+            source = f"from hostfile {path} ({_pool_text(pool)})"
+        resources = collections.OrderedDict((h, list(range(n))) for h, n in pool.items())
+    else:
+        found = _deepspeed_resources(settings, path, cuda)
+        if isinstance(found, NeoxCount):
+            return found
+        resources, source = found
+    return _neox_count(settings, resources, source)
+
+
+def _deepspeed_resources(settings: LauncherSettings, path: str, cuda: Any) -> NeoxCount | tuple[
+        collections.OrderedDict[str, list[int]], str]:
+    """NeoX's ``obtain_resource_pool`` with DeepSpeed's functions: the filtered pool and its description,
+    or the final count when the hostfile is missing and this machine has no GPU."""
+    runner = deepspeed_runner()
     with _quiet_deepspeed():
         try:
             pool = runner.fetch_hostfile(path)
         except ValueError as err:
-            raise ConfigError(f'hostfile "{path}" is refused by NeoX (DeepSpeed\'s fetch_hostfile): {err}; '
-                              "fix the file") from None
-        notes: list[str] = []
+            raise _hostfile_refused(path, str(err)) from None
         if not pool:
             n = cuda()
             if n == 0:
-                return NeoxCount(count=0, basis=f"with torch.cuda.device_count() = 0 because hostfile {path} does "
-                                 "not exist (NeoX stops: 'Unable to proceed, no GPU resources available')")
+                return _no_gpu(path)
             pool = {"localhost": n}
             source = f"with torch.cuda.device_count() = {n} because hostfile {path} does not exist"
         else:
@@ -413,7 +493,17 @@ def neox_gpu_count(
         except ValueError as err:
             raise ConfigError(f"NeoX cannot apply include/exclude to hostfile {path}: {err}; "
                               "fix include/exclude") from None
-    resources = collections.OrderedDict((h, list(s)) for h, s in resources.items())
+    return collections.OrderedDict((h, list(s)) for h, s in resources.items()), source
+
+
+def _no_gpu(path: str) -> NeoxCount:
+    return NeoxCount(count=0, basis=f"with torch.cuda.device_count() = 0 because hostfile {path} does not exist "
+                     "(NeoX stops: 'Unable to proceed, no GPU resources available')")
+
+
+def _neox_count(settings: LauncherSettings, resources: collections.OrderedDict[str, list[int]],
+                source: str) -> NeoxCount:
+    """The last steps of NeoX's count: num_nodes keeps the first hosts, num_gpus multiplies the hosts left."""
     steps = [source]
     if settings.include or settings.exclude:
         steps.append(f"include/exclude keeps {_describe_hosts(resources)}")
@@ -422,11 +512,12 @@ def neox_gpu_count(
         steps.append(f"num_nodes {settings.num_nodes} keeps {len(resources)} host{'s' if len(resources) != 1 else ''}")
     if settings.num_gpus is not None and settings.num_gpus > 0:
         count = settings.num_gpus * len(resources)
-        steps.append(f"num_gpus {settings.num_gpus} x {len(resources)} host{'s' if len(resources) != 1 else ''}"
-                     " (NeoX multiplies num_gpus by the hosts left, even when include/exclude chose fewer slots)")
+        why = (" (NeoX multiplies num_gpus by the hosts left, even when include/exclude chose fewer slots)"
+               if settings.include or settings.exclude else "")
+        steps.append(f"num_gpus {settings.num_gpus} x {len(resources)} host{'s' if len(resources) != 1 else ''}{why}")
     else:
         count = sum(len(s) for s in resources.values())
-    return NeoxCount(count=count, basis=", ".join(steps), hosts=dict(resources), notes=tuple(notes))
+    return NeoxCount(count=count, basis=", ".join(steps), hosts=dict(resources))
 
 
 def explain_disagreement(launch: LauncherWorld, neox: NeoxCount, launcher_notes: Sequence[str] = ()) -> str:

@@ -1,0 +1,183 @@
+"""Every model config GPT-NeoX ships, planned at 1, 8, 16 and 64 GPUs, against what NeoX itself made of it.
+
+tests/fixtures/neox/shipped_configs.json was written by scripts/neox_config_sweep.py, which called NeoX's own
+``NeoXArgs.from_ymls`` for each pairing (model config [+ configs/llama/train_config.yml] + configs/local_setup.yml
++ a world file naming a hostfile) and recorded whether NeoX accepted it and the batch and schedule it derived,
+or the exception it stopped with. The fixture also holds each config's keys and values, so these tests need
+nothing but the fixture: they re-create the files and the hostfiles in a temporary directory, write a small
+corpus (4,000 documents, ~4.5M tokens, like NeoX's enwik8 example) at the data prefix the configs name, and run
+``neox-epoch plan ... --json``. Where NeoX accepts, the plan's global batch and train_iters must equal NeoX's;
+where NeoX refuses, ``plan`` must exit 2 with one line naming the same problem.
+
+With NEOX_DIR (a gpt-neox checkout) and NEOX_PYTHON (a venv from scripts/neox_env.sh) set, the sweep is re-run
+live and must reproduce the fixture.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+import yaml
+
+from neox_epoch.cli import main
+from neox_epoch.corpus import write_random_corpus
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FIXTURE = os.path.join(HERE, "fixtures", "neox", "shipped_configs.json")
+SWEEP: dict[str, Any] = json.load(open(FIXTURE, encoding="utf-8"))
+PAIRINGS: dict[str, Any] = SWEEP["pairings"]
+#: the corpus at every data prefix: 4,000 documents of 250..2,000 tokens (~4.5M tokens), like enwik8
+CORPUS = {"seed": 0, "num_documents": 4000, "min_len": 250, "max_len": 2000}
+
+
+def _data_prefixes() -> set[str]:
+    """Every data prefix an accepted pairing names (data_path, or train/valid/test_data_paths)."""
+    prefixes: set[str] = set()
+    for p in PAIRINGS.values():
+        if not p["accepted"]:
+            continue
+        n = p["neox"]
+        if n["data_path"]:
+            prefixes.add(n["data_path"])
+        for key in ("train_data_paths", "valid_data_paths", "test_data_paths"):
+            prefixes.update(n[key] or [])
+    return prefixes
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> str:  # type: ignore[no-untyped-def]
+    """A directory laid out like the sweep's: configs/..., world_N.yml + hostfile_N, and the corpus."""
+    root = tmp_path_factory.mktemp("neox_shipped")
+    for rel, record in SWEEP["configs"].items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        content = dict(record["keys"])
+        path.write_text(yaml.safe_dump(content, sort_keys=False), encoding="utf-8")
+        assert yaml.safe_load(path.read_text(encoding="utf-8")) == content, f"{rel}: not re-created faithfully"
+    for world in SWEEP["worlds"].values():
+        (root / world["file"]).write_text(json.dumps(world["config"]) + "\n", encoding="utf-8")
+        (root / world["hostfile"]).write_text("\n".join(world["hostfile_lines"]) + "\n", encoding="utf-8")
+    prefixes = sorted(_data_prefixes())
+    assert prefixes, "no accepted pairing names a data prefix"
+    for i, prefix in enumerate(prefixes):
+        assert not os.path.isabs(prefix), f"absolute data prefix {prefix} in the fixture"
+        os.makedirs(root / os.path.dirname(prefix), exist_ok=True)
+        write_random_corpus(str(root / prefix), CORPUS["seed"] + i, CORPUS["num_documents"], CORPUS["min_len"],
+                            CORPUS["max_len"])
+    return str(root)
+
+
+def expected_terms(error: dict[str, str]) -> list[str]:
+    """Words our one-line error must contain to name the problem NeoX stopped with."""
+    kind, message = error["type"], error["message"]
+    m = re.search(r"Conf file (\S+) has the following duplicate keys with previously loaded file: (\S+)", message)
+    if m:
+        return [f"{m.group(1)}: ", m.group(2), "already set in", "key given twice"]
+    m = re.search(r"unexpected keyword argument '(\w+)'", message)
+    if kind == "TypeError" and m:
+        return [f"{m.group(1)}: ", "unknown NeoX config key"]
+    if "Either train_batch_size or train_micro_batch_size_per_gpu needs to be provided" in message:
+        return ["neither train_batch_size nor train_micro_batch_size_per_gpu is set"]
+    m = re.search(r"\[\((\d+) / (\d+)\) / (\d+)\] must be a whole number", message)
+    if m:
+        g, pp, mp = m.groups()
+        return [f"= {g} / ({pp} * {mp}) =", "is not a whole number"]
+    m = re.search(r"(Train batch size|Micro batch size per gpu|Gradient accumulation steps): (-?\d+) has to be", message)
+    if m:
+        return [f"{m.group(1)}: {m.group(2)} has to be greater than 0"]
+    if "train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step * world_size" in message:
+        return ["train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step * world_size"]
+    raise AssertionError(f"no rule for NeoX's refusal {kind}: {message}; add one to expected_terms")
+
+
+def run_plan(argv: list[str], capsys) -> tuple[int, str, str]:  # type: ignore[no-untyped-def]
+    """``neox-epoch <argv>`` in this process: exit code, stdout, stderr."""
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("key", sorted(PAIRINGS))
+def test_shipped_config_plans_like_neox(key, run_dir, capsys, monkeypatch):  # type: ignore[no-untyped-def]
+    """NeoX accepted: exit 0, the same train_batch_size and train_iters. NeoX refused: exit 2, one line, the same
+    problem."""
+    p = PAIRINGS[key]
+    monkeypatch.chdir(run_dir)
+    monkeypatch.delenv("DLTS_HOSTFILE", raising=False)
+    code, out, err = run_plan(["plan", *p["files"], "--json"], capsys)
+    if p["accepted"]:
+        assert code == 0, f"NeoX accepts {key}; plan says: {err}"
+        plan = json.loads(out)
+        neox = p["neox"]
+        assert plan["global_batch_size"] == neox["train_batch_size"], key
+        assert plan["train_iters"] == neox["train_iters"], key
+        assert plan["seq_length"] == neox["seq_length"], key
+        assert any(f"NeoX counts {neox['global_num_gpus']} GPUs" in n for n in plan["config_notes"]), plan["config_notes"]
+    else:
+        assert code == 2, f"NeoX refuses {key} ({p['error']['message']}); plan exited {code}: {out[:200]} {err}"
+        assert err.count("\n") == 1 and "Traceback" not in err, err
+        for term in expected_terms(p["error"]):
+            assert term in err, f"NeoX: {p['error']['type']}: {p['error']['message']}\nplan: {err}"
+
+
+def test_fixture_is_the_whole_sweep():
+    """192 pairings (48 model configs x 4 world sizes); the counts in the summary agree with the records; the
+    paths are relative (to the NeoX tree / the run directory), never the machine's."""
+    summary = SWEEP["summary"]
+    accepted = sum(1 for p in PAIRINGS.values() if p["accepted"])
+    assert summary["pairings"] == len(PAIRINGS) == len({p["model"] for p in PAIRINGS.values()}) * len(SWEEP["world_sizes"])
+    assert summary["accepted"] == accepted and summary["refused"] == len(PAIRINGS) - accepted
+    assert SWEEP["world_sizes"] == [1, 8, 16, 64]
+    text = open(FIXTURE, encoding="utf-8").read()
+    assert "neox_sweep_" not in text, "the sweep's temporary run directory leaked into the fixture"
+    for p in PAIRINGS.values():
+        assert not any(os.path.isabs(f) for f in p["files"]), p["files"]
+        if p["accepted"]:
+            assert not any(os.path.isabs(f) for f in p["config_files_read"]), p["config_files_read"]
+    assert all(not os.path.isabs(w["hostfile"]) for w in SWEEP["worlds"].values())
+
+
+def test_world_files_are_what_users_write():
+    """The world is a hostfile named by a `hostfile:` key: localhost slots=N below 8 GPUs, node{i} slots=8 above."""
+    for n, world in SWEEP["worlds"].items():
+        lines = world["hostfile_lines"]
+        if int(n) < 8:
+            assert lines == [f"localhost slots={n}"]
+        else:
+            assert lines == [f"node{i} slots=8" for i in range(int(n) // 8)]
+    for p in PAIRINGS.values():
+        if p["accepted"]:
+            assert p["neox"]["global_num_gpus"] == p["world_size"], p["model"]
+
+
+@pytest.mark.neox
+@pytest.mark.skipif(not (os.environ.get("NEOX_DIR") and os.environ.get("NEOX_PYTHON")),
+                    reason="NEOX_DIR and NEOX_PYTHON are not set: the live NeoX sweep is skipped (set NEOX_DIR to a "
+                    "gpt-neox checkout and NEOX_PYTHON to a venv built by scripts/neox_env.sh)")
+def test_live_sweep_reproduces_fixture(tmp_path):
+    """Re-run NeoX's from_ymls over every pairing now; the records must equal the committed fixture."""
+    out = tmp_path / "shipped_configs.json"
+    script = os.path.join(HERE, "..", "scripts", "neox_config_sweep.py")
+    r = subprocess.run([os.environ["NEOX_PYTHON"], script, str(out), "--neox-dir", os.environ["NEOX_DIR"],
+                        "--neox-commit", SWEEP["neox_commit"]], capture_output=True, text=True, timeout=1800)
+    assert r.returncode == 0, r.stderr[-2000:]
+    live = json.load(open(out, encoding="utf-8"))
+    for key in ("configs", "worlds", "world_sizes", "summary", "pairing_rule"):
+        assert live[key] == SWEEP[key], key
+    assert live["pairings"].keys() == PAIRINGS.keys()
+    for key, record in PAIRINGS.items():
+        assert live["pairings"][key] == record, key
+
+
+def test_sweep_script_without_neox_dir_is_one_line(tmp_path):
+    """The sweep script itself: no NeoX checkout -> exit 2 and one line."""
+    env = {k: v for k, v in os.environ.items() if k != "NEOX_DIR"}
+    r = subprocess.run([sys.executable, os.path.join(HERE, "..", "scripts", "neox_config_sweep.py"),
+                        str(tmp_path / "x.json")], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "NEOX_DIR" in r.stderr
