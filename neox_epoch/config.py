@@ -122,6 +122,13 @@ class NeoxConfig:
     """What NeoX does silently with these files (a key set again under its other spelling)."""
 
 
+def deepy_config_paths(files: list[str], conf_dir: str | None = None) -> list[str]:
+    """The config files as deepy.py resolves them (NeoXArgs.consume_deepy_args): ``-d/--conf_dir`` prefixed
+    to each, and ``.yml`` appended to a name ending in neither ``.yml`` nor ``.json`` (``125M`` -> ``125M.yml``)."""
+    paths = [os.path.join(conf_dir, f) for f in files] if conf_dir else list(files)
+    return [p if p.endswith((".yml", ".json")) else p + ".yml" for p in paths]
+
+
 def known_neox_keys() -> dict[str, str]:
     """NeoX's config key names and declared types (from neox_epoch/data/neox_keys.json)."""
     text = resources.files("neox_epoch").joinpath("data/neox_keys.json").read_text(encoding="utf-8")

@@ -14,6 +14,7 @@ from neox_epoch.batch.config import LauncherSettings
 from neox_epoch.config import (
     EpochBlock,
     NeoxConfig,
+    deepy_config_paths,
     load_neox_configs,
     neox_batch,
     plan_input_from_neox,
@@ -78,6 +79,8 @@ def register(sub: Any) -> None:
                  "--lr-wsd-decay-iters", "--lr-wsd-decay-samples", "--save-interval", "--exit-interval"):
         g.add_argument(flag, type=int)
     g.add_argument("--lr-warmup-fraction", type=float)
+    p.add_argument("-d", "--conf_dir", help="deepy.py's -d: a directory prefixed to every config file (a name "
+                   "without .yml/.json gets .yml, as deepy.py does)")
     w = p.add_argument_group("NeoX world (how NeoX counts GPUs for train_batch_size = micro * accum * dp)")
     w.add_argument("--world-size", type=int, help="GPUs, overriding NeoX's own count (global_num_gpus, hostfile); "
                    "with a Megatron-LM command line: the world it runs on")
@@ -191,7 +194,7 @@ def build_input(args: argparse.Namespace) -> tuple[PlanInput, NeoxConfig | None]
         framework = args.framework or "neox"
         if framework == "megatron-core":
             raise ConfigError("--framework megatron-core: NeoX configs are planned with neox semantics; use --data-path")
-        cfg = load_neox_configs(args.configs)
+        cfg = load_neox_configs(deepy_config_paths(args.configs, args.conf_dir))
         batch = None if args.global_batch_size else neox_batch(cfg, args.world_size, launcher_flags(args))
         args.config_notes = [*([batch.describe()] if batch else []), *cfg.notes]
         inp = plan_input_from_neox(cfg, gbs_override=args.global_batch_size, batch=batch)

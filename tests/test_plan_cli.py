@@ -315,3 +315,12 @@ def test_internal_error_is_one_line_exit_3(capsys, monkeypatch):
     assert "neox-epoch plan: internal error: ZeroDivisionError: simulated bug (input: x.yml)" in err
     with pytest.raises(ZeroDivisionError):
         main(["--debug", "plan", "x.yml"])
+
+
+def test_deepy_conf_dir_and_bare_names(demo_dir, capsys, monkeypatch):
+    """deepy.py's `-d configs one_source_one_epoch` reads configs/one_source_one_epoch.yml: the same plan."""
+    monkeypatch.chdir(demo_dir)
+    code, out, err = run_cli(["plan", "-d", "configs", "one_source_one_epoch", "--json"], capsys)
+    assert code == 0, err
+    code2, out2, _ = run_cli(["plan", "configs/one_source_one_epoch.yml", "--json"], capsys)
+    assert code2 == 0 and json.loads(out)["train_iters"] == json.loads(out2)["train_iters"] == 77
