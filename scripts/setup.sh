@@ -8,13 +8,16 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 . .venv/bin/activate
-stamp=.venv/.neox-epoch-setup-v2
+stamp=.venv/.neox-epoch-setup-v3
 if [ ! -f "$stamp" ]; then
   python -m pip install -q --upgrade "pip<26" wheel "setuptools<81"
   python -m pip install -q torch==2.13.0
   python -m pip install -q "numpy<2" packaging pyyaml pytest ruff matplotlib hypothesis
   python -m pip install -q megatron-core==0.16.1
   python -m pip install -q deepspeed==0.19.8
+  # Megatron-LM's training side (tests/frameworks.py, megatron_lm_*) imports these beyond megatron-core.
+  # triton 3.9.0 is the large one: a 286 MB wheel, about 1 GB installed (about 10 s to install here).
+  python -m pip install -q six regex triton==3.9.0 pydantic
   touch "$stamp"
 fi
 python -m pip install -q --no-deps --no-build-isolation -e .

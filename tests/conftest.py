@@ -1,9 +1,15 @@
-"""Shared fixtures: tiny real .bin/.idx corpora written with the same layout the frameworks read."""
+"""Shared fixtures: tiny real .bin/.idx corpora written with the same layout the frameworks read.
+
+Also the framework markers (``neox``, ``megatron_lm``: the test runs a real framework found through
+tests/frameworks.py): under ``CI=true`` such a test that skips is reported as a failure, and the terminal
+summary ends with one line per framework saying how many of its tests ran, passed and skipped.
+"""
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Generator
 
 import pytest
 
@@ -12,6 +18,66 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from neox_epoch.corpus import write_corpus, write_random_corpus  # noqa: E402
+
+#: the framework marker family: marker name -> what the tests run
+FRAMEWORKS = {"neox": "GPT-NeoX", "megatron_lm": "Megatron-LM"}
+#: per framework marker, the outcome of each of its tests (nodeid -> "passed" | "failed" | "skipped")
+_OUTCOMES: dict[str, dict[str, str]] = {name: {} for name in FRAMEWORKS}
+#: per framework marker, the tests whose body ran to its end or failed (not skipped)
+_RAN: dict[str, set[str]] = {name: set() for name in FRAMEWORKS}
+_WORST = {"passed": 0, "skipped": 1, "failed": 2}
+
+
+def in_ci() -> bool:
+    """True when the CI environment variable says this is a CI run (``CI=true``)."""
+    return os.environ.get("CI", "").strip().lower() == "true"
+
+
+def _frameworks_of(item: pytest.Item) -> list[str]:
+    """The framework markers on ``item``."""
+    return [name for name in FRAMEWORKS if item.get_closest_marker(name) is not None]
+
+
+def _skip_reason(report: pytest.TestReport) -> str:
+    """The message of a skipped report."""
+    if isinstance(report.longrepr, tuple) and len(report.longrepr) == 3:
+        return str(report.longrepr[2]).removeprefix("Skipped: ")
+    return str(report.longrepr)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, None, None]:
+    """Under CI=true a framework test that skips fails instead; record each framework test's outcome."""
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()
+    names = _frameworks_of(item)
+    if not names:
+        return
+    skipped = report.skipped
+    if skipped and not hasattr(report, "wasxfail") and in_ci():
+        reason = _skip_reason(report)
+        report.outcome = "failed"
+        report.longrepr = (f"CI=true: this {' / '.join(FRAMEWORKS[n] for n in names)} test skipped ({reason}); "
+                           "under CI every framework test must run: make the framework available "
+                           "(see tests/frameworks.py)")
+    state = "failed" if report.failed else "skipped" if report.skipped else "passed"
+    ran = report.when == "call" and not skipped
+    for name in names:
+        seen = _OUTCOMES[name].get(item.nodeid, "passed")
+        _OUTCOMES[name][item.nodeid] = max(seen, state, key=_WORST.__getitem__)  # setup, call, teardown: the worst
+        if ran:
+            _RAN[name].add(item.nodeid)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """One line per framework: how many of its tests there were, ran (not skipped), passed, failed and skipped."""
+    for name, label in FRAMEWORKS.items():
+        states = list(_OUTCOMES[name].values())
+        passed, failed, skipped = (states.count(s) for s in ("passed", "failed", "skipped"))
+        terminalreporter.write_line(
+            f"framework {name} ({label}): {len(states)} tests, {len(_RAN[name])} ran, {passed} passed, "
+            f"{failed} failed, {skipped} skipped" + (" (CI=true: skips fail)" if in_ci() else "")
+        )
 
 
 @pytest.fixture

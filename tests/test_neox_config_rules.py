@@ -3,7 +3,7 @@
 Key spelling across files (NeoX compares the key as written with the keys loaded so far, stored with ``_``),
 keys NeoX removed, empty files, the world from a hostfile / launcher flags / ``global_num_gpus`` /
 ``--world-size`` / ``$DLTS_HOSTFILE``, NeoX's batch derivation and checks, and the torch-free hostfile path
-(which must agree with DeepSpeed's own functions). With NEOX_DIR and NEOX_PYTHON set, the spelling rules are
+(which must agree with DeepSpeed's own functions). Against real NeoX (tests/frameworks.py), the spelling rules are
 also checked against NeoX's real from_ymls.
 """
 
@@ -313,19 +313,16 @@ def test_default_hostfile_is_deepspeed_s():
 # Against NeoX itself
 
 
-NEOX_DIR = os.environ.get("NEOX_DIR")
-NEOX_PYTHON = os.environ.get("NEOX_PYTHON")
-
-
 @pytest.mark.neox
-@pytest.mark.skipif(not (NEOX_DIR and NEOX_PYTHON), reason="NEOX_DIR and NEOX_PYTHON are not set: NeoX's from_ymls "
-                    "is not run (set NEOX_DIR to a gpt-neox checkout and NEOX_PYTHON to a venv from scripts/neox_env.sh)")
 @pytest.mark.parametrize("name", sorted(SPELLING_CASES))
 def test_spelling_rules_equal_neox_from_ymls(name, cwd, capsys):  # type: ignore[no-untyped-def]
     first, second, _ = SPELLING_CASES[name]
     a = write(cwd / "a.yml", {**BASE, "hostfile": "hostfile_8", first: 100})
     b = write(cwd / "b.yml", {second: 7})
-    r = subprocess.run([str(NEOX_PYTHON), SWEEP_SCRIPT, "--neox-dir", str(NEOX_DIR), "--one", "a.yml", "b.yml"],
+    import frameworks
+
+    r = subprocess.run([frameworks.neox_python(), SWEEP_SCRIPT, "--neox-dir", frameworks.neox_dir(), "--one", "a.yml",
+                        "b.yml"],
                        cwd=cwd, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     neox = json.loads(r.stdout)

@@ -5,8 +5,9 @@ built for 18 cases (data_path + split, one train path, weighted and weight_by_nu
 cases, and train_epochs mode with the train_iters NeoX's own update_iterations derived), plus the train_epochs
 configurations NeoX refuses and its messages. The corpora are regenerated here from their recorded seeds
 (sha1-checked), planned with NeoX semantics, and every request, epoch count, len, blend size, draw and
-train_iters must be equal; what NeoX refuses the planner must refuse for the same reason. With NEOX_DIR set,
-scripts/neox_golden.py is re-run live and must reproduce the fixture.
+train_iters must be equal; what NeoX refuses the planner must refuse for the same reason. scripts/neox_golden.py is also re-run live on the
+real NeoX that tests/frameworks.py finds (NEOX_DIR/NEOX_PYTHON, else the vendored copy and a venv built once)
+and must reproduce the fixture.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
 
+import frameworks
 import pytest
 import yaml
 
@@ -192,14 +193,14 @@ def test_planner_refuses_what_neox_refuses(name, corpora, tmp_path, capsys):
     assert "Traceback" not in err
 
 
-@pytest.mark.skipif(not os.environ.get("NEOX_DIR"), reason="NEOX_DIR is not set: live GPT-NeoX comparison skipped "
-                    "(set NEOX_DIR to a gpt-neox checkout and NEOX_PYTHON to a venv built by scripts/neox_env.sh)")
+@pytest.mark.neox
 def test_live_neox_reproduces_fixture(tmp_path):
     """Re-run NeoX's own data code now; its numbers must equal the committed fixture."""
-    py = os.environ.get("NEOX_PYTHON", sys.executable)
+    py = frameworks.neox_python()
+    env = dict(os.environ, NEOX_DIR=frameworks.neox_dir())
     out = tmp_path / "out"
     subprocess.run([py, os.path.join(HERE, "..", "scripts", "neox_golden.py"), str(out)], check=True,
-                   capture_output=True, timeout=900)
+                   capture_output=True, timeout=900, env=env)
     live = json.load(open(out / "neox_golden.json", encoding="utf-8"))
     for name, case in GOLDEN["cases"].items():
         assert live["cases"][name]["datasets"] == case["datasets"], name

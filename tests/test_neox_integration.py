@@ -1,9 +1,10 @@
 """NeoX integration (issue 4): the neox_epoch block, neox-epoch launch, the hooks, the counters, the patch.
 
 Unit tests (block validation, config cleaning, launcher argv rewriting, counters math, planning from
-NeoX values) run anywhere. Tests marked ``neox`` need a GPT-NeoX checkout in ``NEOX_DIR`` and run NeoX in
-a subprocess under ``NEOX_PYTHON`` (default: this interpreter; use a venv built by scripts/neox_env.sh:
-NeoX's code wants deepspeed 0.16-era APIs, numpy<2 and its compiled helpers).
+NeoX values) run anywhere. Tests marked ``neox`` run real GPT-NeoX in a subprocess: the checkout and the
+interpreter come from tests/frameworks.py (``NEOX_DIR``/``NEOX_PYTHON`` when set, else the vendored copy
+extracted into .cache and a venv built there once by scripts/neox_env.sh: NeoX's code wants deepspeed
+0.16-era APIs, numpy<2 and its compiled helpers).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 
+import frameworks
 import numpy as np
 import pytest
 import yaml
@@ -31,11 +33,6 @@ from neox_epoch.neox.worker import split_argv
 from neox_epoch.plan import exact_plan
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-NEOX_DIR = os.environ.get("NEOX_DIR")
-NEOX_PYTHON = os.environ.get("NEOX_PYTHON", sys.executable)
-needs_neox = pytest.mark.skipif(
-    not NEOX_DIR, reason="NEOX_DIR is not set: GPT-NeoX integration skipped (set NEOX_DIR to a gpt-neox checkout and "
-    "NEOX_PYTHON to a venv built by scripts/neox_env.sh)")
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -229,8 +226,10 @@ def _probe(tmp_path, name, args, block):
     case = tmp_path / f"{name}.json"
     case.write_text(json.dumps({"args": args, "block": block}))
     out = tmp_path / f"{name}.out.json"
-    r = subprocess.run([NEOX_PYTHON, "-m", "neox_epoch.neox.probe", "--neox-dir", NEOX_DIR, "--case", str(case),
-                        "--out", str(out)], cwd=NEOX_DIR, env=_neox_env(), capture_output=True, text=True, timeout=600)
+    neox_dir = frameworks.neox_dir()
+    r = subprocess.run([frameworks.neox_python(), "-m", "neox_epoch.neox.probe", "--neox-dir", neox_dir, "--case",
+                        str(case), "--out", str(out)], cwd=neox_dir, env=_neox_env(), capture_output=True, text=True,
+                       timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     return json.loads(out.read_text()), r.stdout
 
@@ -276,7 +275,6 @@ def _check_exact(src, passes, tokens_unseen_planned=None):
         assert h.get(0, 0) == tokens_unseen_planned
 
 
-@needs_neox
 @pytest.mark.neox
 def test_one_source_exact_and_stock_spillover(data, tmp_path):
     d = _fresh(data, tmp_path, "one")
@@ -301,7 +299,6 @@ def test_one_source_exact_and_stock_spillover(data, tmp_path):
     assert s2["epochs"] == 2 and h2.get(0, 0) > 0.1 * s2["tokens"] and h2.get(2, 0) > 0.1 * s2["tokens"]
 
 
-@needs_neox
 @pytest.mark.neox
 def test_weighted_blend_per_source_epochs(data, tmp_path):
     d = _fresh(data, tmp_path, "blend")
@@ -346,7 +343,6 @@ LR_SCRIPT = textwrap.dedent("""
 """)
 
 
-@needs_neox
 @pytest.mark.neox
 def test_hooks_schedule_reaches_neox_scheduler(data, tmp_path):
     """train_iters 320000 and lr_decay_iters 320000 in NeoX's args: after the hooks, NeoX's AnnealingLR decays
@@ -356,8 +352,8 @@ def test_hooks_schedule_reaches_neox_scheduler(data, tmp_path):
             "lr": 0.001, "min_lr": 0.0, "lr_decay_style": "cosine", "no_load_optim": False, "deepspeed": True,
             "optimizer_type": "adam", "use_checkpoint_lr_scheduler": False, "override_lr_scheduler": False,
             "use_mup": False}
-    r = subprocess.run([NEOX_PYTHON, "-c", LR_SCRIPT, json.dumps({"args": args, "block": {"epochs": 1}})],
-                       cwd=NEOX_DIR, env=_neox_env(), capture_output=True, text=True, timeout=600)
+    r = subprocess.run([frameworks.neox_python(), "-c", LR_SCRIPT, json.dumps({"args": args, "block": {"epochs": 1}})],
+                       cwd=frameworks.neox_dir(), env=_neox_env(), capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert got["train_iters"] < 320000 and got["end_iter"] == got["train_iters"]
@@ -365,7 +361,6 @@ def test_hooks_schedule_reaches_neox_scheduler(data, tmp_path):
     assert f"lr_decay_iters 320000 -> {got['train_iters']}" in r.stdout + r.stderr
 
 
-@needs_neox
 @pytest.mark.neox
 def test_data_path_split_separate_epochs(data, tmp_path):
     d = _fresh(data, tmp_path, "split")
@@ -437,14 +432,14 @@ def _launch(tmp_path, data, script, dry_run, extra_env=None, config=NEOX_CONFIG)
     cfg = tmp_path / "run.yml"
     cfg.write_text(config.format(a=d / "a", v=d / "v", logs=tmp_path / "logs"))
     before = cfg.read_text()
-    cmd = [NEOX_PYTHON, "-m", "neox_epoch.cli", "launch"] + (["--dry-run"] if dry_run else []) + [script, str(cfg)]
+    cmd = [frameworks.neox_python(), "-m", "neox_epoch.cli", "launch"] + (["--dry-run"] if dry_run else []) + [
+        script, str(cfg)]
     env = {**_neox_env(), "PROBE_OUT": str(tmp_path / "rank"), "MASTER_PORT": "29517", **(extra_env or {})}
-    r = subprocess.run(cmd, cwd=NEOX_DIR, env=env, capture_output=True, text=True, timeout=900)
+    r = subprocess.run(cmd, cwd=frameworks.neox_dir(), env=env, capture_output=True, text=True, timeout=900)
     assert cfg.read_text() == before
     return r
 
 
-@needs_neox
 @pytest.mark.neox
 def test_launch_dry_run_through_deepy(data, tmp_path):
     r = _launch(tmp_path, data, "train.py", dry_run=True)
@@ -461,7 +456,6 @@ def test_launch_dry_run_through_deepy(data, tmp_path):
     assert out["export_prefix"] == "NEOX_EPOCH" and ENV_VAR.startswith(out["export_prefix"])
 
 
-@needs_neox
 @pytest.mark.neox
 def test_launch_dry_run_passes_the_schedule_to_neox(data, tmp_path):
     """A shipped-style train_iters 320000 / lr_decay_iters 320000: the worker config NeoX builds (its own
@@ -479,7 +473,6 @@ def test_launch_dry_run_passes_the_schedule_to_neox(data, tmp_path):
     assert [e["key"] for e in out["schedule"]][:2] == ["train_iters", "lr_decay_iters"]
 
 
-@needs_neox
 @pytest.mark.neox
 def test_launch_two_cpu_ranks_train_py_stops_at_cuda_assert(data, tmp_path):
     r = _launch(tmp_path, data, "train.py", dry_run=False)
@@ -490,7 +483,6 @@ def test_launch_two_cpu_ranks_train_py_stops_at_cuda_assert(data, tmp_path):
     assert "Megatron requires CUDA." in text  # NeoX's initialize_megatron asserts CUDA before building data
 
 
-@needs_neox
 @pytest.mark.neox
 def test_launch_two_cpu_ranks_data_build(data, tmp_path):
     script = tmp_path / "cpu_train.py"
@@ -507,7 +499,6 @@ def test_launch_two_cpu_ranks_data_build(data, tmp_path):
     assert sum(1 for x in recs if x["event"] == "final") == 1
 
 
-@needs_neox
 @pytest.mark.neox
 def test_patch_applies_to_neox_checkout(tmp_path):
     patch = os.path.join(ROOT, "patches", "neox_epoch_hook.patch")
@@ -517,7 +508,7 @@ def test_patch_applies_to_neox_checkout(tmp_path):
         dst = tmp_path / tool
         dst.mkdir()
         for f in ("deepy.py", "train.py"):
-            shutil.copy(os.path.join(NEOX_DIR, f), dst / f)
+            shutil.copy(os.path.join(frameworks.neox_dir(), f), dst / f)
         if tool == "git":
             subprocess.run(["git", "init", "-q"], cwd=dst, check=True)
             subprocess.run(["git", "apply", "--check", patch], cwd=dst, check=True)

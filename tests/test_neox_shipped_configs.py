@@ -9,7 +9,7 @@ corpus (4,000 documents, ~4.5M tokens, like NeoX's enwik8 example) at the data p
 ``neox-epoch plan ... --json``. Where NeoX accepts, the plan's global batch and train_iters must equal NeoX's;
 where NeoX refuses, ``plan`` must exit 2 with one line naming the same problem.
 
-With NEOX_DIR (a gpt-neox checkout) and NEOX_PYTHON (a venv from scripts/neox_env.sh) set, the sweep is re-run
+The sweep is re-run (tests/frameworks.py: NEOX_DIR/NEOX_PYTHON, else the vendored NeoX and a venv built once)
 live and must reproduce the fixture.
 """
 
@@ -157,14 +157,13 @@ def test_world_files_are_what_users_write():
 
 
 @pytest.mark.neox
-@pytest.mark.skipif(not (os.environ.get("NEOX_DIR") and os.environ.get("NEOX_PYTHON")),
-                    reason="NEOX_DIR and NEOX_PYTHON are not set: the live NeoX sweep is skipped (set NEOX_DIR to a "
-                    "gpt-neox checkout and NEOX_PYTHON to a venv built by scripts/neox_env.sh)")
 def test_live_sweep_reproduces_fixture(tmp_path):
     """Re-run NeoX's from_ymls over every pairing now; the records must equal the committed fixture."""
     out = tmp_path / "shipped_configs.json"
     script = os.path.join(HERE, "..", "scripts", "neox_config_sweep.py")
-    r = subprocess.run([os.environ["NEOX_PYTHON"], script, str(out), "--neox-dir", os.environ["NEOX_DIR"],
+    import frameworks
+
+    r = subprocess.run([frameworks.neox_python(), script, str(out), "--neox-dir", frameworks.neox_dir(),
                         "--neox-commit", SWEEP["neox_commit"]], capture_output=True, text=True, timeout=1800)
     assert r.returncode == 0, r.stderr[-2000:]
     live = json.load(open(out, encoding="utf-8"))
