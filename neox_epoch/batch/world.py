@@ -452,15 +452,10 @@ def neox_gpu_count(
         return NeoxCount(count=n, basis="with torch.cuda.device_count() because there is no hostfile")
     filtered = bool(settings.include or settings.exclude)
     if not use_deepspeed and not filtered:
-        pool = read_hostfile(path)
-        if pool is None:  # NeoX's obtain_resource_pool: a missing hostfile means this machine's GPUs
-            n = cuda()
-            if n == 0:
-                return _no_gpu(path)
-            pool = {"localhost": n}
-            source = f"with torch.cuda.device_count() = {n} because hostfile {path} does not exist"
-        else:
-            source = f"from hostfile {path} ({_pool_text(pool)})"
+        found_pool = _pool_or_local(read_hostfile(path), path, cuda)
+        if isinstance(found_pool, NeoxCount):
+            return found_pool
+        pool, source = found_pool
         resources = collections.OrderedDict((h, list(range(n))) for h, n in pool.items())
     else:
         found = _deepspeed_resources(settings, path, cuda)
@@ -480,20 +475,27 @@ def _deepspeed_resources(settings: LauncherSettings, path: str, cuda: Any) -> Ne
             pool = runner.fetch_hostfile(path)
         except ValueError as err:
             raise _hostfile_refused(path, str(err)) from None
-        if not pool:
-            n = cuda()
-            if n == 0:
-                return _no_gpu(path)
-            pool = {"localhost": n}
-            source = f"with torch.cuda.device_count() = {n} because hostfile {path} does not exist"
-        else:
-            source = f"from hostfile {path} ({_pool_text(pool)})"
+        found_pool = _pool_or_local(pool, path, cuda)
+        if isinstance(found_pool, NeoxCount):
+            return found_pool
+        pool, source = found_pool
         try:
             resources = runner.parse_inclusion_exclusion(pool, settings.include or "", settings.exclude or "")
         except ValueError as err:
             raise ConfigError(f"NeoX cannot apply include/exclude to hostfile {path}: {err}; "
                               "fix include/exclude") from None
     return collections.OrderedDict((h, list(s)) for h, s in resources.items()), source
+
+
+def _pool_or_local(pool: Mapping[str, int] | None, path: str, cuda: Any) -> NeoxCount | tuple[dict[str, int], str]:
+    """NeoX's ``obtain_resource_pool``: the hostfile's pool and its description, or, when the hostfile does not
+    exist, this machine's GPUs as localhost (the final count when there are none)."""
+    if pool:
+        return dict(pool), f"from hostfile {path} ({_pool_text(pool)})"
+    n = cuda()
+    if n == 0:
+        return _no_gpu(path)
+    return {"localhost": n}, f"with torch.cuda.device_count() = {n} because hostfile {path} does not exist"
 
 
 def _no_gpu(path: str) -> NeoxCount:
