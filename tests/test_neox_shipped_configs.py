@@ -3,8 +3,8 @@
 tests/fixtures/neox/shipped_configs.json was written by scripts/neox_config_sweep.py, which called NeoX's own
 ``NeoXArgs.from_ymls`` for each pairing (model config [+ configs/llama/train_config.yml] + configs/local_setup.yml
 + a world file naming a hostfile) and recorded whether NeoX accepted it and the batch and schedule it derived,
-or the exception it stopped with. The fixture also holds each config's keys and values, so these tests need
-nothing but the fixture: they re-create the files and the hostfiles in a temporary directory, write a small
+or the exception it stopped with. The fixture holds only each config's sha1: these tests copy NeoX's own config
+files from its tree (tests/frameworks.py), check the sha1, lay out the hostfiles in a temporary directory, write a small
 corpus (4,000 documents, ~4.5M tokens, like NeoX's enwik8 example) at the data prefix the configs name, and run
 ``neox-epoch plan ... --json``. Where NeoX accepts, the plan's global batch and train_iters must equal NeoX's;
 where NeoX refuses, ``plan`` must exit 2 with one line naming the same problem.
@@ -23,10 +23,12 @@ import sys
 from typing import Any
 
 import pytest
-import yaml
 
 from neox_epoch.cli import main
 from neox_epoch.corpus import write_random_corpus
+
+#: the configs are NeoX's own files, read from its tree (tests/frameworks.py): a framework test
+pytestmark = pytest.mark.neox
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURE = os.path.join(HERE, "fixtures", "neox", "shipped_configs.json")
@@ -53,13 +55,18 @@ def _data_prefixes() -> set[str]:
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory) -> str:  # type: ignore[no-untyped-def]
     """A directory laid out like the sweep's: configs/..., world_N.yml + hostfile_N, and the corpus."""
+    import hashlib
+    import shutil
+
+    import frameworks
+
     root = tmp_path_factory.mktemp("neox_shipped")
+    neox = frameworks.neox_dir()  # NeoX's own config files, from its tree (the fixture carries only their sha1)
     for rel, record in SWEEP["configs"].items():
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        content = dict(record["keys"])
-        path.write_text(yaml.safe_dump(content, sort_keys=False), encoding="utf-8")
-        assert yaml.safe_load(path.read_text(encoding="utf-8")) == content, f"{rel}: not re-created faithfully"
+        shutil.copyfile(os.path.join(neox, rel), path)
+        assert hashlib.sha1(path.read_bytes()).hexdigest() == record["sha1"], f"{rel}: not the file the sweep read"
     for world in SWEEP["worlds"].values():
         (root / world["file"]).write_text(json.dumps(world["config"]) + "\n", encoding="utf-8")
         (root / world["hostfile"]).write_text("\n".join(world["hostfile_lines"]) + "\n", encoding="utf-8")
