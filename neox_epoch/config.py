@@ -120,6 +120,8 @@ class NeoxConfig:
     """Key -> the key as written in the file that set it last (``train-iters``), for messages."""
     notes: tuple[str, ...] = ()
     """What NeoX does silently with these files (a key set again under its other spelling)."""
+    block_origin: str = ""
+    """The file that holds the neox_epoch block ('' when none does)."""
 
 
 def deepy_config_paths(files: list[str], conf_dir: str | None = None) -> list[str]:
@@ -237,7 +239,7 @@ def load_neox_configs(paths: list[str], check_keys: bool = True) -> NeoxConfig:
     if check_keys:
         _check_known(merge, known_neox_keys())
     return NeoxConfig(values=merge.values, origin=merge.origin, block=merge.block, files=tuple(paths),
-                      written=merge.written, notes=tuple(merge.notes))
+                      written=merge.written, notes=tuple(merge.notes), block_origin=merge.block_origin)
 
 
 def _number(v: Any, where: str, positive: bool = False, integer: bool = False) -> float:

@@ -400,7 +400,7 @@ def _header(args: argparse.Namespace, cfg: NeoxConfig, schedule: Schedule) -> li
                 f"raises on unknown config keys): run it with   neox-epoch launch train.py {out}",
                 "or with deepy.py/train.py patched by patches/neox_epoch_hook.patch (from the neox-epoch repository)."]
     else:
-        block_in = _block_file(cfg)
+        block_in = cfg.block_origin
         head = [f"written by neox-epoch plan --write-config from {', '.join(cfg.files)}: an overlay with train_iters, "
                 "the keys below and the neox_epoch block.",
                 "Stock GPT-NeoX rejects the neox_epoch key (NeoXArgs raises on unknown config keys): run it with",
@@ -410,20 +410,6 @@ def _header(args: argparse.Namespace, cfg: NeoxConfig, schedule: Schedule) -> li
                 + (f" and the neox_epoch block must be removed from {block_in}: this file carries it." if block_in
                    else ".")]
     return head + ["changes:"] + [f"  {line}" for line in changed]
-
-
-def _block_file(cfg: NeoxConfig) -> str:
-    """The input file holding the neox_epoch block ('' when none does)."""
-    import yaml
-
-    if cfg.block is None:
-        return ""
-    for path in cfg.files:
-        with open(path, encoding="utf-8") as f:
-            raw = yaml.safe_load(f)
-        if isinstance(raw, dict) and any(str(k).replace("-", "_") == "neox_epoch" for k in raw):
-            return path
-    return ""
 
 
 def _write(args: argparse.Namespace, cfg: NeoxConfig, plan: Plan, targets: dict[str, float],
