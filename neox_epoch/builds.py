@@ -183,6 +183,16 @@ def _mcore_requests(inp: PlanInput, train_iters: int) -> list[int | None]:
     return requests
 
 
+def _mcore_consumption(inp: PlanInput, train_iters: int) -> list[int]:
+    """Megatron-LM: evaluation draws what it asked the builder for; training draws train_iters * global batch
+    (or the ramp-up's sum)."""
+    consumed = eval_consumption(inp, train_iters)
+    if inp.mcore.num_samples is None:
+        return consumed
+    train = inp.mcore.train_consumed if inp.mcore.train_consumed is not None else consumed[0]
+    return [train] + [c if c is not None else 0 for c in inp.mcore.num_samples[1:]]
+
+
 def _mcore_weights(inp: PlanInput) -> list[float] | None:
     specs = list(inp.train_sources)
     if inp.blend_weights_override is not None:
@@ -261,6 +271,8 @@ class Framework:
     """Samples each split's dataset is asked for, given train_iters."""
     split_builds: Callable[[PlanInput, list[int | None], TokenCache], list[SplitBuild | None]]
     """The per-split datasets built for those requests."""
+    consumption: Callable[[PlanInput, int], list[int]]
+    """Samples each split's loader draws, given train_iters."""
     extra_token: Callable[[PlanInput], int]
     """``a`` in ``(T - a) // L``: tokens of a split not usable by its samples."""
     len_minus_one: bool
@@ -272,12 +284,13 @@ class Framework:
 
 
 FRAMEWORKS: dict[str, Framework] = {
-    "neox": Framework("neox", _neox_requests, _neox_builds, lambda inp: 1, True,
+    "neox": Framework("neox", _neox_requests, _neox_builds, eval_consumption, lambda inp: 1, True,
                       "NeoX silently wraps the index around (idx % len)", True),
-    "megatron-core": Framework("megatron-core", _mcore_requests, _mcore_builds,
+    "megatron-core": Framework("megatron-core", _mcore_requests, _mcore_builds, _mcore_consumption,
                                lambda inp: 1 if inp.mcore.add_extra_token_to_sequence else 0, False,
                                "megatron-core raises its oversampling IndexError", False),
-    "megatron-legacy": Framework("megatron-legacy", _neox_requests, _legacy_builds, lambda inp: 1, False,
+    "megatron-legacy": Framework("megatron-legacy", _neox_requests, _legacy_builds, eval_consumption,
+                                 lambda inp: 1, False,
                                  "legacy Megatron-LM raises an IndexError", False),
 }
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 
 from neox_epoch import blend
 from neox_epoch.builds import FRAMEWORKS as _FRAMEWORK_RECORDS
-from neox_epoch.builds import SPLITS, Dataset, SplitBuild, TokenCache, eval_consumption, framework_of
+from neox_epoch.builds import SPLITS, Dataset, SplitBuild, TokenCache, framework_of
 from neox_epoch.errors import PlanError
 from neox_epoch.plan_input import McoreOptions, NeoxOptions, PlanInput, PlanWarning, SourceSpec
 from neox_epoch.semantics import mcore
@@ -210,11 +210,7 @@ def make_plan(inp: PlanInput, targets: Sequence[int] | None = None, cache: Token
         raise PlanError(f"train_iters: the run gives {train_iters} iterations; expected at least one ({iters_line})")
     if builds is None:
         builds = fw.split_builds(inp, fw.requests(inp, train_iters), cache)
-    consumed = eval_consumption(inp, train_iters)
-    if inp.mcore.num_samples is not None and inp.framework == "megatron-core":
-        # Megatron-LM's evaluation draws what it asked for; training draws train_iters * global batch
-        train = inp.mcore.train_consumed if inp.mcore.train_consumed is not None else consumed[0]
-        consumed = [train] + [c if c is not None else 0 for c in inp.mcore.num_samples[1:]]
+    consumed = fw.consumption(inp, train_iters)
     sources: list[SourcePlan] = []
     blends: list[SplitBlend] = []
     warnings: list[PlanWarning] = []
