@@ -179,14 +179,22 @@ def extract_vendored(
 # GPT-NeoX
 
 
+def _given_tree(var: str, marker: str, what: str) -> str | None:
+    """The tree an environment variable names (checked by one file it must hold), or None when unset."""
+    given = os.environ.get(var)
+    if not given:
+        return None
+    if not os.path.isfile(os.path.join(given, *marker.split("/"))):
+        raise RuntimeError(f"{var}={given} is not a {what} (no {marker}): point it at one, or unset it to use the "
+                           "vendored copy")
+    return os.path.abspath(given)
+
+
 def neox_dir() -> str:
     """A GPT-NeoX checkout: ``NEOX_DIR`` when set, else the vendored ea7aefd8 tree extracted into ``.cache``."""
-    given = os.environ.get("NEOX_DIR")
+    given = _given_tree("NEOX_DIR", "megatron/data/gpt2_dataset.py", "GPT-NeoX checkout")
     if given:
-        if not os.path.isfile(os.path.join(given, "megatron", "data", "gpt2_dataset.py")):
-            raise RuntimeError(f"NEOX_DIR={given} is not a GPT-NeoX checkout (no megatron/data/gpt2_dataset.py): "
-                               "point it at one, or unset it to use the vendored copy")
-        return os.path.abspath(given)
+        return given
     return extract_vendored(NEOX_TARBALL, os.path.join(CACHE, "gpt-neox-ea7aefd8"), vendor_dir())
 
 
@@ -278,12 +286,9 @@ def megatron_lm_dir() -> str:
     The extracted tree gets the installed megatron-core wheel's compiled ``helpers_cpp*.so``: with the tree
     first on sys.path its megatron.core shadows the wheel's, which has the only compiled copy.
     """
-    given = os.environ.get("MEGATRON_LM_DIR")
+    given = _given_tree("MEGATRON_LM_DIR", "megatron/training/arguments.py", "Megatron-LM tree")
     if given:
-        if not os.path.isfile(os.path.join(given, "megatron", "training", "arguments.py")):
-            raise RuntimeError(f"MEGATRON_LM_DIR={given} is not a Megatron-LM tree (no megatron/training/arguments.py): "
-                               "point it at one, or unset it to use the vendored copy")
-        return os.path.abspath(given)
+        return given
     version, helpers = _mcore_helpers()
 
     def copy_helpers(tree: str) -> None:
