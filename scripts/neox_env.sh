@@ -46,6 +46,8 @@ trap 'rm -f "$PIN"' EXIT
 # deepspeed stands in for DeeperSpeed (a git URL); no ops are compiled.
 DS_BUILD_OPS=0 "${PIP[@]}" install -c "$PIN" --no-build-isolation deepspeed==0.16.5
 "${PIP[@]}" install -c "$PIN" requests transformers==4.38.0 sentencepiece
+# NeoX's tensorboard_dir writer (its own pinned requirement); the training tests read the events back.
+"${PIP[@]}" install -c "$PIN" -r "$NEOX_DIR/requirements/requirements-tensorboard.txt"
 
 # NeoX compiles megatron/data/helpers.cpp at run time with make; the venv's python3 must come first.
 PATH="$VENV/bin:$PATH" make -C "$NEOX_DIR/megatron/data"

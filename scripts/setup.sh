@@ -21,3 +21,10 @@ if [ ! -f "$stamp" ]; then
   touch "$stamp"
 fi
 python -m pip install -q --no-deps --no-build-isolation -e .
+# The multi-node launch test (tests/test_neox_training.py) runs DeepSpeed's pdsh launcher over ssh to
+# 127.0.0.1 with a private sshd (tests/local_sshd.py): Debian's openssh-server and pdsh, installed here as
+# root when missing (elsewhere install them yourself; without them that test skips, and fails under CI=true).
+if { [ ! -x /usr/sbin/sshd ] || ! command -v pdsh >/dev/null; } && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -q openssh-server pdsh >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q openssh-server pdsh >/dev/null; }
+fi

@@ -323,6 +323,44 @@ def test_weighted_blend_per_source_epochs(data, tmp_path):
     assert sa["epochs"] == 2 and _hist(sa).get(0, 0) > 0.1 * sa["tokens"]
 
 
+@pytest.mark.neox
+def test_loader_used_up_warning_names_the_iteration(data, tmp_path):
+    """Observe mode, buffer 1.0, one source, batch 1, train_iters = samples per epoch: NeoX builds one epoch, its
+    blend offers one sample less (len-1), and the loader's itertools.cycle would replay its first sample in the
+    last iteration; the hooks' warning names that iteration (with enforce, the same line is a WrapError)."""
+    from neox_epoch.idx import read_header, sizes_memmap
+
+    d = _fresh(data, tmp_path, "used_up")
+    spe = (int(np.sum(sizes_memmap(read_header(str(d / "a"))), dtype=np.int64)) - 1) // 32
+    args = {**_paths_args(d, ["a"], [1.0], tbs=1), "train_iters": spe}
+    _, log = _probe(tmp_path, "used_up", args, {"blend_buffer": 1.0})
+    assert (f"neox_epoch: train_iters {spe}: at iteration {spe}: the train loader's {spe - 1} batches are used up "
+            f"after iteration {spe - 1} and NeoX's itertools.cycle would replay them from its first batch") in log
+    case = tmp_path / "used_up_enforce.json"
+    case.write_text(json.dumps({"args": args, "block": {"blend_buffer": 1.0, "enforce": True}}))
+    r = subprocess.run([frameworks.neox_python(), "-m", "neox_epoch.neox.probe", "--neox-dir", frameworks.neox_dir(),
+                        "--case", str(case), "--out", str(tmp_path / "x.json")], cwd=frameworks.neox_dir(),
+                       env=_neox_env(), capture_output=True, text=True, timeout=600)
+    assert r.returncode != 0 and f"WrapError: neox_epoch: train_iters {spe}: at iteration {spe}:" in r.stderr
+
+
+def test_replay_guard_counts_batches_from_the_resumed_iteration():
+    """The guard over NeoX's train iterator: position = iteration * gas + batches taken (not NeoX's offset modulo
+    the loader), so a resumed run that would replay is caught at the same iteration as an uninterrupted one."""
+    from types import SimpleNamespace
+
+    from neox_epoch.neox.hooks import ReplayGuard, WrapError
+
+    args = SimpleNamespace(iteration=3, gradient_accumulation_steps=2)
+    guard = ReplayGuard(iter(range(100)), args, batches=10, enforce=True)
+    assert [next(guard) for _ in range(4)] == [0, 1, 2, 3]  # batches 6..9 of 10
+    args.iteration = 5
+    with pytest.raises(WrapError, match="iteration 6: the train loader's 10 batches are used up after iteration 5"):
+        next(guard)
+    loose = ReplayGuard(iter(range(100)), SimpleNamespace(iteration=5, gradient_accumulation_steps=2), 10, False)
+    assert next(loose) == 0 and loose.warned  # without enforce: one warning, the batch is still returned
+
+
 #: in-process hooks, then NeoX's own get_learning_rate_scheduler on the args the hooks left (pretrain builds the
 #: data loaders before setup_model_and_optimizer builds the scheduler)
 LR_SCRIPT = textwrap.dedent("""

@@ -172,6 +172,8 @@ class PassCounters:
                      m.source, m.pass_number, m.iteration, m.sample)
             self.sink.write({"event": "pass_start", "iteration": m.iteration, "source": m.source,
                              "pass": m.pass_number, "sample": m.sample})
+            if self.scalar is not None:
+                self.scalar(f"neox_epoch/pass_start/{m.source}", float(m.pass_number), m.iteration)
 
     def _record(self, iteration: int) -> None:
         state = self.passes_at(iteration)
@@ -180,6 +182,8 @@ class PassCounters:
         if self.scalar is not None:
             for name, v in state.items():
                 self.scalar(f"neox_epoch/passes/{name}", float(v["passes"]), int(iteration))
+                self.scalar(f"neox_epoch/samples/{name}", float(v["samples"]), int(iteration))
+                self.scalar(f"neox_epoch/pass/{name}", float(v["pass"]), int(iteration))
 
     def final(self, iteration: int) -> dict[str, Any]:
         """The final report (logged and written on the logging rank); returned on every rank."""

@@ -14,7 +14,12 @@ NeoX name (patched where NeoX looks it up)             what the wrapper does
                                                        epoch-separated index first (see ``index``)
 ``megatron.training.update_iterations``                keeps train_iters the planned value
 ``megatron.training.training_log``                     live counters (O(1) per step)
-``megatron.training.train``                            start/resume counters; final report
+``megatron.training.train``                            start/resume counters; final report (also when NeoX
+                                                       stops at ``exit_interval``)
+``megatron.training.shift_and_wrap_data_loaders``      the train iterator is guarded: NeoX's
+                                                       ``itertools.cycle`` would replay the loader's first
+                                                       batches once it is used up; the guard names the
+                                                       iteration (``enforce``: :class:`WrapError`)
 ``GPT2Dataset.__getitem__`` / ``BlendableDataset``     ``enforce`` only: the silent ``idx % len`` wrap
 ``.__getitem__``                                       becomes :class:`WrapError`
 =====================================================  =================================================
@@ -42,6 +47,11 @@ from neox_epoch.schedule import CODES as SCHEDULE_CODES
 from neox_epoch.semantics import neox as neox_sem
 
 log = logging.getLogger("neox_epoch.neox")
+
+
+#: why valid and test keep NeoX's own build (its 1.005 buffer, epochs shuffled jointly)
+EVAL_NOTE = ("built as NeoX builds them (x1.005, epochs shuffled jointly): evaluation does not train, so how often it "
+             "sees a token changes no weight; only the train split is made exact")
 
 
 class WrapError(NeoxEpochError):
@@ -166,6 +176,7 @@ def make_wrappers(state: State) -> dict[tuple[str, str], Any]:
     real_index = gd._build_index_mappings
     index_sig = inspect.signature(real_index)
     log_sig = inspect.signature(tr.training_log)
+    shift_sig = inspect.signature(tr.shift_and_wrap_data_loaders)
 
     def build_train_valid_test_data_loaders(neox_args: Any, *args: Any, **kwargs: Any) -> Any:
         rp = plan_for(state, neox_args)
@@ -234,10 +245,24 @@ def make_wrappers(state: State) -> dict[tuple[str, str], Any]:
         c = state.counters
         if c is not None:
             c.start(int(getattr(neox_args, "iteration", 0) or 0))
-        iteration = state.original("training", "train")(*args, **kwargs)
+        try:
+            iteration = state.original("training", "train")(*args, **kwargs)
+        except SystemExit:  # exit_interval: NeoX calls sys.exit() inside its loop
+            if c is not None:
+                c.final(int(getattr(neox_args, "iteration", 0) or 0))
+            raise
         if c is not None:
             c.final(int(iteration))
         return iteration
+
+    def shift_and_wrap_data_loaders(*args: Any, **kwargs: Any) -> Any:
+        call = shift_sig.bind(*args, **kwargs)
+        train_it, valid_it, test_it = state.original("training", "shift_and_wrap_data_loaders")(*args, **kwargs)
+        neox_args, loaders = call.arguments["neox_args"], call.arguments["data_loaders"]
+        loader = loaders.get("train") if isinstance(loaders, dict) else None
+        if train_it is not None and loader is not None:
+            train_it = ReplayGuard(train_it, neox_args, len(loader), bool(state.block.enforce))
+        return train_it, valid_it, test_it
 
     wrappers: dict[tuple[str, str], Any] = {
         ("training", "build_train_valid_test_data_loaders"): build_train_valid_test_data_loaders,
@@ -247,6 +272,7 @@ def make_wrappers(state: State) -> dict[tuple[str, str], Any]:
         ("training", "update_iterations"): update_iterations,
         ("training", "training_log"): training_log,
         ("training", "train"): train,
+        ("training", "shift_and_wrap_data_loaders"): shift_and_wrap_data_loaders,
     }
     if state.block.enforce:
         wrappers.update(_enforce_wrappers(state))
@@ -270,6 +296,41 @@ def _prebuild_separated(state: State, a: dict[str, Any], documents: np.ndarray, 
         sep.save_atomic(f, arr)
     log.info("neox_epoch: built an epoch-separated index for %s (%d epochs, each shuffled on its own)",
              a["name"], epochs)
+
+
+def replay_message(iteration: int, batches: int, gas: int) -> str:
+    """The one line for a train loader used up at ``iteration`` (1-based) after ``batches`` batches."""
+    return (f"iteration {iteration}: the train loader's {batches} batches are used up after iteration {batches // gas}"
+            f" and NeoX's itertools.cycle would replay them from its first batch (the same samples again); the run "
+            "draws more than was built: replan it (neox-epoch plan), or lower train_iters")
+
+
+class ReplayGuard:
+    """NeoX's train iterator, counting the batches taken: past the loader's end (where ``itertools.cycle``
+    starts replaying its first batches) it raises :class:`WrapError` (``enforce``) or logs one warning
+    naming the iteration. The position is ``iteration * gradient_accumulation_steps`` plus the batches
+    taken since, so it also holds after a resume (NeoX's own start offset is taken modulo the loader)."""
+
+    def __init__(self, inner: Any, neox_args: Any, batches: int, enforce: bool) -> None:
+        self.inner, self.neox_args, self.batches, self.enforce = inner, neox_args, int(batches), enforce
+        self.gas = int(getattr(neox_args, "gradient_accumulation_steps", 1) or 1)
+        self.position = int(getattr(neox_args, "iteration", 0) or 0) * self.gas
+        self.warned = False
+
+    def __iter__(self) -> ReplayGuard:
+        return self
+
+    def __next__(self) -> Any:
+        if self.position >= self.batches:
+            iteration = int(getattr(self.neox_args, "iteration", 0) or 0) + 1
+            msg = replay_message(iteration, self.batches, self.gas)
+            if self.enforce:
+                raise WrapError(msg + " (enforce is on)")
+            if not self.warned and rank() == 0:
+                log.warning("neox_epoch: %s", msg)
+            self.warned = True
+        self.position += 1
+        return next(self.inner)
 
 
 def _enforce_wrappers(state: State) -> dict[tuple[str, str], Any]:
@@ -319,12 +380,26 @@ def after_build(state: State, rp: RunPlan, neox_args: Any, loaders: Any) -> None
         })
     train_loader = loaders.get("train") if isinstance(loaders, dict) else None
     ds = getattr(train_loader, "dataset", None)
+    gas = int(getattr(neox_args, "gradient_accumulation_steps", 1) or 1)
+    if train_loader is not None and rp.train_iters * gas > len(train_loader):
+        msg = replay_message(len(train_loader) // gas + 1, len(train_loader), gas)
+        if state.block.enforce:
+            raise WrapError(f"neox_epoch: train_iters {rp.train_iters}: at {msg} (enforce is on)")
+        if rank() == 0:
+            log.warning("neox_epoch: train_iters %d: at %s", rp.train_iters, msg)
     if ds is not None and hasattr(ds, "dataset_index") and rp.blended:
         n = rp.train_iters * rp.train_batch_size
         got = np.bincount(np.asarray(ds.dataset_index[:n]), minlength=len(rp.train)).tolist()
         want = [s.samples_drawn for s in rp.train]
         if got != want:
             problems.append(f"blend draws {got} in the first {n} samples, planned {want}")
+        elif rp.exact_targets is not None and n < int(ds.size):
+            # the greedy blend goes on drawing past the targets; NeoX's loader would prefetch those samples after
+            # the last iteration (printing "index out of bounds ... taking modulo"); they are never trained
+            if rank() == 0:
+                log.info("neox_epoch: train blend ends at the %d samples the run draws (NeoX built %d; the rest "
+                         "would only be prefetched after the last iteration)", n, int(ds.size))
+            ds.size = n
     state.table = rows
     top = rank() == 0
     sink = JsonlSink(state.block.log_dir) if top else JsonlSink(None)
@@ -350,6 +425,7 @@ def after_build(state: State, rp: RunPlan, neox_args: Any, loaders: Any) -> None
         "mode": "exact" if rp.targets is not None else "observe", "blended": rp.blended,
         "separate_epochs": rp.separate_epochs, "settings": rp.settings(), "sources": rows,
         "remainder": {"samples": rp.plan.remainder_samples, "tokens": rp.plan.remainder_tokens},
+        "eval_splits": EVAL_NOTE,
         "warnings": [w.to_json() for w in rp.plan.warnings], "problems": problems,
     })
     state.counters = build_counters(state, rp, neox_args, active=top)
@@ -398,4 +474,5 @@ def render_table(rp: RunPlan, rows: list[dict[str, Any]]) -> str:
         lines.append("  " + "  ".join(f"{str(v):>14}" for v in vals))
     lines.append(f"  remainder: {rp.plan.remainder_samples} samples ({rp.plan.remainder_tokens} tokens) under one "
                  "global batch are not drawn")
+    lines.append(f"  valid/test: {EVAL_NOTE}")
     return "\n".join(lines)

@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import base64
+import dataclasses
 import importlib
 import importlib.util
 import json
@@ -188,7 +189,11 @@ def apply_block(paths: list[str], overwrite: dict[str, Any]) -> list[str]:
     rp = make_run_plan(values, hook.block, hook.settings)
     overwrite.update(rp.overwrite())
     _report_changes(rp)
-    hb = HookBlock(hook.block, rp.settings())
+    block = hook.block
+    if block.epochs is None and values.get("train_epochs"):
+        # train_epochs is cleared for the workers (train_iters replaces it): hand its target on in the block
+        block = dataclasses.replace(block, epochs=values["train_epochs"])
+    hb = HookBlock(block, rp.settings())
     STATE.hook, STATE.cleaned, STATE.env_value = hb, cleaned, hb.to_env()
     os.environ[ENV_VAR] = STATE.env_value
     runner = importlib.import_module("deepspeed.launcher.runner")

@@ -1,0 +1,136 @@
+"""What GPT-NeoX's model trained on, token by token: the batch recorder's rows mapped to corpus positions.
+
+The recorder (tests/neox_cpu/batch_recorder.py) writes the seq_length + 1 tokens of every sample each
+rank trained on. Here each recorded sample is found among the samples NeoX built for the train split of
+each source: NeoX's own index files in the data directory (``doc_idx``/``sample_idx``, every train index
+of the prefix, epoch-separated ones included) give, for every built sample, its tokens and the corpus
+positions of its input tokens (a sample's last token is only a label: it is the next sample's first
+input). A recorded sample is matched by its full token content (129 random tokens from a 500-token
+vocabulary: a match is the sample), so the counts below are of what the model consumed, and a recorded
+sample that no index holds fails the test.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from neox_epoch.idx import read_header, sizes_memmap, tokens_memmap
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """Rows of one kind (train or eval) from every rank and launch of a run."""
+
+    iterations: np.ndarray
+    """1-based training iteration of each sample."""
+    ranks: np.ndarray
+    texts: np.ndarray
+    """(n, seq_length + 1) tokens."""
+    launches: np.ndarray
+    """Launch number of each row (0, 1, ... in the order the launches started)."""
+
+
+def read_recorded(rec_dir: str, kind: str, seq_length: int) -> Recorded:
+    """All rows of ``kind`` under ``rec_dir`` (files ``{kind}-rank{r}-pid{p}.bin``)."""
+    files = sorted(glob.glob(os.path.join(rec_dir, f"{kind}-rank*-pid*.bin")), key=os.path.getmtime)
+    pids = sorted({int(f.rsplit("pid", 1)[1][:-4]) for f in files}, key=lambda p: min(
+        os.path.getmtime(f) for f in files if f.endswith(f"pid{p}.bin")))
+    its, ranks, texts, launches = [], [], [], []
+    for f in files:
+        rows = np.fromfile(f, dtype=np.int64).reshape(-1, seq_length + 2)
+        rank = int(os.path.basename(f).split("-")[1][4:])
+        pid = int(f.rsplit("pid", 1)[1][:-4])
+        its.append(rows[:, 0])
+        texts.append(rows[:, 1:])
+        ranks.append(np.full(rows.shape[0], rank))
+        launches.append(np.full(rows.shape[0], pids.index(pid) // max(1, _ranks_per_launch(files))))
+    if not files:
+        return Recorded(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, seq_length + 1), np.int64),
+                        np.zeros(0, np.int64))
+    return Recorded(np.concatenate(its), np.concatenate(ranks), np.concatenate(texts), np.concatenate(launches))
+
+
+def _ranks_per_launch(files: list[str]) -> int:
+    return len({os.path.basename(f).split("-")[1] for f in files})
+
+
+@dataclass(frozen=True)
+class SourceIndex:
+    """The built train samples of one source: token content -> input-token corpus positions."""
+
+    prefix: str
+    tokens: int
+    samples: dict[bytes, np.ndarray]
+
+
+def source_index(prefix: str, split_name: str = "train") -> SourceIndex:
+    """Every sample of every ``{prefix}_{split_name}*_doc_idx.npy`` index NeoX built for ``prefix``."""
+    header = read_header(prefix)
+    sizes = np.asarray(sizes_memmap(header), dtype=np.int64)
+    tokens = np.asarray(tokens_memmap(header), dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    samples: dict[bytes, np.ndarray] = {}
+    stems = sorted(glob.glob(f"{prefix}_{split_name}*_doc_idx.npy"))
+    if not stems:
+        raise AssertionError(f"no {split_name} index next to {prefix}: NeoX built none")
+    for doc_file in stems:
+        stem = doc_file[: -len("_doc_idx.npy")]
+        doc_idx = np.load(doc_file).astype(np.int64)
+        sample_idx = np.load(stem + "_sample_idx.npy").astype(np.int64)
+        lens = sizes[doc_idx]
+        stream = np.repeat(offsets[doc_idx] - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens) + np.arange(
+            int(lens.sum()), dtype=np.int64)
+        doc_start = np.concatenate([[0], np.cumsum(lens)])
+        starts = doc_start[sample_idx[:, 0]] + sample_idx[:, 1]
+        for s in range(sample_idx.shape[0] - 1):
+            pos = stream[starts[s]: starts[s + 1] + 1]
+            samples[tokens[pos].tobytes()] = pos[:-1]
+    return SourceIndex(prefix, int(sizes.sum()), samples)
+
+
+@dataclass(frozen=True)
+class Exposure:
+    """How often each corpus token of each source was an input token of a trained sample."""
+
+    counts: dict[str, np.ndarray]
+    """source -> per-token counts over the whole corpus file."""
+    source_of_row: np.ndarray
+    """Index into the source list of each recorded row."""
+
+    def histogram(self, name: str) -> dict[int, int]:
+        h = np.bincount(self.counts[name])
+        return {k: int(v) for k, v in enumerate(h) if v}
+
+
+def exposure(rec: Recorded, sources: dict[str, SourceIndex]) -> Exposure:
+    """Map every recorded row to its source and positions; count input tokens per corpus position."""
+    names = list(sources)
+    counts = {n: np.zeros(s.tokens, dtype=np.int64) for n, s in sources.items()}
+    which = np.full(rec.texts.shape[0], -1, dtype=np.int64)
+    for row, text in enumerate(rec.texts):
+        key = text.tobytes()
+        for k, n in enumerate(names):
+            pos = sources[n].samples.get(key)
+            if pos is not None:
+                np.add.at(counts[n], pos, 1)
+                which[row] = k
+                break
+        else:
+            raise AssertionError(f"recorded sample {row} (iteration {int(rec.iterations[row])}, rank "
+                                 f"{int(rec.ranks[row])}) is in no source's built train index")
+    return Exposure(counts, which)
+
+
+def draws_by_iteration(rec: Recorded, ex: Exposure, source: int, train_iters: int) -> np.ndarray:
+    """Cumulative samples of ``source`` trained after each iteration 0..train_iters."""
+    per = np.bincount(rec.iterations[ex.source_of_row == source], minlength=train_iters + 1)[: train_iters + 1]
+    return np.cumsum(per)
+
+
+def pass_starts(cumulative: np.ndarray, boundaries: list[int]) -> list[int]:
+    """Iteration at which the draw after each boundary (b draws done) is trained."""
+    return [int(np.searchsorted(cumulative, b + 1)) for b in boundaries if cumulative[-1] > b]

@@ -1,0 +1,418 @@
+"""GPT-NeoX's own training loop with the plugin, on CPU: exact passes proven from what the model trained on.
+
+Each scenario is one or two real launches of NeoX's ``train.py`` (ea7aefd8, its venv from
+tests/frameworks.py) through the deepspeed launcher with 2 gloo ranks and a tiny model (2 layers,
+hidden 64, seq 128). Two test-side pieces, both in tests/neox_cpu/ and loaded through its
+``sitecustomize.py`` on the launch's PYTHONPATH:
+
+- the CPU shim: a test double for the GPU only (CI has none); it says what it replaces and why;
+- the batch recorder: records the tokens of every micro-batch each rank trains on, from NeoX's own
+  ``get_batch``; tests/neox_trained.py maps them back to corpus positions through NeoX's index files.
+
+The plugin is attached as users attach it: ``neox-epoch launch`` (the blend, train_epochs and enforce
+runs) and ``git apply patches/neox_epoch_hook.patch`` on a copy of NeoX's tree, then NeoX's own
+``deepy.py`` (the one-source run). The numbers asserted are what these runs produced and what the
+plugin's JSONL plan record says before training starts; the planned figures come from the plugin,
+the measured ones from the recorded batches.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import frameworks
+import neox_trained as nt
+import numpy as np
+import pytest
+
+from neox_epoch.corpus import random_documents, write_corpus
+from neox_epoch.neox.block import ENV_VAR
+from neox_epoch.neox.counters import JSONL_NAME
+
+pytestmark = pytest.mark.neox
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHIM_DIR = os.path.join(ROOT, "tests", "neox_cpu")
+SEQ = 128
+LAUNCH_TIMEOUT = 1200
+
+#: the corpora: (seed, documents); lengths 20..180 tokens, tokens < 500 (NeoX's CharLevelTokenizer has 512)
+CORPORA = {"a": (1, 500), "b": (2, 250), "c": (3, 500), "v": (4, 60)}
+
+#: the tiny model of shared notes "neox-cpu-training" (every fusion off, fp32, ZeRO 0, no pipeline engine), with
+#: NeoX's pure-torch Lion optimizer, which needs no deepspeed op build
+MODEL: dict[str, Any] = {
+    "data_impl": "mmap", "tokenizer_type": "CharLevelTokenizer",
+    "num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "seq_length": SEQ, "max_position_embeddings": SEQ,
+    "pos_emb": "rotary", "precision": "fp32", "no_weight_tying": True,
+    "scaled_upper_triang_masked_softmax_fusion": False, "bias_gelu_fusion": False, "rope_fusion": False,
+    "layernorm_fusion": False, "attention_config": [[["global"], 2]],
+    "optimizer": {"type": "lion", "params": {"lr": 0.0006, "betas": [0.9, 0.95]}},
+    "zero_optimization": {"stage": 0},
+    "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1,
+    "num_gpus": 2, "global_num_gpus": 2, "distributed_backend": "gloo",
+    "pipe_parallel_size": 0, "model_parallel_size": 1, "use_cpu_initialization": True,
+    "checkpoint_activations": False, "partition_activations": False,
+    "lr_decay_style": "cosine", "warmup": 0.01, "log_interval": 10, "num_workers": 1,
+}
+
+
+@dataclass(frozen=True)
+class Run:
+    """One scenario's directory and what its launches printed."""
+
+    root: str
+    outputs: list[str]
+
+    def path(self, *parts: str) -> str:
+        return os.path.join(self.root, *parts)
+
+    def jsonl(self) -> list[dict[str, Any]]:
+        with open(self.path("logs", "epoch", JSONL_NAME), encoding="utf-8") as f:
+            return [json.loads(line) for line in f]
+
+    def plan(self) -> dict[str, Any]:
+        return next(r for r in self.jsonl() if r["event"] == "plan")
+
+    def recorded(self, kind: str = "train") -> nt.Recorded:
+        return nt.read_recorded(self.path("rec"), kind, SEQ)
+
+    def sources(self, names: list[str], split: str = "train") -> dict[str, nt.SourceIndex]:
+        return {n: nt.source_index(self.path("data", n), split) for n in names}
+
+    def tensorboard(self) -> dict[str, list[list[float]]]:
+        r = subprocess.run([frameworks.neox_python(), os.path.join(SHIM_DIR, "read_tb.py"), self.path("tb"),
+                            "neox_epoch/"], capture_output=True, text=True, timeout=300, check=True)
+        return dict(json.loads(r.stdout))
+
+
+def _write_corpora(data: str) -> None:
+    os.makedirs(data, exist_ok=True)
+    for name, (seed, docs) in CORPORA.items():
+        write_corpus(os.path.join(data, name), random_documents(seed, docs, 20, 180, vocab=500), dtype="uint16")
+
+
+def _config(root: str, train: list[str], block: dict[str, Any] | None, **keys: Any) -> dict[str, Any]:
+    data = os.path.join(root, "data")
+    cfg: dict[str, Any] = {
+        **MODEL,
+        "train_data_paths": [os.path.join(data, n) for n in train], "train_data_weights": [1.0] * len(train),
+        "valid_data_paths": [os.path.join(data, "v")], "test_data_paths": [os.path.join(data, "v")],
+        "valid_data_weights": [1.0], "test_data_weights": [1.0],
+        "save": os.path.join(root, "ckpt"), "load": os.path.join(root, "ckpt"), "checkpoint_factor": 1000,
+        "tensorboard_dir": os.path.join(root, "tb"), "log_dir": os.path.join(root, "logs"),
+        "eval_interval": 1000, "eval_iters": 2,
+    }
+    if block is not None:
+        cfg["neox_epoch"] = {**block, "log_dir": os.path.join(root, "logs", "epoch")}
+    cfg.update(keys)
+    return {k: v for k, v in cfg.items() if v is not None}
+
+
+def _env(root: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop(ENV_VAR, None)
+    env.update(DS_ACCELERATOR="cpu", NEOX_EPOCH_CPU_SHIM="1", NEOX_EPOCH_RECORD_DIR=os.path.join(root, "rec"),
+               TORCH_EXTENSIONS_DIR=os.path.join(frameworks.CACHE, "torch-extensions"), PYTHONUNBUFFERED="1",
+               PYTHONPATH=os.pathsep.join(p for p in (SHIM_DIR, ROOT, env.get("PYTHONPATH", "")) if p))
+    return env
+
+
+def _write(run: Run, cfg: dict[str, Any], name: str) -> str:
+    path = run.path(f"{name}.yml")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(f"# {name}\n" + json.dumps(cfg, indent=1) + "\n")
+    return path
+
+
+def _launch(run: Run, cfg: dict[str, Any], name: str, cwd: str, via: str = "launch",
+            extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """One launch of NeoX's train.py with ``cfg`` (written as ``name``.yml); its output is kept in ``run``."""
+    path = _write(run, cfg, name)
+    python = frameworks.neox_python()
+    cmd = ([python, "-m", "neox_epoch.cli", "launch", "train.py", path] if via == "launch"
+           else [python, "deepy.py", "train.py", path])
+    started = time.time()
+    try:
+        r = subprocess.run(cmd, cwd=cwd, env={**_env(run.root), **(extra_env or {})}, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT)
+    finally:
+        _remove_shm_buffers(started)
+    with open(run.path(f"{name}.log"), "w", encoding="utf-8") as f:
+        f.write(r.stdout + r.stderr)
+    run.outputs.append(r.stdout + r.stderr)
+    return r
+
+
+def _remove_shm_buffers(since: float) -> None:
+    """deepspeed's CPU shm all-reduce leaves two ~66 MB files in /dev/shm per launch: remove this launch's."""
+    for f in glob.glob("/dev/shm/deepspeed_allreduce_buffer_*"):
+        try:
+            if os.path.getmtime(f) >= since - 1:
+                os.unlink(f)
+        except OSError:
+            pass
+
+
+def _ok(r: subprocess.CompletedProcess) -> None:
+    assert r.returncode == 0, (r.stdout + r.stderr)[-6000:]
+
+
+def _new_run(tmp_path_factory: pytest.TempPathFactory, name: str) -> Run:
+    root = str(tmp_path_factory.mktemp(name))
+    _write_corpora(os.path.join(root, "data"))
+    return Run(root, [])
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the 3-source blend: targets {a: 1, b: 2, c: 0.5} passes, separate_epochs, stopped at a checkpoint and resumed
+
+BLEND_BLOCK = {"epochs": {"a": 1, "b": 2, "c": 0.5}, "separate_epochs": True}
+STOP = 100
+
+
+@pytest.fixture(scope="module")
+def blend_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    run = _new_run(tmp_path_factory, "blend")
+    cfg = _config(run.root, ["a", "b", "c"], BLEND_BLOCK, checkpoint_factor=STOP)
+    _ok(_launch(run, {**cfg, "exit_interval": STOP}, "first", frameworks.neox_dir()))
+    _ok(_launch(run, cfg, "resumed", frameworks.neox_dir()))
+    return run
+
+
+def test_blend_every_token_seen_its_target_passes_across_the_resume(blend_run: Run) -> None:
+    plan = blend_run.plan()
+    rows = {s["name"]: s for s in plan["sources"]}
+    rec = blend_run.recorded()
+    # what the plan said before training: 245 iterations of 4 samples; a 403, b 389, c 188 samples
+    assert (plan["train_iters"], plan["train_batch_size"]) == (245, 4)
+    assert [rows[n]["samples_drawn"] for n in "abc"] == [403, 389, 188]
+    # every iteration trained exactly once, 4 samples each (2 per rank), split at the checkpoint
+    assert sorted(set(rec.iterations.tolist())) == list(range(1, 246))
+    assert np.bincount(rec.iterations)[1:].tolist() == [4] * 245
+    assert sorted(set(rec.iterations[rec.launches == 0].tolist())) == list(range(1, STOP + 1))
+    assert sorted(set(rec.iterations[rec.launches == 1].tolist())) == list(range(STOP + 1, 246))
+    ex = nt.exposure(rec, blend_run.sources(["a", "b", "c"]))
+    # a: one pass; the 163 unseen tokens are what the plan reported (NeoX's len-1 sample and the stream's tail)
+    assert ex.histogram("a") == {0: 163, 1: 51584} and rows["a"]["tokens_unseen"] == 163
+    # b: two passes, each shuffled on its own; its last target sample is one short of 2 epochs (NeoX's len-1):
+    # 168 tokens seen once, none three times
+    assert ex.histogram("b") == {1: 168, 2: 24812} and rows["b"]["tokens_unseen"] == 0
+    # c: half a pass: no token twice, and exactly the planned number never seen
+    assert ex.histogram("c") == {0: 24329, 1: 24064} and rows["c"]["tokens_unseen"] == 24329
+    # the samples of each source trained equal the plan's draws
+    assert np.bincount(ex.source_of_row).tolist() == [403, 389, 188]
+
+
+def test_blend_pass_boundaries_equal_the_counters(blend_run: Run) -> None:
+    plan = blend_run.plan()
+    rec = blend_run.recorded()
+    ex = nt.exposure(rec, blend_run.sources(["a", "b", "c"]))
+    starts = [r for r in blend_run.jsonl() if r["event"] == "pass_start"]
+    # b is the only source with a second pass; in its epoch-separated index pass 2 starts at sample
+    # ceil(24980 / 128) = 196 (the first whose first token is in epoch 2); its 197th draw is trained in iteration 124
+    cum_b = nt.draws_by_iteration(rec, ex, 1, 245)
+    assert nt.pass_starts(cum_b, [196]) == [124]
+    assert [(s["source"], s["pass"], s["iteration"]) for s in starts] == [("b", 2, 124)]
+    # b's 195 samples trained before iteration 124 are its first pass less one sample (128 tokens unseen); the
+    # pass's last sample straddles the epoch boundary (its first token is in epoch 1, so it is shuffled with
+    # epoch 1): its 196 * 128 - 24980 = 108 tokens past the end are the next epoch's first tokens, seen early
+    keep = rec.iterations < 124
+    before = nt.Recorded(rec.iterations[keep], rec.ranks[keep], rec.texts[keep], rec.launches[keep])
+    assert nt.exposure(before, blend_run.sources(["a", "b", "c"])).histogram("b") == {0: 128, 1: 24744, 2: 108}
+    # the JSONL counters at every logging iteration equal the recorded draws
+    counters = [r for r in blend_run.jsonl() if r["event"] == "counters"]
+    assert [r["iteration"] for r in counters] == list(range(10, 241, 10)) + [245]
+    for k, name in enumerate("abc"):
+        cum = nt.draws_by_iteration(rec, ex, k, 245)
+        spe = plan["sources"][k]["samples_per_epoch"]
+        for r in counters:
+            assert r["sources"][name]["samples"] == int(cum[r["iteration"]]), (name, r["iteration"])
+            assert r["sources"][name]["passes"] == round(int(cum[r["iteration"]]) / spe, 6)
+
+
+def test_blend_tensorboard_carries_the_same_passes_and_boundaries(blend_run: Run) -> None:
+    rec = blend_run.recorded()
+    ex = nt.exposure(rec, blend_run.sources(["a", "b", "c"]))
+    tb = blend_run.tensorboard()
+    steps = list(range(10, 241, 10)) + [245]
+    for k, name in enumerate("abc"):
+        cum = nt.draws_by_iteration(rec, ex, k, 245)
+        spe = blend_run.plan()["sources"][k]["samples_per_epoch"]
+        samples = tb[f"neox_epoch/samples/{name}"]
+        assert [s for s, _ in samples] == steps  # both launches' event files, no step twice
+        assert [int(v) for _, v in samples] == [int(cum[i]) for i in steps]
+        passes = dict(tb[f"neox_epoch/passes/{name}"])
+        assert all(abs(passes[i] - cum[i] / spe) < 1e-6 for i in steps)  # float32 in the event file
+    # the pass boundary: a pass_start scalar at iteration 124 and the pass-in-progress scalar switching there
+    assert tb["neox_epoch/pass_start/b"] == [[124, 2.0]]
+    pass_b = dict(tb["neox_epoch/pass/b"])
+    assert pass_b[120] == 1.0 and pass_b[130] == 2.0
+
+
+def test_blend_resume_continues_the_counters(blend_run: Run) -> None:
+    records = blend_run.jsonl()
+    events = [(r["event"], r["iteration"]) for r in records if r["event"] in ("plan", "resume", "final")]
+    # the first launch stops at exit_interval with a final record that says so; the second resumes at 100
+    assert events == [("plan", 0), ("final", STOP), ("plan", 0), ("resume", STOP), ("final", 245)]
+    finals = [r for r in records if r["event"] == "final"]
+    assert not finals[0]["complete"] and finals[1]["complete"]
+    resume = next(r for r in records if r["event"] == "resume")
+    assert {n: v["samples"] for n, v in resume["sources"].items()} == {"a": 164, "b": 159, "c": 77}
+    assert {n: v["samples"] for n, v in finals[1]["sources"].items()} == {"a": 403, "b": 389, "c": 188}
+    counters = [r["iteration"] for r in records if r["event"] == "counters"]
+    assert len(counters) == len(set(counters))  # no logging iteration counted twice
+    assert "neox_epoch: resumed at iteration 100" in blend_run.outputs[1]
+
+
+def test_blend_run_ends_where_the_plan_ends(blend_run: Run) -> None:
+    # the blend ends at the 980 samples drawn, so NeoX's loader prefetches nothing past the planned end (NeoX
+    # would print "Got index out of bounds ... taking modulo" for the greedy draws past the targets otherwise)
+    for out in blend_run.outputs:
+        assert "Got index out of bounds" not in out
+        assert "Traceback" not in out
+    assert "neox_epoch: train blend ends at the 980 samples the run draws (NeoX built 1169" in blend_run.outputs[0]
+
+
+def test_blend_valid_and_test_stay_as_neox_builds_them(blend_run: Run) -> None:
+    """Evaluation does not train: valid/test keep NeoX's own build (1.005 buffer); the recorded evaluation
+    samples all come from the valid/test indices NeoX built, none from a train index."""
+    rec = blend_run.recorded("eval")
+    plan = blend_run.plan()
+    assert rec.texts.shape[0] > 0
+    ev = {**blend_run.sources(["v"], "valid"), **{"v_test": nt.source_index(blend_run.path("data", "v"), "test")}}
+    ex = nt.exposure(rec, ev)
+    assert set(ex.source_of_row.tolist()) <= {0, 1}
+    train = blend_run.sources(["a", "b", "c"])
+    assert not any(t.tobytes() in s.samples for t in rec.texts for s in train.values())
+    assert plan["eval_splits"].startswith("built as NeoX builds them (x1.005")
+    assert "  valid/test: built as NeoX builds them (x1.005" in blend_run.outputs[0]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# one source, epochs: 1, through the patch and NeoX's own deepy.py
+
+
+@pytest.fixture(scope="module")
+def patched_neox(tmp_path_factory: pytest.TempPathFactory) -> str:
+    tree = str(tmp_path_factory.mktemp("neox") / "gpt-neox")
+    shutil.copytree(frameworks.neox_dir(), tree, symlinks=True, ignore=shutil.ignore_patterns("images", "tests"))
+    subprocess.run(["git", "init", "-q"], cwd=tree, check=True)
+    subprocess.run(["git", "apply", os.path.join(ROOT, "patches", "neox_epoch_hook.patch")], cwd=tree, check=True)
+    return tree
+
+
+@pytest.fixture(scope="module")
+def one_source_run(tmp_path_factory: pytest.TempPathFactory, patched_neox: str) -> Run:
+    run = _new_run(tmp_path_factory, "one")
+    _ok(_launch(run, _config(run.root, ["a"], {"epochs": 1}, eval_interval=50), "one", patched_neox, via="deepy"))
+    return run
+
+
+def test_one_source_epoch_through_the_patch(one_source_run: Run) -> None:
+    plan = one_source_run.plan()
+    (row,) = plan["sources"]
+    rec = one_source_run.recorded()
+    # one pass: 403 samples of 404 (NeoX's len-1) -> 100 iterations of 4; the last 3 fall in the remainder
+    assert (plan["train_iters"], row["samples_drawn"], row["epochs_built"]) == (100, 400, 1)
+    assert sorted(set(rec.iterations.tolist())) == list(range(1, 101))
+    ex = nt.exposure(rec, one_source_run.sources(["a"]))
+    hist = ex.histogram("a")
+    assert hist == {0: row["tokens_unseen"], 1: 51747 - row["tokens_unseen"]}  # no token twice
+    assert hist[0] == 547  # 3 remainder samples + NeoX's len-1 sample (4 x 128) and the stream's last 35 tokens
+    assert "neox_epoch: hooks installed" in one_source_run.outputs[0]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# train_epochs: NeoX's own key, planned exactly, each epoch shuffled on its own, across a resume
+
+
+@pytest.fixture(scope="module")
+def epochs_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    run = _new_run(tmp_path_factory, "epochs")
+    cfg = _config(run.root, ["b"], {"separate_epochs": True}, train_epochs=2, train_data_weights=None,
+                  valid_data_weights=None, test_data_weights=None, checkpoint_factor=60)
+    _ok(_launch(run, {**cfg, "exit_interval": 60}, "first", frameworks.neox_dir()))
+    _ok(_launch(run, cfg, "resumed", frameworks.neox_dir()))
+    return run
+
+
+def test_train_epochs_each_epoch_shuffled_on_its_own_across_a_resume(epochs_run: Run) -> None:
+    plan = epochs_run.plan()
+    (row,) = plan["sources"]
+    rec = epochs_run.recorded()
+    assert (row["samples_per_epoch"], row["epochs_built"], row["target_passes"]) == (195, 2, 2.0)
+    assert plan["train_iters"] == 97 and plan["separate_epochs"]
+    assert sorted(set(rec.iterations.tolist())) == list(range(1, 98))
+    ex = nt.exposure(rec, epochs_run.sources(["b"]))
+    # 388 of 389 samples (remainder 1 under one global batch): every token twice except the remainder's
+    assert ex.histogram("b") == {1: 296, 2: 24684}
+    cum = nt.draws_by_iteration(rec, ex, 0, 97)
+    (start,) = [r for r in epochs_run.jsonl() if r["event"] == "pass_start"]
+    # pass 2 starts at sample ceil(24980 / 128) = 196 of the separated index: the 197th draw, in iteration 50
+    assert nt.pass_starts(cum, [196]) == [start["iteration"]] == [50]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# enforce: a run that draws more than was built stops before it trains a replayed sample
+
+
+def test_enforce_stops_before_a_replayed_sample(tmp_path_factory: pytest.TempPathFactory) -> None:
+    run = _new_run(tmp_path_factory, "enforce")
+    # 101 iterations x 4 = 404 samples; one source with the buffer at 1.0: NeoX's blend offers 403 (len-1)
+    cfg = _config(run.root, ["a"], {"blend_buffer": 1.0, "enforce": True}, train_iters=101)
+    r = _launch(run, cfg, "enforce", frameworks.neox_dir())
+    assert r.returncode != 0
+    text = r.stdout + r.stderr
+    line = ("neox-epoch worker: error: neox_epoch: train_iters 101: at iteration 101: the train loader's 100 batches "
+            "are used up after iteration 100")
+    assert line in text, text[-4000:]
+    assert run.recorded().texts.shape[0] == 0  # stopped while building the data: nothing trained
+
+
+
+
+# ------------------------------------------------------------------------------------------------------------
+# two "nodes" on one machine: DeepSpeed's pdsh launcher over ssh to localhost and 127.0.0.1
+
+
+def test_multi_node_launch_over_ssh_reaches_every_rank(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The block travels in NEOX_EPOCH_BLOCK, which launch adds to DeepSpeed's exported prefixes: pdsh's command
+    line exports it to each node, and each rank's worker refuses to start without it. The world (2, one slot per
+    host in the hostfile) is the one check-batch computes from the same config."""
+    import local_sshd
+
+    run = _new_run(tmp_path_factory, "nodes")
+    tree = os.path.join(run.root, "gpt-neox")
+    shutil.copytree(frameworks.neox_dir(), tree, symlinks=True, ignore=shutil.ignore_patterns("images", "tests"))
+    hostfile = run.path("hostfile")
+    with open(hostfile, "w", encoding="utf-8") as f:
+        f.write("localhost slots=1\n127.0.0.1 slots=1\n")
+    # what pdsh does not export (DeepSpeed's CPU accelerator exports nothing) goes through DeepSpeed's own env file
+    with open(os.path.join(tree, ".deepspeed_env"), "w", encoding="utf-8") as f:
+        f.write(f"DS_ACCELERATOR=cpu\nTORCH_EXTENSIONS_DIR={os.path.join(frameworks.CACHE, 'torch-extensions')}\n")
+    cfg = _config(run.root, ["b"], {"epochs": 1}, num_gpus=None, global_num_gpus=None, hostfile=hostfile,
+                  master_addr="127.0.0.1", master_port=local_sshd._free_port())
+    check = subprocess.run([sys.executable, "-m", "neox_epoch.cli", "check-batch", "--json", _write(run, cfg, "nodes")],
+                           capture_output=True, text=True, timeout=300, env=dict(os.environ, DS_ACCELERATOR="cpu"))
+    world = json.loads(check.stdout)
+    with local_sshd.local_sshd(run.path("sshd")) as ssh_env:
+        r = _launch(run, cfg, "nodes", tree, extra_env=ssh_env)
+    _ok(r)
+    text = r.stdout + r.stderr
+    assert "pdsh -S -f 1024 -w localhost,127.0.0.1" in text and f"export {ENV_VAR}=" in text
+    plan = run.plan()
+    assert world["world_size"] == 2 and plan["train_batch_size"] == world["train_batch_size"] == 4
+    rec = run.recorded()
+    assert sorted(set(rec.ranks.tolist())) == [0, 1]  # both nodes' ranks trained under the worker
+    assert np.bincount(rec.iterations)[1:].tolist() == [4] * plan["train_iters"]
+    ex = nt.exposure(rec, run.sources(["b"]))
+    (row,) = plan["sources"]
+    assert ex.histogram("b") == {0: row["tokens_unseen"], 1: 24980 - row["tokens_unseen"]}
