@@ -4,8 +4,8 @@ DeepSpeed's multi-node launcher runs ``pdsh -w host1,host2`` over ssh, exporting
 into each node's command line. To run that for real on a CI machine, this starts OpenSSH's own server
 (Debian's openssh-server; ``scripts/setup.sh`` installs it with pdsh when it can) on a free port, with a
 host key, a client key and an authorized_keys file that all live in a temporary directory: nothing in
-``~/.ssh`` or ``/etc/ssh`` is read or changed. pdsh reaches it through ``PDSH_SSH_ARGS_APPEND`` (port, key,
-no host-key prompt), which deepspeed passes on unchanged when no ``ssh_port`` is given.
+``~/.ssh`` or ``/etc/ssh`` is read or changed. DeepSpeed's reachability check and pdsh reach it through
+an ``ssh`` wrapper first on PATH that adds a client config (port, key, no host-key prompt).
 """
 
 from __future__ import annotations
@@ -62,8 +62,20 @@ def local_sshd(workdir: str) -> Iterator[dict[str, str]]:
         os.makedirs("/run/sshd", exist_ok=True)  # sshd's privilege-separation directory
     log = os.path.join(workdir, "sshd.log")
     proc = subprocess.Popen([SSHD, "-D", "-e", "-f", config], stdout=open(log, "w"), stderr=subprocess.STDOUT)
-    ssh_args = (f"-p {port} -i {user_key} -o IdentitiesOnly=yes -o StrictHostKeyChecking=no "
-                "-o UserKnownHostsFile=/dev/null -o BatchMode=yes -o LogLevel=ERROR")
+    # DeepSpeed calls plain `ssh HOST hostname` to check each host before pdsh runs `ssh` too: an `ssh` first on
+    # PATH that reads this directory's client config reaches the private sshd from both (OpenSSH reads
+    # ~/.ssh/config from the passwd home, so a changed $HOME would not do)
+    client = os.path.join(workdir, "ssh_config")
+    with open(client, "w", encoding="utf-8") as f:
+        f.write(f"Host localhost 127.0.0.1\n  Port {port}\n  IdentityFile {user_key}\n  IdentitiesOnly yes\n"
+                "  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  BatchMode yes\n  LogLevel ERROR\n")
+    bindir = os.path.join(workdir, "bin")
+    os.makedirs(bindir, exist_ok=True)
+    wrapper = os.path.join(bindir, "ssh")
+    with open(wrapper, "w", encoding="utf-8") as f:
+        f.write(f'#!/bin/sh\nexec {shutil.which("ssh")} -F {client} "$@"\n')
+    os.chmod(wrapper, 0o755)
+    ssh_args = f"-F {client}"
     try:
         deadline = time.time() + 30
         while True:
@@ -76,7 +88,7 @@ def local_sshd(workdir: str) -> Iterator[dict[str, str]]:
                     raise RuntimeError(f"the local sshd on port {port} does not accept the test key: "
                                        f"{probe.stderr.strip()}; sshd log: {f.read()[-2000:]}")
             time.sleep(0.5)
-        yield {"PDSH_SSH_ARGS_APPEND": ssh_args}
+        yield {"PATH": bindir + os.pathsep + os.environ.get("PATH", "")}
     finally:
         proc.terminate()
         with contextlib.suppress(subprocess.TimeoutExpired):

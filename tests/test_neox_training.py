@@ -22,6 +22,7 @@ import glob
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -42,7 +43,7 @@ pytestmark = pytest.mark.neox
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHIM_DIR = os.path.join(ROOT, "tests", "neox_cpu")
 SEQ = 128
-LAUNCH_TIMEOUT = 1200
+LAUNCH_TIMEOUT = 600
 
 #: the corpora: (seed, documents); lengths 20..180 tokens, tokens < 500 (NeoX's CharLevelTokenizer has 512)
 CORPORA = {"a": (1, 500), "b": (2, 250), "c": (3, 500), "v": (4, 60)}
@@ -141,10 +142,17 @@ def _launch(run: Run, cfg: dict[str, Any], name: str, cwd: str, via: str = "laun
     cmd = ([python, "-m", "neox_epoch.cli", "launch", "train.py", path] if via == "launch"
            else [python, "deepy.py", "train.py", path])
     started = time.time()
+    proc = subprocess.Popen(cmd, cwd=cwd, env={**_env(run.root), **(extra_env or {})}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        r = subprocess.run(cmd, cwd=cwd, env={**_env(run.root), **(extra_env or {})}, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT)
+        out, err = proc.communicate(timeout=LAUNCH_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the launcher and the ranks it started (a hung rendezvous)
+        out, err = proc.communicate()
+        pytest.fail(f"{name}: no result after {LAUNCH_TIMEOUT} s; the end of its output:\n{(out + err)[-4000:]}")
     finally:
         _remove_shm_buffers(started)
+    r = subprocess.CompletedProcess(cmd, proc.returncode, out, err)
     with open(run.path(f"{name}.log"), "w", encoding="utf-8") as f:
         f.write(r.stdout + r.stderr)
     run.outputs.append(r.stdout + r.stderr)

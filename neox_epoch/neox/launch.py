@@ -46,7 +46,7 @@ import yaml
 
 from neox_epoch.atomic import write_text_atomic
 from neox_epoch.config import BLOCK, load_neox_configs
-from neox_epoch.errors import BatchError, ConfigError
+from neox_epoch.errors import BatchError, ConfigError, NeoxEpochError
 from neox_epoch.neox.block import ENV_VAR, EXPORT_PREFIX, HookBlock, parse_block
 from neox_epoch.textfile import read_config_text
 
@@ -56,6 +56,10 @@ if TYPE_CHECKING:
 #: the module the workers run (``python -m``) instead of the user script
 WORKER_MODULE = "neox_epoch.neox.worker"
 _BLOCK_KEYS = (BLOCK, BLOCK.replace("_", "-"))
+
+
+class LaunchError(NeoxEpochError):
+    """The deepspeed launcher (not neox-epoch) refused the run: its message, on one line."""
 
 
 def register(sub: Any) -> None:
@@ -278,7 +282,10 @@ def run(args: argparse.Namespace) -> int:
         captured["argv"] = new
         if args.dry_run:
             return 0
-        return real_main(new)
+        try:
+            return real_main(new)
+        except (RuntimeError, ValueError, OSError) as err:  # DeepSpeed's own refusals (hostfile, ssh, resources)
+            raise LaunchError(f"the deepspeed launcher refused the run: {err}") from err
 
     runner.main = launcher_main
     try:

@@ -86,7 +86,9 @@ def _counting_gpus(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     def wrapped(*args: Any, **kwargs: Any) -> Any:
         count, set_device = torch.cuda.device_count, torch.cuda.set_device
-        torch.cuda.device_count = lambda: int(os.environ.get("LOCAL_WORLD_SIZE") or os.environ.get("WORLD_SIZE") or 1)
+        # the ranks on this node: deepspeed's launcher sets LOCAL_SIZE, torchrun LOCAL_WORLD_SIZE
+        local = os.environ.get("LOCAL_SIZE") or os.environ.get("LOCAL_WORLD_SIZE") or os.environ.get("WORLD_SIZE")
+        torch.cuda.device_count = lambda: int(local or 1)
         torch.cuda.set_device = lambda *a, **k: None
         try:
             return fn(*args, **kwargs)
