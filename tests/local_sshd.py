@@ -23,7 +23,8 @@ import frameworks
 SSHD = "/usr/sbin/sshd"
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -52,7 +53,7 @@ def local_sshd(workdir: str) -> Iterator[dict[str, str]]:
     authorized = os.path.join(workdir, "authorized_keys")
     shutil.copy(user_key + ".pub", authorized)
     os.chmod(authorized, 0o600)
-    port = _free_port()
+    port = free_port()
     config = os.path.join(workdir, "sshd_config")
     with open(config, "w", encoding="utf-8") as f:
         f.write(f"Port {port}\nListenAddress 127.0.0.1\nHostKey {host_key}\nAuthorizedKeysFile {authorized}\n"

@@ -12,6 +12,7 @@ sample that no index holds fails the test.
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 from dataclasses import dataclass
@@ -31,31 +32,28 @@ class Recorded:
     texts: np.ndarray
     """(n, seq_length + 1) tokens."""
     launches: np.ndarray
-    """Launch number of each row (0, 1, ... in the order the launches started)."""
+    """Launch number of each row (0, 1, ... in the order the launches ran)."""
+
+    def where(self, mask: np.ndarray) -> Recorded:
+        """The rows where ``mask`` is true."""
+        return Recorded(self.iterations[mask], self.ranks[mask], self.texts[mask], self.launches[mask])
 
 
-def read_recorded(rec_dir: str, kind: str, seq_length: int) -> Recorded:
-    """All rows of ``kind`` under ``rec_dir`` (files ``{kind}-rank{r}-pid{p}.bin``)."""
-    files = sorted(glob.glob(os.path.join(rec_dir, f"{kind}-rank*-pid*.bin")), key=os.path.getmtime)
-    pids = sorted({int(f.rsplit("pid", 1)[1][:-4]) for f in files}, key=lambda p: min(
-        os.path.getmtime(f) for f in files if f.endswith(f"pid{p}.bin")))
-    its, ranks, texts, launches = [], [], [], []
-    for f in files:
-        rows = np.fromfile(f, dtype=np.int64).reshape(-1, seq_length + 2)
-        rank = int(os.path.basename(f).split("-")[1][4:])
-        pid = int(f.rsplit("pid", 1)[1][:-4])
-        its.append(rows[:, 0])
-        texts.append(rows[:, 1:])
-        ranks.append(np.full(rows.shape[0], rank))
-        launches.append(np.full(rows.shape[0], pids.index(pid) // max(1, _ranks_per_launch(files))))
-    if not files:
+def read_recorded(launch_dirs: list[str], kind: str, seq_length: int) -> Recorded:
+    """All rows of ``kind`` (files ``{kind}-rank{r}.bin``) of each launch's record directory, in launch order."""
+    parts = []
+    for launch, d in enumerate(launch_dirs):
+        for f in sorted(glob.glob(os.path.join(d, f"{kind}-rank*.bin"))):
+            rows = np.fromfile(f, dtype=np.int64).reshape(-1, seq_length + 2)
+            rank = int(os.path.basename(f)[len(kind) + 5: -4])
+            parts.append((rows, rank, launch))
+    if not parts:
         return Recorded(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, seq_length + 1), np.int64),
                         np.zeros(0, np.int64))
-    return Recorded(np.concatenate(its), np.concatenate(ranks), np.concatenate(texts), np.concatenate(launches))
-
-
-def _ranks_per_launch(files: list[str]) -> int:
-    return len({os.path.basename(f).split("-")[1] for f in files})
+    return Recorded(np.concatenate([r[:, 0] for r, _, _ in parts]),
+                    np.concatenate([np.full(r.shape[0], k) for r, k, _ in parts]),
+                    np.concatenate([r[:, 1:] for r, _, _ in parts]),
+                    np.concatenate([np.full(r.shape[0], n) for r, _, n in parts]))
 
 
 @dataclass(frozen=True)
@@ -67,8 +65,10 @@ class SourceIndex:
     samples: dict[bytes, np.ndarray]
 
 
+@functools.cache
 def source_index(prefix: str, split_name: str = "train") -> SourceIndex:
-    """Every sample of every ``{prefix}_{split_name}*_doc_idx.npy`` index NeoX built for ``prefix``."""
+    """Every sample of every ``{prefix}_{split_name}*_doc_idx.npy`` index NeoX built for ``prefix`` (read once per
+    prefix and split: the index files do not change after the run)."""
     header = read_header(prefix)
     sizes = np.asarray(sizes_memmap(header), dtype=np.int64)
     tokens = np.asarray(tokens_memmap(header), dtype=np.int64)

@@ -72,6 +72,9 @@ class Run:
 
     root: str
     outputs: list[str]
+    """What each launch printed, in launch order."""
+    launches: list[str]
+    """Each launch's name (its config, log and record directory are named after it), in launch order."""
 
     def path(self, *parts: str) -> str:
         return os.path.join(self.root, *parts)
@@ -84,7 +87,7 @@ class Run:
         return next(r for r in self.jsonl() if r["event"] == "plan")
 
     def recorded(self, kind: str = "train") -> nt.Recorded:
-        return nt.read_recorded(self.path("rec"), kind, SEQ)
+        return nt.read_recorded([self.path("rec", name) for name in self.launches], kind, SEQ)
 
     def sources(self, names: list[str], split: str = "train") -> dict[str, nt.SourceIndex]:
         return {n: nt.source_index(self.path("data", n), split) for n in names}
@@ -118,10 +121,10 @@ def _config(root: str, train: list[str], block: dict[str, Any] | None, **keys: A
     return {k: v for k, v in cfg.items() if v is not None}
 
 
-def _env(root: str) -> dict[str, str]:
+def _env(record_dir: str) -> dict[str, str]:
     env = dict(os.environ)
     env.pop(ENV_VAR, None)
-    env.update(DS_ACCELERATOR="cpu", NEOX_EPOCH_CPU_SHIM="1", NEOX_EPOCH_RECORD_DIR=os.path.join(root, "rec"),
+    env.update(DS_ACCELERATOR="cpu", NEOX_EPOCH_CPU_SHIM="1", NEOX_EPOCH_RECORD_DIR=record_dir,
                TORCH_EXTENSIONS_DIR=os.path.join(frameworks.CACHE, "torch-extensions"), PYTHONUNBUFFERED="1",
                PYTHONPATH=os.pathsep.join(p for p in (SHIM_DIR, ROOT, env.get("PYTHONPATH", "")) if p))
     return env
@@ -142,7 +145,7 @@ def _launch(run: Run, cfg: dict[str, Any], name: str, cwd: str, via: str = "laun
     cmd = ([python, "-m", "neox_epoch.cli", "launch", "train.py", path] if via == "launch"
            else [python, "deepy.py", "train.py", path])
     started = time.time()
-    proc = subprocess.Popen(cmd, cwd=cwd, env={**_env(run.root), **(extra_env or {})}, stdout=subprocess.PIPE,
+    proc = subprocess.Popen(cmd, cwd=cwd, env={**_env(run.path("rec", name)), **(extra_env or {})}, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         out, err = proc.communicate(timeout=LAUNCH_TIMEOUT)
@@ -156,6 +159,7 @@ def _launch(run: Run, cfg: dict[str, Any], name: str, cwd: str, via: str = "laun
     with open(run.path(f"{name}.log"), "w", encoding="utf-8") as f:
         f.write(r.stdout + r.stderr)
     run.outputs.append(r.stdout + r.stderr)
+    run.launches.append(name)
     return r
 
 
@@ -169,6 +173,13 @@ def _remove_shm_buffers(since: float) -> None:
             pass
 
 
+def _neox_copy(parent: str) -> str:
+    """A copy of NeoX's tree (without its images and tests) in ``parent``/gpt-neox, for a scenario that changes it."""
+    tree = os.path.join(parent, "gpt-neox")
+    shutil.copytree(frameworks.neox_dir(), tree, symlinks=True, ignore=shutil.ignore_patterns("images", "tests"))
+    return tree
+
+
 def _ok(r: subprocess.CompletedProcess) -> None:
     assert r.returncode == 0, (r.stdout + r.stderr)[-6000:]
 
@@ -176,7 +187,7 @@ def _ok(r: subprocess.CompletedProcess) -> None:
 def _new_run(tmp_path_factory: pytest.TempPathFactory, name: str) -> Run:
     root = str(tmp_path_factory.mktemp(name))
     _write_corpora(os.path.join(root, "data"))
-    return Run(root, [])
+    return Run(root, [], [])
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -232,8 +243,7 @@ def test_blend_pass_boundaries_equal_the_counters(blend_run: Run) -> None:
     # b's 195 samples trained before iteration 124 are its first pass less one sample (128 tokens unseen); the
     # pass's last sample straddles the epoch boundary (its first token is in epoch 1, so it is shuffled with
     # epoch 1): its 196 * 128 - 24980 = 108 tokens past the end are the next epoch's first tokens, seen early
-    keep = rec.iterations < 124
-    before = nt.Recorded(rec.iterations[keep], rec.ranks[keep], rec.texts[keep], rec.launches[keep])
+    before = rec.where(rec.iterations < 124)
     assert nt.exposure(before, blend_run.sources(["a", "b", "c"])).histogram("b") == {0: 128, 1: 24744, 2: 108}
     # the JSONL counters at every logging iteration equal the recorded draws
     counters = [r for r in blend_run.jsonl() if r["event"] == "counters"]
@@ -310,8 +320,7 @@ def test_blend_valid_and_test_stay_as_neox_builds_them(blend_run: Run) -> None:
 
 @pytest.fixture(scope="module")
 def patched_neox(tmp_path_factory: pytest.TempPathFactory) -> str:
-    tree = str(tmp_path_factory.mktemp("neox") / "gpt-neox")
-    shutil.copytree(frameworks.neox_dir(), tree, symlinks=True, ignore=shutil.ignore_patterns("images", "tests"))
+    tree = _neox_copy(str(tmp_path_factory.mktemp("neox")))
     subprocess.run(["git", "init", "-q"], cwd=tree, check=True)
     subprocess.run(["git", "apply", os.path.join(ROOT, "patches", "neox_epoch_hook.patch")], cwd=tree, check=True)
     return tree
@@ -398,8 +407,7 @@ def test_multi_node_launch_over_ssh_reaches_every_rank(tmp_path_factory: pytest.
     import local_sshd
 
     run = _new_run(tmp_path_factory, "nodes")
-    tree = os.path.join(run.root, "gpt-neox")
-    shutil.copytree(frameworks.neox_dir(), tree, symlinks=True, ignore=shutil.ignore_patterns("images", "tests"))
+    tree = _neox_copy(run.root)
     hostfile = run.path("hostfile")
     with open(hostfile, "w", encoding="utf-8") as f:
         f.write("localhost slots=1\n127.0.0.1 slots=1\n")
@@ -407,7 +415,7 @@ def test_multi_node_launch_over_ssh_reaches_every_rank(tmp_path_factory: pytest.
     with open(os.path.join(tree, ".deepspeed_env"), "w", encoding="utf-8") as f:
         f.write(f"DS_ACCELERATOR=cpu\nTORCH_EXTENSIONS_DIR={os.path.join(frameworks.CACHE, 'torch-extensions')}\n")
     cfg = _config(run.root, ["b"], {"epochs": 1}, num_gpus=None, global_num_gpus=None, hostfile=hostfile,
-                  master_addr="127.0.0.1", master_port=local_sshd._free_port())
+                  master_addr="127.0.0.1", master_port=local_sshd.free_port())
     check = subprocess.run([sys.executable, "-m", "neox_epoch.cli", "check-batch", "--json", _write(run, cfg, "nodes")],
                            capture_output=True, text=True, timeout=300, env=dict(os.environ, DS_ACCELERATOR="cpu"))
     world = json.loads(check.stdout)

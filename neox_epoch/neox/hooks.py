@@ -15,7 +15,7 @@ NeoX name (patched where NeoX looks it up)             what the wrapper does
 ``megatron.training.update_iterations``                keeps train_iters the planned value
 ``megatron.training.training_log``                     live counters (O(1) per step)
 ``megatron.training.train``                            start/resume counters; final report (also when NeoX
-                                                       stops at ``exit_interval``)
+                                                       stops early: ``exit_interval``, an error)
 ``megatron.training.shift_and_wrap_data_loaders``      the train iterator is guarded: NeoX's
                                                        ``itertools.cycle`` would replay the loader's first
                                                        batches once it is used up; the guard names the
@@ -169,14 +169,19 @@ def _same_on_all_ranks(value: int) -> None:
 
 def make_wrappers(state: State) -> dict[tuple[str, str], Any]:
     """The replacement objects, keyed by (module, attribute)."""
-    m = state.modules
-    du, gd, tr = m["data_utils"], m["gpt2_dataset"], m["training"]
+    wrappers = {**_build_wrappers(state), **_loop_wrappers(state)}
+    if state.block.enforce:
+        wrappers.update(_enforce_wrappers(state))
+    return wrappers
+
+
+def _build_wrappers(state: State) -> dict[tuple[str, str], Any]:
+    """The data build: planning before it, the 1.005 replaced, separated indices, the table after it."""
+    du, gd = state.modules["data_utils"], state.modules["gpt2_dataset"]
     real_build_loaders = du.build_train_valid_test_data_loaders
     real_normalize = du.get_normalized_weights_and_num_samples
     real_index = gd._build_index_mappings
     index_sig = inspect.signature(real_index)
-    log_sig = inspect.signature(tr.training_log)
-    shift_sig = inspect.signature(tr.shift_and_wrap_data_loaders)
 
     def build_train_valid_test_data_loaders(neox_args: Any, *args: Any, **kwargs: Any) -> Any:
         rp = plan_for(state, neox_args)
@@ -227,6 +232,20 @@ def make_wrappers(state: State) -> dict[tuple[str, str], Any]:
             separated=separated))
         return out
 
+    return {
+        ("training", "build_train_valid_test_data_loaders"): build_train_valid_test_data_loaders,
+        ("data_utils", "build_train_valid_test_data_loaders"): build_train_valid_test_data_loaders,
+        ("data_utils", "get_normalized_weights_and_num_samples"): get_normalized_weights_and_num_samples,
+        ("gpt2_dataset", "_build_index_mappings"): _build_index_mappings,
+    }
+
+
+def _loop_wrappers(state: State) -> dict[tuple[str, str], Any]:
+    """The training loop: train_iters kept, counters stepped, the train iterator guarded."""
+    tr = state.modules["training"]
+    log_sig = inspect.signature(tr.training_log)
+    shift_sig = inspect.signature(tr.shift_and_wrap_data_loaders)
+
     def update_iterations(neox_args: Any, data_loaders: Any) -> Any:
         out = state.original("training", "update_iterations")(neox_args, data_loaders)
         if state.run is not None and getattr(neox_args, "train_iters", None) != state.run.train_iters:
@@ -246,14 +265,10 @@ def make_wrappers(state: State) -> dict[tuple[str, str], Any]:
         if c is not None:
             c.start(int(getattr(neox_args, "iteration", 0) or 0))
         try:
-            iteration = state.original("training", "train")(*args, **kwargs)
-        except SystemExit:  # exit_interval: NeoX calls sys.exit() inside its loop
+            return state.original("training", "train")(*args, **kwargs)
+        finally:  # also when NeoX stops at exit_interval (sys.exit inside its loop); NeoX keeps neox_args.iteration
             if c is not None:
                 c.final(int(getattr(neox_args, "iteration", 0) or 0))
-            raise
-        if c is not None:
-            c.final(int(iteration))
-        return iteration
 
     def shift_and_wrap_data_loaders(*args: Any, **kwargs: Any) -> Any:
         call = shift_sig.bind(*args, **kwargs)
@@ -264,19 +279,12 @@ def make_wrappers(state: State) -> dict[tuple[str, str], Any]:
             train_it = ReplayGuard(train_it, neox_args, len(loader), bool(state.block.enforce))
         return train_it, valid_it, test_it
 
-    wrappers: dict[tuple[str, str], Any] = {
-        ("training", "build_train_valid_test_data_loaders"): build_train_valid_test_data_loaders,
-        ("data_utils", "build_train_valid_test_data_loaders"): build_train_valid_test_data_loaders,
-        ("data_utils", "get_normalized_weights_and_num_samples"): get_normalized_weights_and_num_samples,
-        ("gpt2_dataset", "_build_index_mappings"): _build_index_mappings,
+    return {
         ("training", "update_iterations"): update_iterations,
         ("training", "training_log"): training_log,
         ("training", "train"): train,
         ("training", "shift_and_wrap_data_loaders"): shift_and_wrap_data_loaders,
     }
-    if state.block.enforce:
-        wrappers.update(_enforce_wrappers(state))
-    return wrappers
 
 
 def _prebuild_separated(state: State, a: dict[str, Any], documents: np.ndarray, sizes: np.ndarray, epochs: int) -> None:
@@ -298,6 +306,11 @@ def _prebuild_separated(state: State, a: dict[str, Any], documents: np.ndarray, 
              a["name"], epochs)
 
 
+def _gas(neox_args: Any) -> int:
+    """NeoX's gradient_accumulation_steps: loader batches per iteration."""
+    return int(getattr(neox_args, "gradient_accumulation_steps", 1) or 1)
+
+
 def replay_message(iteration: int, batches: int, gas: int) -> str:
     """The one line for a train loader used up at ``iteration`` (1-based) after ``batches`` batches."""
     return (f"iteration {iteration}: the train loader's {batches} batches are used up after iteration {batches // gas}"
@@ -313,7 +326,7 @@ class ReplayGuard:
 
     def __init__(self, inner: Any, neox_args: Any, batches: int, enforce: bool) -> None:
         self.inner, self.neox_args, self.batches, self.enforce = inner, neox_args, int(batches), enforce
-        self.gas = int(getattr(neox_args, "gradient_accumulation_steps", 1) or 1)
+        self.gas = _gas(neox_args)
         self.position = int(getattr(neox_args, "iteration", 0) or 0) * self.gas
         self.warned = False
 
@@ -380,7 +393,7 @@ def after_build(state: State, rp: RunPlan, neox_args: Any, loaders: Any) -> None
         })
     train_loader = loaders.get("train") if isinstance(loaders, dict) else None
     ds = getattr(train_loader, "dataset", None)
-    gas = int(getattr(neox_args, "gradient_accumulation_steps", 1) or 1)
+    gas = _gas(neox_args)
     if train_loader is not None and rp.train_iters * gas > len(train_loader):
         msg = replay_message(len(train_loader) // gas + 1, len(train_loader), gas)
         if state.block.enforce:

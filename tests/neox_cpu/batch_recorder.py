@@ -6,8 +6,8 @@ forward step gets its tokens from, so what is recorded is what the model consume
 loader, its distributed sampler and its resume offset. ``forward_step(is_train=True)`` marks training;
 everything else is evaluation.
 
-Each rank of each launch appends rows to ``{dir}/{kind}-rank{rank}-pid{pid}.bin`` (kind = train or
-eval), int64, one row per sample: ``iteration, text[0], ..., text[seq_length]``, where ``iteration`` is
+Each rank appends rows to ``{dir}/{kind}-rank{rank}.bin`` (kind = train or eval; the tests give each
+launch its own directory), int64, one row per sample: ``iteration, text[0], ..., text[seq_length]``, where ``iteration`` is
 the 1-based iteration the sample is trained in (the current one for evaluation) and ``text`` is the
 sample's seq_length + 1 tokens (inputs, plus the last label). Rows are written and flushed per call, so a
 run that stops (exit_interval, an error) keeps everything it trained on.
@@ -53,7 +53,7 @@ def attach(training: Any) -> None:
         iteration = int(neox_args.iteration) + (1 if train else 0)
         rows = np.concatenate([np.full((text.shape[0], 1), iteration, dtype=np.int64), text], axis=1)
         rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
-        name = f"{'train' if train else 'eval'}-rank{rank}-pid{os.getpid()}.bin"
+        name = f"{'train' if train else 'eval'}-rank{rank}.bin"
         with open(os.path.join(out_dir, name), "ab") as f:
             f.write(np.ascontiguousarray(rows).tobytes())
         return out
