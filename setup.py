@@ -33,7 +33,7 @@ setup(
         "megatron-core": ["megatron-core>=0.10", "torch"],
         "deepspeed": ["deepspeed>=0.14", "torch"],
         "plot": ["matplotlib"],
-        "dev": ["pytest", "ruff"],
+        "dev": ["pytest", "ruff", "hypothesis"],
     },
     entry_points={"console_scripts": ["neox-epoch=neox_epoch.cli:main"]},
 )

@@ -12,6 +12,7 @@ import os
 from typing import Any
 
 from neox_epoch.corpus import write_random_corpus
+from neox_epoch.detect import VERIFIED_MCORE_VERSIONS, megatron_core_version
 
 #: name -> (seed, documents, min_len, max_len)
 CORPUS = {
@@ -51,9 +52,11 @@ def run(args: argparse.Namespace) -> int:
         code = max(code, main(["plan", cfg]))
         print()
     print("=" * 100)
-    print("$ neox-epoch plan --data-path 1 demo/data/web_text_document 1 demo/data/code_text_document "
-          "--split 98,1,1 --seq-length 512 --global-batch-size 16 --epochs 1   (megatron-core semantics)")
-    code = max(code, main(["plan", "--data-path", "1", prefixes[0], "1", prefixes[1], "--split", "98,1,1",
-                           "--seq-length", "512", "--global-batch-size", "16", "--eval-iters", "2",
-                           "--eval-interval", "100", "--epochs", "1"]))
+    # the version is named: the demo runs on the core install, where megatron-core is not installed
+    version = megatron_core_version() or VERIFIED_MCORE_VERSIONS[-1]
+    flags = ["--data-path", "1", prefixes[0], "1", prefixes[1], "--split", "98,1,1", "--seq-length", "512",
+             "--micro-batch-size", "4", "--global-batch-size", "16", "--lr", "1e-4", "--eval-iters", "2",
+             "--eval-interval", "100", "--num-layers", "2", "--epochs", "1", "--framework-version", version]
+    print(f"$ neox-epoch plan {' '.join(flags)}   (a Megatron-LM pretrain_gpt.py command line)")
+    code = max(code, main(["plan", *flags]))
     return code

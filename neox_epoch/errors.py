@@ -29,6 +29,10 @@ class BatchError(NeoxEpochError):
     """Batch sizes disagree with the world the launcher will start."""
 
 
+class MissingPackageError(NeoxEpochError):
+    """A command needs an optional package (deepspeed, torch, megatron-core) that is not installed."""
+
+
 def did_you_mean(word: str, choices: list[str] | tuple[str, ...] | set[str]) -> str:
     """Return ' (did you mean "x"?)' for the closest choice, or '' when none is close."""
     import difflib

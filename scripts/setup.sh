@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Create ./.venv with everything neox-epoch and its tests need (idempotent).
+#   bash scripts/setup.sh        everything: torch, megatron-core, deepspeed, the test tools, the package
+#   bash scripts/setup.sh core   only what the planner, the audit and the demo import: numpy, pyyaml, the package
 # torch is pinned FIRST to 2.13.0 (the CPU build): an unpinned torch request pulls a multi-GB CUDA build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,6 +10,16 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 . .venv/bin/activate
+if [ "${1:-}" = core ]; then
+  core=.venv/.neox-epoch-core-v1
+  if [ ! -f "$core" ]; then
+    python -m pip install -q "numpy<2" pyyaml wheel
+    touch "$core"
+  fi
+  # setuptools from the venv builds the package (no build isolation: nothing is downloaded for the build)
+  python -m pip install -q --no-deps --no-build-isolation -e .
+  exit 0
+fi
 stamp=.venv/.neox-epoch-setup-v3
 if [ ! -f "$stamp" ]; then
   python -m pip install -q --upgrade "pip<26" wheel "setuptools<81"

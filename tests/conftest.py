@@ -17,6 +17,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from optional import in_ci  # noqa: E402
+
 from neox_epoch.corpus import write_corpus, write_random_corpus  # noqa: E402
 
 #: the framework marker family: marker name -> what the tests run
@@ -26,11 +28,6 @@ _OUTCOMES: dict[str, dict[str, str]] = {name: {} for name in FRAMEWORKS}
 #: per framework marker, the tests whose body ran to its end or failed (not skipped)
 _RAN: dict[str, set[str]] = {name: set() for name in FRAMEWORKS}
 _WORST = {"passed": 0, "skipped": 1, "failed": 2}
-
-
-def in_ci() -> bool:
-    """True when the CI environment variable says this is a CI run (``CI=true``)."""
-    return os.environ.get("CI", "").strip().lower() == "true"
 
 
 def _frameworks_of(item: pytest.Item) -> list[str]:

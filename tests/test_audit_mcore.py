@@ -17,9 +17,10 @@ import os
 import random
 
 import numpy as np
+import optional
 import pytest
 
-pytest.importorskip("megatron.core", reason="megatron-core is not installed: pip install -e .[megatron-core]")
+optional.require("megatron.core")
 
 from exposure_util import check_tokens, count_gpt_exposure, histogram  # noqa: E402
 from mcore_live import build  # noqa: E402

@@ -24,8 +24,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import optional
 import pytest
 
+optional.require("deepspeed")  # every test here compares with DeepSpeed's own code
 os.environ.setdefault("DS_ACCELERATOR", "cpu")  # device_count() = $LOCAL_SIZE, as the launch tests need
 
 from neox_epoch.batch.check import (  # noqa: E402

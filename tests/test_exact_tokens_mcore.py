@@ -7,9 +7,10 @@ number of times, except the remainder (under one global batch, and the final par
 
 from __future__ import annotations
 
+import optional
 import pytest
 
-pytest.importorskip("megatron.core", reason="megatron-core is not installed: pip install -e .[megatron-core]")
+optional.require("megatron.core")
 
 from exposure_util import check_tokens, count_gpt_exposure, histogram  # noqa: E402
 from mcore_live import build  # noqa: E402

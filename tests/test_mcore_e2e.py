@@ -23,9 +23,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import optional
 import pytest
 
-pytest.importorskip("megatron.core", reason="megatron-core is not installed: pip install -e .[megatron-core]")
+optional.require("megatron.core")
 
 from mcore_live import init_gloo, null_tokenizer  # noqa: E402
 

@@ -9,7 +9,11 @@ document range and tokens; and it must predict the builds that fail (oversamplin
 
 from __future__ import annotations
 
+import optional
 import pytest
+
+optional.require("torch")  # the truth script builds with megatron-core, which imports torch
+
 from mcore_cases import generate_cases  # noqa: E402
 from mcore_env import mcore_pythonpath, run_truth  # noqa: E402
 

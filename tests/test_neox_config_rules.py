@@ -15,6 +15,7 @@ import subprocess
 import sys
 from typing import Any
 
+import optional
 import pytest
 import yaml
 
@@ -158,8 +159,10 @@ def test_boolean_keys_must_be_booleans_like_neox(cwd, capsys):  # type: ignore[n
     (["--hostfile", "hostfile_16"], 16),
     (["--hostfile", "hostfile_16", "--num_nodes", "1"], 8),
     (["--hostfile", "hostfile_16", "--num_gpus", "2"], 4),  # num_gpus * hosts
-    (["--hostfile", "hostfile_16", "--include", "node1:0,1"], 2),  # include/exclude: DeepSpeed's own filter
-    (["--hostfile", "hostfile_16", "--include", "node1:0,1", "--num_gpus", "4"], 4),  # NeoX: num_gpus * hosts left
+    # include/exclude: DeepSpeed's own filter
+    pytest.param(["--hostfile", "hostfile_16", "--include", "node1:0,1"], 2, marks=optional.needs("deepspeed")),
+    pytest.param(["--hostfile", "hostfile_16", "--include", "node1:0,1", "--num_gpus", "4"], 4,  # num_gpus * hosts
+                 marks=optional.needs("deepspeed")),
     (["--world-size", "32"], 32),
     (["--hostfile", "hostfile_16", "--world-size", "32"], 32),  # --world-size overrides NeoX's count
 ])
@@ -288,6 +291,7 @@ def _count(settings: LauncherSettings, use_deepspeed: bool, cuda: int = 0) -> An
     return (c.count, c.hosts, c.basis)
 
 
+@optional.needs("deepspeed")  # the torch-free count is compared with the DeepSpeed path
 @pytest.mark.parametrize("hostfile", sorted(HOSTFILES))
 @pytest.mark.parametrize("setting", sorted(SETTINGS))
 def test_torch_free_hostfile_count_equals_deepspeed_path(hostfile, setting, tmp_path):  # type: ignore[no-untyped-def]
@@ -296,6 +300,7 @@ def test_torch_free_hostfile_count_equals_deepspeed_path(hostfile, setting, tmp_
     assert _count(s, use_deepspeed=False) == _count(s, use_deepspeed=True)
 
 
+@optional.needs("deepspeed")
 @pytest.mark.parametrize("cuda", [0, 2])
 def test_missing_hostfile_falls_back_to_device_count_on_both_paths(cuda, tmp_path):  # type: ignore[no-untyped-def]
     s = LauncherSettings(hostfile=str(tmp_path / "absent"), num_gpus=1)
@@ -303,6 +308,7 @@ def test_missing_hostfile_falls_back_to_device_count_on_both_paths(cuda, tmp_pat
     assert _count(s, False, cuda)[0] == (1 if cuda else 0)
 
 
+@optional.needs("deepspeed")
 def test_default_hostfile_is_deepspeed_s():
     from neox_epoch.batch.world import DEFAULT_HOSTFILE, deepspeed_runner
 
@@ -331,3 +337,16 @@ def test_spelling_rules_equal_neox_from_ymls(name, cwd, capsys):  # type: ignore
     if neox["accepted"]:
         assert out is not None and out["train_iters"] == neox["neox"]["train_iters"]
         assert out["global_batch_size"] == neox["neox"]["train_batch_size"]
+
+
+def test_check_batch_without_deepspeed_says_what_to_install(cwd):  # type: ignore[no-untyped-def]
+    """On the core install check-batch (which asks DeepSpeed's own code) exits 2 with one line naming the
+    missing package and the install, not an internal error (deepspeed hidden here with sys.modules[...] = None,
+    which makes its import raise ModuleNotFoundError exactly as when it is not installed)."""
+    a = write(cwd / "a.yml", {**BASE, "train_iters": 10})
+    code = ("import sys; sys.modules['deepspeed'] = None; from neox_epoch.cli import main; "
+            f"sys.exit(main(['check-batch', {a!r}, '--num_gpus', '1']))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith("neox-epoch check-batch: error: deepspeed is not installed for ")
+    assert "pip install torch==2.13.0 deepspeed" in r.stderr

@@ -324,3 +324,21 @@ def test_deepy_conf_dir_and_bare_names(demo_dir, capsys, monkeypatch):
     assert code == 0, err
     code2, out2, _ = run_cli(["plan", "configs/one_source_one_epoch.yml", "--json"], capsys)
     assert code2 == 0 and json.loads(out)["train_iters"] == json.loads(out2)["train_iters"] == 77
+
+
+def test_demo_plans_everything_on_the_core_install(tmp_path):  # type: ignore[no-untyped-def]
+    """README command one's job (`neox-epoch demo`) exits 0 and imports neither torch, deepspeed nor megatron-core
+    (it runs on the core install: numpy, pyyaml, the package); its Megatron-LM line names the megatron-core
+    version it mirrors, so it plans without one installed: web 1207 + code 732 = 1939 targets // 16 = 121."""
+    import subprocess
+    import sys
+
+    shutil.copytree(os.path.join(ROOT, "configs"), tmp_path / "configs")
+    code = ("import sys; from neox_epoch.cli import main; rc = main(['demo']); "
+            "print('HEAVY', sorted(m for m in ('torch', 'deepspeed', 'megatron') if m in sys.modules)); sys.exit(rc)")
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "HEAVY []" in r.stdout
+    assert r.stdout.count("$ neox-epoch plan ") == len(CONFIGS) + 1
+    assert "neox-epoch plan (megatron-core 0.16.1 semantics)" in r.stdout
+    assert "train_iters 121 -> 1,936 train samples" in r.stdout

@@ -14,9 +14,10 @@ import os
 import random
 
 import numpy as np
+import optional
 import pytest
 
-pytest.importorskip("megatron.core", reason="megatron-core is not installed: pip install -e .[megatron-core]")
+optional.require("megatron.core")
 
 from mcore_live import build  # noqa: E402
 

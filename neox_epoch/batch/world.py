@@ -34,7 +34,7 @@ from types import ModuleType
 from typing import Any
 
 from neox_epoch.batch.config import LauncherSettings
-from neox_epoch.errors import ConfigError
+from neox_epoch.errors import ConfigError, MissingPackageError
 
 #: stands in for the user script in the argv handed to DeepSpeed's parse_args (never run)
 PLACEHOLDER_SCRIPT = "train.py"
@@ -66,6 +66,14 @@ def import_deepspeed(name: str = "deepspeed") -> ModuleType:
     try:
         with contextlib.redirect_stdout(sys.stderr):
             return importlib.import_module(name)
+    except ModuleNotFoundError as err:
+        if err.name not in ("deepspeed", "torch"):
+            raise
+        raise MissingPackageError(
+            f"{err.name} is not installed for {sys.executable}: this asks DeepSpeed's own launcher and config code "
+            "(which imports torch); install them (pip install torch==2.13.0 deepspeed, or neox-epoch's [deepspeed] "
+            "extra) or run it where your training runs"
+        ) from None
     finally:
         ds_logger.removeFilter(errors_only)
 
