@@ -1,0 +1,173 @@
+"""What a checkpoint says about the run that saved it, read without torch and without its weights.
+
+GPT-NeoX saves through DeepSpeed: ``{save}/latest`` names the tag (``global_step{N}``), and
+``{save}/{tag}/mp_rank_00_model_states.pt`` holds NeoX's client state (``iteration``, a few model ``args``)
+next to DeepSpeed's own keys (``dp_world_size``, ``mp_world_size``, ``ds_config``); NeoX also copies the
+run's config files into ``{save}/{tag}/configs/``. Megatron-LM writes
+``{save}/latest_checkpointed_iteration.txt`` and ``iter_{N:07d}/``, with its ``args`` (an
+``argparse.Namespace``: ``consumed_train_samples``, ``global_batch_size``, ...) in ``common.pt``
+(``torch_dist`` format) or ``mp_rank_00/model_optim_rng.pt`` (``torch`` format).
+
+``.pt`` files are zip archives whose ``data.pkl`` is a pickle that refers to tensor storages stored beside
+it. :func:`read_pt` unpickles ``data.pkl`` alone: plain Python values (dicts, lists, numbers, strings,
+``OrderedDict``, ``argparse.Namespace``) come back as themselves, anything else (tensors, numpy arrays,
+torch classes) as :class:`NotRead` without reading its bytes or running its code. No class outside the
+allowlist is ever imported, so reading an untrusted checkpoint cannot execute code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import pickle
+import zipfile
+from dataclasses import dataclass, field
+from typing import Any
+
+from neox_epoch.errors import ConfigError
+
+#: the file neox-epoch's hooks write into each NeoX checkpoint tag directory
+STATE_NAME = "neox_epoch_state.json"
+#: globals rebuilt as themselves; everything else becomes NotRead
+_ALLOWED: dict[tuple[str, str], Any] = {
+    ("collections", "OrderedDict"): collections.OrderedDict,
+    ("argparse", "Namespace"): argparse.Namespace,
+    ("builtins", "set"): set,
+    ("builtins", "frozenset"): frozenset,
+    ("builtins", "slice"): slice,
+    ("builtins", "complex"): complex,
+}
+
+
+class NotRead:
+    """A value the reader did not rebuild (a tensor, an array, a torch or numpy object): ``what`` names it."""
+
+    def __init__(self, what: str = "a tensor storage", *args: Any, **kwargs: Any) -> None:
+        self.what = what
+
+    def __call__(self, *args: Any, **kwargs: Any) -> NotRead:
+        return NotRead(self.what)
+
+    def __setstate__(self, state: Any) -> None:
+        """Pickle's BUILD on a value that was not rebuilt: ignored."""
+
+    def __repr__(self) -> str:
+        return f"<{self.what}: not read>"
+
+
+class _ArgsOnly(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        return _ALLOWED.get((module, name)) or NotRead(f"{module}.{name}")
+
+    def persistent_load(self, pid: Any) -> Any:
+        return NotRead("a tensor storage")
+
+
+def read_pt(path: str) -> Any:
+    """The object saved in a zip-format ``torch.save`` file, without tensors (see the module docstring)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = [n for n in archive.namelist() if n.endswith("/data.pkl") or n == "data.pkl"]
+            if len(names) != 1:
+                raise ConfigError(f"{path}: a torch.save zip archive has one data.pkl, found {len(names)}; is this a "
+                                  "checkpoint file?")
+            with archive.open(names[0]) as f:
+                return _ArgsOnly(f).load()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: not found; give the checkpoint directory (--save/--load) or a tag inside it") from None
+    except zipfile.BadZipFile:
+        raise ConfigError(f"{path}: not a zip-format torch.save file (saved by torch < 1.6 or with "
+                          "_use_new_zipfile_serialization=False); reading it needs torch: load it with torch.load and "
+                          "re-save it, or give the run's JSONL record instead") from None
+    except (pickle.UnpicklingError, EOFError, ValueError) as err:
+        raise ConfigError(f"{path}: its data.pkl cannot be read ({err}); the file is truncated or not a checkpoint") from None
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """What a checkpoint directory says about the run that saved it."""
+
+    framework: str
+    """"neox" (DeepSpeed's layout) or "megatron" (Megatron-LM's)."""
+    directory: str
+    """The tag directory (``global_step{N}`` or ``iter_{N:07d}``)."""
+    iteration: int
+    """Iterations finished when it was saved (the resume starts after it)."""
+    values: dict[str, Any] = field(default_factory=dict)
+    """What it recorded of the run: DeepSpeed's ``dp_world_size``/``ds_config`` and NeoX's ``args``, or
+    Megatron-LM's ``args`` as a dict."""
+    config_files: dict[str, str] = field(default_factory=dict)
+    """NeoX: the run's config files as copied into ``configs/`` (name -> text)."""
+    state: dict[str, Any] | None = None
+    """neox-epoch's own record (``neox_epoch_state.json``), when the hooks saved one."""
+
+
+def _read_text(path: str) -> str:
+    with open(path, encoding="utf-8") as f:
+        return f.read().strip()
+
+
+def _tag_dir(path: str) -> tuple[str, str]:
+    """(framework, tag directory) for a save directory or a tag directory."""
+    if os.path.isfile(os.path.join(path, "latest")):
+        return "neox", os.path.join(path, _read_text(os.path.join(path, "latest")))
+    marker = os.path.join(path, "latest_checkpointed_iteration.txt")
+    if os.path.isfile(marker):
+        text = _read_text(marker)
+        tag = "release" if text == "release" else f"iter_{int(text):07d}"
+        return "megatron", os.path.join(path, tag)
+    base = os.path.basename(os.path.normpath(path))
+    if base.startswith("global_step"):
+        return "neox", path
+    if base.startswith("iter_") or base == "release":
+        return "megatron", path
+    raise ConfigError(f"{path}: not a checkpoint directory: expected DeepSpeed's 'latest' file (GPT-NeoX), Megatron-LM's "
+                      "latest_checkpointed_iteration.txt, or a tag directory global_stepN / iter_NNNNNNN")
+
+
+def read_checkpoint(path: str) -> Checkpoint:
+    """Read the checkpoint at ``path`` (a save directory or one of its tags) without loading its weights."""
+    if not os.path.isdir(path):
+        raise ConfigError(f"{path}: not a directory; give the checkpoint directory (--save/--load) or a tag inside it")
+    framework, tag = _tag_dir(path)
+    if not os.path.isdir(tag):
+        raise ConfigError(f"{path}: names checkpoint {os.path.basename(tag)}, which is missing; the save was cut off or "
+                          "moved")
+    return _read_neox(tag) if framework == "neox" else _read_megatron(tag)
+
+
+def _read_neox(tag: str) -> Checkpoint:
+    states = os.path.join(tag, "mp_rank_00_model_states.pt")
+    saved = read_pt(states)
+    if not isinstance(saved, dict) or "iteration" not in saved:
+        raise ConfigError(f"{states}: no 'iteration' in it; not a GPT-NeoX checkpoint")
+    keep = ("iteration", "args", "dp_world_size", "mp_world_size", "ds_config", "ds_version", "global_steps",
+            "global_samples")
+    values = {k: saved[k] for k in keep if k in saved}
+    configs = os.path.join(tag, "configs")
+    files = {n: _read_text(os.path.join(configs, n)) for n in sorted(os.listdir(configs))} if os.path.isdir(configs) else {}
+    state_path = os.path.join(tag, STATE_NAME)
+    state = None
+    if os.path.isfile(state_path):
+        import json
+
+        with open(state_path, encoding="utf-8") as f:
+            state = json.load(f)
+    return Checkpoint("neox", tag, int(saved["iteration"]), values, files, state)
+
+
+def _read_megatron(tag: str) -> Checkpoint:
+    for rel in ("common.pt", os.path.join("mp_rank_00", "model_optim_rng.pt")):
+        if os.path.isfile(os.path.join(tag, rel)):
+            saved = read_pt(os.path.join(tag, rel))
+            break
+    else:
+        raise ConfigError(f"{tag}: neither common.pt (torch_dist) nor mp_rank_00/model_optim_rng.pt (torch) is there; "
+                          "not a Megatron-LM checkpoint")
+    args = saved.get("args") if isinstance(saved, dict) else None
+    if not isinstance(args, argparse.Namespace):
+        raise ConfigError(f"{tag}: no 'args' saved with it (saved by another tool?); give the run's JSONL "
+                          "record instead")
+    iteration = saved.get("iteration", getattr(args, "iteration", 0))
+    return Checkpoint("megatron", tag, int(iteration), dict(vars(args)))

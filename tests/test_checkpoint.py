@@ -1,0 +1,86 @@
+"""Reading what a checkpoint says about its run, without torch and without its weights (neox_epoch.checkpoint).
+
+A real DeepSpeed 0.19.8 checkpoint saved on CPU the way GPT-NeoX saves one (tests/ds_save_probe.py) is read
+back: NeoX's client state and DeepSpeed's own keys come back exactly, the weights stay unread; a pickle that
+names a dangerous global is read without running it; bad paths and files are one-line errors.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import subprocess
+import sys
+import zipfile
+
+import optional
+import pytest
+
+from neox_epoch.checkpoint import NotRead, read_checkpoint, read_pt
+from neox_epoch.errors import ConfigError
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+@optional.needs("deepspeed")
+def test_real_deepspeed_checkpoint_reads_without_torch(tmp_path):  # type: ignore[no-untyped-def]
+    """iteration 7 and NeoX's args from the client state; DeepSpeed's dp_world_size 1 and its ds_config
+    (train_batch_size 8 = micro 2 x grad-accum 4 x dp 1) as saved; the model's weights are not read; the
+    reader itself imports no torch (checked in a fresh interpreter)."""
+    save = tmp_path / "save"
+    r = subprocess.run([sys.executable, os.path.join(HERE, "ds_save_probe.py"), str(save)], capture_output=True,
+                       text=True, timeout=300, env=dict(os.environ, DS_ACCELERATOR="cpu"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    code = ("import sys, json; from neox_epoch.checkpoint import read_checkpoint; c = read_checkpoint(sys.argv[1]); "
+            "print(json.dumps([c.framework, os.path.basename(c.directory), c.iteration, c.values['args'], "
+            "c.values['dp_world_size'], c.values['ds_config']['train_batch_size'], "
+            "c.values['ds_config']['gradient_accumulation_steps'], c.values['ds_version'], "
+            "'torch' in sys.modules]))")
+    out = subprocess.run([sys.executable, "-c", "import os; " + code, str(save)], capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    assert out.strip() == '["neox", "global_step7", 7, {"num_layers": 2}, 1, 8, 4, "0.19.8", false]'
+    saved = read_pt(str(save / "global_step7" / "mp_rank_00_model_states.pt"))
+    weights = saved["module"]
+    assert list(weights) == ["weight", "bias"] and all(isinstance(v, NotRead) for v in weights.values())
+    assert read_checkpoint(str(save / "global_step7")).iteration == 7  # a tag directory works too
+
+
+def _zip_pickle(obj_bytes: bytes) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("archive/data.pkl", obj_bytes)
+    return buf.getvalue()
+
+
+def test_a_global_outside_the_allowlist_is_never_called(tmp_path):  # type: ignore[no-untyped-def]
+    """A checkpoint whose pickle calls os.system comes back as NotRead, and the command never ran."""
+    marker = tmp_path / "ran"
+
+    class Evil:
+        def __reduce__(self):  # type: ignore[no-untyped-def]
+            return (os.system, (f"touch {marker}",))
+
+    path = tmp_path / "evil.pt"
+    path.write_bytes(_zip_pickle(pickle.dumps({"iteration": 3, "x": Evil()}, protocol=2)))
+    got = read_pt(str(path))
+    assert got["iteration"] == 3 and isinstance(got["x"], NotRead) and not marker.exists()
+
+
+@pytest.mark.parametrize("make,message", [
+    (lambda p: None, "not a directory"),
+    (lambda p: p.mkdir(), "not a checkpoint directory: expected DeepSpeed's 'latest' file"),
+    (lambda p: (p.mkdir(), (p / "latest").write_text("global_step5")), "names checkpoint global_step5, which is missing"),
+])
+def test_bad_checkpoint_directories(tmp_path, make, message):  # type: ignore[no-untyped-def]
+    path = tmp_path / "ckpt"
+    make(path)
+    with pytest.raises(ConfigError, match=message):
+        read_checkpoint(str(path))
+
+
+def test_a_file_that_is_not_a_zip_says_what_to_do(tmp_path):  # type: ignore[no-untyped-def]
+    path = tmp_path / "old.pt"
+    path.write_bytes(pickle.dumps({"iteration": 1}))
+    with pytest.raises(ConfigError, match="not a zip-format torch.save file"):
+        read_pt(str(path))
