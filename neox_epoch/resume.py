@@ -1,0 +1,98 @@
+"""Where a resumed run starts drawing, and what that skips or repeats (GPT-NeoX's train loader).
+
+GPT-NeoX's train loader draws its dataset in order, one loader batch of ``micro_batch * data_parallel``
+samples at a time, ``gradient_accumulation_steps`` loader batches per iteration. At a resume NeoX does not
+know how many samples were consumed: ``shift_and_wrap_data_loaders`` starts the loader at batch
+``iteration * gradient_accumulation_steps % len(loader)``, in the *new* run's batch units. When the global
+batch (micro batch, data parallelism or accumulation) changed, that is not where the old run stopped:
+
+    consumed = sum over the old run's iterations of its train_batch_size      (where it stopped)
+    start    = (iteration * gas_new % loader_batches_new) * micro_new * dp_new  (where NeoX resumes)
+
+``start > consumed`` skips the samples in between (never trained), ``start < consumed`` trains those
+samples again. With neox-epoch's hooks the start is ``consumed`` itself (rounded down to a whole loader
+batch: the rest of that batch is repeated). Pure arithmetic on sample positions; which tokens those
+samples hold is the audit's exposure computation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from neox_epoch.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class LoaderShape:
+    """How a NeoX run draws its train loader."""
+
+    micro_batch: int
+    """train_micro_batch_size_per_gpu."""
+    data_parallel: int
+    """Data-parallel ranks (GPUs / (model parallel x pipe parallel))."""
+    gradient_accumulation: int
+    """gradient_accumulation_steps: loader batches per iteration."""
+
+    def __post_init__(self) -> None:
+        for key in ("micro_batch", "data_parallel", "gradient_accumulation"):
+            value = getattr(self, key)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"{key}: expected a whole number >= 1, found {value!r}")
+
+    @property
+    def loader_batch(self) -> int:
+        """Samples in one loader batch (all data-parallel ranks together)."""
+        return self.micro_batch * self.data_parallel
+
+    @property
+    def train_batch_size(self) -> int:
+        """Samples per iteration."""
+        return self.loader_batch * self.gradient_accumulation
+
+
+@dataclass(frozen=True)
+class ResumeStart:
+    """Where the resumed run's train loader starts, against where the old run stopped."""
+
+    consumed: int
+    """Samples the old run drew (its position when it stopped)."""
+    start: int
+    """Position of the resumed run's first sample."""
+    how: str
+    """The arithmetic behind ``start``."""
+
+    @property
+    def skipped(self) -> tuple[int, int] | None:
+        """Positions [lo, hi) never drawn: between where the old run stopped and where the new one starts."""
+        return (self.consumed, self.start) if self.start > self.consumed else None
+
+    @property
+    def repeated(self) -> tuple[int, int] | None:
+        """Positions [lo, hi) drawn again: the old run drew them and the new run starts before them."""
+        return (self.start, self.consumed) if self.start < self.consumed else None
+
+
+def loader_batches(dataset_samples: int, shape: LoaderShape) -> int:
+    """``len(train_loader)``: whole loader batches in the dataset (NeoX's sampler drops the last partial one)."""
+    return dataset_samples // shape.loader_batch
+
+
+def neox_start(iteration: int, consumed: int, new: LoaderShape, dataset_samples: int) -> ResumeStart:
+    """Where stock NeoX's resumed train loader starts (``shift_and_wrap_data_loaders``)."""
+    batches = loader_batches(dataset_samples, new)
+    if batches < 1:
+        raise ConfigError(f"the train dataset has {dataset_samples} samples, fewer than one loader batch of "
+                          f"{new.loader_batch}; nothing can be drawn")
+    first = iteration * new.gradient_accumulation % batches
+    how = (f"start = (iteration * gas % len(loader)) * micro * dp = ({iteration} * {new.gradient_accumulation} % "
+           f"{batches}) * {new.micro_batch} * {new.data_parallel} = {first * new.loader_batch}")
+    return ResumeStart(consumed, first * new.loader_batch, how)
+
+
+def hooked_start(consumed: int, new: LoaderShape) -> ResumeStart:
+    """Where the resumed train loader starts under neox-epoch's hooks: the consumed samples, in whole loader
+    batches (a partial last batch is drawn again from its first sample)."""
+    first = consumed // new.loader_batch
+    how = (f"start = consumed // (micro * dp) * (micro * dp) = {consumed} // {new.loader_batch} * "
+           f"{new.loader_batch} = {first * new.loader_batch}")
+    return ResumeStart(consumed, first * new.loader_batch, how)

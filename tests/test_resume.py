@@ -1,0 +1,86 @@
+"""Where a resumed NeoX run starts drawing (neox_epoch.resume) against GPT-NeoX's own resume code.
+
+Randomized old/new batch shapes: NeoX's real ``shift_and_wrap_data_loaders`` and ``DistributedBatchSampler``
+(from the extracted GPT-NeoX tree, in NeoX's venv: tests/neox_cpu/resume_replay.py) start each resumed loader
+exactly where :func:`neox_start` says, and the arithmetic of skipped / repeated positions follows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+
+import frameworks
+import pytest
+
+from neox_epoch.errors import ConfigError
+from neox_epoch.resume import LoaderShape, hooked_start, neox_start
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _cases(count: int, seed: int) -> list[dict[str, int]]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(count):
+        micro, dp, gas = rng.randint(1, 4), rng.randint(1, 4), rng.randint(1, 4)
+        samples = rng.randint(micro * dp, 400)
+        out.append({"iteration": rng.randint(0, 300), "micro": micro, "dp": dp, "gas": gas, "samples": samples})
+    return out
+
+
+def _first_iteration(start: int, shape: LoaderShape, samples: int) -> list[int]:
+    """Brute force: the loader batches from ``start`` on; past the last whole one NeoX's ``itertools.cycle``
+    replays what it yielded, from the resumed loader's first batch (not from batch 0)."""
+    batches = samples // shape.loader_batch
+    first = start // shape.loader_batch
+    out: list[int] = []
+    for k in range(shape.gradient_accumulation):
+        b = first + k % (batches - first)
+        out.extend(range(b * shape.loader_batch, (b + 1) * shape.loader_batch))
+    return out
+
+
+@pytest.mark.neox
+def test_neox_start_equals_neox_s_own_resume(tmp_path):  # type: ignore[no-untyped-def]
+    """60 random (iteration, micro, dp, gas, dataset size): the first resumed iteration NeoX's code draws
+    starts at neox_start(...).start and is the loader batches from there."""
+    cases = _cases(60, seed=13)
+    path = tmp_path / "cases.json"
+    path.write_text(json.dumps(cases))
+    r = subprocess.run([frameworks.neox_python(), os.path.join(HERE, "neox_cpu", "resume_replay.py"),
+                        frameworks.neox_dir(), str(path)], capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, DS_ACCELERATOR="cpu"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    drawn = json.loads(r.stdout.strip().splitlines()[-1])
+    for case, got in zip(cases, drawn, strict=True):
+        shape = LoaderShape(case["micro"], case["dp"], case["gas"])
+        start = neox_start(case["iteration"], 0, shape, case["samples"]).start
+        assert got == _first_iteration(start, shape, case["samples"]), case
+
+
+def test_batch_doubled_at_a_resume_skips_what_neox_thinks_was_consumed():
+    """Old run: 100 iterations of 8 (micro 2 x dp 2 x gas 2) = 800 samples. Resumed with gas 4 (16 per
+    iteration): NeoX starts at (100 * 4 % 1000) * 4 = 1600, skipping samples 800..1599; the hooks start at 800."""
+    new = LoaderShape(2, 2, 4)
+    stock = neox_start(100, 800, new, dataset_samples=4000)  # 1000 loader batches of 4
+    assert stock.start == (100 * 4 % 1000) * 4 == 1600 and stock.skipped == (800, 1600) and stock.repeated is None
+    hooked = hooked_start(800, new)
+    assert hooked.start == 800 and hooked.skipped is None and hooked.repeated is None
+
+
+def test_batch_halved_repeats_and_a_partial_loader_batch_is_drawn_again():
+    """Old: 100 x 16 = 1600 consumed; new gas 1 (4 per iteration): NeoX starts at 100 * 4 = 400 and trains
+    400..1599 again. Old 3 x 6 = 18 consumed, new loader batch 4: the hooks start at 16 and repeat 16, 17."""
+    stock = neox_start(100, 1600, LoaderShape(2, 2, 1), dataset_samples=4000)
+    assert stock.start == 400 and stock.repeated == (400, 1600)
+    assert hooked_start(18, LoaderShape(2, 2, 1)).repeated == (16, 18)
+
+
+def test_bad_shapes_are_one_line_errors():
+    with pytest.raises(ConfigError, match="gradient_accumulation: expected a whole number >= 1, found 0"):
+        LoaderShape(2, 2, 0)
+    with pytest.raises(ConfigError, match="fewer than one loader batch of 8"):
+        neox_start(5, 0, LoaderShape(4, 2, 1), dataset_samples=7)
