@@ -103,12 +103,13 @@ def test_blend_resumed_with_a_doubled_batch(runs: dict[str, str]) -> None:
     assert [(j.source, j.before, j.after) for j in r.jumps] == [("web", 90, 182), ("code", 63, 126),
                                                                 ("books", 87, 172)]
     assert sum(j.before for j in r.jumps) == 30 * 8 and sum(j.after for j in r.jumps) == 30 * 16
-    assert any("code: pass 2 begins inside that jump" in n for n in r.notes())
+    assert any("code: pass 2 began inside that jump" in n for n in r.notes())
     assert [(x.launch, x.iteration, x.train_iters, x.kind) for x in s.stops] == [(1, 30, 111, "stopped early")]
     by = {x.name: x for x in s.sources}
     assert [(b.launch, b.iteration, b.pass_number, b.sample) for b in by["books"].boundaries] == [(2, 39, 2, 608)]
     assert 608 // 16 + 1 == 39  # blend sample 608 is in iteration 39 of batch 16
     assert [p.samples for p in by["web"].points if p.iteration == 30] == [90, 182]  # both launches' records
+    assert [x.boundary_text() for x in rows] == ["-", "pass 2 inside the jump at the resume @ 30", "pass 2 @ 39"]
     assert [(x.source, x.samples, x.samples_per_epoch, round(x.passes, 6), x.planned_passes) for x in rows] == [
         ("web", 334, 335, 0.997015, 1.0), ("code", 231, 116, 1.991379, 2.0), ("books", 315, 216, 1.458333, 1.5)]
     # separated epochs: books 315 = 216 + 99 -> 99/216 of its 6923 tokens seen twice (3173.0), the rest once

@@ -83,8 +83,9 @@ def estimate(source: str, samples: int, samples_per_epoch: int, tokens: int, epo
         fr = [0.0] * k + [1 - f, f]
         counts = _integer_split(tokens, fr)
         why = "each epoch shuffled on its own" if separate else "one epoch built"
-        how = (f"{why}: samples / samples_per_epoch = {samples:,d} / {samples_per_epoch:,d} = {k} whole passes + "
-               f"{f:.6f} of a pass; {1 - f:.6f} of the {tokens:,d} tokens seen {k} times, {f:.6f} seen {k + 1} times")
+        how = (f"{why}: samples / samples_per_epoch = {samples:,d} / {samples_per_epoch:,d} = {k} whole "
+               f"pass{'' if k == 1 else 'es'} + {f:.6f} of a pass; {1 - f:.6f} of the {tokens:,d} tokens seen {k}x, "
+               f"{f:.6f} seen {k + 1}x")
     while len(counts) > 1 and counts[-1] == 0:
         counts.pop()
     return Histogram(source, ESTIMATED, tuple(enumerate(counts)), how, samples)

@@ -62,7 +62,7 @@ def _numbers_table(rows: list[NumberRow], series: Series) -> str:
     out = []
     for k, r in enumerate(rows):
         planned = "-" if r.planned_passes is None else f"{r.planned_passes:g}"
-        bounds = ", ".join(f"pass {b.pass_number} @ {b.iteration:,d}" for b in r.boundaries) or "-"
+        bounds = r.boundary_text()
         if r.input_tokens is None:
             inputs = "-"
         else:

@@ -101,9 +101,9 @@ class ResumeMark:
             out.append(f"{j.source}: the counters say {j.before} samples before the resume and {j.after} after it, "
                        f"at the same iteration {self.iteration} (the resumed counters assume this launch's batch "
                        "from iteration 0)")
-            if j.pass_after != j.pass_before:
-                out.append(f"{j.source}: pass {j.pass_after} begins inside that jump (pass {j.pass_before} before, "
-                           f"{j.pass_after} after): no pass_start record marks it")
+            if j.pass_after > j.pass_before:
+                out.append(f"{j.source}: {_passes(j.pass_before + 1, j.pass_after)} began inside that jump (pass "
+                           f"{j.pass_before} before, {j.pass_after} after): no pass_start record marks it")
         return out
 
 
@@ -156,6 +156,10 @@ def _show(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:g}"
     return str(v)
+
+
+def _passes(first: int, last: int) -> str:
+    return f"pass {first}" if first == last else f"passes {first}-{last}"
 
 
 def _snapshots(launch: Launch) -> list[Snapshot]:
@@ -282,6 +286,13 @@ class NumberRow:
     tokens: int | None
     input_tokens: int | None
     boundaries: tuple[Boundary, ...]
+    unmarked: tuple[tuple[int, int, int], ...] = ()
+    """``(first pass, last pass, resume iteration)``: passes that began inside a resume's jump (no pass_start)."""
+
+    def boundary_text(self) -> str:
+        parts = [f"pass {b.pass_number} @ {b.iteration:,d}" for b in self.boundaries]
+        parts += [f"{_passes(a, b)} inside the jump at the resume @ {it:,d}" for a, b, it in self.unmarked]
+        return ", ".join(parts) or "-"
 
     def arithmetic(self) -> str:
         text = (f"passes = samples / samples_per_epoch = {self.samples:,d} / {self.samples_per_epoch:,d} = "
@@ -299,8 +310,10 @@ def numbers(series: Series) -> list[NumberRow]:
             continue
         passes = p.samples / s.samples_per_epoch if s.samples_per_epoch else 0.0
         inputs = p.samples * series.seq_length if series.seq_length else None
+        unmarked = tuple((j.pass_before + 1, j.pass_after, r.iteration) for r in series.resumes for j in r.jumps
+                         if j.source == s.name and j.pass_after > j.pass_before)
         out.append(NumberRow(s.name, p.iteration, p.samples, s.samples_per_epoch, passes, p.passes, s.planned_passes,
-                             s.tokens, inputs, s.boundaries))
+                             s.tokens, inputs, s.boundaries, unmarked))
     return out
 
 
