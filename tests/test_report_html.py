@@ -20,7 +20,7 @@ from run_logs import blend_values, launch
 from neox_epoch.cli import main
 from neox_epoch.config import EpochBlock
 from neox_epoch.corpus import write_random_corpus
-from neox_epoch.run_report import exposure, log, series
+from neox_epoch.run_report import exposure, log, series, svg
 from neox_epoch.run_report.cli import build
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -145,6 +145,29 @@ def test_early_stop(runs: dict[str, str]) -> None:
     p = 297 / 671
     assert h.tokens == ((0, 3339), (1, 5303), (2, 2106))
     assert abs(h.tokens[0][1] - 10748 * (1 - p) ** 2) < 1 and abs(h.tokens[2][1] - 10748 * p * p) < 1
+
+
+def test_rollback_and_missing_final(runs: dict[str, str], tmp_path: Any) -> None:
+    """A launch resumed from an earlier checkpoint than the previous one reached trains those iterations again;
+    a launch whose final record is missing (killed) is marked as such at its last counters."""
+    one = {"data_path": os.path.join(os.path.dirname(runs["one"]), "web"), "split": "98,1,1", "seq_length": 32,
+           "train_batch_size": 4, "eval_interval": 1000, "eval_iters": 1}
+    blk = EpochBlock(epochs=2, separate_epochs=True)
+    launch(str(tmp_path), one, blk, 0, 60, 10)
+    path = launch(str(tmp_path), one, blk, 50, None, 10)
+    s = build(path)[0]
+    (r,) = s.resumes
+    assert (r.iteration, r.previous_iteration, r.changes, r.jumps) == (50, 60, (), ())
+    assert r.label() == "resume @ 50: nothing changed"
+    assert "iterations 51..60 are trained again" in r.notes()[0]
+    lines = open(path, encoding="utf-8").read().splitlines()
+    killed = tmp_path / "killed.jsonl"
+    cut = max(k for k, x in enumerate(lines) if json.loads(x).get("iteration") == 120)
+    killed.write_text("\n".join(lines[:cut + 1]) + "\n")  # killed after iteration 120's record: no final
+    s = build(str(killed))[0]
+    assert [x.label() for x in s.stops] == ["stopped early @ 60 of 163", "no final record after 120 (of 163)"]
+    assert [x.status for x in s.launches] == ["stopped early", "no final record"]
+    assert (s.complete, s.last_iteration) == (False, 120)
 
 
 @pytest.mark.skipif(not os.path.isdir(CACHE), reason="tests/fixtures/neox/neox_cache missing")
@@ -293,3 +316,12 @@ def test_series_are_frozen(runs: dict[str, str]) -> None:
         run.launches[0].train_iters = 1  # type: ignore[misc]
     with pytest.raises(AttributeError):
         series.compute(run).sources[0].points[0].samples = 1  # type: ignore[misc]
+
+
+def test_long_runs_keep_the_page_small() -> None:
+    """A curve of 100,000 records is drawn with at most MAX_POINTS vertices, first and last kept."""
+    pts = list(range(100_000))
+    thinned = svg.thin(pts, svg.MAX_POINTS)
+    assert len(thinned) == svg.MAX_POINTS and thinned[0] == 0 and thinned[-1] == 99_999
+    assert thinned == sorted(set(thinned))
+    assert svg.thin(pts[:10], svg.MAX_POINTS) == pts[:10]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
@@ -77,12 +78,20 @@ def to_json(s: series.Series, hists: list[exposure.Histogram], notes: list[str],
     }
 
 
+def _readable(path: str) -> None:
+    """The page gets the mode of a file created normally (umask), not the temporary file's 0600: it is shared."""
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(path, 0o666 & ~mask)
+
+
 def run(args: argparse.Namespace) -> int:
     if not args.html and not args.json:
         raise log.RunLogError("report: nothing to write; give --html OUT.html and/or --json")
     s, hists, notes, rows = build(args.run, args.audit)
     if args.html:
         write_text_atomic(args.html, page.render(s, hists, notes, rows, args.title or "neox-epoch run report"))
+        _readable(args.html)
         if not args.json:
             print(f"neox-epoch report: wrote {args.html} ({len(s.launches)} launches, {len(s.sources)} sources, "
                   f"last iteration {s.last_iteration} of {s.train_iters})")

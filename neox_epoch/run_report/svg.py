@@ -7,15 +7,34 @@ from __future__ import annotations
 
 import math
 from html import escape
+from typing import TypeVar
 
 from neox_epoch.run_report.exposure import ESTIMATED, Histogram
 from neox_epoch.run_report.series import Series
 
 #: Okabe-Ito colours (distinguishable with colour-vision deficiencies)
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
+T = TypeVar("T")
 FONT = "font-family=\"sans-serif\""
 #: a white outline under text drawn over lines
 HALO = 'paint-order="stroke" stroke="#fff" stroke-width="3"'
+
+
+#: at most this many vertices per curve segment (a long run logs every few iterations: the page stays small;
+#: passes grow linearly between records, so evenly spaced records draw the same line)
+MAX_POINTS = 1500
+#: pass boundaries labelled in the plot up to this many (more: diamonds only, numbers on hover and in the table)
+MAX_LABELS = 12
+#: a dot per record (with its numbers on hover) up to this many records per source
+MAX_DOTS = 400
+
+
+def thin(points: list[T], limit: int) -> list[T]:
+    """At most ``limit`` of ``points``, evenly spaced, the first and the last always kept."""
+    if len(points) <= limit:
+        return points
+    step = (len(points) - 1) / (limit - 1)
+    return [points[round(k * step)] for k in range(limit)]
 
 
 def colour(k: int) -> str:
@@ -117,6 +136,9 @@ def passes_plot(series: Series, width: int = 960) -> str:
     xe = fr.px(series.train_iters)
     body.append(f'<line x1="{xe}" y1="{fr.y1}" x2="{xe}" y2="{fr.y0}" stroke="#999" stroke-dasharray="2 3">'
                 f'<title>train_iters {series.train_iters:,d} (the last launch\'s plan)</title></line>')
+    body.append(f'<text x="{xe - 4}" y="{fr.y0 - 6}" text-anchor="end" font-size="10" fill="#777" {HALO} {FONT}>'
+                f'train_iters {series.train_iters:,d}</text>')
+    n_bounds = sum(len(s.boundaries) for s in series.sources)
     for k, s in enumerate(series.sources):
         c = colour(k)
         if s.planned_passes is not None:
@@ -131,22 +153,27 @@ def passes_plot(series: Series, width: int = 960) -> str:
                             f'<title>{_t(s.name)}: {a.samples:,d} samples at iteration {a.iteration:,d} (launch '
                             f'{a.launch}), {b.samples:,d} at iteration {b.iteration:,d} (launch {b.launch})</title>'
                             '</line>')
+        dots = len(s.points) <= MAX_DOTS
         for launch in sorted({p.launch for p in s.points}):
-            pts = [p for p in s.points if p.launch == launch]
+            pts = thin([p for p in s.points if p.launch == launch], MAX_POINTS)
             path = " ".join(f"{fr.px(p.iteration)},{fr.py(p.passes)}" for p in pts)
             body.append(f'<polyline points="{path}" fill="none" stroke="{c}" stroke-width="2.2" '
                         f'stroke-linejoin="round"><title>{_t(s.name)}, launch {launch}</title></polyline>')
-            for p in pts:
+            for p in pts if dots else ():
                 body.append(f'<circle cx="{fr.px(p.iteration)}" cy="{fr.py(p.passes)}" r="2.2" fill="{c}">'
                             f'<title>{_t(s.name)} @ iteration {p.iteration:,d}: {p.samples:,d} samples = '
                             f'{p.passes:.6f} passes (pass {p.pass_number})</title></circle>')
+        r = 6 if n_bounds <= MAX_LABELS else 4
         for b in s.boundaries:
             x, y = fr.px(b.iteration), fr.py(b.pass_number - 1)
-            body.append(f'<path d="M{x},{y - 6} L{x + 6},{y} L{x},{y + 6} L{x - 6},{y} Z" fill="#fff" stroke="{c}" '
+            body.append(f'<path d="M{x},{y - r} L{x + r},{y} L{x},{y + r} L{x - r},{y} Z" fill="#fff" stroke="{c}" '
                         f'stroke-width="2"><title>{_t(s.name)} starts pass {b.pass_number} at iteration '
                         f'{b.iteration:,d} (blend sample {b.sample:,d})</title></path>')
-            body.append(f'<text x="{x + 8}" y="{y - 7}" font-size="10" fill="{c}" {HALO} {FONT}>'
-                        f'pass {b.pass_number} @ {b.iteration:,d}</text>')
+            if n_bounds <= MAX_LABELS:
+                text = f"pass {b.pass_number} @ {b.iteration:,d}"
+                tx, anchor = _label_x(x + 4, text, 10, int(fr.x1))
+                body.append(f'<text x="{tx}" y="{y - 7}" text-anchor="{anchor}" font-size="10" fill="{c}" {HALO} '
+                            f'{FONT}>{_t(text)}</text>')
         # legend
         ly = fr.y1 + 14 + 34 * k
         body.append(f'<line x1="{fr.x1 + 12}" y1="{ly}" x2="{fr.x1 + 34}" y2="{ly}" stroke="{c}" stroke-width="2.5"/>')
