@@ -160,6 +160,12 @@ def test_rollback_and_missing_final(runs: dict[str, str], tmp_path: Any) -> None
     assert (r.iteration, r.previous_iteration, r.changes, r.jumps) == (50, 60, (), ())
     assert r.label() == "resume @ 50: nothing changed"
     assert "iterations 51..60 are trained again" in r.notes()[0]
+    restarted = launch(str(tmp_path / "again"), one, blk, 0, 40, 10)
+    launch(str(tmp_path / "again"), {**one, "seq_length": 64}, blk, 0, None, 10)
+    (r,) = build(restarted)[0].resumes  # a second launch from scratch, with a longer sequence
+    assert r.restart and r.label().startswith("restart from 0: train_iters 163 → ")
+    assert ("seq_length", 32, 64) in [(c.key, c.old, c.new) for c in r.changes]
+    assert "iterations 1..40 are trained again" in r.notes()[0]
     lines = open(path, encoding="utf-8").read().splitlines()
     killed = tmp_path / "killed.jsonl"
     cut = max(k for k, x in enumerate(lines) if json.loads(x).get("iteration") == 120)

@@ -83,10 +83,12 @@ class ResumeMark:
     """Where the previous launch's record ends (None: no earlier launch in the log)."""
     jumps: tuple[Jump, ...]
     consumed_samples: int | None
+    restart: bool = False
+    """A later launch without a resume record: it started again from iteration 0."""
 
     def label(self) -> str:
         what = ", ".join(c.label() for c in self.changes) if self.changes else "nothing changed"
-        return f"resume @ {self.iteration}: {what}"
+        return f"{'restart from' if self.restart else 'resume @'} {self.iteration}: {what}"
 
     def notes(self) -> list[str]:
         out = []
@@ -202,7 +204,7 @@ def _resume(number: int, launch: Launch, previous: Launch | None) -> ResumeMark 
         # a later launch that did not resume: a restart from scratch (iteration 0) - marked like a resume
         changes = tuple(plan_changes(previous, launch))
         prev = last_snapshot(previous)
-        return ResumeMark(number, 0, changes, "plans", prev.iteration if prev else None, (), None)
+        return ResumeMark(number, 0, changes, "plans", prev.iteration if prev else None, (), None, restart=True)
     if r.changed is not None:
         changes, origin = tuple(Change(k, o, n) for k, o, n in r.changed), "record"
     else:

@@ -125,7 +125,9 @@ def passes_plot(series: Series, width: int = 960) -> str:
     n_marks = len(series.resumes) + len(series.stops)
     top = 30 + 16 * n_marks
     height = 380 + 16 * n_marks
-    right = 150
+    legend = [s.name for s in series.sources] + [f"planned {s.planned_passes:g} (dashed)" for s in series.sources
+                                                   if s.planned_passes is not None]
+    right = int(min(300, max(150, 50 + 6.6 * max(len(t) for t in legend))))
     x_hi = max([series.train_iters, series.last_iteration, 1] + [p.iteration for s in series.sources for p in s.points])
     y_hi = max([1.0] + [p.passes for s in series.sources for p in s.points]
                + [s.planned_passes or 0.0 for s in series.sources])
