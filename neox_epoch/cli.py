@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "check-batch": "neox_epoch.batch.cli",
     "demo": "neox_epoch.demo",
     "launch": "neox_epoch.neox.launch",
+    "report": "neox_epoch.run_report.cli",
 }
 
 

@@ -1,0 +1,101 @@
+"""``neox-epoch report RUN_LOG_DIR [--html OUT.html] [--audit AUDIT.json] [--json]``.
+
+Reads the run's ``neox_epoch.jsonl`` (a log directory, a directory of launch directories, or the file) and
+writes one self-contained HTML page (atomically) and/or prints the parsed series as JSON (keys in the
+README). Exit 0, or 2 naming the file and line of a bad record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+from neox_epoch.atomic import write_text_atomic
+from neox_epoch.run_report import exposure, log, page, series
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "report",
+        help="a run's passes, pass boundaries, resumes and token exposure as one HTML page (or JSON)",
+        description="Read the run log the plugin writes (neox_epoch.jsonl in the neox_epoch block's log_dir) and "
+        "draw per-source passes over iterations with the pass boundaries, resumes with what changed, early stops "
+        "and the token exposure histogram, with every number's arithmetic.",
+    )
+    p.add_argument("run", metavar="RUN_LOG_DIR", help="the run's log_dir, a directory of launch log dirs, or the "
+                   ".jsonl file")
+    p.add_argument("--html", metavar="OUT.html", help="write the page here (one file: inline SVG, no scripts)")
+    p.add_argument("--audit", metavar="AUDIT.json", help="neox-epoch audit --json output: draw its exact per-index "
+                   "token histograms instead of the estimate from the counters")
+    p.add_argument("--json", action="store_true", help="print the parsed series as one JSON object")
+    p.add_argument("--title", help="the page's title (default: neox-epoch run report)")
+    p.set_defaults(func=run)
+
+
+def build(path: str, audit_path: str | None = None) -> tuple[series.Series, list[exposure.Histogram], list[str],
+                                                                list[series.NumberRow]]:
+    """Everything the page and the JSON show."""
+    rl = log.read_run(path)
+    s = series.compute(rl)
+    audit = exposure.read_audit(audit_path) if audit_path else None
+    hists, notes = exposure.histograms(s, rl.launches[-1], audit, audit_path or "")
+    return s, hists, notes, series.numbers(s)
+
+
+def to_json(s: series.Series, hists: list[exposure.Histogram], notes: list[str],
+            rows: list[series.NumberRow]) -> dict[str, Any]:
+    """The parsed series with stable keys (README: "neox-epoch report")."""
+    return {
+        "files": list(s.files),
+        "complete": s.complete,
+        "last_iteration": s.last_iteration,
+        "train_iters": s.train_iters,
+        "seq_length": s.seq_length,
+        "launches": [{"launch": r.number, "file": r.file, "line": r.line, "from_iteration": r.start,
+                      "to_iteration": r.end, "train_iters": r.train_iters, "train_batch_size": r.train_batch_size,
+                      "seq_length": r.seq_length, "mode": r.mode, "status": r.status} for r in s.launches],
+        "sources": [{"name": x.name, "prefix": x.prefix, "samples_per_epoch": x.samples_per_epoch, "tokens": x.tokens,
+                     "planned_passes": x.planned_passes,
+                     "points": [{"launch": p.launch, "iteration": p.iteration, "samples": p.samples,
+                                 "passes": p.passes, "pass": p.pass_number} for p in x.points],
+                     "pass_starts": [{"launch": b.launch, "iteration": b.iteration, "pass": b.pass_number,
+                                      "sample": b.sample} for b in x.boundaries]} for x in s.sources],
+        "resumes": [{"launch": r.launch, "iteration": r.iteration, "label": r.label(),
+                     "changed": {c.key: [c.old, c.new] for c in r.changes}, "changed_from": r.changes_from,
+                     "previous_iteration": r.previous_iteration,
+                     "jumps": {j.source: [j.before, j.after] for j in r.jumps},
+                     "consumed_samples": r.consumed_samples, "notes": r.notes()} for r in s.resumes],
+        "stops": [{"launch": x.launch, "iteration": x.iteration, "train_iters": x.train_iters, "kind": x.kind,
+                   "label": x.label()} for x in s.stops],
+        "numbers": [{"source": r.source, "iteration": r.iteration, "samples": r.samples,
+                     "samples_per_epoch": r.samples_per_epoch, "passes": round(r.passes, 6),
+                     "planned_passes": r.planned_passes, "tokens": r.tokens, "input_tokens": r.input_tokens,
+                     "arithmetic": r.arithmetic()} for r in rows],
+        "exposure": {"sources": {h.source: h.to_json() for h in hists}, "notes": list(notes)},
+    }
+
+
+def _readable(path: str) -> None:
+    """The page gets the mode of a file created normally (umask), not the temporary file's 0600: it is shared."""
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(path, 0o666 & ~mask)
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.html and not args.json:
+        raise log.RunLogError("report: nothing to write; give --html OUT.html and/or --json")
+    s, hists, notes, rows = build(args.run, args.audit)
+    if args.html:
+        write_text_atomic(args.html, page.render(s, hists, notes, rows, args.title or "neox-epoch run report"))
+        _readable(args.html)
+        if not args.json:
+            print(f"neox-epoch report: wrote {args.html} ({len(s.launches)} launches, {len(s.sources)} sources, "
+                  f"last iteration {s.last_iteration} of {s.train_iters})")
+    if args.json:
+        json.dump(to_json(s, hists, notes, rows), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    return 0

@@ -1,0 +1,341 @@
+"""Read a run log: ``neox_epoch.jsonl`` (one JSON object per line) into launches.
+
+Each launch of a run starts with a "plan" event (written when the data is built) and appends "resume"
+(started from a checkpoint), "counters" (every log interval), "pass_start" and "final" events to the same
+file. Any line that is not such an event is an error naming the file, the line number and what is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from neox_epoch.errors import NeoxEpochError
+
+#: the file the hooks write in the run's log_dir (neox_epoch.neox.counters.JSONL_NAME, not imported: no numpy)
+JSONL_NAME = "neox_epoch.jsonl"
+
+#: events the report reads; others (future writers) are skipped
+EVENTS = ("plan", "counters", "pass_start", "resume", "final")
+
+
+class RunLogError(NeoxEpochError):
+    """A run log is missing, unreadable or holds a line the plugin could not have written."""
+
+
+@dataclass(frozen=True)
+class SourceState:
+    """One source in a counters/resume/final event."""
+
+    samples: int
+    """Samples drawn from the source so far (exact)."""
+    passes: float
+    """``samples / samples_per_epoch`` as the writer rounded it (6 digits)."""
+    pass_number: int
+    """The pass in progress (1-based)."""
+    planned_passes: float | None = None
+    """Only in "final": the passes planned."""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A counters, resume or final event."""
+
+    line: int
+    iteration: int
+    sources: tuple[tuple[str, SourceState], ...]
+    consumed_samples: int | None = None
+
+    def get(self, name: str) -> SourceState | None:
+        return dict(self.sources).get(name)
+
+
+@dataclass(frozen=True)
+class PlanSource:
+    """One train source of a "plan" event."""
+
+    name: str
+    samples_per_epoch: int
+    prefix: str | None = None
+    dataset: str | None = None
+    tokens: int | None = None
+    epochs_built: int | None = None
+    samples_built: int | None = None
+    samples_drawn: int | None = None
+    passes: float | None = None
+    target_passes: float | None = None
+    separate_epochs: bool | None = None
+
+
+@dataclass(frozen=True)
+class PassStart:
+    line: int
+    iteration: int
+    source: str
+    pass_number: int
+    sample: int
+
+
+@dataclass(frozen=True)
+class Resume:
+    line: int
+    iteration: int
+    state: Snapshot
+    changed: tuple[tuple[str, Any, Any], ...] | None
+    """``(key, old, new)`` from the event's "changed" object; None when the writer gave none."""
+    consumed_samples: int | None
+
+
+@dataclass(frozen=True)
+class Final:
+    line: int
+    iteration: int
+    train_iters: int
+    complete: bool
+    state: Snapshot
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One launch: its plan and the events after it (up to the next plan)."""
+
+    file: str
+    line: int
+    """Line of the "plan" event (1-based)."""
+    iteration: int
+    """The plan event's iteration (NeoX's iteration when the data was built)."""
+    train_iters: int
+    train_batch_size: int
+    seq_length: int | None
+    mode: str | None
+    separate_epochs: bool | None
+    weights: tuple[float, ...] | None
+    sources: tuple[PlanSource, ...]
+    counters: tuple[Snapshot, ...]
+    pass_starts: tuple[PassStart, ...]
+    resume: Resume | None
+    final: Final | None
+
+    def source(self, name: str) -> PlanSource | None:
+        return next((s for s in self.sources if s.name == name), None)
+
+
+@dataclass(frozen=True)
+class RunLog:
+    files: tuple[str, ...]
+    launches: tuple[Launch, ...]
+
+
+# ---------------------------------------------------------------------------------------------------------
+
+
+def find_logs(path: str) -> list[str]:
+    """The JSONL files of ``path``: the file itself, ``path/neox_epoch.jsonl``, or (a directory of launch
+    directories) every ``neox_epoch.jsonl`` under it, ordered by the time of their first line."""
+    if os.path.isfile(path):
+        return [path]
+    if not os.path.exists(path):
+        raise RunLogError(f"{path}: no such file or directory; give the run's log_dir (the neox_epoch block's "
+                          f"log_dir, holding {JSONL_NAME}) or the .jsonl file")
+    direct = os.path.join(path, JSONL_NAME)
+    if os.path.isfile(direct):
+        return [direct]
+    found = sorted(os.path.join(root, JSONL_NAME) for root, _, files in os.walk(path) if JSONL_NAME in files)
+    if not found:
+        raise RunLogError(f"{path}: no {JSONL_NAME} in this directory or below it; the plugin writes it into the "
+                          "neox_epoch block's log_dir (set \"log_dir\" in the block) - give that directory")
+    return sorted(found, key=lambda f: (_first_time(f), f))
+
+
+def _first_time(path: str) -> float:
+    try:
+        with open(path, encoding="utf-8") as f:
+            for raw in f:
+                if raw.strip():
+                    t = json.loads(raw).get("time")
+                    return float(t) if isinstance(t, (int, float)) else 0.0
+    except (OSError, ValueError, AttributeError):
+        pass  # read_log names the problem
+    return 0.0
+
+
+def read_run(path: str) -> RunLog:
+    """Every launch in the run log(s) at ``path``."""
+    files = find_logs(path)
+    launches: list[Launch] = []
+    for f in files:
+        launches.extend(read_log(f))
+    return RunLog(tuple(files), tuple(launches))
+
+
+def read_log(path: str) -> list[Launch]:
+    """The launches of one JSONL file."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise RunLogError(f"{path}: cannot read it ({err})") from err
+    builders: list[_Builder] = []
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            obj = json.loads(raw)
+        except ValueError as err:
+            last = " (the last line: cut short by a crash while writing? delete it)" if number == len(lines) else ""
+            raise RunLogError(f"{where}: not JSON ({err}){last}; every line of {JSONL_NAME} is one JSON object "
+                              "written by the plugin") from err
+        if not isinstance(obj, dict) or not isinstance(obj.get("event"), str):
+            raise RunLogError(f"{where}: expected a JSON object with an \"event\" name, found {_short(obj)}")
+        event = obj["event"]
+        if event not in EVENTS:
+            continue
+        if event == "plan":
+            builders.append(_Builder(path, number, _plan(obj, where)))
+            continue
+        if not builders:
+            raise RunLogError(f"{where}: a \"{event}\" event before any \"plan\" event; each launch writes its plan "
+                              "first: is this the start of the file, or were lines removed?")
+        builders[-1].add(event, obj, number, where)
+    if not builders:
+        raise RunLogError(f"{path}: no \"plan\" event; the plugin writes one when NeoX builds the data (a file "
+                          "without it is not a run log of neox-epoch, or the run stopped before building its data)")
+    return [b.build() for b in builders]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# field readers: each names the line and the field
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _int(obj: Mapping[str, Any], key: str, where: str, optional: bool = False) -> Any:
+    v = obj.get(key)
+    if v is None and optional:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise RunLogError(f"{where}: \"{key}\": expected an integer >= 0, found {_short(v)}")
+    return v
+
+
+def _num(obj: Mapping[str, Any], key: str, where: str, optional: bool = False) -> Any:
+    v = obj.get(key)
+    if v is None and optional:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise RunLogError(f"{where}: \"{key}\": expected a number, found {_short(v)}")
+    return float(v)
+
+
+def _map(obj: Mapping[str, Any], key: str, where: str) -> dict[str, Any]:
+    v = obj.get(key)
+    if not isinstance(v, dict):
+        raise RunLogError(f"{where}: \"{key}\": expected an object, found {_short(v)}")
+    return v
+
+
+def _plan(obj: Mapping[str, Any], where: str) -> dict[str, Any]:
+    raw = obj.get("sources")
+    if not isinstance(raw, list) or not raw:
+        raise RunLogError(f"{where}: plan: \"sources\": expected a non-empty list of the train sources, found "
+                          f"{_short(raw)}")
+    sources = []
+    for k, s in enumerate(raw):
+        at = f"{where}: plan: sources[{k}]"
+        if not isinstance(s, dict) or not isinstance(s.get("name"), str):
+            raise RunLogError(f"{at}: expected an object with a \"name\", found {_short(s)}")
+        spe = _int(s, "samples_per_epoch", at)
+        sources.append(PlanSource(
+            name=s["name"], samples_per_epoch=spe, prefix=s.get("prefix"), dataset=s.get("dataset"),
+            tokens=_int(s, "tokens", at, True), epochs_built=_int(s, "epochs_built", at, True),
+            samples_built=_int(s, "samples_built", at, True), samples_drawn=_int(s, "samples_drawn", at, True),
+            passes=_num(s, "passes", at, True), target_passes=_num(s, "target_passes", at, True),
+            separate_epochs=bool(s["separate_epochs"]) if "separate_epochs" in s else None))
+    settings = obj.get("settings") if isinstance(obj.get("settings"), dict) else {}
+    w = settings.get("weights") if settings else None
+    weights = tuple(float(x) for x in w) if isinstance(w, list) and w else None
+    tbs = _int(obj, "train_batch_size", f"{where}: plan")
+    if tbs == 0:
+        raise RunLogError(f"{where}: plan: \"train_batch_size\": 0; expected samples per iteration > 0")
+    return {"iteration": _int(obj, "iteration", f"{where}: plan", True) or 0,
+            "train_iters": _int(obj, "train_iters", f"{where}: plan"), "train_batch_size": tbs,
+            "seq_length": _int(obj, "seq_length", f"{where}: plan", True), "mode": obj.get("mode"),
+            "separate_epochs": obj.get("separate_epochs"), "weights": weights, "sources": tuple(sources)}
+
+
+def _snapshot(obj: Mapping[str, Any], number: int, where: str, names: set[str], final: bool = False) -> Snapshot:
+    event = obj["event"]
+    raw = _map(obj, "sources", f"{where}: {event}")
+    out = []
+    for name, v in raw.items():
+        at = f"{where}: {event}: sources.{name}"
+        if name not in names:
+            raise RunLogError(f"{at}: not a train source of this launch's plan ({sorted(names)}); the lines of "
+                              "two runs mixed in one file?")
+        if not isinstance(v, dict):
+            raise RunLogError(f"{at}: expected {{\"samples\", \"passes\", \"pass\"}}, found {_short(v)}")
+        out.append((name, SourceState(_int(v, "samples", at), _num(v, "passes", at), _int(v, "pass", at),
+                                      _num(v, "planned_passes", at, True) if final else None)))
+    return Snapshot(number, _int(obj, "iteration", f"{where}: {event}"), tuple(out),
+                    _int(obj, "consumed_samples", f"{where}: {event}", True))
+
+
+class _Builder:
+    """Collects one launch's events."""
+
+    def __init__(self, path: str, line: int, plan: dict[str, Any]) -> None:
+        self.path, self.line, self.plan = path, line, plan
+        self.names = {s.name for s in plan["sources"]}
+        self.counters: list[Snapshot] = []
+        self.pass_starts: list[PassStart] = []
+        self.resume: Resume | None = None
+        self.final: Final | None = None
+
+    def add(self, event: str, obj: Mapping[str, Any], number: int, where: str) -> None:
+        if self.final is not None:
+            raise RunLogError(f"{where}: a \"{event}\" event after this launch's \"final\" (line {self.final.line}) "
+                              "and no new \"plan\" between them; lines of two runs mixed in one file?")
+        if event == "counters":
+            self.counters.append(_snapshot(obj, number, where, self.names))
+        elif event == "pass_start":
+            at = f"{where}: pass_start"
+            src = obj.get("source")
+            if src not in self.names:
+                raise RunLogError(f"{at}: \"source\": {_short(src)} is not a train source of this launch's plan "
+                                  f"({sorted(self.names)})")
+            self.pass_starts.append(PassStart(number, _int(obj, "iteration", at), src, _int(obj, "pass", at),
+                                              _int(obj, "sample", at)))
+        elif event == "resume":
+            if self.resume is not None or self.counters:
+                raise RunLogError(f"{where}: a second \"resume\" or one after counters in the same launch (plan at "
+                                  f"line {self.line}); each launch resumes once, before training")
+            changed = obj.get("changed")
+            pairs = None
+            if changed is not None:
+                if not isinstance(changed, dict) or not all(isinstance(v, list) and len(v) == 2
+                                                           for v in changed.values()):
+                    raise RunLogError(f"{where}: resume: \"changed\": expected {{key: [old, new]}}, found "
+                                      f"{_short(changed)}")
+                pairs = tuple((str(k), v[0], v[1]) for k, v in changed.items())
+            snap = _snapshot(obj, number, where, self.names)
+            self.resume = Resume(number, snap.iteration, snap, pairs,
+                                 _int(obj, "consumed_samples", f"{where}: resume", True))
+        elif event == "final":
+            snap = _snapshot(obj, number, where, self.names, final=True)
+            complete = obj.get("complete")
+            if not isinstance(complete, bool):
+                raise RunLogError(f"{where}: final: \"complete\": expected true or false, found {_short(complete)}")
+            self.final = Final(number, snap.iteration, _int(obj, "train_iters", f"{where}: final"), complete, snap)
+
+    def build(self) -> Launch:
+        p = self.plan
+        return Launch(self.path, self.line, p["iteration"], p["train_iters"], p["train_batch_size"], p["seq_length"],
+                      p["mode"], p["separate_epochs"], p["weights"], p["sources"], tuple(self.counters),
+                      tuple(self.pass_starts), self.resume, self.final)
