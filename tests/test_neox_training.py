@@ -315,6 +315,54 @@ def test_blend_valid_and_test_stay_as_neox_builds_them(blend_run: Run) -> None:
 
 
 # ------------------------------------------------------------------------------------------------------------
+# the same blend, stopped at iteration 105 with a global batch of 4 and resumed with 8 (gradient accumulation 2)
+
+BATCH_STOP = 105  # 105 x 4 = 420 consumed; 980 - 420 = 560 = 70 x 8 left: whole batches, nothing left over
+
+
+@pytest.fixture(scope="module")
+def batch_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    run = _new_run(tmp_path_factory, "batch")
+    cfg = _config(run.root, ["a", "b", "c"], BLEND_BLOCK, checkpoint_factor=BATCH_STOP)
+    _ok(_launch(run, {**cfg, "exit_interval": BATCH_STOP}, "first", frameworks.neox_dir()))
+    refused = _launch(run, {**cfg, "gradient_accumulation_steps": 2}, "refused", frameworks.neox_dir())
+    assert refused.returncode != 0
+    # the learning-rate schedule must follow the new end (or be kept): NeoX would assert; the hooks say it first
+    _ok(_launch(run, {**cfg, "gradient_accumulation_steps": 2, "override_lr_scheduler": True}, "doubled",
+                frameworks.neox_dir()))
+    return run
+
+
+def test_batch_change_resume_trains_every_token_its_target_passes(batch_run: Run) -> None:
+    """NeoX alone would start the resumed loader at (105 x 2 % 245) x 4 = sample 840 and never train samples
+    420..839; the hooks start at the 420 consumed (saved beside the checkpoint) and end when the run's 980
+    samples are drawn: iteration 105 + 560 / 8 = 175. The tokens trained are exactly those of the unchanged
+    run (test_blend_every_token_seen_its_target_passes_across_the_resume): same histograms, same draws."""
+    assert ("resuming iteration 105 with train_batch_size 4 -> 8 moves the end of the run from iteration 245 to 175"
+            in batch_run.outputs[1]) and "set override_lr_scheduler: true" in batch_run.outputs[1]
+    rec = batch_run.recorded()
+    per_iteration = np.bincount(rec.iterations)[1:].tolist()
+    assert per_iteration == [4] * BATCH_STOP + [8] * 70
+    ex = nt.exposure(rec, batch_run.sources(["a", "b", "c"]))
+    assert ex.histogram("a") == {0: 163, 1: 51584}
+    assert ex.histogram("b") == {1: 168, 2: 24812}
+    assert ex.histogram("c") == {0: 24329, 1: 24064}
+    assert np.bincount(ex.source_of_row).tolist() == [403, 389, 188]
+    state = json.loads(open(batch_run.path("ckpt", f"global_step{BATCH_STOP}", "neox_epoch_state.json")).read())
+    assert (state["consumed_samples"], state["train_batch_size"], state["samples_total"]) == (420, 4, 980)
+    assert state["drawn"] == [403, 389, 188]
+    resumed = [r for r in batch_run.jsonl() if r["event"] == "plan"][-1]
+    assert resumed["train_iters"] == 175 and resumed["train_batch_size"] == 8
+    assert resumed["resume"] == {"changed": {"train_batch_size": [4, 8]}, "start_sample": 420, "findings": [],
+                                 "consumed_samples": 420}
+    assert "stock NeoX: start = (iteration * gas % len(loader)) * micro * dp = (105 * 2 % 245) * 2 * 2 = 840" in (
+        batch_run.outputs[2])
+    final = [r for r in batch_run.jsonl() if r["event"] == "final"][-1]
+    assert final["iteration"] == 175 and final["complete"]
+    assert {n: v["samples"] for n, v in final["sources"].items()} == {"a": 403, "b": 389, "c": 188}
+
+
+# ------------------------------------------------------------------------------------------------------------
 # one source, epochs: 1, through the patch and NeoX's own deepy.py
 
 

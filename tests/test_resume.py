@@ -16,6 +16,7 @@ import frameworks
 import pytest
 
 from neox_epoch.errors import ConfigError
+from neox_epoch.neox.resume_state import ResumeState, TrainBuild, decide, read_state, write_state
 from neox_epoch.resume import LoaderShape, hooked_start, neox_start
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -84,3 +85,41 @@ def test_bad_shapes_are_one_line_errors():
         LoaderShape(2, 2, 0)
     with pytest.raises(ConfigError, match="fewer than one loader batch of 8"):
         neox_start(5, 0, LoaderShape(4, 2, 1), dataset_samples=7)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the state the hooks save beside a NeoX checkpoint, and how a changed batch resumes from it
+
+
+def _saved(consumed: int = 420, iteration: int = 105) -> ResumeState:
+    return ResumeState(iteration=iteration, consumed_samples=consumed, train_batch_size=4, loader_batch=4,
+                       samples_total=980, train_iters=245, builds={"train_0": TrainBuild(403, 1, 404)}, drawn=[403, 389, 188])
+
+
+def test_state_round_trips_through_the_checkpoint_directory(tmp_path):  # type: ignore[no-untyped-def]
+    write_state(str(tmp_path), _saved())
+    assert read_state(str(tmp_path)) == _saved()
+    assert read_state(str(tmp_path / "absent")) is None  # saved without the hooks
+
+
+def test_a_damaged_state_names_the_file_and_the_way_out(tmp_path):  # type: ignore[no-untyped-def]
+    (tmp_path / "neox_epoch_state.json").write_text('{"version": 1, "iteration": 3}')
+    with pytest.raises(ConfigError, match="neox_epoch_state.json: not a neox-epoch state .*delete it to resume as stock"):
+        read_state(str(tmp_path))
+
+
+def test_doubled_batch_resumes_at_the_consumed_samples_and_ends_with_the_run():
+    """420 consumed of 980 at iteration 105, new batch 8 (micro 2 x dp 2 x gas 2): start 420, 560 / 8 = 70
+    more iterations -> train_iters 175, nothing skipped, repeated or left over."""
+    d = decide(_saved(), LoaderShape(2, 2, 2))
+    assert (d.start, d.train_iters, d.findings, d.changed) == (420, 175, (), {"train_batch_size": [4, 8]})
+
+
+def test_findings_for_what_a_changed_batch_still_cannot_make_exact():
+    """400 consumed, left 580: batch 8 leaves 580 % 8 = 4 samples undrawn; loader batch 6 (micro 3 x dp 2)
+    starts at 396 and draws 396..399 again."""
+    d = decide(_saved(consumed=400, iteration=100), LoaderShape(2, 2, 2))
+    assert d.train_iters == 100 + 72 and [f.split(":")[0] for f in d.findings] == ["remainder"]
+    assert "the last 4 of the run's 980 samples are not drawn" in d.findings[0]
+    d = decide(_saved(consumed=400, iteration=100), LoaderShape(3, 2, 1))
+    assert d.start == 396 and d.findings[0].startswith("repeat-partial-batch: samples 396..399 are drawn again")

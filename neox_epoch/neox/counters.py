@@ -85,6 +85,9 @@ class PassCounters:
     """Writes one scalar (key, value, iteration) to TensorBoard/W&B, when NeoX has writers."""
     active: bool = True
     """False on ranks that do not log (everything becomes a no-op)."""
+    sample_offset: int = 0
+    """Samples drawn after iteration ``k`` are ``k * train_batch_size + sample_offset``: 0 unless the run resumed
+    with another global batch (then the consumed samples at the resume minus resume iteration x new batch)."""
     _iters: np.ndarray = field(init=False, repr=False)
     _counts: np.ndarray = field(init=False, repr=False)
     markers: list[Marker] = field(init=False)
@@ -104,16 +107,17 @@ class PassCounters:
         marks = [(i, b + 1) for i, s in enumerate(self.sources) for b in s.boundaries]
         n = len(self.sources)
         tbs = self.train_batch_size
+        off = int(self.sample_offset)
         if self.weights is None:
-            self._counts = (self._iters * tbs).reshape(-1, 1)
+            self._counts = np.maximum(self._iters * tbs + off, 0).reshape(-1, 1)
             positions = [k - 1 for _, k in marks]
         else:
-            draws = blend.greedy_draws(list(self.weights), [int(k) * tbs for k in iters], marks)
+            draws = blend.greedy_draws(list(self.weights), [max(0, int(k) * tbs + off) for k in iters], marks)
             self._counts = np.asarray(draws.counts, dtype=np.int64).reshape(len(iters), n)
             positions = list(draws.mark_positions)
         self.markers = sorted(
-            (Marker(pos // tbs + 1, self.sources[i].name, 2 + self.sources[i].boundaries.index(k - 1), pos)
-             for (i, k), pos in zip(marks, positions) if 0 <= pos < self.train_iters * tbs),
+            (Marker((pos - off) // tbs + 1, self.sources[i].name, 2 + self.sources[i].boundaries.index(k - 1), pos)
+             for (i, k), pos in zip(marks, positions) if 0 <= pos < self.train_iters * tbs + off),
             key=lambda m: (m.iteration, m.sample),
         )
         self.setup_seconds = time.perf_counter() - t0
@@ -127,10 +131,10 @@ class PassCounters:
         it0 = int(self._iters[k])
         if it0 == iteration:
             return base
-        tbs = self.train_batch_size
+        tbs, off = self.train_batch_size, self.sample_offset
         if self.weights is None:
-            return [iteration * tbs]
-        return blend.advance(list(self.weights), it0 * tbs, base, iteration * tbs)[0]
+            return [max(0, iteration * tbs + off)]
+        return blend.advance(list(self.weights), max(0, it0 * tbs + off), base, max(0, iteration * tbs + off))[0]
 
     def passes_at(self, iteration: int) -> dict[str, dict[str, float | int]]:
         """Per source: samples drawn, fractional passes, and the pass in progress (1-based)."""
@@ -144,8 +148,9 @@ class PassCounters:
         return out
 
     # ------------------------------------------------------------------------------------------------
-    def start(self, iteration: int) -> None:
-        """Begin (or resume) at ``iteration``: skip markers already passed."""
+    def start(self, iteration: int, changed: dict[str, list[int]] | None = None) -> None:
+        """Begin (or resume) at ``iteration``: skip markers already passed. ``changed``: what differs from the
+        run that saved the checkpoint (key -> [old, new]), written into the resume record."""
         self.start_iteration = int(iteration)
         self._next = bisect.bisect_right([m.iteration for m in self.markers], self.start_iteration)
         if not self.active:
@@ -153,7 +158,9 @@ class PassCounters:
         if iteration > 0:
             state = self.passes_at(iteration)
             log.info("neox_epoch: resumed at iteration %d: %s", iteration, _fmt(state))
-            self.sink.write({"event": "resume", "iteration": int(iteration), "sources": state})
+            self.sink.write({"event": "resume", "iteration": int(iteration), "sources": state,
+                             "consumed_samples": int(iteration) * self.train_batch_size + self.sample_offset,
+                             **({"changed": changed} if changed else {})})
 
     def step(self, iteration: int) -> None:
         """Call once per iteration (after it finished); O(1) unless a record is due."""
@@ -178,7 +185,7 @@ class PassCounters:
     def _record(self, iteration: int) -> None:
         state = self.passes_at(iteration)
         self.sink.write({"event": "counters", "iteration": int(iteration),
-                         "consumed_samples": int(iteration) * self.train_batch_size, "sources": state})
+                         "consumed_samples": int(iteration) * self.train_batch_size + self.sample_offset, "sources": state})
         if self.scalar is not None:
             for name, v in state.items():
                 self.scalar(f"neox_epoch/passes/{name}", float(v["passes"]), int(iteration))

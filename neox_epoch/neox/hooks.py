@@ -13,6 +13,9 @@ NeoX name (patched where NeoX looks it up)             what the wrapper does
 ``gpt2_dataset._build_index_mappings``                 records each build; ``separate_epochs``: builds an
                                                        epoch-separated index first (see ``index``)
 ``megatron.training.update_iterations``                keeps train_iters the planned value
+``megatron.training.save_checkpoint``                  writes the data position into the checkpoint
+                                                       (``resume_state``): a resume with another global
+                                                       batch starts at the consumed samples
 ``megatron.training.training_log``                     live counters (O(1) per step)
 ``megatron.training.train``                            start/resume counters; final report (also when NeoX
                                                        stops early: ``exit_interval``, an error)
@@ -29,10 +32,11 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import itertools
 import logging
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import Any
 
@@ -43,6 +47,16 @@ from neox_epoch.neox import index as sep
 from neox_epoch.neox.block import HookBlock
 from neox_epoch.neox.counters import JsonlSink, PassCounters, SourceCounter
 from neox_epoch.neox.planning import RunPlan, make_run_plan, values_from_args
+from neox_epoch.neox.resume_state import (
+    ResumeDecision,
+    ResumeState,
+    TrainBuild,
+    checkpoint_tag_to_load,
+    decide,
+    read_state,
+    write_state,
+)
+from neox_epoch.resume import LoaderShape, neox_start
 from neox_epoch.schedule import CODES as SCHEDULE_CODES
 from neox_epoch.semantics import neox as neox_sem
 
@@ -98,6 +112,15 @@ class State:
     normalize_calls: int = 0
     table: list[dict[str, Any]] = field(default_factory=list)
     sink: JsonlSink = field(default_factory=lambda: JsonlSink(None))
+    blend_request: tuple[list[float], list[int]] | None = None
+    """The train blend's (weights, num_samples) as handed to NeoX."""
+    saved: ResumeState | None = None
+    """What the checkpoint being resumed recorded (None: a new run, or saved without the hooks)."""
+    resume: ResumeDecision | None = None
+    """Set when the batch shape changed since ``saved``: where to start drawing and when to stop."""
+    consumed_base: int = 0
+    """Samples consumed at ``iteration_base`` (the iteration training started or resumed at)."""
+    iteration_base: int = 0
 
     @property
     def block(self) -> Any:
@@ -115,7 +138,8 @@ def plan_for(state: State, neox_args: Any) -> RunPlan:
     """Plan once per process from NeoX's parsed args; set train_iters and the schedule keys that follow it on
     ``neox_args`` (before NeoX builds its learning-rate scheduler), logging every change."""
     if state.run is None:
-        state.run = make_run_plan(values_from_args(neox_args), state.block, state.hook.settings)
+        state.run = _resumed(state, neox_args, make_run_plan(values_from_args(neox_args), state.block,
+                                                             state.hook.settings))
     rp = state.run
     apply_overwrite(neox_args, rp)
     tbs = getattr(neox_args, "train_batch_size", None)
@@ -124,6 +148,57 @@ def plan_for(state: State, neox_args: Any) -> RunPlan:
                         "neox-epoch launch (or check-batch) so both see the same world")
     _same_on_all_ranks(rp.train_iters)
     return rp
+
+
+def loader_shape(neox_args: Any) -> LoaderShape:
+    """The run's train loader shape from NeoX's args (dp = train_batch_size / (micro x grad-accum))."""
+    micro = int(getattr(neox_args, "train_micro_batch_size_per_gpu", 1) or 1)
+    gas = _gas(neox_args)
+    return LoaderShape(micro, int(neox_args.train_batch_size) // (micro * gas), gas)
+
+
+def _resumed(state: State, neox_args: Any, rp: RunPlan) -> RunPlan:
+    """The plan for a run resuming a checkpoint the hooks saved with another batch shape: start at the consumed
+    samples, stop when the run's samples are drawn (``enforce``: refuse what would still skip or repeat)."""
+    tag = checkpoint_tag_to_load(neox_args)
+    state.saved = read_state(tag) if tag else None
+    saved = state.saved
+    if saved is None:
+        return rp
+    shape = loader_shape(neox_args)
+    if (shape.train_batch_size, shape.loader_batch) == (saved.train_batch_size, saved.loader_batch):
+        return rp
+    decision = decide(saved, shape)
+    state.resume = decision
+    if rank() == 0:
+        log.warning("neox_epoch: resuming iteration %d with %s changed: the train loader starts at sample %d "
+                    "(the %d consumed) and train_iters is %d (%d samples in all)", saved.iteration, decision.changed,
+                    decision.start, saved.consumed_samples, decision.train_iters, saved.samples_total)
+    _check_lr_schedule(neox_args, saved, decision.train_iters)
+    for finding in decision.findings:
+        if state.block.enforce:
+            raise PlanError(f"neox_epoch: this resume would not be exact: {finding} (neox-epoch resume-check "
+                            "finding; enforce is on)")
+        if rank() == 0:
+            log.warning("neox_epoch: resume: %s", finding)
+    weights = tuple(saved.greedy_weights) if saved.greedy_weights else rp.weights
+    return replace(rp, plan=replace(rp.plan, train_iters=decision.train_iters), weights=weights)
+
+
+def _check_lr_schedule(neox_args: Any, saved: ResumeState, train_iters: int) -> None:
+    """NeoX's AnnealingLR refuses (an assertion) a checkpoint saved for other total or warmup iterations unless
+    told which schedule to keep: say so in one line before NeoX builds anything."""
+    if train_iters == saved.train_iters or getattr(neox_args, "lr_decay_iters", None):
+        return
+    if getattr(neox_args, "use_checkpoint_lr_scheduler", False) or getattr(neox_args, "override_lr_scheduler", False):
+        return
+    raise PlanError(
+        f"neox_epoch: resuming iteration {saved.iteration} with train_batch_size {saved.train_batch_size} -> "
+        f"{neox_args.train_batch_size} moves the end of the run from iteration {saved.train_iters} to {train_iters} (the "
+        "same samples in other batches), and NeoX's learning-rate scheduler refuses a checkpoint saved for other "
+        "total/warmup iterations; set override_lr_scheduler: true (the schedule ends with the data at "
+        f"{train_iters}), use_checkpoint_lr_scheduler: true (keep the saved one, ending at {saved.train_iters}), or "
+        "lr_decay_iters: N")
 
 
 def apply_overwrite(neox_args: Any, rp: RunPlan) -> None:
@@ -200,17 +275,9 @@ def _build_wrappers(state: State) -> dict[tuple[str, str], Any]:
         rp = state.run
         if role != "train" or rp is None or num_samples is None:
             return real_normalize(weights, num_samples)
-        if len(weights) != len(rp.train):
-            raise PlanError(f"train_data_weights: NeoX passes {len(weights)} weights, the plan has {len(rp.train)} "
-                            "train sources; the hooks and the config disagree")
-        if rp.exact_targets is not None:
-            raw = [float(w) for w in rp.plan.settings["weights"]]  # type: ignore[union-attr]
-            total = sum(raw)
-            return [w / total for w in raw], list(rp.exact_targets)
-        total = sum(weights)
-        norm = [w / total for w in weights]
-        buf = rp.buffer if rp.buffer is not None else neox_sem.BLEND_BUFFER
-        return norm, [int(math.ceil(num_samples * w * buf)) for w in norm]
+        state.blend_request = _blend_request(state, rp, weights, num_samples)
+        return list(state.blend_request[0]), list(state.blend_request[1])
+
 
     def _build_index_mappings(*args: Any, **kwargs: Any) -> Any:
         call = index_sig.bind(*args, **kwargs)
@@ -219,6 +286,8 @@ def _build_wrappers(state: State) -> dict[tuple[str, str], Any]:
         documents = np.asarray(a["documents"])
         sizes = a["sizes"]
         tokens = int(np.sum(sizes[documents], dtype=np.int64))
+        if state.resume is not None and str(a["name"]) in state.resume.state.builds:
+            a["num_samples"] = state.resume.state.builds[str(a["name"])].num_samples  # the saved run's indices
         epochs = a["num_epochs"] or neox_sem.num_epochs(tokens, a["seq_length"], a["num_samples"])
         separated = bool(state.block.separate_epochs and a["packing_impl"] == "packed"
                          and str(a["name"]).startswith("train") and epochs > 1)
@@ -261,9 +330,10 @@ def _loop_wrappers(state: State) -> dict[tuple[str, str], Any]:
 
     def train(*args: Any, **kwargs: Any) -> Any:
         neox_args = kwargs.get("neox_args", args[0] if args else None)
+        start_position(state, neox_args, int(getattr(neox_args, "iteration", 0) or 0))
         c = state.counters
         if c is not None:
-            c.start(int(getattr(neox_args, "iteration", 0) or 0))
+            c.start(int(getattr(neox_args, "iteration", 0) or 0), state.resume.changed if state.resume else None)
         try:
             return state.original("training", "train")(*args, **kwargs)
         finally:  # also when NeoX stops at exit_interval (sys.exit inside its loop); NeoX keeps neox_args.iteration
@@ -272,19 +342,75 @@ def _loop_wrappers(state: State) -> dict[tuple[str, str], Any]:
 
     def shift_and_wrap_data_loaders(*args: Any, **kwargs: Any) -> Any:
         call = shift_sig.bind(*args, **kwargs)
-        train_it, valid_it, test_it = state.original("training", "shift_and_wrap_data_loaders")(*args, **kwargs)
+        call.apply_defaults()
         neox_args, loaders = call.arguments["neox_args"], call.arguments["data_loaders"]
         loader = loaders.get("train") if isinstance(loaders, dict) else None
+        first = None
+        if state.resume is not None and loader is not None:
+            # NeoX would start the train loader at iteration * gas % len and wrap it at once (a loader with workers
+            # reads its start while itertools.cycle creates the iterator): NeoX shifts valid/test, the hooks train
+            call.arguments["data_loaders"] = {**loaders, "train": None}
+            _, valid_it, test_it = state.original("training", "shift_and_wrap_data_loaders")(*call.args, **call.kwargs)
+            first = state.resume.start // state.resume.shape.loader_batch
+            loader.batch_sampler.start_iter = first
+            train_it = itertools.cycle(loader) if call.arguments.get("loop", True) else iter(loader)
+            if rank() == 0:
+                stock = neox_start(state.resume.state.iteration, state.resume.state.consumed_samples,
+                                   state.resume.shape, len(loader) * state.resume.shape.loader_batch)
+                log.warning("neox_epoch: train loader starts at batch %d (sample %d, the consumed samples); stock "
+                            "NeoX: %s", first, state.resume.start, stock.how)
+        else:
+            train_it, valid_it, test_it = state.original("training", "shift_and_wrap_data_loaders")(*args, **kwargs)
         if train_it is not None and loader is not None:
-            train_it = ReplayGuard(train_it, neox_args, len(loader), bool(state.block.enforce))
+            train_it = ReplayGuard(train_it, neox_args, len(loader), bool(state.block.enforce), first)
         return train_it, valid_it, test_it
 
+    save_sig = inspect.signature(tr.save_checkpoint)
+
+    def save_checkpoint(*args: Any, **kwargs: Any) -> Any:
+        out = state.original("training", "save_checkpoint")(*args, **kwargs)
+        call = save_sig.bind(*args, **kwargs)
+        save_state(state, call.arguments["neox_args"], int(call.arguments["iteration"]))
+        return out
+
     return {
+        ("training", "save_checkpoint"): save_checkpoint,
         ("training", "update_iterations"): update_iterations,
         ("training", "training_log"): training_log,
         ("training", "train"): train,
         ("training", "shift_and_wrap_data_loaders"): shift_and_wrap_data_loaders,
     }
+
+
+def start_position(state: State, neox_args: Any, iteration: int) -> None:
+    """Where training starts: the saved consumed samples when the checkpoint has them, else NeoX's own count
+    (``iteration x train_batch_size``: right unless the batch changed before the hooks saved a state)."""
+    saved = state.saved
+    if saved is not None and saved.iteration != iteration:
+        raise PlanError(f"neox_epoch: NeoX resumed iteration {iteration} but the checkpoint state read before the build "
+                        f"is of iteration {saved.iteration}; the checkpoint's 'latest' changed during start-up, relaunch")
+    if saved is not None:
+        state.consumed_base, state.iteration_base = saved.consumed_samples, saved.iteration
+    else:
+        state.consumed_base, state.iteration_base = iteration * loader_shape(neox_args).train_batch_size, iteration
+
+
+def _blend_request(state: State, rp: RunPlan, weights: Any, num_samples: Any) -> tuple[list[float], list[int]]:
+    """The train blend's (weights, per-source num_samples) for NeoX: the saved run's when resuming with another
+    batch shape, the exact targets, or the block's buffer in place of 1.005."""
+    if state.resume is not None and state.resume.state.blend_weights:  # the saved run's blend, drawn the same
+        return list(state.resume.state.blend_weights), list(state.resume.state.blend_samples)
+    if len(weights) != len(rp.train):
+        raise PlanError(f"train_data_weights: NeoX passes {len(weights)} weights, the plan has {len(rp.train)} "
+                        "train sources; the hooks and the config disagree")
+    if rp.exact_targets is not None:
+        raw = [float(w) for w in rp.plan.settings["weights"]]  # type: ignore[union-attr]
+        total = sum(raw)
+        return [w / total for w in raw], list(rp.exact_targets)
+    total = sum(weights)
+    norm = [w / total for w in weights]
+    buf = rp.buffer if rp.buffer is not None else neox_sem.BLEND_BUFFER
+    return norm, [int(math.ceil(num_samples * w * buf)) for w in norm]
 
 
 def _prebuild_separated(state: State, a: dict[str, Any], documents: np.ndarray, sizes: np.ndarray, epochs: int) -> None:
@@ -322,12 +448,13 @@ class ReplayGuard:
     """NeoX's train iterator, counting the batches taken: past the loader's end (where ``itertools.cycle``
     starts replaying its first batches) it raises :class:`WrapError` (``enforce``) or logs one warning
     naming the iteration. The position is ``iteration * gradient_accumulation_steps`` plus the batches
-    taken since, so it also holds after a resume (NeoX's own start offset is taken modulo the loader)."""
+    taken since (``first``: the loader batch a resume with another batch shape starts at), so it also holds
+    after a resume (NeoX's own start offset is taken modulo the loader)."""
 
-    def __init__(self, inner: Any, neox_args: Any, batches: int, enforce: bool) -> None:
+    def __init__(self, inner: Any, neox_args: Any, batches: int, enforce: bool, first: int | None = None) -> None:
         self.inner, self.neox_args, self.batches, self.enforce = inner, neox_args, int(batches), enforce
         self.gas = _gas(neox_args)
-        self.position = int(getattr(neox_args, "iteration", 0) or 0) * self.gas
+        self.position = int(getattr(neox_args, "iteration", 0) or 0) * self.gas if first is None else first
         self.warned = False
 
     def __iter__(self) -> ReplayGuard:
@@ -380,30 +507,34 @@ def after_build(state: State, rp: RunPlan, neox_args: Any, loaders: Any) -> None
     for k, s in enumerate(rp.train):
         name = f"train_{k}" if rp.blended else "train"
         b = builds.get(name)
-        if b is not None and (b.epochs != s.epochs_built or b.samples_built != s.samples_built):
-            problems.append(f"{s.name}: NeoX built {b.epochs} epochs / {b.samples_built} samples, the plan "
-                            f"{s.epochs_built} / {s.samples_built}")
+        want = _expected_build(state, name, s)
+        if b is not None and (b.epochs, b.samples_built) != (want.epochs, want.samples_built):
+            problems.append(f"{s.name}: NeoX built {b.epochs} epochs / {b.samples_built} samples, the "
+                            f"{'saved run' if state.resume else 'plan'} {want.epochs} / {want.samples_built}")
         target = rp.targets.get(s.name, rp.targets.get(s.prefix)) if rp.targets else None
         rows.append({
             "name": s.name, "prefix": s.prefix, "dataset": name, "documents": s.documents, "tokens": s.tokens,
-            "samples_per_epoch": s.samples_per_epoch, "samples_requested": s.samples_requested,
-            "epochs_built": s.epochs_built, "samples_built": s.samples_built, "length": s.length,
+            "samples_per_epoch": s.samples_per_epoch, "samples_requested": want.num_samples,
+            "epochs_built": want.epochs, "samples_built": want.samples_built, "length": s.length,
             "samples_drawn": s.samples_drawn, "passes": s.passes, "target_passes": target,
             "tokens_unseen": s.tokens_unseen, "separate_epochs": bool(b.separated) if b else rp.separate_epochs,
         })
     train_loader = loaders.get("train") if isinstance(loaders, dict) else None
     ds = getattr(train_loader, "dataset", None)
     gas = _gas(neox_args)
-    if train_loader is not None and rp.train_iters * gas > len(train_loader):
+    resume = state.resume
+    first = resume.start // resume.shape.loader_batch if resume else 0
+    if train_loader is not None and first + (rp.train_iters - (resume.state.iteration if resume else 0)) * gas > len(
+            train_loader):
         msg = replay_message(len(train_loader) // gas + 1, len(train_loader), gas)
         if state.block.enforce:
             raise WrapError(f"neox_epoch: train_iters {rp.train_iters}: at {msg} (enforce is on)")
         if rank() == 0:
             log.warning("neox_epoch: train_iters %d: at %s", rp.train_iters, msg)
     if ds is not None and hasattr(ds, "dataset_index") and rp.blended:
-        n = rp.train_iters * rp.train_batch_size
+        n = resume.state.samples_total if resume else rp.train_iters * rp.train_batch_size
         got = np.bincount(np.asarray(ds.dataset_index[:n]), minlength=len(rp.train)).tolist()
-        want = [s.samples_drawn for s in rp.train]
+        want = list(resume.state.drawn) if resume and resume.state.drawn else [s.samples_drawn for s in rp.train]
         if got != want:
             problems.append(f"blend draws {got} in the first {n} samples, planned {want}")
         elif rp.exact_targets is not None and n < int(ds.size):
@@ -440,8 +571,42 @@ def after_build(state: State, rp: RunPlan, neox_args: Any, loaders: Any) -> None
         "remainder": {"samples": rp.plan.remainder_samples, "tokens": rp.plan.remainder_tokens},
         "eval_splits": EVAL_NOTE,
         "warnings": [w.to_json() for w in rp.plan.warnings], "problems": problems,
+        **({"resume": {"changed": resume.changed, "start_sample": resume.start, "findings": list(resume.findings),
+                       "consumed_samples": resume.state.consumed_samples}} if resume else {}),
     })
     state.counters = build_counters(state, rp, neox_args, active=top)
+
+
+def _expected_build(state: State, name: str, s: Any) -> TrainBuild:
+    """What NeoX should have built for train dataset ``name``: the saved run's build when resuming with another
+    batch shape (the same indices), else the plan's."""
+    if state.resume is not None and name in state.resume.state.builds:
+        return state.resume.state.builds[name]
+    return TrainBuild(s.samples_requested, s.epochs_built, s.samples_built)
+
+
+def save_state(state: State, neox_args: Any, iteration: int) -> None:
+    """Rank 0: write the data position into the checkpoint NeoX just saved (``{save}/global_step{iteration}``)."""
+    rp = state.run
+    save = getattr(neox_args, "save", None)
+    if rp is None or not save or rank() != 0:
+        return
+    tag_dir = os.path.join(save, f"global_step{int(iteration)}")
+    if not os.path.isdir(tag_dir):
+        return  # NeoX saved nothing there (e.g. a non-DeepSpeed checkpoint layout)
+    shape = loader_shape(neox_args)
+    saved = state.saved
+    builds = {b.name.replace(sep.NAME_SUFFIX, ""): TrainBuild(b.num_samples, b.epochs, b.samples_built)
+              for b in state.builds if b.name.startswith("train")}
+    write_state(tag_dir, ResumeState(
+        iteration=int(iteration),
+        consumed_samples=state.consumed_base + (int(iteration) - state.iteration_base) * shape.train_batch_size,
+        train_batch_size=shape.train_batch_size, loader_batch=shape.loader_batch,
+        samples_total=saved.samples_total if saved else rp.train_iters * rp.train_batch_size, train_iters=rp.train_iters,
+        builds=builds, drawn=list(saved.drawn) if saved else ([s.samples_drawn for s in rp.train] if rp.blended else []),
+        blend_weights=list(state.blend_request[0]) if state.blend_request else [],
+        blend_samples=list(state.blend_request[1]) if state.blend_request else [],
+        greedy_weights=list(rp.weights or [])))
 
 
 def build_counters(state: State, rp: RunPlan, neox_args: Any, active: bool) -> PassCounters:
@@ -452,9 +617,11 @@ def build_counters(state: State, rp: RunPlan, neox_args: Any, active: bool) -> P
         planned = row.get("target_passes") or s.passes
         srcs.append(SourceCounter(s.name, s.samples_per_epoch, tuple(bounds), float(planned)))
     scalar = _scalar_writer(state, neox_args) if active else None
+    resume = state.resume
+    offset = resume.state.consumed_samples - resume.state.iteration * rp.train_batch_size if resume else 0
     return PassCounters(tuple(srcs), rp.weights if rp.blended else None, rp.train_batch_size, rp.train_iters,
                         int(getattr(neox_args, "log_interval", None) or 100), sink=state.sink, scalar=scalar,
-                        active=active)
+                        active=active, sample_offset=offset)
 
 
 def _scalar_writer(state: State, neox_args: Any) -> Any:

@@ -1,0 +1,144 @@
+"""The data position a NeoX checkpoint resumes from, saved by the hooks beside each checkpoint.
+
+NeoX resumes its train loader at ``iteration * gradient_accumulation_steps`` loader batches of the *new*
+run (:mod:`neox_epoch.resume`), which is where the old run stopped only when the global batch did not
+change. The hooks therefore write ``neox_epoch_state.json`` into every checkpoint tag directory
+(``{save}/global_step{N}/``, rank 0, atomically): the samples consumed, the batch shape, the samples the
+run draws in all, and what each train dataset was built with. A resumed run reads it from the tag NeoX is
+about to load (``{load}/latest``, or the config's ``iteration``) before NeoX builds its data, rebuilds the
+same train indices, and starts drawing at the consumed samples.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from neox_epoch.atomic import write_text_atomic
+from neox_epoch.checkpoint import STATE_NAME
+from neox_epoch.errors import ConfigError
+from neox_epoch.resume import LoaderShape, hooked_start
+
+#: bump when the JSON layout changes
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class TrainBuild:
+    """How one train dataset was built (NeoX's ``_build_index_mappings`` arguments and result)."""
+
+    num_samples: int | None
+    epochs: int
+    samples_built: int
+
+
+@dataclass(frozen=True)
+class ResumeState:
+    """What the hooks record at a checkpoint."""
+
+    iteration: int
+    consumed_samples: int
+    """Train samples drawn by the end of ``iteration`` (all batch sizes the run had, summed)."""
+    train_batch_size: int
+    loader_batch: int
+    """micro batch x data-parallel ranks: the samples of one loader batch."""
+    samples_total: int
+    """The train samples the run draws in all (its first plan: train_iters x train_batch_size)."""
+    train_iters: int
+    """The run's train_iters when it saved (NeoX's learning-rate scheduler saved its schedule for it)."""
+    builds: dict[str, TrainBuild] = field(default_factory=dict)
+    """Per train dataset name (``train``, ``train_0``, ...)."""
+    drawn: list[int] = field(default_factory=list)
+    """Per train source, the samples the blend draws in ``samples_total`` (empty without a blend)."""
+    blend_weights: list[float] = field(default_factory=list)
+    """The weights handed to NeoX's blend (its draw order), empty without a blend."""
+    blend_samples: list[int] = field(default_factory=list)
+    """The per-source num_samples handed to NeoX's blend."""
+    greedy_weights: list[float] = field(default_factory=list)
+    """The float64-normalized weights the counters replay the blend's greedy with."""
+    version: int = VERSION
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1, sort_keys=True) + "\n"
+
+
+def checkpoint_tag_to_load(neox_args: Any) -> str | None:
+    """The tag directory NeoX's ``load_checkpoint`` will load, or None (no ``load``, ``finetune``, nothing saved)."""
+    load = getattr(neox_args, "load", None)
+    if not load or getattr(neox_args, "finetune", False):
+        return None
+    iteration = getattr(neox_args, "iteration", None)
+    if iteration is not None:
+        return os.path.join(load, f"global_step{int(iteration)}")
+    latest = os.path.join(load, "latest")
+    if not os.path.isfile(latest):
+        return None
+    with open(latest, encoding="utf-8") as f:
+        return os.path.join(load, f.read().strip())
+
+
+def read_state(tag_dir: str) -> ResumeState | None:
+    """The state saved in ``tag_dir``, or None when the checkpoint was saved without the hooks."""
+    path = os.path.join(tag_dir, STATE_NAME)
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            raw = json.load(f)
+        if raw.get("version") != VERSION:
+            raise ConfigError(f"{path}: version {raw.get('version')!r}, this neox-epoch reads version {VERSION}; "
+                              "resume with the neox-epoch that saved it")
+        builds = {k: TrainBuild(**v) for k, v in raw.pop("builds").items()}
+        return ResumeState(builds=builds, **raw)
+    except (OSError, ValueError, TypeError, KeyError) as err:
+        raise ConfigError(f"{path}: not a neox-epoch state ({type(err).__name__}: {err}); it was cut off or edited: "
+                          "restore it from the checkpoint's copy, or delete it to resume as stock NeoX") from None
+
+
+def write_state(tag_dir: str, state: ResumeState) -> None:
+    """Write ``state`` into ``tag_dir`` atomically."""
+    write_text_atomic(os.path.join(tag_dir, STATE_NAME), state.to_json())
+
+
+@dataclass(frozen=True)
+class ResumeDecision:
+    """How the hooks resume a run whose batch shape changed since ``state`` was saved."""
+
+    state: ResumeState
+    shape: LoaderShape
+    start: int
+    """First train sample position the resumed loader draws."""
+    train_iters: int
+    """The iteration at which the resumed run has drawn what the run draws in all (or the last whole batch)."""
+    findings: tuple[str, ...]
+    """``resume-check`` findings that still skip or repeat data (empty: exact)."""
+
+    @property
+    def changed(self) -> dict[str, list[int]]:
+        """What differs from the saved run: key -> [old, new]."""
+        out = {}
+        if self.state.train_batch_size != self.shape.train_batch_size:
+            out["train_batch_size"] = [self.state.train_batch_size, self.shape.train_batch_size]
+        if self.state.loader_batch != self.shape.loader_batch:
+            out["loader_batch"] = [self.state.loader_batch, self.shape.loader_batch]
+        return out
+
+
+def decide(state: ResumeState, shape: LoaderShape) -> ResumeDecision:
+    """Start at the consumed samples; end when the run has drawn its ``samples_total`` (whole new batches)."""
+    start = hooked_start(state.consumed_samples, shape)
+    left = state.samples_total - state.consumed_samples
+    train_iters = state.iteration + max(0, left) // shape.train_batch_size
+    findings = []
+    if start.repeated:
+        lo, hi = start.repeated
+        findings.append(f"repeat-partial-batch: samples {lo}..{hi - 1} are drawn again: {state.consumed_samples} "
+                        f"consumed is not a whole number of loader batches of {shape.loader_batch} "
+                        f"(micro batch x data parallel); choose a micro batch x dp that divides it")
+    if left % shape.train_batch_size:
+        findings.append(f"remainder: the last {left % shape.train_batch_size} of the run's {state.samples_total} "
+                        f"samples are not drawn: {left} left after iteration {state.iteration} is not a whole number "
+                        f"of batches of {shape.train_batch_size}; choose a global batch that divides {left}")
+    return ResumeDecision(state, shape, start.start, train_iters, tuple(findings))
