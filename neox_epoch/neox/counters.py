@@ -9,14 +9,15 @@ integer comparison per step, a table row per log interval.
 
 After a checkpoint resume the counters start at the resumed iteration; records before it are not
 repeated and markers already passed are not fired again.
+
+Record shapes, scalar keys, the JSONL sink and the source/marker types live in :mod:`neox_epoch.counters`
+(shared with megatron-core's counters) and are re-exported here under their old names.
 """
 
 from __future__ import annotations
 
 import bisect
-import json
 import logging
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -25,49 +26,25 @@ from typing import Any
 import numpy as np
 
 from neox_epoch import blend
+from neox_epoch.counters import (
+    JSONL_NAME,
+    JsonlSink,
+    Marker,
+    SourceCounter,
+    counter_scalars,
+    counters_record,
+    final_record,
+    fmt,
+    log_final,
+    log_pass_start,
+    pass_start_record,
+    pass_start_scalar,
+    sources_state,
+)
+
+__all__ = ["JSONL_NAME", "JsonlSink", "Marker", "PassCounters", "SourceCounter", "counters_for"]
 
 log = logging.getLogger("neox_epoch.neox")
-
-#: JSONL file name inside ``log_dir``
-JSONL_NAME = "neox_epoch.jsonl"
-
-
-@dataclass(frozen=True)
-class SourceCounter:
-    """What the counters need to know about one train source."""
-
-    name: str
-    samples_per_epoch: int
-    """Samples of one pass (the unit of ``passes``)."""
-    boundaries: tuple[int, ...]
-    """Draw counts after which the source starts pass 2, 3, ..."""
-    planned_passes: float
-
-
-@dataclass(frozen=True)
-class Marker:
-    """'source X starts pass p at iteration k'."""
-
-    iteration: int
-    source: str
-    pass_number: int
-    sample: int
-    """Blend position (0-based) of the pass's first sample."""
-
-
-class JsonlSink:
-    """Appends one JSON object per line to ``log_dir/neox_epoch.jsonl`` (opened per write: crash-safe)."""
-
-    def __init__(self, log_dir: str | None) -> None:
-        self.path = os.path.join(log_dir, JSONL_NAME) if log_dir else None
-        if self.path:
-            os.makedirs(log_dir, exist_ok=True)  # type: ignore[arg-type]
-
-    def write(self, record: dict[str, Any]) -> None:
-        if self.path is None:
-            return
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps({"time": round(time.time(), 3), **record}, sort_keys=False) + "\n")
 
 
 @dataclass
@@ -134,14 +111,7 @@ class PassCounters:
 
     def passes_at(self, iteration: int) -> dict[str, dict[str, float | int]]:
         """Per source: samples drawn, fractional passes, and the pass in progress (1-based)."""
-        out: dict[str, dict[str, float | int]] = {}
-        for s, c in zip(self.sources, self.counts_at(iteration)):
-            out[s.name] = {
-                "samples": c,
-                "passes": round(c / s.samples_per_epoch, 6) if s.samples_per_epoch else 0.0,
-                "pass": 1 + bisect.bisect_right(s.boundaries, c - 1) if c else 1,
-            }
-        return out
+        return sources_state(self.sources, self.counts_at(iteration))
 
     # ------------------------------------------------------------------------------------------------
     def start(self, iteration: int) -> None:
@@ -152,7 +122,7 @@ class PassCounters:
             return
         if iteration > 0:
             state = self.passes_at(iteration)
-            log.info("neox_epoch: resumed at iteration %d: %s", iteration, _fmt(state))
+            log.info("neox_epoch: resumed at iteration %d: %s", iteration, fmt(state))
             self.sink.write({"event": "resume", "iteration": int(iteration), "sources": state})
 
     def step(self, iteration: int) -> None:
@@ -168,43 +138,26 @@ class PassCounters:
         while self._next < len(self.markers) and self.markers[self._next].iteration <= iteration:
             m = self.markers[self._next]
             self._next += 1
-            log.info("neox_epoch: source %s starts pass %d at iteration %d (blend sample %d)",
-                     m.source, m.pass_number, m.iteration, m.sample)
-            self.sink.write({"event": "pass_start", "iteration": m.iteration, "source": m.source,
-                             "pass": m.pass_number, "sample": m.sample})
+            log_pass_start(log, m)
+            self.sink.write(pass_start_record(m))
             if self.scalar is not None:
-                self.scalar(f"neox_epoch/pass_start/{m.source}", float(m.pass_number), m.iteration)
+                self.scalar(*pass_start_scalar(m), m.iteration)
 
     def _record(self, iteration: int) -> None:
         state = self.passes_at(iteration)
-        self.sink.write({"event": "counters", "iteration": int(iteration),
-                         "consumed_samples": int(iteration) * self.train_batch_size, "sources": state})
+        self.sink.write(counters_record(iteration, int(iteration) * self.train_batch_size, state))
         if self.scalar is not None:
-            for name, v in state.items():
-                self.scalar(f"neox_epoch/passes/{name}", float(v["passes"]), int(iteration))
-                self.scalar(f"neox_epoch/samples/{name}", float(v["samples"]), int(iteration))
-                self.scalar(f"neox_epoch/pass/{name}", float(v["pass"]), int(iteration))
+            for key, value in counter_scalars(state).items():
+                self.scalar(key, value, int(iteration))
 
     def final(self, iteration: int) -> dict[str, Any]:
         """The final report (logged and written on the logging rank); returned on every rank."""
         state = self.passes_at(iteration)
-        complete = int(iteration) >= self.train_iters
-        report = {"event": "final", "iteration": int(iteration), "train_iters": self.train_iters,
-                  "complete": complete, "sources": {
-                      s.name: {**state[s.name], "planned_passes": s.planned_passes} for s in self.sources}}
+        report = final_record(iteration, self.train_iters, int(iteration) >= self.train_iters, self.sources, state)
         if self.active:
-            log.info("neox_epoch: final report at iteration %d of %d%s", iteration, self.train_iters,
-                     "" if complete else " (stopped early)")
-            for s in self.sources:
-                v = state[s.name]
-                log.info("neox_epoch:   %-24s %12d samples  %10.6f passes (planned %.6f)", s.name, v["samples"],
-                         v["passes"], s.planned_passes)
+            log_final(log, report)
             self.sink.write(report)
         return report
-
-
-def _fmt(state: dict[str, dict[str, float | int]]) -> str:
-    return ", ".join(f"{k} {v['passes']:.4f} passes" for k, v in state.items())
 
 
 def counters_for(names: Sequence[str], samples_per_epoch: Sequence[int], boundaries: Sequence[Sequence[int]],
