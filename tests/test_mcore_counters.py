@@ -231,3 +231,36 @@ def test_direct_dataset_and_inactive_rank(corpus: Any, tmp_path: Path) -> None:
     assert [(r["iteration"], r["sample"]) for r in starts] == [(spe // 4 + 1, spe)]
     assert not (tmp_path / "r1").exists() and quiet.state_dict() == c.state_dict()
     assert [(m.iteration, m.sample) for m in quiet.markers] == [(spe // 4 + 1, spe)]
+
+
+def test_neox_and_megatron_core_write_the_same_records_and_tags(corpus: Any, tmp_path: Path) -> None:
+    """One report reads both: on the same run (one source, two passes, batch 4 every iteration) NeoX's
+    PassCounters and megatron-core's LiveCounters write the same counters, pass_start and final records (the
+    megatron-core ones carry consumed_samples / train_samples besides) and the same scalar tags and values."""
+    from neox_epoch.neox.counters import JsonlSink, counters_for
+
+    prefix = corpus("solo", 7, 80, 1, 300)
+    setup = exact_config(gpt_config([prefix], None, str(tmp_path / "cache")), 2, 4)
+    spe, iters = setup.plan.sources[0].samples_per_epoch, setup.train_iters
+    neox_scalars: list[tuple[str, float, int]] = []
+    neox = counters_for(["solo"], [spe], [[spe]], [2.0], None, train_batch_size=4, train_iters=iters, log_interval=5,
+                        sink=JsonlSink(str(tmp_path / "neox")), scalar=lambda k, v, i: neox_scalars.append((k, v, i)))
+    tb = TensorBoardLike()
+    mcore = live_counters(build_train(setup), setup, log_dir=str(tmp_path / "mcore"), writer=tb, log_interval=5,
+                          active=True)
+    neox.start(0)
+    for it in range(1, iters + 1):
+        neox.step(it)
+        mcore.step(it, it * 4)
+    neox.final(iters)
+    mcore.final()
+
+    def shape(records: list[dict[str, Any]], drop: tuple[str, ...]) -> list[dict[str, Any]]:
+        return [{k: v for k, v in r.items() if k not in ("time", *drop)} for r in records if r["event"] != "plan"]
+
+    assert shape(jsonl(tmp_path / "mcore"), ("train_samples",)) == [
+        {**r, "consumed_samples": iters * 4} if r["event"] == "final" else
+        {**r, "consumed_samples": r["iteration"] * 4} if r["event"] == "pass_start" else r
+        for r in shape(jsonl(tmp_path / "neox"), ())]
+    assert [r["event"] for r in jsonl(tmp_path / "mcore") if r["event"] == "pass_start"] == ["pass_start"]
+    assert sorted(tb.calls) == sorted(neox_scalars)

@@ -10,8 +10,8 @@ integer comparison per step, a table row per log interval.
 After a checkpoint resume the counters start at the resumed iteration; records before it are not
 repeated and markers already passed are not fired again.
 
-Record shapes, scalar keys, the JSONL sink and the source/marker types live in :mod:`neox_epoch.counters`
-(shared with megatron-core's counters) and are re-exported here under their old names.
+The JSONL sink, the source and marker types, the record shapes and the scalar tags are framework-neutral
+(:mod:`neox_epoch.counters`, shared with megatron-core's counters); the names stay importable from here.
 """
 
 from __future__ import annotations
@@ -26,21 +26,7 @@ from typing import Any
 import numpy as np
 
 from neox_epoch import blend
-from neox_epoch.counters import (
-    JSONL_NAME,
-    JsonlSink,
-    Marker,
-    SourceCounter,
-    counter_scalars,
-    counters_record,
-    final_record,
-    fmt,
-    log_final,
-    log_pass_start,
-    pass_start_record,
-    pass_start_scalar,
-    sources_state,
-)
+from neox_epoch.counters import JSONL_NAME, JsonlSink, Marker, SourceCounter
 
 __all__ = ["JSONL_NAME", "JsonlSink", "Marker", "PassCounters", "SourceCounter", "counters_for"]
 
@@ -111,7 +97,14 @@ class PassCounters:
 
     def passes_at(self, iteration: int) -> dict[str, dict[str, float | int]]:
         """Per source: samples drawn, fractional passes, and the pass in progress (1-based)."""
-        return sources_state(self.sources, self.counts_at(iteration))
+        out: dict[str, dict[str, float | int]] = {}
+        for s, c in zip(self.sources, self.counts_at(iteration)):
+            out[s.name] = {
+                "samples": c,
+                "passes": round(c / s.samples_per_epoch, 6) if s.samples_per_epoch else 0.0,
+                "pass": 1 + bisect.bisect_right(s.boundaries, c - 1) if c else 1,
+            }
+        return out
 
     # ------------------------------------------------------------------------------------------------
     def start(self, iteration: int) -> None:
@@ -122,7 +115,7 @@ class PassCounters:
             return
         if iteration > 0:
             state = self.passes_at(iteration)
-            log.info("neox_epoch: resumed at iteration %d: %s", iteration, fmt(state))
+            log.info("neox_epoch: resumed at iteration %d: %s", iteration, _fmt(state))
             self.sink.write({"event": "resume", "iteration": int(iteration), "sources": state})
 
     def step(self, iteration: int) -> None:
@@ -138,26 +131,43 @@ class PassCounters:
         while self._next < len(self.markers) and self.markers[self._next].iteration <= iteration:
             m = self.markers[self._next]
             self._next += 1
-            log_pass_start(log, m)
-            self.sink.write(pass_start_record(m))
+            log.info("neox_epoch: source %s starts pass %d at iteration %d (blend sample %d)",
+                     m.source, m.pass_number, m.iteration, m.sample)
+            self.sink.write({"event": "pass_start", "iteration": m.iteration, "source": m.source,
+                             "pass": m.pass_number, "sample": m.sample})
             if self.scalar is not None:
-                self.scalar(*pass_start_scalar(m), m.iteration)
+                self.scalar(f"neox_epoch/pass_start/{m.source}", float(m.pass_number), m.iteration)
 
     def _record(self, iteration: int) -> None:
         state = self.passes_at(iteration)
-        self.sink.write(counters_record(iteration, int(iteration) * self.train_batch_size, state))
+        self.sink.write({"event": "counters", "iteration": int(iteration),
+                         "consumed_samples": int(iteration) * self.train_batch_size, "sources": state})
         if self.scalar is not None:
-            for key, value in counter_scalars(state).items():
-                self.scalar(key, value, int(iteration))
+            for name, v in state.items():
+                self.scalar(f"neox_epoch/passes/{name}", float(v["passes"]), int(iteration))
+                self.scalar(f"neox_epoch/samples/{name}", float(v["samples"]), int(iteration))
+                self.scalar(f"neox_epoch/pass/{name}", float(v["pass"]), int(iteration))
 
     def final(self, iteration: int) -> dict[str, Any]:
         """The final report (logged and written on the logging rank); returned on every rank."""
         state = self.passes_at(iteration)
-        report = final_record(iteration, self.train_iters, int(iteration) >= self.train_iters, self.sources, state)
+        complete = int(iteration) >= self.train_iters
+        report = {"event": "final", "iteration": int(iteration), "train_iters": self.train_iters,
+                  "complete": complete, "sources": {
+                      s.name: {**state[s.name], "planned_passes": s.planned_passes} for s in self.sources}}
         if self.active:
-            log_final(log, report)
+            log.info("neox_epoch: final report at iteration %d of %d%s", iteration, self.train_iters,
+                     "" if complete else " (stopped early)")
+            for s in self.sources:
+                v = state[s.name]
+                log.info("neox_epoch:   %-24s %12d samples  %10.6f passes (planned %.6f)", s.name, v["samples"],
+                         v["passes"], s.planned_passes)
             self.sink.write(report)
         return report
+
+
+def _fmt(state: dict[str, dict[str, float | int]]) -> str:
+    return ", ".join(f"{k} {v['passes']:.4f} passes" for k, v in state.items())
 
 
 def counters_for(names: Sequence[str], samples_per_epoch: Sequence[int], boundaries: Sequence[Sequence[int]],
