@@ -10,6 +10,8 @@ Three steps, all cheap next to building the indices (megatron.core is imported o
         GPTDataset, setup.sizes, is_built_on_rank, setup.config).build()
     verify_build((train_ds, valid_ds, test_ds), setup)   # explicit form of what install() hooks in
     # train for setup.train_iters iterations (Megatron-LM: --train-iters setup.train_iters)
+    counters = live_counters(train_ds, setup, log_dir=run_dir, writer=tb_writer)   # live passes per source
+    counters.step(iteration, consumed_samples)                                     # after every iteration
 
 ``exact_config`` plans with the semantics of the INSTALLED megatron-core version
 (:func:`neox_epoch.detect.megatron_core_version`), replaces the blend weights by weights under which the
@@ -24,16 +26,20 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from neox_epoch.counters import is_logging_rank
 from neox_epoch.detect import megatron_core_version
 from neox_epoch.errors import ConfigError, NeoxEpochError, PlanError
+from neox_epoch.mcore_counters import CountersStateError, LiveCounters, live_counters
 from neox_epoch.plan import SPLITS, McoreOptions, Plan, PlanInput, SourcePlan, SourceSpec, exact_plan, passes_per_source
 
 logger = logging.getLogger("neox_epoch.mcore")
+
+__all__ = ["BuildMismatchError", "CountersStateError", "ExactSetup", "LiveCounters", "exact_config", "install",
+           "live_counters", "log_plan", "plan_lines", "verify_build"]
 
 
 class BuildMismatchError(NeoxEpochError):
@@ -162,10 +168,7 @@ def _check_no_spillover(plan: Plan, specs: Sequence[SourceSpec], passes: Mapping
 
 
 def _is_rank_zero() -> bool:
-    dist = sys.modules.get("torch.distributed")
-    if dist is not None and dist.is_available() and dist.is_initialized():  # type: ignore[attr-defined]
-        return int(dist.get_rank()) == 0  # type: ignore[attr-defined]
-    return int(os.environ.get("RANK", "0") or 0) == 0
+    return is_logging_rank()
 
 
 def plan_lines(plan: Plan) -> list[str]:

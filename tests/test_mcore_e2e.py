@@ -31,6 +31,7 @@ optional.require("megatron.core")
 from mcore_live import init_gloo, null_tokenizer  # noqa: E402
 
 from neox_epoch import idx  # noqa: E402
+from neox_epoch.counters import JSONL_NAME  # noqa: E402
 from neox_epoch.demo import write_demo_corpus  # noqa: E402
 from neox_epoch.errors import NeoxEpochError, PlanError  # noqa: E402
 from neox_epoch.mcore import BuildMismatchError, ExactSetup, exact_config, install, plan_lines, verify_build  # noqa: E402
@@ -254,9 +255,41 @@ def expected_numbers(data_dir: str) -> dict[str, Any]:
             "seen_once": tokens - remainder * E2E_SEQ - partial}
 
 
+def run_files(out: Path) -> dict[str, Any]:
+    """report.json, the counters' JSONL and the records (sample, source, source sample, crc32, iteration)."""
+    return {"report": json.loads((out / "report.json").read_text()),
+            "jsonl": [json.loads(x) for x in (out / JSONL_NAME).read_text().splitlines()],
+            "records": json.loads((out / "neox_epoch_consumed.json").read_text())["records"]}
+
+
+def drawn_after(records: list[list[int]], sources: int) -> np.ndarray:
+    """Per-source samples the model really received after each iteration: row k = after iteration k."""
+    last = max(r[4] for r in records)
+    per_iteration = np.zeros((last + 1, sources), dtype=np.int64)
+    for _, src, _, _, it in records:
+        per_iteration[it, src] += 1
+    return np.cumsum(per_iteration, axis=0)
+
+
+def pass_crossings(records: list[list[int]], samples_per_epoch: dict[str, int]) -> list[tuple[int, str, int, int]]:
+    """(iteration, source, pass, sample) where the recorded draws, in blend order, reach each source's next pass."""
+    seen = dict.fromkeys(samples_per_epoch, 0)
+    out = []
+    for n, src, _, _, it in sorted(records):
+        name = E2E_NAMES[src]
+        seen[name] += 1
+        if seen[name] > samples_per_epoch[name] and (seen[name] - 1) % samples_per_epoch[name] == 0:
+            out.append((it, name, 1 + (seen[name] - 1) // samples_per_epoch[name], n))
+    return out
+
+
+E2E_NAMES = [f"{name}_text_document" for name in E2E_SOURCES]
+
+
 @pytest.fixture(scope="module")
 def e2e(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """The check-batch mismatch flow, then the full run with the fixed config, then stop + resume."""
+    """The check-batch mismatch flow, then the full run with the fixed config, then stop + resume, then two passes
+    stopped at global batch 16 and resumed at global batch 32."""
     from neox_epoch.cli import main
 
     base = tmp_path_factory.mktemp("e2e")
@@ -274,11 +307,18 @@ def e2e(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     stopped = {"report_exists": (base / "resumed" / "report.json").exists(),
                "checkpoint": sorted(os.listdir(base / "resumed" / "checkpoints")), "log": first.stdout}
     second = launch(fixed, data_dir, base / "resumed", "--resume")
+    bigger = base / "ds_32.json"  # the resume's DeepSpeed config: micro 4 x grad accumulation 4 x dp 2 = 32
+    bigger.write_text(json.dumps({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4,
+                                  "gradient_accumulation_steps": 4, "steps_per_print": 1000000}))
+    launch(fixed, data_dir, base / "rebatched", "--epochs", "2", "--stop-at-iter", str(STOP_AT))
+    rebatched = launch(str(bigger), data_dir, base / "rebatched", "--epochs", "2", "--resume")
     return {
         "check": check, "fix_code": fix_code, "fixed": json.loads(Path(fixed).read_text()),
         "full": json.loads((base / "full" / "report.json").read_text()), "full_log": full.stdout,
         "resumed": json.loads((base / "resumed" / "report.json").read_text()), "resume_log": second.stdout,
         "stopped": stopped, "expected": expected_numbers(data_dir),
+        "files": {k: run_files(base / k) for k in ("full", "resumed", "rebatched")},
+        "rebatched_log": rebatched.stdout,
     }
 
 
@@ -329,10 +369,99 @@ def test_stop_mid_epoch_and_resume_is_still_exactly_one_pass(e2e: dict[str, Any]
     assert not stopped["report_exists"], "a stopped run proves nothing yet"
     assert stopped["checkpoint"] == [f"iter_{STOP_AT}", "latest"]
     assert "resumed from" in e2e["resume_log"] and f"at iteration {STOP_AT}" in e2e["resume_log"]
-    assert r["launches"] == [{"start_iter": 0, "end_iter": STOP_AT, "samples": STOP_AT * 16},
-                             {"start_iter": STOP_AT, "end_iter": 380, "samples": (380 - STOP_AT) * 16}]
+    assert r["launches"] == [
+        {"start_iter": 0, "end_iter": STOP_AT, "samples": STOP_AT * 16, "global_batch_size": 16,
+         "start_consumed": 0, "end_consumed": STOP_AT * 16},
+        {"start_iter": STOP_AT, "end_iter": 380, "samples": (380 - STOP_AT) * 16, "global_batch_size": 16,
+         "start_consumed": STOP_AT * 16, "end_consumed": 380 * 16}]
     for key in ("plan", "consumed", "tokens", "sources", "cross_check", "checks", "consumed_digest"):
         assert r[key] == full[key], key
     assert r["exactly_one_pass"] is True
     # the checkpoint carried the optimizer state and the sample counter: the same model, bit for bit
     assert r["model_checksum"] == full["model_checksum"] and r["final_loss"] == full["final_loss"]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# live counters under the real launcher: JSONL equal to what the model received
+
+
+def check_counters_equal_records(files: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every counters record's per-source samples and consumed_samples equal the recorded draws after that
+    iteration; returns the counters records."""
+    drawn = drawn_after(files["records"], len(E2E_NAMES))
+    counters = [r for r in files["jsonl"] if r["event"] == "counters"]
+    for r in counters:
+        assert [r["sources"][n]["samples"] for n in E2E_NAMES] == drawn[r["iteration"]].tolist(), r["iteration"]
+        assert r["consumed_samples"] == int(drawn[r["iteration"]].sum()), r["iteration"]
+    return counters
+
+
+@pytest.mark.slow
+def test_live_counters_equal_the_drawn_samples_in_one_run_and_across_a_resume(e2e: dict[str, Any]) -> None:
+    """One pass, global batch 16, counters every 10 iterations: the JSONL says what the model received."""
+    full = e2e["files"]["full"]
+    counters = check_counters_equal_records(full)
+    assert [r["iteration"] for r in counters] == list(range(10, 381, 10))
+    assert [r["event"] for r in full["jsonl"]] == ["plan", *["counters"] * 38, "final"]  # one pass: no pass 2 starts
+    final = full["jsonl"][-1]
+    assert final["complete"] is True and final["iteration"] == 380 and final["consumed_samples"] == 6080
+    planned = {s["name"]: s["samples_drawn_planned"] for s in full["report"]["sources"]}
+    assert {k: v["samples"] for k, v in final["sources"].items()} == planned
+    assert sum(planned.values()) == 6080 and all(v["pass"] == 1 for v in final["sources"].values())
+    # stopped at 100 and resumed with the same batch: the second launch continues the records, none twice
+    resumed = e2e["files"]["resumed"]
+    counters = check_counters_equal_records(resumed)
+    assert [r["iteration"] for r in counters] == list(range(10, 381, 10))
+    events = [r["event"] for r in resumed["jsonl"]]
+    assert events == ["plan", *["counters"] * 10, "final", "plan", "resume", *["counters"] * 28, "final"]
+    # same batch, same data: the same counters at every logged iteration as the uninterrupted run
+    assert [{**r, "time": 0} for r in counters] == [{**r, "time": 0} for r in full["jsonl"] if r["event"] == "counters"]
+
+
+@pytest.mark.slow
+def test_two_passes_stopped_at_batch_16_and_resumed_at_batch_32_count_exactly(e2e: dict[str, Any]) -> None:
+    """Megatron-core's resume story for a changed global batch: the checkpoint keeps consumed_samples (1600
+    after 100 iterations of 16) and the counters' state; the resume plans and builds the same data (planned
+    with batch 16), the sampler continues at sample 1600 with 32 per iteration, the counters continue at
+    1600 samples and every record equals what the model received."""
+    files = e2e["files"]["rebatched"]
+    r = files["report"]
+    assert r["global_batch_size"] == 32 and r["plan_global_batch_size"] == 16 and r["epochs"] == 2.0
+    # two passes: 2 epochs of 12161 samples (+1 where epochs' leftovers add up), planned for batch 16: 760 x 16
+    assert (r["plan"]["train_iters"], r["plan"]["train_samples"], r["plan"]["remainder_samples"]) == (760, 12160, 3)
+    # (12160 - 1600) / 32 = 330 iterations after the resume: iteration 430 ends at sample 12160, none left over
+    assert r["launches"] == [
+        {"start_iter": 0, "end_iter": 100, "samples": 1600, "global_batch_size": 16, "start_consumed": 0,
+         "end_consumed": 1600},
+        {"start_iter": 100, "end_iter": 430, "samples": 10560, "global_batch_size": 32, "start_consumed": 1600,
+         "end_consumed": 12160}]
+    assert r["consumed"] == {"samples": 12160, "distinct": 12160, "duplicates": 0, "expected": 12160}
+    assert all(r["checks"].values()) and r["exact_passes"] is True
+    t = r["tokens"]
+    # every train token twice except 264: the 3 remainder samples (192 tokens) and 72 tokens in no sample
+    assert (t["train_tokens"], t["seen_passes_times"], t["seen_more_than_passes"], t["shortfall"]) == (
+        389252, 388988, 0, 264)
+    assert (t["remainder_tokens"], t["leftover_tokens"], t["never_seen"]) == (192, 72, 0)
+    counters = check_counters_equal_records(files)
+    assert [c["iteration"] for c in counters] == [*range(10, 101, 10), *range(110, 431, 10)]
+    assert [c["consumed_samples"] for c in counters if c["iteration"] in (100, 110, 430)] == [1600, 1920, 12160]
+    events = [x["event"] for x in files["jsonl"]]
+    assert events[:12] == ["plan", *["counters"] * 10, "final"] and events[12:14] == ["plan", "resume"]
+    resume = files["jsonl"][13]
+    # 100 iterations x 16 = 1600 samples before the stop, of which the blend gave web 771, code 485, books 344
+    assert (resume["iteration"], resume["consumed_samples"]) == (100, 1600)
+    assert [resume["sources"][n]["samples"] for n in E2E_NAMES] == [771, 485, 344]
+    assert resume["global_batch_size_planned"] == 16
+    # each source starts pass 2 after its 1st-pass samples (web 2931, code 1843, books 1307) at blend samples
+    # 6082, 6081, 6083: iteration 241 = 100 + ceil((6084 - 1600) / 32) at 32 per iteration after the resume,
+    # where iteration x the first batch (6082 // 16 + 1 = 381) would put it
+    spe = {s["name"]: s["samples_per_epoch"] for s in r["sources"]}
+    assert spe == dict(zip(E2E_NAMES, [2931, 1843, 1307]))
+    starts = [(x["iteration"], x["source"], x["pass"], x["sample"]) for x in files["jsonl"] if x["event"] == "pass_start"]
+    assert starts == pass_crossings(files["records"], spe) == [
+        (241, "code_text_document", 2, 6081), (241, "web_text_document", 2, 6082), (241, "books_text_document", 2, 6083)]
+    final = files["jsonl"][-1]
+    assert final["event"] == "final" and final["complete"] is True and final["iteration"] == 430
+    assert {k: (v["samples"], v["pass"]) for k, v in final["sources"].items()} == dict(
+        zip(E2E_NAMES, [(5861, 2), (3686, 2), (2613, 2)]))
+    assert "resumed from" in e2e["rebatched_log"] and "global batch 32, was 16" in e2e["rebatched_log"]

@@ -9,14 +9,15 @@ integer comparison per step, a table row per log interval.
 
 After a checkpoint resume the counters start at the resumed iteration; records before it are not
 repeated and markers already passed are not fired again.
+
+The JSONL sink, the source and marker types, the record shapes and the scalar tags are framework-neutral
+(:mod:`neox_epoch.counters`, shared with megatron-core's counters); the names stay importable from here.
 """
 
 from __future__ import annotations
 
 import bisect
-import json
 import logging
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -25,49 +26,11 @@ from typing import Any
 import numpy as np
 
 from neox_epoch import blend
+from neox_epoch.counters import JSONL_NAME, JsonlSink, Marker, SourceCounter
+
+__all__ = ["JSONL_NAME", "JsonlSink", "Marker", "PassCounters", "SourceCounter", "counters_for"]
 
 log = logging.getLogger("neox_epoch.neox")
-
-#: JSONL file name inside ``log_dir``
-JSONL_NAME = "neox_epoch.jsonl"
-
-
-@dataclass(frozen=True)
-class SourceCounter:
-    """What the counters need to know about one train source."""
-
-    name: str
-    samples_per_epoch: int
-    """Samples of one pass (the unit of ``passes``)."""
-    boundaries: tuple[int, ...]
-    """Draw counts after which the source starts pass 2, 3, ..."""
-    planned_passes: float
-
-
-@dataclass(frozen=True)
-class Marker:
-    """'source X starts pass p at iteration k'."""
-
-    iteration: int
-    source: str
-    pass_number: int
-    sample: int
-    """Blend position (0-based) of the pass's first sample."""
-
-
-class JsonlSink:
-    """Appends one JSON object per line to ``log_dir/neox_epoch.jsonl`` (opened per write: crash-safe)."""
-
-    def __init__(self, log_dir: str | None) -> None:
-        self.path = os.path.join(log_dir, JSONL_NAME) if log_dir else None
-        if self.path:
-            os.makedirs(log_dir, exist_ok=True)  # type: ignore[arg-type]
-
-    def write(self, record: dict[str, Any]) -> None:
-        if self.path is None:
-            return
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps({"time": round(time.time(), 3), **record}, sort_keys=False) + "\n")
 
 
 @dataclass

@@ -1,0 +1,188 @@
+"""Live per-source pass counters, framework-neutral part: record shapes, scalar keys, sinks and writers.
+
+GPT-NeoX (:mod:`neox_epoch.neox.counters`, driven by the hooks) and megatron-core
+(:mod:`neox_epoch.mcore_counters`, driven by the user's training loop) count differently (NeoX replays its
+greedy blend by iteration; megatron-core reads the built blend's ``dataset_index`` by consumed samples) but
+write the same things, so one reader handles both:
+
+JSONL, one object per line in ``<log_dir>/neox_epoch.jsonl`` (every record also has ``"time"``):
+
+* ``{"event": "plan", "iteration", "train_iters", "train_batch_size", "sources": [...], ...}``
+* ``{"event": "resume", "iteration", "sources": {name: {"samples", "passes", "pass"}}, ...}``
+* ``{"event": "counters", "iteration", "consumed_samples", "sources": {name: {"samples", "passes", "pass"}}}``
+* ``{"event": "pass_start", "iteration", "source", "pass", "sample"}`` (``sample``: the blend position of
+  the source's first sample of that pass)
+* ``{"event": "final", "iteration", "train_iters", "complete", "sources": {name: {..., "planned_passes"}}}``
+
+Scalars (TensorBoard tag / W&B key), logged at the record's iteration:
+``neox_epoch/passes/<source>`` (fractional passes), ``neox_epoch/samples/<source>`` (samples drawn),
+``neox_epoch/pass/<source>`` (the pass in progress, 1-based), ``neox_epoch/pass_start/<source>`` (the pass
+number, at the iteration where it starts).
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from neox_epoch.errors import ConfigError
+
+#: JSONL file name inside ``log_dir``
+JSONL_NAME = "neox_epoch.jsonl"
+
+#: scalar tag prefixes; the tag is ``<prefix>/<source name>``
+SCALAR_PASSES = "neox_epoch/passes"
+SCALAR_SAMPLES = "neox_epoch/samples"
+SCALAR_PASS = "neox_epoch/pass"
+SCALAR_PASS_START = "neox_epoch/pass_start"
+
+SourceState = dict[str, float | int]
+"""``{"samples": drawn, "passes": drawn / samples_per_epoch (6 decimals), "pass": pass in progress}``"""
+
+
+@dataclass(frozen=True)
+class SourceCounter:
+    """What the counters need to know about one train source."""
+
+    name: str
+    samples_per_epoch: int
+    """Samples of one pass (the unit of ``passes``)."""
+    boundaries: tuple[int, ...]
+    """Draw counts after which the source starts pass 2, 3, ..."""
+    planned_passes: float
+
+
+@dataclass(frozen=True)
+class Marker:
+    """'source X starts pass p at iteration k'."""
+
+    iteration: int
+    source: str
+    pass_number: int
+    sample: int
+    """Blend position (0-based) of the pass's first sample."""
+
+
+class JsonlSink:
+    """Appends one JSON object per line to ``log_dir/neox_epoch.jsonl`` (opened per write: crash-safe)."""
+
+    def __init__(self, log_dir: str | None) -> None:
+        self.path = os.path.join(log_dir, JSONL_NAME) if log_dir else None
+        if self.path:
+            os.makedirs(log_dir, exist_ok=True)  # type: ignore[arg-type]
+
+    def write(self, record: dict[str, Any]) -> None:
+        if self.path is None:
+            return
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"time": round(time.time(), 3), **record}, sort_keys=False) + "\n")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# per-source state and records
+
+
+def source_state(source: SourceCounter, samples: int) -> SourceState:
+    """Samples drawn, fractional passes and the pass in progress (1-based) of one source."""
+    c = int(samples)
+    return {
+        "samples": c,
+        "passes": round(c / source.samples_per_epoch, 6) if source.samples_per_epoch else 0.0,
+        "pass": 1 + bisect.bisect_right(source.boundaries, c - 1) if c else 1,
+    }
+
+
+def sources_state(sources: Sequence[SourceCounter], counts: Sequence[int]) -> dict[str, SourceState]:
+    return {s.name: source_state(s, c) for s, c in zip(sources, counts)}
+
+
+def counters_record(iteration: int, consumed_samples: int, state: Mapping[str, SourceState]) -> dict[str, Any]:
+    return {"event": "counters", "iteration": int(iteration), "consumed_samples": int(consumed_samples),
+            "sources": dict(state)}
+
+
+def pass_start_record(m: Marker) -> dict[str, Any]:
+    return {"event": "pass_start", "iteration": int(m.iteration), "source": m.source, "pass": int(m.pass_number),
+            "sample": int(m.sample)}
+
+
+def final_record(iteration: int, train_iters: int, complete: bool, sources: Sequence[SourceCounter],
+                 state: Mapping[str, SourceState]) -> dict[str, Any]:
+    return {"event": "final", "iteration": int(iteration), "train_iters": int(train_iters), "complete": complete,
+            "sources": {s.name: {**state[s.name], "planned_passes": s.planned_passes} for s in sources}}
+
+
+def counter_scalars(state: Mapping[str, SourceState]) -> dict[str, float]:
+    """The per-source scalars of a counters record (passes, samples, pass), by tag."""
+    out: dict[str, float] = {}
+    for name, v in state.items():
+        out[f"{SCALAR_PASSES}/{name}"] = float(v["passes"])
+        out[f"{SCALAR_SAMPLES}/{name}"] = float(v["samples"])
+        out[f"{SCALAR_PASS}/{name}"] = float(v["pass"])
+    return out
+
+
+def pass_start_scalar(m: Marker) -> tuple[str, float]:
+    return f"{SCALAR_PASS_START}/{m.source}", float(m.pass_number)
+
+
+def log_pass_start(log: logging.Logger, m: Marker) -> None:
+    log.info("neox_epoch: source %s starts pass %d at iteration %d (blend sample %d)",
+             m.source, m.pass_number, m.iteration, m.sample)
+
+
+def log_final(log: logging.Logger, report: Mapping[str, Any]) -> None:
+    log.info("neox_epoch: final report at iteration %d of %d%s", report["iteration"], report["train_iters"],
+             "" if report["complete"] else " (stopped early)")
+    for name, v in report["sources"].items():
+        log.info("neox_epoch:   %-24s %12d samples  %10.6f passes (planned %.6f)", name, v["samples"], v["passes"],
+                 v["planned_passes"])
+
+
+def fmt(state: Mapping[str, SourceState]) -> str:
+    return ", ".join(f"{k} {v['passes']:.4f} passes" for k, v in state.items())
+
+
+# ----------------------------------------------------------------------------------------------------------
+# writers and ranks
+
+ScalarsWriter = Callable[[dict[str, float], int], None]
+"""Writes several scalars (tag -> value) at one step."""
+
+
+def scalars_writer(writer: Any) -> ScalarsWriter | None:
+    """Adapt a TensorBoard ``SummaryWriter`` (anything with ``add_scalar(tag, value, step)``) or a W&B run
+    (anything with ``log(dict, step=...)``, e.g. ``wandb.init()``'s run or the ``wandb`` module) to one
+    function ``write({tag: value}, step)``; None stays None. ``add_scalar`` wins when both exist."""
+    if writer is None:
+        return None
+    add_scalar = getattr(writer, "add_scalar", None)
+    if callable(add_scalar):
+        def write_tb(scalars: dict[str, float], step: int) -> None:
+            for tag, value in scalars.items():
+                add_scalar(tag, value, step)
+
+        return write_tb
+    log_fn = getattr(writer, "log", None)
+    if callable(log_fn):
+        def write_wandb(scalars: dict[str, float], step: int) -> None:
+            log_fn(dict(scalars), step=step)
+
+        return write_wandb
+    raise ConfigError(f"writer: {type(writer).__name__} has neither add_scalar(tag, value, step) (TensorBoard) nor "
+                      "log(dict, step=) (W&B); pass a torch.utils.tensorboard.SummaryWriter, a wandb run or None")
+
+
+def is_logging_rank() -> bool:
+    """Rank 0 of torch.distributed when it is initialized, else ``$RANK`` (unset: 0)."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():  # type: ignore[attr-defined]
+        return int(dist.get_rank()) == 0  # type: ignore[attr-defined]
+    return int(os.environ.get("RANK", "0") or 0) == 0

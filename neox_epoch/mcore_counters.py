@@ -1,0 +1,333 @@
+"""Live per-source pass counters for training loops over megatron-core datasets, keyed on consumed samples.
+
+Megatron-LM's pretraining sampler reads the train dataset in order from ``consumed_train_samples``: after
+``c`` consumed samples the model has seen blend positions ``0 .. c-1``, whatever global batches (ramp-up,
+a change at a resume) got it there. Which source each position comes from is what the real
+``BlendedDataset`` built (its ``dataset_index`` array), so the counters read that array, never a model of it:
+
+* at construction, per-source draw counts at every ``block``-th blend position (one pass over
+  ``dataset_index``, a few MB for 10^8 samples), and the blend position where each source starts each
+  pass (its ``boundary + 1``-th draw);
+* per step, one integer comparison (is the next pass start below ``consumed_samples``?) and a modulo; on a
+  logging step, the counts at ``consumed_samples`` = the row of the block below it plus a ``bincount``
+  of at most ``block`` entries.
+
+The state is ``consumed_samples`` and the per-source draws; :meth:`LiveCounters.load_state_dict` checks the
+saved draws against the dataset at the saved position, so a resume whose dataset was built differently
+(another blend, or a plan made for another global batch) fails in one line instead of counting wrong.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from neox_epoch.counters import (
+    JsonlSink,
+    Marker,
+    ScalarsWriter,
+    SourceCounter,
+    SourceState,
+    counter_scalars,
+    counters_record,
+    final_record,
+    fmt,
+    is_logging_rank,
+    log_final,
+    log_pass_start,
+    pass_start_record,
+    pass_start_scalar,
+    scalars_writer,
+    sources_state,
+)
+from neox_epoch.errors import ConfigError, NeoxEpochError
+from neox_epoch.plan import Plan
+
+log = logging.getLogger("neox_epoch.mcore")
+
+#: ``state_dict()["format"]``
+STATE_FORMAT = "neox_epoch.mcore.counters/1"
+
+
+class CountersStateError(NeoxEpochError):
+    """A counters state (checkpoint) disagrees with the train dataset, or the training loop went backwards."""
+
+
+class BlendCounts:
+    """Per-source draw counts of the first ``c`` positions of a built blend, read from its ``dataset_index``."""
+
+    def __init__(self, dataset_index: Any, sources: int, size: int, block: int = 4096) -> None:
+        if block <= 0:
+            raise ConfigError(f"block: {block}; expected a positive integer")
+        self.index = dataset_index
+        self.sources = int(sources)
+        self.size = int(size)
+        self.block = int(block)
+        rows = self.size // self.block
+        per_block = np.zeros((rows + 1, self.sources), dtype=np.int64)
+        step = self.block * max(1, (1 << 22) // self.block)  # ~4M positions per chunk: bounded temporaries
+        for first in range(0, rows * self.block, step):
+            last = min(first + step, rows * self.block)
+            chunk = np.asarray(dataset_index[first:last]).reshape(-1, self.block)
+            r0 = first // self.block + 1
+            for s in range(self.sources):
+                per_block[r0:r0 + chunk.shape[0], s] = np.count_nonzero(chunk == s, axis=1)
+        self.cumulative = np.cumsum(per_block, axis=0)
+        """``cumulative[k, s]``: draws of source s among the first ``k * block`` positions."""
+
+    def counts(self, consumed: int) -> list[int]:
+        """Draws per source among positions ``0 .. consumed-1`` (O(block))."""
+        c = max(0, min(int(consumed), self.size))
+        k = c // self.block
+        tail = np.bincount(np.asarray(self.index[k * self.block:c], dtype=np.int64), minlength=self.sources)
+        return [int(x) for x in self.cumulative[k] + tail[: self.sources]]
+
+    def position_of_draw(self, source: int, draw: int) -> int | None:
+        """Blend position of source ``source``'s draw number ``draw`` (0-based), None when it is not drawn."""
+        col = self.cumulative[:, source]
+        k = int(np.searchsorted(col, draw, side="right")) - 1  # last block start with at most `draw` draws before
+        start = k * self.block
+        stop = min(start + self.block, self.size)
+        hits = np.flatnonzero(np.asarray(self.index[start:stop]) == source)
+        j = draw - int(col[k])
+        return start + int(hits[j]) if j < len(hits) else None
+
+
+class DirectCounts:
+    """One GPTDataset read in order: position p is the source's draw p."""
+
+    def __init__(self, size: int) -> None:
+        self.size = int(size)
+
+    def counts(self, consumed: int) -> list[int]:
+        return [max(0, min(int(consumed), self.size))]
+
+    def position_of_draw(self, source: int, draw: int) -> int | None:
+        return draw if 0 <= draw < self.size else None
+
+
+def _plan_of(plan_or_setup: Any) -> Plan:
+    p = getattr(plan_or_setup, "plan", plan_or_setup)
+    if not isinstance(p, Plan):
+        raise ConfigError(f"plan_or_setup: {type(plan_or_setup).__name__}; expected the ExactSetup from "
+                          "neox_epoch.mcore.exact_config or its .plan")
+    return p
+
+
+class LiveCounters:
+    """Per-source passes over a megatron-core train dataset, stepped by the training loop.
+
+    Use :func:`live_counters` to make one. Every rank can step it (the state is the same everywhere);
+    only the logging rank (rank 0) writes the JSONL records, the scalars and the log lines.
+    """
+
+    def __init__(self, train_dataset: Any, plan_or_setup: Any, *, log_dir: str | None = None, writer: Any = None,
+                 log_interval: int = 100, active: bool | None = None, block: int = 4096) -> None:
+        if isinstance(log_interval, bool) or not isinstance(log_interval, int) or log_interval <= 0:
+            raise ConfigError(f"log_interval: {log_interval!r}; expected a positive integer (iterations)")
+        plan = _plan_of(plan_or_setup)
+        self.plan = plan
+        train = [s for s in plan.sources if s.split == "train"]
+        blended = hasattr(train_dataset, "dataset_index") and hasattr(train_dataset, "datasets")
+        datasets = list(train_dataset.datasets) if blended else [train_dataset]
+        if len(datasets) != len(train):
+            raise ConfigError(f"train_dataset: {len(datasets)} source dataset(s), the plan has {len(train)} train "
+                              "sources; pass the train dataset built with this plan's ExactSetup.config and sizes")
+        for k, (ds, sp) in enumerate(zip(datasets, train)):
+            path = getattr(ds, "dataset_path", None)
+            if path is not None and os.path.realpath(str(path)) != os.path.realpath(sp.prefix):
+                raise ConfigError(f"train_dataset: source {k} is {path}, the plan has {sp.prefix}; pass the train "
+                                  "dataset built with this plan's ExactSetup.config")
+        self.size = int(len(train_dataset))
+        self._counts: BlendCounts | DirectCounts = (
+            BlendCounts(train_dataset.dataset_index, len(train), self.size, block) if blended
+            else DirectCounts(self.size))
+        self.sources = tuple(
+            SourceCounter(sp.name, sp.samples_per_epoch,
+                          tuple(k * sp.samples_per_epoch for k in range(1, max(sp.epochs_built, 1))),
+                          float(sp.passes))
+            for sp in train)
+        starts: list[tuple[int, int, int]] = []  # (blend position, source, pass number)
+        for i, s in enumerate(self.sources):
+            for j, b in enumerate(s.boundaries):
+                pos = self._counts.position_of_draw(i, b)
+                if pos is not None:
+                    starts.append((pos, i, j + 2))
+        starts.sort()
+        self._starts = starts
+        self._start_positions = [p for p, _, _ in starts]
+        self.log_interval = int(log_interval)
+        self.train_iters = int(plan.train_iters)
+        self.train_samples = int(plan.train_samples)
+        self.active = is_logging_rank() if active is None else bool(active)
+        self.sink = JsonlSink(log_dir if self.active else None)
+        self._write: ScalarsWriter | None = scalars_writer(writer) if self.active else None
+        self.iteration = 0
+        self.consumed_samples = 0
+        self._next = 0
+        self._began = False
+        self._last_record: int | None = None
+        self.markers: list[Marker] = []
+        """Pass starts fired so far (this launch), with the iteration that drew them."""
+
+    # ------------------------------------------------------------------------------------------------
+    def counts_at(self, consumed_samples: int) -> list[int]:
+        """Samples drawn from each source after ``consumed_samples`` samples (exact, from ``dataset_index``)."""
+        return self._counts.counts(consumed_samples)
+
+    def passes_at(self, consumed_samples: int) -> dict[str, SourceState]:
+        """Per source: samples drawn, fractional passes, the pass in progress (1-based)."""
+        return sources_state(self.sources, self.counts_at(consumed_samples))
+
+    def pass_starts(self) -> list[tuple[str, int, int]]:
+        """(source, pass, blend position of its first sample) for every pass start inside the dataset."""
+        return [(self.sources[i].name, p, pos) for pos, i, p in self._starts]
+
+    # ------------------------------------------------------------------------------------------------
+    def _begin(self, iteration: int) -> None:
+        if self._began:
+            return
+        self._began = True
+        if not self.active:
+            return
+        rows = [{"name": sp.name, "prefix": sp.prefix, "documents": sp.documents, "tokens": sp.tokens,
+                 "samples_per_epoch": sp.samples_per_epoch, "epochs_built": sp.epochs_built,
+                 "samples_built": sp.samples_built, "samples_drawn": sp.samples_drawn, "passes": sp.passes,
+                 "target_samples": sp.target_samples} for sp in self.plan.sources if sp.split == "train"]
+        self.sink.write({
+            "event": "plan", "iteration": int(iteration), "framework": self.plan.framework,
+            "framework_version": self.plan.framework_version, "train_iters": self.train_iters,
+            "train_batch_size": int(self.plan.global_batch_size), "train_samples": self.train_samples,
+            "seq_length": int(self.plan.seq_length), "mode": "exact" if self.plan.settings.get("targets") else "observe",
+            "blended": isinstance(self._counts, BlendCounts), "dataset_size": self.size, "sources": rows,
+            "remainder": {"samples": self.plan.remainder_samples, "tokens": self.plan.remainder_tokens},
+        })
+
+    def step(self, iteration: int, consumed_samples: int) -> None:
+        """Call after each iteration with Megatron-LM's ``iteration`` and ``consumed_train_samples`` (the samples
+        consumed including this iteration's). O(1) unless a record is due."""
+        c = int(consumed_samples)
+        if c < self.consumed_samples:
+            raise CountersStateError(f"consumed_samples {c} at iteration {iteration} is below the {self.consumed_samples} "
+                                     "already counted; pass the running total (Megatron-LM args.consumed_train_samples)")
+        if c > self.size:
+            raise CountersStateError(f"consumed_samples {c} at iteration {iteration} exceeds the train dataset's "
+                                     f"{self.size} samples; stop at {self.train_samples} (the plan's train_samples)")
+        self._begin(int(iteration) - 1)
+        self.iteration, self.consumed_samples = int(iteration), c
+        if self._next < len(self._start_positions) and self._start_positions[self._next] < c:
+            self._fire()
+        if self.active and self.iteration % self.log_interval == 0:
+            self._record()
+
+    def _fire(self) -> None:
+        while self._next < len(self._start_positions) and self._start_positions[self._next] < self.consumed_samples:
+            pos, i, p = self._starts[self._next]
+            self._next += 1
+            m = Marker(self.iteration, self.sources[i].name, p, pos)
+            self.markers.append(m)
+            if not self.active:
+                continue
+            log_pass_start(log, m)
+            self.sink.write({**pass_start_record(m), "consumed_samples": self.consumed_samples})
+            if self._write is not None:
+                tag, value = pass_start_scalar(m)
+                self._write({tag: value}, m.iteration)
+
+    def _record(self) -> None:
+        state = self.passes_at(self.consumed_samples)
+        self._last_record = self.iteration
+        self.sink.write(counters_record(self.iteration, self.consumed_samples, state))
+        if self._write is not None:
+            self._write(counter_scalars(state), self.iteration)
+
+    # ------------------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """What to save in the checkpoint beside Megatron-LM's ``consumed_train_samples`` (plain JSON types)."""
+        return {"format": STATE_FORMAT, "iteration": self.iteration, "consumed_samples": self.consumed_samples,
+                "samples": dict(zip((s.name for s in self.sources), self.counts_at(self.consumed_samples))),
+                "global_batch_size_planned": int(self.plan.global_batch_size), "dataset_size": self.size}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from a checkpoint's :meth:`state_dict` (the global batch may differ from the saved run's).
+
+        The saved per-source draws must equal this dataset's draws at the saved ``consumed_samples``; else
+        :class:`CountersStateError` names the source and both numbers."""
+        if not isinstance(state, Mapping) or state.get("format") != STATE_FORMAT:
+            got = state.get("format") if isinstance(state, Mapping) else type(state).__name__
+            raise CountersStateError(f"counters state: format {got!r}, expected {STATE_FORMAT!r}; pass what "
+                                     "LiveCounters.state_dict() returned")
+        c, it = int(state["consumed_samples"]), int(state["iteration"])
+        saved: Mapping[str, int] = state["samples"]
+        names = [s.name for s in self.sources]
+        if sorted(saved) != sorted(names):
+            raise CountersStateError(f"counters state: sources {sorted(saved)}, this train dataset has {sorted(names)}; "
+                                     "resume with the blend the checkpoint was trained on")
+        if c > self.size:
+            raise CountersStateError(f"counters state: consumed_samples {c}, this train dataset has {self.size} samples; "
+                                     "rebuild it with the checkpoint's plan (the global batch it was planned with)")
+        now = self.counts_at(c)
+        for name, n in zip(names, now):
+            if int(saved[name]) != n:
+                raise CountersStateError(
+                    f"counters state: {name} had {int(saved[name])} samples drawn at consumed_samples {c} in the "
+                    f"checkpoint, this train dataset draws {n} there; rebuild it with the checkpoint's plan "
+                    f"(exact_config with global_batch_size {state.get('global_batch_size_planned')}, the same blend "
+                    "and epochs) or start the counters without the state")
+        self.iteration, self.consumed_samples = it, c
+        self._next = bisect.bisect_left(self._start_positions, c)
+        self._last_record = None
+        self._began = False
+        self._begin(it)
+        if self.active:
+            st = sources_state(self.sources, now)
+            log.info("neox_epoch: resumed at iteration %d, consumed samples %d: %s", it, c, fmt(st))
+            self.sink.write({"event": "resume", "iteration": it, "consumed_samples": c, "sources": st,
+                             "global_batch_size_planned": state.get("global_batch_size_planned")})
+
+    def final(self, iteration: int | None = None, consumed_samples: int | None = None) -> dict[str, Any]:
+        """The final report (logged and written on the logging rank; a counters record first when the last
+        iteration was not a logging one); returned on every rank. Defaults: the last step's numbers."""
+        if iteration is not None or consumed_samples is not None:
+            self.step(self.iteration if iteration is None else iteration,
+                      self.consumed_samples if consumed_samples is None else consumed_samples)
+        self._begin(self.iteration)
+        state = self.passes_at(self.consumed_samples)
+        report = final_record(self.iteration, self.train_iters, self.consumed_samples >= self.train_samples,
+                              self.sources, state)
+        report.update(consumed_samples=self.consumed_samples, train_samples=self.train_samples)
+        if self.active:
+            if self._last_record != self.iteration:
+                self._record()
+            log_final(log, report)
+            self.sink.write(report)
+        return report
+
+
+def live_counters(train_dataset: Any, plan_or_setup: Any, *, log_dir: str | None = None, writer: Any = None,
+                  log_interval: int = 100, active: bool | None = None) -> LiveCounters:
+    """Live per-source pass counters over ``train_dataset`` (the megatron-core train split built with
+    ``plan_or_setup``: the :class:`~neox_epoch.mcore.ExactSetup` from ``exact_config`` or its ``.plan``).
+
+    ``log_dir``: JSONL records go to ``<log_dir>/neox_epoch.jsonl`` (None: none). ``writer``: a TensorBoard
+    ``SummaryWriter`` (its ``add_scalar(tag, value, step)`` is called) or a W&B run / the ``wandb`` module
+    (its ``log({tag: value, ...}, step=iteration)`` is called), or None. ``log_interval``: a counters record
+    every this many iterations. ``active``: whether this process writes (default: rank 0 of
+    torch.distributed, else ``$RANK`` 0). In the training loop::
+
+        counters = live_counters(train_ds, setup, log_dir=run_dir, writer=tb_writer, log_interval=10)
+        if resuming:
+            counters.load_state_dict(checkpoint["neox_epoch_counters"])
+        for iteration in range(start + 1, ...):
+            ...                                   # consumed_samples += global batch of this iteration
+            counters.step(iteration, consumed_samples)
+        checkpoint["neox_epoch_counters"] = counters.state_dict()
+        counters.final()
+    """
+    return LiveCounters(train_dataset, plan_or_setup, log_dir=log_dir, writer=writer, log_interval=log_interval,
+                        active=active)
