@@ -244,7 +244,7 @@ def _same_on_all_ranks(value: int) -> None:
 
 def make_wrappers(state: State) -> dict[tuple[str, str], Any]:
     """The replacement objects, keyed by (module, attribute)."""
-    wrappers = {**_build_wrappers(state), **_loop_wrappers(state)}
+    wrappers = {**_build_wrappers(state), **_loop_wrappers(state), **_checkpoint_wrappers(state)}
     if state.block.enforce:
         wrappers.update(_enforce_wrappers(state))
     return wrappers
@@ -347,25 +347,27 @@ def _loop_wrappers(state: State) -> dict[tuple[str, str], Any]:
         loader = loaders.get("train") if isinstance(loaders, dict) else None
         first = None
         if state.resume is not None and loader is not None:
-            # NeoX would start the train loader at iteration * gas % len and wrap it at once (a loader with workers
-            # reads its start while itertools.cycle creates the iterator): NeoX shifts valid/test, the hooks train
+            # NeoX shifts valid/test; the train loader starts at the consumed samples
             call.arguments["data_loaders"] = {**loaders, "train": None}
             _, valid_it, test_it = state.original("training", "shift_and_wrap_data_loaders")(*call.args, **call.kwargs)
-            first = state.resume.start // state.resume.shape.loader_batch
-            loader.batch_sampler.start_iter = first
-            train_it = itertools.cycle(loader) if call.arguments.get("loop", True) else iter(loader)
-            if rank() == 0:
-                stock = neox_start(state.resume.state.iteration, state.resume.state.consumed_samples,
-                                   state.resume.shape, len(loader) * state.resume.shape.loader_batch)
-                log.warning("neox_epoch: train loader starts at batch %d (sample %d, the consumed samples); stock "
-                            "NeoX: %s", first, state.resume.start, stock.how)
+            first, train_it = _resumed_train_iterator(state.resume, loader, bool(call.arguments.get("loop", True)))
         else:
             train_it, valid_it, test_it = state.original("training", "shift_and_wrap_data_loaders")(*args, **kwargs)
         if train_it is not None and loader is not None:
             train_it = ReplayGuard(train_it, neox_args, len(loader), bool(state.block.enforce), first)
         return train_it, valid_it, test_it
 
-    save_sig = inspect.signature(tr.save_checkpoint)
+    return {
+        ("training", "update_iterations"): update_iterations,
+        ("training", "training_log"): training_log,
+        ("training", "train"): train,
+        ("training", "shift_and_wrap_data_loaders"): shift_and_wrap_data_loaders,
+    }
+
+
+def _checkpoint_wrappers(state: State) -> dict[tuple[str, str], Any]:
+    """NeoX's save_checkpoint, followed by the data position written into the checkpoint (``save_state``)."""
+    save_sig = inspect.signature(state.modules["training"].save_checkpoint)
 
     def save_checkpoint(*args: Any, **kwargs: Any) -> Any:
         out = state.original("training", "save_checkpoint")(*args, **kwargs)
@@ -373,13 +375,21 @@ def _loop_wrappers(state: State) -> dict[tuple[str, str], Any]:
         save_state(state, call.arguments["neox_args"], int(call.arguments["iteration"]))
         return out
 
-    return {
-        ("training", "save_checkpoint"): save_checkpoint,
-        ("training", "update_iterations"): update_iterations,
-        ("training", "training_log"): training_log,
-        ("training", "train"): train,
-        ("training", "shift_and_wrap_data_loaders"): shift_and_wrap_data_loaders,
-    }
+    return {("training", "save_checkpoint"): save_checkpoint}
+
+
+def _resumed_train_iterator(resume: ResumeDecision, loader: Any, loop: bool) -> tuple[int, Any]:
+    """(first loader batch, iterator) for a resume with another batch shape. NeoX would set the start to
+    ``iteration * gas % len`` and wrap the loader at once (a loader with workers reads its start while
+    ``itertools.cycle`` creates the iterator), so the start is set here before wrapping, as NeoX wraps."""
+    first = resume.start // resume.shape.loader_batch
+    loader.batch_sampler.start_iter = first
+    if rank() == 0:
+        stock = neox_start(resume.state.iteration, resume.state.consumed_samples, resume.shape,
+                           len(loader) * resume.shape.loader_batch)
+        log.warning("neox_epoch: train loader starts at batch %d (sample %d, the consumed samples); stock NeoX: %s",
+                    first, resume.start, stock.how)
+    return first, itertools.cycle(loader) if loop else iter(loader)
 
 
 def start_position(state: State, neox_args: Any, iteration: int) -> None:
@@ -500,10 +510,10 @@ def _enforce_wrappers(state: State) -> dict[tuple[str, str], Any]:
 # after the build: table, JSON record, verification, counters
 
 
-def after_build(state: State, rp: RunPlan, neox_args: Any, loaders: Any) -> None:
+def _rows(state: State, rp: RunPlan, problems: list[str]) -> list[dict[str, Any]]:
+    """The per-source table rows; a build that differs from the plan (or the saved run) is added to ``problems``."""
     builds = {b.name.replace(sep.NAME_SUFFIX, ""): b for b in state.builds}
     rows = []
-    problems = []
     for k, s in enumerate(rp.train):
         name = f"train_{k}" if rp.blended else "train"
         b = builds.get(name)
@@ -519,6 +529,12 @@ def after_build(state: State, rp: RunPlan, neox_args: Any, loaders: Any) -> None
             "samples_drawn": s.samples_drawn, "passes": s.passes, "target_passes": target,
             "tokens_unseen": s.tokens_unseen, "separate_epochs": bool(b.separated) if b else rp.separate_epochs,
         })
+    return rows
+
+
+def after_build(state: State, rp: RunPlan, neox_args: Any, loaders: Any) -> None:
+    problems: list[str] = []
+    rows = _rows(state, rp, problems)
     train_loader = loaders.get("train") if isinstance(loaders, dict) else None
     ds = getattr(train_loader, "dataset", None)
     gas = _gas(neox_args)
