@@ -84,3 +84,40 @@ def test_a_file_that_is_not_a_zip_says_what_to_do(tmp_path):  # type: ignore[no-
     path.write_bytes(pickle.dumps({"iteration": 1}))
     with pytest.raises(ConfigError, match="not a zip-format torch.save file"):
         read_pt(str(path))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# neox-epoch resume-check: bad input is one line, exit 2
+
+
+def _cli(argv: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "neox_epoch.cli", *argv], capture_output=True, text=True, timeout=120)
+
+
+def test_resume_check_refuses_a_missing_checkpoint_and_config(tmp_path):  # type: ignore[no-untyped-def]
+    (tmp_path / "new.yml").write_text("train_micro_batch_size_per_gpu: 2\n")
+    r = _cli(["resume-check", str(tmp_path / "nowhere"), str(tmp_path / "new.yml")])
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "not a directory" in r.stderr
+    (tmp_path / "ckpt").mkdir()
+    r = _cli(["resume-check", str(tmp_path / "ckpt"), str(tmp_path / "absent.yml")])
+    assert r.returncode == 2 and "absent.yml: config file not found" in r.stderr
+
+
+def test_resume_check_refuses_a_megatron_lm_checkpoint_for_now(tmp_path):  # type: ignore[no-untyped-def]
+    """A Megatron-LM layout (latest_checkpointed_iteration.txt, iter_0000010/common.pt holding its args) is read,
+    then refused in one line: only NeoX resumes are checked so far."""
+    import argparse
+
+    tag = tmp_path / "iter_0000010"
+    tag.mkdir()
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("10")
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("common/data.pkl", pickle.dumps({"iteration": 10, "args": argparse.Namespace(global_batch_size=8)},
+                                                    protocol=2))
+    (tag / "common.pt").write_bytes(buf.getvalue())
+    ckpt = read_checkpoint(str(tmp_path))
+    assert (ckpt.framework, ckpt.iteration, ckpt.values["global_batch_size"]) == ("megatron", 10, 8)
+    (tmp_path / "new.yml").write_text("train_micro_batch_size_per_gpu: 2\n")
+    r = _cli(["resume-check", str(tmp_path), str(tmp_path / "new.yml")])
+    assert r.returncode == 2 and "resume-check reads GPT-NeoX (DeepSpeed) checkpoints only for now" in r.stderr

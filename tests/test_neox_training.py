@@ -34,6 +34,7 @@ import neox_trained as nt
 import numpy as np
 import pytest
 
+from neox_epoch import blend
 from neox_epoch.corpus import random_documents, write_corpus
 from neox_epoch.neox.block import ENV_VAR
 from neox_epoch.neox.counters import JSONL_NAME
@@ -139,8 +140,11 @@ def _write(run: Run, cfg: dict[str, Any], name: str) -> str:
 
 def _launch(run: Run, cfg: dict[str, Any], name: str, cwd: str, via: str = "launch",
             extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """One launch of NeoX's train.py with ``cfg`` (written as ``name``.yml); its output is kept in ``run``."""
-    path = _write(run, cfg, name)
+    """One launch of NeoX's train.py with ``cfg`` (written as ``name``.yml); its output is kept in ``run``.
+    Each launch gets a free master port (DeepSpeed's default 29500 would collide with a concurrent launch)."""
+    import local_sshd
+
+    path = _write(run, {"master_port": local_sshd.free_port(), **cfg}, name)
     python = frameworks.neox_python()
     cmd = ([python, "-m", "neox_epoch.cli", "launch", "train.py", path] if via == "launch"
            else [python, "deepy.py", "train.py", path])
@@ -360,6 +364,46 @@ def test_batch_change_resume_trains_every_token_its_target_passes(batch_run: Run
     final = [r for r in batch_run.jsonl() if r["event"] == "final"][-1]
     assert final["iteration"] == 175 and final["complete"]
     assert {n: v["samples"] for n, v in final["sources"].items()} == {"a": 403, "b": 389, "c": 188}
+
+
+# ------------------------------------------------------------------------------------------------------------
+# stock NeoX (no neox_epoch block), weights 2:1:1, 105 iterations of 4, resumed with 8: resume-check's prediction
+
+STOCK_WEIGHTS = [2.0, 1.0, 1.0]
+
+
+@pytest.fixture(scope="module")
+def stock_batch_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, dict[str, Any], int]:
+    """240 x 4 = 960 samples asked first, 120 x 8 = 960 after the change: the same index files (NeoX names them
+    by the samples asked), so positions name the same samples before and after; resume-check runs between."""
+    run = _new_run(tmp_path_factory, "stock")
+    cfg = _config(run.root, ["a", "b", "c"], None, train_data_weights=STOCK_WEIGHTS, train_iters=240,
+                  checkpoint_factor=BATCH_STOP)
+    _ok(_launch(run, {**cfg, "exit_interval": BATCH_STOP}, "first", frameworks.neox_dir(), via="deepy"))
+    resumed = {**cfg, "train_iters": 120, "gradient_accumulation_steps": 2, "override_lr_scheduler": True}
+    check = subprocess.run([sys.executable, "-m", "neox_epoch.cli", "resume-check", run.path("ckpt"),
+                            _write(run, resumed, "check"), "--json"], capture_output=True, text=True, timeout=300)
+    _ok(_launch(run, resumed, "doubled", frameworks.neox_dir(), via="deepy"))
+    return run, json.loads(check.stdout), check.returncode
+
+
+def test_resume_check_predicts_what_stock_neox_skips(stock_batch_run: tuple[Run, dict[str, Any], int]) -> None:
+    """resume-check says stock NeoX restarts at (105 x 2 % len) x 4 = 840 and never trains samples 420..839;
+    the recorded batches show exactly that: the first launch drew blend positions 0..419, the resumed one
+    840..959, each iteration's samples from the sources the blend's draw order gives those positions."""
+    run, predicted, code = stock_batch_run
+    assert code == 1 and predicted["resumed_by"] == "NeoX" and predicted["consumed_samples"] == 420
+    assert (predicted["start_sample"], predicted["skipped"], predicted["repeated"]) == (840, [420, 840], None)
+    assert predicted["findings"][0] == "skip: samples 420..839 are never trained (420 samples)"
+    rec = run.recorded()
+    ex = nt.exposure(rec, run.sources(["a", "b", "c"]))
+    weights = [w / sum(STOCK_WEIGHTS) for w in STOCK_WEIGHTS]
+    at = {p: blend.greedy_counts(weights, p) for p in (420, 840, 960)}
+    trained = np.bincount(ex.source_of_row, minlength=3).tolist()
+    assert trained == [at[420][k] + at[960][k] - at[840][k] for k in range(3)]
+    skipped = {s["name"]: s["skipped_samples"] for s in predicted["sources"]}
+    assert skipped == {n: at[840][k] - at[420][k] for k, n in enumerate("abc")} == {"a": 210, "b": 105, "c": 105}
+    assert np.bincount(rec.iterations)[1:].tolist() == [4] * BATCH_STOP + [8] * 15
 
 
 # ------------------------------------------------------------------------------------------------------------

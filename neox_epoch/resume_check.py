@@ -1,0 +1,262 @@
+"""``neox-epoch resume-check CHECKPOINT NEW.yml...``: what a GPT-NeoX resume with a changed config will skip or
+repeat, before launching it.
+
+OLD is the checkpoint NeoX will load (read without torch or its weights: :mod:`neox_epoch.checkpoint`): its
+iteration, the batch shape DeepSpeed saved, neox-epoch's state when the hooks saved one (the consumed samples,
+each train build, the blend), and the config files NeoX copied into it. NEW is the config the run resumes
+with. The resumed train loader starts where NeoX (or, with a ``neox_epoch`` block and a saved state, the
+hooks) start it (:mod:`neox_epoch.resume`); positions between that start and the consumed samples are
+skipped or repeated, and are attributed to sources by replaying the new blend's draw order. A train index
+built with another number of epochs, or a blend with other weights, changes which sample a position names:
+that is a finding too. Exit 0: the resume continues exactly; 1: findings; 2: bad input.
+
+NeoX only for now: megatron-core's and Megatron-LM's resume (consumed_train_samples) are not checked here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from neox_epoch import blend
+from neox_epoch.checkpoint import Checkpoint, read_checkpoint
+from neox_epoch.config import NeoxConfig, load_neox_configs, neox_batch
+from neox_epoch.errors import ConfigError
+from neox_epoch.neox.planning import make_run_plan, values_from_args
+from neox_epoch.neox.resume_state import ResumeState, TrainBuild, decide, read_state
+from neox_epoch.plan import Plan, make_plan
+from neox_epoch.resume import LoaderShape, ResumeStart, hooked_start, neox_start
+
+
+@dataclass(frozen=True)
+class OldRun:
+    """What the checkpoint says about the run that saved it."""
+
+    checkpoint: Checkpoint
+    train_batch_size: int
+    consumed: int
+    consumed_how: str
+    state: ResumeState | None
+
+
+@dataclass(frozen=True)
+class NewRun:
+    """The run as the new config will build and draw it."""
+
+    shape: LoaderShape
+    plan: Plan
+    names: tuple[str, ...]
+    weights: tuple[float, ...] | None
+    builds: dict[str, TrainBuild]
+    dataset_samples: int
+    """Samples of the train dataset NeoX's loader runs over (len(loader) = this // loader batch)."""
+    hooks: bool
+    lr_follows: bool
+    """The config lets NeoX's LR scheduler take a checkpoint saved for other iterations (override_lr_scheduler,
+    use_checkpoint_lr_scheduler or a fixed lr_decay_iters)."""
+
+
+@dataclass(frozen=True)
+class SourceDelta:
+    """One source's samples skipped and repeated at the resume (input tokens = samples x seq_length)."""
+
+    name: str
+    skipped: int
+    repeated: int
+
+
+@dataclass(frozen=True)
+class ResumeCheck:
+    old: OldRun
+    new: NewRun
+    start: ResumeStart
+    who: str
+    """"hooks" (the neox_epoch block and a saved state) or "NeoX" (its own start)."""
+    sources: tuple[SourceDelta, ...]
+    findings: tuple[str, ...] = field(default_factory=tuple)
+    notes: tuple[str, ...] = field(default_factory=tuple)
+    counters_at_resume: int = 0
+
+
+def _int(values: dict[str, Any], key: str, where: str) -> int:
+    value = values.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigError(f"{where}: DeepSpeed's {key} is {value!r}, expected a whole number >= 1; not a DeepSpeed "
+                          "checkpoint of a training run")
+    return value
+
+
+def old_run(ckpt: Checkpoint) -> OldRun:
+    """The consumed samples: the hooks' state when saved, else iteration x the saved train_batch_size."""
+    if ckpt.framework != "neox":
+        raise ConfigError(f"{ckpt.directory}: a Megatron-LM checkpoint; resume-check reads GPT-NeoX (DeepSpeed) "
+                          "checkpoints only for now")
+    ds = ckpt.values.get("ds_config")
+    if not isinstance(ds, dict):
+        raise ConfigError(f"{ckpt.directory}: no ds_config saved with it; not a DeepSpeed checkpoint of NeoX")
+    tbs = _int(ds, "train_batch_size", ckpt.directory)
+    state = read_state(ckpt.directory)
+    if state is not None:
+        how = f"consumed = {state.consumed_samples} (neox_epoch_state.json, every batch size the run had)"
+        return OldRun(ckpt, tbs, state.consumed_samples, how, state)
+    how = (f"consumed = iteration * train_batch_size = {ckpt.iteration} * {tbs} = {ckpt.iteration * tbs} (no "
+           "neox-epoch state in the checkpoint: assumes the batch never changed before it)")
+    return OldRun(ckpt, tbs, ckpt.iteration * tbs, how, None)
+
+
+def new_run(paths: list[str], world_size: int | None) -> NewRun:
+    """Plan the new config as NeoX (with the hooks when it has a ``neox_epoch`` block) will build it."""
+    cfg: NeoxConfig = load_neox_configs(paths)
+    batch = neox_batch(cfg, world_size)
+    if batch.data_parallel_size is None or batch.micro_batch_size is None:
+        raise ConfigError(f"{', '.join(paths)}: the data-parallel size is needed for where the loader resumes; give "
+                          "--world-size N (GPUs the resumed run uses) or global_num_gpus")
+    shape = LoaderShape(batch.micro_batch_size, batch.data_parallel_size, batch.gradient_accumulation_steps or 1)
+    values = {**cfg.values, "train_batch_size": batch.train_batch_size}
+    if cfg.block is not None:
+        rp = make_run_plan(values_from_args(argparse.Namespace(**values)), cfg.block)  # as the hooks plan it
+        plan, weights = rp.plan, rp.weights
+        total = rp.train_iters * rp.train_batch_size if rp.exact_targets is not None else None
+    else:
+        from neox_epoch.config import plan_input_from_neox
+
+        plan = make_plan(plan_input_from_neox(cfg, world_size, batch=batch))
+        blends = [b for b in plan.blends if b.split == "train"]
+        weights = tuple(float(w) for w in (blends[0].weights or ())) if blends else None
+        total = None
+    train = [s for s in plan.sources if s.split == "train"]
+    blended = len(train) > 1 or bool(weights)
+    builds = {(f"train_{k}" if blended else "train"): TrainBuild(s.samples_requested, s.epochs_built, s.samples_built)
+              for k, s in enumerate(train)}
+    dataset = total if total is not None else sum(s.length for s in train)
+    lr = any(bool(cfg.values.get(k)) for k in ("override_lr_scheduler", "use_checkpoint_lr_scheduler", "lr_decay_iters"))
+    return NewRun(shape, plan, tuple(s.name for s in train), weights if blended else None, builds, dataset,
+                  cfg.block is not None, lr)
+
+
+def _counts(new: NewRun, position: int) -> list[int]:
+    if new.weights is None:
+        return [max(0, position)]
+    return blend.greedy_counts(list(new.weights), max(0, position))
+
+
+def _deltas(new: NewRun, start: ResumeStart) -> tuple[SourceDelta, ...]:
+    def between(span: tuple[int, int] | None) -> list[int]:
+        if span is None:
+            return [0] * len(new.names)
+        lo, hi = _counts(new, span[0]), _counts(new, span[1])
+        return [b - a for a, b in zip(lo, hi)]
+
+    skipped, repeated = between(start.skipped), between(start.repeated)
+    return tuple(SourceDelta(n, s, r) for n, s, r in zip(new.names, skipped, repeated))
+
+
+def _build_findings(old: OldRun, new: NewRun) -> list[str]:
+    """Train indices or a blend that would not be the saved run's: positions then name other samples."""
+    state = old.state
+    if state is None or (new.hooks and state is not None):
+        return []  # no record to compare with / the hooks rebuild the saved indices and blend
+    out = []
+    if state.greedy_weights and new.weights is not None and any(
+            abs(a - b) > 1e-12 for a, b in zip(state.greedy_weights, new.weights)):
+        out.append(f"blend-changed: the blend's weights {[round(w, 6) for w in new.weights]} differ from the saved "
+                   f"run's {[round(w, 6) for w in state.greedy_weights]}: from the resume on, positions draw other "
+                   "sources than the saved run's")
+    for name, built in new.builds.items():
+        was = state.builds.get(name)
+        if was is not None and was.epochs != built.epochs:
+            out.append(f"orders-change: {name}: NeoX builds {built.epochs} epochs for num_samples {built.num_samples}, "
+                       f"the saved run {was.epochs} for {was.num_samples}: a new index, shuffled anew, so positions "
+                       "before and after the resume name different samples")
+    return out
+
+
+def check(checkpoint: str, configs: list[str], world_size: int | None = None) -> ResumeCheck:
+    old = old_run(read_checkpoint(checkpoint))
+    new = new_run(configs, world_size)
+    it = old.checkpoint.iteration
+    findings, notes = [], []
+    if new.hooks and old.state is not None:
+        same = (new.shape.train_batch_size, new.shape.loader_batch) == (old.state.train_batch_size,
+                                                                          old.state.loader_batch)
+        start = hooked_start(old.consumed, new.shape)
+        decision = decide(old.state, new.shape)
+        findings += [] if same else list(decision.findings)
+        if not same and decision.train_iters != old.state.train_iters and not new.lr_follows:
+            findings.append(f"lr-schedule: the run's end moves from iteration {old.state.train_iters} to "
+                            f"{decision.train_iters} and NeoX's learning-rate scheduler refuses the checkpoint (the "
+                            "hooks stop before training): set override_lr_scheduler or use_checkpoint_lr_scheduler")
+        who, counters = "hooks", old.consumed
+    else:
+        start = neox_start(it, old.consumed, new.shape, new.dataset_samples)
+        who, counters = "NeoX", it * new.shape.train_batch_size
+        if new.hooks:
+            notes.append("the config has a neox_epoch block but the checkpoint no neox-epoch state: the hooks resume "
+                         "where NeoX does")
+    if start.skipped:
+        findings.append(f"skip: samples {start.skipped[0]}..{start.skipped[1] - 1} are never trained "
+                        f"({start.skipped[1] - start.skipped[0]} samples)")
+    if start.repeated and who == "NeoX":
+        findings.append(f"repeat: samples {start.repeated[0]}..{start.repeated[1] - 1} are trained again "
+                        f"({start.repeated[1] - start.repeated[0]} samples)")
+    findings += _build_findings(old, new)
+    if new.hooks and counters != old.consumed:
+        findings.append(f"counters: the counters will say {counters} samples consumed at iteration {it} "
+                        f"(iteration * new train_batch_size), {old.consumed} were")
+    return ResumeCheck(old, new, start, who, _deltas(new, start), tuple(findings), tuple(notes), counters)
+
+
+def to_json(rc: ResumeCheck) -> dict[str, Any]:
+    """The machine-readable report (keys documented in the README)."""
+    seq = rc.new.plan.seq_length
+    return {
+        "checkpoint": rc.old.checkpoint.directory, "iteration": rc.old.checkpoint.iteration,
+        "consumed_samples": rc.old.consumed, "consumed_how": rc.old.consumed_how,
+        "old_train_batch_size": rc.old.train_batch_size, "new_train_batch_size": rc.new.shape.train_batch_size,
+        "resumed_by": rc.who, "start_sample": rc.start.start, "start_how": rc.start.how,
+        "skipped": list(rc.start.skipped) if rc.start.skipped else None,
+        "repeated": list(rc.start.repeated) if rc.start.repeated else None,
+        "sources": [{"name": s.name, "skipped_samples": s.skipped, "repeated_samples": s.repeated,
+                     "skipped_tokens": s.skipped * seq, "repeated_tokens": s.repeated * seq} for s in rc.sources],
+        "counters_at_resume": rc.counters_at_resume, "findings": list(rc.findings), "notes": list(rc.notes),
+        "clean": not rc.findings,
+    }
+
+
+def render(rc: ResumeCheck) -> str:
+    j = to_json(rc)
+    seq = rc.new.plan.seq_length
+    lines = [f"resume-check: {j['checkpoint']} (iteration {j['iteration']}) resumed with train_batch_size "
+             f"{j['old_train_batch_size']} -> {j['new_train_batch_size']} (GPT-NeoX semantics)",
+             f"  {rc.old.consumed_how}",
+             f"  resumed by {rc.who}: {rc.start.how}",
+             f"  {'source':<24} {'skipped':>10} {'repeated':>10}   (input tokens = samples * seq_length {seq})"]
+    for s in rc.sources:
+        lines.append(f"  {s.name:<24} {s.skipped:>10} {s.repeated:>10}   ({s.skipped * seq} / {s.repeated * seq} tokens)")
+    lines += [f"  finding: {f}" for f in rc.findings] + [f"  note: {n}" for n in rc.notes]
+    lines.append("  clean: the resume continues exactly" if not rc.findings else
+                 f"  {len(rc.findings)} finding(s): exit 1")
+    return "\n".join(lines)
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("resume-check", help="what a NeoX resume with a changed config skips or repeats")
+    p.add_argument("checkpoint", help="the checkpoint NeoX will load: its save directory (with 'latest') or a tag")
+    p.add_argument("configs", nargs="+", help="the NeoX config files the run resumes with")
+    p.add_argument("--world-size", type=int, help="GPUs the resumed run uses (else the config's global_num_gpus or "
+                   "hostfile, as NeoX counts them)")
+    p.add_argument("--json", action="store_true", help="one JSON object (keys in the README)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    for path in args.configs:
+        if not glob.glob(path) and not os.path.exists(path):
+            raise ConfigError(f"{path}: config file not found")
+    rc = check(args.checkpoint, list(args.configs), args.world_size)
+    print(json.dumps(to_json(rc), indent=1) if args.json else render(rc))
+    return 1 if rc.findings else 0
