@@ -19,7 +19,7 @@ import argparse
 import glob
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from neox_epoch import blend
@@ -67,6 +67,8 @@ class SourceDelta:
     name: str
     skipped: int
     repeated: int
+    drawn: int
+    """Samples the resumed run draws from it, from its start to its last iteration."""
 
 
 @dataclass(frozen=True)
@@ -144,7 +146,7 @@ def _counts(new: NewRun, position: int) -> list[int]:
     return blend.greedy_counts(list(new.weights), max(0, position))
 
 
-def _deltas(new: NewRun, start: ResumeStart) -> tuple[SourceDelta, ...]:
+def _deltas(new: NewRun, start: ResumeStart, iterations_left: int) -> tuple[SourceDelta, ...]:
     def between(span: tuple[int, int] | None) -> list[int]:
         if span is None:
             return [0] * len(new.names)
@@ -152,13 +154,16 @@ def _deltas(new: NewRun, start: ResumeStart) -> tuple[SourceDelta, ...]:
         return [b - a for a, b in zip(lo, hi)]
 
     skipped, repeated = between(start.skipped), between(start.repeated)
-    return tuple(SourceDelta(n, s, r) for n, s, r in zip(new.names, skipped, repeated))
+    drawn = between((start.start, start.start + iterations_left * new.shape.train_batch_size))
+    return tuple(SourceDelta(*row) for row in zip(new.names, skipped, repeated, drawn))
 
 
 def _build_findings(old: OldRun, new: NewRun) -> list[str]:
     """Train indices or a blend that would not be the saved run's: positions then name other samples."""
     state = old.state
-    if state is None or (new.hooks and state is not None):
+    changed = (new.shape.train_batch_size, new.shape.loader_batch) != (state.train_batch_size, state.loader_batch) \
+        if state else False
+    if state is None or (new.hooks and changed):
         return []  # no record to compare with / the hooks rebuild the saved indices and blend
     out = []
     if state.greedy_weights and new.weights is not None and any(
@@ -185,6 +190,8 @@ def check(checkpoint: str, configs: list[str], world_size: int | None = None) ->
                                                                           old.state.loader_batch)
         start = hooked_start(old.consumed, new.shape)
         decision = decide(old.state, new.shape)
+        if not same and old.state.greedy_weights:  # the hooks rebuild the saved run's blend
+            new = replace(new, weights=tuple(old.state.greedy_weights))
         findings += [] if same else list(decision.findings)
         if not same and decision.train_iters != old.state.train_iters and not new.lr_follows:
             findings.append(f"lr-schedule: the run's end moves from iteration {old.state.train_iters} to "
@@ -207,7 +214,9 @@ def check(checkpoint: str, configs: list[str], world_size: int | None = None) ->
     if new.hooks and counters != old.consumed:
         findings.append(f"counters: the counters will say {counters} samples consumed at iteration {it} "
                         f"(iteration * new train_batch_size), {old.consumed} were")
-    return ResumeCheck(old, new, start, who, _deltas(new, start), tuple(findings), tuple(notes), counters)
+    end = decide(old.state, new.shape).train_iters if who == "hooks" and old.state else new.plan.train_iters
+    return ResumeCheck(old, new, start, who, _deltas(new, start, max(0, end - it)), tuple(findings), tuple(notes),
+                       counters)
 
 
 def to_json(rc: ResumeCheck) -> dict[str, Any]:
@@ -221,7 +230,8 @@ def to_json(rc: ResumeCheck) -> dict[str, Any]:
         "skipped": list(rc.start.skipped) if rc.start.skipped else None,
         "repeated": list(rc.start.repeated) if rc.start.repeated else None,
         "sources": [{"name": s.name, "skipped_samples": s.skipped, "repeated_samples": s.repeated,
-                     "skipped_tokens": s.skipped * seq, "repeated_tokens": s.repeated * seq} for s in rc.sources],
+                     "skipped_tokens": s.skipped * seq, "repeated_tokens": s.repeated * seq,
+                     "drawn_after_resume": s.drawn} for s in rc.sources],
         "counters_at_resume": rc.counters_at_resume, "findings": list(rc.findings), "notes": list(rc.notes),
         "clean": not rc.findings,
     }
@@ -234,9 +244,11 @@ def render(rc: ResumeCheck) -> str:
              f"{j['old_train_batch_size']} -> {j['new_train_batch_size']} (GPT-NeoX semantics)",
              f"  {rc.old.consumed_how}",
              f"  resumed by {rc.who}: {rc.start.how}",
-             f"  {'source':<24} {'skipped':>10} {'repeated':>10}   (input tokens = samples * seq_length {seq})"]
+             f"  {'source':<24} {'skipped':>10} {'repeated':>10} {'drawn after':>12}   (samples; input tokens = "
+             f"samples * seq_length {seq})"]
     for s in rc.sources:
-        lines.append(f"  {s.name:<24} {s.skipped:>10} {s.repeated:>10}   ({s.skipped * seq} / {s.repeated * seq} tokens)")
+        lines.append(f"  {s.name:<24} {s.skipped:>10} {s.repeated:>10} {s.drawn:>12}   ({s.skipped * seq} / "
+                     f"{s.repeated * seq} tokens)")
     lines += [f"  finding: {f}" for f in rc.findings] + [f"  note: {n}" for n in rc.notes]
     lines.append("  clean: the resume continues exactly" if not rc.findings else
                  f"  {len(rc.findings)} finding(s): exit 1")

@@ -332,8 +332,12 @@ def batch_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     refused = _launch(run, {**cfg, "gradient_accumulation_steps": 2}, "refused", frameworks.neox_dir())
     assert refused.returncode != 0
     # the learning-rate schedule must follow the new end (or be kept): NeoX would assert; the hooks say it first
-    _ok(_launch(run, {**cfg, "gradient_accumulation_steps": 2, "override_lr_scheduler": True}, "doubled",
-                frameworks.neox_dir()))
+    doubled = {**cfg, "gradient_accumulation_steps": 2, "override_lr_scheduler": True}
+    check = subprocess.run([sys.executable, "-m", "neox_epoch.cli", "resume-check", run.path("ckpt"),
+                            _write(run, doubled, "check"), "--json"], capture_output=True, text=True, timeout=300)
+    with open(run.path("check.json"), "w", encoding="utf-8") as f:
+        f.write(check.stdout)
+    _ok(_launch(run, doubled, "doubled", frameworks.neox_dir()))
     return run
 
 
@@ -361,6 +365,12 @@ def test_batch_change_resume_trains_every_token_its_target_passes(batch_run: Run
                                  "consumed_samples": 420}
     assert "stock NeoX: start = (iteration * gas % len(loader)) * micro * dp = (105 * 2 % 245) * 2 * 2 = 840" in (
         batch_run.outputs[2])
+    # resume-check, run before the resume, said exactly this: the hooks start at 420, nothing skipped or
+    # repeated, and the resumed launch draws a 231, b 222, c 107 (what the recorded batches of that launch hold)
+    predicted = json.loads(open(batch_run.path("check.json")).read())
+    assert (predicted["resumed_by"], predicted["start_sample"], predicted["clean"]) == ("hooks", 420, True)
+    after = np.bincount(ex.source_of_row[rec.launches == 2], minlength=3).tolist()
+    assert after == [s["drawn_after_resume"] for s in predicted["sources"]] == [231, 222, 107]
     final = [r for r in batch_run.jsonl() if r["event"] == "final"][-1]
     assert final["iteration"] == 175 and final["complete"]
     assert {n: v["samples"] for n, v in final["sources"].items()} == {"a": 403, "b": 389, "c": 188}
@@ -404,6 +414,8 @@ def test_resume_check_predicts_what_stock_neox_skips(stock_batch_run: tuple[Run,
     skipped = {s["name"]: s["skipped_samples"] for s in predicted["sources"]}
     assert skipped == {n: at[840][k] - at[420][k] for k, n in enumerate("abc")} == {"a": 210, "b": 105, "c": 105}
     assert np.bincount(rec.iterations)[1:].tolist() == [4] * BATCH_STOP + [8] * 15
+    after = np.bincount(ex.source_of_row[rec.launches == 1], minlength=3).tolist()
+    assert after == [s["drawn_after_resume"] for s in predicted["sources"]] == [60, 30, 30]
 
 
 # ------------------------------------------------------------------------------------------------------------
