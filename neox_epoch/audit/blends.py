@@ -34,30 +34,19 @@ _PY_GREEDY_LIMIT = 20_000_000
 class SourceReport:
     """One source of a blend."""
 
-    index: str | None
-    """Path (stem) of the source's index cache, None if not found."""
-    dataset_path: str | None
-    """The source's data prefix."""
-    weight: float | None
-    """Its blend weight (normalized as the greedy uses it)."""
-    draws: int | None = None
-    """Samples the whole blend draws from it."""
-    draws_consumed: int | None = None
-    """Samples the consumed part of the blend draws from it."""
-    length: int | None = None
-    """``len`` of the source dataset."""
-    samples_per_epoch: int | None = None
-    """Samples one pass over the source's split gives."""
-    epochs: int | None = None
-    """Epochs built for the source."""
-    passes: float | None = None
-    """``draws_consumed / samples_per_epoch``."""
+    index: str | None  # Path (stem) of the source's index cache, None if not found.
+    dataset_path: str | None  # The source's data prefix.
+    weight: float | None  # Its blend weight (normalized as the greedy uses it).
+    draws: int | None = None  # Samples the whole blend draws from it.
+    draws_consumed: int | None = None  # Samples the consumed part of the blend draws from it.
+    length: int | None = None  # `len` of the source dataset.
+    samples_per_epoch: int | None = None  # Samples one pass over the source's split gives.
+    epochs: int | None = None  # Epochs built for the source.
+    passes: float | None = None  # `draws_consumed / samples_per_epoch`.
     second_pass_sample: int | None = None
     """0-based blend sample at which the source's draws exceed one epoch's samples (None: never)."""
-    second_pass_iteration: int | None = None
-    """1-based iteration containing it (needs the global batch size)."""
-    exposure: ExposureReport | None = None
-    """The source's exposure (also under its index)."""
+    second_pass_iteration: int | None = None  # 1-based iteration containing it (needs the global batch size).
+    exposure: ExposureReport | None = None  # The source's exposure (also under its index).
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -79,28 +68,17 @@ class SourceReport:
 class BlendReport:
     """One blend (megatron-core BlendedDataset cache, or a NeoX blend replayed from its weights)."""
 
-    kind: str
-    """``megatron-core`` or ``neox``."""
-    path: str
-    """The blend's files without their role suffix (NeoX: the first source's index)."""
-    split: str
-    """The split."""
-    size: int | None = None
-    """Samples of the blend (``len``)."""
-    weights: list[float] | None = None
-    """Weights as the greedy uses them (None: exhaustive blending)."""
-    files: dict[str, str] = field(default_factory=dict)
-    """role -> file."""
-    sources: list[SourceReport] = field(default_factory=list)
-    """Per source."""
-    consumed_samples: int | None = None
-    """Blend samples consumed by training."""
-    findings: list[Finding] = field(default_factory=list)
-    """Problems found."""
-    notes: list[str] = field(default_factory=list)
-    """Remarks."""
-    exposure: ExposureReport | None = None
-    """Sum of the sources' exposures."""
+    kind: str  # `megatron-core` or `neox`.
+    path: str  # The blend's files without their role suffix (NeoX: the first source's index).
+    split: str  # The split.
+    size: int | None = None  # Samples of the blend (`len`).
+    weights: list[float] | None = None  # Weights as the greedy uses them (None: exhaustive blending).
+    files: dict[str, str] = field(default_factory=dict)  # role -> file.
+    sources: list[SourceReport] = field(default_factory=list)  # Per source.
+    consumed_samples: int | None = None  # Blend samples consumed by training.
+    findings: list[Finding] = field(default_factory=list)  # Problems found.
+    notes: list[str] = field(default_factory=list)  # Remarks.
+    exposure: ExposureReport | None = None  # Sum of the sources' exposures.
     children: list[str | None] = field(default_factory=list, repr=False)
     """Stems of the sources' index caches (None: not found)."""
     dataset_index_ok: bool = field(default=True, repr=False)

@@ -47,18 +47,12 @@ def _positive(name: str, v: int | None) -> None:
 class _Run:
     """Consumption and NeoX blend settings gathered from the options and config files."""
 
-    consumed: int | None
-    """Train samples consumed."""
-    gbs: int | None
-    """Global batch size."""
-    paths: tuple[str, ...] = ()
-    """NeoX train_data_paths."""
-    weights: tuple[float, ...] | None = None
-    """NeoX train_data_weights."""
-    by_docs: bool = False
-    """NeoX weight_by_num_documents."""
-    alpha: float = 1.0
-    """NeoX weighted_sampler_alpha."""
+    consumed: int | None  # Train samples consumed.
+    gbs: int | None  # Global batch size.
+    paths: tuple[str, ...] = ()  # NeoX train_data_paths.
+    weights: tuple[float, ...] | None = None  # NeoX train_data_weights.
+    by_docs: bool = False  # NeoX weight_by_num_documents.
+    alpha: float = 1.0  # NeoX weighted_sampler_alpha.
 
 
 def _consumption(args: argparse.Namespace) -> _Run:

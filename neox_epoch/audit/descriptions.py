@@ -46,12 +46,9 @@ def _read_text(path: str) -> str:
 class Description:
     """A parsed description file and whether its md5 matches the file name."""
 
-    path: str
-    """The description file."""
-    text: str
-    """Its exact text."""
-    digest: str
-    """md5 of the text."""
+    path: str  # The description file.
+    text: str  # Its exact text.
+    digest: str  # md5 of the text.
     fields: dict[str, Any]
     """megatron-core: the JSON object; legacy: ``{"data_prefix", "name", "num_samples", "seq_length",
     "seed", "split"}``."""

@@ -57,62 +57,41 @@ _LEGACY_FILE = re.compile(r"^(?P<md5>[0-9a-f]{32})(?:(?P<dsc>\.dsc)|_(?P<role>do
 class NeoxName:
     """The fields of a GPT-NeoX cache file name."""
 
-    prefix: str
-    """The data prefix (path without .bin/.idx) the index was built from: the cache sits beside it."""
-    name: str
-    """NeoX's dataset name: ``train``, ``valid``, ``test`` or ``train_0``, ``valid_1``, ..."""
-    num_samples: int | None
-    """``{ns}ns``: the samples NeoX asked the dataset for (None when it built by epochs)."""
-    seq_length: int
-    """``{sl}sl``: the sequence length."""
-    seed: int
-    """``{seed}s``: the seed of the shuffles."""
-    pack_impl: str | None
-    """``{pack_impl}pi``: packed, pack_until_overflow or unpacked (None: older NeoX, always packed)."""
-    allow_chopped: bool
-    """``_ac``: NeoX's allow_chopped flag."""
+    prefix: str  # The data prefix (path without .bin/.idx) the index was built from: the cache sits beside it.
+    name: str  # NeoX's dataset name: `train`, `valid`, `test` or `train_0`, `valid_1`, ...
+    num_samples: int | None  # `{ns}ns`: the samples NeoX asked the dataset for (None when it built by epochs).
+    seq_length: int  # `{sl}sl`: the sequence length.
+    seed: int  # `{seed}s`: the seed of the shuffles.
+    pack_impl: str | None  # `{pack_impl}pi`: packed, pack_until_overflow or unpacked (None: older NeoX, always packed).
+    allow_chopped: bool  # `_ac`: NeoX's allow_chopped flag.
 
 
 @dataclass(frozen=True)
 class CacheFile:
     """One recognized cache file."""
 
-    path: str
-    """Path of the file as found."""
-    kind: str
-    """``neox``, ``megatron-core`` or ``megatron-legacy``."""
-    role: str
-    """``doc``, ``sample``, ``shuffle``, ``description``, ``dataset`` or ``dataset_sample``."""
-    stem: str
-    """The path without the role suffix: files with the same stem belong together."""
+    path: str  # Path of the file as found.
+    kind: str  # `neox`, `megatron-core` or `megatron-legacy`.
+    role: str  # `doc`, `sample`, `shuffle`, `description`, `dataset` or `dataset_sample`.
+    stem: str  # The path without the role suffix: files with the same stem belong together.
     dataset_class: str = "GPTDataset"
     """megatron-core class in the name (GPTDataset, BlendedDataset, ...); GPTDataset otherwise."""
-    split: str = ""
-    """The split (megatron-core), or NeoX's dataset name; legacy names carry none (read from the .dsc)."""
-    digest: str = ""
-    """The md5 in megatron-core and legacy names."""
-    neox: NeoxName | None = None
-    """The parsed NeoX name fields."""
+    split: str = ""  # The split (megatron-core), or NeoX's dataset name; legacy names carry none (read from the .dsc).
+    digest: str = ""  # The md5 in megatron-core and legacy names.
+    neox: NeoxName | None = None  # The parsed NeoX name fields.
 
 
 @dataclass
 class CacheGroup:
     """The files of one index (a doc/sample/shuffle triple) or one megatron-core blend pair."""
 
-    kind: str
-    """``neox``, ``megatron-core`` or ``megatron-legacy``."""
-    stem: str
-    """Common path of the files without the role suffix (used as the index's ``path``)."""
-    dataset_class: str
-    """GPTDataset or BlendedDataset (megatron-core); GPTDataset for NeoX and legacy."""
-    split: str
-    """Split or NeoX dataset name ('' for legacy until the .dsc is read)."""
-    digest: str = ""
-    """The md5 of megatron-core and legacy names."""
-    neox: NeoxName | None = None
-    """NeoX name fields."""
-    files: dict[str, str] = field(default_factory=dict)
-    """role -> path."""
+    kind: str  # `neox`, `megatron-core` or `megatron-legacy`.
+    stem: str  # Common path of the files without the role suffix (used as the index's `path`).
+    dataset_class: str  # GPTDataset or BlendedDataset (megatron-core); GPTDataset for NeoX and legacy.
+    split: str  # Split or NeoX dataset name ('' for legacy until the .dsc is read).
+    digest: str = ""  # The md5 of megatron-core and legacy names.
+    neox: NeoxName | None = None  # NeoX name fields.
+    files: dict[str, str] = field(default_factory=dict)  # role -> path.
 
     @property
     def is_blend(self) -> bool:
