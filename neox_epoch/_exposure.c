@@ -141,6 +141,12 @@ static PyObject *stream(PyObject *self, PyObject *args) {
     int64_t *positions = data[5], count = views[0].len / 4, status = 0;
     Py_BEGIN_ALLOW_THREADS
     for (int64_t j = 0; j < count; j++) {
+        if (j + 32 < count) {  /* the random accesses of a copy 32 entries ahead */
+            int64_t ahead = documents[j + 32] - first_id;
+            __builtin_prefetch(&pass.sizes[ahead]);
+            __builtin_prefetch(&pass.copies[ahead], 1);
+            if (pass.draws && epochs > 1) __builtin_prefetch(&pass.starts[ahead * (epochs - 1)], 1);
+        }
         int64_t doc = documents[j] - first_id, size = pass.sizes[doc], copy = pass.copies[doc]++;
         positions[j] = position;
         if (pass.draws && copy + 1 < epochs) pass.starts[doc * (epochs - 1) + copy] = position;
