@@ -147,6 +147,12 @@ static PyObject *stream(PyObject *self, PyObject *args) {
             __builtin_prefetch(&pass.copies[ahead], 1);
             if (pass.draws && epochs > 1) __builtin_prefetch(&pass.starts[ahead * (epochs - 1)], 1);
         }
+        if (pass.draws && j + 16 < count) {  /* a last copy 16 ahead: the draw counts at its earlier copies */
+            int64_t ahead = documents[j + 16] - first_id;
+            for (int64_t copy = 0; copy + 1 < epochs && pass.copies[ahead] == epochs - 1; copy++)
+                __builtin_prefetch((const char *)pass.draws +
+                                   pass.starts[ahead * (epochs - 1) + copy] / seq_length * pass.draw_bytes);
+        }
         int64_t doc = documents[j] - first_id, size = pass.sizes[doc], copy = pass.copies[doc]++;
         positions[j] = position;
         if (pass.draws && copy + 1 < epochs) pass.starts[doc * (epochs - 1) + copy] = position;

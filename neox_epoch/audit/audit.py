@@ -317,6 +317,17 @@ def _finish_blend(rep: BlendReport, reports: dict[str, IndexReport], iteration_o
         rep.exposure.consumed_samples = rep.consumed_samples or rep.exposure.consumed_samples
 
 
+def _weights_by_documents(candidates: list[list[names.CacheGroup]], options: AuditOptions,
+                          res: AuditResult) -> list[float] | None:
+    try:
+        docs = [idxmod.read_header(c[0].neox.prefix if c[0].neox else "", check_bin=False).sequence_count
+                for c in candidates]
+    except IndexFileError as err:
+        res.notes.append(f"weight_by_num_documents: {err}; NeoX blend not replayed")
+        return None
+    return neox_sem.weights_by_num_docs(docs, options.neox_weighted_sampler_alpha)
+
+
 def _neox_blend(
     train: list[names.CacheGroup], options: AuditOptions, res: AuditResult
 ) -> tuple[BlendReport, list[str], list[Consumption]] | None:
@@ -338,13 +349,9 @@ def _neox_blend(
             return None
         candidates.append(cands)
     if options.neox_weight_by_num_documents:
-        try:
-            docs = [idxmod.read_header(c[0].neox.prefix if c[0].neox else "", check_bin=False).sequence_count
-                    for c in candidates]
-        except IndexFileError as err:
-            res.notes.append(f"weight_by_num_documents: {err}; NeoX blend not replayed")
+        weights = _weights_by_documents(candidates, options, res)
+        if weights is None:
             return None
-        weights = neox_sem.weights_by_num_docs(docs, options.neox_weighted_sampler_alpha)
     norm, requests = neox_sem.normalized_weights_and_num_samples(weights, options.consumed)
     chosen: list[names.CacheGroup] = []
     for i, cands in enumerate(candidates):
