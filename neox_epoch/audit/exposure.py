@@ -96,6 +96,14 @@ class ManifestChunk:
     last: np.ndarray  # Global sample index of the last draw that covered the document (-1: never).
 
 
+def zeros(shape: int | tuple[int, ...], dtype: type) -> np.ndarray:
+    """Zeros on transparent huge pages: numpy asks Linux for them for its large ``np.empty`` only (calloc's
+    4 kB pages, ``np.zeros``, make each random access into hundreds of MB a TLB miss)."""
+    out = np.empty(shape, dtype)
+    out.fill(0)
+    return out
+
+
 def from_histograms(tokens_hist: np.ndarray, documents_hist: np.ndarray, stats: np.ndarray,
                     consumed: int) -> ExposureReport:
     """The report from histogram arrays indexed by times seen and (unseen, partial) document counts."""
@@ -114,7 +122,7 @@ class StreamPass:
                  seq_length: int, sample_draws: np.ndarray | None = None) -> None:
         self.sizes = np.ascontiguousarray(sizes, dtype=np.int32)
         self.first_id, self.epochs, self.seq_length = first_id, epochs, seq_length
-        self.copies = np.zeros(self.sizes.shape[0], dtype=np.int32)
+        self.copies = zeros(self.sizes.shape[0], np.int32)
         self.position = 0
         self.exposing = draws is not None and kernel is not None and epochs > 0
         self.draws = draws if self.exposing else None
@@ -125,7 +133,7 @@ class StreamPass:
         documents = self.sizes.shape[0]
         self.starts = np.empty(documents * (epochs - 1) if self.exposing else 0, np.int64)
         self.sample_draws = sample_draws if self.exposing else None
-        self.per_document = np.zeros((documents, 5), np.int64) if self.sample_draws is not None else None
+        self.per_document = zeros((documents, 5), np.int64) if self.sample_draws is not None else None
 
     def advance(self, documents: np.ndarray) -> np.ndarray:
         """The stream positions of the copies ``documents`` (the next chunk of the document index)."""

@@ -21,7 +21,7 @@ from neox_epoch import idx as idxmod
 from neox_epoch.audit import names
 from neox_epoch.audit.consumption import Consumption
 from neox_epoch.audit.descriptions import read_legacy_description, read_mcore_description
-from neox_epoch.audit.exposure import ExposureReport, ManifestChunk, StreamPass, kernel
+from neox_epoch.audit.exposure import ExposureReport, ManifestChunk, StreamPass, kernel, zeros
 from neox_epoch.audit.findings import FileProblem, Finding
 from neox_epoch.audit.npy import NpyInfo, NpyReader, read_header
 from neox_epoch.errors import IndexFileError
@@ -281,7 +281,7 @@ def count_draws(reader: NpyReader, samples: int, consumption: Consumption | None
         return Draws(None, None, -1, (finding(path, "shuffle index length", f"{samples} (rows of the sample index - 1)",
                                               reader.info.rows, MIXED),))
     top = consumption.max_count if consumption is not None else 0
-    store = np.zeros(samples, np.uint8 if top < 254 else np.uint16 if top < 65534 else np.uint32)
+    store = zeros(samples, np.uint8 if top < 254 else np.uint16 if top < 65534 else np.uint32)
     sample_draws = np.full((samples, 2), -1, np.int64) if manifest and consumption is not None else None
     block_max = -1
     progress.start("shuffle", samples)
