@@ -1,16 +1,18 @@
 /* The audit's stream pass over a document index, in one sequential walk (neox_epoch.audit.exposure).
  *
- * stream(documents, first_id, sizes, position, copies, epochs, starts, draws, seq_length, samples,
- *        positions, tokens_hist, documents_hist, stats, sample_draws, per_document) -> position
+ * stream(documents, first_id, records, position, epochs, draws, seq_length, samples, positions, tokens_hist,
+ *        documents_hist, stats, sample_draws, per_document) -> position
  *
+ * `records` holds one row of `width` int64 per document (id - first_id), so that a copy touches one cache
+ * line: its first word is the document's size and copy count (two int32), then, with `draws` (the draw
+ * count of each sample, uint8/uint16/uint32), the stream positions of its first epochs-1 copies.
  * For each entry j of `documents` (int32 ids of a chunk of the document index): positions[j] = the
- * stream position of the copy, copies[id - first_id] += 1. With `draws` (the draw count of each sample,
- * uint8/uint16/uint32) a document's first epochs-1 copies keep their position in `starts` and its last
- * copy completes its exposure: the step functions of its copies (a step at each sample boundary inside a
- * copy) summed, swept into the token and document histograms and stats (never seen, seen unevenly).
- * `sample_draws` ([S, 2] first/last draw position of each sample) and `per_document` ([D, 5] min, max,
- * token exposures, first and last draw) are for the manifest. Returns the position after the chunk;
- * -1 when an exposure fell outside the histograms (inconsistent inputs).
+ * stream position of the copy, and the document's copy count goes up by one. With `draws` a document's
+ * last copy completes its exposure: the step functions of its copies (a step at each sample boundary
+ * inside a copy) summed, swept into the token and document histograms and stats (never seen, seen
+ * unevenly). `sample_draws` ([S, 2] first/last draw position of each sample) and `per_document` ([D, 5]
+ * min, max, token exposures, first and last draw) are for the manifest. Returns the position after the
+ * chunk; -1 when an exposure fell outside the histograms (inconsistent inputs).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -19,8 +21,10 @@
 
 typedef struct { int64_t offset, change; } Step;
 
+typedef struct { int32_t size, copies; } Head;  /* the first word of a document's record */
+
 typedef struct {
-    const int32_t *sizes; int32_t *copies; int64_t *starts; int64_t epochs;
+    int64_t *records; int64_t width, epochs;
     const void *draws; int draw_bytes; int64_t seq_length, samples;
     int64_t *tokens_hist, *documents_hist, *stats, bins;
     const int64_t *sample_draws; int64_t *per_document;
@@ -79,7 +83,7 @@ static int copy_steps(Pass *pass, int64_t start, int64_t size, int64_t *base, in
 /* The exposure of document `doc` (size `size`), its last copy at `start`: histograms and stats. */
 static int complete(Pass *pass, int64_t doc, int64_t size, int64_t start) {
     int64_t base = 0, count = 0, first = -1, last = -1;
-    const int64_t *earlier = pass->starts + doc * (pass->epochs - 1);
+    const int64_t *earlier = pass->records + doc * pass->width + 1;
     for (int64_t copy = 0; copy < pass->epochs; copy++) {
         int64_t at = copy + 1 < pass->epochs ? earlier[copy] : start;
         if (copy_steps(pass, at, size, &base, &count, &first, &last)) return -1;
@@ -118,50 +122,47 @@ static void *data_of(PyObject *object, Py_buffer *view, int writable) {
 }
 
 static PyObject *stream(PyObject *self, PyObject *args) {
-    PyObject *objects[12];
-    Py_buffer views[12] = {{0}};
+    PyObject *objects[9];
+    Py_buffer views[9] = {{0}};
     long long first_id, position, epochs, seq_length, samples;
-    if (!PyArg_ParseTuple(args, "OLOLOLOOLLOOOOOO", &objects[0], &first_id, &objects[1], &position, &objects[2],
-                          &epochs, &objects[3], &objects[4], &seq_length, &samples, &objects[5], &objects[6],
-                          &objects[7], &objects[8], &objects[9], &objects[10]))
+    if (!PyArg_ParseTuple(args, "OLOLLOLLOOOOOO", &objects[0], &first_id, &objects[1], &position, &epochs,
+                          &objects[2], &seq_length, &samples, &objects[3], &objects[4], &objects[5], &objects[6],
+                          &objects[7], &objects[8]))
         return NULL;
-    static const int writable[11] = {0, 0, 1, 1, 0, 1, 1, 1, 1, 0, 1};
-    void *data[11];
-    for (int i = 0; i < 11; i++) {
+    static const int writable[9] = {0, 1, 0, 1, 1, 1, 1, 0, 1};
+    void *data[9];
+    for (int i = 0; i < 9; i++) {
         data[i] = data_of(objects[i], &views[i], writable[i]);
         if (!data[i] && objects[i] != Py_None) {
             for (int k = 0; k < i; k++) if (views[k].obj) PyBuffer_Release(&views[k]);
             return NULL;
         }
     }
-    Pass pass = {data[1], data[2], data[3], epochs, data[4], objects[4] == Py_None ? 0 : (int)views[4].itemsize,
-                 seq_length, samples, data[6], data[7], data[8], objects[6] == Py_None ? 0 : views[6].len / 8,
-                 data[9], data[10], NULL, 0};
+    const void *draws = data[2];
+    Pass pass = {data[1], draws && epochs > 1 ? epochs : 1, epochs, draws, draws ? (int)views[2].itemsize : 0,
+                 seq_length, samples, data[4], data[5], data[6], draws ? views[4].len / 8 : 0, data[7], data[8],
+                 NULL, 0};
     const int32_t *documents = data[0];
-    int64_t *positions = data[5], count = views[0].len / 4, status = 0;
+    int64_t *positions = data[3], count = views[0].len / 4, status = 0, width = pass.width;
     Py_BEGIN_ALLOW_THREADS
     for (int64_t j = 0; j < count; j++) {
-        if (j + 32 < count) {  /* the random accesses of a copy 32 entries ahead */
-            int64_t ahead = documents[j + 32] - first_id;
-            __builtin_prefetch(&pass.sizes[ahead]);
-            __builtin_prefetch(&pass.copies[ahead], 1);
-            if (pass.draws && epochs > 1) __builtin_prefetch(&pass.starts[ahead * (epochs - 1)], 1);
+        if (j + 64 < count) __builtin_prefetch(pass.records + (documents[j + 64] - first_id) * width, 1);
+        if (draws && epochs > 1 && j + 16 < count) {  /* a last copy 16 ahead: the draw counts at its earlier copies */
+            const int64_t *ahead = pass.records + (documents[j + 16] - first_id) * width;
+            for (int64_t copy = 0; copy + 1 < epochs && ((const Head *)ahead)->copies == epochs - 1; copy++)
+                __builtin_prefetch((const char *)draws + ahead[1 + copy] / seq_length * pass.draw_bytes);
         }
-        if (pass.draws && j + 16 < count) {  /* a last copy 16 ahead: the draw counts at its earlier copies */
-            int64_t ahead = documents[j + 16] - first_id;
-            for (int64_t copy = 0; copy + 1 < epochs && pass.copies[ahead] == epochs - 1; copy++)
-                __builtin_prefetch((const char *)pass.draws +
-                                   pass.starts[ahead * (epochs - 1) + copy] / seq_length * pass.draw_bytes);
-        }
-        int64_t doc = documents[j] - first_id, size = pass.sizes[doc], copy = pass.copies[doc]++;
+        int64_t doc = documents[j] - first_id, *record = pass.records + doc * width;
+        Head *head = (Head *)record;
+        int64_t size = head->size, copy = head->copies++;
         positions[j] = position;
-        if (pass.draws && copy + 1 < epochs) pass.starts[doc * (epochs - 1) + copy] = position;
-        else if (pass.draws && copy + 1 == epochs && complete(&pass, doc, size, position)) status = -1;
+        if (draws && copy + 1 < epochs) record[1 + copy] = position;
+        else if (draws && copy + 1 == epochs && complete(&pass, doc, size, position)) status = -1;
         position += size;
     }
     Py_END_ALLOW_THREADS
     free(pass.steps);
-    for (int i = 0; i < 11; i++) if (views[i].obj) PyBuffer_Release(&views[i]);
+    for (int i = 0; i < 9; i++) if (views[i].obj) PyBuffer_Release(&views[i]);
     return PyLong_FromLongLong(status ? -1 : position);
 }
 

@@ -67,13 +67,22 @@ class Consumption:
     def max_count(self) -> int:
         return max((c for _, _, c in self.runs), default=0)
 
-    def counts(self, start: int, stop: int) -> np.ndarray:
-        """Draw counts of indices ``[start, stop)`` (0 at and past ``length``)."""
-        out = np.zeros(max(0, stop - start), dtype=np.int64)
+    def segments(self, start: int, stop: int) -> list[tuple[int, int, int]]:
+        """``[start, stop)`` cut into ``(lo, hi, draws)`` pieces (0 draws between the runs and past ``length``)."""
+        pieces, at = [], start
         for a, b, c in self.runs:
             lo, hi = max(a, start), min(b, stop)
             if hi > lo:
-                out[lo - start : hi - start] = c
+                pieces += [(at, lo, 0)] if lo > at else []
+                pieces.append((lo, hi, c))
+                at = hi
+        return pieces + ([(at, stop, 0)] if stop > at else [])
+
+    def counts(self, start: int, stop: int) -> np.ndarray:
+        """Draw counts of indices ``[start, stop)`` (0 at and past ``length``)."""
+        out = np.zeros(max(0, stop - start), dtype=np.int64)
+        for lo, hi, c in self.segments(start, stop):
+            out[lo - start : hi - start] = c
         return out
 
     def first_last(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:

@@ -120,9 +120,7 @@ class StreamPass:
 
     def __init__(self, sizes: np.ndarray, first_id: int, epochs: int, draws: np.ndarray | None,
                  seq_length: int, sample_draws: np.ndarray | None = None) -> None:
-        self.sizes = np.ascontiguousarray(sizes, dtype=np.int32)
         self.first_id, self.epochs, self.seq_length = first_id, epochs, seq_length
-        self.copies = zeros(self.sizes.shape[0], np.int32)
         self.position = 0
         self.exposing = draws is not None and kernel is not None and epochs > 0
         self.draws = draws if self.exposing else None
@@ -130,26 +128,34 @@ class StreamPass:
         bins = epochs * (int(draws.max()) if draws is not None and draws.size else 0) + 1
         self.tokens_hist, self.documents_hist = np.zeros(bins, np.int64), np.zeros(bins, np.int64)
         self.stats = np.zeros(2, np.int64)
-        documents = self.sizes.shape[0]
-        self.starts = np.empty(documents * (epochs - 1) if self.exposing else 0, np.int64)
+        documents = sizes.shape[0]
+        # one record per document (the kernel's layout): size and copy count, then the earlier copies' positions
+        self.records = np.empty((documents, epochs if self.exposing and epochs > 1 else 1), np.int64)
+        halves = self.records.view(np.int32)
+        halves[:, 0], halves[:, 1] = sizes, 0
+        self.sizes, self.copies = halves[:, 0], halves[:, 1]
         self.sample_draws = sample_draws if self.exposing else None
         self.per_document = zeros((documents, 5), np.int64) if self.sample_draws is not None else None
 
     def advance(self, documents: np.ndarray) -> np.ndarray:
-        """The stream positions of the copies ``documents`` (the next chunk of the document index)."""
+        """The stream positions of the copies ``documents`` (the next chunk of the document index), and where
+        the chunk ends."""
+        positions = np.empty(documents.shape[0] + 1, np.int64)
+        positions[0] = self.position
         if kernel is None:
             local = documents - self.first_id
-            positions = np.cumsum(self.sizes[local], dtype=np.int64) + self.position
+            np.cumsum(self.sizes[local], dtype=np.int64, out=positions[1:])
+            positions[1:] += self.position
             np.add.at(self.copies, local, 1)
-            self.position = int(positions[-1]) if positions.size else self.position
-            return positions - self.sizes[local]
-        positions = np.empty(documents.shape[0], np.int64)
+            self.position = int(positions[-1])
+            return positions
         self.position = kernel.stream(
-            np.ascontiguousarray(documents, dtype=np.int32), self.first_id, self.sizes, self.position, self.copies,
-            self.epochs, self.starts, self.draws, self.seq_length, self.samples, positions, self.tokens_hist,
-            self.documents_hist, self.stats, self.sample_draws, self.per_document)
+            np.ascontiguousarray(documents, dtype=np.int32), self.first_id, self.records, self.position, self.epochs,
+            self.draws, self.seq_length, self.samples, positions, self.tokens_hist, self.documents_hist, self.stats,
+            self.sample_draws, self.per_document)
         if self.position < 0:
             raise AuditError("the stream pass found an exposure outside its histograms (inconsistent inputs)")
+        positions[-1] = self.position
         return positions
 
     def report(self, consumed: int) -> ExposureReport:
