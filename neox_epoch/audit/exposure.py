@@ -121,7 +121,7 @@ class StreamPass:
     def __init__(self, sizes: np.ndarray, first_id: int, epochs: int, draws: np.ndarray | None,
                  seq_length: int, sample_draws: np.ndarray | None = None) -> None:
         self.first_id, self.epochs, self.seq_length = first_id, epochs, seq_length
-        self.position = 0
+        self.position, self.buffer = 0, np.empty(0, np.int64)
         self.exposing = draws is not None and kernel is not None and epochs > 0
         self.draws = draws if self.exposing else None
         self.samples = 0 if draws is None else draws.shape[0]
@@ -140,7 +140,9 @@ class StreamPass:
     def advance(self, documents: np.ndarray) -> np.ndarray:
         """The stream positions of the copies ``documents`` (the next chunk of the document index), and where
         the chunk ends."""
-        positions = np.empty(documents.shape[0] + 1, np.int64)
+        if self.buffer.shape[0] <= documents.shape[0]:
+            self.buffer = np.empty(documents.shape[0] + 1, np.int64)
+        positions = self.buffer[: documents.shape[0] + 1]  # one buffer for every chunk (no fresh pages each time)
         positions[0] = self.position
         if kernel is None:
             local = documents - self.first_id

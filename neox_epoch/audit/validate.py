@@ -11,6 +11,7 @@ document; the exposure), then :func:`framework_numbers` compares what the framew
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -339,12 +340,12 @@ class SampleRows:
             problem = None if self.pending.shape[0] else self._read()
             if problem is not None:
                 return first, np.zeros((0, 2), np.int64), problem
-            cut = int(np.searchsorted(self.pending[:, 0], stop, side="left"))
+            cut = bisect_left(self.pending[:, 0], stop)  # (np.searchsorted would copy the strided column)
             parts.append(self.pending[:cut])
             self.pending, self.first_row = self.pending[cut:], self.first_row + cut
             if self.pending.shape[0]:
                 break
-        return first, np.concatenate(parts) if parts else np.zeros((0, 2), np.int64), None
+        return first, parts[0] if len(parts) == 1 else np.concatenate(parts or [self.pending[:0]]), None
 
     def leftover(self, entries: int) -> Finding | None:
         """A row still unread once the document index ran out."""
@@ -365,14 +366,16 @@ def check_rows(path: str, first_row: int, rows: np.ndarray, start: int, position
     document. Returns (the stream position of row S when among them, the first problem)."""
     local = rows[:, 0].astype(np.intp)  # numpy gathers twice as fast with intp indices
     local -= start
-    where = positions[local] + rows[:, 1]
-    expected = np.arange(first_row, first_row + rows.shape[0], dtype=np.int64) * seq_length
-    last = int(where[-1]) if rows.shape[0] and first_row + rows.shape[0] - 1 == samples else None
-    if last is not None:
-        expected[-1] = last  # row S: where the last (dropped or kept) sample ends, checked by final_boundary
-    bad = (where != expected) | (where > positions[1:][local])
-    if not bad.any():
+    where = positions[local]
+    where += rows[:, 1]
+    rows_s = first_row + rows.shape[0] - 1 == samples  # row S: where the last (dropped or kept) sample ends
+    last = int(where[-1]) if rows.shape[0] and rows_s else None
+    inside = where <= positions[1:][local]
+    steps = np.diff(where[:-1] if rows_s else where)
+    if bool(inside.all()) and (not where.shape[0] or where[0] == first_row * seq_length) and bool((steps == seq_length).all()):
         return last, None
+    expected = np.arange(first_row, first_row + rows.shape[0], dtype=np.int64) * seq_length
+    bad = ~inside | ((where != expected) & (expected < samples * seq_length))
     at = int(np.argmax(bad))
     entry, offset, size = int(rows[at, 0]), int(rows[at, 1]), int(positions[local[at] + 1] - positions[local[at]])
     row = f"sample_idx[{first_row + at}] = ({entry}, {offset})"
@@ -433,11 +436,14 @@ class Copies:
     findings: tuple[Finding, ...]
 
 
-def count_copies(path: str, copies: np.ndarray, sizes: np.ndarray, first_id: int) -> Copies:
-    """Every document of ``[first_id, first_id + D)`` present the same number of times (the epochs)."""
+def count_copies(path: str, copies: np.ndarray, tokens: int, sizes: np.ndarray, first_id: int) -> Copies:
+    """Every document of ``[first_id, first_id + D)`` present the same number of times (the epochs);
+    ``tokens``: the sum of ``sizes``."""
+    low, epochs = (int(copies.min()), int(copies.max())) if copies.size else (0, 0)
+    if low == epochs > 0:
+        return Copies(copies.shape[0], tokens, epochs, ())
     present = copies > 0
-    documents, epochs = int(np.count_nonzero(present)), int(copies.max()) if copies.size else 0
-    found = []
+    documents, found = int(np.count_nonzero(present)), []
     if documents != copies.shape[0]:
         found.append(finding(path, "documents of the split", f"every id in [{first_id}, {first_id + copies.shape[0]})",
                              f"document {first_id + int(np.argmin(present))} absent ({copies.shape[0] - documents} absent)",
@@ -447,8 +453,7 @@ def count_copies(path: str, copies: np.ndarray, sizes: np.ndarray, first_id: int
         found.append(finding(path, "epochs", f"every document {epochs} times",
                              f"document {first_id + int(other[0])} {int(copies[other[0]])} times",
                              "the document index is damaged or mixed: " + STALE_HINT))
-    tokens = int(sizes.sum(dtype=np.int64)) if documents == copies.shape[0] else int(sizes[present].sum(dtype=np.int64))
-    return Copies(documents, tokens, epochs, tuple(found))
+    return Copies(documents, int(sizes[present].sum(dtype=np.int64)), epochs, tuple(found))
 
 
 @dataclass(frozen=True)
@@ -691,7 +696,7 @@ def _run_passes(report: IndexReport, setting: Setting, consumption_for: Consumpt
         tail_from = (epochs - 1) * documents if separate and epochs > 1 else None
         stream = walk_stream(doc_r, sample_r, walker, samples, tail_from, progress)
         report.findings.extend(stream.findings)
-        copies, final_ok = _conclude(report, setting, stream, sizes, scanned.first, separate)
+        copies, final_ok = _conclude(report, setting, stream, (sizes, tokens), scanned.first, separate)
         trusted = not draws.findings and not stream.findings and final_ok
         small = doc_r.info.rows + samples <= REGEN_LIMIT
         if small and trusted and not copies.findings and copies.epochs > 0 and (report.seed or -1) >= 0:
@@ -701,12 +706,12 @@ def _run_passes(report: IndexReport, setting: Setting, consumption_for: Consumpt
             _expose(report, walker, consumption, trusted and not copies.findings, manifest, iteration_of)
 
 
-def _conclude(report: IndexReport, setting: Setting, stream: Stream, sizes: np.ndarray, first_id: int,
+def _conclude(report: IndexReport, setting: Setting, stream: Stream, sizes: tuple[np.ndarray, int], first_id: int,
               separate: bool) -> tuple[Copies, bool]:
     """The copies, the final boundary and the framework's numbers into the report; (copies, final boundary ok)."""
     kind, samples, seq_length = setting.group.kind, setting.samples, setting.seq_length
     doc_path, sample_path = setting.group.files[names.DOC], setting.group.files[names.SAMPLE]
-    copies = count_copies(doc_path, stream.copies, sizes, first_id)
+    copies = count_copies(doc_path, stream.copies, sizes[1], sizes[0], first_id)
     report.findings.extend(copies.findings)
     report.documents, report.tokens, report.epochs = copies.documents, copies.tokens, copies.epochs
     if stream.tail_missing:
