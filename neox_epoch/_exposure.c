@@ -45,16 +45,6 @@ static int by_offset(const void *left, const void *right) {
     return (a > b) - (a < b);
 }
 
-static void sort_steps(Step *steps, int64_t count) {
-    if (count > 16) { qsort(steps, (size_t)count, sizeof(Step), by_offset); return; }
-    for (int64_t i = 1; i < count; i++) {
-        Step step = steps[i];
-        int64_t j = i;
-        for (; j > 0 && steps[j - 1].offset > step.offset; j--) steps[j] = steps[j - 1];
-        steps[j] = step;
-    }
-}
-
 /* The steps of one copy at stream position `start`; adds its first value to *base. */
 static int copy_steps(Pass *pass, int64_t start, int64_t size, int64_t *base, int64_t *count, int64_t *first,
                       int64_t *last) {
@@ -88,7 +78,7 @@ static int complete(Pass *pass, int64_t doc, int64_t size, int64_t start) {
         int64_t at = copy + 1 < pass->epochs ? earlier[copy] : start;
         if (copy_steps(pass, at, size, &base, &count, &first, &last)) return -1;
     }
-    sort_steps(pass->steps, count);
+    if (count > 1) qsort(pass->steps, (size_t)count, sizeof(Step), by_offset);
     int64_t value = base, low = INT64_MAX, high = -1, total = 0, done = 0;
     for (int64_t i = 0; i <= count; i++) {
         int64_t until = i < count ? pass->steps[i].offset : size;

@@ -65,22 +65,12 @@ class AuditResult:
 
     @property
     def findings(self) -> list[Finding]:
-        out: list[Finding] = []
-        for r in self.indexes:
-            out.extend(r.findings)
-        for b in self.blends:
-            out.extend(b.findings)
-        return out
+        return [f for report in [*self.indexes, *self.blends] for f in report.findings]
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "consumed_samples": self.consumed_samples,
-            "global_batch_size": self.global_batch_size,
-            "indexes": [r.to_json() for r in self.indexes],
-            "blends": [b.to_json() for b in self.blends],
-            "findings": [f.to_json() for f in self.findings],
-            "notes": list(self.notes),
-        }
+        return {"consumed_samples": self.consumed_samples, "global_batch_size": self.global_batch_size,
+                "indexes": [r.to_json() for r in self.indexes], "blends": [b.to_json() for b in self.blends],
+                "findings": [f.to_json() for f in self.findings], "notes": list(self.notes)}
 
 
 def _is_train(split: str) -> bool:
@@ -96,16 +86,10 @@ def make_prefix_resolver(prefixes: tuple[str, ...]) -> Callable[[str | None], st
     """One --data-prefix replaces every index's prefix; several are matched to it by base name."""
 
     def resolve(default: str | None) -> str | None:
-        if not prefixes:
-            return default
         if len(prefixes) == 1:
             return prefixes[0]
-        if default:
-            base = os.path.basename(default.rstrip("/"))
-            for p in prefixes:
-                if os.path.basename(p.rstrip("/")) == base:
-                    return p
-        return default
+        base = os.path.basename((default or "").rstrip("/"))
+        return next((p for p in prefixes if default and os.path.basename(p.rstrip("/")) == base), default)
 
     return resolve
 
@@ -126,12 +110,8 @@ def _group_for_stem(stem: str) -> names.CacheGroup | None:
 Routes = dict[str, "Callable[[str, int], Consumption | None]"]
 
 
-def run_audit(
-    groups: list[names.CacheGroup],
-    options: AuditOptions,
-    progress: Progress | None = None,
-    manifest: Callable[[IndexReport, ManifestChunk], None] | None = None,
-) -> AuditResult:
+def run_audit(groups: list[names.CacheGroup], options: AuditOptions, progress: Progress | None = None,
+              manifest: Callable[[IndexReport, ManifestChunk], None] | None = None) -> AuditResult:
     """Audit every group; never raises for damaged files (they become findings)."""
     progress = progress or Progress()
     result = AuditResult(consumed_samples=options.consumed, global_batch_size=options.global_batch_size)
@@ -140,11 +120,9 @@ def run_audit(
     def iteration_of(position: int) -> int | None:
         return position // batch + 1 if batch else None
 
-    gpt = [g for g in groups if not g.is_blend]
-    for g in gpt:
-        if g.kind == names.MCORE and g.dataset_class != "GPTDataset":
-            result.notes.append(f"{g.stem}: {g.dataset_class} caches are not audited (GPTDataset and BlendedDataset only)")
-    gpt = [g for g in gpt if not (g.kind == names.MCORE and g.dataset_class != "GPTDataset")]
+    other = [g for g in groups if not g.is_blend and g.kind == names.MCORE and g.dataset_class != "GPTDataset"]
+    result.notes += [f"{g.stem}: {g.dataset_class} caches are not audited (GPTDataset and BlendedDataset only)" for g in other]
+    gpt = [g for g in groups if not g.is_blend and g not in other]
     routes: Routes = {}
     no_exposure: dict[str, str] = {}
     mcore_blends = _route_mcore_blends(groups, gpt, options, routes, no_exposure, progress, manifest is not None)
@@ -328,9 +306,8 @@ def _weights_by_documents(candidates: list[list[names.CacheGroup]], options: Aud
     return neox_sem.weights_by_num_docs(docs, options.neox_weighted_sampler_alpha)
 
 
-def _neox_blend(
-    train: list[names.CacheGroup], options: AuditOptions, res: AuditResult
-) -> tuple[BlendReport, list[str], list[Consumption]] | None:
+def _neox_blend(train: list[names.CacheGroup], options: AuditOptions,
+                res: AuditResult) -> tuple[BlendReport, list[str], list[Consumption]] | None:
     """Match NeoX train_i indexes to the config's train_data_paths and replay the blend's draws."""
     paths = options.neox_train_paths
     if not paths or options.consumed is None:
@@ -355,11 +332,8 @@ def _neox_blend(
     norm, requests = neox_sem.normalized_weights_and_num_samples(weights, options.consumed)
     chosen: list[names.CacheGroup] = []
     for i, cands in enumerate(candidates):
-        exact = [g for g in cands if g.neox and g.neox.num_samples == requests[i]]
-        if len(exact) >= 1:
-            chosen.append(exact[0])
-        else:
-            chosen.append(cands[0])
+        chosen.append(next((g for g in cands if g.neox and g.neox.num_samples == requests[i]), cands[0]))
+        if chosen[-1].neox and chosen[-1].neox.num_samples != requests[i]:
             res.notes.append(f"NeoX blend source {i}: no index built for {requests[i]} samples "
                              f"(ceil({options.consumed} x {norm[i]:.6g} x 1.005)); using {os.path.basename(cands[0].stem)}")
     lengths: list[int] = []

@@ -15,6 +15,7 @@ withheld with a note.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -69,13 +70,11 @@ class ExposureReport:
     @staticmethod
     def combine(parts: list[ExposureReport]) -> ExposureReport:
         """Sum of several sources' exposures (a blend)."""
-        tokens: dict[int, int] = {}
-        documents: dict[int, int] = {}
+        tokens: Counter[int] = Counter()
+        documents: Counter[int] = Counter()
         for part in parts:
-            for times, count in part.tokens.items():
-                tokens[times] = tokens.get(times, 0) + count
-            for times, count in part.documents.items():
-                documents[times] = documents.get(times, 0) + count
+            tokens.update(part.tokens)
+            documents.update(part.documents)
         return ExposureReport(
             consumed_samples=sum(p.consumed_samples for p in parts), tokens=dict(sorted(tokens.items())),
             documents=dict(sorted(documents.items())), documents_unseen=sum(p.documents_unseen for p in parts),

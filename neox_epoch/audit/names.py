@@ -42,14 +42,8 @@ _MCORE_FILE = re.compile(
     r"(?P<role>description\.txt|document_index\.npy|sample_index\.npy|shuffle_index\.npy|"
     r"dataset_index\.npy|dataset_sample_index\.npy)$"
 )
-_MCORE_ROLES = {
-    "description.txt": DESCRIPTION,
-    "document_index.npy": DOC,
-    "sample_index.npy": SAMPLE,
-    "shuffle_index.npy": SHUFFLE,
-    "dataset_index.npy": DATASET,
-    "dataset_sample_index.npy": DATASET_SAMPLE,
-}
+_MCORE_ROLES = {"description.txt": DESCRIPTION, "document_index.npy": DOC, "sample_index.npy": SAMPLE,
+                "shuffle_index.npy": SHUFFLE, "dataset_index.npy": DATASET, "dataset_sample_index.npy": DATASET_SAMPLE}
 _LEGACY_FILE = re.compile(r"^(?P<md5>[0-9a-f]{32})(?:(?P<dsc>\.dsc)|_(?P<role>doc|sample|shuffle)_idx\.npy)$")
 
 
@@ -97,15 +91,9 @@ class CacheGroup:
     def is_blend(self) -> bool:
         return self.dataset_class == "BlendedDataset"
 
-    def expected_roles(self) -> tuple[str, ...]:
-        if self.is_blend:
-            return (DESCRIPTION, *BLEND_ROLES)
-        if self.kind == NEOX:
-            return GPT_ROLES
-        return (DESCRIPTION, *GPT_ROLES)
-
     def missing_roles(self) -> list[str]:
-        return [r for r in self.expected_roles() if r not in self.files]
+        expected = (DESCRIPTION, *BLEND_ROLES) if self.is_blend else GPT_ROLES if self.kind == NEOX else (DESCRIPTION, *GPT_ROLES)
+        return [role for role in expected if role not in self.files]
 
 
 def _split_neox_head(directory: str, head: str) -> tuple[str, str]:
@@ -119,11 +107,7 @@ def _split_neox_head(directory: str, head: str) -> tuple[str, str]:
         if ch != "_" or i == 0 or i == len(head) - 1:
             continue
         prefix, name = head[:i], head[i + 1 :]
-        score = (
-            int(os.path.isfile(os.path.join(directory, prefix + ".idx"))),
-            int(bool(_NEOX_SPLIT_NAME.match(name))),
-            i,
-        )
+        score = (int(os.path.isfile(os.path.join(directory, prefix + ".idx"))), int(bool(_NEOX_SPLIT_NAME.match(name))), i)
         if best is None or score > best[0]:
             best = (score, prefix, name)
     if best is None:
@@ -137,10 +121,8 @@ def parse_name(path: str) -> CacheFile | None:
     m = _MCORE_FILE.match(base)
     if m:
         stem = os.path.join(directory, f"{m['md5']}-{m['cls']}-{m['split']}")
-        return CacheFile(
-            path=path, kind=MCORE, role=_MCORE_ROLES[m["role"]], stem=stem, dataset_class=m["cls"],
-            split=m["split"], digest=m["md5"],
-        )
+        return CacheFile(path=path, kind=MCORE, role=_MCORE_ROLES[m["role"]], stem=stem, dataset_class=m["cls"],
+                         split=m["split"], digest=m["md5"])
     m = _LEGACY_FILE.match(base)
     if m:
         role = DESCRIPTION if m["dsc"] else m["role"]
@@ -151,18 +133,9 @@ def parse_name(path: str) -> CacheFile | None:
         if not s:
             return None
         prefix, name = _split_neox_head(directory, s["head"])
-        neox = NeoxName(
-            prefix=prefix,
-            name=name,
-            num_samples=None if s["ns"] == "None" else int(s["ns"]),
-            seq_length=int(s["sl"]),
-            seed=int(s["seed"]),
-            pack_impl=s["pi"],
-            allow_chopped=bool(s["ac"]),
-        )
-        return CacheFile(
-            path=path, kind=NEOX, role=m["role"], stem=os.path.join(directory, m["stem"]), split=name, neox=neox
-        )
+        neox = NeoxName(prefix, name, None if s["ns"] == "None" else int(s["ns"]), int(s["sl"]), int(s["seed"]),
+                        s["pi"], bool(s["ac"]))
+        return CacheFile(path=path, kind=NEOX, role=m["role"], stem=os.path.join(directory, m["stem"]), split=name, neox=neox)
     return None
 
 
@@ -172,9 +145,7 @@ def group_files(files: list[CacheFile]) -> list[CacheGroup]:
     for f in files:
         g = groups.get(f.stem)
         if g is None:
-            g = groups[f.stem] = CacheGroup(
-                kind=f.kind, stem=f.stem, dataset_class=f.dataset_class, split=f.split, digest=f.digest, neox=f.neox
-            )
+            g = groups[f.stem] = CacheGroup(f.kind, f.stem, f.dataset_class, f.split, f.digest, f.neox)
         g.files[f.role] = f.path
     return [groups[k] for k in sorted(groups)]
 
@@ -211,17 +182,13 @@ def discover(paths: list[str]) -> list[CacheGroup]:
                 if os.path.isdir(sub):
                     candidates.extend(_walk(sub))
             if not candidates:
-                raise AuditError(
-                    f"{p}: no such file or directory, and no index cache files start with this prefix; "
-                    "give a cache file, a directory to search, or a data prefix"
-                )
+                raise AuditError(f"{p}: no such file or directory, and no index cache files start with this prefix; "
+                                 "give a cache file, a directory to search, or a data prefix")
         for c in candidates:
             cf = parse_name(c)
             if cf is not None:
                 found[os.path.realpath(c)] = cf
     if not found:
-        raise AuditError(
-            f"no index cache files found under {', '.join(paths)}; expected NeoX *_indexmap_*_idx.npy, "
-            "megatron-core {md5}-GPTDataset-* / {md5}-BlendedDataset-* or legacy {md5}_doc_idx.npy files"
-        )
+        raise AuditError(f"no index cache files found under {', '.join(paths)}; expected NeoX *_indexmap_*_idx.npy, "
+                         "megatron-core {md5}-GPTDataset-* / {md5}-BlendedDataset-* or legacy {md5}_doc_idx.npy files")
     return group_files(list(found.values()))

@@ -56,12 +56,7 @@ def read_header(path: str) -> NpyInfo:
                 raise FileProblem(path, "format", "a .npy file (magic \\x93NUMPY)", f"not a .npy file ({err})",
                                   "the file is damaged or not an index file") from None
             try:
-                if version == (1, 0):
-                    shape, fortran, dtype = npformat.read_array_header_1_0(f)
-                elif version == (2, 0):
-                    shape, fortran, dtype = npformat.read_array_header_2_0(f)
-                else:
-                    shape, fortran, dtype = npformat._read_array_header(f, version)  # type: ignore[attr-defined]
+                shape, fortran, dtype = npformat._read_array_header(f, version)  # type: ignore[attr-defined]
             except (ValueError, OSError, SyntaxError) as err:
                 raise FileProblem(path, "header", "a readable .npy header", f"a damaged header ({err})",
                                   "the file is truncated or damaged: delete it so the framework rebuilds it") from None
@@ -90,7 +85,6 @@ class NpyReader:
         self._f: IO[bytes] | None = None
 
     def __enter__(self) -> NpyReader:
-        self._f = open(self.info.path, "rb")
         return self
 
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
@@ -102,8 +96,7 @@ class NpyReader:
             self._f = None
 
     def _file(self) -> IO[bytes]:
-        if self._f is None:
-            self._f = open(self.info.path, "rb")
+        self._f = self._f or open(self.info.path, "rb")
         return self._f
 
     def _read(self, offset: int, count: int) -> np.ndarray:
