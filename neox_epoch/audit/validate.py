@@ -284,14 +284,15 @@ def count_draws(reader: NpyReader, samples: int, consumption: Consumption | None
     top = consumption.max_count if consumption is not None else 0
     store = zeros(samples, np.uint8 if top < 254 else np.uint16 if top < 65534 else np.uint32)
     sample_draws = np.full((samples, 2), -1, np.int64) if manifest and consumption is not None else None
-    block_max = -1
+    block_max, scratch = -1, Scratch()
     progress.start("shuffle", samples)
     for start, ids in reader.chunks(rows=STREAM_CHUNK):
         if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= samples):
             bad = int(np.argmax((ids < 0) | (ids >= samples)))
             return Draws(None, None, -1, (finding(path, "shuffle entry", f"sample ids in [0, {samples})",
                                                   f"{int(ids[bad])} at position {start + bad}", MIXED),))
-        stop, index = start + ids.shape[0], ids.astype(np.intp)  # numpy scatters twice as fast with intp
+        stop, index = start + ids.shape[0], scratch("index", ids.shape[0], np.intp)
+        index[...] = ids  # numpy scatters twice as fast with intp indices
         for lo, hi, count in consumption.segments(start, stop) if consumption is not None else [(start, stop, 0)]:
             store[index[lo - start : hi - start]] = count + 1
         if sample_draws is not None and consumption is not None:
@@ -359,23 +360,41 @@ class SampleRows:
                        + STALE_HINT)
 
 
+class Scratch:
+    """Work arrays reused from chunk to chunk: fresh pages for each chunk's temporaries would cost more than
+    the arithmetic on them (the allocator hands large freed blocks back to the system)."""
+
+    def __init__(self) -> None:
+        self.arrays: dict[str, np.ndarray] = {}
+
+    def __call__(self, name: str, count: int, dtype: type) -> np.ndarray:
+        array = self.arrays.get(name)
+        if array is None or array.shape[0] < count:
+            array = self.arrays[name] = np.empty(max(count, STREAM_CHUNK), dtype)
+        return array[:count]
+
+
 def check_rows(path: str, first_row: int, rows: np.ndarray, start: int, positions: np.ndarray, samples: int,
-               seq_length: int) -> tuple[int | None, Finding | None]:
+               seq_length: int, scratch: Scratch) -> tuple[int | None, Finding | None]:
     """Sample boundaries ``rows`` (from row ``first_row``) of the document chunk at ``start`` whose copies start
     at ``positions`` (one more: the chunk's end): row ``i`` at ``i * seq_length``, every offset inside its
     document. Returns (the stream position of row S when among them, the first problem)."""
-    local = rows[:, 0].astype(np.intp)  # numpy gathers twice as fast with intp indices
+    count = rows.shape[0]
+    local = scratch("local", count, np.intp)  # numpy gathers twice as fast with intp indices
+    local[...] = rows[:, 0]
     local -= start
-    where = positions[local]
+    where = np.take(positions, local, out=scratch("where", count, np.int64), mode="clip")  # (upto: in range)
     where += rows[:, 1]
-    rows_s = first_row + rows.shape[0] - 1 == samples  # row S: where the last (dropped or kept) sample ends
-    last = int(where[-1]) if rows.shape[0] and rows_s else None
-    inside = where <= positions[1:][local]
-    steps = np.diff(where[:-1] if rows_s else where)
-    if bool(inside.all()) and (not where.shape[0] or where[0] == first_row * seq_length) and bool((steps == seq_length).all()):
+    rows_s = first_row + count - 1 == samples  # row S: where the last (dropped or kept) sample ends
+    last = int(where[-1]) if count and rows_s else None
+    ends = np.take(positions[1:], local, out=scratch("ends", count, np.int64), mode="clip")
+    inside = bool(np.less_equal(where, ends, out=scratch("flags", count, np.bool_)).all())
+    stepped = count - rows_s
+    steps = np.subtract(where[1:stepped], where[: max(stepped - 1, 0)], out=ends[: max(stepped - 1, 0)])
+    if inside and (not count or where[0] == first_row * seq_length) and bool((steps == seq_length).all()):
         return last, None
-    expected = np.arange(first_row, first_row + rows.shape[0], dtype=np.int64) * seq_length
-    bad = ~inside | ((where != expected) & (expected < samples * seq_length))
+    expected = np.arange(first_row, first_row + count, dtype=np.int64) * seq_length
+    bad = (where > positions[1:][local]) | ((where != expected) & (expected < samples * seq_length))
     at = int(np.argmax(bad))
     entry, offset, size = int(rows[at, 0]), int(rows[at, 1]), int(positions[local[at] + 1] - positions[local[at]])
     row = f"sample_idx[{first_row + at}] = ({entry}, {offset})"
@@ -402,7 +421,7 @@ class Stream:
 def walk_stream(doc_r: NpyReader, sample_r: NpyReader, walker: StreamPass, samples: int, tail_from: int | None,
                 progress: Progress) -> Stream:
     """One pass over doc_idx with sample_idx alongside (see :class:`StreamPass` for the exposure)."""
-    rows = SampleRows(sample_r)
+    rows, scratch = SampleRows(sample_r), Scratch()
     problem: Finding | None = None
     last: int | None = None
     tail = np.zeros(walker.sizes.shape[0], bool) if tail_from is not None else None
@@ -415,7 +434,7 @@ def walk_stream(doc_r: NpyReader, sample_r: NpyReader, walker: StreamPass, sampl
             first_row, block, problem = rows.upto(start + ids.shape[0])
             if problem is None and block.shape[0]:
                 found_last, problem = check_rows(sample_r.info.path, first_row, block, start, positions, samples,
-                                                 walker.seq_length)
+                                                 walker.seq_length, scratch)
                 last = found_last if found_last is not None else last
         progress.advance(ids.shape[0])
     progress.done()
