@@ -25,11 +25,17 @@ typedef struct { int32_t size, copies; } Head;  /* the first word of a document'
 
 typedef struct {
     int64_t *records; int64_t width, epochs;
-    const void *draws; int draw_bytes; int64_t seq_length, samples;
+    const void *draws; int draw_bytes, shift; int64_t seq_length, samples;
     int64_t *tokens_hist, *documents_hist, *stats, bins;
     const int64_t *sample_draws; int64_t *per_document;
     Step *steps; int64_t capacity;
 } Pass;
+
+/* The sample holding stream position `position`: a shift when seq_length is a power of two (a 64-bit
+ * division takes tens of cycles, and there are several per document) */
+static inline int64_t sample_of(const Pass *pass, int64_t position) {
+    return pass->shift >= 0 ? position >> pass->shift : position / pass->seq_length;
+}
 
 static int64_t draw_count(const Pass *pass, int64_t sample) {
     if (sample >= pass->samples) return 0;
@@ -48,7 +54,7 @@ static int by_offset(const void *left, const void *right) {
 /* The steps of one copy at stream position `start`; adds its first value to *base. */
 static int copy_steps(Pass *pass, int64_t start, int64_t size, int64_t *base, int64_t *count, int64_t *first,
                       int64_t *last) {
-    int64_t sample = start / pass->seq_length, end = start + size;
+    int64_t sample = sample_of(pass, start), end = start + size;
     *base += draw_count(pass, sample);
     for (int64_t k = sample; size > 0 && pass->sample_draws && k * pass->seq_length < end && k < pass->samples; k++) {
         int64_t f = pass->sample_draws[2 * k], l = pass->sample_draws[2 * k + 1];
@@ -129,7 +135,8 @@ static PyObject *stream(PyObject *self, PyObject *args) {
         }
     }
     const void *draws = data[2];
-    Pass pass = {data[1], draws && epochs > 1 ? epochs : 1, epochs, draws, draws ? (int)views[2].itemsize : 0,
+    int shift = seq_length > 0 && !(seq_length & (seq_length - 1)) ? __builtin_ctzll((unsigned long long)seq_length) : -1;
+    Pass pass = {data[1], draws && epochs > 1 ? epochs : 1, epochs, draws, draws ? (int)views[2].itemsize : 0, shift,
                  seq_length, samples, data[4], data[5], data[6], draws ? views[4].len / 8 : 0, data[7], data[8],
                  NULL, 0};
     const int32_t *documents = data[0];
@@ -140,7 +147,7 @@ static PyObject *stream(PyObject *self, PyObject *args) {
         if (draws && epochs > 1 && j + 16 < count) {  /* a last copy 16 ahead: the draw counts at its earlier copies */
             const int64_t *ahead = pass.records + (documents[j + 16] - first_id) * width;
             for (int64_t copy = 0; copy + 1 < epochs && ((const Head *)ahead)->copies == epochs - 1; copy++)
-                __builtin_prefetch((const char *)draws + ahead[1 + copy] / seq_length * pass.draw_bytes);
+                __builtin_prefetch((const char *)draws + sample_of(&pass, ahead[1 + copy]) * pass.draw_bytes);
         }
         int64_t doc = documents[j] - first_id, *record = pass.records + doc * width;
         Head *head = (Head *)record;
