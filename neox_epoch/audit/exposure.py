@@ -51,21 +51,14 @@ class ExposureReport:
     notes: list[str] = field(default_factory=list)  # Remarks (draws past the end, wraps).
 
     def to_json(self) -> dict[str, Any]:
-        total = sum(self.tokens.values())
-        largest = max(self.tokens, default=0)
-        return {
-            "consumed_samples": self.consumed_samples,
-            "tokens": {str(times): self.tokens.get(times, 0) for times in range(largest + 1)},
-            "documents": {str(times): count for times, count in sorted(self.documents.items())},
-            "documents_unseen": self.documents_unseen,
-            "documents_partial": self.documents_partial,
-            "tokens_unseen": self.tokens_unseen,
-            "fraction_tokens_unseen": round(self.tokens_unseen / total, 6) if total else 0.0,
-            "token_exposures": self.token_exposures,
-            "second_pass_sample": self.second_pass_sample,
-            "second_pass_iteration": self.second_pass_iteration,
-            "notes": list(self.notes),
-        }
+        total, plain = sum(self.tokens.values()), ("documents_unseen", "documents_partial", "tokens_unseen")
+        return {"consumed_samples": self.consumed_samples,
+                "tokens": {str(times): self.tokens.get(times, 0) for times in range(max(self.tokens, default=0) + 1)},
+                "documents": {str(times): count for times, count in sorted(self.documents.items())},
+                **{key: getattr(self, key) for key in plain},
+                "fraction_tokens_unseen": round(self.tokens_unseen / total, 6) if total else 0.0,
+                "token_exposures": self.token_exposures, "second_pass_sample": self.second_pass_sample,
+                "second_pass_iteration": self.second_pass_iteration, "notes": list(self.notes)}
 
     @staticmethod
     def combine(parts: list[ExposureReport]) -> ExposureReport:

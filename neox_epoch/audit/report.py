@@ -62,13 +62,10 @@ def _hist_line(h: dict[int, int]) -> str:
 
 def _exposure_lines(e: ExposureReport, indent: str = "    ") -> list[str]:
     docs = sum(e.documents.values())
-    lines = [
-        f"{indent}consumed samples: {e.consumed_samples:,d}",
-        f"{indent}tokens seen:      {_hist_line(e.tokens)}",
-        f"{indent}documents (whole): {_hist_line(e.documents)}",
-        f"{indent}never seen:       {e.tokens_unseen:,d} tokens, {e.documents_unseen:,d} of {docs:,d} documents;"
-        f" partly seen: {e.documents_partial:,d} documents",
-    ]
+    lines = [f"{indent}consumed samples: {e.consumed_samples:,d}", f"{indent}tokens seen:      {_hist_line(e.tokens)}",
+             f"{indent}documents (whole): {_hist_line(e.documents)}",
+             f"{indent}never seen:       {e.tokens_unseen:,d} tokens, {e.documents_unseen:,d} of {docs:,d} documents;"
+             f" partly seen: {e.documents_partial:,d} documents"]
     if e.second_pass_sample is not None:
         it = f" (iteration {e.second_pass_iteration:,d})" if e.second_pass_iteration is not None else ""
         lines.append(f"{indent}second pass from blend/global sample {e.second_pass_sample:,d}{it}")

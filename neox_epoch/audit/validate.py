@@ -75,12 +75,9 @@ class IndexReport:
         keys = ("kind", "path", "split", "files", "data_prefix", "seq_length", "seed", "num_samples_requested",
                 "epochs", "samples", "samples_per_epoch", "length", "separated_final_epoch", "documents",
                 "document_range", "tokens", "add_extra_token", "pack_impl")
-        out: dict[str, Any] = {key: getattr(self, key) for key in keys}
-        out["files"] = dict(self.files)
-        out["findings"] = [finding.to_json() for finding in self.findings]
-        out["notes"] = list(self.notes)
-        out["exposure"] = self.exposure.to_json() if self.exposure is not None else None
-        return out
+        return {**{key: getattr(self, key) for key in keys}, "files": dict(self.files),
+                "findings": [finding.to_json() for finding in self.findings], "notes": list(self.notes),
+                "exposure": self.exposure.to_json() if self.exposure is not None else None}
 
 
 class Progress:
