@@ -5,12 +5,10 @@ Sample ``i`` covers the ``seq_length`` input tokens ``[i*L, i*L + L)`` of the st
 consumed samples covering one of its ``E`` copies. Given the draw count of every sample, one document's
 exposure is the sum of its copies' step functions (a step at each sample boundary inside a copy).
 
-The stream pass (:class:`StreamPass`) walks the document index once. Each copy's stream position is
-needed for the sample-boundary checks; with a consumption, a document's first ``E - 1`` copies keep their
-position and its last copy completes its exposure into the histograms. That walk is the compiled kernel
-``neox_epoch._exposure.stream`` (grouping the copies of a document takes a sort in numpy, several times
-slower: see docs/audit.md); without the kernel numpy gives the positions and counts, and the exposure is
-withheld with a note.
+The stream pass (:class:`StreamPass`) walks the document index once: each copy's stream position (for the
+sample-boundary checks), and with a consumption a document's first ``E - 1`` copies keep their position and
+its last copy completes its exposure. The walk is the compiled ``neox_epoch._exposure.stream``; without it
+numpy gives the positions and counts and the exposure is withheld with a note (docs/audit.md).
 """
 
 from __future__ import annotations

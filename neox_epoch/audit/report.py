@@ -27,8 +27,7 @@ class TtyProgress(Progress):
     def __init__(self, stream: IO[str] | None = None, enabled: bool | None = None) -> None:
         self.stream = stream or sys.stderr
         self.enabled = self.stream.isatty() if enabled is None else enabled
-        self.label, self.total, self.count, self.last, self.t0 = "", 0, 0, 0.0, 0.0
-        self.context = ""
+        self.label, self.context, self.total, self.count, self.last, self.t0 = "", "", 0, 0, 0.0, 0.0
 
     def describe(self, what: str) -> None:
         self.context = what[-48:]
@@ -164,14 +163,8 @@ def plot(res: AuditResult, path: str) -> None:
         xs = sorted(e.tokens)
         ax.bar([x + (k - (len(series) - 1) / 2) * width for x in xs], [100.0 * e.tokens[x] / total for x in xs],
                width=width, label=label[:60])
-    ax.set_xlabel("times seen as an input token")
-    ax.set_ylabel("% of the split's tokens")
-    ax.set_title("Token exposure")
+    ax.set(xlabel="times seen as an input token", ylabel="% of the split's tokens", title="Token exposure")
     ax.legend(fontsize="small")
     fig.tight_layout()
-
-    def write(f: IO[bytes]) -> None:
-        fig.savefig(f, format=os.path.splitext(path)[1].lstrip(".") or "png")
-
-    write_atomic(path, write)
+    write_atomic(path, lambda f: fig.savefig(f, format=os.path.splitext(path)[1].lstrip(".") or "png"))
     plt.close(fig)
