@@ -759,7 +759,7 @@ def _expose(report: IndexReport, walker: StreamPass, consumption: Consumption, t
     """The exposure into the report (withheld when the files cannot be trusted: the findings say why)."""
     if kernel is None:
         report.notes.append("exposure not computed: the compiled kernel neox_epoch._exposure is not built "
-                            "(reinstall the package with a C compiler)")
+                            "(install a C compiler and run pip install -e . again: docs/audit.md, Cost)")
     if not walker.exposing or not trusted:
         return
     exposure = walker.report(consumption.consumed)
