@@ -712,7 +712,7 @@ def _run_passes(report: IndexReport, setting: Setting, consumption_for: Consumpt
         tail_from = (epochs - 1) * documents if separate and epochs > 1 else None
         stream = walk_stream(doc_r, sample_r, walker, samples, tail_from, progress)
         report.findings.extend(stream.findings)
-        copies, final_ok = _conclude(report, setting, stream, (sizes, tokens), scanned.first, separate)
+        copies, final_ok = _conclude(report, setting, stream, sizes, tokens, scanned.first, separate)
         trusted = not draws.findings and not stream.findings and final_ok
         small = doc_r.info.rows + samples <= REGEN_LIMIT
         if small and trusted and not copies.findings and copies.epochs > 0 and (report.seed or -1) >= 0:
@@ -722,12 +722,12 @@ def _run_passes(report: IndexReport, setting: Setting, consumption_for: Consumpt
             _expose(report, walker, consumption, trusted and not copies.findings, manifest, iteration_of)
 
 
-def _conclude(report: IndexReport, setting: Setting, stream: Stream, sizes: tuple[np.ndarray, int], first_id: int,
+def _conclude(report: IndexReport, setting: Setting, stream: Stream, sizes: np.ndarray, tokens: int, first_id: int,
               separate: bool) -> tuple[Copies, bool]:
     """The copies, the final boundary and the framework's numbers into the report; (copies, final boundary ok)."""
     kind, samples, seq_length = setting.group.kind, setting.samples, setting.seq_length
     doc_path, sample_path = setting.group.files[names.DOC], setting.group.files[names.SAMPLE]
-    copies = count_copies(doc_path, stream.copies, sizes[1], sizes[0], first_id)
+    copies = count_copies(doc_path, stream.copies, tokens, sizes, first_id)
     report.findings.extend(copies.findings)
     report.documents, report.tokens, report.epochs = copies.documents, copies.tokens, copies.epochs
     if stream.tail_missing:
