@@ -22,8 +22,7 @@ setup(
         Extension(
             "neox_epoch._exposure",
             sources=["neox_epoch/_exposure.c"],
-            extra_compile_args=["-O3", "-pthread"],
-            extra_link_args=["-pthread"],
+            extra_compile_args=["-O3"],
             optional=True,
         ),
     ],

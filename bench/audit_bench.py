@@ -19,13 +19,16 @@ sizes matter). Then, each in a fresh process so that peak RSS (``resource.getrus
    exposure bookkeeping, every sample boundary where drawn/undrawn changes being an event; 1.0 is a
    whole run).
 
-and prints wall time, peak RSS and the ratios to ``read``. The list runs ``--repeat`` times (default 3),
-interleaved (read, gather, validate, ..., read, gather, ...), so that a slow spell of the machine (on a VM
-the same work can take 1.4x longer from one process to the next) falls on every run alike; each line gives
-the fastest wall time of its run and the spread, and the ratios are fastest to fastest. Targets: peak
-RSS <= 1.5 GB, time <= 3x read.
-The audit uses the C extension ``neox_epoch._exposure`` when it is built; ``NEOX_EPOCH_AUDIT_NUMPY=1``
-in the environment measures the numpy fallback instead (the children inherit it).
+With ``--old TREE`` (a checkout of an earlier commit with its extensions built in place:
+``git worktree add TREE COMMIT`` then ``python setup.py build_ext --inplace`` there), every audit run is
+also made with that tree's code (its own bench script as the child, the tree first on ``sys.path``), and
+each audit line ends with the ratios new/old of wall time and peak RSS.
+
+It prints wall time, peak RSS and the ratios to ``read``. The list runs ``--repeat`` times (default 3),
+interleaved (read, gather, validate, validate old, ..., read, gather, ...), so that a slow spell of the
+machine (on a VM the same work can take 1.4x longer from one process to the next) falls on every run
+alike; each line gives the fastest wall time of its run and the spread, and the ratios are fastest to
+fastest. Targets: peak RSS <= 1.5 GB; the audit at most 1.5x the old tree's wall time.
 """
 
 from __future__ import annotations
@@ -155,6 +158,17 @@ def _child(mode: str, base: str, consumed: int) -> None:
     print(json.dumps({"mode": mode, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "peak_rss_bytes": rss, "vmhwm_bytes": hwm, **extra}))
 
 
+def _versus(out: dict[str, dict[str, object]], label: str) -> str:
+    """New/old ratios of wall time and peak RSS for an audit line that has an old twin."""
+    old = out.get(label + " old")
+    if old is None:
+        return ""
+    new = out[label]
+    wall = float(new["wall_s"]) / max(float(old["wall_s"]), 1e-9)  # type: ignore[arg-type]
+    rss = int(new["peak_rss_bytes"]) / max(int(old["peak_rss_bytes"]), 1)  # type: ignore[call-overload]
+    return f"  new/old: wall {wall:.2f}x, peak RSS {rss:.2f}x"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--samples", type=int, default=100_000_000)
@@ -169,6 +183,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="rounds of the whole list, interleaved (fastest taken)")
     ap.add_argument("--runs", default=None,
                     help="comma-separated subset of read,validate,exposure to run (default: all)")
+    ap.add_argument("--old", default=None, help="a checkout of an earlier commit to compare with (see above)")
     ap.add_argument("--child", nargs=3, metavar=("MODE", "BASE", "CONSUMED"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -209,16 +224,23 @@ def main() -> None:
         if args.runs:
             keep = set(args.runs.split(","))
             runs = [r for r in runs if r[0].split("@")[0] in keep or r[0] == "read"]
+        if args.old:
+            runs = [r for label, c in runs for r in ([(label, c)] + ([(label + " old", c)]
+                                                                       if label not in ("read", "gather") else []))]
         results: dict[str, list[dict[str, object]]] = {label: [] for label, _ in runs}
         for _ in range(args.repeat):
             for label, consumed in runs:
-                proc = subprocess.run([sys.executable, __file__, "--child", label.split("@")[0], str(info["base"]),
-                                       str(consumed)], capture_output=True, text=True, check=True)
+                old = label.endswith(" old")
+                script = os.path.join(args.old, "bench", "audit_bench.py") if old else __file__
+                env = {**os.environ, "PYTHONPATH": args.old} if old else None
+                proc = subprocess.run([sys.executable, script, "--child", label.split("@")[0].split()[0],
+                                       str(info["base"]), str(consumed)], capture_output=True, text=True, check=True,
+                                      env=env)
                 results[label].append({**json.loads(proc.stdout.strip().splitlines()[-1]), "consumed": consumed})
 
         gb = 1e9
         out = {label: min(rs, key=lambda r: float(r["wall_s"])) for label, rs in results.items()}  # type: ignore[arg-type]
-        read = float(out["read"]["wall_s"])  # type: ignore[arg-type]
+        read = max(float(out["read"]["wall_s"]), 0.01)  # type: ignore[arg-type]
         for label, r in out.items():
             ratio = float(r["wall_s"]) / read  # type: ignore[arg-type]
             hwm = r.get("vmhwm_bytes")
@@ -227,6 +249,7 @@ def main() -> None:
             print(f"{label:13s} wall {r['wall_s']:>7} s{spread}  ({ratio:5.2f}x read)  cpu {r['cpu_s']:>6} s  peak RSS {int(r['peak_rss_bytes']) / gb:5.2f} GB"  # type: ignore[call-overload]
                   + (f" (VmHWM {int(hwm) / gb:5.2f} GB)" if hwm else "")  # type: ignore[call-overload]
                   + (f"  findings {len(r['findings'])}" if "findings" in r else "")  # type: ignore[arg-type]
+                  + _versus(out, label)
                   + (f"  consumed {r['consumed']:,}: tokens by times seen {r.get('exposure')}" if r.get("exposure") else ""))
     finally:
         if not args.keep and not args.reuse and args.dir is None:

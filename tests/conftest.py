@@ -100,17 +100,3 @@ def fixed_corpus(tmp_path):
         return prefix
 
     return make
-
-
-@pytest.fixture(params=["sparse", "pairs", "records"])
-def exposure_mode(request, monkeypatch):  # type: ignore[no-untyped-def]
-    """The three ways the C path computes an exposure: "sparse" (the copies overlapping the few samples drawn
-    another number of times than most; small test indexes always qualify), "pairs" (every document once or
-    twice: each one's exposure at its last copy, what larger consumptions of one or two epochs use) and
-    "records" (per-document records and the change log: any other index), forced by switching the ones
-    before off."""
-    if request.param in ("pairs", "records"):
-        monkeypatch.setattr("neox_epoch.audit.validate.SPARSE_SAMPLES", -1)
-    if request.param == "records":
-        monkeypatch.setattr("neox_epoch.audit.pairs.PAIR_EPOCHS", ())
-    return request.param

@@ -67,7 +67,7 @@ def _truth_docs(counts: dict[int, np.ndarray]) -> tuple[dict[int, int], int, int
 
 
 @pytest.mark.parametrize("case", CASES, ids=[f"case{c['seed']}" for c in CASES])
-def test_audit_equals_real_megatron_core(corpus, tmp_path, case, exposure_mode):
+def test_audit_equals_real_megatron_core(corpus, tmp_path, case):
     prefixes = [corpus(f"src{k}", case["seed"] * 7 + k, n, 1, 250) for k, n in enumerate(case["docs"])]
     seq = case["seq"]
     # request about `epochs` passes over the first source's train split

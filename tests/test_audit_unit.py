@@ -154,16 +154,6 @@ def test_consumption_prefix_and_wrap():
     assert Consumption.prefix(10, 0).runs == ()
 
 
-def test_consumption_majority():
-    """The draw count most samples have and the ranges with another one, over the S samples built (NeoX:
-    S = len + 1, the last sample never drawn): what the audit's shuffle pass writes and the sparse exposure lists."""
-    assert Consumption.prefix(10, 23).majority(11) == (2, [(0, 3, 3), (10, 11, 0)])
-    assert Consumption.prefix(10, 4).majority(11) == (0, [(0, 4, 1)])
-    assert Consumption.prefix(10, 9).majority(11) == (1, [(9, 11, 0)])
-    assert Consumption.prefix(10, 0).majority(11) == (0, [])
-    assert Consumption.prefix(10, 5).majority(10) == (0, [(0, 5, 1)])  # why: a tie goes to the smaller count
-
-
 # ---------------------------------------------------------------- exposure vs brute force
 
 SHAPES = [
@@ -177,7 +167,7 @@ SHAPES = [
 
 
 @pytest.mark.parametrize("shape", SHAPES)
-def test_exposure_equals_brute_force(tmp_path, shape, exposure_mode):
+def test_exposure_equals_brute_force(tmp_path, shape):
     lengths, seq, epochs, frac = shape
     _, arr = write_neox_index(str(tmp_path), "c", lengths, seq, epochs)
     length = arr["S"] - 1

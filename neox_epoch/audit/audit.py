@@ -42,55 +42,35 @@ class AuditOptions:
 
     consumed: int | None = None
     """Samples of the train split consumed (``train_iters * global_batch_size``); None: no exposure."""
-    global_batch_size: int | None = None
-    """Samples per iteration, to turn sample positions into iterations."""
-    data_prefixes: tuple[str, ...] = ()
-    """``--data-prefix``: one prefix for every index, or several matched by base name."""
-    add_extra_token: int | None = None
-    """megatron-core add_extra_token_to_sequence when the cache does not tell."""
+    global_batch_size: int | None = None  # Samples per iteration, to turn sample positions into iterations.
+    data_prefixes: tuple[str, ...] = ()  # `--data-prefix`: one prefix for every index, or several matched by base name.
+    add_extra_token: int | None = None  # megatron-core add_extra_token_to_sequence when the cache does not tell.
     neox_train_paths: tuple[str, ...] = ()
     """NeoX ``train_data_paths`` (from ``--config``): source ``i`` is the index named ``train_i``."""
-    neox_train_weights: tuple[float, ...] | None = None
-    """NeoX ``train_data_weights`` (from ``--config``)."""
+    neox_train_weights: tuple[float, ...] | None = None  # NeoX `train_data_weights` (from `--config`).
     neox_weight_by_num_documents: bool = False
     """NeoX ``weight_by_num_documents``: weights from the sources' document counts instead."""
-    neox_weighted_sampler_alpha: float = 1.0
-    """NeoX ``weighted_sampler_alpha`` for ``weight_by_num_documents``."""
+    neox_weighted_sampler_alpha: float = 1.0  # NeoX `weighted_sampler_alpha` for `weight_by_num_documents`.
 
 
 @dataclass
 class AuditResult:
     """Everything one audit found."""
 
-    indexes: list[IndexReport] = field(default_factory=list)
-    """One per GPT index (doc/sample/shuffle triple)."""
-    blends: list[BlendReport] = field(default_factory=list)
-    """One per blend."""
-    consumed_samples: int | None = None
-    """The train consumption the exposure is for."""
-    global_batch_size: int | None = None
-    """Samples per iteration."""
-    notes: list[str] = field(default_factory=list)
-    """Remarks about the whole audit."""
+    indexes: list[IndexReport] = field(default_factory=list)  # One per GPT index (doc/sample/shuffle triple).
+    blends: list[BlendReport] = field(default_factory=list)  # One per blend.
+    consumed_samples: int | None = None  # The train consumption the exposure is for.
+    global_batch_size: int | None = None  # Samples per iteration.
+    notes: list[str] = field(default_factory=list)  # Remarks about the whole audit.
 
     @property
     def findings(self) -> list[Finding]:
-        out: list[Finding] = []
-        for r in self.indexes:
-            out.extend(r.findings)
-        for b in self.blends:
-            out.extend(b.findings)
-        return out
+        return [f for report in [*self.indexes, *self.blends] for f in report.findings]
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "consumed_samples": self.consumed_samples,
-            "global_batch_size": self.global_batch_size,
-            "indexes": [r.to_json() for r in self.indexes],
-            "blends": [b.to_json() for b in self.blends],
-            "findings": [f.to_json() for f in self.findings],
-            "notes": list(self.notes),
-        }
+        return {"consumed_samples": self.consumed_samples, "global_batch_size": self.global_batch_size,
+                "indexes": [r.to_json() for r in self.indexes], "blends": [b.to_json() for b in self.blends],
+                "findings": [f.to_json() for f in self.findings], "notes": list(self.notes)}
 
 
 def _is_train(split: str) -> bool:
@@ -106,16 +86,10 @@ def make_prefix_resolver(prefixes: tuple[str, ...]) -> Callable[[str | None], st
     """One --data-prefix replaces every index's prefix; several are matched to it by base name."""
 
     def resolve(default: str | None) -> str | None:
-        if not prefixes:
-            return default
         if len(prefixes) == 1:
             return prefixes[0]
-        if default:
-            base = os.path.basename(default.rstrip("/"))
-            for p in prefixes:
-                if os.path.basename(p.rstrip("/")) == base:
-                    return p
-        return default
+        base = os.path.basename((default or "").rstrip("/"))
+        return next((p for p in prefixes if default and os.path.basename(p.rstrip("/")) == base), default)
 
     return resolve
 
@@ -133,158 +107,175 @@ def _group_for_stem(stem: str) -> names.CacheGroup | None:
     return groups[0] if groups else None
 
 
-def run_audit(
-    groups: list[names.CacheGroup],
-    options: AuditOptions,
-    progress: Progress | None = None,
-    manifest: Callable[[IndexReport, ManifestChunk], None] | None = None,
-) -> AuditResult:
+Routes = dict[str, "Callable[[str, int], Consumption | None]"]
+
+
+def run_audit(groups: list[names.CacheGroup], options: AuditOptions, progress: Progress | None = None,
+              manifest: Callable[[IndexReport, ManifestChunk], None] | None = None) -> AuditResult:
     """Audit every group; never raises for damaged files (they become findings)."""
     progress = progress or Progress()
-    res = AuditResult(consumed_samples=options.consumed, global_batch_size=options.global_batch_size)
-    gbs = options.global_batch_size
+    result = AuditResult(consumed_samples=options.consumed, global_batch_size=options.global_batch_size)
+    batch = options.global_batch_size
 
-    def iteration_of(pos: int) -> int | None:
-        return pos // gbs + 1 if gbs else None
+    def iteration_of(position: int) -> int | None:
+        return position // batch + 1 if batch else None
 
-    resolve = make_prefix_resolver(options.data_prefixes)
-    gpt = [g for g in groups if not g.is_blend]
-    if any(g.kind == names.MCORE and g.dataset_class != "GPTDataset" for g in gpt):
-        for g in gpt:
-            if g.kind == names.MCORE and g.dataset_class != "GPTDataset":
-                res.notes.append(f"{g.stem}: {g.dataset_class} caches are not audited (GPTDataset and BlendedDataset only)")
-        gpt = [g for g in gpt if not (g.kind == names.MCORE and g.dataset_class != "GPTDataset")]
-    stems = {g.stem for g in gpt}
-    consumption_of: dict[str, Callable[[IndexReport], Consumption | None]] = {}
+    other = [g for g in groups if not g.is_blend and g.kind == names.MCORE and g.dataset_class != "GPTDataset"]
+    result.notes += [f"{g.stem}: {g.dataset_class} caches are not audited (GPTDataset and BlendedDataset only)" for g in other]
+    gpt = [g for g in groups if not g.is_blend and g not in other]
+    routes: Routes = {}
     no_exposure: dict[str, str] = {}
+    mcore_blends = _route_mcore_blends(groups, gpt, options, routes, no_exposure, progress, manifest is not None)
+    neox_blend = _route_neox_blend(gpt, options, result, routes, no_exposure)
+    reports = _audit_indexes(gpt, options, routes, no_exposure, progress, manifest, iteration_of)
+    result.indexes.extend(reports.values())
+    for group, blend in mcore_blends:
+        _finish_mcore_blend(group, blend, reports, iteration_of)
+        result.blends.append(blend)
+    if neox_blend is not None:
+        _finish_neox_blend(neox_blend, reports, options, iteration_of)
+        result.blends.append(neox_blend)
+    return result
 
-    # megatron-core blends: validate the pair, route the consumed draws to the sources
-    mblends: list[tuple[names.CacheGroup, BlendReport, list[int], list[int]]] = []
-    for g in groups:
-        if not (g.kind == names.MCORE and g.is_blend):
+
+def _standalone(consumed: int | None) -> Callable[[str, int], Consumption | None]:
+    def consumption(split: str, length: int) -> Consumption | None:
+        return Consumption.prefix(length, consumed) if consumed is not None and _is_train(split) else None
+
+    return consumption
+
+
+def _audit_indexes(gpt: list[names.CacheGroup], options: AuditOptions, routes: Routes, no_exposure: dict[str, str],
+                   progress: Progress, manifest: Callable[[IndexReport, ManifestChunk], None] | None,
+                   iteration_of: Callable[[int], int | None]) -> dict[str, IndexReport]:
+    resolve = make_prefix_resolver(options.data_prefixes)
+    reports: dict[str, IndexReport] = {}
+    for group in gpt:
+        consumption = None if group.stem in no_exposure else routes.get(group.stem, _standalone(options.consumed))
+        progress.describe(os.path.basename(group.stem))
+        report = audit_index(group, resolve_prefix=resolve, add_extra_token=options.add_extra_token,
+                             consumption_for=consumption, manifest=manifest, progress=progress,
+                             iteration_of=iteration_of)
+        if group.stem in no_exposure:
+            report.notes.append("exposure not computed: " + no_exposure[group.stem])
+        reports[group.stem] = report
+    return reports
+
+
+def _route_mcore_blends(groups: list[names.CacheGroup], gpt: list[names.CacheGroup], options: AuditOptions,
+                        routes: Routes, no_exposure: dict[str, str], progress: Progress,
+                        positions: bool) -> list[tuple[names.CacheGroup, BlendReport]]:
+    """megatron-core blends: check the pair, route the consumed draws to the sources (found beside the blend)."""
+    blends = []
+    stems = {g.stem for g in gpt}
+    for group in groups:
+        if not (group.kind == names.MCORE and group.is_blend):
             continue
-        progress.describe(os.path.basename(g.stem))
-        rep, _ = read_mcore_blend(g)
-        consumed = options.consumed if (options.consumed is not None and _is_train(g.split)) else None
-        draws, draws_n, pos = scan_blend(rep, g, consumed, progress, want_positions=manifest is not None)
-        if consumed is not None and rep.size is not None:
-            rep.consumed_samples = min(consumed, rep.size)
-            if consumed > rep.size:
-                rep.notes.append(f"{consumed} samples consumed from a blend of {rep.size}: megatron's sampler stops at len")
-        for i, (src, stem) in enumerate(zip(rep.sources, rep.children)):
-            src.draws = draws[i] if rep.dataset_index_ok else None
-            if stem is None:
+        progress.describe(os.path.basename(group.stem))
+        blend, _ = read_mcore_blend(group)
+        consumed = options.consumed if options.consumed is not None and _is_train(group.split) else None
+        draws, draws_consumed, where = scan_blend(blend, group, consumed, progress, want_positions=positions)
+        if consumed is not None and blend.size is not None:
+            blend.consumed_samples = min(consumed, blend.size)
+            if consumed > blend.size:
+                blend.notes.append(f"{consumed} samples consumed from a blend of {blend.size}: megatron's sampler stops at len")
+        for i, (source, stem) in enumerate(zip(blend.sources, blend.children)):
+            source.draws = draws[i] if blend.dataset_index_ok else None
+            if stem is None or consumed is None:
                 continue
-            if consumed is None or not rep.dataset_index_ok:
-                if consumed is not None:
-                    no_exposure[stem] = "its blend's files are inconsistent"
+            if not blend.dataset_index_ok:
+                no_exposure[stem] = "its blend's files are inconsistent"
                 continue
-            d_n = draws_n[i]
-            src.draws_consumed = d_n
-            p_i = pos[i] if pos is not None else None
+            source.draws_consumed = draws_consumed[i]
+            routes[stem] = _source_consumption(draws_consumed[i], where[i] if where is not None else None)
+        blends.append((group, blend))
+        for stem in blend.children:
+            extra = _group_for_stem(stem) if stem is not None and stem not in stems else None
+            if extra is not None:
+                gpt.append(extra)
+                stems.add(extra.stem)
+    return blends
 
-            def cons(r: IndexReport, d_n: int = d_n, p_i: np.ndarray | None = p_i) -> Consumption | None:
-                return Consumption.from_prefixes(r.length or 0, [(d_n, 1)], positions=p_i, period=0)
 
-            consumption_of[stem] = cons
-        mblends.append((g, rep, draws, draws_n))
-        for stem in rep.children:
-            if stem is not None and stem not in stems:
-                extra = _group_for_stem(stem)
-                if extra is not None:
-                    gpt.append(extra)
-                    stems.add(stem)
+def _source_consumption(drawn: int, positions: np.ndarray | None) -> Callable[[str, int], Consumption | None]:
+    def consumption(split: str, length: int) -> Consumption | None:
+        return Consumption.from_prefixes(length, [(drawn, 1)], positions=positions, period=0)
 
-    # NeoX blends (train_0, train_1, ...): replay the greedy from the config's weights
-    neox_train = [g for g in gpt if g.kind == names.NEOX and g.neox and _neox_source_number(g.split) is not None]
-    nblend = _neox_blend(neox_train, options, res)
+    return consumption
+
+
+def _fixed(consumption: Consumption) -> Callable[[str, int], Consumption | None]:
+    return lambda split, length: consumption
+
+
+def _route_neox_blend(gpt: list[names.CacheGroup], options: AuditOptions, result: AuditResult, routes: Routes,
+                      no_exposure: dict[str, str]) -> BlendReport | None:
+    """NeoX blends (train_0, train_1, ...): the greedy replayed from the config's weights routes the draws."""
+    train = [g for g in gpt if g.kind == names.NEOX and g.neox and _neox_source_number(g.split) is not None]
+    replayed = _neox_blend(train, options, result)
     members: list[str] = []
     used: set[tuple[int, int]] = set()
-    if nblend is not None:
-        nrep, members, ncons = nblend
-        for stem, cons_i in zip(members, ncons):
-            consumption_of[stem] = _fixed(cons_i)
-        used = {(g.neox.seq_length, g.neox.seed) for g in neox_train if g.stem in members and g.neox}
+    if replayed is not None:
+        members = replayed[1]
+        routes.update({stem: _fixed(c) for stem, c in zip(members, replayed[2])})
+        used = {(g.neox.seq_length, g.neox.seed) for g in train if g.stem in members and g.neox}
     # a train_k index is a blend source unless it is train_0 with no train_k (k >= 1) of the same
     # seq_length and seed beside it (NeoX wraps even one train_data_paths entry in a blend of one)
-    multi = {(g.neox.seq_length, g.neox.seed) for g in neox_train if g.neox and (_neox_source_number(g.split) or 0) > 0}
-    if options.consumed is not None:
-        for g in neox_train:
-            if g.stem in members or g.neox is None:
-                continue
-            key = (g.neox.seq_length, g.neox.seed)
-            if key in used:
-                no_exposure[g.stem] = "another build of a source of the replayed NeoX blend (not the one it uses)"
-            elif key in multi:
-                no_exposure[g.stem] = ("a source of a NeoX blend: its draws depend on the blend weights; "
-                                       "pass --config with train_data_paths and train_data_weights")
-
-    reports: dict[str, IndexReport] = {}
-    for g in gpt:
-        def standalone(r: IndexReport) -> Consumption | None:
-            if options.consumed is None or not _is_train(r.split) or r.length is None:
-                return None
-            return Consumption.prefix(r.length, options.consumed)
-
-        cf: Callable[[IndexReport], Consumption | None] | None = consumption_of.get(g.stem, standalone)
-        if g.stem in no_exposure:
-            cf = None
-        progress.describe(os.path.basename(g.stem))
-        r = audit_index(g, resolve_prefix=resolve, add_extra_token=options.add_extra_token, consumption_for=cf,
-                        manifest=manifest, progress=progress, iteration_of=iteration_of)
-        if g.stem in no_exposure:
-            r.notes.append("exposure not computed: " + no_exposure[g.stem])
-        reports[g.stem] = r
-        res.indexes.append(r)
-
-    for g, rep, _draws, _draws_n in mblends:
-        _finish_blend(rep, reports, iteration_of)
-        if rep.consumed_samples is not None and rep.dataset_index_ok:
-            marks = {i: s.samples_per_epoch for i, s in enumerate(rep.sources)
-                     if s.samples_per_epoch is not None and (s.draws_consumed or 0) > s.samples_per_epoch}
-            try:
-                found = second_pass_positions(g, marks, rep.consumed_samples) if marks else {}
-            except FileProblem:
-                found = {}
-            for i, p in found.items():
-                rep.sources[i].second_pass_sample = p
-                rep.sources[i].second_pass_iteration = iteration_of(p)
-                e = rep.sources[i].exposure
-                if e is not None:
-                    e.second_pass_sample, e.second_pass_iteration = p, iteration_of(p)
-        for i, (src, stem) in enumerate(zip(rep.sources, rep.children)):
-            child = reports.get(stem) if stem else None
-            if child is None:
-                rep.findings.append(Finding(path=stem or rep.path, what=f"source {i}",
-                                            expected="its GPTDataset cache beside the blend",
-                                            found="no such files", hint="per-source numbers need the source's cache"))
-                continue
-            if src.draws is not None and child.length is not None and src.draws > child.length:
-                rep.findings.append(Finding(path=rep.files.get(names.DATASET, rep.path), what=f"source {i} draws",
-                                            expected=f"<= {child.length} (len of its GPTDataset)", found=str(src.draws),
-                                            hint="megatron-core raises on such a blend: the files do not belong together"))
-        res.blends.append(rep)
-    if nblend is not None:
-        nrep = nblend[0]
-        _finish_blend(nrep, reports, iteration_of)
-        lengths = [s.length or 0 for s in nrep.sources]
-        per_epoch = [s.samples_per_epoch for s in nrep.sources]
-        if options.consumed is not None and nrep.weights is not None and all(lengths):
-            sp = neox_second_pass(list(nrep.weights), lengths, per_epoch, options.consumed)
-            for s, p in zip(nrep.sources, sp):
-                s.second_pass_sample = p
-                s.second_pass_iteration = iteration_of(p) if p is not None else None
-                if s.exposure is not None:
-                    s.exposure.second_pass_sample, s.exposure.second_pass_iteration = p, s.second_pass_iteration
-        res.blends.append(nrep)
-    return res
+    multi = {(g.neox.seq_length, g.neox.seed) for g in train if g.neox and (_neox_source_number(g.split) or 0) > 0}
+    for g in train if options.consumed is not None else []:
+        key = (g.neox.seq_length, g.neox.seed) if g.neox else None
+        if g.stem in members or key is None:
+            continue
+        if key in used:
+            no_exposure[g.stem] = "another build of a source of the replayed NeoX blend (not the one it uses)"
+        elif key in multi:
+            no_exposure[g.stem] = ("a source of a NeoX blend: its draws depend on the blend weights; "
+                                   "pass --config with train_data_paths and train_data_weights")
+    return replayed[0] if replayed is not None else None
 
 
-def _fixed(c: Consumption) -> Callable[[IndexReport], Consumption | None]:
-    def get(_: IndexReport) -> Consumption | None:
-        return c
+def _finish_mcore_blend(group: names.CacheGroup, blend: BlendReport, reports: dict[str, IndexReport],
+                        iteration_of: Callable[[int], int | None]) -> None:
+    _finish_blend(blend, reports, iteration_of)
+    if blend.consumed_samples is not None and blend.dataset_index_ok:
+        marks = {i: s.samples_per_epoch for i, s in enumerate(blend.sources)
+                 if s.samples_per_epoch is not None and (s.draws_consumed or 0) > s.samples_per_epoch}
+        try:
+            found = second_pass_positions(group, marks, blend.consumed_samples) if marks else {}
+        except FileProblem:
+            found = {}
+        for i, position in found.items():
+            _set_second_pass(blend.sources[i], position, iteration_of)
+    for i, (source, stem) in enumerate(zip(blend.sources, blend.children)):
+        child = reports.get(stem) if stem else None
+        if child is None:
+            blend.findings.append(Finding(path=stem or blend.path, what=f"source {i}",
+                                          expected="its GPTDataset cache beside the blend", found="no such files",
+                                          hint="per-source numbers need the source's cache"))
+        elif source.draws is not None and child.length is not None and source.draws > child.length:
+            blend.findings.append(Finding(
+                path=blend.files.get(names.DATASET, blend.path), what=f"source {i} draws",
+                expected=f"<= {child.length} (len of its GPTDataset)", found=str(source.draws),
+                hint="megatron-core raises on such a blend: the files do not belong together"))
 
-    return get
+
+def _set_second_pass(source: SourceReport, position: int | None, iteration_of: Callable[[int], int | None]) -> None:
+    source.second_pass_sample = position
+    source.second_pass_iteration = iteration_of(position) if position is not None else None
+    if source.exposure is not None:
+        source.exposure.second_pass_sample = position
+        source.exposure.second_pass_iteration = source.second_pass_iteration
+
+
+def _finish_neox_blend(blend: BlendReport, reports: dict[str, IndexReport], options: AuditOptions,
+                       iteration_of: Callable[[int], int | None]) -> None:
+    _finish_blend(blend, reports, iteration_of)
+    lengths = [s.length or 0 for s in blend.sources]
+    if options.consumed is not None and blend.weights is not None and all(lengths):
+        per_epoch = [s.samples_per_epoch for s in blend.sources]
+        for source, position in zip(blend.sources, neox_second_pass(list(blend.weights), lengths, per_epoch,
+                                                                    options.consumed)):
+            _set_second_pass(source, position, iteration_of)
 
 
 def _finish_blend(rep: BlendReport, reports: dict[str, IndexReport], iteration_of: Callable[[int], int | None]) -> None:
@@ -304,9 +295,19 @@ def _finish_blend(rep: BlendReport, reports: dict[str, IndexReport], iteration_o
         rep.exposure.consumed_samples = rep.consumed_samples or rep.exposure.consumed_samples
 
 
-def _neox_blend(
-    train: list[names.CacheGroup], options: AuditOptions, res: AuditResult
-) -> tuple[BlendReport, list[str], list[Consumption]] | None:
+def _weights_by_documents(candidates: list[list[names.CacheGroup]], options: AuditOptions,
+                          res: AuditResult) -> list[float] | None:
+    try:
+        docs = [idxmod.read_header(c[0].neox.prefix if c[0].neox else "", check_bin=False).sequence_count
+                for c in candidates]
+    except IndexFileError as err:
+        res.notes.append(f"weight_by_num_documents: {err}; NeoX blend not replayed")
+        return None
+    return neox_sem.weights_by_num_docs(docs, options.neox_weighted_sampler_alpha)
+
+
+def _neox_blend(train: list[names.CacheGroup], options: AuditOptions,
+                res: AuditResult) -> tuple[BlendReport, list[str], list[Consumption]] | None:
     """Match NeoX train_i indexes to the config's train_data_paths and replay the blend's draws."""
     paths = options.neox_train_paths
     if not paths or options.consumed is None:
@@ -325,21 +326,14 @@ def _neox_blend(
             return None
         candidates.append(cands)
     if options.neox_weight_by_num_documents:
-        try:
-            docs = [idxmod.read_header(c[0].neox.prefix if c[0].neox else "", check_bin=False).sequence_count
-                    for c in candidates]
-        except IndexFileError as err:
-            res.notes.append(f"weight_by_num_documents: {err}; NeoX blend not replayed")
+        weights = _weights_by_documents(candidates, options, res)
+        if weights is None:
             return None
-        weights = neox_sem.weights_by_num_docs(docs, options.neox_weighted_sampler_alpha)
     norm, requests = neox_sem.normalized_weights_and_num_samples(weights, options.consumed)
     chosen: list[names.CacheGroup] = []
     for i, cands in enumerate(candidates):
-        exact = [g for g in cands if g.neox and g.neox.num_samples == requests[i]]
-        if len(exact) >= 1:
-            chosen.append(exact[0])
-        else:
-            chosen.append(cands[0])
+        chosen.append(next((g for g in cands if g.neox and g.neox.num_samples == requests[i]), cands[0]))
+        if chosen[-1].neox and chosen[-1].neox.num_samples != requests[i]:
             res.notes.append(f"NeoX blend source {i}: no index built for {requests[i]} samples "
                              f"(ceil({options.consumed} x {norm[i]:.6g} x 1.005)); using {os.path.basename(cands[0].stem)}")
     lengths: list[int] = []

@@ -23,7 +23,7 @@ from neox_epoch.audit.consumption import Consumption
 from neox_epoch.audit.descriptions import child_digest, read_mcore_description
 from neox_epoch.audit.exposure import ExposureReport
 from neox_epoch.audit.findings import FileProblem, Finding
-from neox_epoch.audit.npy import CHUNK_ROWS, NpyReader, read_header
+from neox_epoch.audit.npy import CHUNK_ROWS, NpyInfo, NpyReader, read_header
 from neox_epoch.audit.validate import STALE_HINT, Progress
 
 #: replay the greedy in Python (no C extension) only up to this many steps
@@ -34,91 +34,50 @@ _PY_GREEDY_LIMIT = 20_000_000
 class SourceReport:
     """One source of a blend."""
 
-    index: str | None
-    """Path (stem) of the source's index cache, None if not found."""
-    dataset_path: str | None
-    """The source's data prefix."""
-    weight: float | None
-    """Its blend weight (normalized as the greedy uses it)."""
-    draws: int | None = None
-    """Samples the whole blend draws from it."""
-    draws_consumed: int | None = None
-    """Samples the consumed part of the blend draws from it."""
-    length: int | None = None
-    """``len`` of the source dataset."""
-    samples_per_epoch: int | None = None
-    """Samples one pass over the source's split gives."""
-    epochs: int | None = None
-    """Epochs built for the source."""
-    passes: float | None = None
-    """``draws_consumed / samples_per_epoch``."""
+    index: str | None  # Path (stem) of the source's index cache, None if not found.
+    dataset_path: str | None  # The source's data prefix.
+    weight: float | None  # Its blend weight (normalized as the greedy uses it).
+    draws: int | None = None  # Samples the whole blend draws from it.
+    draws_consumed: int | None = None  # Samples the consumed part of the blend draws from it.
+    length: int | None = None  # `len` of the source dataset.
+    samples_per_epoch: int | None = None  # Samples one pass over the source's split gives.
+    epochs: int | None = None  # Epochs built for the source.
+    passes: float | None = None  # `draws_consumed / samples_per_epoch`.
     second_pass_sample: int | None = None
     """0-based blend sample at which the source's draws exceed one epoch's samples (None: never)."""
-    second_pass_iteration: int | None = None
-    """1-based iteration containing it (needs the global batch size)."""
-    exposure: ExposureReport | None = None
-    """The source's exposure (also under its index)."""
+    second_pass_iteration: int | None = None  # 1-based iteration containing it (needs the global batch size).
+    exposure: ExposureReport | None = None  # The source's exposure (also under its index).
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "dataset_path": self.dataset_path,
-            "weight": self.weight,
-            "draws": self.draws,
-            "draws_consumed": self.draws_consumed,
-            "length": self.length,
-            "samples_per_epoch": self.samples_per_epoch,
-            "epochs": self.epochs,
-            "passes": self.passes,
-            "second_pass_sample": self.second_pass_sample,
-            "second_pass_iteration": self.second_pass_iteration,
-        }
+        keys = ("index", "dataset_path", "weight", "draws", "draws_consumed", "length", "samples_per_epoch", "epochs",
+                "passes", "second_pass_sample", "second_pass_iteration")
+        return {key: getattr(self, key) for key in keys}
 
 
 @dataclass
 class BlendReport:
     """One blend (megatron-core BlendedDataset cache, or a NeoX blend replayed from its weights)."""
 
-    kind: str
-    """``megatron-core`` or ``neox``."""
-    path: str
-    """The blend's files without their role suffix (NeoX: the first source's index)."""
-    split: str
-    """The split."""
-    size: int | None = None
-    """Samples of the blend (``len``)."""
-    weights: list[float] | None = None
-    """Weights as the greedy uses them (None: exhaustive blending)."""
-    files: dict[str, str] = field(default_factory=dict)
-    """role -> file."""
-    sources: list[SourceReport] = field(default_factory=list)
-    """Per source."""
-    consumed_samples: int | None = None
-    """Blend samples consumed by training."""
-    findings: list[Finding] = field(default_factory=list)
-    """Problems found."""
-    notes: list[str] = field(default_factory=list)
-    """Remarks."""
-    exposure: ExposureReport | None = None
-    """Sum of the sources' exposures."""
+    kind: str  # `megatron-core` or `neox`.
+    path: str  # The blend's files without their role suffix (NeoX: the first source's index).
+    split: str  # The split.
+    size: int | None = None  # Samples of the blend (`len`).
+    weights: list[float] | None = None  # Weights as the greedy uses them (None: exhaustive blending).
+    files: dict[str, str] = field(default_factory=dict)  # role -> file.
+    sources: list[SourceReport] = field(default_factory=list)  # Per source.
+    consumed_samples: int | None = None  # Blend samples consumed by training.
+    findings: list[Finding] = field(default_factory=list)  # Problems found.
+    notes: list[str] = field(default_factory=list)  # Remarks.
+    exposure: ExposureReport | None = None  # Sum of the sources' exposures.
     children: list[str | None] = field(default_factory=list, repr=False)
     """Stems of the sources' index caches (None: not found)."""
     dataset_index_ok: bool = field(default=True, repr=False)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "path": self.path,
-            "split": self.split,
-            "size": self.size,
-            "weights": self.weights,
-            "files": dict(self.files),
-            "consumed_samples": self.consumed_samples,
-            "sources": [s.to_json() for s in self.sources],
-            "findings": [f.to_json() for f in self.findings],
-            "notes": list(self.notes),
-            "exposure": self.exposure.to_json() if self.exposure is not None else None,
-        }
+        out = {key: getattr(self, key) for key in ("kind", "path", "split", "size", "weights", "consumed_samples")}
+        return {**out, "files": dict(self.files), "sources": [s.to_json() for s in self.sources],
+                "findings": [f.to_json() for f in self.findings], "notes": list(self.notes),
+                "exposure": self.exposure.to_json() if self.exposure is not None else None}
 
 
 def _finding(rep: BlendReport, path: str, what: str, expected: Any, found: Any, hint: str = "") -> None:
@@ -181,21 +140,10 @@ def scan_blend(rep: BlendReport, group: names.CacheGroup, consumed: int | None, 
     if not rep.dataset_index_ok or group.missing_roles():
         rep.dataset_index_ok = False
         return draws, draws_n, None
-    try:
-        di_info = read_header(group.files[names.DATASET])
-        ds_info = read_header(group.files[names.DATASET_SAMPLE])
-    except FileProblem as p:
-        rep.findings.append(p.finding)
-        rep.dataset_index_ok = False
+    headers = _blend_headers(rep, group)
+    if headers is None:
         return draws, draws_n, None
-    for info, allowed in ((di_info, ("int16",)), (ds_info, ("int64",))):
-        if info.dtype.kind not in "iu" or len(info.shape) != 1:
-            _finding(rep, info.path, "dtype/shape", f"a 1-D integer array ({allowed[0]})", f"{info.dtype} {list(info.shape)}")
-            rep.dataset_index_ok = False
-        elif info.dtype.name not in allowed:
-            _finding(rep, info.path, "dtype", allowed[0], info.dtype.name)
-    if not rep.dataset_index_ok:
-        return draws, draws_n, None
+    di_info, ds_info = headers
     size = di_info.rows
     expected_size = rep.size
     if expected_size is None and all(s.weight is not None for s in rep.sources):
@@ -220,24 +168,7 @@ def scan_blend(rep: BlendReport, group: names.CacheGroup, consumed: int | None, 
                 _finding(rep, di_info.path, "dataset index", f"source ids in [0, {n})", f"{int(di[bad])} at {k0 + bad}")
                 rep.dataset_index_ok = False
                 break
-            for i in np.unique(di).tolist():
-                at = np.flatnonzero(di == i)
-                got = ds[at]
-                want = np.arange(draws[i], draws[i] + at.shape[0], dtype=np.int64)
-                if not np.array_equal(got, want):
-                    b = int(np.argmax(got != want))
-                    _finding(rep, ds_info.path, "dataset sample index",
-                             f"source {i}'s samples drawn in order ({int(want[b])} at blend sample {k0 + int(at[b])})",
-                             int(got[b]), "the blend files are damaged or from different builds")
-                    rep.dataset_index_ok = False
-                    break
-                if k0 < stop_n:
-                    m = int(np.count_nonzero(at < stop_n - k0))
-                    draws_n[i] += m
-                    if positions is not None:
-                        positions[i].append(at[:m] + k0)
-                draws[i] += at.shape[0]
-            if not rep.dataset_index_ok:
+            if not _draws_in_order(rep, ds_info.path, k0, di, ds, draws, draws_n, positions, stop_n):
                 break
             progress.advance(k1 - k0)
     progress.done()
@@ -245,6 +176,46 @@ def scan_blend(rep: BlendReport, group: names.CacheGroup, consumed: int | None, 
         _check_greedy(rep, di_info.path, draws)
     pos = [np.concatenate(p) if p else np.zeros(0, dtype=np.int64) for p in positions] if positions is not None else None
     return draws, draws_n, pos
+
+
+def _draws_in_order(rep: BlendReport, path: str, start: int, sources: np.ndarray, samples: np.ndarray,
+                    draws: list[int], draws_consumed: list[int], positions: list[list[np.ndarray]] | None,
+                    stop: int) -> bool:
+    """Each source's samples of this chunk drawn in order; counts them (and, below ``stop``, the consumed)."""
+    for i in np.unique(sources).tolist():
+        at = np.flatnonzero(sources == i)
+        want = np.arange(draws[i], draws[i] + at.shape[0], dtype=np.int64)
+        if not np.array_equal(samples[at], want):
+            b = int(np.argmax(samples[at] != want))
+            _finding(rep, path, "dataset sample index",
+                     f"source {i}'s samples drawn in order ({int(want[b])} at blend sample {start + int(at[b])})",
+                     int(samples[at][b]), "the blend files are damaged or from different builds")
+            rep.dataset_index_ok = False
+            return False
+        if start < stop:
+            consumed = int(np.count_nonzero(at < stop - start))
+            draws_consumed[i] += consumed
+            if positions is not None:
+                positions[i].append(at[:consumed] + start)
+        draws[i] += at.shape[0]
+    return True
+
+
+def _blend_headers(rep: BlendReport, group: names.CacheGroup) -> tuple[NpyInfo, NpyInfo] | None:
+    """The two arrays' headers: 1-D, dataset index int16, dataset sample index int64."""
+    try:
+        infos = (read_header(group.files[names.DATASET]), read_header(group.files[names.DATASET_SAMPLE]))
+    except FileProblem as p:
+        rep.findings.append(p.finding)
+        rep.dataset_index_ok = False
+        return None
+    for info, allowed in zip(infos, ("int16", "int64")):
+        if info.dtype.kind not in "iu" or len(info.shape) != 1:
+            _finding(rep, info.path, "dtype/shape", f"a 1-D integer array ({allowed})", f"{info.dtype} {list(info.shape)}")
+            rep.dataset_index_ok = False
+        elif info.dtype.name != allowed:
+            _finding(rep, info.path, "dtype", allowed, info.dtype.name)
+    return infos if rep.dataset_index_ok else None
 
 
 def _check_greedy(rep: BlendReport, path: str, draws: list[int]) -> None:

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from neox_epoch.audit.findings import AuditError
+
+if TYPE_CHECKING:
+    from neox_epoch.audit.audit import AuditOptions
 
 
 def register(subparsers: Any) -> None:
@@ -43,26 +45,8 @@ def _positive(name: str, v: int | None) -> None:
         raise AuditError(f"{name}: {v} is negative; expected a sample or iteration count >= 0")
 
 
-@dataclass(frozen=True)
-class _Run:
-    """Consumption and NeoX blend settings gathered from the options and config files."""
-
-    consumed: int | None
-    """Train samples consumed."""
-    gbs: int | None
-    """Global batch size."""
-    paths: tuple[str, ...] = ()
-    """NeoX train_data_paths."""
-    weights: tuple[float, ...] | None = None
-    """NeoX train_data_weights."""
-    by_docs: bool = False
-    """NeoX weight_by_num_documents."""
-    alpha: float = 1.0
-    """NeoX weighted_sampler_alpha."""
-
-
-def _consumption(args: argparse.Namespace) -> _Run:
-    """Consumed samples, global batch size and NeoX blend settings from the options."""
+def _options(args: argparse.Namespace) -> AuditOptions:
+    """Consumed samples, global batch size and NeoX blend settings from the options and config files."""
     _positive("--consumed", args.consumed)
     _positive("--train-iters", args.train_iters)
     if args.global_batch_size is not None and args.global_batch_size <= 0:
@@ -104,17 +88,21 @@ def _consumption(args: argparse.Namespace) -> _Run:
         consumed = iters * gbs
     elif args.config:
         raise AuditError("--config: no train_iters in the config files; give --train-iters or --consumed")
-    return _Run(consumed, gbs, paths, weights, by_docs, alpha)
+    from neox_epoch.audit.audit import AuditOptions
+
+    return AuditOptions(consumed=consumed, global_batch_size=gbs, data_prefixes=tuple(args.data_prefix),
+                        add_extra_token=args.add_extra_token, neox_train_paths=paths, neox_train_weights=weights,
+                        neox_weight_by_num_documents=by_docs, neox_weighted_sampler_alpha=alpha)
 
 
 def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
     from neox_epoch.audit import report
-    from neox_epoch.audit.audit import AuditOptions, AuditResult, run_audit
+    from neox_epoch.audit.audit import AuditResult, run_audit
     from neox_epoch.audit.names import discover
 
     out = out or sys.stdout
-    cr = _consumption(args)
-    consumed, gbs = cr.consumed, cr.gbs
+    options = _options(args)
+    consumed, gbs = options.consumed, options.global_batch_size
     if args.plot:
         try:
             import matplotlib  # noqa: F401
@@ -123,11 +111,6 @@ def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
     if args.manifest and consumed is None:
         raise AuditError("--manifest needs a consumption: --consumed, --train-iters with --global-batch-size, or --config")
     groups = discover(list(args.paths))
-    options = AuditOptions(
-        consumed=consumed, global_batch_size=gbs, data_prefixes=tuple(args.data_prefix),
-        add_extra_token=args.add_extra_token, neox_train_paths=cr.paths, neox_train_weights=cr.weights,
-        neox_weight_by_num_documents=cr.by_docs, neox_weighted_sampler_alpha=cr.alpha,
-    )
     progress = report.TtyProgress(enabled=False if args.no_progress else None)
     holder: list[AuditResult] = []
     if args.manifest:

@@ -19,12 +19,10 @@ import numpy as np
 class Consumption:
     """How often each index ``j`` of one dataset (``0 <= j < length``) was drawn by training."""
 
-    length: int
-    """The dataset's ``len`` (NeoX: samples - 1; megatron: samples)."""
+    length: int  # The dataset's `len` (NeoX: samples - 1; megatron: samples).
     runs: tuple[tuple[int, int, int], ...]
     """``(start, stop, count)``: indices in ``[start, stop)`` were drawn ``count`` times; disjoint, sorted."""
-    consumed: int
-    """Draws in total (the samples this dataset contributed)."""
+    consumed: int  # Draws in total (the samples this dataset contributed).
     positions: np.ndarray | None = field(default=None, compare=False)
     """Optional: global position (top-level sample index) of the draw of index ``j`` (drawn once each)."""
     period: int = 0
@@ -69,33 +67,22 @@ class Consumption:
     def max_count(self) -> int:
         return max((c for _, _, c in self.runs), default=0)
 
-    def majority(self, n: int) -> tuple[int, list[tuple[int, int, int]]]:
-        """Over indices ``[0, n)``: the draw count most of them have, and the ``(start, stop, count)`` ranges
-        with another count (indices in no run count 0; ties go to the smaller count)."""
-        segs: list[tuple[int, int, int]] = []
-        pos = 0
+    def segments(self, start: int, stop: int) -> list[tuple[int, int, int]]:
+        """``[start, stop)`` cut into ``(lo, hi, draws)`` pieces (0 draws between the runs and past ``length``)."""
+        pieces, at = [], start
         for a, b, c in self.runs:
-            b = min(b, n)
-            if a > pos:
-                segs.append((pos, min(a, n), 0))
-            if b > a:
-                segs.append((a, b, c))
-            pos = max(pos, b)
-        if pos < n:
-            segs.append((pos, n, 0))
-        total: dict[int, int] = {}
-        for a, b, c in segs:
-            total[c] = total.get(c, 0) + b - a
-        most = max(total, key=lambda c: (total[c], -c)) if total else 0
-        return most, [x for x in segs if x[2] != most and x[1] > x[0]]
+            lo, hi = max(a, start), min(b, stop)
+            if hi > lo:
+                pieces += [(at, lo, 0)] if lo > at else []
+                pieces.append((lo, hi, c))
+                at = hi
+        return pieces + ([(at, stop, 0)] if stop > at else [])
 
     def counts(self, start: int, stop: int) -> np.ndarray:
         """Draw counts of indices ``[start, stop)`` (0 at and past ``length``)."""
         out = np.zeros(max(0, stop - start), dtype=np.int64)
-        for a, b, c in self.runs:
-            lo, hi = max(a, start), min(b, stop)
-            if hi > lo:
-                out[lo - start : hi - start] = c
+        for lo, hi, c in self.segments(start, stop):
+            out[lo - start : hi - start] = c
         return out
 
     def first_last(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:

@@ -46,12 +46,9 @@ def _read_text(path: str) -> str:
 class Description:
     """A parsed description file and whether its md5 matches the file name."""
 
-    path: str
-    """The description file."""
-    text: str
-    """Its exact text."""
-    digest: str
-    """md5 of the text."""
+    path: str  # The description file.
+    text: str  # Its exact text.
+    digest: str  # md5 of the text.
     fields: dict[str, Any]
     """megatron-core: the JSON object; legacy: ``{"data_prefix", "name", "num_samples", "seq_length",
     "seed", "split"}``."""
@@ -69,14 +66,8 @@ def read_mcore_description(path: str) -> Description:
     return Description(path=path, text=text, digest=md5_text(text), fields=fields)
 
 
-_LEGACY_KEYS = {
-    "Data prefix": "data_prefix",
-    "Dataset name": "name",
-    "Number of samples": "num_samples",
-    "Sequence length": "seq_length",
-    "Random seed": "seed",
-    "Split": "split",
-}
+_LEGACY_KEYS = {"Data prefix": "data_prefix", "Dataset name": "name", "Number of samples": "num_samples",
+               "Sequence length": "seq_length", "Random seed": "seed", "Split": "split"}
 
 
 def read_legacy_description(path: str) -> Description:
@@ -87,14 +78,11 @@ def read_legacy_description(path: str) -> Description:
             if line.startswith(key + " "):
                 fields[name] = line[len(key) + 1 :]
     for name in ("num_samples", "seq_length", "seed"):
+        value = fields.get(name, "None")
+        if value != "None" and not re.fullmatch(r"-?\d+", value):
+            raise FileProblem(path, f"description field {name}", "an integer", repr(value))
         if name in fields:
-            v = fields[name]
-            if v == "None":
-                fields[name] = None
-            elif re.fullmatch(r"-?\d+", v):
-                fields[name] = int(v)
-            else:
-                raise FileProblem(path, f"description field {name}", "an integer", repr(v))
+            fields[name] = None if value == "None" else int(value)
     if "seq_length" not in fields:
         raise FileProblem(path, "description", "legacy Megatron-LM lines such as 'Sequence length 2048'",
                           "no 'Sequence length' line")

@@ -12,7 +12,7 @@ class AuditError(NeoxEpochError):
     """A usage error of ``neox-epoch audit`` (bad path, bad option, missing optional dependency): exit 2."""
 
 
-class FileProblem(Exception):
+class FileProblem(NeoxEpochError):
     """Raised inside the audit of one index when a file cannot be read as expected; caught and turned
     into a :class:`Finding` so that the audit of the other indexes goes on."""
 
@@ -25,16 +25,11 @@ class FileProblem(Exception):
 class Finding:
     """One problem found in a cache file: where, what was checked, what was expected and what was found."""
 
-    path: str
-    """The file (or cache group) the finding is about."""
-    what: str
-    """The check that failed, e.g. ``"sample boundary"`` or ``"dtype"``."""
-    expected: str
-    """What a consistent cache would have."""
-    found: str
-    """What the file has."""
-    hint: str = ""
-    """What it probably means and what to do about it."""
+    path: str  # The file (or cache group) the finding is about.
+    what: str  # The check that failed, e.g. `"sample boundary"` or `"dtype"`.
+    expected: str  # What a consistent cache would have.
+    found: str  # What the file has.
+    hint: str = ""  # What it probably means and what to do about it.
 
     def to_json(self) -> dict[str, Any]:
         return {"path": self.path, "what": self.what, "expected": self.expected, "found": self.found, "hint": self.hint}

@@ -42,14 +42,8 @@ _MCORE_FILE = re.compile(
     r"(?P<role>description\.txt|document_index\.npy|sample_index\.npy|shuffle_index\.npy|"
     r"dataset_index\.npy|dataset_sample_index\.npy)$"
 )
-_MCORE_ROLES = {
-    "description.txt": DESCRIPTION,
-    "document_index.npy": DOC,
-    "sample_index.npy": SAMPLE,
-    "shuffle_index.npy": SHUFFLE,
-    "dataset_index.npy": DATASET,
-    "dataset_sample_index.npy": DATASET_SAMPLE,
-}
+_MCORE_ROLES = {"description.txt": DESCRIPTION, "document_index.npy": DOC, "sample_index.npy": SAMPLE,
+                "shuffle_index.npy": SHUFFLE, "dataset_index.npy": DATASET, "dataset_sample_index.npy": DATASET_SAMPLE}
 _LEGACY_FILE = re.compile(r"^(?P<md5>[0-9a-f]{32})(?:(?P<dsc>\.dsc)|_(?P<role>doc|sample|shuffle)_idx\.npy)$")
 
 
@@ -57,76 +51,49 @@ _LEGACY_FILE = re.compile(r"^(?P<md5>[0-9a-f]{32})(?:(?P<dsc>\.dsc)|_(?P<role>do
 class NeoxName:
     """The fields of a GPT-NeoX cache file name."""
 
-    prefix: str
-    """The data prefix (path without .bin/.idx) the index was built from: the cache sits beside it."""
-    name: str
-    """NeoX's dataset name: ``train``, ``valid``, ``test`` or ``train_0``, ``valid_1``, ..."""
-    num_samples: int | None
-    """``{ns}ns``: the samples NeoX asked the dataset for (None when it built by epochs)."""
-    seq_length: int
-    """``{sl}sl``: the sequence length."""
-    seed: int
-    """``{seed}s``: the seed of the shuffles."""
-    pack_impl: str | None
-    """``{pack_impl}pi``: packed, pack_until_overflow or unpacked (None: older NeoX, always packed)."""
-    allow_chopped: bool
-    """``_ac``: NeoX's allow_chopped flag."""
+    prefix: str  # The data prefix (path without .bin/.idx) the index was built from: the cache sits beside it.
+    name: str  # NeoX's dataset name: `train`, `valid`, `test` or `train_0`, `valid_1`, ...
+    num_samples: int | None  # `{ns}ns`: the samples NeoX asked the dataset for (None when it built by epochs).
+    seq_length: int  # `{sl}sl`: the sequence length.
+    seed: int  # `{seed}s`: the seed of the shuffles.
+    pack_impl: str | None  # `{pack_impl}pi`: packed, pack_until_overflow or unpacked (None: older NeoX, always packed).
+    allow_chopped: bool  # `_ac`: NeoX's allow_chopped flag.
 
 
 @dataclass(frozen=True)
 class CacheFile:
     """One recognized cache file."""
 
-    path: str
-    """Path of the file as found."""
-    kind: str
-    """``neox``, ``megatron-core`` or ``megatron-legacy``."""
-    role: str
-    """``doc``, ``sample``, ``shuffle``, ``description``, ``dataset`` or ``dataset_sample``."""
-    stem: str
-    """The path without the role suffix: files with the same stem belong together."""
+    path: str  # Path of the file as found.
+    kind: str  # `neox`, `megatron-core` or `megatron-legacy`.
+    role: str  # `doc`, `sample`, `shuffle`, `description`, `dataset` or `dataset_sample`.
+    stem: str  # The path without the role suffix: files with the same stem belong together.
     dataset_class: str = "GPTDataset"
     """megatron-core class in the name (GPTDataset, BlendedDataset, ...); GPTDataset otherwise."""
-    split: str = ""
-    """The split (megatron-core), or NeoX's dataset name; legacy names carry none (read from the .dsc)."""
-    digest: str = ""
-    """The md5 in megatron-core and legacy names."""
-    neox: NeoxName | None = None
-    """The parsed NeoX name fields."""
+    split: str = ""  # The split (megatron-core), or NeoX's dataset name; legacy names carry none (read from the .dsc).
+    digest: str = ""  # The md5 in megatron-core and legacy names.
+    neox: NeoxName | None = None  # The parsed NeoX name fields.
 
 
 @dataclass
 class CacheGroup:
     """The files of one index (a doc/sample/shuffle triple) or one megatron-core blend pair."""
 
-    kind: str
-    """``neox``, ``megatron-core`` or ``megatron-legacy``."""
-    stem: str
-    """Common path of the files without the role suffix (used as the index's ``path``)."""
-    dataset_class: str
-    """GPTDataset or BlendedDataset (megatron-core); GPTDataset for NeoX and legacy."""
-    split: str
-    """Split or NeoX dataset name ('' for legacy until the .dsc is read)."""
-    digest: str = ""
-    """The md5 of megatron-core and legacy names."""
-    neox: NeoxName | None = None
-    """NeoX name fields."""
-    files: dict[str, str] = field(default_factory=dict)
-    """role -> path."""
+    kind: str  # `neox`, `megatron-core` or `megatron-legacy`.
+    stem: str  # Common path of the files without the role suffix (used as the index's `path`).
+    dataset_class: str  # GPTDataset or BlendedDataset (megatron-core); GPTDataset for NeoX and legacy.
+    split: str  # Split or NeoX dataset name ('' for legacy until the .dsc is read).
+    digest: str = ""  # The md5 of megatron-core and legacy names.
+    neox: NeoxName | None = None  # NeoX name fields.
+    files: dict[str, str] = field(default_factory=dict)  # role -> path.
 
     @property
     def is_blend(self) -> bool:
         return self.dataset_class == "BlendedDataset"
 
-    def expected_roles(self) -> tuple[str, ...]:
-        if self.is_blend:
-            return (DESCRIPTION, *BLEND_ROLES)
-        if self.kind == NEOX:
-            return GPT_ROLES
-        return (DESCRIPTION, *GPT_ROLES)
-
     def missing_roles(self) -> list[str]:
-        return [r for r in self.expected_roles() if r not in self.files]
+        expected = (DESCRIPTION, *BLEND_ROLES) if self.is_blend else GPT_ROLES if self.kind == NEOX else (DESCRIPTION, *GPT_ROLES)
+        return [role for role in expected if role not in self.files]
 
 
 def _split_neox_head(directory: str, head: str) -> tuple[str, str]:
@@ -140,11 +107,7 @@ def _split_neox_head(directory: str, head: str) -> tuple[str, str]:
         if ch != "_" or i == 0 or i == len(head) - 1:
             continue
         prefix, name = head[:i], head[i + 1 :]
-        score = (
-            int(os.path.isfile(os.path.join(directory, prefix + ".idx"))),
-            int(bool(_NEOX_SPLIT_NAME.match(name))),
-            i,
-        )
+        score = (int(os.path.isfile(os.path.join(directory, prefix + ".idx"))), int(bool(_NEOX_SPLIT_NAME.match(name))), i)
         if best is None or score > best[0]:
             best = (score, prefix, name)
     if best is None:
@@ -158,10 +121,8 @@ def parse_name(path: str) -> CacheFile | None:
     m = _MCORE_FILE.match(base)
     if m:
         stem = os.path.join(directory, f"{m['md5']}-{m['cls']}-{m['split']}")
-        return CacheFile(
-            path=path, kind=MCORE, role=_MCORE_ROLES[m["role"]], stem=stem, dataset_class=m["cls"],
-            split=m["split"], digest=m["md5"],
-        )
+        return CacheFile(path=path, kind=MCORE, role=_MCORE_ROLES[m["role"]], stem=stem, dataset_class=m["cls"],
+                         split=m["split"], digest=m["md5"])
     m = _LEGACY_FILE.match(base)
     if m:
         role = DESCRIPTION if m["dsc"] else m["role"]
@@ -172,18 +133,9 @@ def parse_name(path: str) -> CacheFile | None:
         if not s:
             return None
         prefix, name = _split_neox_head(directory, s["head"])
-        neox = NeoxName(
-            prefix=prefix,
-            name=name,
-            num_samples=None if s["ns"] == "None" else int(s["ns"]),
-            seq_length=int(s["sl"]),
-            seed=int(s["seed"]),
-            pack_impl=s["pi"],
-            allow_chopped=bool(s["ac"]),
-        )
-        return CacheFile(
-            path=path, kind=NEOX, role=m["role"], stem=os.path.join(directory, m["stem"]), split=name, neox=neox
-        )
+        neox = NeoxName(prefix, name, None if s["ns"] == "None" else int(s["ns"]), int(s["sl"]), int(s["seed"]),
+                        s["pi"], bool(s["ac"]))
+        return CacheFile(path=path, kind=NEOX, role=m["role"], stem=os.path.join(directory, m["stem"]), split=name, neox=neox)
     return None
 
 
@@ -193,9 +145,7 @@ def group_files(files: list[CacheFile]) -> list[CacheGroup]:
     for f in files:
         g = groups.get(f.stem)
         if g is None:
-            g = groups[f.stem] = CacheGroup(
-                kind=f.kind, stem=f.stem, dataset_class=f.dataset_class, split=f.split, digest=f.digest, neox=f.neox
-            )
+            g = groups[f.stem] = CacheGroup(f.kind, f.stem, f.dataset_class, f.split, f.digest, f.neox)
         g.files[f.role] = f.path
     return [groups[k] for k in sorted(groups)]
 
@@ -232,17 +182,13 @@ def discover(paths: list[str]) -> list[CacheGroup]:
                 if os.path.isdir(sub):
                     candidates.extend(_walk(sub))
             if not candidates:
-                raise AuditError(
-                    f"{p}: no such file or directory, and no index cache files start with this prefix; "
-                    "give a cache file, a directory to search, or a data prefix"
-                )
+                raise AuditError(f"{p}: no such file or directory, and no index cache files start with this prefix; "
+                                 "give a cache file, a directory to search, or a data prefix")
         for c in candidates:
             cf = parse_name(c)
             if cf is not None:
                 found[os.path.realpath(c)] = cf
     if not found:
-        raise AuditError(
-            f"no index cache files found under {', '.join(paths)}; expected NeoX *_indexmap_*_idx.npy, "
-            "megatron-core {md5}-GPTDataset-* / {md5}-BlendedDataset-* or legacy {md5}_doc_idx.npy files"
-        )
+        raise AuditError(f"no index cache files found under {', '.join(paths)}; expected NeoX *_indexmap_*_idx.npy, "
+                         "megatron-core {md5}-GPTDataset-* / {md5}-BlendedDataset-* or legacy {md5}_doc_idx.npy files")
     return group_files(list(found.values()))

@@ -2,9 +2,8 @@
 
 Index arrays reach gigabytes. ``np.load`` would read them whole, and a memory map of the whole file keeps
 every page it touched resident (it counts in the process's RSS), so rows are read in windows: each read
-maps just the pages of its rows (read-only), and the mapping goes away with the array. No copy
-is made and no fresh memory is zeroed (copying into fresh arrays with ``np.fromfile`` cost more than the
-audit's own work on large indexes); where a file cannot be mapped, ``np.fromfile`` reads it instead. A truncated file, a pickled object array or an unexpected shape becomes a
+maps just the pages of its rows (read-only), and the mapping goes away with the array; where a file
+cannot be mapped, ``np.fromfile`` reads it instead. A truncated file, a pickled object array or an unexpected shape becomes a
 :class:`~neox_epoch.audit.findings.FileProblem` (later a finding), never a traceback.
 """
 
@@ -18,7 +17,6 @@ from types import TracebackType
 from typing import IO
 
 import numpy as np
-import numpy.typing as npt
 from numpy.lib import format as npformat
 
 from neox_epoch.audit.findings import FileProblem
@@ -31,18 +29,12 @@ CHUNK_ROWS = 1 << 22
 class NpyInfo:
     """The header of one .npy file and where its data starts."""
 
-    path: str
-    """The file."""
-    shape: tuple[int, ...]
-    """Array shape from the header."""
-    dtype: np.dtype
-    """Array dtype from the header."""
-    fortran_order: bool
-    """Column-major data (np.save of a Fortran-ordered array)."""
-    data_offset: int
-    """Byte offset of the first element."""
-    file_bytes: int
-    """Size of the file."""
+    path: str  # The file.
+    shape: tuple[int, ...]  # Array shape from the header.
+    dtype: np.dtype  # Array dtype from the header.
+    fortran_order: bool  # Column-major data (np.save of a Fortran-ordered array).
+    data_offset: int  # Byte offset of the first element.
+    file_bytes: int  # Size of the file.
 
     @property
     def rows(self) -> int:
@@ -64,12 +56,7 @@ def read_header(path: str) -> NpyInfo:
                 raise FileProblem(path, "format", "a .npy file (magic \\x93NUMPY)", f"not a .npy file ({err})",
                                   "the file is damaged or not an index file") from None
             try:
-                if version == (1, 0):
-                    shape, fortran, dtype = npformat.read_array_header_1_0(f)
-                elif version == (2, 0):
-                    shape, fortran, dtype = npformat.read_array_header_2_0(f)
-                else:
-                    shape, fortran, dtype = npformat._read_array_header(f, version)  # type: ignore[attr-defined]
+                shape, fortran, dtype = npformat._read_array_header(f, version)  # type: ignore[attr-defined]
             except (ValueError, OSError, SyntaxError) as err:
                 raise FileProblem(path, "header", "a readable .npy header", f"a damaged header ({err})",
                                   "the file is truncated or damaged: delete it so the framework rebuilds it") from None
@@ -98,7 +85,6 @@ class NpyReader:
         self._f: IO[bytes] | None = None
 
     def __enter__(self) -> NpyReader:
-        self._f = open(self.info.path, "rb")
         return self
 
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
@@ -110,8 +96,7 @@ class NpyReader:
             self._f = None
 
     def _file(self) -> IO[bytes]:
-        if self._f is None:
-            self._f = open(self.info.path, "rb")
+        self._f = self._f or open(self.info.path, "rb")
         return self._f
 
     def _read(self, offset: int, count: int) -> np.ndarray:
@@ -167,30 +152,6 @@ class NpyReader:
             n = min(rows, stop - pos)
             yield pos, self.read(pos, pos + n)
             pos += n
-
-
-def zeroed(shape: int | tuple[int, ...], dtype: npt.DTypeLike, fill: np.ndarray | None = None) -> np.ndarray:
-    """``np.zeros(shape, dtype)`` on transparent huge pages where the kernel gives them on request.
-
-    numpy asks Linux for huge pages (``madvise``) for its large *uninitialized* allocations only;
-    ``np.zeros`` takes calloc's 4 kB pages, and a random access into hundreds of MB of those misses the
-    TLB nearly every time (it cost the audit's scatter, stream and exposure passes about half their
-    time). The zero fill here is one sequential pass, on two threads with the C extension (the kernel
-    zeroing the fresh pages is most of its cost). ``fill``: one element (e.g. a record with some fields
-    not 0) to fill with instead of zeros."""
-    from neox_epoch.audit.exposure import accelerated
-
-    out = np.empty(shape, dtype=dtype)
-    flat = out.reshape(-1).view(np.uint8)
-    pat = b"\0" if fill is None else np.asarray(fill, dtype=out.dtype).reshape(-1)[:1].tobytes()
-    ext = accelerated()
-    if ext is not None and flat.shape[0] and hasattr(ext, "fill"):
-        ext.fill(flat, pat)
-    elif fill is None:
-        flat.fill(0)
-    elif flat.shape[0]:
-        flat.reshape(-1, len(pat))[:] = np.frombuffer(pat, dtype=np.uint8)
-    return out
 
 
 def open_npy(path: str) -> NpyReader:

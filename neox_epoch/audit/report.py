@@ -27,8 +27,7 @@ class TtyProgress(Progress):
     def __init__(self, stream: IO[str] | None = None, enabled: bool | None = None) -> None:
         self.stream = stream or sys.stderr
         self.enabled = self.stream.isatty() if enabled is None else enabled
-        self.label, self.total, self.count, self.last, self.t0 = "", 0, 0, 0.0, 0.0
-        self.context = ""
+        self.label, self.context, self.total, self.count, self.last, self.t0 = "", "", 0, 0, 0.0, 0.0
 
     def describe(self, what: str) -> None:
         self.context = what[-48:]
@@ -62,13 +61,10 @@ def _hist_line(h: dict[int, int]) -> str:
 
 def _exposure_lines(e: ExposureReport, indent: str = "    ") -> list[str]:
     docs = sum(e.documents.values())
-    lines = [
-        f"{indent}consumed samples: {e.consumed_samples:,d}",
-        f"{indent}tokens seen:      {_hist_line(e.tokens)}",
-        f"{indent}documents (whole): {_hist_line(e.documents)}",
-        f"{indent}never seen:       {e.tokens_unseen:,d} tokens, {e.documents_unseen:,d} of {docs:,d} documents;"
-        f" partly seen: {e.documents_partial:,d} documents",
-    ]
+    lines = [f"{indent}consumed samples: {e.consumed_samples:,d}", f"{indent}tokens seen:      {_hist_line(e.tokens)}",
+             f"{indent}documents (whole): {_hist_line(e.documents)}",
+             f"{indent}never seen:       {e.tokens_unseen:,d} tokens, {e.documents_unseen:,d} of {docs:,d} documents;"
+             f" partly seen: {e.documents_partial:,d} documents"]
     if e.second_pass_sample is not None:
         it = f" (iteration {e.second_pass_iteration:,d})" if e.second_pass_iteration is not None else ""
         lines.append(f"{indent}second pass from blend/global sample {e.second_pass_sample:,d}{it}")
@@ -167,14 +163,8 @@ def plot(res: AuditResult, path: str) -> None:
         xs = sorted(e.tokens)
         ax.bar([x + (k - (len(series) - 1) / 2) * width for x in xs], [100.0 * e.tokens[x] / total for x in xs],
                width=width, label=label[:60])
-    ax.set_xlabel("times seen as an input token")
-    ax.set_ylabel("% of the split's tokens")
-    ax.set_title("Token exposure")
+    ax.set(xlabel="times seen as an input token", ylabel="% of the split's tokens", title="Token exposure")
     ax.legend(fontsize="small")
     fig.tight_layout()
-
-    def write(f: IO[bytes]) -> None:
-        fig.savefig(f, format=os.path.splitext(path)[1].lstrip(".") or "png")
-
-    write_atomic(path, write)
+    write_atomic(path, lambda f: fig.savefig(f, format=os.path.splitext(path)[1].lstrip(".") or "png"))
     plt.close(fig)

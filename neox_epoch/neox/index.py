@@ -19,10 +19,12 @@ of the same request is never reused for a separated one (NeoX's names carry no s
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+
+from neox_epoch.semantics.orders import document_order, sample_order
 
 #: appended to NeoX's dataset name in the cache file names of epoch-separated indices
 NAME_SUFFIX = "-sepep"
@@ -52,12 +54,8 @@ def pass_boundaries(tokens: int, seq_length: int, epochs: int, separate: bool, s
     return [k * samples_per_epoch for k in range(1, max(epochs, 1))]
 
 
-def separated_shuffle(starts: Sequence[int], rng: np.random.RandomState) -> np.ndarray:
-    """Concatenated per-epoch permutations of ``[starts[k], starts[k+1])``."""
-    total = int(starts[-1])
-    dtype = np.uint32 if total < np.iinfo(np.uint32).max - 1 else np.int64
-    parts = [rng.permutation(np.arange(a, b, dtype=np.int64)).astype(dtype) for a, b in zip(starts[:-1], starts[1:])]
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+#: the shuffle of epoch-grouped samples (one shared definition with the audit)
+separated_shuffle = sample_order
 
 
 def build_separated(documents: np.ndarray, sizes: np.ndarray, epochs: int, seq_length: int, seed: int,
@@ -66,7 +64,7 @@ def build_separated(documents: np.ndarray, sizes: np.ndarray, epochs: int, seq_l
     is NeoX's compiled helper (int32 or int64 variant, chosen by the caller with NeoX's rule)."""
     rng = np.random.RandomState(seed=seed)
     docs = np.asarray(documents, dtype=np.int32)
-    doc_idx = np.concatenate([rng.permutation(docs) for _ in range(epochs)]).astype(np.int32)
+    doc_idx = document_order(docs, [1] * epochs, rng)
     tokens = int(np.sum(sizes[docs], dtype=np.int64))
     sample_idx = build_sample_idx(sizes, doc_idx, seq_length, epochs, tokens)
     built = sample_idx.shape[0] - 1

@@ -103,6 +103,11 @@ def num_epochs(tokens: int, seq_length: int, num_samples: int | None, add_extra_
     return max(1, -(-need // tokens))
 
 
+def samples_built(tokens: int, seq_length: int, epochs: int, add_extra_token: int = 1) -> int:
+    """Samples ``epochs`` epochs give when the last partial sample is dropped: ``(E*T - a) // L`` (0 if empty)."""
+    return max(0, (epochs * tokens - add_extra_token) // seq_length)
+
+
 def build(
     tokens: int,
     seq_length: int,
@@ -119,7 +124,7 @@ def build(
         built = 0
         count = f"max(0, ({epochs}*{tokens} - {a}) / {seq_length}) = 0 (empty split)"
     elif drop_last:
-        built = (epochs * tokens - a) // seq_length
+        built = samples_built(tokens, seq_length, epochs, a)
         count = f"({epochs}*{tokens} - {a}) // {seq_length} = {built}"
     else:
         built = math.ceil(float(epochs * tokens - a) / seq_length)
