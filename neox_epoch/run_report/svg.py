@@ -10,7 +10,7 @@ from html import escape
 from typing import TypeVar
 
 from neox_epoch.run_report.exposure import ESTIMATED, Histogram
-from neox_epoch.run_report.series import Series
+from neox_epoch.run_report.series import Series, SourceSeries
 
 #: Okabe-Ito colours (distinguishable with colour-vision deficiencies)
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
@@ -119,6 +119,71 @@ def _svg(width: int, height: int, body: list[str], label: str) -> str:
             f'viewBox="0 0 {width} {height}" role="img" aria-label="{_t(label)}">' + "".join(body) + "</svg>")
 
 
+def _source_marks(fr: Frame, s: SourceSeries, k: int, n_bounds: int) -> list[str]:
+    """One source: its planned passes (dashed), curves (a segment per launch, joined by dots at a resume),
+    a diamond where each pass starts, and its legend entry."""
+    body: list[str] = []
+    c = colour(k)
+    if s.planned_passes is not None:
+        y = fr.py(s.planned_passes)
+        body.append(f'<line x1="{fr.x0}" y1="{y}" x2="{fr.x1}" y2="{y}" stroke="{c}" stroke-width="1.2" '
+                    f'stroke-dasharray="6 4" opacity="0.8"><title>{_t(s.name)}: planned '
+                    f'{s.planned_passes:g} passes</title></line>')
+    for a, b in zip(s.points, s.points[1:]):
+        if a.launch != b.launch:  # a resume: what the counters say before and after it, joined by dots
+            body.append(f'<line x1="{fr.px(a.iteration)}" y1="{fr.py(a.passes)}" x2="{fr.px(b.iteration)}" '
+                        f'y2="{fr.py(b.passes)}" stroke="{c}" stroke-width="1.5" stroke-dasharray="1 3">'
+                        f'<title>{_t(s.name)}: {a.samples:,d} samples at iteration {a.iteration:,d} (launch '
+                        f'{a.launch}), {b.samples:,d} at iteration {b.iteration:,d} (launch {b.launch})</title>'
+                        '</line>')
+    dots = len(s.points) <= MAX_DOTS
+    for launch in sorted({p.launch for p in s.points}):
+        pts = thin([p for p in s.points if p.launch == launch], MAX_POINTS)
+        path = " ".join(f"{fr.px(p.iteration)},{fr.py(p.passes)}" for p in pts)
+        body.append(f'<polyline points="{path}" fill="none" stroke="{c}" stroke-width="2.2" '
+                    f'stroke-linejoin="round"><title>{_t(s.name)}, launch {launch}</title></polyline>')
+        for p in pts if dots else ():
+            body.append(f'<circle cx="{fr.px(p.iteration)}" cy="{fr.py(p.passes)}" r="2.2" fill="{c}">'
+                        f'<title>{_t(s.name)} @ iteration {p.iteration:,d}: {p.samples:,d} samples = '
+                        f'{p.passes:.6f} passes (pass {p.pass_number})</title></circle>')
+    r = 6 if n_bounds <= MAX_LABELS else 4
+    for b in s.boundaries:
+        x, y = fr.px(b.iteration), fr.py(b.pass_number - 1)
+        body.append(f'<path d="M{x},{y - r} L{x + r},{y} L{x},{y + r} L{x - r},{y} Z" fill="#fff" stroke="{c}" '
+                    f'stroke-width="2"><title>{_t(s.name)} starts pass {b.pass_number} at iteration '
+                    f'{b.iteration:,d} (blend sample {b.sample:,d})</title></path>')
+        if n_bounds <= MAX_LABELS:
+            text = f"pass {b.pass_number} @ {b.iteration:,d}"
+            tx, anchor = _label_x(x + 4, text, 10, int(fr.x1))
+            body.append(f'<text x="{tx}" y="{y - 7}" text-anchor="{anchor}" font-size="10" fill="{c}" {HALO} '
+                        f'{FONT}>{_t(text)}</text>')
+    # legend
+    ly = fr.y1 + 14 + 34 * k
+    body.append(f'<line x1="{fr.x1 + 12}" y1="{ly}" x2="{fr.x1 + 34}" y2="{ly}" stroke="{c}" stroke-width="2.5"/>')
+    body.append(f'<text x="{fr.x1 + 40}" y="{ly + 4}" font-size="12" {FONT}>{_t(s.name)}</text>')
+    if s.planned_passes is not None:
+        body.append(f'<text x="{fr.x1 + 40}" y="{ly + 18}" font-size="10" fill="#555" {FONT}>planned '
+                    f'{s.planned_passes:g} (dashed)</text>')
+    return body
+
+
+def _event_marks(fr: Frame, series: Series, width: int) -> list[str]:
+    """Resumes and early stops as vertical lines with their label."""
+    body: list[str] = []
+    marks = [(r.iteration, r.label(), "#333", "5 4") for r in series.resumes]
+    marks += [(st.iteration, st.label(), "#C00000", "")
+              for st in series.stops]
+    for j, (it, label, c, dash) in enumerate(marks):
+        x = fr.px(it)
+        ty = 16 + 16 * j
+        tx, anchor = _label_x(x, label, 11, width)
+        dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
+        body.append(f'<line x1="{x}" y1="{ty + 3}" x2="{x}" y2="{fr.y0}" stroke="{c}" stroke-width="1.5"{dash_attr}>'
+                    f'<title>{_t(label)}</title></line>')
+        body.append(f'<text x="{tx}" y="{ty}" text-anchor="{anchor}" font-size="11" fill="{c}" {HALO} {FONT}>'
+                    f'{_t(label)}</text>')
+    return body
+
 def passes_plot(series: Series, width: int = 960) -> str:
     """Passes over iterations: one curve per source (a segment per launch), its planned passes as a dashed
     line, a diamond where each pass starts, resumes and early stops as vertical lines with their label."""
@@ -142,59 +207,8 @@ def passes_plot(series: Series, width: int = 960) -> str:
                 f'train_iters {series.train_iters:,d}</text>')
     n_bounds = sum(len(s.boundaries) for s in series.sources)
     for k, s in enumerate(series.sources):
-        c = colour(k)
-        if s.planned_passes is not None:
-            y = fr.py(s.planned_passes)
-            body.append(f'<line x1="{fr.x0}" y1="{y}" x2="{fr.x1}" y2="{y}" stroke="{c}" stroke-width="1.2" '
-                        f'stroke-dasharray="6 4" opacity="0.8"><title>{_t(s.name)}: planned '
-                        f'{s.planned_passes:g} passes</title></line>')
-        for a, b in zip(s.points, s.points[1:]):
-            if a.launch != b.launch:  # a resume: what the counters say before and after it, joined by dots
-                body.append(f'<line x1="{fr.px(a.iteration)}" y1="{fr.py(a.passes)}" x2="{fr.px(b.iteration)}" '
-                            f'y2="{fr.py(b.passes)}" stroke="{c}" stroke-width="1.5" stroke-dasharray="1 3">'
-                            f'<title>{_t(s.name)}: {a.samples:,d} samples at iteration {a.iteration:,d} (launch '
-                            f'{a.launch}), {b.samples:,d} at iteration {b.iteration:,d} (launch {b.launch})</title>'
-                            '</line>')
-        dots = len(s.points) <= MAX_DOTS
-        for launch in sorted({p.launch for p in s.points}):
-            pts = thin([p for p in s.points if p.launch == launch], MAX_POINTS)
-            path = " ".join(f"{fr.px(p.iteration)},{fr.py(p.passes)}" for p in pts)
-            body.append(f'<polyline points="{path}" fill="none" stroke="{c}" stroke-width="2.2" '
-                        f'stroke-linejoin="round"><title>{_t(s.name)}, launch {launch}</title></polyline>')
-            for p in pts if dots else ():
-                body.append(f'<circle cx="{fr.px(p.iteration)}" cy="{fr.py(p.passes)}" r="2.2" fill="{c}">'
-                            f'<title>{_t(s.name)} @ iteration {p.iteration:,d}: {p.samples:,d} samples = '
-                            f'{p.passes:.6f} passes (pass {p.pass_number})</title></circle>')
-        r = 6 if n_bounds <= MAX_LABELS else 4
-        for b in s.boundaries:
-            x, y = fr.px(b.iteration), fr.py(b.pass_number - 1)
-            body.append(f'<path d="M{x},{y - r} L{x + r},{y} L{x},{y + r} L{x - r},{y} Z" fill="#fff" stroke="{c}" '
-                        f'stroke-width="2"><title>{_t(s.name)} starts pass {b.pass_number} at iteration '
-                        f'{b.iteration:,d} (blend sample {b.sample:,d})</title></path>')
-            if n_bounds <= MAX_LABELS:
-                text = f"pass {b.pass_number} @ {b.iteration:,d}"
-                tx, anchor = _label_x(x + 4, text, 10, int(fr.x1))
-                body.append(f'<text x="{tx}" y="{y - 7}" text-anchor="{anchor}" font-size="10" fill="{c}" {HALO} '
-                            f'{FONT}>{_t(text)}</text>')
-        # legend
-        ly = fr.y1 + 14 + 34 * k
-        body.append(f'<line x1="{fr.x1 + 12}" y1="{ly}" x2="{fr.x1 + 34}" y2="{ly}" stroke="{c}" stroke-width="2.5"/>')
-        body.append(f'<text x="{fr.x1 + 40}" y="{ly + 4}" font-size="12" {FONT}>{_t(s.name)}</text>')
-        if s.planned_passes is not None:
-            body.append(f'<text x="{fr.x1 + 40}" y="{ly + 18}" font-size="10" fill="#555" {FONT}>planned '
-                        f'{s.planned_passes:g} (dashed)</text>')
-    marks = [(r.iteration, r.label(), "#333", "5 4") for r in series.resumes]
-    marks += [(st.iteration, st.label(), "#C00000", "")
-              for st in series.stops]
-    for j, (it, label, c, dash) in enumerate(marks):
-        x = fr.px(it)
-        ty = 16 + 16 * j
-        tx, anchor = _label_x(x, label, 11, width)
-        dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
-        body.append(f'<line x1="{x}" y1="{ty + 3}" x2="{x}" y2="{fr.y0}" stroke="{c}" stroke-width="1.5"{dash_attr}>'
-                    f'<title>{_t(label)}</title></line>')
-        body.append(f'<text x="{tx}" y="{ty}" text-anchor="{anchor}" font-size="11" fill="{c}" {HALO} {FONT}>'
-                    f'{_t(label)}</text>')
+        body += _source_marks(fr, s, k, n_bounds)
+    body += _event_marks(fr, series, width)
     return _svg(width, height, body, "passes over iterations per source")
 
 
