@@ -161,11 +161,16 @@ def _deltas(new: NewRun, start: ResumeStart, iterations_left: int) -> tuple[Sour
 def _build_findings(old: OldRun, new: NewRun) -> list[str]:
     """Train indices or a blend that would not be the saved run's: positions then name other samples."""
     state = old.state
-    changed = (new.shape.train_batch_size, new.shape.loader_batch) != (state.train_batch_size, state.loader_batch) \
-        if state else False
-    if state is None or (new.hooks and changed):
-        return []  # no record to compare with / the hooks rebuild the saved indices and blend
+    if state is None:
+        return []  # no record to compare with
     out = []
+    if state.seq_length and state.seq_length != new.plan.seq_length:
+        out.append(f"seq-length-changed: seq_length {state.seq_length} -> {new.plan.seq_length}: NeoX cuts the "
+                   "documents into other samples (new index files), so positions before and after the resume are "
+                   "other token spans; which tokens are then skipped or repeated is not computed here")
+    if new.hooks and (new.shape.train_batch_size, new.shape.loader_batch) != (state.train_batch_size,
+                                                                              state.loader_batch):
+        return out  # the hooks rebuild the saved indices and blend
     if state.greedy_weights and new.weights is not None and any(
             abs(a - b) > 1e-12 for a, b in zip(state.greedy_weights, new.weights)):
         out.append(f"blend-changed: the blend's weights {[round(w, 6) for w in new.weights]} differ from the saved "

@@ -8,6 +8,7 @@ names a dangerous global is read without running it; bad paths and files are one
 from __future__ import annotations
 
 import io
+import json
 import os
 import pickle
 import subprocess
@@ -121,3 +122,36 @@ def test_resume_check_refuses_a_megatron_lm_checkpoint_for_now(tmp_path):  # typ
     (tmp_path / "new.yml").write_text("train_micro_batch_size_per_gpu: 2\n")
     r = _cli(["resume-check", str(tmp_path), str(tmp_path / "new.yml")])
     assert r.returncode == 2 and "resume-check reads GPT-NeoX (DeepSpeed) checkpoints only for now" in r.stderr
+
+
+def test_resume_check_finds_a_changed_sequence_length(tmp_path):  # type: ignore[no-untyped-def]
+    """A checkpoint whose hooks state says seq_length 128, resumed with 256 and the same batch: the documents are
+    cut into other samples, a finding (exit 1) that names both lengths. The checkpoint file is written in the
+    layout DeepSpeed writes (test_real_deepspeed_checkpoint_reads_without_torch reads a real one), with the keys
+    resume-check reads; the data is a real tiny corpus."""
+    import yaml
+
+    from neox_epoch.corpus import write_random_corpus
+    from neox_epoch.neox.resume_state import ResumeState, TrainBuild, write_state
+
+    tag = tmp_path / "ckpt" / "global_step10"
+    tag.mkdir(parents=True)
+    (tmp_path / "ckpt" / "latest").write_text("global_step10")
+    saved = {"iteration": 10, "dp_world_size": 1, "ds_config": {"train_batch_size": 4,
+                                                                 "train_micro_batch_size_per_gpu": 4,
+                                                                 "gradient_accumulation_steps": 1}}
+    (tag / "mp_rank_00_model_states.pt").write_bytes(_zip_pickle(pickle.dumps(saved, protocol=2)))
+    write_state(str(tag), ResumeState(iteration=10, consumed_samples=40, train_batch_size=4, loader_batch=4,
+                                      samples_total=80, train_iters=20, builds={"train": TrainBuild(80, 1, 90)},
+                                      seq_length=128))
+    prefix = str(tmp_path / "web")
+    write_random_corpus(prefix, 1, 300, 20, 200)
+    new = tmp_path / "new.yml"
+    new.write_text(yaml.safe_dump({"data_path": prefix, "split": "100,0,0", "seq_length": 256, "train_iters": 20,
+                                   "train_micro_batch_size_per_gpu": 4, "global_num_gpus": 1}))
+    r = _cli(["resume-check", str(tmp_path / "ckpt"), str(new), "--json"])
+    assert r.returncode == 1, r.stderr
+    out = json.loads(r.stdout)
+    assert out["start_sample"] == 40 and out["skipped"] is None  # same batch: NeoX starts where it stopped
+    assert [f.split(":")[0] for f in out["findings"]] == ["seq-length-changed"]
+    assert "seq_length 128 -> 256" in out["findings"][0]

@@ -165,6 +165,14 @@ def _resumed(state: State, neox_args: Any, rp: RunPlan) -> RunPlan:
     saved = state.saved
     if saved is None:
         return rp
+    if saved.seq_length and saved.seq_length != rp.plan.seq_length:
+        msg = (f"seq_length {saved.seq_length} -> {rp.plan.seq_length} since the checkpoint: NeoX cuts the documents "
+               "into other samples, so the positions drawn before and after the resume are other token spans "
+               "(neox-epoch resume-check finding seq-length-changed)")
+        if state.block.enforce:
+            raise PlanError(f"neox_epoch: this resume would not be exact: {msg} (enforce is on)")
+        if rank() == 0:
+            log.warning("neox_epoch: resume: %s", msg)
     shape = loader_shape(neox_args)
     if (shape.train_batch_size, shape.loader_batch) == (saved.train_batch_size, saved.loader_batch):
         return rp
@@ -622,7 +630,7 @@ def save_state(state: State, neox_args: Any, iteration: int) -> None:
         builds=builds, drawn=list(saved.drawn) if saved else ([s.samples_drawn for s in rp.train] if rp.blended else []),
         blend_weights=list(state.blend_request[0]) if state.blend_request else [],
         blend_samples=list(state.blend_request[1]) if state.blend_request else [],
-        greedy_weights=list(rp.weights or [])))
+        greedy_weights=list(rp.weights or []), seq_length=rp.plan.seq_length))
 
 
 def build_counters(state: State, rp: RunPlan, neox_args: Any, active: bool) -> PassCounters:

@@ -58,6 +58,8 @@ class ResumeState:
     """The per-source num_samples handed to NeoX's blend."""
     greedy_weights: list[float] = field(default_factory=list)
     """The float64-normalized weights the counters replay the blend's greedy with."""
+    seq_length: int = 0
+    """The run's seq_length (0: not recorded)."""
     version: int = VERSION
 
     def to_json(self) -> str:
