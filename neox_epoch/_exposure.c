@@ -1,18 +1,22 @@
 /* The audit's stream pass over a document index, in one sequential walk (neox_epoch.audit.exposure).
  *
- * stream(documents, first_id, records, position, epochs, draws, seq_length, samples, positions, tokens_hist,
+ * stream(documents, first_id, sizes, records, position, epochs, draws, seq_length, samples, positions, tokens_hist,
  *        documents_hist, stats, sample_draws, per_document) -> position
  *
- * `records` holds one row of `width` int64 per document (id - first_id), so that a copy touches one cache
- * line: its first word is the document's size and copy count (two int32), then, with `draws` (the draw
- * count of each sample, uint8/uint16/uint32), the stream positions of its first epochs-1 copies.
- * For each entry j of `documents` (int32 ids of a chunk of the document index): positions[j] = the
- * stream position of the copy, and the document's copy count goes up by one. With `draws` a document's
- * last copy completes its exposure: the step functions of its copies (a step at each sample boundary
- * inside a copy) summed, swept into the token and document histograms and stats (never seen, seen
- * unevenly). `sample_draws` ([S, 2] first/last draw position of each sample) and `per_document` ([D, 5]
- * min, max, token exposures, first and last draw) are for the manifest. Returns the position after the
- * chunk; -1 when an exposure fell outside the histograms (inconsistent inputs).
+ * For each entry j of `documents` (int32 ids of a chunk of the document index): positions[j] = the stream
+ * position of the copy (the .idx sizes of the copies before it summed), and stats[2] += mix(id): the copies
+ * are checked by that sum against mixed(None, first, stop) x epochs, so nothing is kept per document to count
+ * them. The sizes are `sizes` (int32 per document, id - first_id) or, with `draws` (the draw count of each
+ * sample, uint8/uint16/uint32) for the exposure, the first of the `epochs` int64 of a document's row in
+ * `records` (one cache line for all a copy needs); the others are zero until its earlier copies are seen, then
+ * their stream positions + 1. A document's last copy completes its exposure: the
+ * step functions of its copies (a step at each sample boundary inside a copy) summed, swept into the token and
+ * document histograms and stats[0], stats[1] (never seen, seen unevenly); stats[3] counts exposures outside
+ * the histograms (inconsistent inputs). `sample_draws` ([S, 2] first/last draw position of each sample) and
+ * `per_document` ([D, 5] min, max, token exposures, first and last draw) are for the manifest.
+ *
+ * mixed(ids, first, stop) -> the sum (mod 2^64) of mix(x) over the int32/uint32/int64 array `ids`, or, when
+ * `ids` is None, over x in [first, stop).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -21,15 +25,19 @@
 
 typedef struct { int64_t offset, change; } Step;
 
-typedef struct { int32_t size, copies; } Head;  /* the first word of a document's record */
-
 typedef struct {
-    int64_t *records; int64_t width, epochs;
+    const int32_t *sizes; int64_t *records, width, epochs;
     const void *draws; int draw_bytes, shift; int64_t seq_length, samples;
     int64_t *tokens_hist, *documents_hist, *stats, bins;
     const int64_t *sample_draws; int64_t *per_document;
     Step *steps; int64_t capacity;
 } Pass;
+
+static inline uint64_t mix(uint64_t x) {  /* splitmix64's finalizer */
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
 
 /* The sample holding stream position `position`: a shift when seq_length is a power of two (a 64-bit
  * division takes tens of cycles, and there are several per document) */
@@ -37,7 +45,7 @@ static inline int64_t sample_of(const Pass *pass, int64_t position) {
     return pass->shift >= 0 ? position >> pass->shift : position / pass->seq_length;
 }
 
-static int64_t draw_count(const Pass *pass, int64_t sample) {
+static inline int64_t draw_count(const Pass *pass, int64_t sample) {
     if (sample >= pass->samples) return 0;
     switch (pass->draw_bytes) {
         case 1: return ((const uint8_t *)pass->draws)[sample];
@@ -46,12 +54,24 @@ static int64_t draw_count(const Pass *pass, int64_t sample) {
     }
 }
 
+static int add_step(Pass *pass, int64_t *count, int64_t offset, int64_t change) {
+    if (*count == pass->capacity) {
+        int64_t grown = pass->capacity ? 2 * pass->capacity : 64;
+        Step *steps = realloc(pass->steps, (size_t)grown * sizeof(Step));
+        if (!steps) return -1;
+        pass->steps = steps, pass->capacity = grown;
+    }
+    pass->steps[(*count)++] = (Step){offset, change};
+    return 0;
+}
+
 static int by_offset(const void *left, const void *right) {
     int64_t a = ((const Step *)left)->offset, b = ((const Step *)right)->offset;
     return (a > b) - (a < b);
 }
 
-/* The steps of one copy at stream position `start`; adds its first value to *base. */
+/* The steps of one copy at stream position `start`; adds its first value to *base and its samples'
+ * first/last draws to *first/*last. */
 static int copy_steps(Pass *pass, int64_t start, int64_t size, int64_t *base, int64_t *count, int64_t *first,
                       int64_t *last) {
     int64_t sample = sample_of(pass, start), end = start + size;
@@ -64,16 +84,22 @@ static int copy_steps(Pass *pass, int64_t start, int64_t size, int64_t *base, in
     for (int64_t boundary = (sample + 1) * pass->seq_length; boundary < end; boundary += pass->seq_length) {
         sample++;
         int64_t change = draw_count(pass, sample) - draw_count(pass, sample - 1);
-        if (!change) continue;
-        if (*count == pass->capacity) {
-            int64_t grown = pass->capacity ? 2 * pass->capacity : 64;
-            Step *steps = realloc(pass->steps, (size_t)grown * sizeof(Step));
-            if (!steps) return -1;
-            pass->steps = steps, pass->capacity = grown;
-        }
-        pass->steps[(*count)++] = (Step){boundary - start, change};
+        if (change && add_step(pass, count, boundary - start, change)) return -1;
     }
     return 0;
+}
+
+/* The steps in offset order: a few by insertion, more by qsort. */
+static void sort_steps(Step *steps, int64_t count) {
+    if (count > 16) {
+        qsort(steps, (size_t)count, sizeof(Step), by_offset);
+        return;
+    }
+    for (int64_t i = 1; i < count; i++)
+        for (int64_t k = i; k > 0 && steps[k - 1].offset > steps[k].offset; k--) {
+            Step swap = steps[k];
+            steps[k] = steps[k - 1], steps[k - 1] = swap;
+        }
 }
 
 /* The exposure of document `doc` (size `size`), its last copy at `start`: histograms and stats. */
@@ -81,15 +107,15 @@ static int complete(Pass *pass, int64_t doc, int64_t size, int64_t start) {
     int64_t base = 0, count = 0, first = -1, last = -1;
     const int64_t *earlier = pass->records + doc * pass->width + 1;
     for (int64_t copy = 0; copy < pass->epochs; copy++) {
-        int64_t at = copy + 1 < pass->epochs ? earlier[copy] : start;
+        int64_t at = copy + 1 < pass->epochs ? earlier[copy] - 1 : start;
         if (copy_steps(pass, at, size, &base, &count, &first, &last)) return -1;
     }
-    if (count > 1) qsort(pass->steps, (size_t)count, sizeof(Step), by_offset);
+    sort_steps(pass->steps, count);
     int64_t value = base, low = INT64_MAX, high = -1, total = 0, done = 0;
     for (int64_t i = 0; i <= count; i++) {
         int64_t until = i < count ? pass->steps[i].offset : size;
         if (until > done) {
-            if (value < 0 || value >= pass->bins) return -1;
+            if (value < 0 || value >= pass->bins) return pass->stats[3]++, 0;
             pass->tokens_hist[value] += until - done;
             total += value * (until - done);
             low = value < low ? value : low;
@@ -110,6 +136,14 @@ static int complete(Pass *pass, int64_t doc, int64_t size, int64_t start) {
     return 0;
 }
 
+/* One copy of document `doc` at `position` with draws: an earlier copy's position kept, or the exposure. */
+static int expose(Pass *pass, int64_t doc, int64_t size, int64_t position) {
+    int64_t *words = pass->records + doc * pass->width + 1;
+    for (int64_t copy = 0; copy + 1 < pass->epochs; copy++)
+        if (!words[copy]) return words[copy] = position + 1, 0;
+    return complete(pass, doc, size, position);
+}
+
 static void *data_of(PyObject *object, Py_buffer *view, int writable) {
     if (object == Py_None) return NULL;
     if (PyObject_GetBuffer(object, view, writable ? PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS : PyBUF_C_CONTIGUOUS) < 0)
@@ -118,53 +152,80 @@ static void *data_of(PyObject *object, Py_buffer *view, int writable) {
 }
 
 static PyObject *stream(PyObject *self, PyObject *args) {
-    PyObject *objects[9];
-    Py_buffer views[9] = {{0}};
+    PyObject *objects[10];
+    Py_buffer views[10] = {{0}};
     long long first_id, position, epochs, seq_length, samples;
-    if (!PyArg_ParseTuple(args, "OLOLLOLLOOOOOO", &objects[0], &first_id, &objects[1], &position, &epochs,
-                          &objects[2], &seq_length, &samples, &objects[3], &objects[4], &objects[5], &objects[6],
-                          &objects[7], &objects[8]))
+    if (!PyArg_ParseTuple(args, "OLOOLLOLLOOOOOO", &objects[0], &first_id, &objects[1], &objects[2], &position,
+                          &epochs, &objects[3], &seq_length, &samples, &objects[4], &objects[5], &objects[6],
+                          &objects[7], &objects[8], &objects[9]))
         return NULL;
-    static const int writable[9] = {0, 1, 0, 1, 1, 1, 1, 0, 1};
-    void *data[9];
-    for (int i = 0; i < 9; i++) {
+    static const int writable[10] = {0, 0, 1, 0, 1, 1, 1, 1, 0, 1};
+    void *data[10];
+    for (int i = 0; i < 10; i++) {
         data[i] = data_of(objects[i], &views[i], writable[i]);
         if (!data[i] && objects[i] != Py_None) {
             for (int k = 0; k < i; k++) if (views[k].obj) PyBuffer_Release(&views[k]);
             return NULL;
         }
     }
-    const void *draws = data[2];
+    const void *draws = data[3];
     int shift = seq_length > 0 && !(seq_length & (seq_length - 1)) ? __builtin_ctzll((unsigned long long)seq_length) : -1;
-    Pass pass = {data[1], draws && epochs > 1 ? epochs : 1, epochs, draws, draws ? (int)views[2].itemsize : 0, shift,
-                 seq_length, samples, data[4], data[5], data[6], draws ? views[4].len / 8 : 0, data[7], data[8],
-                 NULL, 0};
+    Pass pass = {data[1], data[2], epochs, epochs, draws, draws ? (int)views[3].itemsize : 0,
+                 shift, seq_length, samples, data[5], data[6], data[7], draws ? views[5].len / 8 : 0, data[8],
+                 data[9], NULL, 0};
     const int32_t *documents = data[0];
-    int64_t *positions = data[3], count = views[0].len / 4, status = 0, width = pass.width;
+    int64_t *positions = data[4], count = views[0].len / 4, status = 0;
+    uint64_t mixed = 0;
     Py_BEGIN_ALLOW_THREADS
     for (int64_t j = 0; j < count; j++) {
-        if (j + 64 < count) __builtin_prefetch(pass.records + (documents[j + 64] - first_id) * width, 1);
-        if (draws && epochs > 1 && j + 16 < count) {  /* a last copy 16 ahead: the draw counts at its earlier copies */
-            const int64_t *ahead = pass.records + (documents[j + 16] - first_id) * width;
-            for (int64_t copy = 0; copy + 1 < epochs && ((const Head *)ahead)->copies == epochs - 1; copy++)
-                __builtin_prefetch((const char *)draws + sample_of(&pass, ahead[1 + copy]) * pass.draw_bytes);
+        if (j + 64 < count) {
+            if (pass.records) __builtin_prefetch(pass.records + (documents[j + 64] - first_id) * pass.width, 1);
+            else __builtin_prefetch(pass.sizes + documents[j + 64] - first_id);
         }
-        int64_t doc = documents[j] - first_id, *record = pass.records + doc * width;
-        Head *head = (Head *)record;
-        int64_t size = head->size, copy = head->copies++;
+        if (pass.records && j + 16 < count) {  /* a last copy 16 ahead: the draws at its earlier copies' positions */
+            const int64_t *ahead = pass.records + (documents[j + 16] - first_id) * pass.width + 1;
+            for (int64_t copy = 0; copy + 1 < epochs && ahead[epochs - 2]; copy++)
+                __builtin_prefetch((const char *)draws + sample_of(&pass, ahead[copy] - 1) * pass.draw_bytes);
+        }
+        int64_t doc = documents[j] - first_id, size = pass.records ? pass.records[doc * pass.width] : pass.sizes[doc];
+        mixed += mix((uint64_t)(int64_t)documents[j]);
         positions[j] = position;
-        if (draws && copy + 1 < epochs) record[1 + copy] = position;
-        else if (draws && copy + 1 == epochs && complete(&pass, doc, size, position)) status = -1;
+        if (draws && expose(&pass, doc, size, position)) status = -1;
         position += size;
     }
     Py_END_ALLOW_THREADS
+    pass.stats[2] = (int64_t)((uint64_t)pass.stats[2] + mixed);
     free(pass.steps);
-    for (int i = 0; i < 9; i++) if (views[i].obj) PyBuffer_Release(&views[i]);
-    return PyLong_FromLongLong(status ? -1 : position);
+    for (int i = 0; i < 10; i++) if (views[i].obj) PyBuffer_Release(&views[i]);
+    if (status) return PyErr_NoMemory();
+    return PyLong_FromLongLong(position);
+}
+
+static PyObject *mixed(PyObject *self, PyObject *args) {
+    PyObject *ids;
+    long long first, stop;
+    Py_buffer view = {0};
+    uint64_t sum = 0;
+    if (!PyArg_ParseTuple(args, "OLL", &ids, &first, &stop)) return NULL;
+    if (ids == Py_None) {
+        for (long long x = first; x < stop; x++) sum += mix((uint64_t)x);
+        return PyLong_FromUnsignedLongLong(sum);
+    }
+    if (PyObject_GetBuffer(ids, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
+    Py_ssize_t n = view.len / view.itemsize;
+    int is_signed = view.format && (view.format[0] == 'i' || view.format[0] == 'l' || view.format[0] == 'q');
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++)
+        sum += mix(view.itemsize == 8 ? (uint64_t)((const int64_t *)view.buf)[i]
+                   : is_signed ? (uint64_t)(int64_t)((const int32_t *)view.buf)[i] : ((const uint32_t *)view.buf)[i]);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLongLong(sum);
 }
 
 static PyMethodDef methods[] = {
     {"stream", stream, METH_VARARGS, "The stream pass over a chunk of a document index (see the module comment)."},
+    {"mixed", mixed, METH_VARARGS, "The sum of mix(x) over an array of ids or a range (see the module comment)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -106,7 +106,7 @@ def from_histograms(tokens_hist: np.ndarray, documents_hist: np.ndarray, stats: 
 
 
 class StreamPass:
-    """The walk over the document index, chunk by chunk: copy positions, copy counts and the exposure."""
+    """The walk over the document index, chunk by chunk: copy positions, the copies' check and the exposure."""
 
     def __init__(self, sizes: np.ndarray, first_id: int, epochs: int, draws: np.ndarray | None,
                  seq_length: int, sample_draws: np.ndarray | None = None) -> None:
@@ -117,13 +117,14 @@ class StreamPass:
         self.samples = 0 if draws is None else draws.shape[0]
         bins = epochs * (int(draws.max()) if draws is not None and draws.size else 0) + 1
         self.tokens_hist, self.documents_hist = np.zeros(bins, np.int64), np.zeros(bins, np.int64)
-        self.stats = np.zeros(2, np.int64)
+        self.stats = np.zeros(4, np.int64)  # never seen, seen unevenly, the ids' mix sum, exposures off the bins
         documents = sizes.shape[0]
-        # one record per document (the kernel's layout): size and copy count, then the earlier copies' positions
-        self.records = np.empty((documents, epochs if self.exposing and epochs > 1 else 1), np.int64)
-        halves = self.records.view(np.int32)
-        halves[:, 0], halves[:, 1] = sizes, 0
-        self.sizes, self.copies = halves[:, 0], halves[:, 1]
+        # fresh pages cost as much as the pass itself: only what is needed, on huge pages (one TLB entry per 2 MB)
+        # size and the earlier copies' words in one row per document (zero: not seen), or the sizes alone
+        self.records = zeros((documents, epochs), np.int64) if self.exposing else None
+        self.sizes = np.empty(documents, np.int32) if self.records is None else self.records[:, 0]
+        self.sizes[...] = sizes
+        self.copies = np.zeros(documents, np.int32) if kernel is None else None  # numpy counts them one by one
         self.sample_draws = sample_draws if self.exposing else None
         self.per_document = zeros((documents, 5), np.int64) if self.sample_draws is not None else None
 
@@ -134,7 +135,7 @@ class StreamPass:
             self.buffer = np.empty(documents.shape[0] + 1, np.int64)
         positions = self.buffer[: documents.shape[0] + 1]  # one buffer for every chunk (no fresh pages each time)
         positions[0] = self.position
-        if kernel is None:
+        if self.copies is not None:
             local = documents - self.first_id
             np.cumsum(self.sizes[local], dtype=np.int64, out=positions[1:])
             positions[1:] += self.position
@@ -142,24 +143,34 @@ class StreamPass:
             self.position = int(positions[-1])
             return positions
         self.position = kernel.stream(
-            np.ascontiguousarray(documents, dtype=np.int32), self.first_id, self.records, self.position, self.epochs,
-            self.draws, self.seq_length, self.samples, positions, self.tokens_hist, self.documents_hist, self.stats,
-            self.sample_draws, self.per_document)
-        if self.position < 0:
-            raise AuditError("the stream pass found an exposure outside its histograms (inconsistent inputs)")
+            np.ascontiguousarray(documents, dtype=np.int32), self.first_id,
+            self.sizes if self.records is None else None, self.records, self.position,
+            self.epochs, self.draws, self.seq_length, self.samples, positions, self.tokens_hist,
+            self.documents_hist, self.stats, self.sample_draws, self.per_document)
         positions[-1] = self.position
         return positions
 
+    def copies_match(self) -> bool:
+        """Every document seen ``epochs`` times: by the ids' mix sum (the kernel), or counted (numpy)."""
+        if self.copies is not None:
+            return bool(self.copies.size) and int(self.copies.min()) == int(self.copies.max()) == self.epochs > 0
+        if kernel is None or self.epochs <= 0:
+            return False
+        expected = self.epochs * kernel.mixed(None, self.first_id, self.first_id + self.sizes.shape[0])
+        return int(self.stats[2]) % (1 << 64) == expected % (1 << 64)
+
     def report(self, consumed: int) -> ExposureReport:
         """The exposure once every copy was seen (each document exactly ``epochs`` times)."""
+        if self.stats[3]:
+            raise AuditError("the stream pass found an exposure outside its histograms (inconsistent inputs)")
         return from_histograms(self.tokens_hist, self.documents_hist, self.stats, consumed)
 
     def manifest(self, chunk_documents: int = 1 << 20) -> list[ManifestChunk]:
-        """The per-document rows (documents present), in chunks."""
+        """The per-document rows (every document is present: the copies matched), in chunks."""
         assert self.per_document is not None, "the pass was built without sample_draws"
         chunks = []
         for start in range(0, self.sizes.shape[0], chunk_documents):
-            present = np.flatnonzero(self.copies[start : start + chunk_documents]) + start
+            present = np.arange(start, min(start + chunk_documents, self.sizes.shape[0]))
             rows = self.per_document[present]
             chunks.append(ManifestChunk(
                 documents=present + self.first_id, tokens=self.sizes[present].astype(np.int64),

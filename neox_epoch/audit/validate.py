@@ -298,8 +298,8 @@ def count_draws(reader: NpyReader, samples: int, consumption: Consumption | None
             block_max = max(block_max, int(ids[: first_block - start].max()))
         progress.advance(ids.shape[0])
     progress.done()
-    missing = np.flatnonzero(store == 0)
-    if missing.size:
+    if not store.all():  # (no temporary array of S flags)
+        missing = np.flatnonzero(store == 0)
         return Draws(None, None, -1, (finding(
             path, "shuffle permutation", f"each sample id in [0, {samples}) exactly once",
             f"{missing.size} ids missing (first: {int(missing[0])}), so others repeat",
@@ -408,7 +408,8 @@ def check_rows(path: str, first_row: int, rows: np.ndarray, start: int, position
 class Stream:
     """The stream pass: copies per document, the stream's length, the boundary checks."""
 
-    copies: np.ndarray
+    copies: np.ndarray | None  # Copies per document when they are not all `epochs` (None: they are).
+    epochs: int  # The document index's rows / documents (0: not a multiple).
     total_tokens: int
     last_position: int | None
     tail_missing: int  # Documents absent from the last epoch's block (the 80% rule; 0 when not separated).
@@ -436,8 +437,17 @@ def walk_stream(doc_r: NpyReader, sample_r: NpyReader, walker: StreamPass, sampl
         progress.advance(ids.shape[0])
     progress.done()
     problem = problem or rows.leftover(doc_r.info.rows)
-    return Stream(walker.copies, walker.position, last, 0 if tail is None else int(np.count_nonzero(~tail)),
+    copies = None if walker.copies_match() else walker.copies if walker.copies is not None else count_ids(doc_r, walker)
+    return Stream(copies, walker.epochs, walker.position, last, 0 if tail is None else int(np.count_nonzero(~tail)),
                   (problem,) if problem is not None else ())
+
+
+def count_ids(doc_r: NpyReader, walker: StreamPass) -> np.ndarray:
+    """Each document's copies, counted (the mix sum said they are not all ``epochs``: the findings say how)."""
+    copies = np.zeros(walker.sizes.shape[0], np.int64)
+    for _, ids in doc_r.chunks(rows=STREAM_CHUNK):
+        copies += np.bincount(ids - walker.first_id, minlength=copies.shape[0])
+    return copies
 
 
 # ---- stage 4: what the files say against what the framework builds ---------------------------------------
@@ -452,9 +462,12 @@ class Copies:
     findings: tuple[Finding, ...]
 
 
-def count_copies(path: str, copies: np.ndarray, tokens: int, sizes: np.ndarray, first_id: int) -> Copies:
+def count_copies(path: str, copies: np.ndarray | None, tokens: int, sizes: np.ndarray, first_id: int,
+                 epochs: int) -> Copies:
     """Every document of ``[first_id, first_id + D)`` present the same number of times (the epochs);
-    ``tokens``: the sum of ``sizes``."""
+    ``tokens``: the sum of ``sizes``; ``copies`` None: the stream pass found them all ``epochs`` times."""
+    if copies is None:
+        return Copies(sizes.shape[0], tokens, epochs, ())
     low, epochs = (int(copies.min()), int(copies.max())) if copies.size else (0, 0)
     if low == epochs > 0:
         return Copies(copies.shape[0], tokens, epochs, ())
@@ -727,7 +740,7 @@ def _conclude(report: IndexReport, setting: Setting, stream: Stream, sizes: np.n
     """The copies, the final boundary and the framework's numbers into the report; (copies, final boundary ok)."""
     kind, samples, seq_length = setting.group.kind, setting.samples, setting.seq_length
     doc_path, sample_path = setting.group.files[names.DOC], setting.group.files[names.SAMPLE]
-    copies = count_copies(doc_path, stream.copies, tokens, sizes, first_id)
+    copies = count_copies(doc_path, stream.copies, tokens, sizes, first_id, stream.epochs)
     report.findings.extend(copies.findings)
     report.documents, report.tokens, report.epochs = copies.documents, copies.tokens, copies.epochs
     if stream.tail_missing:
