@@ -299,3 +299,35 @@ def test_neox_unpacked_index_checked_without_exposure(tmp_path):
     assert not r.findings, [str(f) for f in r.findings]
     assert r.pack_impl == "unpacked" and r.exposure is None and any("pack_impl unpacked" in n for n in r.notes)
     assert r.samples == 6 and r.document_range == [0, 4]
+
+
+@pytest.mark.parametrize("damage", [None, "absent", "irregular"])
+def test_without_the_kernel_the_checks_are_the_same(tmp_path, monkeypatch, damage):
+    """No C compiler at install time: numpy counts the copies one by one (the kernel checks them by a mix sum)
+    and the findings are the same; the exposure is withheld with a note saying how to get it."""
+    from neox_epoch.audit import exposure, validate
+
+    _, arr = write_neox_index(str(tmp_path), "k", [50, 7, 33, 12, 90, 5, 41], 8, 2)
+    doc = arr["doc"].copy()
+    if damage == "absent":
+        doc[doc == 3] = 5
+    elif damage == "irregular":
+        doc[int(np.flatnonzero(doc == 3)[0])] = 5
+    np.save(arr["base"] + "_doc_idx.npy", doc)
+
+    def audit() -> dict:
+        return run_audit(names.discover([str(tmp_path)]), AuditOptions(consumed=10)).to_json()["indexes"][0]
+
+    with_kernel = audit()
+    monkeypatch.setattr(exposure, "kernel", None)
+    monkeypatch.setattr(validate, "kernel", None)
+    without = audit()
+    # why: the same checks on the same files; only the exposure needs the kernel
+    assert without["findings"] == with_kernel["findings"]
+    assert (without["epochs"], without["documents"]) == (with_kernel["epochs"], with_kernel["documents"])
+    assert without["exposure"] is None
+    assert any("neox_epoch._exposure is not built" in note for note in without["notes"])
+    if damage is None:
+        assert with_kernel["exposure"] is not None and not with_kernel["findings"]
+    else:
+        assert {"epochs"} <= {f["what"] for f in with_kernel["findings"]}
