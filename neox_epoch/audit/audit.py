@@ -22,7 +22,6 @@ from neox_epoch.audit.blends import (
     BlendReport,
     SourceReport,
     neox_draws,
-    neox_second_pass,
     read_mcore_blend,
     scan_blend,
     second_pass_positions,
@@ -273,8 +272,8 @@ def _finish_neox_blend(blend: BlendReport, reports: dict[str, IndexReport], opti
     lengths = [s.length or 0 for s in blend.sources]
     if options.consumed is not None and blend.weights is not None and all(lengths):
         per_epoch = [s.samples_per_epoch for s in blend.sources]
-        for source, position in zip(blend.sources, neox_second_pass(list(blend.weights), lengths, per_epoch,
-                                                                    options.consumed)):
+        for source, position in zip(blend.sources, neox_sem.blend_positions(list(blend.weights), lengths, per_epoch,
+                                                                            options.consumed)):
             _set_second_pass(source, position, iteration_of)
 
 

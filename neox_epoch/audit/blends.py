@@ -25,6 +25,7 @@ from neox_epoch.audit.exposure import ExposureReport
 from neox_epoch.audit.findings import FileProblem, Finding
 from neox_epoch.audit.npy import CHUNK_ROWS, NpyInfo, NpyReader, read_header
 from neox_epoch.audit.validate import STALE_HINT, Progress
+from neox_epoch.semantics import neox as neox_sem
 
 #: replay the greedy in Python (no C extension) only up to this many steps
 _PY_GREEDY_LIMIT = 20_000_000
@@ -257,40 +258,11 @@ def second_pass_positions(group: names.CacheGroup, marks: dict[int, int], stop: 
     return out
 
 
-def neox_weights(weights: list[float]) -> list[float]:
-    """The weights NeoX's greedy sees: normalized in Python (get_normalized_weights_and_num_samples), then
-    again with numpy (BlendableDataset)."""
-    total = sum(weights)
-    w = np.asarray([x / total for x in weights], dtype=np.float64)
-    return (w / np.sum(w)).tolist()
-
-
 def neox_draws(weights: list[float], lengths: list[int], consumed: int) -> tuple[list[int], list[Consumption]]:
-    """NeoX BlendableDataset: size = sum of lengths, greedy over the weights, index % size wraps, and a
-    source index past its length wraps modulo that length. ``weights`` as given in the config.
-    Returns (draws, per-source consumption)."""
-    size = int(sum(lengths))
-    w = neox_weights(weights)
-    if size <= 0:
+    """NeoX's blend read for ``consumed`` samples (:func:`neox_epoch.semantics.neox.blend_passes`); a source index
+    past its length wraps modulo that length. Returns (draws, per-source consumption)."""
+    if sum(lengths) <= 0:
         return [0] * len(lengths), [Consumption.prefix(n, 0) for n in lengths]
-    q, r = divmod(consumed, size)
-    full = greedy.greedy_counts(w, size) if q else [0] * len(lengths)
-    rem = greedy.greedy_counts(w, r) if r else [0] * len(lengths)
-    draws = [q * f + x for f, x in zip(full, rem)]
-    cons = [Consumption.from_prefixes(n, [(f, q), (x, 1)], period=0) for n, f, x in zip(lengths, full, rem)]
-    return draws, cons
-
-
-def neox_second_pass(weights: list[float], lengths: list[int], per_epoch: list[int | None], consumed: int) -> list[int | None]:
-    """Blend position of each source's draw number ``samples_per_epoch`` within the first blend pass."""
-    size = int(sum(lengths))
-    w = neox_weights(weights)
-    marks = [(i, int(p) + 1) for i, p in enumerate(per_epoch) if p is not None]
-    stop = min(consumed, size)
-    if not marks or stop <= 0:
-        return [None] * len(lengths)
-    res = greedy.greedy_draws(w, [stop], marks)
-    out: list[int | None] = [None] * len(lengths)
-    for (i, _), pos in zip(marks, res.mark_positions):
-        out[i] = int(pos) if pos >= 0 else None
-    return out
+    passes, full, rest = neox_sem.blend_passes(weights, lengths, consumed)
+    return ([passes * f + x for f, x in zip(full, rest)],
+            [Consumption.from_prefixes(n, [(f, passes), (x, 1)], period=0) for n, f, x in zip(lengths, full, rest)])

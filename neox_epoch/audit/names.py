@@ -20,10 +20,7 @@ import re
 from dataclasses import dataclass, field
 
 from neox_epoch.audit.findings import AuditError
-
-NEOX = "neox"
-MCORE = "megatron-core"
-LEGACY = "megatron-legacy"
+from neox_epoch.semantics.built import LEGACY, MCORE, NEOX  # noqa: F401 - the kinds of index, by framework
 
 #: roles of the files of one GPT index (all schemes) and of one megatron-core blend
 DOC, SAMPLE, SHUFFLE, DESCRIPTION = "doc", "sample", "shuffle", "description"

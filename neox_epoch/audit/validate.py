@@ -5,8 +5,8 @@ description), :func:`check_headers` (complete .npy files of the dtypes and shape
 :func:`scan_documents` (document ids inside the .idx), :func:`count_draws` (the shuffle index a
 permutation; with a consumption, each sample's draw count), :func:`walk_stream` (every sample boundary
 at ``i * seq_length`` of the stream the document index and the *current* .idx sizes give; copies per
-document; the exposure), then :func:`framework_numbers` compares what the framework would build
-(:mod:`neox_epoch.semantics`) with what the files say. A damaged file is a finding, never a traceback.
+document; the exposure), then :func:`number_findings` compares what the framework would build
+(:mod:`neox_epoch.semantics.built`) with what the files say. A damaged file is a finding, never a traceback.
 """
 
 from __future__ import annotations
@@ -26,9 +26,8 @@ from neox_epoch.audit.exposure import ExposureReport, ManifestChunk, StreamPass,
 from neox_epoch.audit.findings import FileProblem, Finding
 from neox_epoch.audit.npy import NpyInfo, NpyReader, read_header
 from neox_epoch.errors import IndexFileError
-from neox_epoch.semantics import legacy as legacy_sem
 from neox_epoch.semantics import mcore as mcore_sem
-from neox_epoch.semantics import neox as neox_sem
+from neox_epoch.semantics.built import IndexNumbers, extra_token_from_files, index_numbers
 from neox_epoch.semantics.orders import document_order, sample_order
 
 #: entries of doc_idx (and rows of sample_idx) per chunk
@@ -485,39 +484,7 @@ def count_copies(path: str, copies: np.ndarray | None, tokens: int, sizes: np.nd
     return Copies(documents, int(sizes[present].sum(dtype=np.int64)), epochs, tuple(found))
 
 
-@dataclass(frozen=True)
-class Numbers:
-    """The framework's numbers for these tokens, seq_length, epochs and request (:mod:`neox_epoch.semantics`)."""
-
-    samples_per_epoch: int
-    built: int  # Samples the files' epochs give.
-    epochs_for_request: int | None
-    first_block: int  # Samples of all epochs but the last (the first shuffle block under the 80% rule).
-    separate: bool | None  # The 80% rule separates the last epoch (None: no request to tell).
-
-
-def framework_numbers(kind: str, tokens: int, seq_length: int, epochs: int, requested: int | None,
-                      extra: int) -> Numbers:
-    if kind == names.NEOX:
-        return Numbers(neox_sem.samples_per_epoch(tokens, seq_length),
-                       neox_sem.build(tokens, seq_length, None, epochs=epochs).samples_built,
-                       neox_sem.num_epochs(tokens, seq_length, requested) if requested is not None and tokens > 0
-                       else None, 0, False)
-    if kind == names.MCORE:
-        build = mcore_sem.build(max(tokens, 1), seq_length, requested, extra) if tokens > 0 else None
-        return Numbers(max(0, mcore_sem.samples_built(tokens, seq_length, 1, extra)),
-                       mcore_sem.samples_built(tokens, seq_length, epochs, extra), build.epochs if build else None,
-                       mcore_sem.samples_built(tokens, seq_length, epochs - 1, extra),
-                       build.separate_final_epoch if build and requested is not None else None)
-    build = legacy_sem.build(tokens, seq_length, requested) if tokens > 0 else None
-    return Numbers(neox_sem.samples_per_epoch(tokens, seq_length),
-                   neox_sem.build(tokens, seq_length, None, epochs=epochs).samples_built if epochs else 0,
-                   build.epochs if build and requested is not None else None,
-                   neox_sem.build(tokens, seq_length, None, epochs=epochs - 1).samples_built if epochs > 1 else 0,
-                   build.separate_final_epoch if build and requested is not None else None)
-
-
-def number_findings(paths: tuple[str, str], kind: str, numbers: Numbers, copies: Copies, samples: int,
+def number_findings(paths: tuple[str, str], kind: str, numbers: IndexNumbers, copies: Copies, samples: int,
                     requested: int | None, seq_length: int, trusted: bool) -> list[Finding]:
     """The files' epochs and samples against the framework's (``trusted``: the copies and boundaries are)."""
     doc_path, sample_path = paths
@@ -535,19 +502,6 @@ def number_findings(paths: tuple[str, str], kind: str, numbers: Numbers, copies:
         found.append(finding(sample_path, "samples built", f"{numbers.built} from {epochs} epochs of {tokens} tokens",
                              samples, STALE_HINT))
     return found
-
-
-def infer_extra_token(stream_tokens: int, last_position: int | None, samples: int, seq_length: int) -> int | None:
-    """megatron-core's add_extra_token_to_sequence from the files: a kept partial last sample ends at
-    ``E*T - a``; else the sample count ``(E*T - a) // L`` tells when 0 and 1 give different counts."""
-    if last_position is not None and last_position != samples * seq_length:
-        return stream_tokens - last_position
-    with_one, with_zero = (stream_tokens - 1) // seq_length, stream_tokens // seq_length
-    if samples == with_one != with_zero:
-        return 1
-    if samples == with_zero != with_one:
-        return 0
-    return None
 
 
 def final_boundary(path: str, last_position: int | None, samples: int, seq_length: int,
@@ -676,7 +630,7 @@ def _sizes(header: idxmod.IdxHeader, first_id: int, stop_id: int) -> np.ndarray:
             return np.fromfile(f, dtype=np.int32, count=stop_id - first_id)
 
 
-def _separation(path: str, numbers: Numbers, draws: Draws, samples: int) -> tuple[bool, list[Finding]]:
+def _separation(path: str, numbers: IndexNumbers, draws: Draws, samples: int) -> tuple[bool, list[Finding]]:
     """Whether the last epoch is shuffled on its own: the 80% rule against the shuffle index's blocks."""
     in_files = (draws.first_block_max < numbers.first_block
                 if not draws.findings and 0 < numbers.first_block < samples else None)
@@ -711,7 +665,7 @@ def _run_passes(report: IndexReport, setting: Setting, consumption_for: Consumpt
         documents = scanned.stop - scanned.first
         epochs = doc_r.info.rows // documents if doc_r.info.rows % documents == 0 else 0
         tokens = int(sizes.sum(dtype=np.int64))
-        numbers = framework_numbers(kind, tokens, setting.seq_length, epochs, setting.described.requested,
+        numbers = index_numbers(kind, tokens, setting.seq_length, epochs, setting.described.requested,
                                     setting.described.add_extra_token or 1)
         packed = setting.described.pack_impl in (None, "packed")
         consumption = consumption_for(report.split, report.length or 0) if consumption_for and packed else None
@@ -752,13 +706,13 @@ def _conclude(report: IndexReport, setting: Setting, stream: Stream, sizes: np.n
         report.findings.append(final)
     extra = setting.described.add_extra_token
     if kind == names.MCORE and extra is None:
-        extra = infer_extra_token(stream.total_tokens, stream.last_position, samples, seq_length) if final is None else None
+        extra = extra_token_from_files(stream.total_tokens, stream.last_position, samples, seq_length) if final is None else None
         if extra is None and copies.tokens % seq_length == 0:
             report.notes.append("add_extra_token_to_sequence is not recorded in the cache and not inferable from it; "
                                 "samples_per_epoch assumes 1 (the default): pass --add-extra-token 0 if the run used 0")
         extra = 1 if extra is None else extra
     report.add_extra_token = extra
-    numbers = framework_numbers(kind, copies.tokens, seq_length, copies.epochs, setting.described.requested, extra or 1)
+    numbers = index_numbers(kind, copies.tokens, seq_length, copies.epochs, setting.described.requested, extra or 1)
     report.samples_per_epoch = numbers.samples_per_epoch
     report.separated_final_epoch = bool(separate) and copies.epochs > 1 and kind != names.NEOX
     report.findings.extend(number_findings((doc_path, sample_path), kind, numbers, copies, samples,

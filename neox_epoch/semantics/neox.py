@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from neox_epoch.blend import greedy_counts, greedy_draws, normalize
 from neox_epoch.errors import PlanError
 from neox_epoch.semantics import DatasetBuild
 
@@ -134,3 +135,31 @@ def eval_sample_counts(train_iters: int, train_batch_size: int, eval_interval: i
 def blend_size(lengths: Sequence[int]) -> int:
     """Mirror ``BlendableDataset``: its size is the sum of the children's ``len``, not the request."""
     return int(sum(lengths))
+
+
+def blend_weights(weights: Sequence[float]) -> list[float]:
+    """The weights ``BlendableDataset``'s greedy sees: normalized in Python (get_normalized_weights_and_num_samples),
+    then again with numpy."""
+    return normalize(normalized_weights_and_num_samples(weights, None)[0])
+
+
+def blend_passes(weights: Sequence[float], lengths: Sequence[int], consumed: int) -> tuple[int, list[int], list[int]]:
+    """``BlendableDataset`` read for ``consumed`` samples (``index % size`` wraps the blend): the whole passes, each
+    source's draws in one whole pass, and in the partial last one."""
+    size, weights = blend_size(lengths), blend_weights(weights)
+    passes, rest = divmod(consumed, size)
+    return (passes, greedy_counts(weights, size) if passes else [0] * len(lengths),
+            greedy_counts(weights, rest) if rest else [0] * len(lengths))
+
+
+def blend_positions(weights: Sequence[float], lengths: Sequence[int], draws: Sequence[int | None],
+                    consumed: int) -> list[int | None]:
+    """The blend position of each source's draw number ``draws[i]`` (0-based) within the first blend pass and
+    the first ``consumed`` samples (None: not there)."""
+    marks = [(i, int(k) + 1) for i, k in enumerate(draws) if k is not None]
+    stop = min(consumed, blend_size(lengths))
+    out: list[int | None] = [None] * len(lengths)
+    if marks and stop > 0:
+        for (i, _), position in zip(marks, greedy_draws(blend_weights(weights), [stop], marks).mark_positions):
+            out[i] = int(position) if position >= 0 else None
+    return out
