@@ -9,11 +9,15 @@
  * them. The sizes are `sizes` (int32 per document, id - first_id) or, with `draws` (the draw count of each
  * sample, uint8/uint16/uint32) for the exposure, the first of the `epochs` int64 of a document's row in
  * `records` (one cache line for all a copy needs); the others are zero until its earlier copies are seen, then
- * their stream positions + 1. A document's last copy completes its exposure: the
- * step functions of its copies (a step at each sample boundary inside a copy) summed, swept into the token and
+ * their stream positions + 1. A document's last copy completes its exposure: the step functions of its copies (a step at each sample boundary inside a copy) summed, swept into the token and
  * document histograms and stats[0], stats[1] (never seen, seen unevenly); stats[3] counts exposures outside
  * the histograms (inconsistent inputs). `sample_draws` ([S, 2] first/last draw position of each sample) and
  * `per_document` ([D, 5] min, max, token exposures, first and last draw) are for the manifest.
+ *
+ * rows(positions, rows, start, first_row, seq_length, samples) -> the first row (0-based in `rows`) not where
+ * it belongs, or -1: row i of `rows` (a chunk of the sample index, int32/int64 [n, 2]: a document entry and
+ * an offset) is at positions[entry - start] + offset, inside that copy (0 <= offset, up to the next copy's
+ * position), and at (first_row + i) * seq_length unless it is row `samples` (the caller checks its end).
  *
  * mixed(ids, first, stop) -> the sum (mod 2^64) of mix(x) over the int32/uint32/int64 array `ids`, or, when
  * `ids` is None, over x in [first, stop).
@@ -201,6 +205,35 @@ static PyObject *stream(PyObject *self, PyObject *args) {
     return PyLong_FromLongLong(position);
 }
 
+static PyObject *rows(PyObject *self, PyObject *args) {
+    PyObject *objects[2];
+    Py_buffer views[2] = {{0}};
+    long long start, first_row, seq_length, samples;
+    if (!PyArg_ParseTuple(args, "OOLLLL", &objects[0], &objects[1], &start, &first_row, &seq_length, &samples))
+        return NULL;
+    for (int i = 0; i < 2; i++)
+        if (PyObject_GetBuffer(objects[i], &views[i], PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+            if (i) PyBuffer_Release(&views[0]);
+            return NULL;
+        }
+    const int64_t *positions = views[0].buf;
+    int64_t copies = views[0].len / 8 - 1, count = views[1].len / views[1].itemsize / 2, bad = -1;
+    int wide = views[1].itemsize == 8;
+    Py_BEGIN_ALLOW_THREADS
+    for (int64_t i = 0; i < count && bad < 0; i++) {
+        int64_t entry = wide ? ((const int64_t *)views[1].buf)[2 * i] : ((const int32_t *)views[1].buf)[2 * i];
+        int64_t offset = wide ? ((const int64_t *)views[1].buf)[2 * i + 1] : ((const int32_t *)views[1].buf)[2 * i + 1];
+        int64_t local = entry - start, row = first_row + i;
+        if (local < 0 || local >= copies || offset < 0 || positions[local] + offset > positions[local + 1] ||
+            (row != samples && positions[local] + offset != row * seq_length))
+            bad = i;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&views[0]);
+    PyBuffer_Release(&views[1]);
+    return PyLong_FromLongLong(bad);
+}
+
 static PyObject *mixed(PyObject *self, PyObject *args) {
     PyObject *ids;
     long long first, stop;
@@ -225,6 +258,7 @@ static PyObject *mixed(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"stream", stream, METH_VARARGS, "The stream pass over a chunk of a document index (see the module comment)."},
+    {"rows", rows, METH_VARARGS, "The first sample row off its boundary, or -1 (see the module comment)."},
     {"mixed", mixed, METH_VARARGS, "The sum of mix(x) over an array of ids or a range (see the module comment)."},
     {NULL, NULL, 0, NULL},
 };

@@ -120,7 +120,7 @@ class StreamPass:
         self.stats = np.zeros(4, np.int64)  # never seen, seen unevenly, the ids' mix sum, exposures off the bins
         documents = sizes.shape[0]
         # fresh pages cost as much as the pass itself: only what is needed, on huge pages (one TLB entry per 2 MB)
-        # size and the earlier copies' words in one row per document (zero: not seen), or the sizes alone
+        # size and the earlier copies' positions in one row per document (zero: not seen), or the sizes alone
         self.records = zeros((documents, epochs), np.int64) if self.exposing else None
         self.sizes = np.empty(documents, np.int32) if self.records is None else self.records[:, 0]
         self.sizes[...] = sizes

@@ -280,19 +280,19 @@ def count_draws(reader: NpyReader, samples: int, consumption: Consumption | None
     top = consumption.max_count if consumption is not None else 0
     store = zeros(samples, np.uint8 if top < 254 else np.uint16 if top < 65534 else np.uint32)
     sample_draws = np.full((samples, 2), -1, np.int64) if manifest and consumption is not None else None
-    block_max, scratch = -1, Scratch()
+    block_max, index = -1, np.empty(STREAM_CHUNK, np.intp)  # numpy scatters twice as fast with intp indices
     progress.start("shuffle", samples)
     for start, ids in reader.chunks(rows=STREAM_CHUNK):
         if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= samples):
             bad = int(np.argmax((ids < 0) | (ids >= samples)))
             return Draws(None, None, -1, (finding(path, "shuffle entry", f"sample ids in [0, {samples})",
                                                   f"{int(ids[bad])} at position {start + bad}", MIXED),))
-        stop, index = start + ids.shape[0], scratch("index", ids.shape[0], np.intp)
-        index[...] = ids  # numpy scatters twice as fast with intp indices
+        stop, chunk = start + ids.shape[0], index[: ids.shape[0]]
+        chunk[...] = ids
         for lo, hi, count in consumption.segments(start, stop) if consumption is not None else [(start, stop, 0)]:
-            store[index[lo - start : hi - start]] = count + 1
+            store[chunk[lo - start : hi - start]] = count + 1
         if sample_draws is not None and consumption is not None:
-            sample_draws[index, 0], sample_draws[index, 1] = consumption.first_last(start, stop)
+            sample_draws[chunk, 0], sample_draws[chunk, 1] = consumption.first_last(start, stop)
         if start < first_block:
             block_max = max(block_max, int(ids[: first_block - start].max()))
         progress.advance(ids.shape[0])
@@ -356,41 +356,23 @@ class SampleRows:
                        + STALE_HINT)
 
 
-class Scratch:
-    """Work arrays reused from chunk to chunk: fresh pages for each chunk's temporaries would cost more than
-    the arithmetic on them (the allocator hands large freed blocks back to the system)."""
-
-    def __init__(self) -> None:
-        self.arrays: dict[str, np.ndarray] = {}
-
-    def __call__(self, name: str, count: int, dtype: type) -> np.ndarray:
-        array = self.arrays.get(name)
-        if array is None or array.shape[0] < count:
-            array = self.arrays[name] = np.empty(max(count, STREAM_CHUNK), dtype)
-        return array[:count]
-
-
 def check_rows(path: str, first_row: int, rows: np.ndarray, start: int, positions: np.ndarray, samples: int,
-               seq_length: int, scratch: Scratch) -> tuple[int | None, Finding | None]:
+               seq_length: int) -> tuple[int | None, Finding | None]:
     """Sample boundaries ``rows`` (from row ``first_row``) of the document chunk at ``start`` whose copies start
     at ``positions`` (one more: the chunk's end): row ``i`` at ``i * seq_length``, every offset inside its
-    document. Returns (the stream position of row S when among them, the first problem)."""
+    document (the kernel's ``rows``; numpy when it is not built or to say where a row is off). Returns (the
+    stream position of row S when among them, the first problem)."""
     count = rows.shape[0]
-    local = scratch("local", count, np.intp)  # numpy gathers twice as fast with intp indices
-    local[...] = rows[:, 0]
-    local -= start
-    where = np.take(positions, local, out=scratch("where", count, np.int64), mode="clip")  # (upto: in range)
-    where += rows[:, 1]
-    rows_s = first_row + count - 1 == samples  # row S: where the last (dropped or kept) sample ends
-    last = int(where[-1]) if count and rows_s else None
-    ends = np.take(positions[1:], local, out=scratch("ends", count, np.int64), mode="clip")
-    inside = bool(np.less_equal(where, ends, out=scratch("flags", count, np.bool_)).all())
-    stepped = count - rows_s
-    steps = np.subtract(where[1:stepped], where[: max(stepped - 1, 0)], out=ends[: max(stepped - 1, 0)])
-    if inside and (not count or where[0] == first_row * seq_length) and bool((steps == seq_length).all()):
+    rows_s = count > 0 and first_row + count - 1 == samples  # row S: where the last (dropped or kept) sample ends
+    last = int(positions[int(rows[-1, 0]) - start]) + int(rows[-1, 1]) if rows_s else None
+    if not count or kernel is not None and kernel.rows(positions, rows, start, first_row, seq_length, samples) < 0:
         return last, None
+    local = np.clip(rows[:, 0].astype(np.intp) - start, 0, positions.shape[0] - 2)  # (upto: in range)
+    where = positions[local] + rows[:, 1]
     expected = np.arange(first_row, first_row + count, dtype=np.int64) * seq_length
-    bad = (where > positions[1:][local]) | ((where != expected) & (expected < samples * seq_length))
+    bad = (where > positions[local + 1]) | (rows[:, 1] < 0) | ((where != expected) & (expected < samples * seq_length))
+    if not bad.any():
+        return last, None
     at = int(np.argmax(bad))
     entry, offset, size = int(rows[at, 0]), int(rows[at, 1]), int(positions[local[at] + 1] - positions[local[at]])
     row = f"sample_idx[{first_row + at}] = ({entry}, {offset})"
@@ -418,7 +400,7 @@ class Stream:
 def walk_stream(doc_r: NpyReader, sample_r: NpyReader, walker: StreamPass, samples: int, tail_from: int | None,
                 progress: Progress) -> Stream:
     """One pass over doc_idx with sample_idx alongside (see :class:`StreamPass` for the exposure)."""
-    rows, scratch = SampleRows(sample_r), Scratch()
+    rows = SampleRows(sample_r)
     problem: Finding | None = None
     last: int | None = None
     tail = np.zeros(walker.sizes.shape[0], bool) if tail_from is not None else None
@@ -431,7 +413,7 @@ def walk_stream(doc_r: NpyReader, sample_r: NpyReader, walker: StreamPass, sampl
             first_row, block, problem = rows.upto(start + ids.shape[0])
             if problem is None and block.shape[0]:
                 found_last, problem = check_rows(sample_r.info.path, first_row, block, start, positions, samples,
-                                                 walker.seq_length, scratch)
+                                                 walker.seq_length)
                 last = found_last if found_last is not None else last
         progress.advance(ids.shape[0])
     progress.done()
