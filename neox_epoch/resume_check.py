@@ -19,13 +19,14 @@ import argparse
 import glob
 import json
 import os
+import tempfile
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from neox_epoch import blend
 from neox_epoch.checkpoint import Checkpoint, read_checkpoint
 from neox_epoch.config import NeoxConfig, load_neox_configs, neox_batch
-from neox_epoch.errors import ConfigError
+from neox_epoch.errors import ConfigError, NeoxEpochError
 from neox_epoch.neox.planning import make_run_plan, values_from_args
 from neox_epoch.neox.resume_state import ResumeState, TrainBuild, decide, read_state
 from neox_epoch.plan import Plan, make_plan
@@ -61,12 +62,25 @@ class NewRun:
 
 
 @dataclass(frozen=True)
+class SavedBuild:
+    """What the saved run built: its seq_length, blend and train indices."""
+
+    seq_length: int  # 0: not recorded.
+    weights: tuple[float, ...] | None  # The weights its blend's greedy drew with (None: no blend).
+    builds: dict[str, TrainBuild]  # Per train dataset name.
+    source: str  # Where it comes from: the hooks' state, or the config files NeoX copied into the checkpoint.
+
+
+@dataclass(frozen=True)
 class SourceDelta:
     """One source's samples skipped and repeated at the resume (input tokens = samples x seq_length)."""
 
     name: str
-    skipped: int
-    repeated: int
+    skipped: int | None
+    """Its samples (in its own index's order) the saved run had not drawn yet and the resumed run never draws
+    (None: its index is rebuilt in another order, so the positions name other samples)."""
+    repeated: int | None
+    """Its samples the saved run drew and the resumed run draws again (None: as for ``skipped``)."""
     drawn: int
     """Samples the resumed run draws from it, from its start to its last iteration."""
 
@@ -140,44 +154,89 @@ def new_run(paths: list[str], world_size: int | None) -> NewRun:
                   cfg.block is not None, lr)
 
 
-def _counts(new: NewRun, position: int) -> list[int]:
-    if new.weights is None:
-        return [max(0, position)]
-    return blend.greedy_counts(list(new.weights), max(0, position))
+def _counts(weights: tuple[float, ...] | None, position: int) -> list[int]:
+    """Samples drawn from each source by the first ``position`` samples (the blend's greedy, or the one source)."""
+    return [max(0, position)] if weights is None else blend.greedy_counts(list(weights), max(0, position))
 
 
-def _deltas(new: NewRun, start: ResumeStart, iterations_left: int) -> tuple[SourceDelta, ...]:
-    def between(span: tuple[int, int] | None) -> list[int]:
-        if span is None:
-            return [0] * len(new.names)
-        lo, hi = _counts(new, span[0]), _counts(new, span[1])
-        return [b - a for a, b in zip(lo, hi)]
+def _deltas(new: NewRun, saved: SavedBuild | None, consumed: int, start: ResumeStart,
+            iterations_left: int) -> tuple[SourceDelta, ...]:
+    """Per source: what the saved run drew (the saved blend's draws among the consumed samples) against where the
+    resumed run starts drawing in its index (the new blend's among the positions before its start)."""
+    weights = saved.weights if saved is not None and saved.weights is not None else new.weights
+    if weights is None or new.weights is None or len(weights) != len(new.weights):
+        weights = new.weights  # no saved blend to compare with: the same blend before and after
+    before, first = _counts(weights, consumed), _counts(new.weights, start.start)
+    last = _counts(new.weights, start.start + iterations_left * new.shape.train_batch_size)
+    keys = list(new.builds)
+    rows = []
+    for k, name in enumerate(new.names):
+        was = saved.builds.get(keys[k]) if saved is not None and k < len(keys) else None
+        reordered = was is not None and was.epochs != new.builds[keys[k]].epochs
+        rows.append(SourceDelta(name, None if reordered else max(0, first[k] - before[k]),
+                                None if reordered else max(0, before[k] - first[k]), last[k] - first[k]))
+    return tuple(rows)
 
-    skipped, repeated = between(start.skipped), between(start.repeated)
-    drawn = between((start.start, start.start + iterations_left * new.shape.train_batch_size))
-    return tuple(SourceDelta(*row) for row in zip(new.names, skipped, repeated, drawn))
+
+def _blend_moves(deltas: tuple[SourceDelta, ...]) -> list[str]:
+    """With another blend the resume moves in each source's index: samples skipped or drawn again there."""
+    out = []
+    for d in deltas:
+        if d.skipped:
+            out.append(f"skip: {d.name}: {d.skipped} of its samples the saved run had not reached are never drawn "
+                       "(the new blend starts further into it)")
+        if d.repeated:
+            out.append(f"repeat: {d.name}: {d.repeated} of its samples the saved run drew are drawn again (the new "
+                       "blend starts earlier in it)")
+    return out
 
 
-def _build_findings(old: OldRun, new: NewRun) -> list[str]:
+def saved_build(old: OldRun) -> tuple[SavedBuild | None, str | None]:
+    """The saved run's build: the hooks' state, else its config files (NeoX copies them into the checkpoint's
+    ``configs/``) planned as NeoX built them, with the data-parallel size DeepSpeed saved. (build, a note)."""
+    state, ckpt = old.state, old.checkpoint
+    if state is not None:
+        return SavedBuild(state.seq_length, tuple(state.greedy_weights) or None, state.builds, "neox-epoch state"), None
+    if not ckpt.config_files:
+        return None, ("no config files in the checkpoint (NeoX copies them into configs/): the saved run's blend and "
+                      "train indices are not compared with the new ones")
+    world = int(ckpt.values.get("dp_world_size") or 1) * int(ckpt.values.get("mp_world_size") or 1)
+    with tempfile.TemporaryDirectory() as directory:
+        paths = []
+        for name, text in ckpt.config_files.items():
+            paths.append(os.path.join(directory, os.path.basename(name)))
+            with open(paths[-1], "w", encoding="utf-8") as f:
+                f.write(text)
+        try:
+            saved = new_run(paths, world)
+        except NeoxEpochError as err:
+            return None, f"the config files in the checkpoint do not plan ({err}): the saved build is not compared"
+    if saved.shape.train_batch_size != old.train_batch_size:
+        return None, (f"the config files in the checkpoint plan train_batch_size {saved.shape.train_batch_size}, "
+                      f"DeepSpeed saved {old.train_batch_size}: the saved build is not compared")
+    return SavedBuild(saved.plan.seq_length, saved.weights, saved.builds, "the config files in the checkpoint"), None
+
+
+def _build_findings(old: OldRun, saved: SavedBuild | None, new: NewRun) -> list[str]:
     """Train indices or a blend that would not be the saved run's: positions then name other samples."""
-    state = old.state
-    if state is None:
+    if saved is None:
         return []  # no record to compare with
     out = []
-    if state.seq_length and state.seq_length != new.plan.seq_length:
-        out.append(f"seq-length-changed: seq_length {state.seq_length} -> {new.plan.seq_length}: NeoX cuts the "
+    if saved.seq_length and saved.seq_length != new.plan.seq_length:
+        out.append(f"seq-length-changed: seq_length {saved.seq_length} -> {new.plan.seq_length}: NeoX cuts the "
                    "documents into other samples (new index files), so positions before and after the resume are "
                    "other token spans; which tokens are then skipped or repeated is not computed here")
-    if new.hooks and (new.shape.train_batch_size, new.shape.loader_batch) != (state.train_batch_size,
-                                                                              state.loader_batch):
+    state = old.state
+    if new.hooks and state is not None and (new.shape.train_batch_size, new.shape.loader_batch) != (
+            state.train_batch_size, state.loader_batch):
         return out  # the hooks rebuild the saved indices and blend
-    if state.greedy_weights and new.weights is not None and any(
-            abs(a - b) > 1e-12 for a, b in zip(state.greedy_weights, new.weights)):
+    if saved.weights and new.weights is not None and any(
+            abs(a - b) > 1e-12 for a, b in zip(saved.weights, new.weights)):
         out.append(f"blend-changed: the blend's weights {[round(w, 6) for w in new.weights]} differ from the saved "
-                   f"run's {[round(w, 6) for w in state.greedy_weights]}: from the resume on, positions draw other "
+                   f"run's {[round(w, 6) for w in saved.weights]}: from the resume on, positions draw other "
                    "sources than the saved run's")
     for name, built in new.builds.items():
-        was = state.builds.get(name)
+        was = saved.builds.get(name)
         if was is not None and was.epochs != built.epochs:
             out.append(f"orders-change: {name}: NeoX builds {built.epochs} epochs for num_samples {built.num_samples}, "
                        f"the saved run {was.epochs} for {was.num_samples}: a new index, shuffled anew, so positions "
@@ -215,12 +274,18 @@ def check(checkpoint: str, configs: list[str], world_size: int | None = None) ->
     if start.repeated and who == "NeoX":
         findings.append(f"repeat: samples {start.repeated[0]}..{start.repeated[1] - 1} are trained again "
                         f"({start.repeated[1] - start.repeated[0]} samples)")
-    findings += _build_findings(old, new)
+    saved, note = saved_build(old)
+    findings += _build_findings(old, saved, new)
+    if saved is not None and saved.weights and new.weights and len(saved.weights) == len(new.weights) and any(
+            abs(a - b) > 1e-12 for a, b in zip(saved.weights, new.weights)):
+        findings += _blend_moves(_deltas(new, saved, old.consumed, start, 0))
+    notes += [note] if note else [f"the saved run's build from {saved.source}"] if saved else []
     if new.hooks and counters != old.consumed:
         findings.append(f"counters: the counters will say {counters} samples consumed at iteration {it} "
                         f"(iteration * new train_batch_size), {old.consumed} were")
     end = decide(old.state, new.shape).train_iters if who == "hooks" and old.state else new.plan.train_iters
-    return ResumeCheck(old, new, start, who, _deltas(new, start, max(0, end - it)), tuple(findings), tuple(notes),
+    return ResumeCheck(old, new, start, who, _deltas(new, saved, old.consumed, start, max(0, end - it)),
+                       tuple(findings), tuple(notes),
                        counters)
 
 
@@ -235,8 +300,9 @@ def to_json(rc: ResumeCheck) -> dict[str, Any]:
         "skipped": list(rc.start.skipped) if rc.start.skipped else None,
         "repeated": list(rc.start.repeated) if rc.start.repeated else None,
         "sources": [{"name": s.name, "skipped_samples": s.skipped, "repeated_samples": s.repeated,
-                     "skipped_tokens": s.skipped * seq, "repeated_tokens": s.repeated * seq,
-                     "drawn_after_resume": s.drawn} for s in rc.sources],
+                     "skipped_tokens": None if s.skipped is None else s.skipped * seq,
+                     "repeated_tokens": None if s.repeated is None else s.repeated * seq,
+                     "order_changed": s.skipped is None, "drawn_after_resume": s.drawn} for s in rc.sources],
         "counters_at_resume": rc.counters_at_resume, "findings": list(rc.findings), "notes": list(rc.notes),
         "clean": not rc.findings,
     }
@@ -252,8 +318,11 @@ def render(rc: ResumeCheck) -> str:
              f"  {'source':<24} {'skipped':>10} {'repeated':>10} {'drawn after':>12}   (samples; input tokens = "
              f"samples * seq_length {seq})"]
     for s in rc.sources:
-        lines.append(f"  {s.name:<24} {s.skipped:>10} {s.repeated:>10} {s.drawn:>12}   ({s.skipped * seq} / "
-                     f"{s.repeated * seq} tokens)")
+        if s.skipped is None or s.repeated is None:
+            lines.append(f"  {s.name:<24} {'-':>10} {'-':>10} {s.drawn:>12}   (its index is rebuilt in another order)")
+        else:
+            lines.append(f"  {s.name:<24} {s.skipped:>10} {s.repeated:>10} {s.drawn:>12}   ({s.skipped * seq} / "
+                         f"{s.repeated * seq} tokens)")
     lines += [f"  finding: {f}" for f in rc.findings] + [f"  note: {n}" for n in rc.notes]
     lines.append("  clean: the resume continues exactly" if not rc.findings else
                  f"  {len(rc.findings)} finding(s): exit 1")

@@ -78,18 +78,33 @@ def source_index(prefix: str, split_name: str = "train") -> SourceIndex:
     if not stems:
         raise AssertionError(f"no {split_name} index next to {prefix}: NeoX built none")
     for doc_file in stems:
-        stem = doc_file[: -len("_doc_idx.npy")]
-        doc_idx = np.load(doc_file).astype(np.int64)
-        sample_idx = np.load(stem + "_sample_idx.npy").astype(np.int64)
-        lens = sizes[doc_idx]
-        stream = np.repeat(offsets[doc_idx] - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens) + np.arange(
-            int(lens.sum()), dtype=np.int64)
-        doc_start = np.concatenate([[0], np.cumsum(lens)])
-        starts = doc_start[sample_idx[:, 0]] + sample_idx[:, 1]
-        for s in range(sample_idx.shape[0] - 1):
+        stream, starts = _stream(doc_file[: -len("_doc_idx.npy")], sizes, offsets)
+        for s in range(starts.shape[0] - 1):
             pos = stream[starts[s]: starts[s + 1] + 1]
             samples[tokens[pos].tobytes()] = pos[:-1]
     return SourceIndex(prefix, int(sizes.sum()), samples)
+
+
+def _stream(stem: str, sizes: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The corpus position of each token of NeoX's index ``stem`` (its documents in doc_idx order), and where each
+    sample starts in that stream."""
+    doc_idx = np.load(stem + "_doc_idx.npy").astype(np.int64)
+    sample_idx = np.load(stem + "_sample_idx.npy").astype(np.int64)
+    lens = sizes[doc_idx]
+    stream = np.repeat(offsets[doc_idx] - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens) + np.arange(
+        int(lens.sum()), dtype=np.int64)
+    return stream, np.concatenate([[0], np.cumsum(lens)])[sample_idx[:, 0]] + sample_idx[:, 1]
+
+
+def drawn_token_counts(prefix: str, stem: str, lo: int, hi: int) -> np.ndarray:
+    """Per corpus token of ``prefix``: how often NeoX's dataset of index ``stem`` has it among the input tokens of
+    its items ``lo .. hi-1`` (GPT2Dataset: item ``j`` is sample ``shuffle_idx[j]``)."""
+    sizes = np.asarray(sizes_memmap(read_header(prefix)), dtype=np.int64)
+    stream, starts = _stream(stem, sizes, np.concatenate([[0], np.cumsum(sizes)]))
+    counts = np.zeros(int(sizes.sum()), np.int64)
+    for sample in np.load(stem + "_shuffle_idx.npy")[lo:hi].astype(np.int64):
+        np.add.at(counts, stream[starts[sample]: starts[sample + 1]], 1)
+    return counts
 
 
 @dataclass(frozen=True)

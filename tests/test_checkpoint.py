@@ -155,3 +155,80 @@ def test_resume_check_finds_a_changed_sequence_length(tmp_path):  # type: ignore
     assert out["start_sample"] == 40 and out["skipped"] is None  # same batch: NeoX starts where it stopped
     assert [f.split(":")[0] for f in out["findings"]] == ["seq-length-changed"]
     assert "seq_length 128 -> 256" in out["findings"][0]
+
+
+def _stock_checkpoint(tmp_path, config: dict | None):  # type: ignore[no-untyped-def]
+    """A checkpoint of stock NeoX (no neox-epoch state) at iteration 105 of train_batch_size 4, with ``config`` as
+    the file NeoX copies into the tag's configs/ (None: no configs/)."""
+    import yaml
+
+    tag = tmp_path / "ckpt" / "global_step105"
+    tag.mkdir(parents=True)
+    (tmp_path / "ckpt" / "latest").write_text("global_step105")
+    saved = {"iteration": 105, "dp_world_size": 1, "mp_world_size": 1,
+             "ds_config": {"train_batch_size": 4, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1}}
+    (tag / "mp_rank_00_model_states.pt").write_bytes(_zip_pickle(pickle.dumps(saved, protocol=2)))
+    if config is not None:
+        (tag / "configs").mkdir()
+        (tag / "configs" / "run.yml").write_text(yaml.safe_dump(config))
+    return tmp_path / "ckpt"
+
+
+def _blend_config(tmp_path, weights: list[float]) -> dict:  # type: ignore[no-untyped-def]
+    from neox_epoch.corpus import write_random_corpus
+
+    paths = []
+    for seed, name in enumerate("abc", start=1):
+        paths.append(str(tmp_path / name))
+        if not os.path.exists(paths[-1] + ".idx"):
+            write_random_corpus(paths[-1], seed, 200 * seed, 20, 180)
+    return {"train_data_paths": paths, "valid_data_paths": paths[:1], "test_data_paths": paths[:1],
+            "train_data_weights": weights, "seq_length": 128, "train_iters": 240,
+            "train_micro_batch_size_per_gpu": 4, "global_num_gpus": 1}
+
+
+def test_resume_check_reads_a_stock_neox_run_from_the_configs_it_saved(tmp_path):  # type: ignore[no-untyped-def]
+    """Stock NeoX saved no neox-epoch state, but it copied its config files into the checkpoint: resume-check plans
+    them as NeoX built them, so a resume with the blend's weights 2:1:1 changed to 1:2:1 is a blend-changed
+    finding, and the sources whose train index gets another number of epochs (NeoX asks ceil(960 x w x 1.005)
+    samples of each) are orders-change findings; the same weights resume cleanly."""
+    import yaml
+
+    from neox_epoch.semantics import neox as neox_sem
+
+    ckpt = _stock_checkpoint(tmp_path, _blend_config(tmp_path, [2.0, 1.0, 1.0]))
+    new = tmp_path / "new.yml"
+    new.write_text(yaml.safe_dump(_blend_config(tmp_path, [1.0, 2.0, 1.0])))
+    r = _cli(["resume-check", str(ckpt), str(new), "--json"])
+    assert r.returncode == 1, r.stderr
+    out = json.loads(r.stdout)
+    assert out["start_sample"] == 420 and out["skipped"] is None and out["repeated"] is None
+    kinds = [f.split(":")[0] for f in out["findings"]]
+    assert kinds[0] == "blend-changed" and "[0.5, 0.25, 0.25]" in out["findings"][0]
+    old_requests = neox_sem.normalized_weights_and_num_samples([2.0, 1.0, 1.0], 960)[1]
+    new_requests = neox_sem.normalized_weights_and_num_samples([1.0, 2.0, 1.0], 960)[1]
+    assert (old_requests, new_requests) == ([483, 242, 242], [242, 483, 242])
+    changed = [f.split(":")[1].strip() for f in out["findings"] if f.startswith("orders-change")]
+    assert changed and set(changed) <= {"train_0", "train_1"}  # c is asked the same 242 samples
+    assert "the saved run's build from the config files in the checkpoint" in out["notes"]
+    # why: c keeps its weight and its index (242 samples asked before and after), so the new blend starts where
+    # the saved one stopped in it (greedy 105 of 420 either way); a and b are drawn from rebuilt indices
+    rows = {s["name"]: (s["skipped_samples"], s["repeated_samples"], s["order_changed"]) for s in out["sources"]}
+    assert rows == {"a": (None, None, True), "b": (None, None, True), "c": (0, 0, False)}
+    assert [s["drawn_after_resume"] for s in out["sources"]] == [135, 270, 135]
+    new.write_text(yaml.safe_dump(_blend_config(tmp_path, [2.0, 1.0, 1.0])))
+    same = _cli(["resume-check", str(ckpt), str(new), "--json"])
+    assert same.returncode == 0 and json.loads(same.stdout)["findings"] == []
+
+
+def test_resume_check_without_saved_configs_says_what_it_cannot_compare(tmp_path):  # type: ignore[no-untyped-def]
+    import yaml
+
+    ckpt = _stock_checkpoint(tmp_path, None)
+    new = tmp_path / "new.yml"
+    new.write_text(yaml.safe_dump(_blend_config(tmp_path, [1.0, 2.0, 1.0])))
+    r = _cli(["resume-check", str(ckpt), str(new), "--json"])
+    out = json.loads(r.stdout)
+    # why: without the saved configs nothing tells the saved blend; the same batch resumes where it stopped
+    assert r.returncode == 0 and out["findings"] == [] and out["start_sample"] == 420
+    assert any(n.startswith("no config files in the checkpoint") for n in out["notes"])

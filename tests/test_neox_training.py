@@ -38,6 +38,7 @@ from neox_epoch import blend
 from neox_epoch.corpus import random_documents, write_corpus
 from neox_epoch.neox.block import ENV_VAR
 from neox_epoch.neox.counters import JSONL_NAME
+from neox_epoch.semantics import neox as neox_sem
 
 pytestmark = pytest.mark.neox
 
@@ -416,6 +417,53 @@ def test_resume_check_predicts_what_stock_neox_skips(stock_batch_run: tuple[Run,
     assert np.bincount(rec.iterations)[1:].tolist() == [4] * BATCH_STOP + [8] * 15
     after = np.bincount(ex.source_of_row[rec.launches == 1], minlength=3).tolist()
     assert after == [s["drawn_after_resume"] for s in predicted["sources"]] == [60, 30, 30]
+
+
+# stock NeoX, weights 2:1:1 for 105 iterations of 4, resumed with 1:2:1: resume-check's prediction, token by token
+
+REWEIGHTED = [1.0, 2.0, 1.0]
+
+
+@pytest.fixture(scope="module")
+def reweighted_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, dict[str, Any], int]:
+    """The same batch and train_iters before and after: only the blend's weights change. resume-check reads the
+    saved run's weights from the config files NeoX copied into its checkpoint."""
+    run = _new_run(tmp_path_factory, "reweighted")
+    cfg = _config(run.root, ["a", "b", "c"], None, train_data_weights=STOCK_WEIGHTS, train_iters=240,
+                  checkpoint_factor=BATCH_STOP)
+    _ok(_launch(run, {**cfg, "exit_interval": BATCH_STOP}, "first", frameworks.neox_dir(), via="deepy"))
+    resumed = {**cfg, "train_data_weights": REWEIGHTED}
+    check = subprocess.run([sys.executable, "-m", "neox_epoch.cli", "resume-check", run.path("ckpt"),
+                            _write(run, resumed, "check"), "--json"], capture_output=True, text=True, timeout=300)
+    _ok(_launch(run, resumed, "reweighted", frameworks.neox_dir(), via="deepy"))
+    return run, json.loads(check.stdout), check.returncode
+
+
+def test_resume_check_predicts_a_changed_blend_token_by_token(
+        reweighted_run: tuple[Run, dict[str, Any], int]) -> None:
+    """NeoX resumes at 105 x 4 = 420 in a blend rebuilt with the new weights: from there each source's items
+    greedy(1:2:1, 420) .. greedy(1:2:1, 960) of its index for the new request, a and b rebuilt (asked 242 and
+    483 samples instead of 483 and 242: other epochs, other orders), c the same index (242 either way) where the
+    saved run stopped in it. The tokens the resumed launch trained are exactly those items' input tokens."""
+    run, predicted, code = reweighted_run
+    assert code == 1 and predicted["resumed_by"] == "NeoX" and predicted["start_sample"] == 420
+    kinds = [f.split(":")[0] for f in predicted["findings"]]
+    assert kinds == ["blend-changed", "orders-change", "orders-change"]
+    rows = {s["name"]: (s["skipped_samples"], s["repeated_samples"]) for s in predicted["sources"]}
+    assert rows == {"a": (None, None), "b": (None, None), "c": (0, 0)}
+    weights = neox_sem.blend_weights(REWEIGHTED)
+    at = {p: blend.greedy_counts(weights, p) for p in (420, 960)}
+    assert [s["drawn_after_resume"] for s in predicted["sources"]] == [at[960][k] - at[420][k] for k in range(3)]
+    rec = run.recorded()
+    after = rec.where(rec.launches == 1)
+    ex = nt.exposure(after, run.sources(["a", "b", "c"]))
+    assert np.bincount(ex.source_of_row, minlength=3).tolist() == [s["drawn_after_resume"] for s in predicted["sources"]]
+    requests = neox_sem.normalized_weights_and_num_samples(REWEIGHTED, 960)[1]
+    for k, name in enumerate("abc"):
+        prefix = run.path("data", name)
+        (stem,) = [f[: -len("_doc_idx.npy")] for f in glob.glob(f"{prefix}_train_{k}_indexmap_{requests[k]}ns_*_doc_idx.npy")]
+        expected = nt.drawn_token_counts(prefix, stem, at[420][k], at[960][k])
+        assert np.array_equal(ex.counts[name], expected), name
 
 
 # ------------------------------------------------------------------------------------------------------------
