@@ -10,7 +10,8 @@ skipped or repeated, and are attributed to sources by replaying the new blend's 
 built with another number of epochs, or a blend with other weights, changes which sample a position names:
 that is a finding too. Exit 0: the resume continues exactly; 1: findings; 2: bad input.
 
-NeoX only for now: megatron-core's and Megatron-LM's resume (consumed_train_samples) are not checked here.
+A Megatron-LM checkpoint resumed with a Megatron-LM command line is checked by :mod:`neox_epoch.resume_megatron`
+with the same report.
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ class SavedBuild:
     weights: tuple[float, ...] | None  # The weights its blend's greedy drew with (None: no blend).
     builds: dict[str, TrainBuild]  # Per train dataset name.
     source: str  # Where it comes from: the hooks' state, or the config files NeoX copied into the checkpoint.
+    separation: bool = False  # Its builds say whether the final epoch was shuffled on its own (megatron-core).
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,7 @@ class ResumeCheck:
     findings: tuple[str, ...] = field(default_factory=tuple)
     notes: tuple[str, ...] = field(default_factory=tuple)
     counters_at_resume: int = 0
+    semantics: str = "GPT-NeoX"  # The framework whose resume is modelled.
 
 
 def _int(values: dict[str, Any], key: str, where: str) -> int:
@@ -109,8 +112,8 @@ def _int(values: dict[str, Any], key: str, where: str) -> int:
 def old_run(ckpt: Checkpoint) -> OldRun:
     """The consumed samples: the hooks' state when saved, else iteration x the saved train_batch_size."""
     if ckpt.framework != "neox":
-        raise ConfigError(f"{ckpt.directory}: a Megatron-LM checkpoint; resume-check reads GPT-NeoX (DeepSpeed) "
-                          "checkpoints only for now")
+        raise ConfigError(f"{ckpt.directory}: a Megatron-LM checkpoint; give its Megatron-LM command line "
+                          "(--data-path ...) for the resumed run")
     ds = ckpt.values.get("ds_config")
     if not isinstance(ds, dict):
         raise ConfigError(f"{ckpt.directory}: no ds_config saved with it; not a DeepSpeed checkpoint of NeoX")
@@ -159,7 +162,7 @@ def _counts(weights: tuple[float, ...] | None, position: int) -> list[int]:
     return [max(0, position)] if weights is None else blend.greedy_counts(list(weights), max(0, position))
 
 
-def _deltas(new: NewRun, saved: SavedBuild | None, consumed: int, start: ResumeStart,
+def deltas(new: NewRun, saved: SavedBuild | None, consumed: int, start: ResumeStart,
             iterations_left: int) -> tuple[SourceDelta, ...]:
     """Per source: what the saved run drew (the saved blend's draws among the consumed samples) against where the
     resumed run starts drawing in its index (the new blend's among the positions before its start)."""
@@ -178,10 +181,13 @@ def _deltas(new: NewRun, saved: SavedBuild | None, consumed: int, start: ResumeS
     return tuple(rows)
 
 
-def _blend_moves(deltas: tuple[SourceDelta, ...]) -> list[str]:
+def blend_findings(new: NewRun, saved: SavedBuild | None, consumed: int, start: ResumeStart) -> list[str]:
     """With another blend the resume moves in each source's index: samples skipped or drawn again there."""
+    if saved is None or not saved.weights or not new.weights or len(saved.weights) != len(new.weights) or all(
+            abs(a - b) <= 1e-12 for a, b in zip(saved.weights, new.weights)):
+        return []
     out = []
-    for d in deltas:
+    for d in deltas(new, saved, consumed, start, 0):
         if d.skipped:
             out.append(f"skip: {d.name}: {d.skipped} of its samples the saved run had not reached are never drawn "
                        "(the new blend starts further into it)")
@@ -217,7 +223,7 @@ def saved_build(old: OldRun) -> tuple[SavedBuild | None, str | None]:
     return SavedBuild(saved.plan.seq_length, saved.weights, saved.builds, "the config files in the checkpoint"), None
 
 
-def _build_findings(old: OldRun, saved: SavedBuild | None, new: NewRun) -> list[str]:
+def build_findings(old: OldRun, saved: SavedBuild | None, new: NewRun) -> list[str]:
     """Train indices or a blend that would not be the saved run's: positions then name other samples."""
     if saved is None:
         return []  # no record to compare with
@@ -237,10 +243,14 @@ def _build_findings(old: OldRun, saved: SavedBuild | None, new: NewRun) -> list[
                    "sources than the saved run's")
     for name, built in new.builds.items():
         was = saved.builds.get(name)
-        if was is not None and was.epochs != built.epochs:
-            out.append(f"orders-change: {name}: NeoX builds {built.epochs} epochs for num_samples {built.num_samples}, "
-                       f"the saved run {was.epochs} for {was.num_samples}: a new index, shuffled anew, so positions "
-                       "before and after the resume name different samples")
+        if was is not None and (was.epochs != built.epochs or saved.separation and
+                                was.separate_final_epoch != built.separate_final_epoch):
+            def epochs(b: TrainBuild) -> str:
+                return f"{b.epochs} epochs" + (" (the last shuffled on its own)" if b.separate_final_epoch else "")
+
+            out.append(f"orders-change: {name}: {epochs(built)} for num_samples {built.num_samples} now, "
+                       f"{epochs(was)} for {was.num_samples} in the saved run: a new index, shuffled anew, so "
+                       "positions before and after the resume name different samples")
     return out
 
 
@@ -275,16 +285,13 @@ def check(checkpoint: str, configs: list[str], world_size: int | None = None) ->
         findings.append(f"repeat: samples {start.repeated[0]}..{start.repeated[1] - 1} are trained again "
                         f"({start.repeated[1] - start.repeated[0]} samples)")
     saved, note = saved_build(old)
-    findings += _build_findings(old, saved, new)
-    if saved is not None and saved.weights and new.weights and len(saved.weights) == len(new.weights) and any(
-            abs(a - b) > 1e-12 for a, b in zip(saved.weights, new.weights)):
-        findings += _blend_moves(_deltas(new, saved, old.consumed, start, 0))
+    findings += build_findings(old, saved, new) + blend_findings(new, saved, old.consumed, start)
     notes += [note] if note else [f"the saved run's build from {saved.source}"] if saved else []
     if new.hooks and counters != old.consumed:
         findings.append(f"counters: the counters will say {counters} samples consumed at iteration {it} "
                         f"(iteration * new train_batch_size), {old.consumed} were")
     end = decide(old.state, new.shape).train_iters if who == "hooks" and old.state else new.plan.train_iters
-    return ResumeCheck(old, new, start, who, _deltas(new, saved, old.consumed, start, max(0, end - it)),
+    return ResumeCheck(old, new, start, who, deltas(new, saved, old.consumed, start, max(0, end - it)),
                        tuple(findings), tuple(notes),
                        counters)
 
@@ -312,7 +319,7 @@ def render(rc: ResumeCheck) -> str:
     j = to_json(rc)
     seq = rc.new.plan.seq_length
     lines = [f"resume-check: {j['checkpoint']} (iteration {j['iteration']}) resumed with train_batch_size "
-             f"{j['old_train_batch_size']} -> {j['new_train_batch_size']} (GPT-NeoX semantics)",
+             f"{j['old_train_batch_size']} -> {j['new_train_batch_size']} ({rc.semantics} semantics)",
              f"  {rc.old.consumed_how}",
              f"  resumed by {rc.who}: {rc.start.how}",
              f"  {'source':<24} {'skipped':>10} {'repeated':>10} {'drawn after':>12}   (samples; input tokens = "
@@ -330,19 +337,51 @@ def render(rc: ResumeCheck) -> str:
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("resume-check", help="what a NeoX resume with a changed config skips or repeats")
-    p.add_argument("checkpoint", help="the checkpoint NeoX will load: its save directory (with 'latest') or a tag")
-    p.add_argument("configs", nargs="+", help="the NeoX config files the run resumes with")
+    p = sub.add_parser("resume-check", help="what a resume with a changed config skips or repeats (NeoX, Megatron-LM)")
+    p.add_argument("checkpoint", help="the checkpoint the run will load: its save directory (with 'latest' or "
+                   "latest_checkpointed_iteration.txt) or a tag")
+    p.add_argument("configs", nargs="*", help="the NeoX config files the run resumes with, or its Megatron-LM "
+                   "command line (pretrain_gpt.py --data-path ...)")
     p.add_argument("--world-size", type=int, help="GPUs the resumed run uses (else the config's global_num_gpus or "
-                   "hostfile, as NeoX counts them)")
+                   "hostfile, as NeoX counts them; for Megatron-LM its own --world-size)")
+    p.add_argument("--framework-version", help="Megatron-LM checkpoints: the megatron-core version to mirror")
+    p.add_argument("--force-version", action="store_true", help="plan an unverified megatron-core version")
     p.add_argument("--json", action="store_true", help="one JSON object (keys in the README)")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, accepts_extra=True)
+
+
+def _megatron_tokens(args: argparse.Namespace) -> list[str] | None:
+    """The Megatron-LM command line after the checkpoint (neox-epoch's own options removed), if it is one."""
+    from neox_epoch.megatron_plan import is_megatron_argv, megatron_argv
+
+    raw = list(getattr(args, "raw_argv", []) or [])
+    tokens = raw[raw.index("resume-check") + 1:] if "resume-check" in raw else raw
+    if args.checkpoint in tokens:
+        tokens.remove(args.checkpoint)
+    return megatron_argv(tokens) if is_megatron_argv(tokens) else None
 
 
 def run(args: argparse.Namespace) -> int:
-    for path in args.configs:
-        if not glob.glob(path) and not os.path.exists(path):
-            raise ConfigError(f"{path}: config file not found")
-    rc = check(args.checkpoint, list(args.configs), args.world_size)
+    tokens = _megatron_tokens(args)
+    if tokens is None:
+        if args.extra or not args.configs:
+            raise ConfigError(f"resume-check: {' '.join(args.extra) or 'no config'}: expected NeoX config files "
+                              "(or a Megatron-LM command line with a Megatron-LM checkpoint)")
+        for path in args.configs:
+            if not glob.glob(path) and not os.path.exists(path):
+                raise ConfigError(f"{path}: config file not found")
+    ckpt = read_checkpoint(args.checkpoint)
+    if (tokens is not None) != (ckpt.framework == "megatron"):
+        megatron = ckpt.framework == "megatron"
+        raise ConfigError(f"{args.checkpoint}: a {'Megatron-LM' if megatron else 'GPT-NeoX'} checkpoint; give "
+                          f"{'its Megatron-LM command line (--data-path ...)' if megatron else 'NeoX config files'} "
+                          "for the resumed run")
+    if tokens is not None:
+        from neox_epoch.plan_cli import mcore_version
+        from neox_epoch.resume_megatron import check as megatron_check
+
+        rc = megatron_check(ckpt, tokens, mcore_version(args))
+    else:
+        rc = check(args.checkpoint, list(args.configs), args.world_size)
     print(json.dumps(to_json(rc), indent=1) if args.json else render(rc))
     return 1 if rc.findings else 0

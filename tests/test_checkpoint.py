@@ -104,9 +104,9 @@ def test_resume_check_refuses_a_missing_checkpoint_and_config(tmp_path):  # type
     assert r.returncode == 2 and "absent.yml: config file not found" in r.stderr
 
 
-def test_resume_check_refuses_a_megatron_lm_checkpoint_for_now(tmp_path):  # type: ignore[no-untyped-def]
-    """A Megatron-LM layout (latest_checkpointed_iteration.txt, iter_0000010/common.pt holding its args) is read,
-    then refused in one line: only NeoX resumes are checked so far."""
+def test_resume_check_wants_a_megatron_command_line_for_a_megatron_checkpoint(tmp_path):  # type: ignore[no-untyped-def]
+    """A Megatron-LM layout (latest_checkpointed_iteration.txt, iter_0000010/common.pt holding its args) is read;
+    resumed with a NeoX config instead of a Megatron-LM command line, one line says what to give."""
     import argparse
 
     tag = tmp_path / "iter_0000010"
@@ -121,7 +121,7 @@ def test_resume_check_refuses_a_megatron_lm_checkpoint_for_now(tmp_path):  # typ
     assert (ckpt.framework, ckpt.iteration, ckpt.values["global_batch_size"]) == ("megatron", 10, 8)
     (tmp_path / "new.yml").write_text("train_micro_batch_size_per_gpu: 2\n")
     r = _cli(["resume-check", str(tmp_path), str(tmp_path / "new.yml")])
-    assert r.returncode == 2 and "resume-check reads GPT-NeoX (DeepSpeed) checkpoints only for now" in r.stderr
+    assert r.returncode == 2 and "a Megatron-LM checkpoint; give its Megatron-LM command line" in r.stderr
 
 
 def test_resume_check_finds_a_changed_sequence_length(tmp_path):  # type: ignore[no-untyped-def]

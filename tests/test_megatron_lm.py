@@ -14,8 +14,10 @@ import os
 import random
 import stat
 import subprocess
+import sys
 from typing import Any
 
+import frameworks
 import pytest
 
 from neox_epoch import idx
@@ -452,3 +454,77 @@ def test_examples_and_random_command_lines_equal_megatron_lm(megatron_lm: str, t
     assert not failures, "\n".join(failures)
     refused = sum(1 for r in truth["cases"] if r["refusal"])
     assert 0 < refused < len(cases) and built >= 8  # refusals and real builds were both exercised
+
+
+# ------------------------------------------------------------------------ resume-check on Megatron-LM checkpoints
+
+RESUME_BASE = ["--seq-length", "128", "--micro-batch-size", "2", "--split", "98,1,1", "--eval-interval", "1000",
+               "--eval-iters", "1", "--train-iters", "200"]
+
+
+def _train_epochs(real: dict[str, Any]) -> list[int]:
+    """The epochs the real builder gave each source of the train blend."""
+    return [d["epochs"] for d in real["splits"]["train"]["datasets"]]
+
+
+@pytest.mark.megatron_lm
+@pytest.mark.parametrize("change", ["batch", "blend", "none"])
+def test_resume_check_on_a_megatron_lm_checkpoint(megatron_lm: str, tmp_path: Any, change: str) -> None:
+    """A checkpoint at iteration 50 of global batch 8 (its args made and saved by Megatron-LM's own
+    parse_args/validate_args/scheduler, tests/megatron_lm_checkpoint.py), resumed with the global batch doubled or
+    the blend 0.7/0.3 made 0.5/0.5. Megatron-LM's sampler starts at consumed_train_samples = 400 whatever the
+    batch; resume-check names as orders-change exactly the sources whose train index the real builder gives
+    another number of epochs for the new command line, and lr-schedule exactly when the real scheduler's steps
+    differ (OptimizerParamScheduler would refuse the checkpoint)."""
+    import megatron_lm_env as env
+
+    corpora = []
+    for j, docs in enumerate((700, 300)):
+        corpora.append(str(tmp_path / f"src{j}"))
+        write_random_corpus(corpora[-1], 40 + j, docs, 1, 300)
+    old = [*MODEL, *RESUME_BASE, "--global-batch-size", "8", "--data-path", "0.7", corpora[0], "0.3", corpora[1]]
+    new = list(old)
+    if change == "batch":
+        new[new.index("--global-batch-size") + 1] = "16"
+    elif change == "blend":
+        new[new.index("0.7")], new[new.index("0.3")] = "0.5", "0.5"
+    save = str(tmp_path / "ckpt")
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "megatron_lm_checkpoint.py")
+    made = subprocess.run([sys.executable, script, save, "50", "2", *old], env=frameworks.megatron_lm_env(),
+                          capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0, made.stderr[-3000:]
+    cases = [{"id": name, "argv": argv_, "world_size": 2, "build": True, "cache_dir": str(tmp_path)}
+             for name, argv_ in (("old", old), ("new", new))]
+    real_old, real_new = env.run_truth(cases, str(tmp_path / "work"))["cases"]
+    r = subprocess.run([sys.executable, "-m", "neox_epoch.cli", "resume-check", save, *new, "--world-size", "2",
+                        "--json"], capture_output=True, text=True, timeout=300)
+    assert r.returncode in (0, 1), r.stderr
+    out = json.loads(r.stdout)
+    assert (out["resumed_by"], out["consumed_samples"], out["start_sample"]) == ("Megatron-LM", 400, 400)
+    assert out["skipped"] is None and out["repeated"] is None
+    kinds = [f.split(":")[0] for f in out["findings"]]
+    reordered = [f"train_{k}" for k, (a, b) in enumerate(zip(_train_epochs(real_old), _train_epochs(real_new)))
+                 if a != b]
+    assert [f.split(":")[1].strip() for f in out["findings"] if f.startswith("orders-change")] == reordered
+    assert ("lr-schedule" in kinds) == (real_old["scheduler"] != real_new["scheduler"])
+    assert [s["order_changed"] for s in out["sources"]] == [f"train_{k}" in reordered for k in range(2)]
+    if change == "blend":
+        # why: megatron-core's greedy draws 280/120 of the first 400 at 0.7/0.3 and 200/200 at 0.5/0.5, so the
+        # resumed run starts 80 samples earlier in src0 (drawn again) and 80 further in src1 (never drawn)
+        assert kinds[0] == "blend-changed"
+        moves = {s["name"]: (s["skipped_samples"], s["repeated_samples"]) for s in out["sources"]}
+        expected = {"src0": (0, 80), "src1": (80, 0)}
+        assert moves == {n: (None, None) if f"train_{k}" in reordered else expected[n] for k, n in enumerate(moves)}
+    elif change == "batch":
+        assert "blend-changed" not in kinds and out["new_train_batch_size"] == 16
+        assert [s["drawn_after_resume"] for s in out["sources"]] == \
+            [a - b for a, b in zip(mcore_greedy([0.7, 0.3], 400 + 150 * 16), mcore_greedy([0.7, 0.3], 400))]
+    else:  # the same command line: the real builder gives the same epochs, so the resume continues exactly
+        assert r.returncode == 0 and out["findings"] == [] and out["clean"]
+
+
+def mcore_greedy(weights: list[float], n: int) -> list[int]:
+    """megatron-core's blend draws among its first ``n`` samples (its greedy over the float64-normalized weights)."""
+    from neox_epoch import blend
+
+    return blend.greedy_counts(blend.normalize(weights), n)

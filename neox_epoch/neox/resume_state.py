@@ -32,6 +32,7 @@ class TrainBuild:
     num_samples: int | None
     epochs: int
     samples_built: int
+    separate_final_epoch: bool = False  # megatron-core's 80% rule (NeoX shuffles its epochs together).
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,135 @@
+"""``neox-epoch resume-check`` for Megatron-LM checkpoints resumed with a changed command line.
+
+Megatron-LM resumes its data where the samples consumed say: ``load_checkpoint`` restores
+``consumed_train_samples`` from the ``args`` saved in the checkpoint and the pretraining sampler starts there,
+so a changed global batch neither skips nor repeats a position. What can change is what the positions name:
+the new command line asks the train split for ``train_iters x global_batch_size`` samples (or
+``--train-samples``), which can give a source another number of epochs or final-epoch separation (its index is
+shuffled anew), another blend (other sources from the resume on), or another seq_length; the loop then runs
+``while iteration < train_iters``, and the sampler refuses or runs out when the dataset is shorter than the
+samples left to draw; OptimizerParamScheduler refuses a checkpoint whose schedule differs unless told to
+override or use it. The saved run is planned from its saved ``args`` exactly as a command line with those
+flags (:func:`argv_from_args`), the new one from the command line given, both with Megatron-LM's own
+arithmetic (:mod:`neox_epoch.megatron_args`) and megatron-core's builder (:mod:`neox_epoch.plan`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from neox_epoch.checkpoint import Checkpoint
+from neox_epoch.errors import ConfigError, NeoxEpochError
+from neox_epoch.megatron_args import PLAN_DESTS, flag_table
+from neox_epoch.megatron_plan import MegatronInput, megatron_input
+from neox_epoch.neox.resume_state import TrainBuild
+from neox_epoch.plan import Plan, make_plan
+from neox_epoch.resume import LoaderShape, ResumeStart
+from neox_epoch.resume_check import NewRun, OldRun, ResumeCheck, SavedBuild, blend_findings, build_findings, deltas
+
+#: Megatron-LM flags that let OptimizerParamScheduler take a checkpoint saved with another schedule
+SCHEDULER_FLAGS = ("override_opt_param_scheduler", "use_checkpoint_opt_param_scheduler")
+
+
+def argv_from_args(saved: dict[str, Any]) -> list[str]:
+    """The command line whose plan is the saved run's: each planning flag whose saved value is not its default
+    (validate_args' own fills, e.g. the global batch, are equivalent when given); the saved world size."""
+    out: list[str] = []
+    for spec in flag_table()["options"]:
+        dest, value = spec["dest"], saved.get(spec["dest"])
+        if dest not in PLAN_DESTS or value is None or value == spec["default"] or (
+                dest == "encoder_seq_length" and saved.get("seq_length")) or (
+                dest == "train_iters" and saved.get("train_samples")):  # update_train_iters filled it in
+            continue
+        flag = next(o for o in spec["options"] if o.startswith("--") and not o.startswith("--no-"))
+        if spec["action"] in ("store_true", "store_false"):
+            out.append(flag)
+        elif spec["action"] == "boolean_optional":
+            out.append(flag if value else "--no-" + flag[2:])
+        elif isinstance(value, (list, tuple)):
+            out += [flag, *(str(v) for v in value)]
+        else:
+            out += [flag, str(value)]
+    return [*out, "--world-size", str(saved.get("world_size") or 1)]
+
+
+def _new_run(mi: MegatronInput, plan: Plan, lr_follows: bool) -> NewRun:
+    args, run = mi.args, mi.run
+    train = [s for s in plan.sources if s.split == "train"]
+    blends = [b for b in plan.blends if b.split == "train"]
+    weights = tuple(float(w) for w in (blends[0].weights or ())) if blends and blends[0].weights else None
+    blended = len(train) > 1 or weights is not None
+    builds = {(f"train_{k}" if blended else "train"): TrainBuild(s.samples_requested, s.epochs_built, s.samples_built,
+                                                                  s.separate_final_epoch) for k, s in enumerate(train)}
+    length = blends[0].size if blends and blends[0].size is not None else sum(s.length for s in train)
+    shape = LoaderShape(args.micro_batch_size, args.data_parallel_size,
+                        run.global_batch_size // (args.micro_batch_size * args.data_parallel_size))
+    return NewRun(shape, plan, tuple(s.name for s in train), weights if blended else None, builds, length, False,
+                  lr_follows)
+
+
+def _saved(ckpt: Checkpoint, version: str) -> tuple[MegatronInput | None, str]:
+    """The saved run planned from its args, or why not (a note)."""
+    try:
+        return megatron_input(argv_from_args(ckpt.values), version), "the args saved in the checkpoint"
+    except NeoxEpochError as err:
+        return None, f"the args saved in the checkpoint do not plan ({err}): the saved build is not compared"
+
+
+def _end_findings(consumed: int, new: NewRun, mi: MegatronInput, iteration: int) -> list[str]:
+    """What the new run's length does with the samples left: Megatron-LM's sampler and its loop bound."""
+    left = max(0, mi.run.train_iters - iteration)
+    if consumed >= new.dataset_samples:
+        return [f"no-samples-left: {consumed} samples consumed and the new train dataset has {new.dataset_samples}: "
+                "Megatron-LM's sampler asserts 'no samples left to consume' (ask for more samples: --train-iters or "
+                "--train-samples)"]
+    if consumed + left * new.shape.train_batch_size > new.dataset_samples:
+        return [f"runs-out: {left} iterations of {new.shape.train_batch_size} from sample {consumed} need "
+                f"{consumed + left * new.shape.train_batch_size} samples and the new train dataset has "
+                f"{new.dataset_samples}: the sampler stops at its end before train_iters {mi.run.train_iters}"]
+    return []
+
+
+def _scheduler_findings(old: MegatronInput, new: MegatronInput) -> list[str]:
+    """OptimizerParamScheduler.load_state_dict: each value the checkpoint holds must equal the new one."""
+    same = (old.args.lr, old.args.min_lr, old.args.lr_decay_style) == (new.args.lr, new.args.min_lr,
+                                                                         new.args.lr_decay_style)
+    if same and old.run.scheduler == new.run.scheduler:
+        return []
+    return [f"lr-schedule: the learning-rate schedule changes ({old.run.scheduler} -> {new.run.scheduler}): "
+            "Megatron-LM's OptimizerParamScheduler refuses the checkpoint ('class input value ... do not match') "
+            "unless --override-opt_param-scheduler or --use-checkpoint-opt_param-scheduler is given"]
+
+
+def check(ckpt: Checkpoint, argv: Sequence[str], version: str) -> ResumeCheck:
+    """resume-check of a Megatron-LM checkpoint resumed with the command line ``argv``."""
+    saved_args, it = ckpt.values, ckpt.iteration
+    gbs = saved_args.get("global_batch_size")
+    if not isinstance(gbs, int) or gbs < 1:
+        raise ConfigError(f"{ckpt.directory}: the saved args have global_batch_size {gbs!r}, expected a whole number "
+                          ">= 1; not a Megatron-LM training checkpoint")
+    consumed = int(saved_args.get("consumed_train_samples") or 0)
+    how = f"consumed = consumed_train_samples = {consumed} (the args saved in the checkpoint)"
+    if consumed == 0 and it > 0 and not saved_args.get("train_samples"):
+        consumed, how = it * gbs, f"consumed = iteration * global_batch_size = {it} * {gbs} = {it * gbs} (none saved)"
+    new_mi = megatron_input(list(argv), version)
+    follows = any(bool(t.lstrip("-").replace("-", "_") in SCHEDULER_FLAGS) for t in argv)
+    new = _new_run(new_mi, make_plan(new_mi.inp), follows)
+    old_mi, source = _saved(ckpt, version)
+    saved = None
+    if old_mi is not None:
+        old_plan = _new_run(old_mi, make_plan(old_mi.inp), False)
+        saved = SavedBuild(old_plan.plan.seq_length, old_plan.weights, old_plan.builds, source, separation=True)
+    start = ResumeStart(consumed, consumed, f"start = consumed_train_samples = {consumed} (Megatron-LM's pretraining "
+                                            "sampler starts there, whatever the batch)")
+    old = OldRun(ckpt, gbs, consumed, how, None)
+    findings = build_findings(old, saved, new) + _end_findings(consumed, new, new_mi, it)
+    findings += blend_findings(new, saved, consumed, start)
+    if old_mi is not None and not follows:
+        findings += _scheduler_findings(old_mi, new_mi)
+    notes = [source if old_mi is None else f"the saved run's build from {source}"]
+    if new_mi.args.rampup_batch_size is not None:
+        notes.append("--rampup-batch-size: the samples drawn after the resume are counted at the final global batch")
+    left = max(0, new_mi.run.train_iters - it)
+    return ResumeCheck(old, new, start, "Megatron-LM", deltas(new, saved, consumed, start, left), tuple(findings),
+                       tuple(notes), consumed, semantics=f"Megatron-LM {new_mi.args.megatron_lm_version}")
