@@ -377,6 +377,35 @@ def test_batch_change_resume_trains_every_token_its_target_passes(batch_run: Run
     assert {n: v["samples"] for n, v in final["sources"].items()} == {"a": 403, "b": 389, "c": 188}
 
 
+@pytest.fixture(scope="module")
+def enforced_remainder(tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, subprocess.CompletedProcess, dict[str, Any]]:
+    """The same blend with ``enforce``, stopped at 105 x 4, resumed with a global batch of 12: the 560 samples
+    left are 46 batches and 8 more, so the last 8 of the run's 980 would never be drawn."""
+    run = _new_run(tmp_path_factory, "enforce")
+    cfg = _config(run.root, ["a", "b", "c"], {**BLEND_BLOCK, "enforce": True}, checkpoint_factor=BATCH_STOP)
+    _ok(_launch(run, {**cfg, "exit_interval": BATCH_STOP}, "first", frameworks.neox_dir()))
+    tripled = {**cfg, "gradient_accumulation_steps": 3, "override_lr_scheduler": True}
+    check = subprocess.run([sys.executable, "-m", "neox_epoch.cli", "resume-check", run.path("ckpt"),
+                            _write(run, tripled, "check"), "--json"], capture_output=True, text=True, timeout=300)
+    refused = _launch(run, tripled, "tripled", frameworks.neox_dir())
+    return run, refused, json.loads(check.stdout)
+
+
+def test_enforce_refuses_the_resume_that_resume_check_flags(
+        enforced_remainder: tuple[Run, subprocess.CompletedProcess, dict[str, Any]]) -> None:
+    """With enforce the hooks stop the resumed launch at data build, naming resume-check's finding word for word;
+    the resumed launch trains nothing (its record holds no batch)."""
+    run, refused, predicted = enforced_remainder
+    finding = ("remainder: the last 8 of the run's 980 samples are not drawn: 560 left after iteration 105 is not a "
+               "whole number of batches of 12; choose a global batch that divides 560")
+    assert predicted["findings"] == [finding] and predicted["resumed_by"] == "hooks"
+    assert refused.returncode != 0
+    assert f"neox_epoch: this resume would not be exact: {finding} (neox-epoch resume-check finding; enforce is on)" \
+        in run.outputs[1]
+    rec = run.recorded()
+    assert rec.launches.tolist().count(1) == 0 and np.bincount(rec.iterations)[1:].tolist() == [4] * BATCH_STOP
+
+
 # ------------------------------------------------------------------------------------------------------------
 # stock NeoX (no neox_epoch block), weights 2:1:1, 105 iterations of 4, resumed with 8: resume-check's prediction
 
