@@ -5,7 +5,7 @@
  *
  * For each entry j of `documents` (int32 ids of a chunk of the document index): positions[j] = the stream
  * position of the copy (the .idx sizes of the copies before it summed), and stats[2] += mix(id): the copies
- * are checked by that sum against mixed(None, first, stop) x epochs, so nothing is kept per document to count
+ * are checked by that sum against mixed(first, stop) x epochs, so nothing is kept per document to count
  * them. The sizes are `sizes` (int32 per document, id - first_id) or, with `draws` (the draw count of each
  * sample, uint8/uint16/uint32) for the exposure, the first of the `epochs` int64 of a document's row in
  * `records` (one cache line for all a copy needs); the others are zero until its earlier copies are seen, then
@@ -19,8 +19,7 @@
  * an offset) is at positions[entry - start] + offset, inside that copy (0 <= offset, up to the next copy's
  * position), and at (first_row + i) * seq_length unless it is row `samples` (the caller checks its end).
  *
- * mixed(ids, first, stop) -> the sum (mod 2^64) of mix(x) over the int32/uint32/int64 array `ids`, or, when
- * `ids` is None, over x in [first, stop).
+ * mixed(first, stop) -> the sum (mod 2^64) of mix(x) over x in [first, stop).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -179,7 +178,7 @@ static PyObject *stream(PyObject *self, PyObject *args) {
                  data[9], NULL, 0};
     const int32_t *documents = data[0];
     int64_t *positions = data[4], count = views[0].len / 4, status = 0;
-    uint64_t mixed = 0;
+    uint64_t id_sum = 0;
     Py_BEGIN_ALLOW_THREADS
     for (int64_t j = 0; j < count; j++) {
         if (j + 64 < count) {
@@ -192,13 +191,13 @@ static PyObject *stream(PyObject *self, PyObject *args) {
                 __builtin_prefetch((const char *)draws + sample_of(&pass, ahead[copy] - 1) * pass.draw_bytes);
         }
         int64_t doc = documents[j] - first_id, size = pass.records ? pass.records[doc * pass.width] : pass.sizes[doc];
-        mixed += mix((uint64_t)(int64_t)documents[j]);
+        id_sum += mix((uint64_t)(int64_t)documents[j]);
         positions[j] = position;
         if (draws && expose(&pass, doc, size, position)) status = -1;
         position += size;
     }
     Py_END_ALLOW_THREADS
-    pass.stats[2] = (int64_t)((uint64_t)pass.stats[2] + mixed);
+    pass.stats[2] = (int64_t)((uint64_t)pass.stats[2] + id_sum);
     free(pass.steps);
     for (int i = 0; i < 10; i++) if (views[i].obj) PyBuffer_Release(&views[i]);
     if (status) return PyErr_NoMemory();
@@ -235,31 +234,19 @@ static PyObject *rows(PyObject *self, PyObject *args) {
 }
 
 static PyObject *mixed(PyObject *self, PyObject *args) {
-    PyObject *ids;
     long long first, stop;
-    Py_buffer view = {0};
     uint64_t sum = 0;
-    if (!PyArg_ParseTuple(args, "OLL", &ids, &first, &stop)) return NULL;
-    if (ids == Py_None) {
-        for (long long x = first; x < stop; x++) sum += mix((uint64_t)x);
-        return PyLong_FromUnsignedLongLong(sum);
-    }
-    if (PyObject_GetBuffer(ids, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
-    Py_ssize_t n = view.len / view.itemsize;
-    int is_signed = view.format && (view.format[0] == 'i' || view.format[0] == 'l' || view.format[0] == 'q');
+    if (!PyArg_ParseTuple(args, "LL", &first, &stop)) return NULL;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < n; i++)
-        sum += mix(view.itemsize == 8 ? (uint64_t)((const int64_t *)view.buf)[i]
-                   : is_signed ? (uint64_t)(int64_t)((const int32_t *)view.buf)[i] : ((const uint32_t *)view.buf)[i]);
+    for (long long x = first; x < stop; x++) sum += mix((uint64_t)x);
     Py_END_ALLOW_THREADS
-    PyBuffer_Release(&view);
     return PyLong_FromUnsignedLongLong(sum);
 }
 
 static PyMethodDef methods[] = {
     {"stream", stream, METH_VARARGS, "The stream pass over a chunk of a document index (see the module comment)."},
     {"rows", rows, METH_VARARGS, "The first sample row off its boundary, or -1 (see the module comment)."},
-    {"mixed", mixed, METH_VARARGS, "The sum of mix(x) over an array of ids or a range (see the module comment)."},
+    {"mixed", mixed, METH_VARARGS, "The sum of mix(x) over a range of ids (see the module comment)."},
     {NULL, NULL, 0, NULL},
 };
 

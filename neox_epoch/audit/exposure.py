@@ -156,7 +156,7 @@ class StreamPass:
             return bool(self.copies.size) and int(self.copies.min()) == int(self.copies.max()) == self.epochs > 0
         if kernel is None or self.epochs <= 0:
             return False
-        expected = self.epochs * kernel.mixed(None, self.first_id, self.first_id + self.sizes.shape[0])
+        expected = self.epochs * kernel.mixed(self.first_id, self.first_id + self.sizes.shape[0])
         return int(self.stats[2]) % (1 << 64) == expected % (1 << 64)
 
     def report(self, consumed: int) -> ExposureReport:
