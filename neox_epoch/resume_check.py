@@ -183,8 +183,7 @@ def deltas(new: NewRun, saved: SavedBuild | None, consumed: int, start: ResumeSt
 
 def blend_findings(new: NewRun, saved: SavedBuild | None, consumed: int, start: ResumeStart) -> list[str]:
     """With another blend the resume moves in each source's index: samples skipped or drawn again there."""
-    if saved is None or not saved.weights or not new.weights or len(saved.weights) != len(new.weights) or all(
-            abs(a - b) <= 1e-12 for a, b in zip(saved.weights, new.weights)):
+    if saved is None or not blend_changed(saved, new) or len(saved.weights or ()) != len(new.weights or ()):
         return []
     out = []
     for d in deltas(new, saved, consumed, start, 0):
@@ -223,21 +222,27 @@ def saved_build(old: OldRun) -> tuple[SavedBuild | None, str | None]:
     return SavedBuild(saved.plan.seq_length, saved.weights, saved.builds, "the config files in the checkpoint"), None
 
 
+def blend_changed(saved: SavedBuild, new: NewRun) -> bool:
+    """The new blend draws with other weights (or other sources) than the saved one."""
+    if not saved.weights or new.weights is None:
+        return False
+    return len(saved.weights) != len(new.weights) or any(abs(a - b) > 1e-12 for a, b in zip(saved.weights, new.weights))
+
+
 def build_findings(old: OldRun, saved: SavedBuild | None, new: NewRun) -> list[str]:
     """Train indices or a blend that would not be the saved run's: positions then name other samples."""
     if saved is None:
         return []  # no record to compare with
     out = []
     if saved.seq_length and saved.seq_length != new.plan.seq_length:
-        out.append(f"seq-length-changed: seq_length {saved.seq_length} -> {new.plan.seq_length}: NeoX cuts the "
-                   "documents into other samples (new index files), so positions before and after the resume are "
+        out.append(f"seq-length-changed: seq_length {saved.seq_length} -> {new.plan.seq_length}: the documents "
+                   "are cut into other samples (new index files), so positions before and after the resume are "
                    "other token spans; which tokens are then skipped or repeated is not computed here")
     state = old.state
     if new.hooks and state is not None and (new.shape.train_batch_size, new.shape.loader_batch) != (
             state.train_batch_size, state.loader_batch):
         return out  # the hooks rebuild the saved indices and blend
-    if saved.weights and new.weights is not None and any(
-            abs(a - b) > 1e-12 for a, b in zip(saved.weights, new.weights)):
+    if blend_changed(saved, new):
         out.append(f"blend-changed: the blend's weights {[round(w, 6) for w in new.weights]} differ from the saved "
                    f"run's {[round(w, 6) for w in saved.weights]}: from the resume on, positions draw other "
                    "sources than the saved run's")
