@@ -171,6 +171,9 @@ class LiveCounters:
         self.consumed_samples = 0
         self._next = 0
         self._began = False
+        self.global_batch_size: int | None = None
+        """The samples of the last iteration stepped (the global batch training draws; None: not seen yet)."""
+        self._resumed: dict[str, Any] | None = None  # the resume record, written at the first step after it
         self._last_record: int | None = None
         self.markers: list[Marker] = []
         """Pass starts fired so far (this launch), with the iteration that drew them."""
@@ -219,6 +222,9 @@ class LiveCounters:
             raise CountersStateError(f"consumed_samples {c} at iteration {iteration} exceeds the train dataset's "
                                      f"{self.size} samples; stop at {self.train_samples} (the plan's train_samples)")
         self._begin(int(iteration) - 1)
+        if int(iteration) == self.iteration + 1:
+            self.global_batch_size = c - self.consumed_samples
+        self._write_resume()
         self.iteration, self.consumed_samples = int(iteration), c
         if self._next < len(self._start_positions) and self._start_positions[self._next] < c:
             self._fire()
@@ -251,7 +257,8 @@ class LiveCounters:
         """What to save in the checkpoint beside Megatron-LM's ``consumed_train_samples`` (plain JSON types)."""
         return {"format": STATE_FORMAT, "iteration": self.iteration, "consumed_samples": self.consumed_samples,
                 "samples": dict(zip((s.name for s in self.sources), self.counts_at(self.consumed_samples))),
-                "global_batch_size_planned": int(self.plan.global_batch_size), "dataset_size": self.size}
+                "global_batch_size_planned": int(self.plan.global_batch_size), "dataset_size": self.size,
+                "global_batch_size": self.global_batch_size}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from a checkpoint's :meth:`state_dict` (the global batch may differ from the saved run's).
@@ -287,8 +294,20 @@ class LiveCounters:
         if self.active:
             st = sources_state(self.sources, now)
             log.info("neox_epoch: resumed at iteration %d, consumed samples %d: %s", it, c, fmt(st))
-            self.sink.write({"event": "resume", "iteration": it, "consumed_samples": c, "sources": st,
-                             "global_batch_size_planned": state.get("global_batch_size_planned")})
+            self._resumed = {"event": "resume", "iteration": it, "consumed_samples": c, "sources": st,
+                             "global_batch_size_planned": state.get("global_batch_size_planned"),
+                             "saved_global_batch_size": state.get("global_batch_size")}
+
+    def _write_resume(self) -> None:
+        """The resume record, once the first step after it showed the global batch training now draws: a
+        different one than the saved run's is the record's ``changed`` (what the run report marks)."""
+        if self._resumed is None:
+            return
+        record, self._resumed = self._resumed, None
+        saved, now = record.pop("saved_global_batch_size"), self.global_batch_size
+        if saved and now and saved != now:
+            record["changed"] = {"train_batch_size": [int(saved), int(now)]}
+        self.sink.write(record)
 
     def final(self, iteration: int | None = None, consumed_samples: int | None = None) -> dict[str, Any]:
         """The final report (logged and written on the logging rank; a counters record first when the last
@@ -297,6 +316,7 @@ class LiveCounters:
             self.step(self.iteration if iteration is None else iteration,
                       self.consumed_samples if consumed_samples is None else consumed_samples)
         self._begin(self.iteration)
+        self._write_resume()
         state = self.passes_at(self.consumed_samples)
         report = final_record(self.iteration, self.train_iters, self.consumed_samples >= self.train_samples,
                               self.sources, state)

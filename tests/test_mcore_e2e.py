@@ -318,7 +318,7 @@ def e2e(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "resumed": json.loads((base / "resumed" / "report.json").read_text()), "resume_log": second.stdout,
         "stopped": stopped, "expected": expected_numbers(data_dir),
         "files": {k: run_files(base / k) for k in ("full", "resumed", "rebatched")},
-        "rebatched_log": rebatched.stdout,
+        "rebatched_log": rebatched.stdout, "dirs": {k: base / k for k in ("full", "resumed", "rebatched")},
     }
 
 
@@ -465,3 +465,27 @@ def test_two_passes_stopped_at_batch_16_and_resumed_at_batch_32_count_exactly(e2
     assert {k: (v["samples"], v["pass"]) for k, v in final["sources"].items()} == dict(
         zip(E2E_NAMES, [(5861, 2), (3686, 2), (2613, 2)]))
     assert "resumed from" in e2e["rebatched_log"] and "global batch 32, was 16" in e2e["rebatched_log"]
+
+
+@pytest.mark.slow
+def test_report_draws_the_real_megatron_core_run(e2e: dict[str, Any], tmp_path: Path) -> None:
+    """neox-epoch report on the run stopped at batch 16 and resumed at 32 (the counters' JSONL of the real
+    megatron-core build): the resume at iteration 100 marked with the batch change, each source's last point
+    and pass-2 start what the recorded draws give (test_two_passes_stopped_at_batch_16_and_resumed_at_batch_32
+    _count_exactly), and the page one file."""
+    page = tmp_path / "run.html"
+    r = subprocess.run([sys.executable, "-m", "neox_epoch.cli", "report", str(e2e["dirs"]["rebatched"]), "--json",
+                        "--html", str(page)], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert (j["complete"], j["last_iteration"]) == (True, 430)
+    assert [(x["from_iteration"], x["to_iteration"], x["status"]) for x in j["launches"]] == [
+        (0, 100, "stopped early"), (100, 430, "complete")]
+    (resume,) = j["resumes"]
+    assert (resume["iteration"], resume["consumed_samples"], resume["changed"]) == (
+        100, 1600, {"train_batch_size": [16, 32]})
+    last = {x["name"]: (x["points"][-1]["samples"], x["points"][-1]["pass"]) for x in j["sources"]}
+    assert last == dict(zip(E2E_NAMES, [(5861, 2), (3686, 2), (2613, 2)]))
+    starts = {x["name"]: [(b["iteration"], b["sample"]) for b in x["pass_starts"]] for x in j["sources"]}
+    assert starts == dict(zip(E2E_NAMES, [[(241, 6082)], [(241, 6081)], [(241, 6083)]]))
+    assert "resume @ 100: train_batch_size 16 → 32" in page.read_text(encoding="utf-8")
