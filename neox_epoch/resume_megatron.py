@@ -6,8 +6,8 @@ so a changed global batch neither skips nor repeats a position. What can change 
 the new command line asks the train split for ``train_iters x global_batch_size`` samples (or
 ``--train-samples``), which can give a source another number of epochs or final-epoch separation (its index is
 shuffled anew), another blend (other sources from the resume on), or another seq_length; the loop then runs
-``while iteration < train_iters``, and the sampler refuses or runs out when the dataset is shorter than the
-samples left to draw; OptimizerParamScheduler refuses a checkpoint whose schedule differs unless told to
+``while iteration < train_iters``, and the sampler refuses (no samples left) or the loader ends (StopIteration)
+when the dataset is shorter than the samples left to draw; OptimizerParamScheduler refuses a checkpoint whose schedule differs unless told to
 override or use it. The saved run is planned from its saved ``args`` exactly as a command line with those
 flags (:func:`argv_from_args`), the new one from the command line given, both with Megatron-LM's own
 arithmetic (:mod:`neox_epoch.megatron_args`) and megatron-core's builder (:mod:`neox_epoch.plan`).
@@ -86,7 +86,8 @@ def _end_findings(consumed: int, new: NewRun, mi: MegatronInput, iteration: int)
     if consumed + left * new.shape.train_batch_size > new.dataset_samples:
         return [f"runs-out: {left} iterations of {new.shape.train_batch_size} from sample {consumed} need "
                 f"{consumed + left * new.shape.train_batch_size} samples and the new train dataset has "
-                f"{new.dataset_samples}: the sampler stops at its end before train_iters {mi.run.train_iters}"]
+                f"{new.dataset_samples}: the data loader ends before train_iters {mi.run.train_iters} (with "
+                "--dataloader-type single the next batch raises StopIteration; ask for the samples the run draws)"]
     return []
 
 

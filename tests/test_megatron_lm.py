@@ -468,7 +468,7 @@ def _train_epochs(real: dict[str, Any]) -> list[int]:
 
 
 @pytest.mark.megatron_lm
-@pytest.mark.parametrize("change", ["batch", "blend", "none"])
+@pytest.mark.parametrize("change", ["batch", "smaller", "blend", "none"])
 def test_resume_check_on_a_megatron_lm_checkpoint(megatron_lm: str, tmp_path: Any, change: str) -> None:
     """A checkpoint at iteration 50 of global batch 8 (its args made and saved by Megatron-LM's own
     parse_args/validate_args/scheduler, tests/megatron_lm_checkpoint.py), resumed with the global batch doubled or
@@ -484,8 +484,8 @@ def test_resume_check_on_a_megatron_lm_checkpoint(megatron_lm: str, tmp_path: An
         write_random_corpus(corpora[-1], 40 + j, docs, 1, 300)
     old = [*MODEL, *RESUME_BASE, "--global-batch-size", "8", "--data-path", "0.7", corpora[0], "0.3", corpora[1]]
     new = list(old)
-    if change == "batch":
-        new[new.index("--global-batch-size") + 1] = "16"
+    if change in ("batch", "smaller"):
+        new[new.index("--global-batch-size") + 1] = "16" if change == "batch" else "4"
     elif change == "blend":
         new[new.index("0.7")], new[new.index("0.3")] = "0.5", "0.5"
     save = str(tmp_path / "ckpt")
@@ -519,6 +519,11 @@ def test_resume_check_on_a_megatron_lm_checkpoint(megatron_lm: str, tmp_path: An
         assert "blend-changed" not in kinds and out["new_train_batch_size"] == 16
         assert [s["drawn_after_resume"] for s in out["sources"]] == \
             [a - b for a, b in zip(mcore_greedy([0.7, 0.3], 400 + 150 * 16), mcore_greedy([0.7, 0.3], 400))]
+    elif change == "smaller":
+        # why: the new run asks 200 x 4 = 800 train samples; 400 are consumed and 150 iterations of 4 need 600 more
+        assert real_new["splits"]["train"]["len"] == 800
+        assert ("runs-out: 150 iterations of 4 from sample 400 need 1000 samples and the new train dataset has 800"
+                in out["findings"][kinds.index("runs-out")])
     else:  # the same command line: the real builder gives the same epochs, so the resume continues exactly
         assert r.returncode == 0 and out["findings"] == [] and out["clean"]
 
