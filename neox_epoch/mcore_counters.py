@@ -307,6 +307,7 @@ class LiveCounters:
         saved, now = record.pop("saved_global_batch_size"), self.global_batch_size
         if saved and now and saved != now:
             record["changed"] = {"train_batch_size": [int(saved), int(now)]}
+            record["train_iters"] = record["iteration"] + (self.train_samples - record["consumed_samples"]) // now
         self.sink.write(record)
 
     def final(self, iteration: int | None = None, consumed_samples: int | None = None) -> dict[str, Any]:

@@ -478,9 +478,9 @@ def test_report_draws_the_real_megatron_core_run(e2e: dict[str, Any], tmp_path: 
                         "--html", str(page)], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout)
-    assert (j["complete"], j["last_iteration"]) == (True, 430)
-    assert [(x["from_iteration"], x["to_iteration"], x["status"]) for x in j["launches"]] == [
-        (0, 100, "stopped early"), (100, 430, "complete")]
+    assert (j["complete"], j["last_iteration"], j["train_iters"]) == (True, 430, 430)
+    assert [(x["from_iteration"], x["to_iteration"], x["train_iters"], x["train_batch_size"], x["status"])
+            for x in j["launches"]] == [(0, 100, 760, 16, "stopped early"), (100, 430, 430, 32, "complete")]
     (resume,) = j["resumes"]
     assert (resume["iteration"], resume["consumed_samples"], resume["changed"]) == (
         100, 1600, {"train_batch_size": [16, 32]})

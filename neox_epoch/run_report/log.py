@@ -87,6 +87,8 @@ class Resume:
     changed: tuple[tuple[str, Any, Any], ...] | None
     """``(key, old, new)`` from the event's "changed" object; None when the writer gave none."""
     consumed_samples: int | None
+    train_iters: int | None = None
+    """Where the launch ends when the resume moved it (megatron-core: another global batch), else None."""
 
 
 @dataclass(frozen=True)
@@ -326,7 +328,8 @@ class _Builder:
                 pairs = tuple((str(k), v[0], v[1]) for k, v in changed.items())
             snap = _snapshot(obj, number, where, self.names)
             self.resume = Resume(number, snap.iteration, snap, pairs,
-                                 _int(obj, "consumed_samples", f"{where}: resume", True))
+                                 _int(obj, "consumed_samples", f"{where}: resume", True),
+                                 _int(obj, "train_iters", f"{where}: resume", True))
         elif event == "final":
             snap = _snapshot(obj, number, where, self.names, final=True)
             complete = obj.get("complete")
@@ -335,7 +338,9 @@ class _Builder:
             self.final = Final(number, snap.iteration, _int(obj, "train_iters", f"{where}: final"), complete, snap)
 
     def build(self) -> Launch:
-        p = self.plan
-        return Launch(self.path, self.line, p["iteration"], p["train_iters"], p["train_batch_size"], p["seq_length"],
+        p, r = self.plan, self.resume
+        batch = dict((key, new) for key, _, new in (r.changed or ())).get("train_batch_size") if r else None
+        iters = r.train_iters if r is not None and r.train_iters is not None else p["train_iters"]
+        return Launch(self.path, self.line, p["iteration"], iters, batch or p["train_batch_size"], p["seq_length"],
                       p["mode"], p["separate_epochs"], p["weights"], p["sources"], tuple(self.counters),
                       tuple(self.pass_starts), self.resume, self.final)
