@@ -26,12 +26,13 @@ from typing import Any
 
 from neox_epoch import blend
 from neox_epoch.checkpoint import Checkpoint, read_checkpoint
-from neox_epoch.config import NeoxConfig, load_neox_configs, neox_batch
+from neox_epoch.config import NeoxConfig, get_int, load_neox_configs, neox_batch
 from neox_epoch.errors import ConfigError, NeoxEpochError
 from neox_epoch.neox.planning import make_run_plan, values_from_args
 from neox_epoch.neox.resume_state import ResumeState, TrainBuild, decide, read_state
 from neox_epoch.plan import Plan, make_plan
 from neox_epoch.resume import LoaderShape, ResumeStart, hooked_start, neox_start
+from neox_epoch.resume_exposure import SourceExposure, source_exposures
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,8 @@ class NewRun:
     lr_follows: bool
     """The config lets NeoX's LR scheduler take a checkpoint saved for other iterations (override_lr_scheduler,
     use_checkpoint_lr_scheduler or a fixed lr_decay_iters)."""
+    seed: int = 1234
+    """The shuffles' seed (NeoX names its index files with it)."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,10 @@ class SourceDelta:
     """Its samples the saved run drew and the resumed run draws again (None: as for ``skipped``)."""
     drawn: int
     """Samples the resumed run draws from it, from its start to its last iteration."""
+    drawn_before: int = 0
+    """Its samples the saved run drew (items ``0 .. drawn_before - 1`` of its index)."""
+    first: int = 0
+    """The item of its index the resumed run draws first (it draws items ``first .. first + drawn - 1``)."""
 
 
 @dataclass(frozen=True)
@@ -99,6 +106,7 @@ class ResumeCheck:
     notes: tuple[str, ...] = field(default_factory=tuple)
     counters_at_resume: int = 0
     semantics: str = "GPT-NeoX"  # The framework whose resume is modelled.
+    exposures: tuple[SourceExposure, ...] = ()  # Per source, the audit's token exposure (with --exposure).
 
 
 def _int(values: dict[str, Any], key: str, where: str) -> int:
@@ -154,7 +162,7 @@ def new_run(paths: list[str], world_size: int | None) -> NewRun:
     dataset = total if total is not None else sum(s.length for s in train)
     lr = any(bool(cfg.values.get(k)) for k in ("override_lr_scheduler", "use_checkpoint_lr_scheduler", "lr_decay_iters"))
     return NewRun(shape, plan, tuple(s.name for s in train), weights if blended else None, builds, dataset,
-                  cfg.block is not None, lr)
+                  cfg.block is not None, lr, get_int(cfg, "seed", 1234, positive=False) or 0)
 
 
 def _counts(weights: tuple[float, ...] | None, position: int) -> list[int]:
@@ -177,7 +185,8 @@ def deltas(new: NewRun, saved: SavedBuild | None, consumed: int, start: ResumeSt
         was = saved.builds.get(keys[k]) if saved is not None and k < len(keys) else None
         reordered = was is not None and was.epochs != new.builds[keys[k]].epochs
         rows.append(SourceDelta(name, None if reordered else max(0, first[k] - before[k]),
-                                None if reordered else max(0, before[k] - first[k]), last[k] - first[k]))
+                                None if reordered else max(0, before[k] - first[k]), last[k] - first[k],
+                                before[k], first[k]))
     return tuple(rows)
 
 
@@ -259,7 +268,7 @@ def build_findings(old: OldRun, saved: SavedBuild | None, new: NewRun) -> list[s
     return out
 
 
-def check(checkpoint: str, configs: list[str], world_size: int | None = None) -> ResumeCheck:
+def check(checkpoint: str, configs: list[str], world_size: int | None = None, exposure: bool = False) -> ResumeCheck:
     old = old_run(read_checkpoint(checkpoint))
     new = new_run(configs, world_size)
     it = old.checkpoint.iteration
@@ -296,9 +305,9 @@ def check(checkpoint: str, configs: list[str], world_size: int | None = None) ->
         findings.append(f"counters: the counters will say {counters} samples consumed at iteration {it} "
                         f"(iteration * new train_batch_size), {old.consumed} were")
     end = decide(old.state, new.shape).train_iters if who == "hooks" and old.state else new.plan.train_iters
-    return ResumeCheck(old, new, start, who, deltas(new, saved, old.consumed, start, max(0, end - it)),
-                       tuple(findings), tuple(notes),
-                       counters)
+    sources = deltas(new, saved, old.consumed, start, max(0, end - it))
+    return ResumeCheck(old, new, start, who, sources, tuple(findings), tuple(notes), counters,
+                       exposures=source_exposures(new, sources) if exposure else ())
 
 
 def to_json(rc: ResumeCheck) -> dict[str, Any]:
@@ -314,7 +323,9 @@ def to_json(rc: ResumeCheck) -> dict[str, Any]:
         "sources": [{"name": s.name, "skipped_samples": s.skipped, "repeated_samples": s.repeated,
                      "skipped_tokens": None if s.skipped is None else s.skipped * seq,
                      "repeated_tokens": None if s.repeated is None else s.repeated * seq,
-                     "order_changed": s.skipped is None, "drawn_after_resume": s.drawn} for s in rc.sources],
+                     "order_changed": s.skipped is None, "drawn_after_resume": s.drawn,
+                     "drawn_before": s.drawn_before, "first_item": s.first} for s in rc.sources],
+        "exposure": {e.name: e.to_json() for e in rc.exposures} if rc.exposures else None,
         "counters_at_resume": rc.counters_at_resume, "findings": list(rc.findings), "notes": list(rc.notes),
         "clean": not rc.findings,
     }
@@ -335,10 +346,27 @@ def render(rc: ResumeCheck) -> str:
         else:
             lines.append(f"  {s.name:<24} {s.skipped:>10} {s.repeated:>10} {s.drawn:>12}   ({s.skipped * seq} / "
                          f"{s.repeated * seq} tokens)")
+    lines += _exposure_lines(rc.exposures)
     lines += [f"  finding: {f}" for f in rc.findings] + [f"  note: {n}" for n in rc.notes]
     lines.append("  clean: the resume continues exactly" if not rc.findings else
                  f"  {len(rc.findings)} finding(s): exit 1")
     return "\n".join(lines)
+
+
+def _exposure_lines(exposures: tuple[SourceExposure, ...]) -> list[str]:
+    """Per source: tokens by times seen over the whole run, resumed against continued unchanged."""
+    if not exposures:
+        return []
+    lines = ["  input tokens by times seen over the whole run (the audit's exposure of each train index): "
+             "resumed | continued unchanged"]
+    for e in exposures:
+        if e.resumed is None or e.continued is None:
+            lines.append(f"  {e.name:<24} not computed: {e.note}")
+            continue
+        top = max(max(e.resumed.tokens, default=0), max(e.continued.tokens, default=0))
+        cells = ", ".join(f"{t}x {e.resumed.tokens.get(t, 0)} | {e.continued.tokens.get(t, 0)}" for t in range(top + 1))
+        lines.append(f"  {e.name:<24} {cells}" + (f"  ({e.note})" if e.note else ""))
+    return lines
 
 
 def register(sub: Any) -> None:
@@ -351,6 +379,9 @@ def register(sub: Any) -> None:
                    "hostfile, as NeoX counts them; for Megatron-LM its own --world-size)")
     p.add_argument("--framework-version", help="Megatron-LM checkpoints: the megatron-core version to mirror")
     p.add_argument("--force-version", action="store_true", help="plan an unverified megatron-core version")
+    p.add_argument("--exposure", action="store_true", help="GPT-NeoX: count each source's input tokens by times "
+                   "seen over the whole run, resumed and continued unchanged (reads its train index files: the "
+                   "audit's exposure computation)")
     p.add_argument("--json", action="store_true", help="one JSON object (keys in the README)")
     p.set_defaults(func=run, accepts_extra=True)
 
@@ -385,8 +416,11 @@ def run(args: argparse.Namespace) -> int:
         from neox_epoch.plan_cli import mcore_version
         from neox_epoch.resume_megatron import check as megatron_check
 
+        if args.exposure:
+            raise ConfigError("resume-check --exposure: GPT-NeoX checkpoints only for now; for Megatron-LM run "
+                              "neox-epoch audit on the megatron-core caches with --consumed")
         rc = megatron_check(ckpt, tokens, mcore_version(args))
     else:
-        rc = check(args.checkpoint, list(args.configs), args.world_size)
+        rc = check(args.checkpoint, list(args.configs), args.world_size, args.exposure)
     print(json.dumps(to_json(rc), indent=1) if args.json else render(rc))
     return 1 if rc.findings else 0

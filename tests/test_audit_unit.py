@@ -154,6 +154,16 @@ def test_consumption_prefix_and_wrap():
     assert Consumption.prefix(10, 0).runs == ()
 
 
+def test_consumption_of_a_resume_that_skips_or_repeats():
+    """resume-check --exposure: items [0, before) then [first, first + drawn), as (before, 1), (end, 1), (first, -1)."""
+    skip = Consumption.from_prefixes(10, [(3, 1), (8, 1), (6, -1)])  # 0..2, then 6..7: 3..5 never drawn
+    assert skip.runs == ((0, 3, 1), (6, 8, 1)) and skip.consumed == 5
+    repeat = Consumption.from_prefixes(10, [(6, 1), (8, 1), (3, -1)])  # 0..5, then 3..7: 3..5 twice
+    assert repeat.runs == ((0, 3, 1), (3, 6, 2), (6, 8, 1)) and repeat.consumed == 11
+    wrapped = Consumption.from_prefixes(10, [(4, 1), (15, 1), (12, -1)])  # items 12..14 are 2..4 (NeoX's % len)
+    assert wrapped.runs == ((0, 2, 1), (2, 4, 2), (4, 5, 1)) and wrapped.consumed == 7
+
+
 # ---------------------------------------------------------------- exposure vs brute force
 
 SHAPES = [

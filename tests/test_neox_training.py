@@ -422,7 +422,8 @@ def stock_batch_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, dict
     _ok(_launch(run, {**cfg, "exit_interval": BATCH_STOP}, "first", frameworks.neox_dir(), via="deepy"))
     resumed = {**cfg, "train_iters": 120, "gradient_accumulation_steps": 2, "override_lr_scheduler": True}
     check = subprocess.run([sys.executable, "-m", "neox_epoch.cli", "resume-check", run.path("ckpt"),
-                            _write(run, resumed, "check"), "--json"], capture_output=True, text=True, timeout=300)
+                            _write(run, resumed, "check"), "--json", "--exposure"], capture_output=True, text=True,
+                           timeout=300)
     _ok(_launch(run, resumed, "doubled", frameworks.neox_dir(), via="deepy"))
     return run, json.loads(check.stdout), check.returncode
 
@@ -446,6 +447,26 @@ def test_resume_check_predicts_what_stock_neox_skips(stock_batch_run: tuple[Run,
     assert np.bincount(rec.iterations)[1:].tolist() == [4] * BATCH_STOP + [8] * 15
     after = np.bincount(ex.source_of_row[rec.launches == 1], minlength=3).tolist()
     assert after == [s["drawn_after_resume"] for s in predicted["sources"]] == [60, 30, 30]
+
+
+def test_resume_check_exposure_equals_the_tokens_stock_neox_trained(
+        stock_batch_run: tuple[Run, dict[str, Any], int]) -> None:
+    """resume-check --exposure, run before the resume, counts each source's input tokens by times seen over the
+    whole run with the audit's exposure computation: as resumed it equals, bin for bin, the tokens both launches
+    recorded; continued unchanged (items 0 .. greedy(420) + drawn after the resume) it equals NeoX's own index
+    files read item by item. The skip trains other samples than continuing would, not fewer."""
+    run, predicted, _ = stock_batch_run
+    ex = nt.exposure(run.recorded(), run.sources(["a", "b", "c"]))
+    weights = [w / sum(STOCK_WEIGHTS) for w in STOCK_WEIGHTS]
+    at = {p: blend.greedy_counts(weights, p) for p in (420, 840, 960)}
+    for k, name in enumerate("abc"):
+        got = predicted["exposure"][name]
+        assert got["resumed"]["tokens"] == {str(t): int(n) for t, n in enumerate(np.bincount(ex.counts[name]))}, name
+        stem = run.path("data", got["index"])
+        continued = nt.drawn_token_counts(run.path("data", name), stem, 0, at[420][k] + at[960][k] - at[840][k])
+        assert got["continued"]["tokens"] == {str(t): int(n) for t, n in enumerate(np.bincount(continued))}, name
+        drawn = at[420][k] + at[960][k] - at[840][k]  # both draw as many samples of seq_length input tokens
+        assert got["resumed"]["token_exposures"] == got["continued"]["token_exposures"] == drawn * SEQ, name
 
 
 # stock NeoX, weights 2:1:1 for 105 iterations of 4, resumed with 1:2:1: resume-check's prediction, token by token

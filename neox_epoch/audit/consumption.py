@@ -37,14 +37,15 @@ class Consumption:
     @staticmethod
     def from_prefixes(length: int, prefixes: Sequence[tuple[int, int]], period: int = 0,
                       positions: np.ndarray | None = None) -> Consumption:
-        """Indices drawn as ``mult`` passes over the prefix ``[0, P)`` each, wrapping modulo ``length``."""
+        """Indices drawn as ``mult`` passes over the prefix ``[0, P)`` each, wrapping modulo ``length``; a negative
+        ``mult`` takes a prefix away again (``[a, b)`` is ``(b, 1), (a, -1)``)."""
         if length <= 0:
             return Consumption(length=max(length, 0), runs=(), consumed=0, positions=positions, period=period)
         base = 0
         cuts: dict[int, int] = {}
         total = 0
         for p, mult in prefixes:
-            if p <= 0 or mult <= 0:
+            if p <= 0 or mult == 0:
                 continue
             total += p * mult
             base += (p // length) * mult
