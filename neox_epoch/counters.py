@@ -13,6 +13,8 @@ JSONL, one object per line in ``<log_dir>/neox_epoch.jsonl`` (every record also 
 * ``{"event": "pass_start", "iteration", "source", "pass", "sample"}`` (``sample``: the blend position of
   the source's first sample of that pass)
 * ``{"event": "final", "iteration", "train_iters", "complete", "sources": {name: {..., "planned_passes"}}}``
+* ``{"event": "checkpoint", "iteration", "tag", "state": {...}}`` (GPT-NeoX: the data position the hooks saved
+  into the checkpoint, ``neox_epoch_state.json``; ``neox-epoch resume-check`` reads it from the log)
 
 Scalars (TensorBoard tag / W&B key), logged at the record's iteration:
 ``neox_epoch/passes/<source>`` (fractional passes), ``neox_epoch/samples/<source>`` (samples drawn),

@@ -27,9 +27,10 @@ from typing import Any
 from neox_epoch import blend
 from neox_epoch.checkpoint import Checkpoint, read_checkpoint
 from neox_epoch.config import NeoxConfig, get_int, load_neox_configs, neox_batch
+from neox_epoch.counters import JSONL_NAME
 from neox_epoch.errors import ConfigError, NeoxEpochError
 from neox_epoch.neox.planning import make_run_plan, values_from_args
-from neox_epoch.neox.resume_state import ResumeState, TrainBuild, decide, read_state
+from neox_epoch.neox.resume_state import ResumeState, TrainBuild, decide, read_state, states_from_log
 from neox_epoch.plan import Plan, make_plan
 from neox_epoch.resume import LoaderShape, ResumeStart, hooked_start, neox_start
 from neox_epoch.resume_exposure import SourceExposure, source_exposures
@@ -133,6 +134,32 @@ def old_run(ckpt: Checkpoint) -> OldRun:
     how = (f"consumed = iteration * train_batch_size = {ckpt.iteration} * {tbs} = {ckpt.iteration * tbs} (no "
            "neox-epoch state in the checkpoint: assumes the batch never changed before it)")
     return OldRun(ckpt, tbs, ckpt.iteration * tbs, how, None)
+
+
+def is_run_log(path: str) -> bool:
+    """A run's JSONL (or the directory holding it) rather than a checkpoint directory."""
+    if os.path.isdir(path):
+        return os.path.isfile(os.path.join(path, JSONL_NAME)) and not os.path.isfile(os.path.join(path, "latest"))
+    return path.endswith(".jsonl") and os.path.isfile(path)
+
+
+def old_from_log(path: str, iteration: int | None) -> OldRun:
+    """OLD from the ``checkpoint`` record the hooks wrote into the run's JSONL when NeoX saved the checkpoint the
+    resume loads (``iteration``; default the last one recorded): the checkpoint itself is not needed."""
+    log = os.path.join(path, JSONL_NAME) if os.path.isdir(path) else path
+    records = states_from_log(log)
+    if not records:
+        raise ConfigError(f"{log}: no checkpoint record in it (the hooks write one each time NeoX saves a "
+                          "checkpoint); give the checkpoint directory instead")
+    at = max(records) if iteration is None else iteration
+    if at not in records:
+        raise ConfigError(f"{log}: no checkpoint record for iteration {at}; recorded: {sorted(records)} (give "
+                          "--iteration with the iteration of the checkpoint the resume loads)")
+    tag, state = records[at]
+    ckpt = Checkpoint("neox", f"{log} ({tag})", at, {"ds_config": {"train_batch_size": state.train_batch_size}})
+    how = (f"consumed = {state.consumed_samples} (the checkpoint record for {tag} in the run's JSONL, every batch "
+           "size the run had)")
+    return OldRun(ckpt, state.train_batch_size, state.consumed_samples, how, state)
 
 
 def new_run(paths: list[str], world_size: int | None) -> NewRun:
@@ -268,8 +295,10 @@ def build_findings(old: OldRun, saved: SavedBuild | None, new: NewRun) -> list[s
     return out
 
 
-def check(checkpoint: str, configs: list[str], world_size: int | None = None, exposure: bool = False) -> ResumeCheck:
-    old = old_run(read_checkpoint(checkpoint))
+def check(checkpoint: str, configs: list[str], world_size: int | None = None, exposure: bool = False,
+          iteration: int | None = None) -> ResumeCheck:
+    """``checkpoint``: the checkpoint directory, or the run's JSONL (``iteration``: which checkpoint record)."""
+    old = old_from_log(checkpoint, iteration) if is_run_log(checkpoint) else old_run(read_checkpoint(checkpoint))
     new = new_run(configs, world_size)
     it = old.checkpoint.iteration
     findings, notes = [], []
@@ -372,7 +401,10 @@ def _exposure_lines(exposures: tuple[SourceExposure, ...]) -> list[str]:
 def register(sub: Any) -> None:
     p = sub.add_parser("resume-check", help="what a resume with a changed config skips or repeats (NeoX, Megatron-LM)")
     p.add_argument("checkpoint", help="the checkpoint the run will load: its save directory (with 'latest' or "
-                   "latest_checkpointed_iteration.txt) or a tag")
+                   "latest_checkpointed_iteration.txt) or a tag; or, for a NeoX run with the plugin, its "
+                   "neox_epoch.jsonl (or the directory holding it): the hooks record each checkpoint there")
+    p.add_argument("--iteration", type=int, help="with a JSONL: the iteration of the checkpoint the resume loads "
+                   "(default: the last one recorded)")
     p.add_argument("configs", nargs="*", help="the NeoX config files the run resumes with, or its Megatron-LM "
                    "command line (pretrain_gpt.py --data-path ...)")
     p.add_argument("--world-size", type=int, help="GPUs the resumed run uses (else the config's global_num_gpus or "
@@ -406,7 +438,11 @@ def run(args: argparse.Namespace) -> int:
         for path in args.configs:
             if not glob.glob(path) and not os.path.exists(path):
                 raise ConfigError(f"{path}: config file not found")
-    ckpt = read_checkpoint(args.checkpoint)
+    if args.iteration is not None and not is_run_log(args.checkpoint):
+        raise ConfigError(f"--iteration {args.iteration}: only with a run's neox_epoch.jsonl; a checkpoint "
+                          "directory resumes from its 'latest' (or give the global_stepN tag itself)")
+    log = is_run_log(args.checkpoint)
+    ckpt = Checkpoint("neox", args.checkpoint, 0) if log else read_checkpoint(args.checkpoint)
     if (tokens is not None) != (ckpt.framework == "megatron"):
         megatron = ckpt.framework == "megatron"
         raise ConfigError(f"{args.checkpoint}: a {'Megatron-LM' if megatron else 'GPT-NeoX'} checkpoint; give "
@@ -421,6 +457,6 @@ def run(args: argparse.Namespace) -> int:
                               "neox-epoch audit on the megatron-core caches with --consumed")
         rc = megatron_check(ckpt, tokens, mcore_version(args))
     else:
-        rc = check(args.checkpoint, list(args.configs), args.world_size, args.exposure)
+        rc = check(args.checkpoint, list(args.configs), args.world_size, args.exposure, args.iteration)
     print(json.dumps(to_json(rc), indent=1) if args.json else render(rc))
     return 1 if rc.findings else 0

@@ -155,6 +155,40 @@ def test_resume_check_finds_a_changed_sequence_length(tmp_path):  # type: ignore
     assert out["start_sample"] == 40 and out["skipped"] is None  # same batch: NeoX starts where it stopped
     assert [f.split(":")[0] for f in out["findings"]] == ["seq-length-changed"]
     assert "seq_length 128 -> 256" in out["findings"][0]
+    # the same state as the hooks' checkpoint record in the run's JSONL: the same report without the checkpoint
+    state = json.loads((tag / "neox_epoch_state.json").read_text())
+    log = tmp_path / "logs"
+    log.mkdir()
+    records = [{"event": "checkpoint", "iteration": it, "tag": f"global_step{it}", "state": {**state, "iteration": it}}
+               for it in (5, 10)]
+    (log / "neox_epoch.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [{"event": "plan"}, *records]))
+    from_log = _cli(["resume-check", str(log), str(new), "--json"])  # the last record: iteration 10
+    assert from_log.returncode == 1, from_log.stderr
+    got = json.loads(from_log.stdout)
+    assert got["checkpoint"].endswith("neox_epoch.jsonl (global_step10)") and "in the run's JSONL" in got["consumed_how"]
+    same = ("checkpoint", "consumed_how")
+    assert {k: v for k, v in got.items() if k not in same} == {k: v for k, v in out.items() if k not in same}
+    earlier = json.loads(_cli(["resume-check", str(log / "neox_epoch.jsonl"), str(new), "--iteration", "5",
+                               "--json"]).stdout)
+    assert (earlier["iteration"], earlier["consumed_samples"]) == (5, 40)
+    absent = _cli(["resume-check", str(log), str(new), "--iteration", "7"])
+    assert absent.returncode == 2 and "no checkpoint record for iteration 7; recorded: [5, 10]" in absent.stderr
+
+
+def test_resume_check_from_a_log_says_what_is_missing(tmp_path):  # type: ignore[no-untyped-def]
+    """A JSONL without the checkpoint record, without the iteration asked, or cut short: one line, exit 2."""
+    (tmp_path / "new.yml").write_text("train_micro_batch_size_per_gpu: 2\n")
+    log = tmp_path / "run.jsonl"
+    log.write_text(json.dumps({"event": "plan"}) + "\n")
+    r = _cli(["resume-check", str(log), str(tmp_path / "new.yml")])
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "no checkpoint record in it" in r.stderr
+    record = {"event": "checkpoint", "iteration": 3, "state": {"version": 1}}
+    log.write_text(json.dumps(record) + "\n")
+    r = _cli(["resume-check", str(log), str(tmp_path / "new.yml")])
+    assert r.returncode == 2 and "run.jsonl:1: not a neox-epoch state (KeyError" in r.stderr
+    log.write_text('{"event": "checkpoint", "iter\n')
+    r = _cli(["resume-check", str(log), str(tmp_path / "new.yml"), "--iteration", "7"])
+    assert r.returncode == 2 and "run.jsonl:1: not JSON" in r.stderr
 
 
 def _stock_checkpoint(tmp_path, config: dict | None):  # type: ignore[no-untyped-def]

@@ -338,6 +338,10 @@ def batch_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
                             _write(run, doubled, "check"), "--json"], capture_output=True, text=True, timeout=300)
     with open(run.path("check.json"), "w", encoding="utf-8") as f:
         f.write(check.stdout)
+    from_log = subprocess.run([sys.executable, "-m", "neox_epoch.cli", "resume-check", run.path("logs", "epoch"),
+                               run.path("check.yml"), "--json"], capture_output=True, text=True, timeout=300)
+    with open(run.path("check_from_log.json"), "w", encoding="utf-8") as f:
+        f.write(from_log.stdout)
     _ok(_launch(run, doubled, "doubled", frameworks.neox_dir()))
     return run
 
@@ -370,6 +374,11 @@ def test_batch_change_resume_trains_every_token_its_target_passes(batch_run: Run
     # repeated, and the resumed launch draws a 231, b 222, c 107 (what the recorded batches of that launch hold)
     predicted = json.loads(open(batch_run.path("check.json")).read())
     assert (predicted["resumed_by"], predicted["start_sample"], predicted["clean"]) == ("hooks", 420, True)
+    # the same from the run's JSONL alone: the hooks recorded the checkpoint's state there when NeoX saved it
+    from_log = json.loads(open(batch_run.path("check_from_log.json")).read())
+    assert from_log["checkpoint"].endswith("neox_epoch.jsonl (global_step105)")
+    assert {k: v for k, v in from_log.items() if k not in ("checkpoint", "consumed_how")} == {
+        k: v for k, v in predicted.items() if k not in ("checkpoint", "consumed_how")}
     after = np.bincount(ex.source_of_row[rec.launches == 2], minlength=3).tolist()
     assert after == [s["drawn_after_resume"] for s in predicted["sources"]] == [231, 222, 107]
     final = [r for r in batch_run.jsonl() if r["event"] == "final"][-1]

@@ -36,7 +36,7 @@ import itertools
 import logging
 import math
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from types import ModuleType
 from typing import Any
 
@@ -622,7 +622,7 @@ def save_state(state: State, neox_args: Any, iteration: int) -> None:
     saved = state.saved
     builds = {b.name.replace(sep.NAME_SUFFIX, ""): TrainBuild(b.num_samples, b.epochs, b.samples_built)
               for b in state.builds if b.name.startswith("train")}
-    write_state(tag_dir, ResumeState(
+    saved_state = ResumeState(
         iteration=int(iteration),
         consumed_samples=state.consumed_base + (int(iteration) - state.iteration_base) * shape.train_batch_size,
         train_batch_size=shape.train_batch_size, loader_batch=shape.loader_batch,
@@ -630,7 +630,11 @@ def save_state(state: State, neox_args: Any, iteration: int) -> None:
         builds=builds, drawn=list(saved.drawn) if saved else ([s.samples_drawn for s in rp.train] if rp.blended else []),
         blend_weights=list(state.blend_request[0]) if state.blend_request else [],
         blend_samples=list(state.blend_request[1]) if state.blend_request else [],
-        greedy_weights=list(rp.weights or []), seq_length=rp.plan.seq_length))
+        greedy_weights=list(rp.weights or []), seq_length=rp.plan.seq_length)
+    write_state(tag_dir, saved_state)
+    # the same record in the run's JSONL: resume-check can plan a resume from the log alone
+    state.sink.write({"event": "checkpoint", "iteration": int(iteration), "tag": os.path.basename(tag_dir),
+                      "state": asdict(saved_state)})
 
 
 def build_counters(state: State, rp: RunPlan, neox_args: Any, active: bool) -> PassCounters:

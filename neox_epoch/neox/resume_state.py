@@ -90,14 +90,45 @@ def read_state(tag_dir: str) -> ResumeState | None:
     try:
         with open(path, encoding="utf-8") as f:
             raw = json.load(f)
-        if raw.get("version") != VERSION:
-            raise ConfigError(f"{path}: version {raw.get('version')!r}, this neox-epoch reads version {VERSION}; "
-                              "resume with the neox-epoch that saved it")
-        builds = {k: TrainBuild(**v) for k, v in raw.pop("builds").items()}
-        return ResumeState(builds=builds, **raw)
-    except (OSError, ValueError, TypeError, KeyError) as err:
+    except (OSError, ValueError) as err:
         raise ConfigError(f"{path}: not a neox-epoch state ({type(err).__name__}: {err}); it was cut off or edited: "
                           "restore it from the checkpoint's copy, or delete it to resume as stock NeoX") from None
+    return state_from_json(raw, path)
+
+
+def state_from_json(raw: Any, where: str) -> ResumeState:
+    """A state from its JSON object (the checkpoint's file, or the ``checkpoint`` record of the run's JSONL)."""
+    try:
+        if raw.get("version") != VERSION:
+            raise ConfigError(f"{where}: version {raw.get('version')!r}, this neox-epoch reads version {VERSION}; "
+                              "resume with the neox-epoch that saved it")
+        raw = dict(raw)
+        builds = {k: TrainBuild(**v) for k, v in raw.pop("builds").items()}
+        return ResumeState(builds=builds, **raw)
+    except (AttributeError, ValueError, TypeError, KeyError) as err:
+        raise ConfigError(f"{where}: not a neox-epoch state ({type(err).__name__}: {err}); it was cut off or edited: "
+                          "restore it from the checkpoint's copy, or delete it to resume as stock NeoX") from None
+
+
+def states_from_log(path: str) -> dict[int, tuple[str, ResumeState]]:
+    """The hooks' ``checkpoint`` records in a run's JSONL: iteration -> (checkpoint tag, state); a later record
+    for the same iteration (a run resumed from an earlier checkpoint) replaces the earlier one."""
+    found: dict[int, tuple[str, ResumeState]] = {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read it ({err.strerror})") from None
+    for number, line in enumerate(lines, 1):
+        try:
+            record = json.loads(line) if line.strip() else None
+        except ValueError:
+            raise ConfigError(f"{path}:{number}: not JSON; every line of the run's JSONL is one JSON object written "
+                              "by the plugin (a last line cut short by a crash: delete it)") from None
+        if isinstance(record, dict) and record.get("event") == "checkpoint":
+            state = state_from_json(record.get("state"), f"{path}:{number}")
+            found[state.iteration] = (str(record.get("tag") or f"global_step{state.iteration}"), state)
+    return found
 
 
 def write_state(tag_dir: str, state: ResumeState) -> None:
