@@ -29,6 +29,8 @@ from neox_epoch.errors import ConfigError
 
 #: the file neox-epoch's hooks write into each NeoX checkpoint tag directory
 STATE_NAME = "neox_epoch_state.json"
+#: the DeepSpeed client-state key of the megatron-core live counters' state_dict (neox_epoch.mcore_counters)
+COUNTERS_KEY = "neox_epoch_counters"
 #: globals rebuilt as themselves; everything else becomes NotRead
 _ALLOWED: dict[tuple[str, str], Any] = {
     ("collections", "OrderedDict"): collections.OrderedDict,
@@ -89,7 +91,8 @@ class Checkpoint:
     """What a checkpoint directory says about the run that saved it."""
 
     framework: str
-    """"neox" (DeepSpeed's layout) or "megatron" (Megatron-LM's)."""
+    """"neox" (DeepSpeed's layout), "megatron-core" (DeepSpeed's layout with the megatron-core counters' state
+    in its client state) or "megatron" (Megatron-LM's)."""
     directory: str
     """The tag directory (``global_step{N}`` or ``iter_{N:07d}``)."""
     iteration: int
@@ -143,7 +146,7 @@ def _read_neox(tag: str) -> Checkpoint:
     if not isinstance(saved, dict) or "iteration" not in saved:
         raise ConfigError(f"{states}: no 'iteration' in it; not a GPT-NeoX checkpoint")
     keep = ("iteration", "args", "dp_world_size", "mp_world_size", "ds_config", "ds_version", "global_steps",
-            "global_samples")
+            "global_samples", COUNTERS_KEY)
     values = {k: saved[k] for k in keep if k in saved}
     configs = os.path.join(tag, "configs")
     files = {n: _read_text(os.path.join(configs, n)) for n in sorted(os.listdir(configs))} if os.path.isdir(configs) else {}
@@ -154,7 +157,8 @@ def _read_neox(tag: str) -> Checkpoint:
 
         with open(state_path, encoding="utf-8") as f:
             state = json.load(f)
-    return Checkpoint("neox", tag, int(saved["iteration"]), values, files, state)
+    framework = "megatron-core" if COUNTERS_KEY in saved else "neox"  # a megatron-core loop with the counters
+    return Checkpoint(framework, tag, int(saved["iteration"]), values, files, state)
 
 
 def _read_megatron(tag: str) -> Checkpoint:

@@ -367,8 +367,10 @@ def render(rc: ResumeCheck) -> str:
              f"{j['old_train_batch_size']} -> {j['new_train_batch_size']} ({rc.semantics} semantics)",
              f"  {rc.old.consumed_how}",
              f"  resumed by {rc.who}: {rc.start.how}",
-             f"  {'source':<24} {'skipped':>10} {'repeated':>10} {'drawn after':>12}   (samples; input tokens = "
-             f"samples * seq_length {seq})"]
+             ]
+    if rc.sources:
+        lines.append(f"  {'source':<24} {'skipped':>10} {'repeated':>10} {'drawn after':>12}   (samples; input "
+                     f"tokens = samples * seq_length {seq})")
     for s in rc.sources:
         if s.skipped is None or s.repeated is None:
             lines.append(f"  {s.name:<24} {'-':>10} {'-':>10} {s.drawn:>12}   (its index is rebuilt in another order)")
@@ -409,6 +411,8 @@ def register(sub: Any) -> None:
                    "command line (pretrain_gpt.py --data-path ...)")
     p.add_argument("--world-size", type=int, help="GPUs the resumed run uses (else the config's global_num_gpus or "
                    "hostfile, as NeoX counts them; for Megatron-LM its own --world-size)")
+    p.add_argument("--cache", help="megatron-core runs with the live counters (a DeepSpeed checkpoint resumed with "
+                   "its DeepSpeed config): the run's path_to_cache, whose blend gives each source's draws")
     p.add_argument("--framework-version", help="Megatron-LM checkpoints: the megatron-core version to mirror")
     p.add_argument("--force-version", action="store_true", help="plan an unverified megatron-core version")
     p.add_argument("--exposure", action="store_true", help="GPT-NeoX: count each source's input tokens by times "
@@ -443,12 +447,19 @@ def run(args: argparse.Namespace) -> int:
                           "directory resumes from its 'latest' (or give the global_stepN tag itself)")
     log = is_run_log(args.checkpoint)
     ckpt = Checkpoint("neox", args.checkpoint, 0) if log else read_checkpoint(args.checkpoint)
-    if (tokens is not None) != (ckpt.framework == "megatron"):
-        megatron = ckpt.framework == "megatron"
-        raise ConfigError(f"{args.checkpoint}: a {'Megatron-LM' if megatron else 'GPT-NeoX'} checkpoint; give "
-                          f"{'its Megatron-LM command line (--data-path ...)' if megatron else 'NeoX config files'} "
-                          "for the resumed run")
-    if tokens is not None:
+    wanted = {"megatron": "a Megatron-LM checkpoint; give its Megatron-LM command line (--data-path ...)",
+              "megatron-core": "a megatron-core run with neox-epoch's counters (DeepSpeed checkpoint); give the one "
+                               "DeepSpeed config (JSON) it resumes with, and --cache for per-source draws",
+              "neox": "a GPT-NeoX checkpoint; give NeoX config files"}[ckpt.framework]
+    if (tokens is not None) != (ckpt.framework == "megatron") or (ckpt.framework == "megatron-core" and (
+            len(args.configs) != 1 or args.exposure)):
+        raise ConfigError(f"{args.checkpoint}: {wanted} for the resumed run" + (
+            " (no --exposure)" if args.exposure else ""))
+    if ckpt.framework == "megatron-core":
+        from neox_epoch.resume_mcore import check as mcore_check
+
+        rc = mcore_check(ckpt, args.configs[0], args.world_size, args.cache)
+    elif tokens is not None:
         from neox_epoch.plan_cli import mcore_version
         from neox_epoch.resume_megatron import check as megatron_check
 

@@ -311,6 +311,9 @@ def e2e(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     bigger.write_text(json.dumps({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4,
                                   "gradient_accumulation_steps": 4, "steps_per_print": 1000000}))
     launch(fixed, data_dir, base / "rebatched", "--epochs", "2", "--stop-at-iter", str(STOP_AT))
+    check_resume = [sys.executable, "-m", "neox_epoch.cli", "resume-check", str(base / "rebatched" / "checkpoints"),
+                    str(bigger), "--world-size", "2", "--cache", str(base / "rebatched" / "index_cache")]
+    resume_check = subprocess.run([*check_resume, "--json"], capture_output=True, text=True, cwd=ROOT)
     rebatched = launch(str(bigger), data_dir, base / "rebatched", "--epochs", "2", "--resume")
     return {
         "check": check, "fix_code": fix_code, "fixed": json.loads(Path(fixed).read_text()),
@@ -319,6 +322,7 @@ def e2e(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "stopped": stopped, "expected": expected_numbers(data_dir),
         "files": {k: run_files(base / k) for k in ("full", "resumed", "rebatched")},
         "rebatched_log": rebatched.stdout, "dirs": {k: base / k for k in ("full", "resumed", "rebatched")},
+        "resume_check": resume_check,
     }
 
 
@@ -465,6 +469,37 @@ def test_two_passes_stopped_at_batch_16_and_resumed_at_batch_32_count_exactly(e2
     assert {k: (v["samples"], v["pass"]) for k, v in final["sources"].items()} == dict(
         zip(E2E_NAMES, [(5861, 2), (3686, 2), (2613, 2)]))
     assert "resumed from" in e2e["rebatched_log"] and "global batch 32, was 16" in e2e["rebatched_log"]
+
+
+@pytest.mark.slow
+def test_resume_check_predicts_the_batch_change_the_run_then_draws(e2e: dict[str, Any], tmp_path: Path) -> None:
+    """resume-check on the checkpoint saved at iteration 100 of batch 16, with the DeepSpeed config of 32, before
+    the resume: it starts at the 1600 consumed, runs to iteration 430 = 100 + (12160 - 1600) // 32 with nothing
+    left over (clean, exit 0), and each source's draws after the resume, read from the built blend, are the
+    recorded samples of the resumed launch: their source samples are exactly items drawn_before .. + drawn."""
+    check = e2e["resume_check"]
+    assert check.returncode == 0, check.stderr
+    out = json.loads(check.stdout)
+    assert (out["resumed_by"], out["consumed_samples"], out["start_sample"]) == ("megatron-core", 1600, 1600)
+    assert (out["old_train_batch_size"], out["new_train_batch_size"], out["findings"]) == (16, 32, [])
+    assert out["notes"][0] == "the run ends at iteration 430 = 100 + (12160 - 1600) // 32"
+    records = e2e["files"]["rebatched"]["records"]
+    for k, source in enumerate(out["sources"]):
+        after = sorted(r[2] for r in records if r[1] == k and r[4] > STOP_AT)
+        assert source["name"] == E2E_NAMES[k] and (source["skipped_samples"], source["repeated_samples"]) == (0, 0)
+        assert after == list(range(source["drawn_before"], source["drawn_before"] + source["drawn_after_resume"]))
+    assert [s["drawn_before"] for s in out["sources"]] == [771, 485, 344]
+    assert [s["drawn_after_resume"] for s in out["sources"]] == [5861 - 771, 3686 - 485, 2613 - 344]
+    # a global batch of 28 (micro 2 x accumulation 7 x dp 2) leaves 10560 % 28 = 4 samples undrawn: exit 1
+    odd = tmp_path / "ds_28.json"
+    odd.write_text(json.dumps({"train_batch_size": 28, "train_micro_batch_size_per_gpu": 2,
+                               "gradient_accumulation_steps": 7}))
+    argv = [sys.executable, "-m", "neox_epoch.cli", "resume-check", str(e2e["dirs"]["rebatched"] / "checkpoints"),
+            str(odd), "--world-size", "2"]
+    r = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 1 and "finding: remainder: the last 4 of the train dataset's 12160 samples are never " \
+        "drawn ((12160 - 1600) % 28)" in r.stdout
+    assert "the run ends at iteration 477 = 100 + (12160 - 1600) // 28" in r.stdout
 
 
 @pytest.mark.slow

@@ -1,0 +1,119 @@
+"""``neox-epoch resume-check`` for DeepSpeed checkpoints of a megatron-core run with neox-epoch's live counters.
+
+Such a run (``examples/mcore_deepspeed_exact_epoch.py``, or a loop built the same way) saves the counters'
+``state_dict`` in DeepSpeed's client state (``neox_epoch_counters``): the iteration, the samples consumed,
+each source's draws among them, the global batch of its last step and the train dataset's size. On resume it
+builds the same data (planned with the saved planning batch) and Megatron's pretraining sampler continues at
+``consumed_samples`` whatever the new global batch, so no position is skipped or repeated; the run draws
+``(dataset_size - consumed) // new_global_batch`` more iterations and the rest of the dataset (under one new
+batch) is never drawn. Each source's draws after the resume are read from the built blend's
+``dataset_index`` (megatron-core's index cache, ``--cache``), the blend the counters themselves count with.
+NEW is the resumed run's DeepSpeed config (its global batch, derived as DeepSpeed derives it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import numpy as np
+
+from neox_epoch.audit import names
+from neox_epoch.batch.check import batch_errors, data_parallel_size, derive_batch
+from neox_epoch.batch.config import read_config
+from neox_epoch.checkpoint import COUNTERS_KEY as CLIENT_KEY
+from neox_epoch.checkpoint import Checkpoint
+from neox_epoch.errors import ConfigError
+from neox_epoch.plan import Plan
+from neox_epoch.resume import LoaderShape, ResumeStart
+from neox_epoch.resume_check import NewRun, OldRun, ResumeCheck, SourceDelta
+
+
+def new_batch(ds_config: str, world_size: int | None) -> LoaderShape:
+    """The resumed run's batch shape from its DeepSpeed config, with the launcher's world size."""
+    config = read_config([ds_config])
+    if config.flavor != "deepspeed":
+        raise ConfigError(f"{ds_config}: a megatron-core run resumed through DeepSpeed is given by its DeepSpeed "
+                          "config (JSON), found a NeoX config")
+    tbs, micro, gas = (config.train_batch_size, config.train_micro_batch_size_per_gpu,
+                       config.gradient_accumulation_steps)
+    if world_size is not None:
+        dp = data_parallel_size(world_size, config.pipe_parallel_size, config.model_parallel_size,
+                                config.sequence_parallel_size)
+    elif tbs is not None and micro is not None and gas is not None:
+        dp = max(1, tbs // (micro * gas))  # DeepSpeed's check below refuses a product that does not hold
+    else:
+        raise ConfigError(f"{ds_config}: the data-parallel size is needed to derive the batch; give --world-size N "
+                          "(the ranks the deepspeed launcher starts)")
+    batch = derive_batch(tbs, micro, gas, dp)
+    errors = batch_errors(batch)
+    if errors:
+        raise ConfigError(f"{ds_config}: {errors[0]}; DeepSpeed would refuse it (neox-epoch check-batch {ds_config} "
+                          f"--num_gpus {world_size or dp} --fix FIXED.json)")
+    return LoaderShape(batch.train_micro_batch_size_per_gpu, batch.data_parallel_size,
+                       batch.gradient_accumulation_steps)
+
+
+def _saved_state(ckpt: Checkpoint) -> dict[str, Any]:
+    state = ckpt.values.get(CLIENT_KEY)
+    keys = ("iteration", "consumed_samples", "samples", "dataset_size", "global_batch_size")
+    if not isinstance(state, dict) or any(k not in state for k in keys):
+        raise ConfigError(f"{ckpt.directory}: its client state {CLIENT_KEY} is not what LiveCounters.state_dict() "
+                          f"returns (keys {', '.join(keys)}); save counters.state_dict() there")
+    return state
+
+
+def _blend(cache: str, size: int, sources: list[str]) -> tuple[np.ndarray, int]:
+    """The train blend's dataset_index of ``size`` samples in megatron-core's cache, and its seq_length."""
+    for group in names.discover([cache]):
+        if not (group.kind == names.MCORE and group.is_blend and group.split == "train"):
+            continue
+        with open(group.files[names.DESCRIPTION], encoding="utf-8") as f:
+            described = json.load(f)
+        children = [os.path.basename(str(d.get("dataset_path"))) for d in described.get("datasets", [])]
+        if described.get("size") == size and children == sources:
+            index = np.load(group.files[names.DATASET], mmap_mode="r")
+            return np.asarray(index, dtype=np.int64), int(described["datasets"][0]["sequence_length"])
+    raise ConfigError(f"{cache}: no train BlendedDataset of {size} samples over {sources} in it; give the "
+                      "path_to_cache the run builds its data in (the saved run's build)")
+
+
+def check(ckpt: Checkpoint, ds_config: str, world_size: int | None, cache: str | None) -> ResumeCheck:
+    """resume-check of a megatron-core run's DeepSpeed checkpoint resumed with the DeepSpeed config ``ds_config``."""
+    state = _saved_state(ckpt)
+    consumed, size, saved = int(state["consumed_samples"]), int(state["dataset_size"]), dict(state["samples"])
+    shape = new_batch(ds_config, world_size)
+    batch = shape.train_batch_size
+    left = max(0, size - consumed)
+    iterations, rest = left // batch, left % batch
+    end = ckpt.iteration + iterations
+    start = ResumeStart(consumed, consumed, f"start = consumed_samples = {consumed} (Megatron's pretraining sampler "
+                                            "continues there, whatever the batch)")
+    findings, notes = [], [f"the run ends at iteration {end} = {ckpt.iteration} + ({size} - {consumed}) // {batch}"]
+    if left == 0:
+        findings.append(f"no-samples-left: the train dataset's {size} samples were all drawn by iteration "
+                        f"{ckpt.iteration}")
+    elif rest:
+        findings.append(f"remainder: the last {rest} of the train dataset's {size} samples are never drawn "
+                        f"(({size} - {consumed}) % {batch}); a global batch dividing {left} draws them all")
+    names_ = list(saved)
+    seq_length = 0
+    if cache is None:
+        notes.append("per-source draws after the resume need the blend's dataset_index: give --cache (the run's "
+                     "path_to_cache)")
+        sources: tuple[SourceDelta, ...] = ()
+    else:
+        index, seq_length = _blend(cache, size, names_)
+        before = np.bincount(index[:consumed], minlength=len(names_))
+        if [int(saved[n]) for n in names_] != before.tolist():
+            raise ConfigError(f"{cache}: its blend draws {before.tolist()} at sample {consumed}, the checkpoint's "
+                              f"counters say {[int(saved[n]) for n in names_]}: not the build this run trained on")
+        after = np.bincount(index[consumed: consumed + iterations * batch], minlength=len(names_))
+        sources = tuple(SourceDelta(n, 0, 0, int(a), int(b), int(b)) for n, a, b in zip(names_, after, before))
+    plan = Plan("megatron-core", "", seq_length, batch, end, size, {}, (), (), (), ())
+    new = NewRun(shape, plan, tuple(names_), None, {}, size, False, True)
+    old = OldRun(ckpt, int(state["global_batch_size"]), consumed,
+                 f"consumed = {consumed} (the counters' state in the checkpoint's client state)", None)
+    return ResumeCheck(old, new, start, "megatron-core", sources, tuple(findings), tuple(notes), consumed,
+                       semantics="megatron-core with neox-epoch's live counters")
