@@ -15,7 +15,11 @@ Each case runs in a forked worker (Megatron-LM is imported once, before forking)
 5. ``get_train_valid_test_num_samples()`` with ``args.iteration = 0`` (a new run);
 6. pretrain_gpt.py's ``core_gpt_dataset_config_from_args(args)`` and the real
    ``BlendedMegatronDatasetBuilder(GPTDataset, sizes, is_built_on_rank, config).build()``;
-7. with a batch-size ramp, the training loop's ``update_num_microbatches(consumed, consistency_check=True)``.
+7. with a batch-size ramp, the training loop's ``update_num_microbatches(consumed, consistency_check=True)``;
+8. with ``"resume_at": C, "resume_iteration": I`` in the case, a resume of this build at C consumed samples
+   after iteration I: Megatron-LM's own ``MegatronPretrainingSampler`` from C for every data-parallel rank,
+   its micro batches taken for the iterations up to ``train_iters`` (or until it runs out), and the blend's
+   ``dataset_index`` read at the positions drawn.
 
 Stand-ins, test side only (each says why at its definition): CUDA_DEVICE_MAX_CONNECTIONS=1, the GPU
 architecture query answered as an H100 would, a one-rank gloo group, a parameter-less optimizer for the
@@ -27,13 +31,16 @@ OUT.json: ``{"megatron_lm_version", "megatron_lm_dir", "import_s", "cases": [CAS
 CASE = ``{"id", "refusal": null | {"stage", "error", "message"}, "world_size", "data_parallel_size",
 "global_batch_size", "train_iters", "num_samples": [train, valid, test], "scheduler": {...},
 "splits": {"train"|"valid"|"test": SPLIT | [SPLIT, ...] | null}}``; SPLIT is a GPTDataset record
-(``dataset_path, num_samples, len, num_documents, tokens, epochs``) or a BlendedDataset record (``size,
-len, weights, draws, datasets: [GPT record, ...]``).
+(``dataset_path, num_samples, len, num_documents, tokens, epochs, order``: a digest of its document, sample
+and shuffle index) or a BlendedDataset record (``size, len, weights, draws, datasets: [GPT record, ...]``);
+``resume`` (step 8): ``{"refusal": the sampler's assertion | null, "before": per-source draws among the first C
+positions, "iterations": iterations the sampler feeds, "after": per-source draws of those iterations}``.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import multiprocessing
 import os
@@ -197,9 +204,33 @@ def _gpt_record(ds: Any) -> dict[str, Any]:
     indices = np.asarray(ds.indices)
     docs = int(indices.shape[0])
     tokens = int(np.sum(ds.dataset.sequence_lengths[indices], dtype=np.int64)) if docs else 0
+    order = hashlib.md5(usedforsecurity=False)
+    for array in (ds.document_index, ds.sample_index, ds.shuffle_index):
+        order.update(np.ascontiguousarray(array).tobytes())
     return {"type": "GPTDataset", "dataset_path": ds.dataset_path, "num_samples": ds.num_samples, "len": len(ds),
-            "num_documents": docs, "tokens": tokens,
+            "num_documents": docs, "tokens": tokens, "order": order.hexdigest(),
             "epochs": int(np.asarray(ds.document_index).shape[0] // docs) if docs else None}
+
+
+def _resume(args: Any, train: Any, consumed: int, iteration: int) -> dict[str, Any]:
+    """Megatron-LM's train loader resumed at ``consumed`` (build_pretraining_data_loader's single sampler, one per
+    data-parallel rank), fed to the iterations left until ``train_iters``."""
+    from megatron.training.datasets.data_samplers import MegatronPretrainingSampler
+
+    dp, micro = args.data_parallel_size, args.micro_batch_size
+    index = np.asarray(train.dataset_index) if type(train).__name__ == "BlendedDataset" else None
+    sources = len(train.datasets) if index is not None else 1
+    which = (lambda ids: index[ids]) if index is not None else (lambda ids: np.zeros(len(ids), np.int64))
+    before = np.bincount(which(np.arange(min(consumed, len(train)))), minlength=sources).tolist()
+    try:
+        ranks = [list(MegatronPretrainingSampler(len(train), consumed, micro, r, dp)) for r in range(dp)]
+    except AssertionError as err:
+        return {"refusal": str(err), "before": before, "iterations": 0, "after": [0] * sources}
+    per_iteration = args.global_batch_size // (micro * dp)
+    iterations = min(len(ranks[0]) // per_iteration, args.train_iters - iteration)
+    ids = [i for rank in ranks for batch in rank[: iterations * per_iteration] for i in batch]
+    after = np.bincount(which(np.asarray(ids, dtype=np.int64)), minlength=sources).tolist()
+    return {"refusal": None, "before": before, "iterations": iterations, "after": after}
 
 
 def _record(ds: Any) -> Any:
@@ -256,6 +287,8 @@ def _run_case(case: dict[str, Any]) -> dict[str, Any]:
         datasets = _stage("builder", builder.build)
         out["splits"] = {name: _record(ds) for name, ds in zip(SPLITS, datasets)}
         _stage("train", _train_consistency, args)
+        if "resume_at" in case:
+            out["resume"] = _resume(args, datasets[0], int(case["resume_at"]), int(case["resume_iteration"]))
     except Refused as refused:
         out["refusal"] = refused.record
     return out

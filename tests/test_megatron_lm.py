@@ -533,3 +533,128 @@ def mcore_greedy(weights: list[float], n: int) -> list[int]:
     from neox_epoch import blend
 
     return blend.greedy_counts(blend.normalize(weights), n)
+
+
+# ------------------------------------------------------------------ resume-check on random Megatron-LM resumes
+
+def random_resume(rng: random.Random, corpora: list[str]) -> dict[str, Any]:
+    """A saved run's command line and world, the iteration it stopped at, and the resumed run's command line and
+    world with 0-3 changes among the global batch, train_iters, the blend, seq_length, the world size and the
+    scheduler override."""
+    micro, world, seq, iters = rng.choice([1, 2]), rng.choice([1, 2, 4]), rng.choice([64, 128]), rng.randint(40, 200)
+    gbs = micro * world * rng.choice([1, 2, 3])
+    sources = rng.sample(corpora, rng.choice([1, 2, 3]))
+    weights = [round(rng.uniform(0.1, 1.0), 2) for _ in sources]
+    split = rng.choice(["98,1,1", "90,5,5"])
+
+    def argv(gbs: int, iters: int, seq: int, weights: list[float]) -> list[str]:
+        data = sources if len(sources) == 1 else [x for w, c in zip(weights, sources) for x in (str(w), c)]
+        return [*MODEL, "--micro-batch-size", str(micro), "--eval-interval", "1000", "--eval-iters", "1", "--split",
+                split, "--seq-length", str(seq), "--global-batch-size", str(gbs), "--train-iters", str(iters),
+                "--data-path", *data]
+
+    old, iteration = argv(gbs, iters, seq, weights), rng.randint(1, iters - 1)
+    # seq_length rarer: after it positions name other token spans, so fewer numbers are comparable
+    kinds = ["batch", "batch", "iters", "seq", "world", "override"] + (["blend"] * 3 if len(sources) > 1 else [])
+    changes = sorted(set(rng.sample(kinds, rng.choice([0, 1, 1, 2, 3]))))
+    new_world = rng.choice([w for w in (1, 2, 4) if w != world]) if "world" in changes else world
+    new_gbs = micro * new_world * rng.choice([1, 2, 3, 4]) if {"batch", "world"} & set(changes) else gbs
+    if new_gbs % (micro * new_world):
+        new_gbs = micro * new_world
+    new = argv(new_gbs, rng.randint(iteration + 1, 2 * iters) if "iters" in changes else iters,
+               rng.choice([s for s in (64, 128, 256) if s != seq]) if "seq" in changes else seq,
+               [round(rng.uniform(0.1, 1.0), 2) for _ in sources] if "blend" in changes else weights)
+    new += ["--override-opt_param-scheduler"] if "override" in changes else []
+    return {"old": old, "world": world, "iteration": iteration, "consumed": iteration * gbs, "new": new,
+            "new_world": new_world, "changes": changes}
+
+
+def expected_resume(pair: dict[str, Any], real_old: dict[str, Any], real_new: dict[str, Any]) -> dict[str, Any]:
+    """What real Megatron-LM does at the resume, from its own builds and sampler (tests/megatron_lm_truth.py)."""
+    old_train, new_train = real_old["splits"]["train"], real_new["splits"]["train"]
+    old_parts = old_train["datasets"] if old_train["type"] == "BlendedDataset" else [old_train]
+    new_parts = new_train["datasets"] if new_train["type"] == "BlendedDataset" else [new_train]
+    resumed = real_new["resume"]
+    return {
+        "orders": [k for k, (a, b) in enumerate(zip(old_parts, new_parts)) if a["order"] != b["order"]],
+        "blend": old_train.get("weights") is not None and any(
+            abs(a - b) > 1e-12 for a, b in zip(old_train["weights"], new_train["weights"])),
+        "moves": [(max(0, b - a), max(0, a - b)) for a, b in zip(real_old["resume"]["before"], resumed["before"])],
+        "no_samples_left": resumed["refusal"] is not None,
+        "runs_out": resumed["refusal"] is None and resumed["iterations"] < real_new["train_iters"] - pair["iteration"],
+        "after": resumed["after"],
+        "lr": real_old["scheduler"] != real_new["scheduler"] and "--override-opt_param-scheduler" not in pair["new"],
+    }
+
+
+@pytest.mark.megatron_lm
+def test_resume_check_on_random_megatron_lm_resumes(megatron_lm: str, tmp_path: Any) -> None:
+    """16 random resumes (a checkpoint's args saved by Megatron-LM's own code at a random iteration, resumed with
+    random changes of batch, train_iters, blend, seq_length, world size or scheduler override). Each finding
+    of resume-check equals what real Megatron-LM does, replayed by brute force from both real builds and its
+    own pretraining sampler: orders-change exactly for the sources whose index arrays differ, blend-changed
+    exactly when the built weights differ, each source's skip/repeat from both blends' dataset_index at the
+    consumed samples, no-samples-left when the sampler asserts, runs-out when it feeds fewer iterations than
+    train_iters asks, the draws after the resume from the sampler's positions, lr-schedule when the real
+    scheduler differs; seq-length-changed exactly when seq_length changes (then positions name other spans)."""
+    import megatron_lm_env as env
+
+    corpora = []
+    for j, docs in enumerate((700, 400, 250)):
+        corpora.append(str(tmp_path / f"src{j}"))
+        write_random_corpus(corpora[-1], 70 + j, docs, 1, 300)
+    rng = random.Random(20261124)
+    pairs = [random_resume(rng, corpora) for _ in range(16)]
+    cases = []
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "megatron_lm_checkpoint.py")
+    for i, pair in enumerate(pairs):
+        pair["save"] = str(tmp_path / f"ckpt{i}")
+        made = subprocess.run([sys.executable, script, pair["save"], str(pair["iteration"]), str(pair["world"]),
+                               *pair["old"]], env=frameworks.megatron_lm_env(), capture_output=True, text=True,
+                              timeout=300)
+        assert made.returncode == 0, made.stderr[-3000:]
+        for name, argv_, world in (("old", pair["old"], pair["world"]), ("new", pair["new"], pair["new_world"])):
+            cases.append({"id": f"{i}-{name}", "argv": argv_, "world_size": world, "build": True,
+                          "cache_dir": str(tmp_path), "resume_at": pair["consumed"],
+                          "resume_iteration": pair["iteration"]})
+    truth = env.run_truth(cases, str(tmp_path / "work"))["cases"]
+    failures, seen, compared = [], set(), set()
+    for i, pair in enumerate(pairs):
+        real_old, real_new = truth[2 * i], truth[2 * i + 1]
+        assert real_old["refusal"] is None and real_new["refusal"] is None, (real_old["refusal"], real_new["refusal"])
+        r = subprocess.run([sys.executable, "-m", "neox_epoch.cli", "resume-check", pair["save"], *pair["new"],
+                            "--world-size", str(pair["new_world"]), "--json"], capture_output=True, text=True,
+                           timeout=300)
+        assert r.returncode in (0, 1), r.stderr
+        out, want = json.loads(r.stdout), expected_resume(pair, real_old, real_new)
+        kinds = [f.split(":")[0] for f in out["findings"]]
+        seen.update(kinds)
+        got = {"blend": "blend-changed" in kinds, "no_samples_left": "no-samples-left" in kinds,
+               "runs_out": "runs-out" in kinds, "lr": "lr-schedule" in kinds,
+               "seq": "seq-length-changed" in kinds}
+        diffs = [f"{k}: {got[k]} vs Megatron-LM {want[k]}" for k in ("blend", "no_samples_left", "runs_out", "lr")
+                 if got[k] != want[k]]
+        if got["seq"] != ("seq" in pair["changes"]):
+            diffs.append(f"seq-length-changed: {got['seq']} for changes {pair['changes']}")
+        if "seq" not in pair["changes"] and not want["no_samples_left"]:  # the same token spans, a resume that runs
+            orders = [k for k, s in enumerate(out["sources"]) if s["order_changed"]]
+            if orders != want["orders"]:
+                diffs.append(f"orders-change {orders} vs index arrays differing {want['orders']}")
+            moves = [(s["skipped_samples"], s["repeated_samples"]) for s in out["sources"]]
+            compared |= {"orders"} if orders else set()
+            compared |= {"moves"} if any(a or b for k, (a, b) in enumerate(want["moves"]) if k not in orders) else set()
+            if [m for k, m in enumerate(moves) if k not in orders] != [m for k, m in enumerate(want["moves"])
+                                                                     if k not in orders]:
+                diffs.append(f"skip/repeat {moves} vs {want['moves']}")
+        if not want["runs_out"] and not want["no_samples_left"]:
+            drawn = [s["drawn_after_resume"] for s in out["sources"]]
+            if drawn != want["after"]:
+                diffs.append(f"drawn after the resume {drawn} vs the sampler's {want['after']}")
+        if (r.returncode == 0) != (not out["findings"]):
+            diffs.append(f"exit {r.returncode} with findings {kinds}")
+        if diffs:
+            failures.append(f"pair {i} {pair['changes']}: " + "; ".join(diffs))
+    assert not failures, "\n".join(failures)
+    # the random pairs reached the findings that matter (a seed change that stops doing so must be noticed)
+    assert {"orders-change", "blend-changed", "seq-length-changed", "lr-schedule"} <= seen, seen
+    assert compared == {"orders", "moves"}, compared  # both were compared on the same token spans
