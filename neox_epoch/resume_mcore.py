@@ -97,22 +97,23 @@ def check(ckpt: Checkpoint, ds_config: str, world_size: int | None, cache: str |
     elif rest:
         findings.append(f"remainder: the last {rest} of the train dataset's {size} samples are never drawn "
                         f"(({size} - {consumed}) % {batch}); a global batch dividing {left} draws them all")
-    names_ = list(saved)
+    source_names = list(saved)
     seq_length = 0
     if cache is None:
         notes.append("per-source draws after the resume need the blend's dataset_index: give --cache (the run's "
                      "path_to_cache)")
         sources: tuple[SourceDelta, ...] = ()
     else:
-        index, seq_length = _blend(cache, size, names_)
-        before = np.bincount(index[:consumed], minlength=len(names_))
-        if [int(saved[n]) for n in names_] != before.tolist():
+        index, seq_length = _blend(cache, size, source_names)
+        before = np.bincount(index[:consumed], minlength=len(source_names))
+        counted = [int(saved[n]) for n in source_names]
+        if counted != before.tolist():
             raise ConfigError(f"{cache}: its blend draws {before.tolist()} at sample {consumed}, the checkpoint's "
-                              f"counters say {[int(saved[n]) for n in names_]}: not the build this run trained on")
-        after = np.bincount(index[consumed: consumed + iterations * batch], minlength=len(names_))
-        sources = tuple(SourceDelta(n, 0, 0, int(a), int(b), int(b)) for n, a, b in zip(names_, after, before))
+                              f"counters say {counted}: not the build this run trained on")
+        after = np.bincount(index[consumed: consumed + iterations * batch], minlength=len(source_names))
+        sources = tuple(SourceDelta(n, 0, 0, int(a), int(b), int(b)) for n, a, b in zip(source_names, after, before))
     plan = Plan("megatron-core", "", seq_length, batch, end, size, {}, (), (), (), ())
-    new = NewRun(shape, plan, tuple(names_), None, {}, size, False, True)
+    new = NewRun(shape, plan, tuple(source_names), None, {}, size, False, True)
     old = OldRun(ckpt, int(state["global_batch_size"]), consumed,
                  f"consumed = {consumed} (the counters' state in the checkpoint's client state)", None)
     return ResumeCheck(old, new, start, "megatron-core", sources, tuple(findings), tuple(notes), consumed,
