@@ -500,6 +500,11 @@ def test_resume_check_predicts_the_batch_change_the_run_then_draws(e2e: dict[str
     assert r.returncode == 1 and "finding: remainder: the last 4 of the train dataset's 12160 samples are never " \
         "drawn ((12160 - 1600) % 28)" in r.stdout
     assert "the run ends at iteration 477 = 100 + (12160 - 1600) // 28" in r.stdout
+    # the cache of another run (the one-pass build) is not this run's blend: one line, exit 2
+    other = subprocess.run([*argv, "--cache", str(e2e["dirs"]["resumed"] / "index_cache")], capture_output=True,
+                           text=True, cwd=ROOT)
+    assert other.returncode == 2 and other.stderr.count("\n") == 1
+    assert "no train BlendedDataset of 12160 samples over ['web_text_document', " in other.stderr
 
 
 @pytest.mark.slow
