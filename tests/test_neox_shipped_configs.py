@@ -187,3 +187,78 @@ def test_sweep_script_without_neox_dir_is_one_line(tmp_path):
     r = subprocess.run([sys.executable, os.path.join(HERE, "..", "scripts", "neox_config_sweep.py"),
                         str(tmp_path / "x.json")], capture_output=True, text=True, env=env, timeout=60)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "NEOX_DIR" in r.stderr
+
+
+# ---------------------------------------------------------------- resume-check on the shipped configs
+
+def _accepted_worlds() -> dict[str, list[str]]:
+    """Per model config, its accepted pairings in world-size order."""
+    by_model: dict[str, list[str]] = {}
+    for key in sorted(PAIRINGS, key=lambda k: (PAIRINGS[k]["model"], int(k.rsplit("@", 1)[1]))):
+        if PAIRINGS[key]["accepted"]:
+            by_model.setdefault(PAIRINGS[key]["model"], []).append(key)
+    return by_model
+
+
+def _resume_pairs() -> list[tuple[str, str]]:
+    """Each model saved and resumed on the same world, then moved to the next world up and back down."""
+    out = []
+    for keys in _accepted_worlds().values():
+        out.append((keys[0], keys[0]))
+        out += [(a, b) for a, b in zip(keys, keys[1:])] + [(keys[-1], keys[-2])] if len(keys) > 1 else []
+    return out
+
+
+def _stock_checkpoint(root: str, key: str, iteration: int) -> str:
+    """A checkpoint as stock NeoX saves one through DeepSpeed for pairing ``key``: its config files copied into
+    configs/ and DeepSpeed's saved world (dp, and the pipeline engine's model-parallel group: pp x mp)."""
+    import io
+    import pickle
+    import zipfile
+
+    p, neox = PAIRINGS[key], PAIRINGS[key]["neox"]
+    model_parallel = max(1, neox["pipe_parallel_size"]) * neox["model_parallel_size"]
+    saved = {"iteration": iteration, "dp_world_size": neox["global_num_gpus"] // model_parallel,
+             "mp_world_size": model_parallel, "ds_config": {"train_batch_size": neox["train_batch_size"]}}
+    save = os.path.join(root, "ckpt-" + re.sub(r"\W", "_", key))
+    tag = os.path.join(save, f"global_step{iteration}")
+    os.makedirs(os.path.join(tag, "configs"), exist_ok=True)
+    with open(os.path.join(save, "latest"), "w", encoding="utf-8") as f:
+        f.write(f"global_step{iteration}")
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("archive/data.pkl", pickle.dumps(saved, protocol=2))
+    with open(os.path.join(tag, "mp_rank_00_model_states.pt"), "wb") as f:
+        f.write(buf.getvalue())
+    for path in p["files"]:
+        with open(os.path.join(root, path), encoding="utf-8") as src, open(
+                os.path.join(tag, "configs", os.path.basename(path)), "w", encoding="utf-8") as dst:
+            dst.write(src.read())
+    return save
+
+
+@pytest.mark.parametrize("saved,resumed", _resume_pairs(), ids=lambda k: k.replace("configs/", ""))
+def test_resume_check_on_the_shipped_configs(saved, resumed, run_dir, capsys, monkeypatch):  # type: ignore[no-untyped-def]
+    """Stock NeoX stopped at iteration 100 and resumed on the same world, or on the next world size up or down
+    (NeoX scales the global batch with the GPUs): resume-check plans both runs from NeoX's own config files and
+    says what NeoX's shift_and_wrap_data_loaders does, with the batches NeoX's from_ymls derived (the fixture):
+    the loader restarts at 100 x the new train_batch_size (100 x gas is below len(loader): the train dataset
+    holds train_iters x train_batch_size samples), so a bigger batch skips the samples between and a smaller one
+    trains them again; the same world resumes exactly (exit 0)."""
+    monkeypatch.chdir(run_dir)
+    monkeypatch.delenv("DLTS_HOSTFILE", raising=False)
+    old, new = PAIRINGS[saved]["neox"]["train_batch_size"], PAIRINGS[resumed]["neox"]["train_batch_size"]
+    ckpt = _stock_checkpoint(run_dir, saved, 100)
+    code, out, err = run_plan(["resume-check", ckpt, *PAIRINGS[resumed]["files"], "--json"], capsys)
+    assert code in (0, 1), err
+    report = json.loads(out)
+    assert (report["consumed_samples"], report["start_sample"]) == (100 * old, 100 * new)
+    assert report["notes"] == ["the saved run's build from the config files in the checkpoint"], report["notes"]
+    kinds = [f.split(":")[0] for f in report["findings"]]
+    if new > old:
+        assert kinds[0] == "skip" and report["skipped"] == [100 * old, 100 * new], report["findings"]
+    elif new < old:
+        assert kinds[0] == "repeat" and report["repeated"] == [100 * new, 100 * old], report["findings"]
+    else:
+        assert code == 0 and kinds == [] and report["clean"], report["findings"]
+    assert set(kinds) <= {"skip", "repeat", "orders-change"}, kinds
