@@ -455,6 +455,9 @@ def run(args: argparse.Namespace) -> int:
             len(args.configs) != 1 or args.exposure)):
         raise ConfigError(f"{args.checkpoint}: {wanted} for the resumed run" + (
             " (no --exposure)" if args.exposure else ""))
+    if args.cache is not None and ckpt.framework != "megatron-core":
+        raise ConfigError(f"--cache {args.cache}: only for a megatron-core run's DeepSpeed checkpoint with the live "
+                          f"counters; {args.checkpoint} is {wanted.split(';')[0]}")
     if ckpt.framework == "megatron-core":
         from neox_epoch.resume_mcore import check as mcore_check
 

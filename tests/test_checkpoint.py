@@ -175,6 +175,41 @@ def test_resume_check_finds_a_changed_sequence_length(tmp_path):  # type: ignore
     assert absent.returncode == 2 and "no checkpoint record for iteration 7; recorded: [5, 10]" in absent.stderr
 
 
+def test_resume_check_of_a_megatron_core_run_with_the_counters(tmp_path):  # type: ignore[no-untyped-def]
+    """A DeepSpeed checkpoint whose client state holds the live counters' state (as the megatron-core example
+    saves it; the real run is tests/test_mcore_e2e.py): resumed with another DeepSpeed config it continues at the
+    consumed samples and ends at 100 + (12160 - 1600) // 28 = 477 with 4 samples undrawn; without --cache there
+    are no per-source numbers; a state that is not the counters', or --cache for a NeoX checkpoint, is one line."""
+    tag = tmp_path / "ckpt" / "iter_100"
+    tag.mkdir(parents=True)
+    (tmp_path / "ckpt" / "latest").write_text("iter_100")
+    state = {"format": 1, "iteration": 100, "consumed_samples": 1600, "samples": {"web": 771, "code": 829},
+             "global_batch_size_planned": 16, "dataset_size": 12160, "global_batch_size": 16}
+    saved = {"iteration": 100, "consumed_samples": 1600, "neox_epoch_counters": state}
+    (tag / "mp_rank_00_model_states.pt").write_bytes(_zip_pickle(pickle.dumps(saved, protocol=2)))
+    ds = tmp_path / "ds_28.json"
+    ds.write_text(json.dumps({"train_batch_size": 28, "train_micro_batch_size_per_gpu": 2,
+                              "gradient_accumulation_steps": 7}))
+    r = _cli(["resume-check", str(tmp_path / "ckpt"), str(ds), "--world-size", "2", "--json"])
+    assert r.returncode == 1, r.stderr
+    out = json.loads(r.stdout)
+    assert (out["resumed_by"], out["start_sample"], out["new_train_batch_size"], out["sources"]) == (
+        "megatron-core", 1600, 28, [])
+    assert out["findings"] == ["remainder: the last 4 of the train dataset's 12160 samples are never drawn "
+                               "((12160 - 1600) % 28); a global batch dividing 10560 draws them all"]
+    assert out["notes"][0] == "the run ends at iteration 477 = 100 + (12160 - 1600) // 28"
+    three = _cli(["resume-check", str(tmp_path / "ckpt"), str(ds), "--world-size", "3"])
+    assert three.returncode == 2 and "DeepSpeed would refuse it" in three.stderr and three.stderr.count("\n") == 1
+    saved["neox_epoch_counters"] = {"format": 1}
+    (tag / "mp_rank_00_model_states.pt").write_bytes(_zip_pickle(pickle.dumps(saved, protocol=2)))
+    bad = _cli(["resume-check", str(tmp_path / "ckpt"), str(ds), "--world-size", "2"])
+    assert bad.returncode == 2 and "is not what LiveCounters.state_dict() returns" in bad.stderr
+    neox = _stock_checkpoint(tmp_path / "neox", None)
+    (tmp_path / "new.yml").write_text("train_micro_batch_size_per_gpu: 2\n")
+    r = _cli(["resume-check", str(neox), str(tmp_path / "new.yml"), "--cache", str(tmp_path)])
+    assert r.returncode == 2 and "--cache" in r.stderr and "is a GPT-NeoX checkpoint" in r.stderr
+
+
 def test_resume_check_from_a_log_says_what_is_missing(tmp_path):  # type: ignore[no-untyped-def]
     """A JSONL without the checkpoint record, without the iteration asked, or cut short: one line, exit 2."""
     (tmp_path / "new.yml").write_text("train_micro_batch_size_per_gpu: 2\n")
