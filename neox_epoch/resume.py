@@ -96,3 +96,38 @@ def hooked_start(consumed: int, new: LoaderShape) -> ResumeStart:
     how = (f"start = consumed // (micro * dp) * (micro * dp) = {consumed} // {new.loader_batch} * "
            f"{new.loader_batch} = {first * new.loader_batch}")
     return ResumeStart(consumed, first * new.loader_batch, how)
+
+
+@dataclass(frozen=True)
+class ValidStart:
+    """Where the resumed run's validation loader starts, against what the saved run's evaluations drew (samples
+    of the validation dataset; evaluation trains nothing, so a difference changes only which samples the
+    validation loss is measured on)."""
+
+    drawn: int
+    """Validation samples the saved run's evaluations drew by its iteration."""
+    start: int
+    """Where NeoX's resumed validation loader starts."""
+    continued: int
+    """Where it would continue after the saved run's evaluations (``drawn``, wrapped as the loader wraps)."""
+    how: str
+    """The arithmetic behind both."""
+
+
+def neox_valid_start(iteration: int, old: LoaderShape, old_eval: tuple[int, int], new: LoaderShape,
+                     new_eval: tuple[int, int], valid_samples: int) -> ValidStart | None:
+    """NeoX evaluates every ``eval_interval`` iterations, ``eval_iters`` times ``gradient_accumulation_steps``
+    loader batches (``evaluate``), after the checkpoint of the same iteration is saved; the resumed loader starts
+    at ``((iteration * gas) // eval_interval) * eval_iters % len(loader)`` batches (``shift_and_wrap_data_loaders``).
+    ``*_eval``: (eval_interval, eval_iters). None without evaluation or a validation dataset."""
+    (old_interval, old_iters), (new_interval, new_iters) = old_eval, new_eval
+    batches = valid_samples // new.loader_batch
+    if min(old_interval, new_interval, old_iters, new_iters, batches) < 1:
+        return None
+    drawn = iteration // old_interval * old_iters * old.gradient_accumulation * old.loader_batch
+    first = iteration * new.gradient_accumulation // new_interval * new_iters % batches
+    how = (f"drawn = (iteration // eval_interval) * eval_iters * gas * micro * dp = ({iteration} // {old_interval}) * "
+           f"{old_iters} * {old.gradient_accumulation} * {old.loader_batch} = {drawn}; start = ((iteration * gas) // "
+           f"eval_interval) * eval_iters % len(loader) * micro * dp = (({iteration} * {new.gradient_accumulation}) // "
+           f"{new_interval}) * {new_iters} % {batches} * {new.loader_batch} = {first * new.loader_batch}")
+    return ValidStart(drawn, first * new.loader_batch, drawn % (batches * new.loader_batch), how)

@@ -17,10 +17,12 @@ with the same report.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import glob
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -32,7 +34,7 @@ from neox_epoch.errors import ConfigError, NeoxEpochError
 from neox_epoch.neox.planning import make_run_plan, values_from_args
 from neox_epoch.neox.resume_state import ResumeState, TrainBuild, decide, read_state, states_from_log
 from neox_epoch.plan import Plan, make_plan
-from neox_epoch.resume import LoaderShape, ResumeStart, hooked_start, neox_start
+from neox_epoch.resume import LoaderShape, ResumeStart, ValidStart, hooked_start, neox_start, neox_valid_start
 from neox_epoch.resume_exposure import SourceExposure, source_exposures
 
 
@@ -64,6 +66,10 @@ class NewRun:
     use_checkpoint_lr_scheduler or a fixed lr_decay_iters)."""
     seed: int = 1234
     """The shuffles' seed (NeoX names its index files with it)."""
+    evaluation: tuple[int, int] = (0, 0)
+    """(eval_interval, eval_iters): NeoX evaluates every eval_interval iterations (0: not known)."""
+    valid_samples: int = 0
+    """Samples of the validation dataset NeoX's validation loader runs over."""
 
 
 @dataclass(frozen=True)
@@ -108,6 +114,7 @@ class ResumeCheck:
     counters_at_resume: int = 0
     semantics: str = "GPT-NeoX"  # The framework whose resume is modelled.
     exposures: tuple[SourceExposure, ...] = ()  # Per source, the audit's token exposure (with --exposure).
+    valid: ValidStart | None = None  # GPT-NeoX: the validation loader at the resume.
 
 
 def _int(values: dict[str, Any], key: str, where: str) -> int:
@@ -188,8 +195,10 @@ def new_run(paths: list[str], world_size: int | None) -> NewRun:
               for k, s in enumerate(train)}
     dataset = total if total is not None else sum(s.length for s in train)
     lr = any(bool(cfg.values.get(k)) for k in ("override_lr_scheduler", "use_checkpoint_lr_scheduler", "lr_decay_iters"))
+    evaluation = (get_int(cfg, "eval_interval", 1000) or 0, get_int(cfg, "eval_iters", 100, positive=False) or 0)
     return NewRun(shape, plan, tuple(s.name for s in train), weights if blended else None, builds, dataset,
-                  cfg.block is not None, lr, get_int(cfg, "seed", 1234, positive=False) or 0)
+                  cfg.block is not None, lr, get_int(cfg, "seed", 1234, positive=False) or 0, evaluation,
+                  sum(s.length for s in plan.sources if s.split == "valid"))
 
 
 def _counts(weights: tuple[float, ...] | None, position: int) -> list[int]:
@@ -232,22 +241,27 @@ def blend_findings(new: NewRun, saved: SavedBuild | None, consumed: int, start: 
     return out
 
 
-def saved_build(old: OldRun) -> tuple[SavedBuild | None, str | None]:
-    """The saved run's build: the hooks' state, else its config files (NeoX copies them into the checkpoint's
-    ``configs/``) planned as NeoX built them, with the data-parallel size DeepSpeed saved. (build, a note)."""
-    state, ckpt = old.state, old.checkpoint
-    if state is not None:
-        return SavedBuild(state.seq_length, tuple(state.greedy_weights) or None, state.builds, "neox-epoch state"), None
-    if not ckpt.config_files:
-        return None, ("no config files in the checkpoint (NeoX copies them into configs/): the saved run's blend and "
-                      "train indices are not compared with the new ones")
-    world = int(ckpt.values.get("dp_world_size") or 1) * int(ckpt.values.get("mp_world_size") or 1)
+@contextlib.contextmanager
+def _config_files(ckpt: Checkpoint) -> Iterator[list[str]]:
+    """The config files NeoX copied into the checkpoint, written out to a temporary directory."""
     with tempfile.TemporaryDirectory() as directory:
         paths = []
         for name, text in ckpt.config_files.items():
             paths.append(os.path.join(directory, os.path.basename(name)))
             with open(paths[-1], "w", encoding="utf-8") as f:
                 f.write(text)
+        yield paths
+
+
+def saved_run(old: OldRun) -> tuple[NewRun | None, str | None]:
+    """The config files NeoX copied into the checkpoint's ``configs/``, planned as NeoX built them with the world
+    DeepSpeed saved (data parallel x its model-parallel group); (the run, or None and why not)."""
+    ckpt = old.checkpoint
+    if not ckpt.config_files:
+        return None, ("no config files in the checkpoint (NeoX copies them into configs/): the saved run's blend and "
+                      "train indices are not compared with the new ones")
+    world = int(ckpt.values.get("dp_world_size") or 1) * int(ckpt.values.get("mp_world_size") or 1)
+    with _config_files(ckpt) as paths:
         try:
             saved = new_run(paths, world)
         except NeoxEpochError as err:
@@ -255,7 +269,36 @@ def saved_build(old: OldRun) -> tuple[SavedBuild | None, str | None]:
     if saved.shape.train_batch_size != old.train_batch_size:
         return None, (f"the config files in the checkpoint plan train_batch_size {saved.shape.train_batch_size}, "
                       f"DeepSpeed saved {old.train_batch_size}: the saved build is not compared")
+    return saved, None
+
+
+def saved_build(old: OldRun, saved: NewRun | None, why_not: str | None) -> tuple[SavedBuild | None, str | None]:
+    """The saved run's build: the hooks' state, else its config files planned (:func:`saved_run`). (build, a note)."""
+    state = old.state
+    if state is not None:
+        return SavedBuild(state.seq_length, tuple(state.greedy_weights) or None, state.builds, "neox-epoch state"), None
+    if saved is None:
+        return None, why_not
     return SavedBuild(saved.plan.seq_length, saved.weights, saved.builds, "the config files in the checkpoint"), None
+
+
+def valid_start(old: OldRun, new: NewRun) -> ValidStart | None:
+    """Where NeoX's resumed validation loader starts against what the saved run's evaluations drew: its
+    eval_interval and eval_iters from the config files in the checkpoint, its batch shape from DeepSpeed's saved
+    config and data-parallel size (None when the checkpoint lacks them, or without evaluation)."""
+    ckpt, ds = old.checkpoint, old.checkpoint.values.get("ds_config")
+    if not ckpt.config_files or not isinstance(ds, dict):
+        return None
+    try:
+        micro, dp = ds["train_micro_batch_size_per_gpu"], ckpt.values["dp_world_size"]
+        # DeepSpeed derives the accumulation when NeoX leaves it out: train_batch_size / (micro * dp)
+        shape = LoaderShape(micro, dp, ds.get("gradient_accumulation_steps") or ds["train_batch_size"] // (micro * dp))
+        with _config_files(ckpt) as paths:
+            cfg = load_neox_configs(paths, check_keys=False)
+        evaluation = (get_int(cfg, "eval_interval", 1000) or 0, get_int(cfg, "eval_iters", 100, positive=False) or 0)
+    except (KeyError, TypeError, ZeroDivisionError, NeoxEpochError):
+        return None
+    return neox_valid_start(ckpt.iteration, shape, evaluation, new.shape, new.evaluation, new.valid_samples)
 
 
 def blend_changed(saved: SavedBuild, new: NewRun) -> bool:
@@ -327,7 +370,14 @@ def check(checkpoint: str, configs: list[str], world_size: int | None = None, ex
     if start.repeated and who == "NeoX":
         findings.append(f"repeat: samples {start.repeated[0]}..{start.repeated[1] - 1} are trained again "
                         f"({start.repeated[1] - start.repeated[0]} samples)")
-    saved, note = saved_build(old)
+    planned, why_not = saved_run(old)
+    saved, note = saved_build(old, planned, why_not)
+    valid = valid_start(old, new)
+    if valid is not None and valid.start != valid.continued:
+        notes.append(f"valid: NeoX restarts the validation loader at sample {valid.start}; the saved run's "
+                     f"evaluations drew {valid.drawn} (the next at {valid.continued}): the validation "
+                     "loss after the resume is measured on other samples than continuing would (nothing is trained "
+                     "on them)")
     findings += build_findings(old, saved, new) + blend_findings(new, saved, old.consumed, start)
     notes += [note] if note else [f"the saved run's build from {saved.source}"] if saved else []
     if new.hooks and counters != old.consumed:
@@ -336,7 +386,7 @@ def check(checkpoint: str, configs: list[str], world_size: int | None = None, ex
     end = decide(old.state, new.shape).train_iters if who == "hooks" and old.state else new.plan.train_iters
     sources = deltas(new, saved, old.consumed, start, max(0, end - it))
     return ResumeCheck(old, new, start, who, sources, tuple(findings), tuple(notes), counters,
-                       exposures=source_exposures(new, sources) if exposure else ())
+                       exposures=source_exposures(new, sources) if exposure else (), valid=valid)
 
 
 def to_json(rc: ResumeCheck) -> dict[str, Any]:
@@ -355,6 +405,8 @@ def to_json(rc: ResumeCheck) -> dict[str, Any]:
                      "order_changed": s.skipped is None, "drawn_after_resume": s.drawn,
                      "drawn_before": s.drawn_before, "first_item": s.first} for s in rc.sources],
         "exposure": {e.name: e.to_json() for e in rc.exposures} if rc.exposures else None,
+        "valid": None if rc.valid is None else {"drawn": rc.valid.drawn, "start_sample": rc.valid.start,
+                                                "continued_sample": rc.valid.continued, "how": rc.valid.how},
         "counters_at_resume": rc.counters_at_resume, "findings": list(rc.findings), "notes": list(rc.notes),
         "clean": not rc.findings,
     }

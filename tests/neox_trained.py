@@ -96,6 +96,17 @@ def _stream(stem: str, sizes: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarr
     return stream, np.concatenate([[0], np.cumsum(lens)])[sample_idx[:, 0]] + sample_idx[:, 1]
 
 
+def item_texts(prefix: str, stem: str, items: list[int]) -> list[bytes]:
+    """The seq_length + 1 tokens of items ``items`` of NeoX's dataset of index ``stem`` (GPT2Dataset: item ``j``
+    is sample ``shuffle_idx[j]``), as the recorder stores a row's text."""
+    header = read_header(prefix)
+    sizes = np.asarray(sizes_memmap(header), dtype=np.int64)
+    tokens = np.asarray(tokens_memmap(header), dtype=np.int64)
+    stream, starts = _stream(stem, sizes, np.concatenate([[0], np.cumsum(sizes)]))
+    shuffle = np.load(stem + "_shuffle_idx.npy").astype(np.int64)
+    return [tokens[stream[starts[s]: starts[s + 1] + 1]].tobytes() for s in shuffle[items]]
+
+
 def drawn_token_counts(prefix: str, stem: str, lo: int, hi: int) -> np.ndarray:
     """Per corpus token of ``prefix``: how often NeoX's dataset of index ``stem`` has it among the input tokens of
     its items ``lo .. hi-1`` (GPT2Dataset: item ``j`` is sample ``shuffle_idx[j]``)."""

@@ -377,8 +377,10 @@ def test_batch_change_resume_trains_every_token_its_target_passes(batch_run: Run
     # the same from the run's JSONL alone: the hooks recorded the checkpoint's state there when NeoX saved it
     from_log = json.loads(open(batch_run.path("check_from_log.json")).read())
     assert from_log["checkpoint"].endswith("neox_epoch.jsonl (global_step105)")
-    assert {k: v for k, v in from_log.items() if k not in ("checkpoint", "consumed_how")} == {
-        k: v for k, v in predicted.items() if k not in ("checkpoint", "consumed_how")}
+    # (the validation loader needs the saved run's evaluation settings: in the checkpoint's configs/, not the log)
+    assert from_log["valid"] is None and predicted["valid"]["start_sample"] == predicted["valid"]["drawn"] == 0
+    assert {k: v for k, v in from_log.items() if k not in ("checkpoint", "consumed_how", "valid")} == {
+        k: v for k, v in predicted.items() if k not in ("checkpoint", "consumed_how", "valid")}
     after = np.bincount(ex.source_of_row[rec.launches == 2], minlength=3).tolist()
     assert after == [s["drawn_after_resume"] for s in predicted["sources"]] == [231, 222, 107]
     final = [r for r in batch_run.jsonl() if r["event"] == "final"][-1]
@@ -427,7 +429,7 @@ def stock_batch_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, dict
     by the samples asked), so positions name the same samples before and after; resume-check runs between."""
     run = _new_run(tmp_path_factory, "stock")
     cfg = _config(run.root, ["a", "b", "c"], None, train_data_weights=STOCK_WEIGHTS, train_iters=240,
-                  checkpoint_factor=BATCH_STOP)
+                  checkpoint_factor=BATCH_STOP, eval_interval=50)
     _ok(_launch(run, {**cfg, "exit_interval": BATCH_STOP}, "first", frameworks.neox_dir(), via="deepy"))
     resumed = {**cfg, "train_iters": 120, "gradient_accumulation_steps": 2, "override_lr_scheduler": True}
     check = subprocess.run([sys.executable, "-m", "neox_epoch.cli", "resume-check", run.path("ckpt"),
@@ -456,6 +458,28 @@ def test_resume_check_predicts_what_stock_neox_skips(stock_batch_run: tuple[Run,
     assert np.bincount(rec.iterations)[1:].tolist() == [4] * BATCH_STOP + [8] * 15
     after = np.bincount(ex.source_of_row[rec.launches == 1], minlength=3).tolist()
     assert after == [s["drawn_after_resume"] for s in predicted["sources"]] == [60, 30, 30]
+
+
+def test_resume_check_says_where_stock_neox_restarts_validation(
+        stock_batch_run: tuple[Run, dict[str, Any], int]) -> None:
+    """Evaluations at 50 and 100 drew 2 x 2 x 1 batches of 4 = 16 validation samples; NeoX restarts the validation
+    loader at ((105 x 2) // 50) x 2 = batch 8 = sample 32 (shift_and_wrap_data_loaders counts iteration x gas).
+    The resumed launch's evaluation at the end of training evaluates exactly items 32..47 of the validation
+    index NeoX built for the new run (48 samples asked, 49 with its 1.005): each rank its micro slice of each
+    loader batch; samples 16..31 are never evaluated. resume-check said so before the resume, as a note."""
+    run, predicted, _ = stock_batch_run
+    assert (predicted["valid"]["drawn"], predicted["valid"]["continued_sample"], predicted["valid"]["start_sample"]) \
+        == (16, 16, 32)
+    assert any(n.startswith("valid: NeoX restarts the validation loader at sample 32; the saved run's evaluations "
+                            "drew 16") for n in predicted["notes"])
+    evaluated = run.recorded("eval")
+    requested = neox_sem.normalized_weights_and_num_samples([1.0], neox_sem.eval_sample_counts(120, 8, 50, 2)[1])[1]
+    (doc,) = glob.glob(run.path("data", f"v_valid_0_indexmap_{requested[0]}ns_*_doc_idx.npy"))
+    for rank in (0, 1):
+        rows = evaluated.texts[(evaluated.launches == 1) & (evaluated.ranks == rank)][:8]  # its first evaluation
+        items = [32 + 4 * batch + 2 * rank + k for batch in range(4) for k in range(2)]
+        assert [row.tobytes() for row in rows] == nt.item_texts(run.path("data", "v"), doc[: -len("_doc_idx.npy")],
+                                                                items), rank
 
 
 def test_resume_check_exposure_equals_the_tokens_stock_neox_trained(

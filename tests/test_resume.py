@@ -123,3 +123,20 @@ def test_findings_for_what_a_changed_batch_still_cannot_make_exact():
     assert "the last 4 of the run's 980 samples are not drawn" in d.findings[0]
     d = decide(_saved(consumed=400, iteration=100), LoaderShape(3, 2, 1))
     assert d.start == 396 and d.findings[0].startswith("repeat-partial-batch: samples 396..399 are drawn again")
+
+
+def test_validation_loader_restart_counts_iteration_times_gas():
+    """NeoX evaluated at 50 and 100 (2 x gas 1 batches of 4 each: 16 samples); resumed at 105 with gas 2 it
+    restarts at ((105 * 2) // 50) * 2 = batch 8 (sample 32, the real run's test); at an evaluation's own
+    iteration with the same gas it continues where the evaluations stopped; past the dataset it wraps."""
+    from neox_epoch.resume import neox_valid_start
+
+    four, eight = LoaderShape(2, 2, 1), LoaderShape(2, 2, 2)
+    moved = neox_valid_start(105, four, (50, 2), eight, (50, 2), 49)
+    assert moved is not None and (moved.drawn, moved.start) == (16, 32)
+    same = neox_valid_start(100, four, (50, 2), four, (50, 2), 49)
+    assert same is not None and (same.drawn, same.start) == (16, 16)
+    wrapped = neox_valid_start(300, four, (50, 2), four, (50, 2), 49)  # 12 batches: (300 // 50) * 2 = 12 % 12 = 0
+    assert wrapped is not None and (wrapped.drawn, wrapped.start, wrapped.continued) == (48, 0, 0)
+    assert moved.continued == 16 and same.continued == 16  # where continuing would evaluate next
+    assert neox_valid_start(105, four, (50, 0), eight, (50, 2), 49) is None  # the saved run never evaluated
