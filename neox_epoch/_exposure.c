@@ -1,7 +1,7 @@
 /* The audit's stream pass over a document index, in one sequential walk (neox_epoch.audit.exposure).
  *
  * stream(documents, first_id, sizes, records, position, epochs, draws, seq_length, samples, positions, tokens_hist,
- *        documents_hist, stats, sample_draws, per_document) -> position
+ *        documents_hist, stats, sample_draws, per_document, tokens_out, token_starts) -> position
  *
  * For each entry j of `documents` (int32 ids of a chunk of the document index): positions[j] = the stream
  * position of the copy (the .idx sizes of the copies before it summed), and stats[2] += mix(id): the copies
@@ -12,7 +12,9 @@
  * their stream positions + 1. A document's last copy completes its exposure: the step functions of its copies (a step at each sample boundary inside a copy) summed, swept into the token and
  * document histograms and stats[0], stats[1] (never seen, seen unevenly); stats[3] counts exposures outside
  * the histograms (inconsistent inputs). `sample_draws` ([S, 2] first/last draw position of each sample) and
- * `per_document` ([D, 5] min, max, token exposures, first and last draw) are for the manifest.
+ * `per_document` ([D, 5] min, max, token exposures, first and last draw) are for the manifest; with
+ * `tokens_out` (int32, one per token of the documents) and `token_starts` (int64, a document's first token
+ * there) each token's exposure is added into `tokens_out` (two passes, two indexes of one corpus, summed).
  *
  * rows(positions, rows, start, first_row, seq_length, samples) -> the first row (0-based in `rows`) not where
  * it belongs, or -1: row i of `rows` (a chunk of the sample index, int32/int64 [n, 2]: a document entry and
@@ -33,6 +35,7 @@ typedef struct {
     const void *draws; int draw_bytes, shift; int64_t seq_length, samples;
     int64_t *tokens_hist, *documents_hist, *stats, bins;
     const int64_t *sample_draws; int64_t *per_document;
+    int32_t *tokens_out; const int64_t *token_starts;
     Step *steps; int64_t capacity;
 } Pass;
 
@@ -121,6 +124,8 @@ static int complete(Pass *pass, int64_t doc, int64_t size, int64_t start) {
             if (value < 0 || value >= pass->bins) return pass->stats[3]++, 0;
             pass->tokens_hist[value] += until - done;
             total += value * (until - done);
+            for (int64_t t = done; pass->tokens_out && t < until; t++)
+                pass->tokens_out[pass->token_starts[doc] + t] += (int32_t)value;
             low = value < low ? value : low;
             high = value > high ? value : high;
             done = until;
@@ -155,16 +160,16 @@ static void *data_of(PyObject *object, Py_buffer *view, int writable) {
 }
 
 static PyObject *stream(PyObject *self, PyObject *args) {
-    PyObject *objects[10];
-    Py_buffer views[10] = {{0}};
+    PyObject *objects[12];
+    Py_buffer views[12] = {{0}};
     long long first_id, position, epochs, seq_length, samples;
-    if (!PyArg_ParseTuple(args, "OLOOLLOLLOOOOOO", &objects[0], &first_id, &objects[1], &objects[2], &position,
+    if (!PyArg_ParseTuple(args, "OLOOLLOLLOOOOOOOO", &objects[0], &first_id, &objects[1], &objects[2], &position,
                           &epochs, &objects[3], &seq_length, &samples, &objects[4], &objects[5], &objects[6],
-                          &objects[7], &objects[8], &objects[9]))
+                          &objects[7], &objects[8], &objects[9], &objects[10], &objects[11]))
         return NULL;
-    static const int writable[10] = {0, 0, 1, 0, 1, 1, 1, 1, 0, 1};
-    void *data[10];
-    for (int i = 0; i < 10; i++) {
+    static const int writable[12] = {0, 0, 1, 0, 1, 1, 1, 1, 0, 1, 1, 0};
+    void *data[12];
+    for (int i = 0; i < 12; i++) {
         data[i] = data_of(objects[i], &views[i], writable[i]);
         if (!data[i] && objects[i] != Py_None) {
             for (int k = 0; k < i; k++) if (views[k].obj) PyBuffer_Release(&views[k]);
@@ -175,7 +180,7 @@ static PyObject *stream(PyObject *self, PyObject *args) {
     int shift = seq_length > 0 && !(seq_length & (seq_length - 1)) ? __builtin_ctzll((unsigned long long)seq_length) : -1;
     Pass pass = {data[1], data[2], epochs, epochs, draws, draws ? (int)views[3].itemsize : 0,
                  shift, seq_length, samples, data[5], data[6], data[7], draws ? views[5].len / 8 : 0, data[8],
-                 data[9], NULL, 0};
+                 data[9], data[10], data[11], NULL, 0};
     const int32_t *documents = data[0];
     int64_t *positions = data[4], count = views[0].len / 4, status = 0;
     uint64_t id_sum = 0;
@@ -199,7 +204,7 @@ static PyObject *stream(PyObject *self, PyObject *args) {
     Py_END_ALLOW_THREADS
     pass.stats[2] = (int64_t)((uint64_t)pass.stats[2] + id_sum);
     free(pass.steps);
-    for (int i = 0; i < 10; i++) if (views[i].obj) PyBuffer_Release(&views[i]);
+    for (int i = 0; i < 12; i++) if (views[i].obj) PyBuffer_Release(&views[i]);
     if (status) return PyErr_NoMemory();
     return PyLong_FromLongLong(position);
 }

@@ -81,6 +81,7 @@ class SavedBuild:
     builds: dict[str, TrainBuild]  # Per train dataset name.
     source: str  # Where it comes from: the hooks' state, or the config files NeoX copied into the checkpoint.
     separation: bool = False  # Its builds say whether the final epoch was shuffled on its own (megatron-core).
+    seed: int | None = None  # The shuffles' seed (None: not recorded; taken as the new run's).
 
 
 @dataclass(frozen=True)
@@ -216,10 +217,11 @@ def deltas(new: NewRun, saved: SavedBuild | None, consumed: int, start: ResumeSt
     before, first = _counts(weights, consumed), _counts(new.weights, start.start)
     last = _counts(new.weights, start.start + iterations_left * new.shape.train_batch_size)
     keys = list(new.builds)
+    cut_anew = saved is not None and bool(saved.seq_length) and saved.seq_length != new.plan.seq_length
     rows = []
     for k, name in enumerate(new.names):
         was = saved.builds.get(keys[k]) if saved is not None and k < len(keys) else None
-        reordered = was is not None and was.epochs != new.builds[keys[k]].epochs
+        reordered = cut_anew or (was is not None and was.epochs != new.builds[keys[k]].epochs)
         rows.append(SourceDelta(name, None if reordered else max(0, first[k] - before[k]),
                                 None if reordered else max(0, before[k] - first[k]), last[k] - first[k],
                                 before[k], first[k]))
@@ -279,16 +281,22 @@ def saved_build(old: OldRun, saved: NewRun | None, why_not: str | None) -> tuple
         return SavedBuild(state.seq_length, tuple(state.greedy_weights) or None, state.builds, "neox-epoch state"), None
     if saved is None:
         return None, why_not
-    return SavedBuild(saved.plan.seq_length, saved.weights, saved.builds, "the config files in the checkpoint"), None
+    return SavedBuild(saved.plan.seq_length, saved.weights, saved.builds, "the config files in the checkpoint",
+                      seed=saved.seed), None
 
 
 def valid_start(old: OldRun, new: NewRun) -> ValidStart | None:
     """Where NeoX's resumed validation loader starts against what the saved run's evaluations drew: its
     eval_interval and eval_iters from the config files in the checkpoint, its batch shape from DeepSpeed's saved
-    config and data-parallel size (None when the checkpoint lacks them, or without evaluation)."""
-    ckpt, ds = old.checkpoint, old.checkpoint.values.get("ds_config")
+    config and data-parallel size; without them (a run's JSONL), from the hooks' state (None when neither has them,
+    or without evaluation)."""
+    ckpt, ds, state = old.checkpoint, old.checkpoint.values.get("ds_config"), old.state
     if not ckpt.config_files or not isinstance(ds, dict):
-        return None
+        if state is None or not state.eval_interval:
+            return None
+        shape = LoaderShape(state.loader_batch, 1, state.train_batch_size // state.loader_batch)
+        return neox_valid_start(ckpt.iteration, shape, (state.eval_interval, state.eval_iters), new.shape,
+                                new.evaluation, new.valid_samples)
     try:
         micro, dp = ds["train_micro_batch_size_per_gpu"], ckpt.values["dp_world_size"]
         # DeepSpeed derives the accumulation when NeoX leaves it out: train_batch_size / (micro * dp)
@@ -316,7 +324,7 @@ def build_findings(old: OldRun, saved: SavedBuild | None, new: NewRun) -> list[s
     if saved.seq_length and saved.seq_length != new.plan.seq_length:
         out.append(f"seq-length-changed: seq_length {saved.seq_length} -> {new.plan.seq_length}: the documents "
                    "are cut into other samples (new index files), so positions before and after the resume are "
-                   "other token spans; which tokens are then skipped or repeated is not computed here")
+                   "other token spans (--exposure counts each token's times seen over the whole run)")
     state = old.state
     if new.hooks and state is not None and (new.shape.train_batch_size, new.shape.loader_batch) != (
             state.train_batch_size, state.loader_batch):
@@ -386,7 +394,7 @@ def check(checkpoint: str, configs: list[str], world_size: int | None = None, ex
     end = decide(old.state, new.shape).train_iters if who == "hooks" and old.state else new.plan.train_iters
     sources = deltas(new, saved, old.consumed, start, max(0, end - it))
     return ResumeCheck(old, new, start, who, sources, tuple(findings), tuple(notes), counters,
-                       exposures=source_exposures(new, sources) if exposure else (), valid=valid)
+                       exposures=source_exposures(new, sources, saved) if exposure else (), valid=valid)
 
 
 def to_json(rc: ResumeCheck) -> dict[str, Any]:

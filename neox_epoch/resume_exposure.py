@@ -5,24 +5,39 @@ A source of a GPT-NeoX run draws the items of its train index in order: the save
 ``0 .. drawn_before - 1``, the resumed run items ``first .. first + drawn - 1`` (a skip when ``first`` is past
 ``drawn_before``, a repeat when before it). The audit counts the input tokens of those items in the index
 files the run builds (:func:`neox_epoch.audit.validate.audit_index`); continuing unchanged would draw items
-``0 .. drawn_before + drawn - 1``. Sources whose index is rebuilt in another order get no exposure: positions
-there name other samples.
+``0 .. drawn_before + drawn - 1`` of the saved run's index.
+
+When the resumed run builds another index for the source (other epochs, hence another order, or another
+seq_length), the resumed items are those of the new index: the audit adds each token's exposure of both
+passes, the saved run's index for its items and the new index for the resumed run's, token by token
+(:func:`neox_epoch.audit.exposure.from_tokens`). A new index not yet on disk is built in memory as NeoX will
+build it (:func:`neox_epoch.neox.index.build_joint`) and audited from a temporary directory.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import tempfile
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from neox_epoch import idx
 from neox_epoch.audit import names
 from neox_epoch.audit.consumption import Consumption
-from neox_epoch.audit.exposure import ExposureReport
+from neox_epoch.audit.exposure import ExposureReport, from_tokens
 from neox_epoch.audit.findings import AuditError
 from neox_epoch.audit.validate import audit_index
+from neox_epoch.errors import NeoxEpochError
+from neox_epoch.neox.index import build_joint, cache_prefix, save_atomic
 
 if TYPE_CHECKING:
-    from neox_epoch.resume_check import NewRun, SourceDelta
+    from neox_epoch.plan import SourcePlan
+    from neox_epoch.resume_check import NewRun, SavedBuild, SourceDelta
+
+#: tokens past which the token-by-token sum of two indexes is not attempted (4 bytes a token in memory)
+MAX_SUMMED_TOKENS = 1 << 29
 
 
 @dataclass(frozen=True)
@@ -31,11 +46,11 @@ class SourceExposure:
 
     name: str
     index: str | None
-    """The train index (NeoX's file stem) the counts come from; None when not computed."""
+    """The train index (NeoX's file stem) the resumed run draws from; None when not computed."""
     resumed: ExposureReport | None
     """The saved run's draws plus the resumed run's (the skip or repeat included)."""
     continued: ExposureReport | None
-    """The saved run's draws plus as many more continuing exactly where it stopped."""
+    """The saved run's draws plus as many more (as many input tokens) continuing exactly where it stopped."""
     note: str = ""
     """Why there are no counts, or what the audit said about the index."""
 
@@ -44,42 +59,108 @@ class SourceExposure:
                 "continued": self.continued.to_json() if self.continued else None, "note": self.note}
 
 
-def _index(new: NewRun, key: str, prefix: str) -> names.CacheGroup | None:
-    """The NeoX train index the run builds for this source (its name carries the samples asked, seq_length and
-    seed), when it is on disk."""
-    build = new.builds[key]
+@dataclass(frozen=True)
+class IndexKey:
+    """What names a NeoX train index: its dataset name, the samples asked, seq_length and seed."""
+
+    name: str
+    num_samples: int | None
+    seq_length: int
+    seed: int
+
+
+def _on_disk(key: IndexKey, prefix: str) -> names.CacheGroup | None:
+    """The NeoX index ``key`` beside ``prefix`` (NeoX names it by the samples asked, seq_length and seed)."""
     try:
         groups = names.discover([prefix])
     except AuditError:
         return None
-    return next((g for g in groups if g.kind == names.NEOX and g.neox is not None and g.split == key
-                 and g.neox.num_samples == build.num_samples and g.neox.seq_length == new.plan.seq_length
-                 and g.neox.seed == new.seed), None)
+    return next((g for g in groups if g.kind == names.NEOX and g.neox is not None and g.split == key.name
+                 and g.neox.num_samples == key.num_samples and g.neox.seq_length == key.seq_length
+                 and g.neox.seed == key.seed), None)
 
 
-def _exposure(group: names.CacheGroup, prefixes: list[tuple[int, int]]) -> tuple[ExposureReport | None, str]:
+def _audit(group: names.CacheGroup, prefix: str, prefixes: list[tuple[int, int]],
+           tokens_out: np.ndarray | None = None) -> tuple[ExposureReport | None, str]:
+    """The audit's exposure of the items ``prefixes`` (signed prefixes) of one index, and what it said."""
     def consumption(split: str, length: int) -> Consumption:
-        return Consumption.from_prefixes(length, prefixes)
+        return replace(Consumption.from_prefixes(length, prefixes), tokens_out=tokens_out)
 
-    report = audit_index(group, consumption_for=consumption)
-    said = "; ".join([str(f) for f in report.findings] + report.notes)
-    return report.exposure, said
+    report = audit_index(group, resolve_prefix=lambda _: prefix, consumption_for=consumption)
+    return report.exposure, "; ".join([str(f) for f in report.findings] + report.notes)
 
 
-def source_exposures(new: NewRun, sources: tuple[SourceDelta, ...]) -> tuple[SourceExposure, ...]:
-    """Per source, the audit's exposure of its train index for the resumed and the continued draws."""
+def _index(key: IndexKey, source: SourcePlan, epochs: int, directory: str) -> tuple[names.CacheGroup, str]:
+    """The NeoX index ``key`` beside the data when it is there, else built as NeoX will build it (``epochs``
+    shuffled together) into ``directory`` under NeoX's name; (the index, a note when built here)."""
+    group = _on_disk(key, source.prefix)
+    if group is not None:
+        return group, ""
+    sizes = np.asarray(idx.sizes_memmap(idx.read_header(source.prefix)))
+    arrays = build_joint(np.arange(*source.document_range), sizes, epochs, key.seq_length, key.seed)
+    stem = cache_prefix(os.path.join(directory, os.path.basename(source.prefix)), key.name, key.num_samples,
+                        key.seq_length, key.seed, "packed", True)
+    for role, array in zip(("doc_idx", "sample_idx", "shuffle_idx"), arrays):
+        save_atomic(f"{stem}_{role}.npy", array)
+    (group,) = [g for g in names.discover([directory]) if g.stem == stem]
+    return group, (f"{os.path.basename(stem)} is not beside {source.prefix} yet: built here as NeoX will build it "
+                   f"({epochs} epochs, seed {key.seed})")
+
+
+def _summed(old: names.CacheGroup, new: names.CacheGroup, source: SourcePlan, delta: SourceDelta,
+            ) -> tuple[ExposureReport | None, str]:
+    """The saved run's items of its index and the resumed run's items of the new one, summed token by token."""
+    sizes = np.asarray(idx.sizes_memmap(idx.read_header(source.prefix)))[slice(*source.document_range)]
+    out = np.zeros(int(np.sum(sizes, dtype=np.int64)), np.int32)
+    before, said_old = _audit(old, source.prefix, [(delta.drawn_before, 1)], out)
+    after, said_new = _audit(new, source.prefix, [(delta.first + delta.drawn, 1), (delta.first, -1)], out)
+    said = "; ".join(s for s in (said_old, said_new) if s)
+    if before is None or after is None:
+        return None, said or "the audit withheld the exposure of an index"
+    return from_tokens(out, sizes, delta.drawn_before + delta.drawn), said
+
+
+def _exposure(new: NewRun, saved: SavedBuild | None, key: str, source: SourcePlan, delta: SourceDelta,
+              directory: str) -> SourceExposure:
+    """One source: the resumed run's draws from its index (the saved run's, or a new one), and continuing."""
+    new_key = IndexKey(key, new.builds[key].num_samples, new.plan.seq_length, new.seed)
+    group, built = _index(new_key, source, new.builds[key].epochs, directory)
+    if delta.skipped is not None:  # the same index (same epochs and seq_length): its items before and after
+        resumed, said = _audit(group, source.prefix, [(delta.drawn_before, 1), (delta.first + delta.drawn, 1),
+                                                      (delta.first, -1)])
+        continued, _ = _audit(group, source.prefix, [(delta.drawn_before + delta.drawn, 1)])
+        return SourceExposure(delta.name, os.path.basename(group.stem), resumed, continued,
+                              "; ".join(s for s in (said, built) if s))
+    was = saved.builds.get(key) if saved is not None else None
+    if saved is None or was is None or not saved.seq_length:
+        return SourceExposure(delta.name, None, None, None, "its index is rebuilt in another order and the saved "
+                              "run's build is not known (no neox-epoch state or config files in the checkpoint)")
+    if source.tokens > MAX_SUMMED_TOKENS:
+        return SourceExposure(delta.name, None, None, None, f"{source.tokens} tokens: the token-by-token sum of two "
+                              f"indexes is not attempted past {MAX_SUMMED_TOKENS} (4 bytes a token in memory)")
+    old_key = IndexKey(key, was.num_samples, saved.seq_length, new.seed if saved.seed is None else saved.seed)
+    old, built_old = _index(old_key, source, was.epochs, directory)
+    resumed, said = _summed(old, group, source, delta)
+    more = delta.drawn * new_key.seq_length // old_key.seq_length  # as many input tokens, in whole samples
+    continued, _ = _audit(old, source.prefix, [(delta.drawn_before + more, 1)])
+    notes = [said, built_old, built]
+    if new_key.seq_length != old_key.seq_length:
+        notes.append(f"continued: {delta.drawn_before} + {delta.drawn} * {new_key.seq_length} // "
+                     f"{old_key.seq_length} = {delta.drawn_before + more} items of the saved run's index (about as "
+                     "many input tokens)")
+    return SourceExposure(delta.name, os.path.basename(group.stem), resumed, continued,
+                          "; ".join(s for s in notes if s))
+
+
+def source_exposures(new: NewRun, sources: tuple[SourceDelta, ...], saved: SavedBuild | None,
+                     ) -> tuple[SourceExposure, ...]:
+    """Per source, the audit's exposure of its train indexes for the resumed and the continued draws."""
     train = [s for s in new.plan.sources if s.split == "train"]
     out = []
-    for key, plan, delta in zip(new.builds, train, sources):
-        if delta.skipped is None:
-            out.append(SourceExposure(delta.name, None, None, None, "its index is rebuilt in another order"))
-            continue
-        group = _index(new, key, plan.prefix)
-        if group is None:
-            out.append(SourceExposure(delta.name, None, None, None, f"no {key} index for {new.builds[key].num_samples}"
-                                      f" samples beside {plan.prefix} (the run builds it at its data build)"))
-            continue
-        resumed, said = _exposure(group, [(delta.drawn_before, 1), (delta.first + delta.drawn, 1), (delta.first, -1)])
-        continued, _ = _exposure(group, [(delta.drawn_before + delta.drawn, 1)])
-        out.append(SourceExposure(delta.name, os.path.basename(group.stem), resumed, continued, said))
+    with tempfile.TemporaryDirectory(prefix="neox-epoch-index-") as directory:
+        for key, plan, delta in zip(new.builds, train, sources):
+            try:
+                out.append(_exposure(new, saved, key, plan, delta, directory))
+            except (AuditError, NeoxEpochError, OSError, ValueError) as err:
+                out.append(SourceExposure(delta.name, None, None, None, f"not computed: {err}"))
     return tuple(out)

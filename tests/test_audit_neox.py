@@ -12,12 +12,20 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 
+import numpy as np
 import pytest
 
+from neox_epoch import idx
+from neox_epoch.audit import names
 from neox_epoch.audit.audit import AuditOptions, run_audit
+from neox_epoch.audit.consumption import Consumption
+from neox_epoch.audit.exposure import from_tokens
 from neox_epoch.audit.names import discover
+from neox_epoch.audit.validate import audit_index
 from neox_epoch.cli import main
+from neox_epoch.neox.index import build_joint
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURES = os.path.join(HERE, "fixtures", "neox")
@@ -142,3 +150,35 @@ def test_blend_sources_without_config_get_no_exposure(capsys):
     c1 = [r for r in out["indexes"] if r["split"] in ("train_1", "train_2")]
     assert c1 and all(r["exposure"] is None for r in c1)
     assert all(any("NeoX blend" in n for n in r["notes"]) for r in c1)
+
+
+@pytest.mark.parametrize("case,ds", DATASETS, ids=[f"{c}-{d['name']}-{d['num_samples']}" for c, d in DATASETS])
+def test_build_joint_equals_the_index_neox_built(case, ds):
+    """resume-check builds an index a run has not built yet as NeoX will: its three arrays (values and dtypes)
+    equal the files NeoX's own _build_index_mappings wrote, from the documents, epochs, seq_length and seed."""
+    group = discover(_files(ds))[0]
+    doc, sample, shuffle = (np.load(group.files[role]) for role in names.GPT_ROLES)
+    sizes = np.asarray(idx.sizes_memmap(idx.read_header(group.neox.prefix)))
+    built = build_joint(np.arange(*ds["documents"]), sizes, ds["epochs"], group.neox.seq_length, group.neox.seed)
+    for got, want in zip(built, (doc, sample, shuffle)):
+        assert got.dtype == want.dtype and np.array_equal(got, want)
+
+
+def test_tokens_out_holds_each_tokens_exposure():
+    """The kernel's tokens_out (two passes over two indexes summed by resume-check) holds, per token, what the
+    histograms count: from_tokens of the headline run's single pass gives the audit's own exposure; a second pass
+    over the same draws doubles every token."""
+    h = G["headline"]
+    ds = next(d for d in G["cases"][h["case"]]["datasets"] if d["name"] == "train_0")
+    group = discover(_files(ds))[0]
+    sizes = np.asarray(idx.sizes_memmap(idx.read_header(group.neox.prefix)))[slice(*ds["documents"])]
+    out = np.zeros(int(sizes.sum()), np.int32)
+
+    def consumption(split: str, length: int) -> Consumption:
+        return replace(Consumption.prefix(length, h["samples_consumed"]), tokens_out=out)
+
+    once = audit_index(group, consumption_for=consumption).exposure
+    assert from_tokens(out, sizes, h["samples_consumed"]) == once and once.tokens == _hist(h["histogram"])
+    audit_index(group, consumption_for=consumption)
+    twice = from_tokens(out, sizes, 2 * h["samples_consumed"])
+    assert twice.tokens == {2 * t: n for t, n in once.tokens.items()} and twice.documents_unseen == once.documents_unseen

@@ -328,7 +328,7 @@ BATCH_STOP = 105  # 105 x 4 = 420 consumed; 980 - 420 = 560 = 70 x 8 left: whole
 @pytest.fixture(scope="module")
 def batch_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     run = _new_run(tmp_path_factory, "batch")
-    cfg = _config(run.root, ["a", "b", "c"], BLEND_BLOCK, checkpoint_factor=BATCH_STOP)
+    cfg = _config(run.root, ["a", "b", "c"], BLEND_BLOCK, checkpoint_factor=BATCH_STOP, eval_interval=50)
     _ok(_launch(run, {**cfg, "exit_interval": BATCH_STOP}, "first", frameworks.neox_dir()))
     refused = _launch(run, {**cfg, "gradient_accumulation_steps": 2}, "refused", frameworks.neox_dir())
     assert refused.returncode != 0
@@ -377,10 +377,11 @@ def test_batch_change_resume_trains_every_token_its_target_passes(batch_run: Run
     # the same from the run's JSONL alone: the hooks recorded the checkpoint's state there when NeoX saved it
     from_log = json.loads(open(batch_run.path("check_from_log.json")).read())
     assert from_log["checkpoint"].endswith("neox_epoch.jsonl (global_step105)")
-    # (the validation loader needs the saved run's evaluation settings: in the checkpoint's configs/, not the log)
-    assert from_log["valid"] is None and predicted["valid"]["start_sample"] == predicted["valid"]["drawn"] == 0
-    assert {k: v for k, v in from_log.items() if k not in ("checkpoint", "consumed_how", "valid")} == {
-        k: v for k, v in predicted.items() if k not in ("checkpoint", "consumed_how", "valid")}
+    # the validation loader too (the hooks record eval_interval and eval_iters with the state): evaluations at 50
+    # and 100 drew 2 x 2 x 1 x 4 = 16 samples, NeoX restarts it at ((105 x 2) // 50) x 2 batches of 4 = 32
+    assert (predicted["valid"]["drawn"], predicted["valid"]["start_sample"]) == (16, 32)
+    assert {k: v for k, v in from_log.items() if k not in ("checkpoint", "consumed_how")} == {
+        k: v for k, v in predicted.items() if k not in ("checkpoint", "consumed_how")}
     after = np.bincount(ex.source_of_row[rec.launches == 2], minlength=3).tolist()
     assert after == [s["drawn_after_resume"] for s in predicted["sources"]] == [231, 222, 107]
     final = [r for r in batch_run.jsonl() if r["event"] == "final"][-1]
@@ -517,7 +518,8 @@ def reweighted_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, dict[
     _ok(_launch(run, {**cfg, "exit_interval": BATCH_STOP}, "first", frameworks.neox_dir(), via="deepy"))
     resumed = {**cfg, "train_data_weights": REWEIGHTED}
     check = subprocess.run([sys.executable, "-m", "neox_epoch.cli", "resume-check", run.path("ckpt"),
-                            _write(run, resumed, "check"), "--json"], capture_output=True, text=True, timeout=300)
+                            _write(run, resumed, "check"), "--json", "--exposure"], capture_output=True, text=True,
+                           timeout=300)
     _ok(_launch(run, resumed, "reweighted", frameworks.neox_dir(), via="deepy"))
     return run, json.loads(check.stdout), check.returncode
 
@@ -547,6 +549,73 @@ def test_resume_check_predicts_a_changed_blend_token_by_token(
         (stem,) = [f[: -len("_doc_idx.npy")] for f in glob.glob(f"{prefix}_train_{k}_indexmap_{requests[k]}ns_*_doc_idx.npy")]
         expected = nt.drawn_token_counts(prefix, stem, at[420][k], at[960][k])
         assert np.array_equal(ex.counts[name], expected), name
+
+
+def test_resume_check_exposure_of_a_changed_blend_equals_the_tokens_stock_neox_trained(
+        reweighted_run: tuple[Run, dict[str, Any], int]) -> None:
+    """With --exposure, run before the resume, a and b (whose new index, asked other samples, has other epochs and
+    so another order) get the saved run's items of its index plus the resumed run's of the new one, summed token by
+    token by the audit's kernel: the new indices were not built yet, so resume-check built them as NeoX would.
+    Equal, bin for bin, to the tokens both launches recorded; c (the same index) as before."""
+    run, predicted, _ = reweighted_run
+    ex = nt.exposure(run.recorded(), run.sources(["a", "b", "c"]))
+    for name in "abc":
+        got = predicted["exposure"][name]
+        assert got["resumed"]["tokens"] == {str(t): int(n) for t, n in enumerate(np.bincount(ex.counts[name]))}, name
+        assert ("built here as NeoX will build it" in got["note"]) == (name != "c"), got["note"]
+
+
+# stock NeoX, seq_length 64 for 105 iterations of 4, resumed with seq_length 128: every sample is cut anew
+
+SEQ_STOP = 105
+
+
+@pytest.fixture(scope="module")
+def lengthened_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, dict[str, Any], int]:
+    """The first launch trains on 64-token samples, the resumed one on 128-token samples of the same corpora (the
+    model's rotary positions allow 128 throughout); resume-check --exposure runs between the launches."""
+    run = _new_run(tmp_path_factory, "lengthened")
+    cfg = _config(run.root, ["a", "b", "c"], None, train_data_weights=STOCK_WEIGHTS, train_iters=240,
+                  checkpoint_factor=SEQ_STOP, seq_length=SEQ // 2)
+    _ok(_launch(run, {**cfg, "exit_interval": SEQ_STOP}, "first", frameworks.neox_dir(), via="deepy"))
+    resumed = {**cfg, "seq_length": SEQ, "train_iters": 180, "override_lr_scheduler": True}
+    check = subprocess.run([sys.executable, "-m", "neox_epoch.cli", "resume-check", run.path("ckpt"),
+                            _write(run, resumed, "check"), "--json", "--exposure"], capture_output=True, text=True,
+                           timeout=300)
+    _ok(_launch(run, resumed, "lengthened", frameworks.neox_dir(), via="deepy"))
+    return run, json.loads(check.stdout), check.returncode
+
+
+def test_resume_check_counts_each_token_across_a_seq_length_change(
+        lengthened_run: tuple[Run, dict[str, Any], int]) -> None:
+    """NeoX resumes at 105 x 4 = 420 of a blend of new indices (named by seq_length 128): each source's items
+    greedy(420) .. greedy(720) of its new index, after items 0 .. greedy(420) - 1 of its 64-token index. Positions
+    name other token spans, so no sample count is skipped or repeated; resume-check --exposure, before the resume,
+    sums both indices' input tokens per token: equal, bin for bin, to what the two launches recorded (rows of 65
+    and of 129 tokens). Continued unchanged: the 64-token index for as many input tokens, equal to NeoX's files."""
+    run, predicted, code = lengthened_run
+    assert code == 1 and predicted["resumed_by"] == "NeoX" and predicted["start_sample"] == 420
+    assert predicted["findings"][0].startswith("seq-length-changed: seq_length 64 -> 128: ")
+    assert all(s["skipped_samples"] is None and s["repeated_samples"] is None for s in predicted["sources"])
+    weights = neox_sem.blend_weights(STOCK_WEIGHTS)
+    at = {p: blend.greedy_counts(weights, p) for p in (420, 720)}
+    first = nt.read_recorded([run.path("rec", "first")], "train", SEQ // 2)
+    second = nt.read_recorded([run.path("rec", "lengthened")], "train", SEQ)
+    assert (first.texts.shape, second.texts.shape) == ((420, SEQ // 2 + 1), (300, SEQ + 1))
+    sources = run.sources(["a", "b", "c"])
+    before, after = nt.exposure(first, sources), nt.exposure(second, sources)
+    assert np.bincount(after.source_of_row, minlength=3).tolist() == [at[720][k] - at[420][k] for k in range(3)]
+    requested = neox_sem.normalized_weights_and_num_samples(STOCK_WEIGHTS, 240 * 4)[1]
+    for k, name in enumerate("abc"):
+        got = predicted["exposure"][name]
+        both = before.counts[name] + after.counts[name]
+        assert got["resumed"]["tokens"] == {str(t): int(n) for t, n in enumerate(np.bincount(both))}, name
+        assert got["resumed"]["token_exposures"] == at[420][k] * SEQ // 2 + (at[720][k] - at[420][k]) * SEQ
+        prefix = run.path("data", name)
+        (old,) = glob.glob(f"{prefix}_train_{k}_indexmap_{requested[k]}ns_{SEQ // 2}sl_*_doc_idx.npy")
+        items = at[420][k] + (at[720][k] - at[420][k]) * 2
+        continued = nt.drawn_token_counts(prefix, old[: -len("_doc_idx.npy")], 0, items)
+        assert got["continued"]["tokens"] == {str(t): int(n) for t, n in enumerate(np.bincount(continued))}, name
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -28,6 +28,9 @@ class Consumption:
     period: int = 0
     """When ``positions`` is None: the global position of draw ``k`` (0-based pass) of ``j`` is
     ``j + k * period`` (a dataset read on its own; ``period`` = its length); 0: positions unknown."""
+    tokens_out: np.ndarray | None = field(default=None, compare=False)
+    """Optional (int32, one per token of the split's documents in .idx order): each token's exposure is added into
+    it, so passes over two indexes of one corpus sum (:func:`neox_epoch.audit.exposure.from_tokens`)."""
 
     @staticmethod
     def prefix(length: int, consumed: int) -> Consumption:

@@ -105,11 +105,22 @@ def from_histograms(tokens_hist: np.ndarray, documents_hist: np.ndarray, stats: 
         token_exposures=sum(times * count for times, count in tokens.items()))
 
 
+def from_tokens(exposure: np.ndarray, sizes: np.ndarray, consumed: int) -> ExposureReport:
+    """The report of per-token exposures (``exposure``: one per token of the documents of ``sizes``, in order), as
+    the stream pass's ``tokens_out`` holds them after one or more passes."""
+    documents = np.flatnonzero(sizes)
+    starts = (np.cumsum(sizes, dtype=np.int64) - sizes)[documents]
+    low = np.minimum.reduceat(exposure, starts) if starts.size else np.zeros(0, np.int32)
+    high = np.maximum.reduceat(exposure, starts) if starts.size else np.zeros(0, np.int32)
+    stats = np.array([np.count_nonzero(high == 0), np.count_nonzero(low != high)])
+    return from_histograms(np.bincount(exposure), np.bincount(low), stats, consumed)
+
+
 class StreamPass:
     """The walk over the document index, chunk by chunk: copy positions, the copies' check and the exposure."""
 
     def __init__(self, sizes: np.ndarray, first_id: int, epochs: int, draws: np.ndarray | None,
-                 seq_length: int, sample_draws: np.ndarray | None = None) -> None:
+                 seq_length: int, sample_draws: np.ndarray | None = None, tokens_out: np.ndarray | None = None) -> None:
         self.first_id, self.epochs, self.seq_length = first_id, epochs, seq_length
         self.position, self.buffer = 0, np.empty(0, np.int64)
         self.exposing = draws is not None and kernel is not None and epochs > 0
@@ -127,6 +138,13 @@ class StreamPass:
         self.copies = np.zeros(documents, np.int32) if kernel is None else None  # numpy counts them one by one
         self.sample_draws = sample_draws if self.exposing else None
         self.per_document = zeros((documents, 5), np.int64) if self.sample_draws is not None else None
+        self.tokens_out, self.token_starts = None, None
+        if tokens_out is not None and self.exposing:  # each token's exposure added into it (see from_tokens)
+            self.token_starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)[:-1]]).astype(np.int64)
+            if tokens_out.dtype != np.int32 or tokens_out.shape != (int(np.sum(sizes, dtype=np.int64)),):
+                raise AuditError(f"tokens_out: int32 of one entry per token of the documents expected, got "
+                                 f"{tokens_out.dtype} {tokens_out.shape}")
+            self.tokens_out = tokens_out
 
     def advance(self, documents: np.ndarray) -> np.ndarray:
         """The stream positions of the copies ``documents`` (the next chunk of the document index), and where
@@ -146,7 +164,7 @@ class StreamPass:
             np.ascontiguousarray(documents, dtype=np.int32), self.first_id,
             self.sizes if self.records is None else None, self.records, self.position,
             self.epochs, self.draws, self.seq_length, self.samples, positions, self.tokens_hist,
-            self.documents_hist, self.stats, self.sample_draws, self.per_document)
+            self.documents_hist, self.stats, self.sample_draws, self.per_document, self.tokens_out, self.token_starts)
         positions[-1] = self.position
         return positions
 

@@ -630,7 +630,8 @@ def save_state(state: State, neox_args: Any, iteration: int) -> None:
         builds=builds, drawn=list(saved.drawn) if saved else ([s.samples_drawn for s in rp.train] if rp.blended else []),
         blend_weights=list(state.blend_request[0]) if state.blend_request else [],
         blend_samples=list(state.blend_request[1]) if state.blend_request else [],
-        greedy_weights=list(rp.weights or []), seq_length=rp.plan.seq_length)
+        greedy_weights=list(rp.weights or []), seq_length=rp.plan.seq_length,
+        eval_interval=int(getattr(neox_args, "eval_interval", 0) or 0), eval_iters=int(getattr(neox_args, "eval_iters", 0) or 0))
     write_state(tag_dir, saved_state)
     # the same record in the run's JSONL: resume-check can plan a resume from the log alone
     state.sink.write({"event": "checkpoint", "iteration": int(iteration), "tag": os.path.basename(tag_dir),

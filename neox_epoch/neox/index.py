@@ -74,6 +74,28 @@ def build_separated(documents: np.ndarray, sizes: np.ndarray, epochs: int, seq_l
     return doc_idx, sample_idx, separated_shuffle(starts, rng)
 
 
+def sample_rows(sizes: np.ndarray, doc_idx: np.ndarray, seq_length: int, samples: int) -> np.ndarray:
+    """NeoX's ``sample_idx`` in numpy: row ``i`` is the (doc_idx entry, offset) of stream position
+    ``i * seq_length`` (its documents in ``doc_idx`` order concatenated), for ``i = 0 .. samples``; int32, or int64
+    where NeoX's rule (``2 * (samples + 1)`` past int32) switches its compiled helper."""
+    ends = np.cumsum(sizes[doc_idx], dtype=np.int64)
+    positions = np.arange(samples + 1, dtype=np.int64) * seq_length
+    entries = np.searchsorted(ends, positions, side="right")
+    rows = np.stack([entries, positions - ends[entries] + sizes[doc_idx[entries]]], axis=1)
+    return rows.astype(np.int32 if 2 * (samples + 1) < np.iinfo(np.int32).max else np.int64)
+
+
+def build_joint(documents: np.ndarray, sizes: np.ndarray, epochs: int, seq_length: int,
+                seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The three arrays GPT-NeoX's ``_build_index_mappings`` builds for ``epochs`` epochs shuffled together (the
+    documents of all epochs in one shuffle, then all samples): what a run will build before it has built it."""
+    rng = np.random.RandomState(seed=seed)
+    doc_idx = document_order(np.asarray(documents, dtype=np.int32), [epochs], rng)
+    tokens = int(np.sum(sizes[documents], dtype=np.int64))
+    built = (epochs * tokens - 1) // seq_length
+    return doc_idx, sample_rows(sizes, doc_idx, seq_length, built), sample_order([0, built], rng)
+
+
 def save_atomic(path: str, array: np.ndarray) -> None:
     """``np.save`` to a temporary name beside ``path``, then rename (readers never see half a file)."""
     tmp = f"{path}.{os.getpid()}.tmp.npy"

@@ -61,6 +61,10 @@ class ResumeState:
     """The float64-normalized weights the counters replay the blend's greedy with."""
     seq_length: int = 0
     """The run's seq_length (0: not recorded)."""
+    eval_interval: int = 0
+    """The run's eval_interval (0: not recorded): with ``eval_iters``, what its evaluations drew."""
+    eval_iters: int = 0
+    """The run's eval_iters (0: not recorded)."""
     version: int = VERSION
 
     def to_json(self) -> str:
