@@ -131,3 +131,26 @@ def neox_valid_start(iteration: int, old: LoaderShape, old_eval: tuple[int, int]
            f"eval_interval) * eval_iters % len(loader) * micro * dp = (({iteration} * {new.gradient_accumulation}) // "
            f"{new_interval}) * {new_iters} % {batches} * {new.loader_batch} = {first * new.loader_batch}")
     return ValidStart(drawn, first * new.loader_batch, drawn % (batches * new.loader_batch), how)
+
+
+@dataclass(frozen=True)
+class EndTest:
+    """The test loader at the resume: GPT-NeoX and Megatron-LM start it at sample 0 in every launch and evaluate it
+    once, after the last iteration, so the resumed run tests on what continuing unchanged would (given the same
+    eval_iters and batch)."""
+
+    samples: int
+    """Samples the evaluation after the last iteration draws: eval_iters x the global batch."""
+    how: str
+    """The arithmetic and where it comes from."""
+
+
+def end_test(eval_iters: int, train_batch_size: int, test_samples: int, framework: str) -> EndTest | None:
+    """None without a test dataset or test evaluation."""
+    if eval_iters < 1 or test_samples < 1:
+        return None
+    drawn = min(eval_iters * train_batch_size, test_samples)
+    return EndTest(drawn, f"{framework} starts the test loader at sample 0 in every launch and evaluates it after the "
+                            f"last iteration: samples 0..{drawn - 1} (eval_iters * global batch = {eval_iters} * "
+                            f"{train_batch_size}): the same start as continuing unchanged")
+

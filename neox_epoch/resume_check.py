@@ -34,7 +34,16 @@ from neox_epoch.errors import ConfigError, NeoxEpochError
 from neox_epoch.neox.planning import make_run_plan, values_from_args
 from neox_epoch.neox.resume_state import ResumeState, TrainBuild, decide, read_state, states_from_log
 from neox_epoch.plan import Plan, make_plan
-from neox_epoch.resume import LoaderShape, ResumeStart, ValidStart, hooked_start, neox_start, neox_valid_start
+from neox_epoch.resume import (
+    EndTest,
+    LoaderShape,
+    ResumeStart,
+    ValidStart,
+    end_test,
+    hooked_start,
+    neox_start,
+    neox_valid_start,
+)
 from neox_epoch.resume_exposure import SourceExposure, source_exposures
 
 
@@ -115,7 +124,8 @@ class ResumeCheck:
     counters_at_resume: int = 0
     semantics: str = "GPT-NeoX"  # The framework whose resume is modelled.
     exposures: tuple[SourceExposure, ...] = ()  # Per source, the audit's token exposure (with --exposure).
-    valid: ValidStart | None = None  # GPT-NeoX: the validation loader at the resume.
+    valid: ValidStart | None = None  # The validation loader at the resume.
+    test: EndTest | None = None  # The test loader (evaluated after the last iteration).
 
 
 def _int(values: dict[str, Any], key: str, where: str) -> int:
@@ -309,6 +319,14 @@ def valid_start(old: OldRun, new: NewRun) -> ValidStart | None:
     return neox_valid_start(ckpt.iteration, shape, evaluation, new.shape, new.evaluation, new.valid_samples)
 
 
+def split_samples(plan: Plan, split: str) -> int:
+    """Samples of a split's dataset: its blend's size, or the len of its datasets."""
+    blends = [b for b in plan.blends if b.split == split]
+    if blends and blends[0].size is not None:
+        return blends[0].size
+    return sum(s.length for s in plan.sources if s.split == split)
+
+
 def blend_changed(saved: SavedBuild, new: NewRun) -> bool:
     """The new blend draws with other weights (or other sources) than the saved one."""
     if not saved.weights or new.weights is None:
@@ -393,8 +411,9 @@ def check(checkpoint: str, configs: list[str], world_size: int | None = None, ex
                         f"(iteration * new train_batch_size), {old.consumed} were")
     end = decide(old.state, new.shape).train_iters if who == "hooks" and old.state else new.plan.train_iters
     sources = deltas(new, saved, old.consumed, start, max(0, end - it))
+    test = end_test(new.evaluation[1], new.shape.train_batch_size, split_samples(new.plan, "test"), "GPT-NeoX")
     return ResumeCheck(old, new, start, who, sources, tuple(findings), tuple(notes), counters,
-                       exposures=source_exposures(new, sources, saved) if exposure else (), valid=valid)
+                       exposures=source_exposures(new, sources, saved) if exposure else (), valid=valid, test=test)
 
 
 def to_json(rc: ResumeCheck) -> dict[str, Any]:
@@ -415,6 +434,7 @@ def to_json(rc: ResumeCheck) -> dict[str, Any]:
         "exposure": {e.name: e.to_json() for e in rc.exposures} if rc.exposures else None,
         "valid": None if rc.valid is None else {"drawn": rc.valid.drawn, "start_sample": rc.valid.start,
                                                 "continued_sample": rc.valid.continued, "how": rc.valid.how},
+        "test": None if rc.test is None else {"start_sample": 0, "samples": rc.test.samples, "how": rc.test.how},
         "counters_at_resume": rc.counters_at_resume, "findings": list(rc.findings), "notes": list(rc.notes),
         "clean": not rc.findings,
     }
@@ -428,6 +448,11 @@ def render(rc: ResumeCheck) -> str:
              f"  {rc.old.consumed_how}",
              f"  resumed by {rc.who}: {rc.start.how}",
              ]
+    if rc.valid is not None:
+        lines.append(f"  validation loader: starts at sample {rc.valid.start} (the saved run's evaluations drew "
+                     f"{rc.valid.drawn}): {rc.valid.how}")
+    if rc.test is not None:
+        lines.append(f"  test loader: {rc.test.how}")
     if rc.sources:
         lines.append(f"  {'source':<24} {'skipped':>10} {'repeated':>10} {'drawn after':>12}   (samples; input "
                      f"tokens = samples * seq_length {seq})")
@@ -475,9 +500,9 @@ def register(sub: Any) -> None:
                    "its DeepSpeed config): the run's path_to_cache, whose blend gives each source's draws")
     p.add_argument("--framework-version", help="Megatron-LM checkpoints: the megatron-core version to mirror")
     p.add_argument("--force-version", action="store_true", help="plan an unverified megatron-core version")
-    p.add_argument("--exposure", action="store_true", help="GPT-NeoX: count each source's input tokens by times "
-                   "seen over the whole run, resumed and continued unchanged (reads its train index files: the "
-                   "audit's exposure computation)")
+    p.add_argument("--exposure", action="store_true", help="GPT-NeoX, and megatron-core with --cache: count each "
+                   "source's input tokens by times seen over the whole run, resumed and continued unchanged (reads "
+                   "its train index files: the audit's exposure computation)")
     p.add_argument("--json", action="store_true", help="one JSON object (keys in the README)")
     p.set_defaults(func=run, accepts_extra=True)
 
@@ -512,23 +537,24 @@ def run(args: argparse.Namespace) -> int:
                                "DeepSpeed config (JSON) it resumes with, and --cache for per-source draws",
               "neox": "a GPT-NeoX checkpoint; give NeoX config files"}[ckpt.framework]
     if (tokens is not None) != (ckpt.framework == "megatron") or (ckpt.framework == "megatron-core" and (
-            len(args.configs) != 1 or args.exposure)):
+            len(args.configs) != 1 or args.exposure and args.cache is None)):
         raise ConfigError(f"{args.checkpoint}: {wanted} for the resumed run" + (
-            " (no --exposure)" if args.exposure else ""))
+            " (--exposure needs --cache)" if args.exposure and ckpt.framework == "megatron-core" else ""))
     if args.cache is not None and ckpt.framework != "megatron-core":
         raise ConfigError(f"--cache {args.cache}: only for a megatron-core run's DeepSpeed checkpoint with the live "
                           f"counters; {args.checkpoint} is {wanted.split(';')[0]}")
     if ckpt.framework == "megatron-core":
         from neox_epoch.resume_mcore import check as mcore_check
 
-        rc = mcore_check(ckpt, args.configs[0], args.world_size, args.cache)
+        rc = mcore_check(ckpt, args.configs[0], args.world_size, args.cache, args.exposure)
     elif tokens is not None:
         from neox_epoch.plan_cli import mcore_version
         from neox_epoch.resume_megatron import check as megatron_check
 
         if args.exposure:
-            raise ConfigError("resume-check --exposure: GPT-NeoX checkpoints only for now; for Megatron-LM run "
-                              "neox-epoch audit on the megatron-core caches with --consumed")
+            raise ConfigError("resume-check --exposure: GPT-NeoX checkpoints and megatron-core runs with the live "
+                              "counters; for Megatron-LM run neox-epoch audit on the megatron-core caches with "
+                              "--consumed")
         rc = megatron_check(ckpt, tokens, mcore_version(args))
     else:
         rc = check(args.checkpoint, list(args.configs), args.world_size, args.exposure, args.iteration)

@@ -8,7 +8,9 @@ builds the same data (planned with the saved planning batch) and Megatron's pret
 ``(dataset_size - consumed) // new_global_batch`` more iterations and the rest of the dataset (under one new
 batch) is never drawn. Each source's draws after the resume are read from the built blend's
 ``dataset_index`` (megatron-core's index cache, ``--cache``), the blend the counters themselves count with.
-NEW is the resumed run's DeepSpeed config (its global batch, derived as DeepSpeed derives it).
+NEW is the resumed run's DeepSpeed config (its global batch, derived as DeepSpeed derives it). With
+``--exposure`` the audit counts each source's input tokens by times seen over the whole run, as resumed (the
+blend's first ``consumed + iterations x new batch`` samples) and continued with the saved batch.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from neox_epoch.errors import ConfigError
 from neox_epoch.plan import Plan
 from neox_epoch.resume import LoaderShape, ResumeStart
 from neox_epoch.resume_check import NewRun, OldRun, ResumeCheck, SourceDelta
+from neox_epoch.resume_exposure import SourceExposure
 
 
 def new_batch(ds_config: str, world_size: int | None) -> LoaderShape:
@@ -64,8 +67,8 @@ def _saved_state(ckpt: Checkpoint) -> dict[str, Any]:
     return state
 
 
-def _blend(cache: str, size: int, sources: list[str]) -> tuple[np.ndarray, int]:
-    """The train blend's dataset_index of ``size`` samples in megatron-core's cache, and its seq_length."""
+def _blend(cache: str, size: int, sources: list[str]) -> tuple[names.CacheGroup, np.ndarray, int]:
+    """The train blend of ``size`` samples in megatron-core's cache: its files, dataset_index and seq_length."""
     for group in names.discover([cache]):
         if not (group.kind == names.MCORE and group.is_blend and group.split == "train"):
             continue
@@ -74,12 +77,28 @@ def _blend(cache: str, size: int, sources: list[str]) -> tuple[np.ndarray, int]:
         children = [os.path.basename(str(d.get("dataset_path"))) for d in described.get("datasets", [])]
         if described.get("size") == size and children == sources:
             index = np.load(group.files[names.DATASET], mmap_mode="r")
-            return np.asarray(index, dtype=np.int64), int(described["datasets"][0]["sequence_length"])
+            return group, np.asarray(index, dtype=np.int64), int(described["datasets"][0]["sequence_length"])
     raise ConfigError(f"{cache}: no train BlendedDataset of {size} samples over {sources} in it; give the "
                       "path_to_cache the run builds its data in (the saved run's build)")
 
 
-def check(ckpt: Checkpoint, ds_config: str, world_size: int | None, cache: str | None) -> ResumeCheck:
+def exposures(group: names.CacheGroup, sources: list[str], resumed: int, continued: int,
+              ) -> tuple[SourceExposure, ...]:
+    """Per source, the audit's exposure of the blend's first ``resumed`` samples (the run as resumed) and of its first
+    ``continued`` (continuing with the saved batch): :func:`neox_epoch.audit.audit.run_audit` on the blend."""
+    from neox_epoch.audit.audit import AuditOptions, run_audit
+
+    reports = []
+    for consumed in (resumed, continued):
+        result = run_audit([group], AuditOptions(consumed=consumed))
+        reports.append(next(b for b in result.blends if b.path == group.stem))
+    said = "; ".join([str(f) for f in reports[0].findings] + reports[0].notes)
+    return tuple(SourceExposure(name, os.path.basename(now.index) if now.index else None, now.exposure, then.exposure,
+                                said) for name, now, then in zip(sources, reports[0].sources, reports[1].sources))
+
+
+def check(ckpt: Checkpoint, ds_config: str, world_size: int | None, cache: str | None,
+          exposure: bool = False) -> ResumeCheck:
     """resume-check of a megatron-core run's DeepSpeed checkpoint resumed with the DeepSpeed config ``ds_config``."""
     state = _saved_state(ckpt)
     consumed, size, saved = int(state["consumed_samples"]), int(state["dataset_size"]), dict(state["samples"])
@@ -98,13 +117,13 @@ def check(ckpt: Checkpoint, ds_config: str, world_size: int | None, cache: str |
         findings.append(f"remainder: the last {rest} of the train dataset's {size} samples are never drawn "
                         f"(({size} - {consumed}) % {batch}); a global batch dividing {left} draws them all")
     source_names = list(saved)
-    seq_length = 0
+    seq_length, found = 0, ()
     if cache is None:
         notes.append("per-source draws after the resume need the blend's dataset_index: give --cache (the run's "
                      "path_to_cache)")
         sources: tuple[SourceDelta, ...] = ()
     else:
-        index, seq_length = _blend(cache, size, source_names)
+        group, index, seq_length = _blend(cache, size, source_names)
         before = np.bincount(index[:consumed], minlength=len(source_names))
         counted = [int(saved[n]) for n in source_names]
         if counted != before.tolist():
@@ -112,9 +131,13 @@ def check(ckpt: Checkpoint, ds_config: str, world_size: int | None, cache: str |
                               f"counters say {counted}: not the build this run trained on")
         after = np.bincount(index[consumed: consumed + iterations * batch], minlength=len(source_names))
         sources = tuple(SourceDelta(n, 0, 0, int(a), int(b), int(b)) for n, a, b in zip(source_names, after, before))
+        if exposure:  # continuing with the saved batch would leave its own remainder undrawn
+            old_batch = int(state["global_batch_size"])
+            continued = consumed + (size - consumed) // old_batch * old_batch
+            found = exposures(group, source_names, consumed + iterations * batch, continued)
     plan = Plan("megatron-core", "", seq_length, batch, end, size, {}, (), (), (), ())
     new = NewRun(shape, plan, tuple(source_names), None, {}, size, False, True)
     old = OldRun(ckpt, int(state["global_batch_size"]), consumed,
                  f"consumed = {consumed} (the counters' state in the checkpoint's client state)", None)
     return ResumeCheck(old, new, start, "megatron-core", sources, tuple(findings), tuple(notes), consumed,
-                       semantics="megatron-core with neox-epoch's live counters")
+                       semantics="megatron-core with neox-epoch's live counters", exposures=found)

@@ -24,8 +24,17 @@ from neox_epoch.megatron_args import PLAN_DESTS, flag_table
 from neox_epoch.megatron_plan import MegatronInput, megatron_input
 from neox_epoch.neox.resume_state import TrainBuild
 from neox_epoch.plan import Plan, make_plan
-from neox_epoch.resume import LoaderShape, ResumeStart
-from neox_epoch.resume_check import NewRun, OldRun, ResumeCheck, SavedBuild, blend_findings, build_findings, deltas
+from neox_epoch.resume import LoaderShape, ResumeStart, ValidStart, end_test
+from neox_epoch.resume_check import (
+    NewRun,
+    OldRun,
+    ResumeCheck,
+    SavedBuild,
+    blend_findings,
+    build_findings,
+    deltas,
+    split_samples,
+)
 
 #: Megatron-LM flags that let OptimizerParamScheduler take a checkpoint saved with another schedule
 SCHEDULER_FLAGS = ("override_opt_param_scheduler", "use_checkpoint_opt_param_scheduler")
@@ -91,6 +100,45 @@ def _end_findings(consumed: int, new: NewRun, mi: MegatronInput, iteration: int)
     return []
 
 
+def valid_start(saved_args: dict[str, Any], iteration: int, mi: MegatronInput, plan: Plan,
+                ) -> tuple[ValidStart | None, list[str]]:
+    """Megatron-LM's validation loader at the resume: ``consumed_valid_samples`` from the checkpoint's args (each
+    evaluation added ``eval_iters x global_batch_size``; 0 with ``iteration > 0``: recomputed with the new args as
+    ``iteration // eval_interval * eval_iters * global_batch_size``), where its sampler starts unless
+    --full-validation or --skip-train start it at 0. Findings when the sampler refuses the start or the evaluations
+    until the end (every eval_interval, and one after the last iteration) need more samples than the new dataset
+    has. (None, []) without evaluation or a validation dataset."""
+    args, run = mi.args, mi.run
+    length = split_samples(plan, "valid")
+    if not args.eval_iters or length < 1 or args.skip_train:
+        return None, []
+    drawn = int(saved_args.get("consumed_valid_samples") or 0)
+    how = f"drawn = consumed_valid_samples = {drawn} (the args saved in the checkpoint)"
+    consumed = drawn
+    if drawn == 0 and iteration > 0 and not args.train_samples and args.eval_interval:
+        consumed = iteration // args.eval_interval * args.eval_iters * run.global_batch_size
+        how += (f"; none counted, so Megatron-LM recomputes it with the new args: iteration // eval_interval * "
+                f"eval_iters * global_batch_size = {iteration} // {args.eval_interval} * {args.eval_iters} * "
+                f"{run.global_batch_size} = {consumed}")
+    start = 0 if args.full_validation else consumed
+    how += f"; start = {'0 (--full-validation)' if args.full_validation else 'consumed_valid_samples'} = {start}"
+    if start >= length:
+        return ValidStart(drawn, start, drawn, how), [
+            f"valid-no-samples-left: the validation loader starts at sample {start} of a validation dataset of "
+            f"{length}: Megatron-LM's sampler asserts 'no samples left to consume' at the data build (ask for more "
+            "validation samples: --eval-iters, --eval-interval, --train-iters)"]
+    interval = args.eval_interval or 0
+    evaluations = (run.train_iters // interval - iteration // interval if interval else 0) + 1
+    loader = args.micro_batch_size * args.data_parallel_size
+    needed = evaluations * args.eval_iters * (run.global_batch_size // loader)
+    if args.full_validation or needed <= (length - start) // loader:
+        return ValidStart(drawn, start, drawn, how), []
+    return ValidStart(drawn, start, drawn, how), [
+        f"valid-runs-out: {evaluations} evaluations after the resume (every {interval} iterations to "
+        f"{run.train_iters}, and one at the end) draw {needed} batches of {loader} from sample {start}; the "
+        f"validation dataset has {length} samples: its loader ends (StopIteration) before the last evaluation"]
+
+
 def _scheduler_findings(old: MegatronInput, new: MegatronInput) -> list[str]:
     """OptimizerParamScheduler.load_state_dict: each value the checkpoint holds must equal the new one."""
     same = (old.args.lr, old.args.min_lr, old.args.lr_decay_style) == (new.args.lr, new.args.min_lr,
@@ -126,6 +174,8 @@ def check(ckpt: Checkpoint, argv: Sequence[str], version: str) -> ResumeCheck:
     old = OldRun(ckpt, gbs, consumed, how, None)
     findings = build_findings(old, saved, new) + _end_findings(consumed, new, new_mi, it)
     findings += blend_findings(new, saved, consumed, start)
+    valid, valid_findings = valid_start(saved_args, it, new_mi, new.plan)
+    findings += valid_findings
     if old_mi is not None and not follows:
         findings += _scheduler_findings(old_mi, new_mi)
     notes = [source if old_mi is None else f"the saved run's build from {source}"]
@@ -133,4 +183,6 @@ def check(ckpt: Checkpoint, argv: Sequence[str], version: str) -> ResumeCheck:
         notes.append("--rampup-batch-size: the samples drawn after the resume are counted at the final global batch")
     left = max(0, new_mi.run.train_iters - it)
     return ResumeCheck(old, new, start, "Megatron-LM", deltas(new, saved, consumed, start, left), tuple(findings),
-                       tuple(notes), consumed, semantics=f"Megatron-LM {new_mi.args.megatron_lm_version}")
+                       tuple(notes), consumed, semantics=f"Megatron-LM {new_mi.args.megatron_lm_version}", valid=valid,
+                       test=end_test(new_mi.args.eval_iters, new_mi.run.global_batch_size,
+                                     split_samples(new.plan, "test"), "Megatron-LM"))

@@ -6,8 +6,9 @@ Usage (the Megatron-LM tree first on PYTHONPATH, as tests/megatron_lm_env.py run
 
 Runs what ``pretrain()`` runs before training on the arguments (with tests/megatron_lm_truth.py's GPU
 stand-ins): ``parse_args``, ``validate_args``, the microbatch calculator, ``get_optimizer_param_scheduler``
-(``update_train_iters`` for sample-based runs); then leaves ``iteration`` and ``consumed_train_samples`` as
-ITERATION steps of ``train()`` leave them (each step adds the global batch) and saves them the way
+(``update_train_iters`` for sample-based runs); then leaves ``iteration``, ``consumed_train_samples`` and
+``consumed_valid_samples`` as ITERATION steps of ``train()`` leave them (each step adds the global batch, each
+evaluation at a multiple of eval_interval eval_iters global batches, before the checkpoint) and saves them the way
 ``save_checkpoint``'s ``torch`` format does: ``torch.save`` of ``{"args", "iteration", "checkpoint_version"}``
 to ``SAVE_DIR/iter_{N:07d}/mp_rank_00/model_optim_rng.pt``, and ``latest_checkpointed_iteration.txt``.
 Test-side stand-in: no model or optimizer is built or saved (no GPU here), only what Megatron-LM saves
@@ -34,6 +35,8 @@ def main(argv: list[str]) -> int:
     truth.M["training"].get_optimizer_param_scheduler(types.SimpleNamespace(param_groups=[]))
     args.iteration = iteration
     args.consumed_train_samples = iteration * args.global_batch_size
+    if args.eval_interval and args.eval_iters and not args.skip_train:  # each evaluation of train() adds a batch
+        args.consumed_valid_samples = iteration // args.eval_interval * args.eval_iters * args.global_batch_size
     import torch
 
     tag = os.path.join(save, f"iter_{iteration:07d}", "mp_rank_00")

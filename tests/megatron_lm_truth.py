@@ -19,7 +19,9 @@ Each case runs in a forked worker (Megatron-LM is imported once, before forking)
 8. with ``"resume_at": C, "resume_iteration": I`` in the case, a resume of this build at C consumed samples
    after iteration I: Megatron-LM's own ``MegatronPretrainingSampler`` from C for every data-parallel rank,
    its micro batches taken for the iterations up to ``train_iters`` (or until it runs out), and the blend's
-   ``dataset_index`` read at the positions drawn.
+   ``dataset_index`` read at the positions drawn; with ``"resume_valid_at": V`` (the checkpoint's
+   ``consumed_valid_samples``) too, the validation loader: ``V``, or when 0 at an iteration > 0 the value
+   ``build_train_valid_test_data_loaders`` recomputes from the args, fed to its ``MegatronPretrainingSampler``.
 
 Stand-ins, test side only (each says why at its definition): CUDA_DEVICE_MAX_CONNECTIONS=1, the GPU
 architecture query answered as an H100 would, a one-rank gloo group, a parameter-less optimizer for the
@@ -34,7 +36,9 @@ CASE = ``{"id", "refusal": null | {"stage", "error", "message"}, "world_size", "
 (``dataset_path, num_samples, len, num_documents, tokens, epochs, order``: a digest of its document, sample
 and shuffle index) or a BlendedDataset record (``size, len, weights, draws, datasets: [GPT record, ...]``);
 ``resume`` (step 8): ``{"refusal": the sampler's assertion | null, "before": per-source draws among the first C
-positions, "iterations": iterations the sampler feeds, "after": per-source draws of those iterations}``.
+positions, "iterations": iterations the sampler feeds, "after": per-source draws of those iterations}``;
+``resume_valid``: ``{"start": the consumed samples the sampler got, "refusal": its assertion | null, "batches":
+the micro batches it yields to rank 0}``.
 """
 
 from __future__ import annotations
@@ -233,6 +237,24 @@ def _resume(args: Any, train: Any, consumed: int, iteration: int) -> dict[str, A
     return {"refusal": None, "before": before, "iterations": iterations, "after": after}
 
 
+def _resume_valid(args: Any, valid: Any, saved: int, iteration: int) -> dict[str, Any]:
+    """Megatron-LM's validation loader resumed: ``build_train_valid_test_data_loaders``' start (the checkpoint's
+    consumed_valid_samples, recomputed from the args when 0; 0 with --full-validation) fed to its own sampler."""
+    from megatron.training.datasets.data_samplers import MegatronPretrainingSampler
+
+    start = saved
+    if iteration > 0 and start == 0 and args.train_samples is None:  # its backward-compatibility branch
+        start = (iteration // args.eval_interval) * args.eval_iters * args.global_batch_size
+    if args.full_validation:
+        start = 0
+    try:
+        batches = len(list(MegatronPretrainingSampler(len(valid), start, args.micro_batch_size, 0,
+                                                      args.data_parallel_size)))
+    except AssertionError as err:
+        return {"start": start, "refusal": str(err), "batches": 0}
+    return {"start": start, "refusal": None, "batches": batches}
+
+
 def _record(ds: Any) -> Any:
     """A split's dataset (GPT, blended, a list for multiple validation sets, or None)."""
     if ds is None:
@@ -289,6 +311,9 @@ def _run_case(case: dict[str, Any]) -> dict[str, Any]:
         _stage("train", _train_consistency, args)
         if "resume_at" in case:
             out["resume"] = _resume(args, datasets[0], int(case["resume_at"]), int(case["resume_iteration"]))
+        if "resume_valid_at" in case and datasets[1] is not None:
+            out["resume_valid"] = _resume_valid(args, datasets[1], int(case["resume_valid_at"]),
+                                                int(case["resume_iteration"]))
     except Refused as refused:
         out["refusal"] = refused.record
     return out

@@ -28,6 +28,7 @@ import pytest
 
 optional.require("megatron.core")
 
+from exposure_util import count_gpt_exposure  # noqa: E402
 from mcore_live import init_gloo, null_tokenizer  # noqa: E402
 
 from neox_epoch import idx  # noqa: E402
@@ -313,7 +314,7 @@ def e2e(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     launch(fixed, data_dir, base / "rebatched", "--epochs", "2", "--stop-at-iter", str(STOP_AT))
     check_resume = [sys.executable, "-m", "neox_epoch.cli", "resume-check", str(base / "rebatched" / "checkpoints"),
                     str(bigger), "--world-size", "2", "--cache", str(base / "rebatched" / "index_cache")]
-    resume_check = subprocess.run([*check_resume, "--json"], capture_output=True, text=True, cwd=ROOT)
+    resume_check = subprocess.run([*check_resume, "--json", "--exposure"], capture_output=True, text=True, cwd=ROOT)
     rebatched = launch(str(bigger), data_dir, base / "rebatched", "--epochs", "2", "--resume")
     return {
         "check": check, "fix_code": fix_code, "fixed": json.loads(Path(fixed).read_text()),
@@ -490,6 +491,15 @@ def test_resume_check_predicts_the_batch_change_the_run_then_draws(e2e: dict[str
         assert after == list(range(source["drawn_before"], source["drawn_before"] + source["drawn_after_resume"]))
     assert [s["drawn_before"] for s in out["sources"]] == [771, 485, 344]
     assert [s["drawn_after_resume"] for s in out["sources"]] == [5861 - 771, 3686 - 485, 2613 - 344]
+    # --exposure: the audit's count of each source's input tokens over the whole run, from the cache before the
+    # resume, equals the tokens of the items both launches recorded, walked through the built index arrays
+    cache = e2e["dirs"]["rebatched"] / "index_cache"
+    for k, name in enumerate(E2E_NAMES):
+        got = out["exposure"][name]
+        items = [r[2] for r in records if r[1] == k]
+        counts = count_gpt_exposure(_cached_dataset(cache / got["index"]), items, E2E_SEQ)
+        assert got["resumed"]["tokens"] == {str(t): n for t, n in histogram_all(counts).items()}, name
+        assert got["continued"] == got["resumed"], name  # 32 divides the 10560 left, as 16 does
     # a global batch of 28 (micro 2 x accumulation 7 x dp 2) leaves 10560 % 28 = 4 samples undrawn: exit 1
     odd = tmp_path / "ds_28.json"
     odd.write_text(json.dumps({"train_batch_size": 28, "train_micro_batch_size_per_gpu": 2,
@@ -500,11 +510,34 @@ def test_resume_check_predicts_the_batch_change_the_run_then_draws(e2e: dict[str
     assert r.returncode == 1 and "finding: remainder: the last 4 of the train dataset's 12160 samples are never " \
         "drawn ((12160 - 1600) % 28)" in r.stdout
     assert "the run ends at iteration 477 = 100 + (12160 - 1600) // 28" in r.stdout
+    with_cache = subprocess.run([*argv, "--cache", str(cache), "--exposure", "--json"], capture_output=True, text=True,
+                                cwd=ROOT)
+    exposed = json.loads(with_cache.stdout)["exposure"]
+    lost = sum(e["continued"]["token_exposures"] - e["resumed"]["token_exposures"] for e in exposed.values())
+    assert with_cache.returncode == 1 and lost == 4 * E2E_SEQ  # the 4 samples continuing with 16 would draw
     # the cache of another run (the one-pass build) is not this run's blend: one line, exit 2
     other = subprocess.run([*argv, "--cache", str(e2e["dirs"]["resumed"] / "index_cache")], capture_output=True,
                            text=True, cwd=ROOT)
     assert other.returncode == 2 and other.stderr.count("\n") == 1
     assert "no train BlendedDataset of 12160 samples over ['web_text_document', " in other.stderr
+
+
+def _cached_dataset(stem: Path) -> Any:
+    """The index arrays of a GPTDataset in megatron-core's cache (stem: the files without their role suffix) and its
+    documents' lengths, shaped as exposure_util walks a GPTDataset."""
+    import types
+
+    arrays = {role: np.load(f"{stem}-{role}.npy") for role in ("document_index", "sample_index", "shuffle_index")}
+    described = json.loads(Path(f"{stem}-description.txt").read_text())
+    lengths = np.asarray(idx.sizes_memmap(idx.read_header(described["dataset_path"])))
+    return types.SimpleNamespace(**arrays, indices=np.unique(arrays["document_index"]),
+                                 dataset=types.SimpleNamespace(sequence_lengths=lengths))
+
+
+def histogram_all(counts: dict[int, np.ndarray]) -> dict[int, int]:
+    """{times seen: tokens} over every token of the documents, every bin from 0 to the largest (the audit's JSON)."""
+    found = np.bincount(np.concatenate([c for c in counts.values()]) if counts else np.zeros(0, np.int64))
+    return {times: int(n) for times, n in enumerate(found)}
 
 
 @pytest.mark.slow

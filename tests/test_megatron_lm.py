@@ -547,13 +547,18 @@ def random_resume(rng: random.Random, corpora: list[str]) -> dict[str, Any]:
     weights = [round(rng.uniform(0.1, 1.0), 2) for _ in sources]
     split = rng.choice(["98,1,1", "90,5,5"])
 
+    iteration = rng.randint(1, iters - 1)
+    # evaluation from its own generator (the pairs' other draws stay as they were): often several before the save
+    evaluation = random.Random(iters * 7919 + iteration)
+    interval, eval_iters = evaluation.choice([7, 20, 1000]), evaluation.choice([1, 2])
+
     def argv(gbs: int, iters: int, seq: int, weights: list[float]) -> list[str]:
         data = sources if len(sources) == 1 else [x for w, c in zip(weights, sources) for x in (str(w), c)]
-        return [*MODEL, "--micro-batch-size", str(micro), "--eval-interval", "1000", "--eval-iters", "1", "--split",
-                split, "--seq-length", str(seq), "--global-batch-size", str(gbs), "--train-iters", str(iters),
-                "--data-path", *data]
+        return [*MODEL, "--micro-batch-size", str(micro), "--eval-interval", str(interval), "--eval-iters",
+                str(eval_iters), "--split", split, "--seq-length", str(seq), "--global-batch-size", str(gbs),
+                "--train-iters", str(iters), "--data-path", *data]
 
-    old, iteration = argv(gbs, iters, seq, weights), rng.randint(1, iters - 1)
+    old = argv(gbs, iters, seq, weights)
     # seq_length rarer: after it positions name other token spans, so fewer numbers are comparable
     kinds = ["batch", "batch", "iters", "seq", "world", "override"] + (["blend"] * 3 if len(sources) > 1 else [])
     changes = sorted(set(rng.sample(kinds, rng.choice([0, 1, 1, 2, 3]))))
@@ -566,7 +571,43 @@ def random_resume(rng: random.Random, corpora: list[str]) -> dict[str, Any]:
                [round(rng.uniform(0.1, 1.0), 2) for _ in sources] if "blend" in changes else weights)
     new += ["--override-opt_param-scheduler"] if "override" in changes else []
     return {"old": old, "world": world, "iteration": iteration, "consumed": iteration * gbs, "new": new,
-            "new_world": new_world, "changes": changes}
+            "new_world": new_world, "changes": changes, "valid_consumed": iteration // interval * eval_iters * gbs,
+            "eval": (interval, eval_iters), "micro": micro}
+
+
+def halved_batch_resume(corpora: list[str]) -> dict[str, Any]:
+    """A pair where the validation loader runs out: global batch 8 for 4 evaluations (every 7 iterations to 30:
+    32 validation samples drawn), resumed with 4: the new validation blend has (60 // 7 + 1) x 4 = 36 samples (a
+    blend is the size asked; one dataset alone would be all the samples of its epochs), the 5 evaluations left
+    need 20 from sample 32."""
+    def command(gbs: int) -> list[str]:
+        return [*MODEL, "--micro-batch-size", "2", "--eval-interval", "7", "--eval-iters", "1", "--split", "90,5,5",
+                "--seq-length", "64", "--global-batch-size", str(gbs), "--train-iters", "60", "--data-path", "0.5",
+                corpora[0], "0.5", corpora[1]]
+
+    return {"old": command(8), "world": 2, "iteration": 30, "consumed": 240, "new": command(4), "new_world": 2,
+            "changes": ["batch"], "valid_consumed": 30 // 7 * 8, "eval": (7, 1), "micro": 2}
+
+
+def valid_diffs(pair: dict[str, Any], out: dict[str, Any], real_new: dict[str, Any], kinds: list[str]) -> list[str]:
+    """resume-check's validation loader against real Megatron-LM's: the sampler's start, its refusal, and whether it
+    yields the micro batches of the evaluations until the end (every eval_interval iterations and one after the
+    last, training.py's loop; eval_iters x global_batch_size samples each)."""
+    real = real_new.get("resume_valid")
+    if real is None:
+        return [] if out["valid"] is None else [f"valid {out['valid']} where Megatron-LM builds no validation loader"]
+    interval, eval_iters = pair["eval"]
+    evaluations = real_new["train_iters"] // interval - pair["iteration"] // interval + 1
+    needed = evaluations * eval_iters * real_new["global_batch_size"] // (pair["micro"] * real_new["data_parallel_size"])
+    diffs = []
+    if out["valid"] is None or out["valid"]["start_sample"] != real["start"]:
+        diffs.append(f"valid start {out['valid'] and out['valid']['start_sample']} vs Megatron-LM's {real['start']}")
+    if ("valid-no-samples-left" in kinds) != (real["refusal"] is not None):
+        diffs.append(f"valid-no-samples-left {'valid-no-samples-left' in kinds} vs the sampler's {real['refusal']}")
+    runs_out = real["refusal"] is None and real["batches"] < needed
+    if ("valid-runs-out" in kinds) != runs_out:
+        diffs.append(f"valid-runs-out {'valid-runs-out' in kinds} vs {real['batches']} batches for {needed} needed")
+    return diffs
 
 
 def expected_resume(pair: dict[str, Any], real_old: dict[str, Any], real_new: dict[str, Any]) -> dict[str, Any]:
@@ -590,13 +631,15 @@ def expected_resume(pair: dict[str, Any], real_old: dict[str, Any], real_new: di
 @pytest.mark.megatron_lm
 def test_resume_check_on_random_megatron_lm_resumes(megatron_lm: str, tmp_path: Any) -> None:
     """16 random resumes (a checkpoint's args saved by Megatron-LM's own code at a random iteration, resumed with
-    random changes of batch, train_iters, blend, seq_length, world size or scheduler override). Each finding
+    random changes of batch, train_iters, blend, seq_length, world size or scheduler override) and one halved
+    batch whose validation loader runs out. Each finding
     of resume-check equals what real Megatron-LM does, replayed by brute force from both real builds and its
     own pretraining sampler: orders-change exactly for the sources whose index arrays differ, blend-changed
     exactly when the built weights differ, each source's skip/repeat from both blends' dataset_index at the
     consumed samples, no-samples-left when the sampler asserts, runs-out when it feeds fewer iterations than
     train_iters asks, the draws after the resume from the sampler's positions, lr-schedule when the real
-    scheduler differs; seq-length-changed exactly when seq_length changes (then positions name other spans)."""
+    scheduler differs; seq-length-changed exactly when seq_length changes (then positions name other spans); the
+    validation loader's start, valid-no-samples-left and valid-runs-out as its real sampler gives them."""
     import megatron_lm_env as env
 
     corpora = []
@@ -604,7 +647,7 @@ def test_resume_check_on_random_megatron_lm_resumes(megatron_lm: str, tmp_path: 
         corpora.append(str(tmp_path / f"src{j}"))
         write_random_corpus(corpora[-1], 70 + j, docs, 1, 300)
     rng = random.Random(20261124)
-    pairs = [random_resume(rng, corpora) for _ in range(16)]
+    pairs = [random_resume(rng, corpora) for _ in range(16)] + [halved_batch_resume(corpora)]
     cases = []
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "megatron_lm_checkpoint.py")
     for i, pair in enumerate(pairs):
@@ -616,9 +659,9 @@ def test_resume_check_on_random_megatron_lm_resumes(megatron_lm: str, tmp_path: 
         for name, argv_, world in (("old", pair["old"], pair["world"]), ("new", pair["new"], pair["new_world"])):
             cases.append({"id": f"{i}-{name}", "argv": argv_, "world_size": world, "build": True,
                           "cache_dir": str(tmp_path), "resume_at": pair["consumed"],
-                          "resume_iteration": pair["iteration"]})
+                          "resume_iteration": pair["iteration"], "resume_valid_at": pair["valid_consumed"]})
     truth = env.run_truth(cases, str(tmp_path / "work"))["cases"]
-    failures, seen, compared = [], set(), set()
+    failures, seen, compared, valid_seen = [], set(), set(), set()
     for i, pair in enumerate(pairs):
         real_old, real_new = truth[2 * i], truth[2 * i + 1]
         assert real_old["refusal"] is None and real_new["refusal"] is None, (real_old["refusal"], real_new["refusal"])
@@ -650,6 +693,9 @@ def test_resume_check_on_random_megatron_lm_resumes(megatron_lm: str, tmp_path: 
             drawn = [s["drawn_after_resume"] for s in out["sources"]]
             if drawn != want["after"]:
                 diffs.append(f"drawn after the resume {drawn} vs the sampler's {want['after']}")
+        diffs += valid_diffs(pair, out, real_new, kinds)
+        valid_seen.update(k for k in kinds if k.startswith("valid-"))
+        valid_seen |= {"moved"} if out["valid"] and out["valid"]["start_sample"] else set()
         if (r.returncode == 0) != (not out["findings"]):
             diffs.append(f"exit {r.returncode} with findings {kinds}")
         if diffs:
@@ -658,3 +704,5 @@ def test_resume_check_on_random_megatron_lm_resumes(megatron_lm: str, tmp_path: 
     # the random pairs reached the findings that matter (a seed change that stops doing so must be noticed)
     assert {"orders-change", "blend-changed", "seq-length-changed", "lr-schedule"} <= seen, seen
     assert compared == {"orders", "moves"}, compared  # both were compared on the same token spans
+    # the validation loader resumed past its start, was refused (random pairs) and ran out (the halved batch)
+    assert {"moved", "valid-no-samples-left", "valid-runs-out"} <= valid_seen, valid_seen

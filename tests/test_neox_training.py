@@ -467,7 +467,8 @@ def test_resume_check_says_where_stock_neox_restarts_validation(
     loader at ((105 x 2) // 50) x 2 = batch 8 = sample 32 (shift_and_wrap_data_loaders counts iteration x gas).
     The resumed launch's evaluation at the end of training evaluates exactly items 32..47 of the validation
     index NeoX built for the new run (48 samples asked, 49 with its 1.005): each rank its micro slice of each
-    loader batch; samples 16..31 are never evaluated. resume-check said so before the resume, as a note."""
+    loader batch; samples 16..31 are never evaluated. resume-check said so before the resume, as a note. The test
+    evaluation after it draws items 0..15 of the test index (eval_iters x 8), as resume-check's `test` says."""
     run, predicted, _ = stock_batch_run
     assert (predicted["valid"]["drawn"], predicted["valid"]["continued_sample"], predicted["valid"]["start_sample"]) \
         == (16, 16, 32)
@@ -481,6 +482,15 @@ def test_resume_check_says_where_stock_neox_restarts_validation(
         items = [32 + 4 * batch + 2 * rank + k for batch in range(4) for k in range(2)]
         assert [row.tobytes() for row in rows] == nt.item_texts(run.path("data", "v"), doc[: -len("_doc_idx.npy")],
                                                                 items), rank
+    # the test loader starts at 0 in every launch and is evaluated once, after the last iteration: items 0..15
+    assert predicted["test"]["start_sample"] == 0 and predicted["test"]["samples"] == 2 * 8
+    tests = neox_sem.normalized_weights_and_num_samples([1.0], neox_sem.eval_sample_counts(120, 8, 50, 2)[2])[1]
+    (test_doc,) = glob.glob(run.path("data", f"v_test_0_indexmap_{tests[0]}ns_*_doc_idx.npy"))
+    for rank in (0, 1):
+        rows = evaluated.texts[(evaluated.launches == 1) & (evaluated.ranks == rank)][8:]
+        items = [4 * batch + 2 * rank + k for batch in range(4) for k in range(2)]
+        assert [row.tobytes() for row in rows] == nt.item_texts(run.path("data", "v"),
+                                                                test_doc[: -len("_doc_idx.npy")], items), rank
 
 
 def test_resume_check_exposure_equals_the_tokens_stock_neox_trained(
