@@ -20,7 +20,7 @@ from neox_epoch.plan_input import McoreOptions, PlanInput, PlanWarning, SourceSp
 #: neox-epoch's own ``plan`` options (name -> number of values), removed before Megatron-LM parses the rest
 OWN_OPTIONS: dict[str, int] = {
     "--framework": 1, "--framework-version": 1, "--force-version": 0, "--epochs": 1, "--json": 0,
-    "--write-config": 1, "--full": 0, "--source-epochs": -1,
+    "--write-config": 1, "--full": 0, "--source-epochs": -1, "--exposure": 0, "--cache": 1, "--iteration": 1,
 }
 #: flags that make a ``plan`` command line a Megatron-LM one
 DATA_FLAGS = ("--data-path", "--train-data-path", "--valid-data-path", "--test-data-path", "--data-args-path",

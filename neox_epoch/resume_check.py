@@ -500,9 +500,9 @@ def register(sub: Any) -> None:
                    "its DeepSpeed config): the run's path_to_cache, whose blend gives each source's draws")
     p.add_argument("--framework-version", help="Megatron-LM checkpoints: the megatron-core version to mirror")
     p.add_argument("--force-version", action="store_true", help="plan an unverified megatron-core version")
-    p.add_argument("--exposure", action="store_true", help="GPT-NeoX, and megatron-core with --cache: count each "
-                   "source's input tokens by times seen over the whole run, resumed and continued unchanged (reads "
-                   "its train index files: the audit's exposure computation)")
+    p.add_argument("--exposure", action="store_true", help="count each source's input tokens by times seen over the "
+                   "whole run, resumed and continued unchanged, with the audit's exposure computation (GPT-NeoX: its "
+                   "train index files; Megatron-LM: the orders megatron-core builds; megatron-core: needs --cache)")
     p.add_argument("--json", action="store_true", help="one JSON object (keys in the README)")
     p.set_defaults(func=run, accepts_extra=True)
 
@@ -551,11 +551,7 @@ def run(args: argparse.Namespace) -> int:
         from neox_epoch.plan_cli import mcore_version
         from neox_epoch.resume_megatron import check as megatron_check
 
-        if args.exposure:
-            raise ConfigError("resume-check --exposure: GPT-NeoX checkpoints and megatron-core runs with the live "
-                              "counters; for Megatron-LM run neox-epoch audit on the megatron-core caches with "
-                              "--consumed")
-        rc = megatron_check(ckpt, tokens, mcore_version(args))
+        rc = megatron_check(ckpt, tokens, mcore_version(args), args.exposure)
     else:
         rc = check(args.checkpoint, list(args.configs), args.world_size, args.exposure, args.iteration)
     print(json.dumps(to_json(rc), indent=1) if args.json else render(rc))

@@ -26,11 +26,13 @@ import numpy as np
 from neox_epoch import idx
 from neox_epoch.audit import names
 from neox_epoch.audit.consumption import Consumption
-from neox_epoch.audit.exposure import ExposureReport, from_tokens
+from neox_epoch.audit.exposure import ExposureReport, StreamPass, from_tokens, kernel
 from neox_epoch.audit.findings import AuditError
 from neox_epoch.audit.validate import audit_index
 from neox_epoch.errors import NeoxEpochError
 from neox_epoch.neox.index import build_joint, cache_prefix, save_atomic
+from neox_epoch.semantics.built import MCORE, index_numbers
+from neox_epoch.semantics.orders import document_order, sample_order
 
 if TYPE_CHECKING:
     from neox_epoch.plan import SourcePlan
@@ -163,4 +165,66 @@ def source_exposures(new: NewRun, sources: tuple[SourceDelta, ...], saved: Saved
                 out.append(_exposure(new, saved, key, plan, delta, directory))
             except (AuditError, NeoxEpochError, OSError, ValueError) as err:
                 out.append(SourceExposure(delta.name, None, None, None, f"not computed: {err}"))
+    return tuple(out)
+
+
+def mcore_orders(document_range: tuple[int, int], tokens: int, epochs: int, separate: bool, seq_length: int,
+                 seed: int, add_extra_token: int) -> tuple[np.ndarray, np.ndarray]:
+    """megatron-core's GPTDataset orders as its builder makes them (no file needed): the documents of ``epochs``
+    epochs shuffled (the last on its own under the 80% rule, ``separate``), then the samples (the final epoch's
+    again on their own); ``(document_index, shuffle_index)``."""
+    rng = np.random.RandomState(seed=seed)
+    separate = separate and epochs > 1
+    documents = np.arange(*document_range, dtype=np.int32)
+    doc_idx = document_order(documents, [epochs - 1, 1] if separate else [epochs], rng)
+    numbers = index_numbers(MCORE, tokens, seq_length, epochs, None, add_extra_token)
+    starts = [0, numbers.first_block, numbers.built] if separate else [0, numbers.built]
+    return doc_idx, sample_order(starts, rng)
+
+
+def predicted_orders(source: SourcePlan, seq_length: int, seed: int, add_extra_token: int,
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`mcore_orders` of a planned source."""
+    return mcore_orders(source.document_range, source.tokens, source.epochs_built, source.separate_final_epoch,
+                        seq_length, seed, add_extra_token)
+
+
+def stream_exposure(out: np.ndarray, source: SourcePlan, orders: tuple[np.ndarray, np.ndarray], seq_length: int,
+                    items: tuple[int, int]) -> None:
+    """Add into ``out`` (one per token of the source's split) each token's exposure as an input token of the items
+    ``items[0] .. items[1] - 1`` (item ``j`` is sample ``shuffle_index[j]``): the audit's stream pass."""
+    doc_idx, shuffle = orders
+    draws = np.zeros(shuffle.shape[0], np.uint32)
+    np.add.at(draws, shuffle[items[0]: min(items[1], shuffle.shape[0])].astype(np.int64), 1)
+    sizes = np.asarray(idx.sizes_memmap(idx.read_header(source.prefix)))[slice(*source.document_range)]
+    walker = StreamPass(sizes, source.document_range[0], source.epochs_built, draws, seq_length, tokens_out=out)
+    for at in range(0, doc_idx.shape[0], 1 << 22):
+        walker.advance(doc_idx[at: at + (1 << 22)])
+
+
+def megatron_exposures(new: NewRun, old_sources: list[SourcePlan], saved_seq: int, saved_seed: int,
+                       sources: tuple[SourceDelta, ...], add_extra_token: int) -> tuple[SourceExposure, ...]:
+    """Megatron-LM: per source, its saved GPTDataset's items ``0 .. drawn_before - 1`` and the new one's
+    ``first .. first + drawn - 1``, summed token by token, both orders as megatron-core's builder makes them; and
+    the saved one continued for as many input tokens."""
+    train = [s for s in new.plan.sources if s.split == "train"]
+    out = []
+    for now, was, delta in zip(train, old_sources, sources):
+        if kernel is None or now.tokens > MAX_SUMMED_TOKENS or now.document_range != was.document_range:
+            why = ("the compiled kernel is not built" if kernel is None else "other documents in the split"
+                   if now.document_range != was.document_range else f"over {MAX_SUMMED_TOKENS} tokens")
+            out.append(SourceExposure(delta.name, None, None, None, f"not computed: {why}"))
+            continue
+        sizes = np.asarray(idx.sizes_memmap(idx.read_header(now.prefix)))[slice(*now.document_range)]
+        old_orders = predicted_orders(was, saved_seq, saved_seed, add_extra_token)
+        resumed = np.zeros(int(np.sum(sizes, dtype=np.int64)), np.int32)
+        stream_exposure(resumed, was, old_orders, saved_seq, (0, delta.drawn_before))
+        stream_exposure(resumed, now, predicted_orders(now, new.plan.seq_length, new.seed, add_extra_token),
+                        new.plan.seq_length, (delta.first, delta.first + delta.drawn))
+        more = delta.drawn * new.plan.seq_length // saved_seq
+        continued = np.zeros_like(resumed)
+        stream_exposure(continued, was, old_orders, saved_seq, (0, delta.drawn_before + more))
+        out.append(SourceExposure(delta.name, None, from_tokens(resumed, sizes, delta.drawn_before + delta.drawn),
+                                  from_tokens(continued, sizes, delta.drawn_before + more),
+                                  "orders as megatron-core's builder makes them from the seed (no index file read)"))
     return tuple(out)

@@ -35,6 +35,7 @@ from neox_epoch.resume_check import (
     deltas,
     split_samples,
 )
+from neox_epoch.resume_exposure import SourceExposure, megatron_exposures
 
 #: Megatron-LM flags that let OptimizerParamScheduler take a checkpoint saved with another schedule
 SCHEDULER_FLAGS = ("override_opt_param_scheduler", "use_checkpoint_opt_param_scheduler")
@@ -150,7 +151,7 @@ def _scheduler_findings(old: MegatronInput, new: MegatronInput) -> list[str]:
             "unless --override-opt_param-scheduler or --use-checkpoint-opt_param-scheduler is given"]
 
 
-def check(ckpt: Checkpoint, argv: Sequence[str], version: str) -> ResumeCheck:
+def check(ckpt: Checkpoint, argv: Sequence[str], version: str, exposure: bool = False) -> ResumeCheck:
     """resume-check of a Megatron-LM checkpoint resumed with the command line ``argv``."""
     saved_args, it = ckpt.values, ckpt.iteration
     gbs = saved_args.get("global_batch_size")
@@ -165,7 +166,7 @@ def check(ckpt: Checkpoint, argv: Sequence[str], version: str) -> ResumeCheck:
     follows = any(bool(t.lstrip("-").replace("-", "_") in SCHEDULER_FLAGS) for t in argv)
     new = _new_run(new_mi, make_plan(new_mi.inp), follows)
     old_mi, source = _saved(ckpt, version)
-    saved = None
+    saved, old_plan = None, None
     if old_mi is not None:
         old_plan = _new_run(old_mi, make_plan(old_mi.inp), False)
         saved = SavedBuild(old_plan.plan.seq_length, old_plan.weights, old_plan.builds, source, separation=True)
@@ -182,7 +183,15 @@ def check(ckpt: Checkpoint, argv: Sequence[str], version: str) -> ResumeCheck:
     if new_mi.args.rampup_batch_size is not None:
         notes.append("--rampup-batch-size: the samples drawn after the resume are counted at the final global batch")
     left = max(0, new_mi.run.train_iters - it)
-    return ResumeCheck(old, new, start, "Megatron-LM", deltas(new, saved, consumed, start, left), tuple(findings),
+    sources = deltas(new, saved, consumed, start, left)
+    found: tuple[SourceExposure, ...] = ()
+    if exposure and old_plan is not None and old_mi is not None and len(old_plan.names) == len(new.names):
+        found = megatron_exposures(new, [s for s in old_plan.plan.sources if s.split == "train"],
+                                   old_plan.plan.seq_length, old_mi.inp.seed, sources,
+                                   int(new_mi.inp.mcore.add_extra_token_to_sequence))
+    elif exposure:
+        notes.append("exposure not computed: the saved run's args do not plan, or its blend has other sources")
+    return ResumeCheck(old, new, start, "Megatron-LM", sources, tuple(findings),
                        tuple(notes), consumed, semantics=f"Megatron-LM {new_mi.args.megatron_lm_version}", valid=valid,
                        test=end_test(new_mi.args.eval_iters, new_mi.run.global_batch_size,
-                                     split_samples(new.plan, "test"), "Megatron-LM"))
+                                     split_samples(new.plan, "test"), "Megatron-LM"), exposures=found)

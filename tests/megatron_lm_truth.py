@@ -36,7 +36,9 @@ CASE = ``{"id", "refusal": null | {"stage", "error", "message"}, "world_size", "
 (``dataset_path, num_samples, len, num_documents, tokens, epochs, order``: a digest of its document, sample
 and shuffle index) or a BlendedDataset record (``size, len, weights, draws, datasets: [GPT record, ...]``);
 ``resume`` (step 8): ``{"refusal": the sampler's assertion | null, "before": per-source draws among the first C
-positions, "iterations": iterations the sampler feeds, "after": per-source draws of those iterations}``;
+positions, "iterations": iterations the sampler feeds, "after": per-source draws of those iterations}`` (with
+``"tokens": true`` in the case also ``tokens_before``/``tokens_after``: per source, an .npy of each token's count as
+an input token of those positions, walked through the real GPTDataset's arrays);
 ``resume_valid``: ``{"start": the consumed samples the sampler got, "refusal": its assertion | null, "batches":
 the micro batches it yields to rank 0}``.
 """
@@ -216,9 +218,28 @@ def _gpt_record(ds: Any) -> dict[str, Any]:
             "epochs": int(np.asarray(ds.document_index).shape[0] // docs) if docs else None}
 
 
-def _resume(args: Any, train: Any, consumed: int, iteration: int) -> dict[str, Any]:
+def _token_counts(train: Any, positions: np.ndarray, seq_length: int, where: str) -> list[str]:
+    """Per source, each token's count as an input token of the samples the blend (or the one dataset) gives at
+    ``positions``, walked through the real GPTDataset's own arrays (tests/exposure_util.py); saved as .npy files
+    (one per token of the source's split documents, in .idx order), their paths returned."""
+    from exposure_util import count_gpt_exposure
+
+    blended = type(train).__name__ == "BlendedDataset"
+    parts = train.datasets if blended else [train]
+    index = np.asarray(train.dataset_index)[positions] if blended else np.zeros(len(positions), np.int64)
+    items = np.asarray(train.dataset_sample_index)[positions] if blended else positions
+    paths = []
+    for k, ds in enumerate(parts):
+        counts = count_gpt_exposure(ds, items[index == k], seq_length)
+        paths.append(f"{where}-{k}.npy")
+        np.save(paths[-1], np.concatenate([counts[d] for d in sorted(counts)]))
+    return paths
+
+
+def _resume(args: Any, train: Any, consumed: int, iteration: int, where: str = "") -> dict[str, Any]:
     """Megatron-LM's train loader resumed at ``consumed`` (build_pretraining_data_loader's single sampler, one per
-    data-parallel rank), fed to the iterations left until ``train_iters``."""
+    data-parallel rank), fed to the iterations left until ``train_iters``; with ``where``, each source's token
+    counts of the positions before ``consumed`` and of those the iterations draw (:func:`_token_counts`)."""
     from megatron.training.datasets.data_samplers import MegatronPretrainingSampler
 
     dp, micro = args.data_parallel_size, args.micro_batch_size
@@ -234,7 +255,12 @@ def _resume(args: Any, train: Any, consumed: int, iteration: int) -> dict[str, A
     iterations = min(len(ranks[0]) // per_iteration, args.train_iters - iteration)
     ids = [i for rank in ranks for batch in rank[: iterations * per_iteration] for i in batch]
     after = np.bincount(which(np.asarray(ids, dtype=np.int64)), minlength=sources).tolist()
-    return {"refusal": None, "before": before, "iterations": iterations, "after": after}
+    out = {"refusal": None, "before": before, "iterations": iterations, "after": after}
+    if where:
+        drawn = np.arange(min(consumed, len(train)), dtype=np.int64)
+        out["tokens_before"] = _token_counts(train, drawn, args.seq_length, where + "-before")
+        out["tokens_after"] = _token_counts(train, np.asarray(ids, dtype=np.int64), args.seq_length, where + "-after")
+    return out
 
 
 def _resume_valid(args: Any, valid: Any, saved: int, iteration: int) -> dict[str, Any]:
@@ -310,7 +336,8 @@ def _run_case(case: dict[str, Any]) -> dict[str, Any]:
         out["splits"] = {name: _record(ds) for name, ds in zip(SPLITS, datasets)}
         _stage("train", _train_consistency, args)
         if "resume_at" in case:
-            out["resume"] = _resume(args, datasets[0], int(case["resume_at"]), int(case["resume_iteration"]))
+            out["resume"] = _resume(args, datasets[0], int(case["resume_at"]), int(case["resume_iteration"]),
+                                    os.path.join(case["cache_dir"], f"tokens-{case['id']}") if case.get("tokens") else "")
         if "resume_valid_at" in case and datasets[1] is not None:
             out["resume_valid"] = _resume_valid(args, datasets[1], int(case["resume_valid_at"]),
                                                 int(case["resume_iteration"]))

@@ -28,6 +28,7 @@ from mcore_live import build  # noqa: E402
 from neox_epoch.audit.audit import AuditOptions, run_audit  # noqa: E402
 from neox_epoch.audit.names import discover  # noqa: E402
 from neox_epoch.cli import main  # noqa: E402
+from neox_epoch.resume_exposure import mcore_orders  # noqa: E402
 from neox_epoch.semantics import mcore as mcore_sem  # noqa: E402
 
 
@@ -103,6 +104,10 @@ def test_audit_equals_real_megatron_core(corpus, tmp_path, case):
         assert r.separated_final_epoch == plan.separate_final_epoch
         if case.get("separate") and ds.index_split.name == "train":
             assert r.separated_final_epoch is True
+        # resume-check --exposure (Megatron-LM) builds these orders without the files: equal to the real ones
+        doc_idx, shuffle = mcore_orders((int(ds.indices[0]), int(ds.indices[-1]) + 1), tokens, r.epochs,
+                                        bool(r.separated_final_epoch), seq, 1000 + case["seed"], a)
+        assert np.array_equal(doc_idx, ds.document_index) and np.array_equal(shuffle, ds.shuffle_index)
     # exposure: the first `consumed` samples of the train dataset, counted token by token
     if hasattr(train, "dataset_index"):
         blend = next(b for b in res.blends if b.split == "train")

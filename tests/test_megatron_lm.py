@@ -18,6 +18,7 @@ import sys
 from typing import Any
 
 import frameworks
+import numpy as np
 import pytest
 
 from neox_epoch import idx
@@ -589,6 +590,21 @@ def halved_batch_resume(corpora: list[str]) -> dict[str, Any]:
             "changes": ["batch"], "valid_consumed": 30 // 7 * 8, "eval": (7, 1), "micro": 2}
 
 
+def exposure_diffs(out: dict[str, Any], real_old: dict[str, Any], real_new: dict[str, Any]) -> list[str]:
+    """resume-check --exposure's resumed histogram per source against the tokens real Megatron-LM trains: the saved
+    build's samples before the resume plus the new build's the resumed sampler feeds, walked through both real
+    GPTDatasets' arrays token by token (seq_length changes included)."""
+    diffs = []
+    for k, source in enumerate(out["sources"]):
+        got = (out["exposure"] or {}).get(source["name"])
+        trained = np.load(real_old["resume"]["tokens_before"][k]) + np.load(real_new["resume"]["tokens_after"][k])
+        want = {str(t): int(n) for t, n in enumerate(np.bincount(trained))}
+        if got is None or got["resumed"] is None or got["resumed"]["tokens"] != want:
+            diffs.append(f"{source['name']}: exposure {got and got['resumed'] and got['resumed']['tokens']} vs "
+                         f"the tokens trained {want}")
+    return diffs
+
+
 def valid_diffs(pair: dict[str, Any], out: dict[str, Any], real_new: dict[str, Any], kinds: list[str]) -> list[str]:
     """resume-check's validation loader against real Megatron-LM's: the sampler's start, its refusal, and whether it
     yields the micro batches of the evaluations until the end (every eval_interval iterations and one after the
@@ -659,15 +675,16 @@ def test_resume_check_on_random_megatron_lm_resumes(megatron_lm: str, tmp_path: 
         for name, argv_, world in (("old", pair["old"], pair["world"]), ("new", pair["new"], pair["new_world"])):
             cases.append({"id": f"{i}-{name}", "argv": argv_, "world_size": world, "build": True,
                           "cache_dir": str(tmp_path), "resume_at": pair["consumed"],
-                          "resume_iteration": pair["iteration"], "resume_valid_at": pair["valid_consumed"]})
+                          "resume_iteration": pair["iteration"], "resume_valid_at": pair["valid_consumed"],
+                          "tokens": True})
     truth = env.run_truth(cases, str(tmp_path / "work"))["cases"]
     failures, seen, compared, valid_seen = [], set(), set(), set()
     for i, pair in enumerate(pairs):
         real_old, real_new = truth[2 * i], truth[2 * i + 1]
         assert real_old["refusal"] is None and real_new["refusal"] is None, (real_old["refusal"], real_new["refusal"])
         r = subprocess.run([sys.executable, "-m", "neox_epoch.cli", "resume-check", pair["save"], *pair["new"],
-                            "--world-size", str(pair["new_world"]), "--json"], capture_output=True, text=True,
-                           timeout=300)
+                            "--world-size", str(pair["new_world"]), "--json", "--exposure"], capture_output=True,
+                           text=True, timeout=300)
         assert r.returncode in (0, 1), r.stderr
         out, want = json.loads(r.stdout), expected_resume(pair, real_old, real_new)
         kinds = [f.split(":")[0] for f in out["findings"]]
@@ -693,6 +710,8 @@ def test_resume_check_on_random_megatron_lm_resumes(megatron_lm: str, tmp_path: 
             drawn = [s["drawn_after_resume"] for s in out["sources"]]
             if drawn != want["after"]:
                 diffs.append(f"drawn after the resume {drawn} vs the sampler's {want['after']}")
+            diffs += exposure_diffs(out, real_old, real_new)
+            compared.add("tokens")
         diffs += valid_diffs(pair, out, real_new, kinds)
         valid_seen.update(k for k in kinds if k.startswith("valid-"))
         valid_seen |= {"moved"} if out["valid"] and out["valid"]["start_sample"] else set()
@@ -703,6 +722,6 @@ def test_resume_check_on_random_megatron_lm_resumes(megatron_lm: str, tmp_path: 
     assert not failures, "\n".join(failures)
     # the random pairs reached the findings that matter (a seed change that stops doing so must be noticed)
     assert {"orders-change", "blend-changed", "seq-length-changed", "lr-schedule"} <= seen, seen
-    assert compared == {"orders", "moves"}, compared  # both were compared on the same token spans
+    assert compared == {"orders", "moves", "tokens"}, compared  # orders and moves on the same token spans
     # the validation loader resumed past its start, was refused (random pairs) and ran out (the halved batch)
     assert {"moved", "valid-no-samples-left", "valid-runs-out"} <= valid_seen, valid_seen
