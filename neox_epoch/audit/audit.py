@@ -171,7 +171,7 @@ def _route_mcore_blends(groups: list[names.CacheGroup], gpt: list[names.CacheGro
         if not (group.kind == names.MCORE and group.is_blend):
             continue
         progress.describe(os.path.basename(group.stem))
-        blend, _ = read_mcore_blend(group)
+        blend = read_mcore_blend(group)
         consumed = options.consumed if options.consumed is not None and _is_train(group.split) else None
         draws, draws_consumed, where = scan_blend(blend, group, consumed, progress, want_positions=positions)
         if consumed is not None and blend.size is not None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from neox_epoch.errors import NeoxEpochError
@@ -32,8 +32,26 @@ class Finding:
     hint: str = ""  # What it probably means and what to do about it.
 
     def to_json(self) -> dict[str, Any]:
-        return {"path": self.path, "what": self.what, "expected": self.expected, "found": self.found, "hint": self.hint}
+        return fields_json(self)
 
     def __str__(self) -> str:
         tail = f" ({self.hint})" if self.hint else ""
         return f"{self.path}: {self.what}: expected {self.expected}, found {self.found}{tail}"
+
+
+def finding(path: str, what: str, expected: Any, found: Any, hint: str = "") -> Finding:
+    return Finding(path=path, what=what, expected=str(expected), found=str(found), hint=hint)
+
+
+def fields_json(report: Any) -> dict[str, Any]:
+    """A report dataclass as JSON: its fields in order, but those with ``repr=False``; nested reports by their
+    ``to_json``."""
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, list):
+            return [plain(item) for item in value]
+        if isinstance(value, dict):
+            return dict(value)
+        return value.to_json() if hasattr(value, "to_json") else value
+
+    return {item.name: plain(getattr(report, item.name)) for item in fields(report) if item.repr}

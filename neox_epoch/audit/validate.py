@@ -23,7 +23,7 @@ from neox_epoch.audit import names
 from neox_epoch.audit.consumption import Consumption
 from neox_epoch.audit.descriptions import read_legacy_description, read_mcore_description
 from neox_epoch.audit.exposure import ExposureReport, ManifestChunk, StreamPass, kernel, zeros
-from neox_epoch.audit.findings import FileProblem, Finding
+from neox_epoch.audit.findings import FileProblem, Finding, fields_json, finding
 from neox_epoch.audit.npy import NpyInfo, NpyReader, read_header
 from neox_epoch.errors import IndexFileError
 from neox_epoch.semantics import mcore as mcore_sem
@@ -44,7 +44,7 @@ MIXED = "doc/sample/shuffle files come from different builds: " + STALE_HINT
 
 @dataclass
 class IndexReport:
-    """What one index is, as audited. JSON keys are the field names (see docs/audit.md)."""
+    """What one index is, as audited. JSON keys are the field names but the last two (see docs/audit.md)."""
 
     kind: str
     path: str
@@ -63,20 +63,15 @@ class IndexReport:
     document_range: list[int] | None = None
     tokens: int | None = None
     add_extra_token: int | None = None
-    digest: str = ""
     pack_impl: str | None = None
     findings: list[Finding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     exposure: ExposureReport | None = None
+    digest: str = field(default="", repr=False)
     description: dict[str, Any] | None = field(default=None, repr=False)
 
     def to_json(self) -> dict[str, Any]:
-        keys = ("kind", "path", "split", "files", "data_prefix", "seq_length", "seed", "num_samples_requested",
-                "epochs", "samples", "samples_per_epoch", "length", "separated_final_epoch", "documents",
-                "document_range", "tokens", "add_extra_token", "pack_impl")
-        return {**{key: getattr(self, key) for key in keys}, "files": dict(self.files),
-                "findings": [finding.to_json() for finding in self.findings], "notes": list(self.notes),
-                "exposure": self.exposure.to_json() if self.exposure is not None else None}
+        return fields_json(self)
 
 
 class Progress:
@@ -93,10 +88,6 @@ class Progress:
 
     def done(self) -> None:
         """The pass ended."""
-
-
-def finding(path: str, what: str, expected: Any, found: Any, hint: str = "") -> Finding:
-    return Finding(path=path, what=what, expected=str(expected), found=str(found), hint=hint)
 
 
 # ---- stage 1: what the name or the description says ----------------------------------------------------
@@ -119,12 +110,11 @@ class Described:
 
 
 def describe(group: names.CacheGroup, add_extra_token: int | None) -> Described:
-    if group.kind == names.NEOX and group.neox is not None:
-        neox = group.neox
+    """The parameters from the NeoX name, or from the description (a complete group has one)."""
+    neox = group.neox
+    if neox is not None:
         return Described(neox.seq_length, neox.seed, neox.num_samples, neox.prefix, 1, group.split, neox.pack_impl)
-    path = group.files.get(names.DESCRIPTION)
-    if path is None:
-        return Described(None, None, None, None, 1, group.split)
+    path = group.files[names.DESCRIPTION]
     if group.kind == names.LEGACY:
         desc = read_legacy_description(path)
         fields = desc.fields
@@ -195,68 +185,52 @@ def _split_findings(path: str, split: Any, matrix: list[Any]) -> list[Finding]:
 
 # ---- stage 2: the .npy headers ---------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Headers:
-    """The three arrays' headers, None when one cannot be read as an index at all."""
-
-    doc: NpyInfo | None
-    sample: NpyInfo | None
-    shuffle: NpyInfo | None
-    findings: tuple[Finding, ...]
-
-
-def check_dtype(info: NpyInfo, allowed: tuple[str, ...], ndim: int, role: str) -> list[Finding]:
+def check_dtype(info: NpyInfo, allowed: tuple[str, ...], ndim: int, role: str) -> tuple[NpyInfo | None, list[Finding]]:
+    """(the header, None when the file cannot be read as an index at all; the findings)."""
     if info.dtype.kind not in "iu" or len(info.shape) != ndim:
         shape = "[N+1, 2]" if ndim == 2 else "[N]"
-        return [finding(info.path, f"{role} dtype/shape", f"an integer array of shape {shape} ({' or '.join(allowed)})",
-                        f"{info.dtype} of shape {list(info.shape)}", "not an index the frameworks write: delete it to rebuild")]
+        return None, [finding(info.path, f"{role} dtype/shape",
+                              f"an integer array of shape {shape} ({' or '.join(allowed)})",
+                              f"{info.dtype} of shape {list(info.shape)}",
+                              "not an index the frameworks write: delete it to rebuild")]
     if ndim == 2 and info.shape[1] != 2:
-        return [finding(info.path, "sample index shape", "[N+1, 2]", list(info.shape))]
+        return None, [finding(info.path, "sample index shape", "[N+1, 2]", list(info.shape))]
     if info.dtype.name not in allowed:
-        return [finding(info.path, f"{role} dtype", " or ".join(allowed), info.dtype.name,
-                        "the frameworks write these dtypes; this file was written by something else or converted")]
-    return []
+        return info, [finding(info.path, f"{role} dtype", " or ".join(allowed), info.dtype.name,
+                              "the frameworks write these dtypes; this file was written by something else or converted")]
+    return info, []
 
 
-def check_headers(group: names.CacheGroup, packed: bool) -> Headers:
-    """Complete .npy files of the dtypes the frameworks write (NeoX's unpacked index: int64 document ids)."""
+def check_headers(group: names.CacheGroup, packed: bool) -> tuple[list[NpyInfo | None], list[Finding]]:
+    """The doc/sample/shuffle headers (None: not an index at all) and their findings: complete .npy files of
+    the dtypes the frameworks write (NeoX's unpacked index: int64 document ids)."""
     doc, sample, shuffle = (read_header(group.files[role]) for role in names.GPT_ROLES)
-    found = check_dtype(doc, ("int32",) if packed else ("int32", "int64"), 1, "document index")
-    found += check_dtype(sample, ("int32", "int64"), 2, "sample index")
-    found += check_dtype(shuffle, ("uint32", "int64"), 1, "shuffle index")
-
-    def usable(info: NpyInfo, ndim: int) -> NpyInfo | None:
-        ok = info.dtype.kind in "iu" and len(info.shape) == ndim and (ndim == 1 or info.shape[1] == 2)
-        return info if ok else None
-
-    return Headers(usable(doc, 1), usable(sample, 2), usable(shuffle, 1), tuple(found))
+    checked = [check_dtype(doc, ("int32",) if packed else ("int32", "int64"), 1, "document index"),
+               check_dtype(sample, ("int32", "int64"), 2, "sample index"),
+               check_dtype(shuffle, ("uint32", "int64"), 1, "shuffle index")]
+    return [info for info, _ in checked], [problem for _, found in checked for problem in found]
 
 
 # ---- stage 3: the passes ---------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class DocumentRange:
-    first: int
-    stop: int
-    findings: tuple[Finding, ...] = ()
-
-
-def scan_documents(reader: NpyReader, sequences: int, idx_path: str, progress: Progress) -> DocumentRange:
-    """The smallest and largest document id: inside the .idx."""
-    low, high = None, None
+def scan_documents(reader: NpyReader, sequences: int, idx_path: str,
+                   progress: Progress) -> tuple[int, int, Finding | None]:
+    """(the smallest document id, the largest + 1, a problem): the ids must be inside the .idx."""
+    lows, highs = [], []
     progress.start("documents", reader.info.rows)
     for _, ids in reader.chunks(rows=1 << 22):
-        low = int(ids.min()) if low is None else min(low, int(ids.min()))
-        high = int(ids.max()) if high is None else max(high, int(ids.max()))
+        lows.append(int(ids.min()))
+        highs.append(int(ids.max()))
         progress.advance(ids.shape[0])
     progress.done()
-    if low is None or high is None:
-        return DocumentRange(0, 0, (finding(reader.info.path, "document index", "at least one document", "an empty array"),))
+    if not lows:
+        return 0, 0, finding(reader.info.path, "document index", "at least one document", "an empty array")
+    low, high = min(lows), max(highs)
     if low < 0 or high >= sequences:
-        return DocumentRange(low, high + 1, (finding(
+        return low, high + 1, finding(
             reader.info.path, "document ids", f"ids in [0, {sequences}) (sequences of {idx_path})",
-            f"id {low if low < 0 else high}", "the index belongs to another (larger) corpus: " + STALE_HINT),))
-    return DocumentRange(low, high + 1)
+            f"id {low if low < 0 else high}", "the index belongs to another (larger) corpus: " + STALE_HINT)
+    return low, high + 1, None
 
 
 @dataclass(frozen=True)
@@ -531,7 +505,7 @@ class Setting:
 
     group: names.CacheGroup
     described: Described
-    headers: Headers
+    infos: list[NpyInfo]  # The doc, sample and shuffle headers.
     header: idxmod.IdxHeader
     samples: int
     seq_length: int
@@ -557,24 +531,24 @@ def audit_index(group: names.CacheGroup, resolve_prefix: Callable[[str | None], 
 def _setting(report: IndexReport, group: names.CacheGroup, resolve_prefix: Callable[[str | None], str | None] | None,
              add_extra_token: int | None) -> Setting | None:
     """Stages 1 and 2 into the report; None when the passes cannot run."""
-    for role in group.missing_roles():
-        report.findings.append(finding(group.stem, "missing file", f"the {role} file of this index", "no such file",
-                                       "an incomplete cache: the framework would rebuild it (or fail)"))
-    if group.missing_roles():
+    missing = group.missing_roles()
+    report.findings.extend(finding(group.stem, "missing file", f"the {role} file of this index", "no such file",
+                                   "an incomplete cache: the framework would rebuild it (or fail)") for role in missing)
+    if missing:
         return None
     described = describe(group, add_extra_token if group.kind == names.MCORE else None)
     report.findings.extend(described.findings)
-    report.seq_length, report.seed, report.num_samples_requested = (described.seq_length, described.seed,
-                                                                    described.requested)
-    report.pack_impl, report.split, report.add_extra_token = described.pack_impl, described.split, described.add_extra_token
-    report.description = described.fields
-    if described.pack_impl not in (None, "packed"):
+    report.seq_length, report.seed, report.description = described.seq_length, described.seed, described.fields
+    report.num_samples_requested, report.pack_impl = described.requested, described.pack_impl
+    report.split, report.add_extra_token = described.split, described.add_extra_token
+    packed = described.pack_impl in (None, "packed")
+    if not packed:
         report.notes.append(f"pack_impl {described.pack_impl}: only headers and document ids are audited (no exposure)")
-    headers = check_headers(group, described.pack_impl in (None, "packed"))
-    report.findings.extend(headers.findings)
-    if headers.doc is None or headers.sample is None or headers.shuffle is None:
+    infos, found = check_headers(group, packed)
+    report.findings.extend(found)
+    if any(info is None for info in infos):
         return None
-    samples = max(0, headers.sample.rows - 1)
+    samples = max(0, infos[1].rows - 1)
     report.samples, report.length = samples, samples - 1 if group.kind == names.NEOX else samples
     where = group.files.get(names.DESCRIPTION, group.stem)
     if described.seq_length is None or described.seq_length <= 0:
@@ -592,7 +566,7 @@ def _setting(report: IndexReport, group: names.CacheGroup, resolve_prefix: Calla
                                        "the .bin/.idx the index was built from", str(err),
                                        "point --data-prefix at the data (the cache files are checked against its sizes)"))
         return None
-    return Setting(group, described, headers, header, samples, described.seq_length)
+    return Setting(group, described, infos, header, samples, described.seq_length)
 
 
 def _expected_range(setting: Setting) -> tuple[int, int] | None:
@@ -628,23 +602,23 @@ def _separation(path: str, numbers: IndexNumbers, draws: Draws, samples: int) ->
 def _run_passes(report: IndexReport, setting: Setting, consumption_for: ConsumptionFor | None,
                 manifest: ManifestSink | None, progress: Progress,
                 iteration_of: Callable[[int], int | None] | None) -> None:
-    headers, kind, samples = setting.headers, setting.group.kind, setting.samples
-    if headers.doc is None or headers.sample is None or headers.shuffle is None:
-        return
-    with NpyReader(headers.doc) as doc_r, NpyReader(headers.sample) as sample_r, NpyReader(headers.shuffle) as shuffle_r:
-        scanned = scan_documents(doc_r, setting.header.sequence_count, setting.header.prefix + ".idx", progress)
-        report.findings.extend(scanned.findings)
-        if scanned.findings:
+    kind, samples = setting.group.kind, setting.samples
+    doc_info, sample_info, shuffle_info = setting.infos
+    with NpyReader(doc_info) as doc_r, NpyReader(sample_info) as sample_r, NpyReader(shuffle_info) as shuffle_r:
+        first_id, stop_id, problem = scan_documents(doc_r, setting.header.sequence_count,
+                                                    setting.header.prefix + ".idx", progress)
+        if problem is not None:
+            report.findings.append(problem)
             return
-        report.document_range = [scanned.first, scanned.stop]
+        report.document_range = [first_id, stop_id]
         expected = _expected_range(setting)
-        if expected is not None and expected[1] > expected[0] and (scanned.first, scanned.stop) != expected:
+        if expected is not None and expected[1] > expected[0] and (first_id, stop_id) != expected:
             report.findings.append(finding(
-                headers.doc.path, "document range",
+                doc_info.path, "document range",
                 f"[{expected[0]}, {expected[1]}) from split_matrix and {setting.header.sequence_count} sequences",
-                f"[{scanned.first}, {scanned.stop})", "the corpus or split changed since the build: " + STALE_HINT))
-        sizes = _sizes(setting.header, scanned.first, scanned.stop)
-        documents = scanned.stop - scanned.first
+                f"[{first_id}, {stop_id})", "the corpus or split changed since the build: " + STALE_HINT))
+        sizes = _sizes(setting.header, first_id, stop_id)
+        documents = stop_id - first_id
         epochs = doc_r.info.rows // documents if doc_r.info.rows % documents == 0 else 0
         tokens = int(sizes.sum(dtype=np.int64))
         numbers = index_numbers(kind, tokens, setting.seq_length, epochs, setting.described.requested,
@@ -653,20 +627,20 @@ def _run_passes(report: IndexReport, setting: Setting, consumption_for: Consumpt
         consumption = consumption_for(report.split, report.length or 0) if consumption_for and packed else None
         draws = count_draws(shuffle_r, samples, consumption, numbers.first_block if epochs > 1 else 0,
                             manifest is not None, progress)
-        separate, found = _separation(headers.shuffle.path, numbers, draws, samples)
+        separate, found = _separation(shuffle_info.path, numbers, draws, samples)
         report.findings.extend(draws.findings + tuple(found))
         if not packed:
             return
-        walker = StreamPass(sizes, scanned.first, epochs, draws.counts, setting.seq_length, draws.sample_draws,
+        walker = StreamPass(sizes, first_id, epochs, draws.counts, setting.seq_length, draws.sample_draws,
                             None if consumption is None else consumption.tokens_out)
         tail_from = (epochs - 1) * documents if separate and epochs > 1 else None
         stream = walk_stream(doc_r, sample_r, walker, samples, tail_from, progress)
         report.findings.extend(stream.findings)
-        copies, final_ok = _conclude(report, setting, stream, sizes, tokens, scanned.first, separate)
+        copies, final_ok = _conclude(report, setting, stream, sizes, tokens, first_id, separate)
         trusted = not draws.findings and not stream.findings and final_ok
         small = doc_r.info.rows + samples <= REGEN_LIMIT
         if small and trusted and not copies.findings and copies.epochs > 0 and (report.seed or -1) >= 0:
-            report.findings.extend(seed_findings(doc_r, shuffle_r, int(report.seed or 0), scanned.first, scanned.stop,
+            report.findings.extend(seed_findings(doc_r, shuffle_r, int(report.seed or 0), first_id, stop_id,
                                                  copies.epochs, numbers.first_block if separate else None))
         if consumption is not None:
             _expose(report, walker, consumption, trusted and not copies.findings, manifest, iteration_of)
