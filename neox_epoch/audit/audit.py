@@ -28,7 +28,7 @@ from neox_epoch.audit.blends import (
 )
 from neox_epoch.audit.consumption import Consumption
 from neox_epoch.audit.exposure import ExposureReport, ManifestChunk
-from neox_epoch.audit.findings import FileProblem, Finding
+from neox_epoch.audit.findings import FileProblem, Finding, finding
 from neox_epoch.audit.npy import read_header
 from neox_epoch.audit.validate import IndexReport, Progress, audit_index
 from neox_epoch.errors import IndexFileError
@@ -120,7 +120,8 @@ def run_audit(groups: list[names.CacheGroup], options: AuditOptions, progress: P
         return position // batch + 1 if batch else None
 
     other = [g for g in groups if not g.is_blend and g.kind == names.MCORE and g.dataset_class != "GPTDataset"]
-    result.notes += [f"{g.stem}: {g.dataset_class} caches are not audited (GPTDataset and BlendedDataset only)" for g in other]
+    result.notes += [f"{g.stem}: {g.dataset_class} caches are not audited (GPTDataset and BlendedDataset only)"
+                     for g in other]
     gpt = [g for g in groups if not g.is_blend and g not in other]
     routes: Routes = {}
     no_exposure: dict[str, str] = {}
@@ -128,42 +129,53 @@ def run_audit(groups: list[names.CacheGroup], options: AuditOptions, progress: P
     neox_blend = _route_neox_blend(gpt, options, result, routes, no_exposure)
     reports = _audit_indexes(gpt, options, routes, no_exposure, progress, manifest, iteration_of)
     result.indexes.extend(reports.values())
-    for group, blend in mcore_blends:
-        _finish_mcore_blend(group, blend, reports, iteration_of)
-        result.blends.append(blend)
+    for blend in mcore_blends:
+        _finish_blend(blend, reports, iteration_of)
+        _mcore_second_passes(blend, reports, iteration_of)
     if neox_blend is not None:
-        _finish_neox_blend(neox_blend, reports, options, iteration_of)
-        result.blends.append(neox_blend)
+        _finish_blend(neox_blend, reports, iteration_of)
+        _neox_second_passes(neox_blend, options, iteration_of)
+    result.blends.extend(mcore_blends + ([neox_blend] if neox_blend is not None else []))
     return result
 
 
-def _standalone(consumed: int | None) -> Callable[[str, int], Consumption | None]:
+def _drawn(drawn: int, positions: np.ndarray | None) -> Callable[[str, int], Consumption | None]:
+    """A blend's source: the prefix of ``drawn`` indices, drawn at ``positions`` of the blend."""
+
     def consumption(split: str, length: int) -> Consumption | None:
-        return Consumption.prefix(length, consumed) if consumed is not None and _is_train(split) else None
+        return Consumption.from_prefixes(length, [(drawn, 1)], positions=positions, period=0)
 
     return consumption
+
+
+def _fixed(consumption: Consumption) -> Callable[[str, int], Consumption | None]:
+    return lambda split, length: consumption
 
 
 def _audit_indexes(gpt: list[names.CacheGroup], options: AuditOptions, routes: Routes, no_exposure: dict[str, str],
                    progress: Progress, manifest: Callable[[IndexReport, ManifestChunk], None] | None,
                    iteration_of: Callable[[int], int | None]) -> dict[str, IndexReport]:
     resolve = make_prefix_resolver(options.data_prefixes)
+    consumed = options.consumed
+
+    def standalone(split: str, length: int) -> Consumption | None:
+        return Consumption.prefix(length, consumed) if consumed is not None and _is_train(split) else None
+
     reports: dict[str, IndexReport] = {}
     for group in gpt:
-        consumption = None if group.stem in no_exposure else routes.get(group.stem, _standalone(options.consumed))
         progress.describe(os.path.basename(group.stem))
-        report = audit_index(group, resolve_prefix=resolve, add_extra_token=options.add_extra_token,
-                             consumption_for=consumption, manifest=manifest, progress=progress,
-                             iteration_of=iteration_of)
+        reports[group.stem] = report = audit_index(
+            group, resolve_prefix=resolve, add_extra_token=options.add_extra_token,
+            consumption_for=None if group.stem in no_exposure else routes.get(group.stem, standalone),
+            manifest=manifest, progress=progress, iteration_of=iteration_of)
         if group.stem in no_exposure:
             report.notes.append("exposure not computed: " + no_exposure[group.stem])
-        reports[group.stem] = report
     return reports
 
 
 def _route_mcore_blends(groups: list[names.CacheGroup], gpt: list[names.CacheGroup], options: AuditOptions,
                         routes: Routes, no_exposure: dict[str, str], progress: Progress,
-                        positions: bool) -> list[tuple[names.CacheGroup, BlendReport]]:
+                        positions: bool) -> list[BlendReport]:
     """megatron-core blends: check the pair, route the consumed draws to the sources (found beside the blend)."""
     blends = []
     stems = {g.stem for g in gpt}
@@ -177,17 +189,18 @@ def _route_mcore_blends(groups: list[names.CacheGroup], gpt: list[names.CacheGro
         if consumed is not None and blend.size is not None:
             blend.consumed_samples = min(consumed, blend.size)
             if consumed > blend.size:
-                blend.notes.append(f"{consumed} samples consumed from a blend of {blend.size}: megatron's sampler stops at len")
-        for i, (source, stem) in enumerate(zip(blend.sources, blend.children)):
-            source.draws = draws[i] if blend.dataset_index_ok else None
+                blend.notes.append(f"{consumed} samples consumed from a blend of {blend.size}: "
+                                   "megatron's sampler stops at len")
+        for number, (source, stem) in enumerate(zip(blend.sources, blend.children)):
+            source.draws = draws[number] if blend.dataset_index_ok else None
             if stem is None or consumed is None:
                 continue
             if not blend.dataset_index_ok:
                 no_exposure[stem] = "its blend's files are inconsistent"
                 continue
-            source.draws_consumed = draws_consumed[i]
-            routes[stem] = _source_consumption(draws_consumed[i], where[i] if where is not None else None)
-        blends.append((group, blend))
+            source.draws_consumed = draws_consumed[number]
+            routes[stem] = _drawn(draws_consumed[number], where[number] if where is not None else None)
+        blends.append(blend)
         for stem in blend.children:
             extra = _group_for_stem(stem) if stem is not None and stem not in stems else None
             if extra is not None:
@@ -196,66 +209,51 @@ def _route_mcore_blends(groups: list[names.CacheGroup], gpt: list[names.CacheGro
     return blends
 
 
-def _source_consumption(drawn: int, positions: np.ndarray | None) -> Callable[[str, int], Consumption | None]:
-    def consumption(split: str, length: int) -> Consumption | None:
-        return Consumption.from_prefixes(length, [(drawn, 1)], positions=positions, period=0)
-
-    return consumption
-
-
-def _fixed(consumption: Consumption) -> Callable[[str, int], Consumption | None]:
-    return lambda split, length: consumption
-
-
 def _route_neox_blend(gpt: list[names.CacheGroup], options: AuditOptions, result: AuditResult, routes: Routes,
                       no_exposure: dict[str, str]) -> BlendReport | None:
     """NeoX blends (train_0, train_1, ...): the greedy replayed from the config's weights routes the draws."""
     train = [g for g in gpt if g.kind == names.NEOX and g.neox and _neox_source_number(g.split) is not None]
-    replayed = _neox_blend(train, options, result)
-    members: list[str] = []
-    used: set[tuple[int, int]] = set()
-    if replayed is not None:
-        members = replayed[1]
-        routes.update({stem: _fixed(c) for stem, c in zip(members, replayed[2])})
-        used = {(g.neox.seq_length, g.neox.seed) for g in train if g.stem in members and g.neox}
+    blend = _neox_blend(train, options, result, routes)
+    members = blend.children if blend is not None else []
+    used = {(g.neox.seq_length, g.neox.seed) for g in train if g.stem in members and g.neox}
     # a train_k index is a blend source unless it is train_0 with no train_k (k >= 1) of the same
     # seq_length and seed beside it (NeoX wraps even one train_data_paths entry in a blend of one)
     multi = {(g.neox.seq_length, g.neox.seed) for g in train if g.neox and (_neox_source_number(g.split) or 0) > 0}
-    for g in train if options.consumed is not None else []:
-        key = (g.neox.seq_length, g.neox.seed) if g.neox else None
-        if g.stem in members or key is None:
+    for group in train if options.consumed is not None else []:
+        key = (group.neox.seq_length, group.neox.seed) if group.neox else None
+        if group.stem in members or key is None:
             continue
         if key in used:
-            no_exposure[g.stem] = "another build of a source of the replayed NeoX blend (not the one it uses)"
+            no_exposure[group.stem] = "another build of a source of the replayed NeoX blend (not the one it uses)"
         elif key in multi:
-            no_exposure[g.stem] = ("a source of a NeoX blend: its draws depend on the blend weights; "
-                                   "pass --config with train_data_paths and train_data_weights")
-    return replayed[0] if replayed is not None else None
+            no_exposure[group.stem] = ("a source of a NeoX blend: its draws depend on the blend weights; "
+                                       "pass --config with train_data_paths and train_data_weights")
+    return blend
 
 
-def _finish_mcore_blend(group: names.CacheGroup, blend: BlendReport, reports: dict[str, IndexReport],
-                        iteration_of: Callable[[int], int | None]) -> None:
-    _finish_blend(blend, reports, iteration_of)
+def _mcore_second_passes(blend: BlendReport, reports: dict[str, IndexReport],
+                         iteration_of: Callable[[int], int | None]) -> None:
+    """Where each source's draws exceed one epoch (read from dataset_index), and the sources' checks."""
     if blend.consumed_samples is not None and blend.dataset_index_ok:
-        marks = {i: s.samples_per_epoch for i, s in enumerate(blend.sources)
-                 if s.samples_per_epoch is not None and (s.draws_consumed or 0) > s.samples_per_epoch}
+        marks = {number: source.samples_per_epoch for number, source in enumerate(blend.sources)
+                 if source.samples_per_epoch is not None and (source.draws_consumed or 0) > source.samples_per_epoch}
         try:
-            found = second_pass_positions(group, marks, blend.consumed_samples) if marks else {}
+            found = second_pass_positions(blend.files[names.DATASET], marks, blend.consumed_samples) if marks else {}
         except FileProblem:
             found = {}
-        for i, position in found.items():
-            _set_second_pass(blend.sources[i], position, iteration_of)
-    for i, (source, stem) in enumerate(zip(blend.sources, blend.children)):
+        for number, position in found.items():
+            _set_second_pass(blend.sources[number], position, iteration_of)
+    for number, (source, stem) in enumerate(zip(blend.sources, blend.children)):
         child = reports.get(stem) if stem else None
         if child is None:
-            blend.findings.append(Finding(path=stem or blend.path, what=f"source {i}",
-                                          expected="its GPTDataset cache beside the blend", found="no such files",
-                                          hint="per-source numbers need the source's cache"))
+            blend.findings.append(finding(stem or blend.path, f"source {number}",
+                                          "its GPTDataset cache beside the blend", "no such files",
+                                          "per-source numbers need the source's cache"))
         elif source.draws is not None and child.length is not None and source.draws > child.length:
-            blend.findings.append(Finding(
-                path=blend.files.get(names.DATASET, blend.path), what=f"source {i} draws",
-                expected=f"<= {child.length} (len of its GPTDataset)", found=str(source.draws),
-                hint="megatron-core raises on such a blend: the files do not belong together"))
+            blend.findings.append(finding(
+                blend.files.get(names.DATASET, blend.path), f"source {number} draws",
+                f"<= {child.length} (len of its GPTDataset)", source.draws,
+                "megatron-core raises on such a blend: the files do not belong together"))
 
 
 def _set_second_pass(source: SourceReport, position: int | None, iteration_of: Callable[[int], int | None]) -> None:
@@ -266,96 +264,100 @@ def _set_second_pass(source: SourceReport, position: int | None, iteration_of: C
         source.exposure.second_pass_iteration = source.second_pass_iteration
 
 
-def _finish_neox_blend(blend: BlendReport, reports: dict[str, IndexReport], options: AuditOptions,
-                       iteration_of: Callable[[int], int | None]) -> None:
-    _finish_blend(blend, reports, iteration_of)
-    lengths = [s.length or 0 for s in blend.sources]
+def _neox_second_passes(blend: BlendReport, options: AuditOptions, iteration_of: Callable[[int], int | None]) -> None:
+    lengths = [source.length or 0 for source in blend.sources]
     if options.consumed is not None and blend.weights is not None and all(lengths):
-        per_epoch = [s.samples_per_epoch for s in blend.sources]
-        for source, position in zip(blend.sources, neox_sem.blend_positions(list(blend.weights), lengths, per_epoch,
-                                                                            options.consumed)):
+        per_epoch = [source.samples_per_epoch for source in blend.sources]
+        positions = neox_sem.blend_positions(list(blend.weights), lengths, per_epoch, options.consumed)
+        for source, position in zip(blend.sources, positions):
             _set_second_pass(source, position, iteration_of)
 
 
-def _finish_blend(rep: BlendReport, reports: dict[str, IndexReport], iteration_of: Callable[[int], int | None]) -> None:
+def _finish_blend(blend: BlendReport, reports: dict[str, IndexReport],
+                  iteration_of: Callable[[int], int | None]) -> None:
+    """The sources' numbers and exposures from their indexes' reports; the blend's exposure their sum."""
     parts: list[ExposureReport] = []
-    for src, stem in zip(rep.sources, rep.children):
+    for source, stem in zip(blend.sources, blend.children):
         child = reports.get(stem) if stem else None
         if child is None:
             continue
-        src.length, src.samples_per_epoch, src.epochs = child.length, child.samples_per_epoch, child.epochs
-        if src.draws_consumed is not None and child.samples_per_epoch:
-            src.passes = round(src.draws_consumed / child.samples_per_epoch, 6)
+        source.length, source.samples_per_epoch, source.epochs = child.length, child.samples_per_epoch, child.epochs
+        if source.draws_consumed is not None and child.samples_per_epoch:
+            source.passes = round(source.draws_consumed / child.samples_per_epoch, 6)
         if child.exposure is not None:
-            src.exposure = child.exposure
+            source.exposure = child.exposure
             parts.append(child.exposure)
-    if parts and len(parts) == len(rep.sources):
-        rep.exposure = ExposureReport.combine(parts)
-        rep.exposure.consumed_samples = rep.consumed_samples or rep.exposure.consumed_samples
+    if parts and len(parts) == len(blend.sources):
+        blend.exposure = ExposureReport.combine(parts)
+        blend.exposure.consumed_samples = blend.consumed_samples or blend.exposure.consumed_samples
 
 
-def _weights_by_documents(candidates: list[list[names.CacheGroup]], options: AuditOptions,
-                          res: AuditResult) -> list[float] | None:
-    try:
-        docs = [idxmod.read_header(c[0].neox.prefix if c[0].neox else "", check_bin=False).sequence_count
-                for c in candidates]
-    except IndexFileError as err:
-        res.notes.append(f"weight_by_num_documents: {err}; NeoX blend not replayed")
-        return None
-    return neox_sem.weights_by_num_docs(docs, options.neox_weighted_sampler_alpha)
-
-
-def _neox_blend(train: list[names.CacheGroup], options: AuditOptions,
-                res: AuditResult) -> tuple[BlendReport, list[str], list[Consumption]] | None:
-    """Match NeoX train_i indexes to the config's train_data_paths and replay the blend's draws."""
+def _neox_candidates(train: list[names.CacheGroup], options: AuditOptions,
+                     result: AuditResult) -> tuple[list[list[names.CacheGroup]], list[float]] | None:
+    """Per entry of the config's train_data_paths, its train_i indexes, and the blend weights."""
     paths = options.neox_train_paths
-    if not paths or options.consumed is None:
-        return None
     weights = list(options.neox_train_weights) if options.neox_train_weights else [1.0] * len(paths)
     if len(weights) != len(paths):
-        res.notes.append(f"--config: {len(weights)} train_data_weights for {len(paths)} train_data_paths; blend not replayed")
+        result.notes.append(f"--config: {len(weights)} train_data_weights for {len(paths)} train_data_paths; "
+                            "blend not replayed")
         return None
     candidates: list[list[names.CacheGroup]] = []
-    for i, p in enumerate(paths):
-        base = os.path.basename(p.rstrip("/"))
-        cands = [g for g in train if g.neox and _neox_source_number(g.split) == i
-                 and os.path.basename(g.neox.prefix) == base]
-        if not cands:
-            res.notes.append(f"NeoX blend source {i} ({p}): no train_{i} index found for it; blend not replayed")
+    for number, path in enumerate(paths):
+        base = os.path.basename(path.rstrip("/"))
+        candidates.append([g for g in train if g.neox and _neox_source_number(g.split) == number
+                           and os.path.basename(g.neox.prefix) == base])
+        if not candidates[-1]:
+            result.notes.append(f"NeoX blend source {number} ({path}): no train_{number} index found for it; "
+                                "blend not replayed")
             return None
-        candidates.append(cands)
-    if options.neox_weight_by_num_documents:
-        weights = _weights_by_documents(candidates, options, res)
-        if weights is None:
-            return None
-    norm, requests = neox_sem.normalized_weights_and_num_samples(weights, options.consumed)
-    chosen: list[names.CacheGroup] = []
-    for i, cands in enumerate(candidates):
-        chosen.append(next((g for g in cands if g.neox and g.neox.num_samples == requests[i]), cands[0]))
-        if chosen[-1].neox and chosen[-1].neox.num_samples != requests[i]:
-            res.notes.append(f"NeoX blend source {i}: no index built for {requests[i]} samples "
-                             f"(ceil({options.consumed} x {norm[i]:.6g} x 1.005)); using {os.path.basename(cands[0].stem)}")
-    lengths: list[int] = []
-    for g in chosen:
-        try:
-            lengths.append(max(0, read_header(g.files[names.SAMPLE]).rows - 2))
-        except (FileProblem, KeyError):
-            res.notes.append(f"{g.stem}: sample index unreadable; NeoX blend not replayed")
-            return None
-    draws, cons = neox_draws(weights, lengths, options.consumed)
-    res.notes.append(f"NeoX blend replayed with weights {[round(w, 6) for w in norm]} over {len(chosen)} sources")
-    rep = BlendReport(kind=names.NEOX, path=chosen[0].stem, split="train", size=int(sum(lengths)),
-                      weights=[float(x) for x in np.asarray(norm) / np.sum(norm)], consumed_samples=options.consumed)
-    for g, d, n in zip(chosen, draws, lengths):
-        rep.sources.append(SourceReport(index=g.stem, dataset_path=g.neox.prefix if g.neox else None,
-                                        weight=None, draws=None, draws_consumed=d, length=n))
-        rep.children.append(g.stem)
-        if d > n:
-            rep.notes.append(f"{os.path.basename(g.stem)}: {d} draws from a dataset of len {n}: NeoX wraps it silently")
-    for s, w in zip(rep.sources, rep.weights or []):
-        s.weight = w
-    if options.consumed > rep.size:
-        rep.notes.append(f"{options.consumed} samples from a blend of {rep.size}: NeoX wraps the blend silently")
-    if math.isnan(sum(rep.weights or [0.0])):
+    if not options.neox_weight_by_num_documents:
+        return candidates, weights
+    try:
+        documents = [idxmod.read_header(group[0].neox.prefix if group[0].neox else "", check_bin=False).sequence_count
+                     for group in candidates]
+    except IndexFileError as err:
+        result.notes.append(f"weight_by_num_documents: {err}; NeoX blend not replayed")
         return None
-    return rep, [g.stem for g in chosen], cons
+    return candidates, neox_sem.weights_by_num_docs(documents, options.neox_weighted_sampler_alpha)
+
+
+def _neox_blend(train: list[names.CacheGroup], options: AuditOptions, result: AuditResult,
+                routes: Routes) -> BlendReport | None:
+    """Match NeoX train_i indexes to the config's train_data_paths and replay the blend's draws (routed)."""
+    consumed = options.consumed
+    matched = _neox_candidates(train, options, result) if options.neox_train_paths and consumed is not None else None
+    if matched is None or consumed is None:
+        return None
+    candidates, weights = matched
+    norm, requests = neox_sem.normalized_weights_and_num_samples(weights, consumed)
+    chosen: list[names.CacheGroup] = []
+    for number, groups in enumerate(candidates):
+        chosen.append(next((g for g in groups if g.neox and g.neox.num_samples == requests[number]), groups[0]))
+        if chosen[-1].neox and chosen[-1].neox.num_samples != requests[number]:
+            result.notes.append(f"NeoX blend source {number}: no index built for {requests[number]} samples "
+                                f"(ceil({consumed} x {norm[number]:.6g} x 1.005)); "
+                                f"using {os.path.basename(groups[0].stem)}")
+    lengths: list[int] = []
+    for group in chosen:
+        try:
+            lengths.append(max(0, read_header(group.files[names.SAMPLE]).rows - 2))
+        except (FileProblem, KeyError):
+            result.notes.append(f"{group.stem}: sample index unreadable; NeoX blend not replayed")
+            return None
+    draws, consumptions = neox_draws(weights, lengths, consumed)
+    result.notes.append(f"NeoX blend replayed with weights {[round(w, 6) for w in norm]} over {len(chosen)} sources")
+    blend = BlendReport(kind=names.NEOX, path=chosen[0].stem, split="train", size=int(sum(lengths)),
+                        weights=[float(x) for x in np.asarray(norm) / np.sum(norm)], consumed_samples=consumed,
+                        children=[group.stem for group in chosen])
+    for group, drawn, length, weight in zip(chosen, draws, lengths, blend.weights or []):
+        blend.sources.append(SourceReport(index=group.stem, dataset_path=group.neox.prefix if group.neox else None,
+                                          weight=weight, draws=None, draws_consumed=drawn, length=length))
+        if drawn > length:
+            blend.notes.append(f"{os.path.basename(group.stem)}: {drawn} draws from a dataset of len {length}: "
+                               "NeoX wraps it silently")
+    if consumed > int(sum(lengths)):
+        blend.notes.append(f"{consumed} samples from a blend of {blend.size}: NeoX wraps the blend silently")
+    if math.isnan(sum(blend.weights or [0.0])):
+        return None
+    routes.update({group.stem: _fixed(consumption) for group, consumption in zip(chosen, consumptions)})
+    return blend

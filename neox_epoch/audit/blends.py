@@ -228,11 +228,12 @@ def _check_greedy(rep: BlendReport, path: str, draws: list[int]) -> None:
                                     "dataset_index was not built from these weights: the blend files are damaged or mixed"))
 
 
-def second_pass_positions(group: names.CacheGroup, marks: dict[int, int], stop: int) -> dict[int, int]:
-    """Blend position of draw number ``marks[i]`` (0-based) of each source ``i``, among the first ``stop``."""
+def second_pass_positions(path: str, marks: dict[int, int], stop: int) -> dict[int, int]:
+    """Blend position of draw number ``marks[i]`` (0-based) of each source ``i``, among the first ``stop`` of
+    the dataset index ``path``."""
     found: dict[int, int] = {}
     counts = dict.fromkeys(marks, 0)
-    with NpyReader(read_header(group.files[names.DATASET])) as reader:
+    with NpyReader(read_header(path)) as reader:
         for start, chosen in reader.chunks(stop=stop, rows=CHUNK_ROWS):
             for source, target in marks.items():
                 if source in found:

@@ -44,28 +44,18 @@ class Consumption:
         ``mult`` takes a prefix away again (``[a, b)`` is ``(b, 1), (a, -1)``)."""
         if length <= 0:
             return Consumption(length=max(length, 0), runs=(), consumed=0, positions=positions, period=period)
-        base = 0
-        cuts: dict[int, int] = {}
-        total = 0
-        for p, mult in prefixes:
-            if p <= 0 or mult == 0:
-                continue
-            total += p * mult
-            base += (p // length) * mult
-            r = p % length
-            if r:
-                cuts[r] = cuts.get(r, 0) + mult
-        runs: list[tuple[int, int, int]] = []
-        start, count = 0, base + sum(cuts.values())
-        for r in sorted(cuts):
-            if r > start:
-                runs.append((start, r, count))
-            count -= cuts[r]
-            start = r
-        if start < length:
-            runs.append((start, length, count))
-        runs = [x for x in runs if x[2] > 0]
-        return Consumption(length=length, runs=tuple(runs), consumed=total, positions=positions, period=period)
+        prefixes = [(prefix, mult) for prefix, mult in prefixes if prefix > 0 and mult != 0]
+        cuts: dict[int, int] = {}  # a prefix's partial pass: its multiplicity ends at its remainder
+        for prefix, mult in prefixes:
+            if prefix % length:
+                cuts[prefix % length] = cuts.get(prefix % length, 0) + mult
+        count = sum(-(-prefix // length) * mult for prefix, mult in prefixes)  # full and partial passes
+        runs, start = [], 0
+        for stop in [*sorted(cuts), length]:
+            runs += [(start, stop, count)] if stop > start and count > 0 else []
+            count, start = count - cuts.get(stop, 0), stop
+        return Consumption(length=length, runs=tuple(runs), consumed=sum(prefix * mult for prefix, mult in prefixes),
+                           positions=positions, period=period)
 
     @property
     def max_count(self) -> int:

@@ -44,10 +44,8 @@ def _read_text(path: str) -> str:
 
 @dataclass(frozen=True)
 class Description:
-    """A parsed description file and whether its md5 matches the file name."""
+    """A parsed description file and the md5 of its text (the file name's, unless it was edited)."""
 
-    path: str  # The description file.
-    text: str  # Its exact text.
     digest: str  # md5 of the text.
     fields: dict[str, Any]
     """megatron-core: the JSON object; legacy: ``{"data_prefix", "name", "num_samples", "seq_length",
@@ -63,7 +61,7 @@ def read_mcore_description(path: str) -> Description:
                           "the file is damaged: delete the cache files with this hash so megatron-core rebuilds them") from None
     if not isinstance(fields, dict):
         raise FileProblem(path, "description", "a JSON object", type(fields).__name__)
-    return Description(path=path, text=text, digest=md5_text(text), fields=fields)
+    return Description(digest=md5_text(text), fields=fields)
 
 
 _LEGACY_KEYS = {"Data prefix": "data_prefix", "Dataset name": "name", "Number of samples": "num_samples",
@@ -86,4 +84,4 @@ def read_legacy_description(path: str) -> Description:
     if "seq_length" not in fields:
         raise FileProblem(path, "description", "legacy Megatron-LM lines such as 'Sequence length 2048'",
                           "no 'Sequence length' line")
-    return Description(path=path, text=text, digest=md5_text(text), fields=fields)
+    return Description(digest=md5_text(text), fields=fields)

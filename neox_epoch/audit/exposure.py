@@ -1,14 +1,10 @@
 """How often each token of one index was an *input* token, for a given consumption.
 
-Sample ``i`` covers the ``seq_length`` input tokens ``[i*L, i*L + L)`` of the stream (the documents of
-``doc_idx`` concatenated), coverage ending at ``min(S*L, E*T)``. A token's exposure is the number of
-consumed samples covering one of its ``E`` copies. Given the draw count of every sample, one document's
-exposure is the sum of its copies' step functions (a step at each sample boundary inside a copy).
-
-The stream pass (:class:`StreamPass`) walks the document index once: each copy's stream position (for the
-sample-boundary checks), and with a consumption a document's first ``E - 1`` copies keep their position and
-its last copy completes its exposure. The walk is the compiled ``neox_epoch._exposure.stream``; without it
-numpy gives the positions and counts and the exposure is withheld with a note (docs/audit.md).
+Sample ``i`` covers the input tokens ``[i*L, i*L + L)`` of the stream (the documents of ``doc_idx``
+concatenated), coverage ending at ``min(S*L, E*T)``; a token's exposure is the number of consumed samples
+covering one of its ``E`` copies. :class:`StreamPass` walks the document index once with the compiled
+``neox_epoch._exposure`` (see its comment); without it numpy gives the positions and copies and the exposure
+is withheld with a note (docs/audit.md).
 """
 
 from __future__ import annotations
@@ -66,11 +62,9 @@ class ExposureReport:
         for part in parts:
             tokens.update(part.tokens)
             documents.update(part.documents)
-        return ExposureReport(
-            consumed_samples=sum(p.consumed_samples for p in parts), tokens=dict(sorted(tokens.items())),
-            documents=dict(sorted(documents.items())), documents_unseen=sum(p.documents_unseen for p in parts),
-            documents_partial=sum(p.documents_partial for p in parts),
-            tokens_unseen=sum(p.tokens_unseen for p in parts), token_exposures=sum(p.token_exposures for p in parts))
+        total = {key: sum(getattr(part, key) for part in parts) for key in
+                 ("consumed_samples", "documents_unseen", "documents_partial", "tokens_unseen", "token_exposures")}
+        return ExposureReport(tokens=dict(sorted(tokens.items())), documents=dict(sorted(documents.items())), **total)
 
 
 @dataclass(frozen=True)
@@ -189,9 +183,6 @@ class StreamPass:
         chunks = []
         for start in range(0, self.sizes.shape[0], chunk_documents):
             present = np.arange(start, min(start + chunk_documents, self.sizes.shape[0]))
-            rows = self.per_document[present]
-            chunks.append(ManifestChunk(
-                documents=present + self.first_id, tokens=self.sizes[present].astype(np.int64),
-                min_exposure=rows[:, 0], max_exposure=rows[:, 1], token_exposures=rows[:, 2],
-                first=rows[:, 3], last=rows[:, 4]))
+            rows = self.per_document[present].T
+            chunks.append(ManifestChunk(present + self.first_id, self.sizes[present].astype(np.int64), *rows))
         return chunks

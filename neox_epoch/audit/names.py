@@ -99,60 +99,68 @@ def _split_neox_head(directory: str, head: str) -> tuple[str, str]:
     Preference: a split where ``prefix.idx`` exists beside the cache, then a standard NeoX name
     (train/valid/test with an optional _N), then the longest prefix.
     """
-    best: tuple[tuple[int, int, int], str, str] | None = None
-    for i, ch in enumerate(head):
-        if ch != "_" or i == 0 or i == len(head) - 1:
-            continue
-        prefix, name = head[:i], head[i + 1 :]
-        score = (int(os.path.isfile(os.path.join(directory, prefix + ".idx"))), int(bool(_NEOX_SPLIT_NAME.match(name))), i)
-        if best is None or score > best[0]:
-            best = (score, prefix, name)
-    if best is None:
+    cuts = [at for at in range(1, len(head) - 1) if head[at] == "_"]
+    if not cuts:
         return os.path.join(directory, head), ""
-    return os.path.join(directory, best[1]), best[2]
+    cut = max(cuts, key=lambda at: (os.path.isfile(os.path.join(directory, head[:at] + ".idx")),
+                                    bool(_NEOX_SPLIT_NAME.match(head[at + 1 :])), at))
+    return os.path.join(directory, head[:cut]), head[cut + 1 :]
 
 
 def parse_name(path: str) -> CacheFile | None:
     """Recognize one file name; None if it is no index cache file."""
     directory, base = os.path.split(path)
-    m = _MCORE_FILE.match(base)
-    if m:
-        stem = os.path.join(directory, f"{m['md5']}-{m['cls']}-{m['split']}")
-        return CacheFile(path=path, kind=MCORE, role=_MCORE_ROLES[m["role"]], stem=stem, dataset_class=m["cls"],
-                         split=m["split"], digest=m["md5"])
-    m = _LEGACY_FILE.match(base)
-    if m:
-        role = DESCRIPTION if m["dsc"] else m["role"]
-        return CacheFile(path=path, kind=LEGACY, role=role, stem=os.path.join(directory, m["md5"]), digest=m["md5"])
-    m = _NEOX_FILE.match(base)
-    if m:
-        s = _NEOX_STEM.match(m["stem"])
-        if not s:
-            return None
-        prefix, name = _split_neox_head(directory, s["head"])
-        neox = NeoxName(prefix, name, None if s["ns"] == "None" else int(s["ns"]), int(s["sl"]), int(s["seed"]),
-                        s["pi"], bool(s["ac"]))
-        return CacheFile(path=path, kind=NEOX, role=m["role"], stem=os.path.join(directory, m["stem"]), split=name, neox=neox)
-    return None
+    match = _MCORE_FILE.match(base)
+    if match:
+        stem = os.path.join(directory, f"{match['md5']}-{match['cls']}-{match['split']}")
+        return CacheFile(path=path, kind=MCORE, role=_MCORE_ROLES[match["role"]], stem=stem,
+                         dataset_class=match["cls"], split=match["split"], digest=match["md5"])
+    match = _LEGACY_FILE.match(base)
+    if match:
+        return CacheFile(path=path, kind=LEGACY, role=DESCRIPTION if match["dsc"] else match["role"],
+                         stem=os.path.join(directory, match["md5"]), digest=match["md5"])
+    match = _NEOX_FILE.match(base)
+    fields = _NEOX_STEM.match(match["stem"]) if match else None
+    if not match or not fields:
+        return None
+    prefix, name = _split_neox_head(directory, fields["head"])
+    neox = NeoxName(prefix, name, None if fields["ns"] == "None" else int(fields["ns"]), int(fields["sl"]),
+                    int(fields["seed"]), fields["pi"], bool(fields["ac"]))
+    return CacheFile(path=path, kind=NEOX, role=match["role"], stem=os.path.join(directory, match["stem"]),
+                     split=name, neox=neox)
 
 
 def group_files(files: list[CacheFile]) -> list[CacheGroup]:
     """Group recognized files by stem, in a stable order (by stem)."""
     groups: dict[str, CacheGroup] = {}
-    for f in files:
-        g = groups.get(f.stem)
-        if g is None:
-            g = groups[f.stem] = CacheGroup(f.kind, f.stem, f.dataset_class, f.split, f.digest, f.neox)
-        g.files[f.role] = f.path
-    return [groups[k] for k in sorted(groups)]
+    for file in files:
+        group = groups.setdefault(file.stem, CacheGroup(file.kind, file.stem, file.dataset_class, file.split,
+                                                        file.digest, file.neox))
+        group.files[file.role] = file.path
+    return [groups[stem] for stem in sorted(groups)]
 
 
 def _walk(directory: str) -> list[str]:
-    out: list[str] = []
-    for root, dirs, names in os.walk(directory):
-        dirs.sort()
-        out.extend(os.path.join(root, n) for n in sorted(names))
-    return out
+    found: list[str] = []
+    for root, directories, files in os.walk(directory):
+        directories.sort()
+        found.extend(os.path.join(root, name) for name in sorted(files))
+    return found
+
+
+def _beside(prefix: str) -> list[str]:
+    """The files of a data prefix: NeoX's beside it, megatron-core's ``prefix/cache``, legacy ``index-cache``."""
+    directory = os.path.dirname(prefix) or "."
+    base = os.path.basename(prefix.rstrip("/"))
+    if not os.path.isdir(directory):
+        raise AuditError(f"{prefix}: no such file, directory or data prefix")
+    found = [os.path.join(directory, name) for name in sorted(os.listdir(directory)) if name.startswith(base + "_")]
+    for sub in (os.path.join(prefix, "cache"), os.path.join(directory, "index-cache")):
+        found += _walk(sub) if os.path.isdir(sub) else []
+    if not found:
+        raise AuditError(f"{prefix}: no such file or directory, and no index cache files start with this prefix; "
+                         "give a cache file, a directory to search, or a data prefix")
+    return found
 
 
 def discover(paths: list[str]) -> list[CacheGroup]:
@@ -163,28 +171,12 @@ def discover(paths: list[str]) -> list[CacheGroup]:
     for a path that is none of these or when nothing is found at all.
     """
     found: dict[str, CacheFile] = {}
-    for p in paths:
-        candidates: list[str]
-        if os.path.isdir(p):
-            candidates = _walk(p)
-        elif os.path.isfile(p):
-            candidates = [p]
-        else:
-            directory = os.path.dirname(p) or "."
-            base = os.path.basename(p.rstrip("/"))
-            if not os.path.isdir(directory):
-                raise AuditError(f"{p}: no such file, directory or data prefix")
-            candidates = [os.path.join(directory, n) for n in sorted(os.listdir(directory)) if n.startswith(base + "_")]
-            for sub in (os.path.join(p, "cache"), os.path.join(directory, "index-cache")):
-                if os.path.isdir(sub):
-                    candidates.extend(_walk(sub))
-            if not candidates:
-                raise AuditError(f"{p}: no such file or directory, and no index cache files start with this prefix; "
-                                 "give a cache file, a directory to search, or a data prefix")
-        for c in candidates:
-            cf = parse_name(c)
-            if cf is not None:
-                found[os.path.realpath(c)] = cf
+    for path in paths:
+        candidates = _walk(path) if os.path.isdir(path) else [path] if os.path.isfile(path) else _beside(path)
+        for candidate in candidates:
+            parsed = parse_name(candidate)
+            if parsed is not None:
+                found[os.path.realpath(candidate)] = parsed
     if not found:
         raise AuditError(f"no index cache files found under {', '.join(paths)}; expected NeoX *_indexmap_*_idx.npy, "
                          "megatron-core {md5}-GPTDataset-* / {md5}-BlendedDataset-* or legacy {md5}_doc_idx.npy files")

@@ -1,10 +1,8 @@
 """Read .npy files in bounded pieces: the header, and rows ``[start, stop)`` read on demand.
 
-Index arrays reach gigabytes. ``np.load`` would read them whole, and a memory map of the whole file keeps
-every page it touched resident (it counts in the process's RSS), so rows are read in windows: each read
-maps just the pages of its rows (read-only), and the mapping goes away with the array; where a file
-cannot be mapped, ``np.fromfile`` reads it instead. A truncated file, a pickled object array or an unexpected shape becomes a
-:class:`~neox_epoch.audit.findings.FileProblem` (later a finding), never a traceback.
+Index arrays reach gigabytes, and a memory map of a whole file keeps every page it touched resident, so each
+read maps just the pages of its rows (read-only; ``np.fromfile`` where a file cannot be mapped). A truncated
+file or a pickled object array becomes a :class:`~neox_epoch.audit.findings.FileProblem`, never a traceback.
 """
 
 from __future__ import annotations
@@ -13,7 +11,6 @@ import mmap
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
-from types import TracebackType
 from typing import IO
 
 import numpy as np
@@ -34,15 +31,10 @@ class NpyInfo:
     dtype: np.dtype  # Array dtype from the header.
     fortran_order: bool  # Column-major data (np.save of a Fortran-ordered array).
     data_offset: int  # Byte offset of the first element.
-    file_bytes: int  # Size of the file.
 
     @property
     def rows(self) -> int:
         return int(self.shape[0]) if self.shape else 1
-
-    @property
-    def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * int(self.dtype.itemsize)
 
 
 def read_header(path: str) -> NpyInfo:
@@ -68,12 +60,11 @@ def read_header(path: str) -> NpyInfo:
         raise FileProblem(path, "dtype", "an integer array", f"a pickled object array ({dtype})",
                           "index files hold integers; this file was written by something else")
     info = NpyInfo(path=path, shape=tuple(int(x) for x in shape), dtype=dtype, fortran_order=bool(fortran),
-                   data_offset=int(offset), file_bytes=int(size))
-    if size < offset + info.nbytes:
-        raise FileProblem(
-            path, "size", f"{offset + info.nbytes} bytes for shape {info.shape} of {dtype}", f"{size} bytes",
-            "the file is truncated (an interrupted build or copy): delete it so the framework rebuilds it",
-        )
+                   data_offset=int(offset))
+    end = offset + int(np.prod(info.shape, dtype=np.int64)) * dtype.itemsize
+    if size < end:
+        raise FileProblem(path, "size", f"{end} bytes for shape {info.shape} of {dtype}", f"{size} bytes",
+                          "the file is truncated (an interrupted build or copy): delete it so the framework rebuilds it")
     return info
 
 
@@ -82,22 +73,22 @@ class NpyReader:
 
     def __init__(self, info: NpyInfo) -> None:
         self.info = info
-        self._f: IO[bytes] | None = None
+        self.file: IO[bytes] | None = None
 
     def __enter__(self) -> NpyReader:
         return self
 
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(self, *exception: object) -> None:
         self.close()
 
     def close(self) -> None:
-        if self._f is not None:
-            self._f.close()
-            self._f = None
+        if self.file is not None:
+            self.file.close()
+            self.file = None
 
     def _file(self) -> IO[bytes]:
-        self._f = self._f or open(self.info.path, "rb")
-        return self._f
+        self.file = self.file or open(self.info.path, "rb")
+        return self.file
 
     def _read(self, offset: int, count: int) -> np.ndarray:
         """``count`` elements from element ``offset``: a read-only view of a mapped window (or a copy)."""
@@ -147,11 +138,8 @@ class NpyReader:
     def chunks(self, start: int = 0, stop: int | None = None, rows: int = CHUNK_ROWS) -> Iterator[tuple[int, np.ndarray]]:
         """Yield ``(first_row, array)`` for consecutive chunks of ``rows`` rows."""
         stop = self.info.rows if stop is None else min(stop, self.info.rows)
-        pos = start
-        while pos < stop:
-            n = min(rows, stop - pos)
-            yield pos, self.read(pos, pos + n)
-            pos += n
+        for first in range(start, stop, rows):
+            yield first, self.read(first, min(first + rows, stop))
 
 
 def open_npy(path: str) -> NpyReader:

@@ -9,6 +9,7 @@ import time
 from typing import IO, Any
 
 from neox_epoch.audit.audit import AuditResult
+from neox_epoch.audit.blends import BlendReport
 from neox_epoch.audit.exposure import ExposureReport, ManifestChunk
 from neox_epoch.audit.findings import AuditError
 from neox_epoch.audit.validate import IndexReport, Progress
@@ -59,6 +60,13 @@ def _hist_line(h: dict[int, int]) -> str:
     return ", ".join(f"{k}x {v:,d} ({100.0 * v / total:.1f}%)" for k, v in sorted(h.items()))
 
 
+def _tail(report: IndexReport | BlendReport, indent: str) -> list[str]:
+    """A report's exposure, notes and findings, and a blank line."""
+    lines = [] if report.exposure is None else _exposure_lines(report.exposure, indent)
+    lines += [f"  note: {note}" for note in report.notes]
+    return lines + [f"  FINDING {item}" for item in report.findings] + [""]
+
+
 def _exposure_lines(e: ExposureReport, indent: str = "    ") -> list[str]:
     docs = sum(e.documents.values())
     lines = [f"{indent}consumed samples: {e.consumed_samples:,d}", f"{indent}tokens seen:      {_hist_line(e.tokens)}",
@@ -87,11 +95,7 @@ def render_text(res: AuditResult) -> str:
         rng = f"[{r.document_range[0]:,d}, {r.document_range[1]:,d})" if r.document_range else None
         out.extend(_table(cols, [(r.split, r.epochs, r.samples, r.samples_per_epoch, r.length,
                                   r.separated_final_epoch, r.documents, rng, r.tokens)]))
-        if r.exposure is not None:
-            out.extend(_exposure_lines(r.exposure))
-        out.extend(f"  note: {n}" for n in r.notes)
-        out.extend(f"  FINDING {f}" for f in r.findings)
-        out.append("")
+        out.extend(_tail(r, "    "))
     bcols = ("source", "weight", "draws", "consumed", "len", "per_epoch", "passes", "2nd pass sample", "iteration")
     for b in res.blends:
         out.append(f"{b.kind} blend {b.path} ({b.split}, {_fmt(b.size)} samples, consumed {_fmt(b.consumed_samples)})")
@@ -99,11 +103,7 @@ def render_text(res: AuditResult) -> str:
                  s.draws, s.draws_consumed, s.length, s.samples_per_epoch, s.passes, s.second_pass_sample,
                  s.second_pass_iteration) for i, s in enumerate(b.sources)]
         out.extend(_table(bcols, rows))
-        if b.exposure is not None:
-            out.extend(_exposure_lines(b.exposure, "  "))
-        out.extend(f"  note: {n}" for n in b.notes)
-        out.extend(f"  FINDING {f}" for f in b.findings)
-        out.append("")
+        out.extend(_tail(b, "  "))
     out.extend(f"note: {n}" for n in res.notes)
     n = len(res.findings)
     out.append(f"{len(res.indexes)} index(es), {len(res.blends)} blend(s): "
