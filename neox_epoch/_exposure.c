@@ -2,25 +2,20 @@
  *
  * stream(documents, first_id, sizes, records, position, epochs, draws, seq_length, samples, positions, tokens_hist,
  *        documents_hist, stats, sample_draws, per_document, tokens_out, token_starts) -> position
- *
- * For each entry j of `documents` (int32 ids of a chunk of the document index): positions[j] = the stream
- * position of the copy (the .idx sizes of the copies before it summed), and stats[2] += mix(id): the copies
- * are checked by that sum against mixed(first, stop) x epochs, so nothing is kept per document to count
- * them. The sizes are `sizes` (int32 per document, id - first_id) or, with `draws` (the draw count of each
- * sample, uint8/uint16/uint32) for the exposure, the first of the `epochs` int64 of a document's row in
- * `records` (one cache line for all a copy needs); the others are zero until its earlier copies are seen, then
- * their stream positions + 1. A document's last copy completes its exposure: the step functions of its copies (a step at each sample boundary inside a copy) summed, swept into the token and
- * document histograms and stats[0], stats[1] (never seen, seen unevenly); stats[3] counts exposures outside
- * the histograms (inconsistent inputs). `sample_draws` ([S, 2] first/last draw position of each sample) and
- * `per_document` ([D, 5] min, max, token exposures, first and last draw) are for the manifest; with
- * `tokens_out` (int32, one per token of the documents) and `token_starts` (int64, a document's first token
- * there) each token's exposure is added into `tokens_out` (two passes, two indexes of one corpus, summed).
- *
- * rows(positions, rows, start, first_row, seq_length, samples) -> the first row (0-based in `rows`) not where
- * it belongs, or -1: row i of `rows` (a chunk of the sample index, int32/int64 [n, 2]: a document entry and
- * an offset) is at positions[entry - start] + offset, inside that copy (0 <= offset, up to the next copy's
- * position), and at (first_row + i) * seq_length unless it is row `samples` (the caller checks its end).
- *
+ *   positions[j] = the stream position of entry j of `documents` (int32 ids of a chunk of the document index);
+ *   stats[2] += mix(id), checked against mixed(first, stop) x epochs (nothing kept per document to count copies).
+ *   The sizes are `sizes` (int32, by id - first_id) or, with `draws` (each sample's draw count, uint8/16/32),
+ *   the first of a document's `epochs` int64 in `records` (one cache line); the others are its earlier copies'
+ *   positions + 1 (0: not seen yet). A last copy completes the document's exposure: its copies' step functions
+ *   (a step at each sample boundary inside a copy) summed into the token and document histograms, stats[0] and
+ *   stats[1] (never seen, seen unevenly); stats[3] counts exposures outside the histograms (inconsistent inputs).
+ *   `sample_draws` ([S, 2] first/last draw of each sample) and `per_document` ([D, 5] min, max, token
+ *   exposures, first and last draw) are for the manifest; with `tokens_out` (int32, one per token of the
+ *   documents) and `token_starts` (int64, a document's first token there) each token's exposure is added into
+ *   `tokens_out` (two passes, two indexes of one corpus, summed).
+ * rows(positions, rows, start, first_row, seq_length, samples) -> the first row i of `rows` (a chunk of the
+ *   sample index, int32/int64 [n, 2]: entry, offset) not at positions[entry - start] + offset inside that copy
+ *   and at (first_row + i) * seq_length (but row `samples`, whose end the caller checks), or -1.
  * mixed(first, stop) -> the sum (mod 2^64) of mix(x) over x in [first, stop).
  */
 #define PY_SSIZE_T_CLEAN
@@ -31,7 +26,7 @@
 typedef struct { int64_t offset, change; } Step;
 
 typedef struct {
-    const int32_t *sizes; int64_t *records, width, epochs;
+    const int32_t *sizes; int64_t *records, epochs;
     const void *draws; int draw_bytes, shift; int64_t seq_length, samples;
     int64_t *tokens_hist, *documents_hist, *stats, bins;
     const int64_t *sample_draws; int64_t *per_document;
@@ -77,7 +72,7 @@ static int by_offset(const void *left, const void *right) {
 }
 
 /* The steps of one copy at stream position `start`; adds its first value to *base and its samples'
- * first/last draws to *first/*last. */
+ * first and last draws to *first and *last. */
 static int copy_steps(Pass *pass, int64_t start, int64_t size, int64_t *base, int64_t *count, int64_t *first,
                       int64_t *last) {
     int64_t sample = sample_of(pass, start), end = start + size;
@@ -111,7 +106,7 @@ static void sort_steps(Step *steps, int64_t count) {
 /* The exposure of document `doc` (size `size`), its last copy at `start`: histograms and stats. */
 static int complete(Pass *pass, int64_t doc, int64_t size, int64_t start) {
     int64_t base = 0, count = 0, first = -1, last = -1;
-    const int64_t *earlier = pass->records + doc * pass->width + 1;
+    const int64_t *earlier = pass->records + doc * pass->epochs + 1;
     for (int64_t copy = 0; copy < pass->epochs; copy++) {
         int64_t at = copy + 1 < pass->epochs ? earlier[copy] - 1 : start;
         if (copy_steps(pass, at, size, &base, &count, &first, &last)) return -1;
@@ -146,7 +141,7 @@ static int complete(Pass *pass, int64_t doc, int64_t size, int64_t start) {
 
 /* One copy of document `doc` at `position` with draws: an earlier copy's position kept, or the exposure. */
 static int expose(Pass *pass, int64_t doc, int64_t size, int64_t position) {
-    int64_t *words = pass->records + doc * pass->width + 1;
+    int64_t *words = pass->records + doc * pass->epochs + 1;
     for (int64_t copy = 0; copy + 1 < pass->epochs; copy++)
         if (!words[copy]) return words[copy] = position + 1, 0;
     return complete(pass, doc, size, position);
@@ -178,7 +173,7 @@ static PyObject *stream(PyObject *self, PyObject *args) {
     }
     const void *draws = data[3];
     int shift = seq_length > 0 && !(seq_length & (seq_length - 1)) ? __builtin_ctzll((unsigned long long)seq_length) : -1;
-    Pass pass = {data[1], data[2], epochs, epochs, draws, draws ? (int)views[3].itemsize : 0,
+    Pass pass = {data[1], data[2], epochs, draws, draws ? (int)views[3].itemsize : 0,
                  shift, seq_length, samples, data[5], data[6], data[7], draws ? views[5].len / 8 : 0, data[8],
                  data[9], data[10], data[11], NULL, 0};
     const int32_t *documents = data[0];
@@ -187,15 +182,15 @@ static PyObject *stream(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     for (int64_t j = 0; j < count; j++) {
         if (j + 64 < count) {
-            if (pass.records) __builtin_prefetch(pass.records + (documents[j + 64] - first_id) * pass.width, 1);
+            if (pass.records) __builtin_prefetch(pass.records + (documents[j + 64] - first_id) * epochs, 1);
             else __builtin_prefetch(pass.sizes + documents[j + 64] - first_id);
         }
         if (pass.records && j + 16 < count) {  /* a last copy 16 ahead: the draws at its earlier copies' positions */
-            const int64_t *ahead = pass.records + (documents[j + 16] - first_id) * pass.width + 1;
+            const int64_t *ahead = pass.records + (documents[j + 16] - first_id) * epochs + 1;
             for (int64_t copy = 0; copy + 1 < epochs && ahead[epochs - 2]; copy++)
                 __builtin_prefetch((const char *)draws + sample_of(&pass, ahead[copy] - 1) * pass.draw_bytes);
         }
-        int64_t doc = documents[j] - first_id, size = pass.records ? pass.records[doc * pass.width] : pass.sizes[doc];
+        int64_t doc = documents[j] - first_id, size = pass.records ? pass.records[doc * epochs] : pass.sizes[doc];
         id_sum += mix((uint64_t)(int64_t)documents[j]);
         positions[j] = position;
         if (draws && expose(&pass, doc, size, position)) status = -1;

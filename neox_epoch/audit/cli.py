@@ -40,43 +40,22 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
-def _positive(name: str, v: int | None) -> None:
-    if v is not None and v < 0:
-        raise AuditError(f"{name}: {v} is negative; expected a sample or iteration count >= 0")
-
-
 def _options(args: argparse.Namespace) -> AuditOptions:
     """Consumed samples, global batch size and NeoX blend settings from the options and config files."""
-    _positive("--consumed", args.consumed)
-    _positive("--train-iters", args.train_iters)
+    for name, count in (("--consumed", args.consumed), ("--train-iters", args.train_iters)):
+        if count is not None and count < 0:
+            raise AuditError(f"{name}: {count} is negative; expected a sample or iteration count >= 0")
     if args.global_batch_size is not None and args.global_batch_size <= 0:
         raise AuditError(f"--global-batch-size: {args.global_batch_size}; expected a positive number of samples")
     iters, gbs = args.train_iters, args.global_batch_size
-    paths: tuple[str, ...] = ()
-    weights: tuple[float, ...] | None = None
-    by_docs, alpha = False, 1.0
+    blend: dict[str, Any] = {}
     if args.config:
         from neox_epoch import config as neox_config
 
         cfg = neox_config.load_neox_configs(list(args.config), check_keys=False)
-        if iters is None:
-            iters = neox_config.get_int(cfg, "train_iters")
-        if gbs is None:
-            gbs = neox_config.global_batch_size(cfg)
-        tp = cfg.values.get("train_data_paths")
-        if isinstance(tp, str):
-            tp = [tp]
-        if isinstance(tp, list) and all(isinstance(x, str) for x in tp):
-            paths = tuple(tp)
-            tw = cfg.values.get("train_data_weights")
-            if isinstance(tw, list) and len(tw) == len(paths) and all(isinstance(x, (int, float)) for x in tw):
-                weights = tuple(float(x) for x in tw)
-            elif tw is None:
-                weights = tuple(1.0 for _ in paths)
-            else:
-                raise AuditError(f"--config: train_data_weights {tw!r}: expected {len(paths)} numbers, one per train_data_paths entry")
-            by_docs = bool(cfg.values.get("weight_by_num_documents", False))
-            alpha = float(neox_config.get_float(cfg, "weighted_sampler_alpha", 1.0) or 1.0)
+        iters = neox_config.get_int(cfg, "train_iters") if iters is None else iters
+        gbs = neox_config.global_batch_size(cfg) if gbs is None else gbs
+        blend = _neox_blend_settings(cfg)
     consumed: int | None = None
     if args.consumed is not None:
         if args.train_iters is not None:
@@ -91,8 +70,26 @@ def _options(args: argparse.Namespace) -> AuditOptions:
     from neox_epoch.audit.audit import AuditOptions
 
     return AuditOptions(consumed=consumed, global_batch_size=gbs, data_prefixes=tuple(args.data_prefix),
-                        add_extra_token=args.add_extra_token, neox_train_paths=paths, neox_train_weights=weights,
-                        neox_weight_by_num_documents=by_docs, neox_weighted_sampler_alpha=alpha)
+                        add_extra_token=args.add_extra_token, **blend)
+
+
+def _neox_blend_settings(cfg: Any) -> dict[str, Any]:
+    """The AuditOptions of a NeoX blend from the config's train_data_paths and train_data_weights."""
+    from neox_epoch import config as neox_config
+
+    paths = cfg.values.get("train_data_paths")
+    paths = [paths] if isinstance(paths, str) else paths
+    if not (isinstance(paths, list) and all(isinstance(path, str) for path in paths)):
+        return {}
+    weights = cfg.values.get("train_data_weights")
+    if weights is not None and not (isinstance(weights, list) and len(weights) == len(paths)
+                                    and all(isinstance(weight, (int, float)) for weight in weights)):
+        raise AuditError(f"--config: train_data_weights {weights!r}: expected {len(paths)} numbers, "
+                         "one per train_data_paths entry")
+    return {"neox_train_paths": tuple(paths),
+            "neox_train_weights": tuple(float(weight) for weight in weights or [1.0] * len(paths)),
+            "neox_weight_by_num_documents": bool(cfg.values.get("weight_by_num_documents", False)),
+            "neox_weighted_sampler_alpha": float(neox_config.get_float(cfg, "weighted_sampler_alpha", 1.0) or 1.0)}
 
 
 def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
