@@ -129,7 +129,6 @@ class StreamPass:
         self.records = zeros((documents, epochs), np.int64) if self.exposing else None
         self.sizes = np.empty(documents, np.int32) if self.records is None else self.records[:, 0]
         self.sizes[...] = sizes
-        self.copies = np.zeros(documents, np.int32) if kernel is None else None  # numpy counts them one by one
         self.sample_draws = sample_draws if self.exposing else None
         self.per_document = zeros((documents, 5), np.int64) if self.sample_draws is not None else None
         self.tokens_out, self.token_starts = None, None
@@ -147,11 +146,9 @@ class StreamPass:
             self.buffer = np.empty(documents.shape[0] + 1, np.int64)
         positions = self.buffer[: documents.shape[0] + 1]  # one buffer for every chunk (no fresh pages each time)
         positions[0] = self.position
-        if self.copies is not None:
-            local = documents - self.first_id
-            np.cumsum(self.sizes[local], dtype=np.int64, out=positions[1:])
+        if kernel is None:
+            np.cumsum(self.sizes[documents - self.first_id], dtype=np.int64, out=positions[1:])
             positions[1:] += self.position
-            np.add.at(self.copies, local, 1)
             self.position = int(positions[-1])
             return positions
         self.position = kernel.stream(
@@ -163,9 +160,7 @@ class StreamPass:
         return positions
 
     def copies_match(self) -> bool:
-        """Every document seen ``epochs`` times: by the ids' mix sum (the kernel), or counted (numpy)."""
-        if self.copies is not None:
-            return bool(self.copies.size) and int(self.copies.min()) == int(self.copies.max()) == self.epochs > 0
+        """Every document seen ``epochs`` times, by the ids' mix sum (False without the kernel: count them)."""
         if kernel is None or self.epochs <= 0:
             return False
         expected = self.epochs * kernel.mixed(self.first_id, self.first_id + self.sizes.shape[0])

@@ -392,13 +392,13 @@ def walk_stream(doc_r: NpyReader, sample_r: NpyReader, walker: StreamPass, sampl
         progress.advance(ids.shape[0])
     progress.done()
     problem = problem or rows.leftover(doc_r.info.rows)
-    copies = None if walker.copies_match() else walker.copies if walker.copies is not None else count_ids(doc_r, walker)
+    copies = None if walker.copies_match() else count_ids(doc_r, walker)
     return Stream(copies, walker.epochs, walker.position, last, 0 if tail is None else int(np.count_nonzero(~tail)),
                   (problem,) if problem is not None else ())
 
 
 def count_ids(doc_r: NpyReader, walker: StreamPass) -> np.ndarray:
-    """Each document's copies, counted (the mix sum said they are not all ``epochs``: the findings say how)."""
+    """Each document's copies, counted (the mix sum said they are not all ``epochs``, or there is no kernel)."""
     copies = np.zeros(walker.sizes.shape[0], np.int64)
     for _, ids in doc_r.chunks(rows=STREAM_CHUNK):
         copies += np.bincount(ids - walker.first_id, minlength=copies.shape[0])
@@ -705,7 +705,5 @@ def second_pass(consumption: Consumption, per_epoch: int) -> int | None:
     """Global position of the draw that exceeds one epoch's samples (draw number ``per_epoch``, 0-based)."""
     if consumption.positions is not None:
         return int(consumption.positions[per_epoch]) if per_epoch < consumption.positions.shape[0] else None
-    if consumption.period <= 0:  # a blend's source: the blend knows the global position
-        return None
-    return per_epoch if consumption.consumed > per_epoch else None
+    return per_epoch if consumption.period > 0 else None  # a blend's source (0): the blend knows the position
 
