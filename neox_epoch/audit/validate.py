@@ -92,51 +92,45 @@ class Progress:
 
 # ---- stage 1: what the name or the description says ----------------------------------------------------
 
-@dataclass(frozen=True)
-class Described:
-    """The index's parameters as its name (NeoX) or description (megatron) gives them."""
-
-    seq_length: int | None
-    seed: int | None
-    requested: int | None
-    prefix: str | None
-    add_extra_token: int | None  # None: megatron-core, not recorded (inferred from the files later).
-    split: str
-    pack_impl: str | None = None
-    bookends: tuple[float, float] | None = None
-    whole_idx: bool = False  # megatron-core blend_per_split: the split is the whole .idx.
-    fields: dict[str, Any] | None = None
-    findings: tuple[Finding, ...] = ()
+Bookends = tuple[float, float]
 
 
-def describe(group: names.CacheGroup, add_extra_token: int | None) -> Described:
-    """The parameters from the NeoX name, or from the description (a complete group has one)."""
+def describe(group: names.CacheGroup, report: IndexReport,
+             add_extra_token: int | None) -> tuple[str | None, Bookends | None]:
+    """The index's parameters, as its name (NeoX) or description (megatron) gives them, into the report;
+    returns (the data prefix, the split's bookends in the .idx: None when not recorded)."""
     neox = group.neox
     if neox is not None:
-        return Described(neox.seq_length, neox.seed, neox.num_samples, neox.prefix, 1, group.split, neox.pack_impl)
+        report.seq_length, report.seed, report.num_samples_requested = neox.seq_length, neox.seed, neox.num_samples
+        report.pack_impl, report.add_extra_token = neox.pack_impl, 1
+        return neox.prefix, None
     path = group.files[names.DESCRIPTION]
-    if group.kind == names.LEGACY:
-        desc = read_legacy_description(path)
-        fields = desc.fields
-        found = _md5_findings(path, group.digest, desc.digest)
-        name = fields.get("name")
-        return Described(fields.get("seq_length"), fields.get("seed"), fields.get("num_samples"),
-                         fields.get("data_prefix"), 1, name if isinstance(name, str) else group.split,
-                         findings=found)
-    return _describe_mcore(group, path, add_extra_token)
+    if group.kind == names.MCORE:
+        return _describe_mcore(group, report, path, add_extra_token)
+    description = read_legacy_description(path)
+    fields, name = description.fields, description.fields.get("name")
+    report.findings.extend(_md5_findings(path, group.digest, description.digest))
+    report.seq_length, report.seed, report.num_samples_requested = (fields.get("seq_length"), fields.get("seed"),
+                                                                    fields.get("num_samples"))
+    report.split, report.add_extra_token = name if isinstance(name, str) else group.split, 1
+    return fields.get("data_prefix"), None
 
 
-def _md5_findings(path: str, digest: str, actual: str) -> tuple[Finding, ...]:
+def _md5_findings(path: str, digest: str, actual: str) -> list[Finding]:
     if actual == digest:
-        return ()
-    return (finding(path, "description md5", f"{digest} (the hash in the file names)", actual,
-                    "the description was edited or belongs to other files: the cache cannot be trusted"),)
+        return []
+    return [finding(path, "description md5", f"{digest} (the hash in the file names)", actual,
+                    "the description was edited or belongs to other files: the cache cannot be trusted")]
 
 
-def _describe_mcore(group: names.CacheGroup, path: str, add_extra_token: int | None) -> Described:
-    desc = read_mcore_description(path)
-    fields = desc.fields
-    found = list(_md5_findings(path, group.digest, desc.digest))
+def _describe_mcore(group: names.CacheGroup, report: IndexReport, path: str,
+                    add_extra_token: int | None) -> tuple[str | None, Bookends | None]:
+    """megatron-core's description (``add_extra_token`` None: not recorded, inferred from the files later); a
+    null split_matrix (blend_per_split) makes the split the whole .idx."""
+    description = read_mcore_description(path)
+    fields = report.description = description.fields
+    found = report.findings
+    found.extend(_md5_findings(path, group.digest, description.digest))
     if fields.get("class") != "GPTDataset":
         found.append(finding(path, "description class", "GPTDataset", fields.get("class")))
     if fields.get("index_split") != group.split:
@@ -150,7 +144,7 @@ def _describe_mcore(group: names.CacheGroup, path: str, add_extra_token: int | N
             found.append(finding(path, f"description {key}", "an integer", repr(value)))
     matrix = fields.get("split_matrix")
     position = mcore_sem.SPLITS.index(group.split) if group.split in mcore_sem.SPLITS else -1
-    bookends = None
+    bookends = (0.0, 1.0) if matrix is None else None
     if isinstance(matrix, list) and 0 <= position < len(matrix):
         if matrix[position] is None:
             found.append(finding(path, "description split_matrix", f"bookends for the {group.split} split", "null"))
@@ -158,10 +152,10 @@ def _describe_mcore(group: names.CacheGroup, path: str, add_extra_token: int | N
             bookends = (float(matrix[position][0]), float(matrix[position][1]))
         found.extend(_split_findings(path, fields.get("split"), matrix))
     requested, prefix = fields.get("num_samples"), fields.get("dataset_path")
-    return Described(numbers["sequence_length"], numbers["random_seed"],
-                     requested if isinstance(requested, int) else None, prefix if isinstance(prefix, str) else None,
-                     add_extra_token, group.split, bookends=bookends, whole_idx=matrix is None, fields=fields,
-                     findings=tuple(found))
+    report.seq_length, report.seed = numbers["sequence_length"], numbers["random_seed"]
+    report.num_samples_requested = requested if isinstance(requested, int) else None
+    report.add_extra_token = add_extra_token
+    return prefix if isinstance(prefix, str) else None, bookends
 
 
 def _split_findings(path: str, split: Any, matrix: list[Any]) -> list[Finding]:
@@ -504,7 +498,7 @@ class Setting:
     """What the passes of one index need: its files, parameters and data."""
 
     group: names.CacheGroup
-    described: Described
+    bookends: Bookends | None  # The split's in the .idx (megatron-core).
     infos: list[NpyInfo]  # The doc, sample and shuffle headers.
     header: idxmod.IdxHeader
     samples: int
@@ -536,14 +530,10 @@ def _setting(report: IndexReport, group: names.CacheGroup, resolve_prefix: Calla
                                    "an incomplete cache: the framework would rebuild it (or fail)") for role in missing)
     if missing:
         return None
-    described = describe(group, add_extra_token if group.kind == names.MCORE else None)
-    report.findings.extend(described.findings)
-    report.seq_length, report.seed, report.description = described.seq_length, described.seed, described.fields
-    report.num_samples_requested, report.pack_impl = described.requested, described.pack_impl
-    report.split, report.add_extra_token = described.split, described.add_extra_token
-    packed = described.pack_impl in (None, "packed")
+    prefix, bookends = describe(group, report, add_extra_token)
+    packed = report.pack_impl in (None, "packed")
     if not packed:
-        report.notes.append(f"pack_impl {described.pack_impl}: only headers and document ids are audited (no exposure)")
+        report.notes.append(f"pack_impl {report.pack_impl}: only headers and document ids are audited (no exposure)")
     infos, found = check_headers(group, packed)
     report.findings.extend(found)
     if any(info is None for info in infos):
@@ -551,10 +541,10 @@ def _setting(report: IndexReport, group: names.CacheGroup, resolve_prefix: Calla
     samples = max(0, infos[1].rows - 1)
     report.samples, report.length = samples, samples - 1 if group.kind == names.NEOX else samples
     where = group.files.get(names.DESCRIPTION, group.stem)
-    if described.seq_length is None or described.seq_length <= 0:
-        report.findings.append(finding(where, "sequence length", "a positive integer", described.seq_length))
+    if report.seq_length is None or report.seq_length <= 0:
+        report.findings.append(finding(where, "sequence length", "a positive integer", report.seq_length))
         return None
-    prefix = resolve_prefix(described.prefix) if resolve_prefix is not None else described.prefix
+    prefix = resolve_prefix(prefix) if resolve_prefix is not None else prefix
     if not prefix:
         report.findings.append(finding(where, "data prefix", "the path of the .bin/.idx", "none", "pass --data-prefix"))
         return None
@@ -566,14 +556,7 @@ def _setting(report: IndexReport, group: names.CacheGroup, resolve_prefix: Calla
                                        "the .bin/.idx the index was built from", str(err),
                                        "point --data-prefix at the data (the cache files are checked against its sizes)"))
         return None
-    return Setting(group, described, infos, header, samples, described.seq_length)
-
-
-def _expected_range(setting: Setting) -> tuple[int, int] | None:
-    sequences = setting.header.sequence_count
-    if setting.described.bookends is not None:
-        return mcore_sem.split_range(setting.described.bookends, sequences)
-    return (0, sequences) if setting.group.kind == names.MCORE and setting.described.whole_idx else None
+    return Setting(group, bookends, infos, header, samples, report.seq_length)
 
 
 def _sizes(header: idxmod.IdxHeader, first_id: int, stop_id: int) -> np.ndarray:
@@ -611,19 +594,20 @@ def _run_passes(report: IndexReport, setting: Setting, consumption_for: Consumpt
             report.findings.append(problem)
             return
         report.document_range = [first_id, stop_id]
-        expected = _expected_range(setting)
+        sequences = setting.header.sequence_count
+        expected = mcore_sem.split_range(setting.bookends, sequences) if setting.bookends is not None else None
         if expected is not None and expected[1] > expected[0] and (first_id, stop_id) != expected:
             report.findings.append(finding(
                 doc_info.path, "document range",
-                f"[{expected[0]}, {expected[1]}) from split_matrix and {setting.header.sequence_count} sequences",
+                f"[{expected[0]}, {expected[1]}) from split_matrix and {sequences} sequences",
                 f"[{first_id}, {stop_id})", "the corpus or split changed since the build: " + STALE_HINT))
         sizes = _sizes(setting.header, first_id, stop_id)
         documents = stop_id - first_id
         epochs = doc_r.info.rows // documents if doc_r.info.rows % documents == 0 else 0
         tokens = int(sizes.sum(dtype=np.int64))
-        numbers = index_numbers(kind, tokens, setting.seq_length, epochs, setting.described.requested,
-                                    setting.described.add_extra_token or 1)
-        packed = setting.described.pack_impl in (None, "packed")
+        numbers = index_numbers(kind, tokens, setting.seq_length, epochs, report.num_samples_requested,
+                                report.add_extra_token or 1)
+        packed = report.pack_impl in (None, "packed")
         consumption = consumption_for(report.split, report.length or 0) if consumption_for and packed else None
         draws = count_draws(shuffle_r, samples, consumption, numbers.first_block if epochs > 1 else 0,
                             manifest is not None, progress)
@@ -661,7 +645,7 @@ def _conclude(report: IndexReport, setting: Setting, stream: Stream, sizes: np.n
                                                          stream.total_tokens)
     if final is not None:
         report.findings.append(final)
-    extra = setting.described.add_extra_token
+    extra = report.add_extra_token
     if kind == names.MCORE and extra is None:
         extra = extra_token_from_files(stream.total_tokens, stream.last_position, samples, seq_length) if final is None else None
         if extra is None and copies.tokens % seq_length == 0:
@@ -669,11 +653,11 @@ def _conclude(report: IndexReport, setting: Setting, stream: Stream, sizes: np.n
                                 "samples_per_epoch assumes 1 (the default): pass --add-extra-token 0 if the run used 0")
         extra = 1 if extra is None else extra
     report.add_extra_token = extra
-    numbers = index_numbers(kind, copies.tokens, seq_length, copies.epochs, setting.described.requested, extra or 1)
+    numbers = index_numbers(kind, copies.tokens, seq_length, copies.epochs, report.num_samples_requested, extra or 1)
     report.samples_per_epoch = numbers.samples_per_epoch
     report.separated_final_epoch = bool(separate) and copies.epochs > 1 and kind != names.NEOX
     report.findings.extend(number_findings((doc_path, sample_path), kind, numbers, copies, samples,
-                                           setting.described.requested, seq_length,
+                                           report.num_samples_requested, seq_length,
                                            not stream.findings and not copies.findings))
     return copies, final is None
 
