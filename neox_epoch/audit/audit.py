@@ -127,7 +127,20 @@ def run_audit(groups: list[names.CacheGroup], options: AuditOptions, progress: P
     no_exposure: dict[str, str] = {}
     mcore_blends = _route_mcore_blends(groups, gpt, options, routes, no_exposure, progress, manifest is not None)
     neox_blend = _route_neox_blend(gpt, options, result, routes, no_exposure)
-    reports = _audit_indexes(gpt, options, routes, no_exposure, progress, manifest, iteration_of)
+    resolve, consumed = make_prefix_resolver(options.data_prefixes), options.consumed
+
+    def standalone(split: str, length: int) -> Consumption | None:
+        return Consumption.prefix(length, consumed) if consumed is not None and _is_train(split) else None
+
+    reports: dict[str, IndexReport] = {}
+    for group in gpt:
+        progress.describe(os.path.basename(group.stem))
+        reports[group.stem] = report = audit_index(
+            group, resolve_prefix=resolve, add_extra_token=options.add_extra_token,
+            consumption_for=None if group.stem in no_exposure else routes.get(group.stem, standalone),
+            manifest=manifest, progress=progress, iteration_of=iteration_of)
+        if group.stem in no_exposure:
+            report.notes.append("exposure not computed: " + no_exposure[group.stem])
     result.indexes.extend(reports.values())
     for blend in mcore_blends:
         _finish_blend(blend, reports, iteration_of)
@@ -150,27 +163,6 @@ def _drawn(drawn: int, positions: np.ndarray | None) -> Callable[[str, int], Con
 
 def _fixed(consumption: Consumption) -> Callable[[str, int], Consumption | None]:
     return lambda split, length: consumption
-
-
-def _audit_indexes(gpt: list[names.CacheGroup], options: AuditOptions, routes: Routes, no_exposure: dict[str, str],
-                   progress: Progress, manifest: Callable[[IndexReport, ManifestChunk], None] | None,
-                   iteration_of: Callable[[int], int | None]) -> dict[str, IndexReport]:
-    resolve = make_prefix_resolver(options.data_prefixes)
-    consumed = options.consumed
-
-    def standalone(split: str, length: int) -> Consumption | None:
-        return Consumption.prefix(length, consumed) if consumed is not None and _is_train(split) else None
-
-    reports: dict[str, IndexReport] = {}
-    for group in gpt:
-        progress.describe(os.path.basename(group.stem))
-        reports[group.stem] = report = audit_index(
-            group, resolve_prefix=resolve, add_extra_token=options.add_extra_token,
-            consumption_for=None if group.stem in no_exposure else routes.get(group.stem, standalone),
-            manifest=manifest, progress=progress, iteration_of=iteration_of)
-        if group.stem in no_exposure:
-            report.notes.append("exposure not computed: " + no_exposure[group.stem])
-    return reports
 
 
 def _route_mcore_blends(groups: list[names.CacheGroup], gpt: list[names.CacheGroup], options: AuditOptions,

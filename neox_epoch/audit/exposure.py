@@ -149,14 +149,14 @@ class StreamPass:
         if kernel is None:
             np.cumsum(self.sizes[documents - self.first_id], dtype=np.int64, out=positions[1:])
             positions[1:] += self.position
-            self.position = int(positions[-1])
-            return positions
-        self.position = kernel.stream(
-            np.ascontiguousarray(documents, dtype=np.int32), self.first_id,
-            self.sizes if self.records is None else None, self.records, self.position,
-            self.epochs, self.draws, self.seq_length, self.samples, positions, self.tokens_hist,
-            self.documents_hist, self.stats, self.sample_draws, self.per_document, self.tokens_out, self.token_starts)
-        positions[-1] = self.position
+        else:
+            positions[-1] = kernel.stream(
+                np.ascontiguousarray(documents, dtype=np.int32), self.first_id,
+                self.sizes if self.records is None else None, self.records, self.position,
+                self.epochs, self.draws, self.seq_length, self.samples, positions, self.tokens_hist,
+                self.documents_hist, self.stats, self.sample_draws, self.per_document,
+                self.tokens_out, self.token_starts)
+        self.position = int(positions[-1])
         return positions
 
     def copies_match(self) -> bool:
