@@ -147,11 +147,18 @@ static int expose(Pass *pass, int64_t doc, int64_t size, int64_t position) {
     return complete(pass, doc, size, position);
 }
 
-static void *data_of(PyObject *object, Py_buffer *view, int writable) {
-    if (object == Py_None) return NULL;
-    if (PyObject_GetBuffer(object, view, writable ? PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS : PyBUF_C_CONTIGUOUS) < 0)
-        return NULL;
-    return view->buf;
+static void release(Py_buffer *views, int count) {
+    for (int i = 0; i < count; i++) if (views[i].obj) PyBuffer_Release(&views[i]);
+}
+
+/* The C-contiguous buffers of `objects` (writable where asked; None: NULL); -1 with none held on failure. */
+static int buffers(PyObject **objects, Py_buffer *views, void **data, const int *writable, int count) {
+    for (int i = 0; i < count; i++) {
+        int flags = writable[i] ? PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS : PyBUF_C_CONTIGUOUS;
+        if (objects[i] != Py_None && PyObject_GetBuffer(objects[i], &views[i], flags) < 0) return release(views, i), -1;
+        data[i] = objects[i] == Py_None ? NULL : views[i].buf;
+    }
+    return 0;
 }
 
 static PyObject *stream(PyObject *self, PyObject *args) {
@@ -164,13 +171,7 @@ static PyObject *stream(PyObject *self, PyObject *args) {
         return NULL;
     static const int writable[12] = {0, 0, 1, 0, 1, 1, 1, 1, 0, 1, 1, 0};
     void *data[12];
-    for (int i = 0; i < 12; i++) {
-        data[i] = data_of(objects[i], &views[i], writable[i]);
-        if (!data[i] && objects[i] != Py_None) {
-            for (int k = 0; k < i; k++) if (views[k].obj) PyBuffer_Release(&views[k]);
-            return NULL;
-        }
-    }
+    if (buffers(objects, views, data, writable, 12)) return NULL;
     const void *draws = data[3];
     int shift = seq_length > 0 && !(seq_length & (seq_length - 1)) ? __builtin_ctzll((unsigned long long)seq_length) : -1;
     Pass pass = {data[1], data[2], epochs, draws, draws ? (int)views[3].itemsize : 0,
@@ -199,7 +200,7 @@ static PyObject *stream(PyObject *self, PyObject *args) {
     Py_END_ALLOW_THREADS
     pass.stats[2] = (int64_t)((uint64_t)pass.stats[2] + id_sum);
     free(pass.steps);
-    for (int i = 0; i < 12; i++) if (views[i].obj) PyBuffer_Release(&views[i]);
+    release(views, 12);
     if (status) return PyErr_NoMemory();
     return PyLong_FromLongLong(position);
 }
@@ -210,12 +211,10 @@ static PyObject *rows(PyObject *self, PyObject *args) {
     long long start, first_row, seq_length, samples;
     if (!PyArg_ParseTuple(args, "OOLLLL", &objects[0], &objects[1], &start, &first_row, &seq_length, &samples))
         return NULL;
-    for (int i = 0; i < 2; i++)
-        if (PyObject_GetBuffer(objects[i], &views[i], PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
-            if (i) PyBuffer_Release(&views[0]);
-            return NULL;
-        }
-    const int64_t *positions = views[0].buf;
+    static const int writable[2] = {0, 0};
+    void *data[2];
+    if (buffers(objects, views, data, writable, 2)) return NULL;
+    const int64_t *positions = data[0];
     int64_t copies = views[0].len / 8 - 1, count = views[1].len / views[1].itemsize / 2, bad = -1;
     int wide = views[1].itemsize == 8;
     Py_BEGIN_ALLOW_THREADS
@@ -228,8 +227,7 @@ static PyObject *rows(PyObject *self, PyObject *args) {
             bad = i;
     }
     Py_END_ALLOW_THREADS
-    PyBuffer_Release(&views[0]);
-    PyBuffer_Release(&views[1]);
+    release(views, 2);
     return PyLong_FromLongLong(bad);
 }
 

@@ -143,10 +143,10 @@ def run_audit(groups: list[names.CacheGroup], options: AuditOptions, progress: P
             report.notes.append("exposure not computed: " + no_exposure[group.stem])
     result.indexes.extend(reports.values())
     for blend in mcore_blends:
-        _finish_blend(blend, reports, iteration_of)
+        _finish_blend(blend, reports)
         _mcore_second_passes(blend, reports, iteration_of)
     if neox_blend is not None:
-        _finish_blend(neox_blend, reports, iteration_of)
+        _finish_blend(neox_blend, reports)
         _neox_second_passes(neox_blend, options, iteration_of)
     result.blends.extend(mcore_blends + ([neox_blend] if neox_blend is not None else []))
     return result
@@ -207,13 +207,13 @@ def _route_neox_blend(gpt: list[names.CacheGroup], options: AuditOptions, result
     train = [g for g in gpt if g.kind == names.NEOX and g.neox and _neox_source_number(g.split) is not None]
     blend = _neox_blend(train, options, result, routes)
     members = blend.children if blend is not None else []
-    used = {(g.neox.seq_length, g.neox.seed) for g in train if g.stem in members and g.neox}
+    used = {_neox_key(g) for g in train if g.stem in members}
     # a train_k index is a blend source unless it is train_0 with no train_k (k >= 1) of the same
     # seq_length and seed beside it (NeoX wraps even one train_data_paths entry in a blend of one)
-    multi = {(g.neox.seq_length, g.neox.seed) for g in train if g.neox and (_neox_source_number(g.split) or 0) > 0}
+    multi = {_neox_key(g) for g in train if (_neox_source_number(g.split) or 0) > 0}
     for group in train if options.consumed is not None else []:
-        key = (group.neox.seq_length, group.neox.seed) if group.neox else None
-        if group.stem in members or key is None:
+        key = _neox_key(group)
+        if group.stem in members:
             continue
         if key in used:
             no_exposure[group.stem] = "another build of a source of the replayed NeoX blend (not the one it uses)"
@@ -221,6 +221,11 @@ def _route_neox_blend(gpt: list[names.CacheGroup], options: AuditOptions, result
             no_exposure[group.stem] = ("a source of a NeoX blend: its draws depend on the blend weights; "
                                        "pass --config with train_data_paths and train_data_weights")
     return blend
+
+
+def _neox_key(group: names.CacheGroup) -> tuple[int, int] | None:
+    """The seq_length and seed of a NeoX index: the builds of one blend share them."""
+    return (group.neox.seq_length, group.neox.seed) if group.neox else None
 
 
 def _mcore_second_passes(blend: BlendReport, reports: dict[str, IndexReport],
@@ -265,8 +270,7 @@ def _neox_second_passes(blend: BlendReport, options: AuditOptions, iteration_of:
             _set_second_pass(source, position, iteration_of)
 
 
-def _finish_blend(blend: BlendReport, reports: dict[str, IndexReport],
-                  iteration_of: Callable[[int], int | None]) -> None:
+def _finish_blend(blend: BlendReport, reports: dict[str, IndexReport]) -> None:
     """The sources' numbers and exposures from their indexes' reports; the blend's exposure their sum."""
     parts: list[ExposureReport] = []
     for source, stem in zip(blend.sources, blend.children):

@@ -44,7 +44,7 @@ MIXED = "doc/sample/shuffle files come from different builds: " + STALE_HINT
 
 @dataclass
 class IndexReport:
-    """What one index is, as audited. JSON keys are the field names but the last two (see docs/audit.md)."""
+    """What one index is, as audited. JSON keys are the field names but digest (see docs/audit.md)."""
 
     kind: str
     path: str
@@ -68,7 +68,6 @@ class IndexReport:
     notes: list[str] = field(default_factory=list)
     exposure: ExposureReport | None = None
     digest: str = field(default="", repr=False)
-    description: dict[str, Any] | None = field(default=None, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         return fields_json(self)
@@ -128,7 +127,7 @@ def _describe_mcore(group: names.CacheGroup, report: IndexReport, path: str,
     """megatron-core's description (``add_extra_token`` None: not recorded, inferred from the files later); a
     null split_matrix (blend_per_split) makes the split the whole .idx."""
     description = read_mcore_description(path)
-    fields = report.description = description.fields
+    fields = description.fields
     found = report.findings
     found.extend(_md5_findings(path, group.digest, description.digest))
     if fields.get("class") != "GPTDataset":
