@@ -155,7 +155,8 @@ def scan_blend(rep: BlendReport, group: names.CacheGroup, consumed: int | None, 
                                             f"{int(chosen[bad])} at {start + bad}"))
                 rep.dataset_index_ok = False
                 break
-            if not _draws_in_order(rep, sample_info.path, start, chosen, samples, draws, draws_consumed, positions, stop):
+            if not _draws_in_order(rep, sample_info.path, start, chosen, samples, draws, draws_consumed,
+                                   positions, stop):
                 break
             progress.advance(chosen.shape[0])
     progress.done()
@@ -216,16 +217,17 @@ def _check_greedy(rep: BlendReport, path: str, draws: list[int]) -> None:
     if rep.weights is None:
         want = [int(source.weight or 0) for source in rep.sources]
         if all(source.weight is not None for source in rep.sources) and want != draws:
-            rep.findings.append(finding(path, "blend draws", f"{want} (exhaustive blending: the weights are the counts)",
-                                        draws))
+            rep.findings.append(finding(path, "blend draws",
+                                        f"{want} (exhaustive blending: the weights are the counts)", draws))
         return
     if greedy._greedy is None and rep.size > _PY_GREEDY_LIMIT:
         rep.notes.append("greedy replay skipped (the C extension is not built and the blend is large)")
         return
     want = greedy.greedy_counts(rep.weights, rep.size)
     if want != draws:
-        rep.findings.append(finding(path, "blend draws", f"{want} (the greedy with the description's weights)", draws,
-                                    "dataset_index was not built from these weights: the blend files are damaged or mixed"))
+        rep.findings.append(finding(
+            path, "blend draws", f"{want} (the greedy with the description's weights)", draws,
+            "dataset_index was not built from these weights: the blend files are damaged or mixed"))
 
 
 def second_pass_positions(path: str, marks: dict[int, int], stop: int) -> dict[int, int]:

@@ -81,17 +81,12 @@ class Consumption:
 
     def first_last(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
         """Global positions of the first and last draw of indices ``[start, stop)`` (-1 if never drawn)."""
-        cnt = self.counts(start, stop)
-        j = np.arange(start, stop, dtype=np.int64)
+        counts = self.counts(start, stop)
+        indices = np.arange(start, stop, dtype=np.int64)
+        if self.positions is None and self.period > 0:
+            return np.where(counts > 0, indices, -1), np.where(counts > 0, indices + (counts - 1) * self.period, -1)
+        first = np.full(indices.shape, -1, dtype=np.int64)
         if self.positions is not None:
-            inside = j < self.positions.shape[0]
-            first = np.full(j.shape, -1, dtype=np.int64)
-            first[inside] = self.positions[j[inside]]
-            first[cnt == 0] = -1
-            return first, first.copy()
-        if self.period <= 0:
-            unknown = np.full(j.shape, -1, dtype=np.int64)
-            return unknown, unknown.copy()
-        first = np.where(cnt > 0, j, -1)
-        last = np.where(cnt > 0, j + (cnt - 1) * self.period, -1)
-        return first, last
+            drawn = (indices < self.positions.shape[0]) & (counts > 0)
+            first[drawn] = self.positions[indices[drawn]]
+        return first, first.copy()

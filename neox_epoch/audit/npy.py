@@ -63,8 +63,9 @@ def read_header(path: str) -> NpyInfo:
                    data_offset=int(offset))
     end = offset + int(np.prod(info.shape, dtype=np.int64)) * dtype.itemsize
     if size < end:
-        raise FileProblem(path, "size", f"{end} bytes for shape {info.shape} of {dtype}", f"{size} bytes",
-                          "the file is truncated (an interrupted build or copy): delete it so the framework rebuilds it")
+        raise FileProblem(
+            path, "size", f"{end} bytes for shape {info.shape} of {dtype}", f"{size} bytes",
+            "the file is truncated (an interrupted build or copy): delete it so the framework rebuilds it")
     return info
 
 

@@ -1,12 +1,12 @@
 """Audit one GPT index (a doc/sample/shuffle triple) against the .bin/.idx it was built from.
 
-One way through, each stage a function returning a frozen result: :func:`describe` (the name or the
-description), :func:`check_headers` (complete .npy files of the dtypes and shapes the frameworks write),
-:func:`scan_documents` (document ids inside the .idx), :func:`count_draws` (the shuffle index a
-permutation; with a consumption, each sample's draw count), :func:`walk_stream` (every sample boundary
-at ``i * seq_length`` of the stream the document index and the *current* .idx sizes give; copies per
-document; the exposure), then :func:`number_findings` compares what the framework would build
-(:mod:`neox_epoch.semantics.built`) with what the files say. A damaged file is a finding, never a traceback.
+One way through: :func:`describe` (the name or the description, into the report), :func:`check_headers`
+(complete .npy files of the dtypes and shapes the frameworks write), :func:`scan_documents` (document ids
+inside the .idx), :func:`count_draws` (the shuffle index a permutation; with a consumption, each sample's
+draw count), :func:`walk_stream` (every sample boundary at ``i * seq_length`` of the stream the document
+index and the *current* .idx sizes give; copies per document; the exposure), then :func:`number_findings`
+compares what the framework would build (:mod:`neox_epoch.semantics.built`) with what the files say. A
+damaged file is a finding, never a traceback.
 """
 
 from __future__ import annotations
@@ -189,8 +189,9 @@ def check_dtype(info: NpyInfo, allowed: tuple[str, ...], ndim: int, role: str) -
     if ndim == 2 and info.shape[1] != 2:
         return None, [finding(info.path, "sample index shape", "[N+1, 2]", list(info.shape))]
     if info.dtype.name not in allowed:
-        return info, [finding(info.path, f"{role} dtype", " or ".join(allowed), info.dtype.name,
-                              "the frameworks write these dtypes; this file was written by something else or converted")]
+        return info, [finding(
+            info.path, f"{role} dtype", " or ".join(allowed), info.dtype.name,
+            "the frameworks write these dtypes; this file was written by something else or converted")]
     return info, []
 
 
