@@ -120,8 +120,8 @@ def run_audit(groups: list[names.CacheGroup], options: AuditOptions, progress: P
         return position // batch + 1 if batch else None
 
     other = [g for g in groups if not g.is_blend and g.kind == names.MCORE and g.dataset_class != "GPTDataset"]
-    result.notes += [f"{g.stem}: {g.dataset_class} caches are not audited (GPTDataset and BlendedDataset only)"
-                     for g in other]
+    result.notes += [f"{group.stem}: {group.dataset_class} caches are not audited (GPTDataset and BlendedDataset only)"
+                     for group in other]
     gpt = [g for g in groups if not g.is_blend and g not in other]
     routes: Routes = {}
     no_exposure: dict[str, str] = {}
@@ -207,10 +207,10 @@ def _route_neox_blend(gpt: list[names.CacheGroup], options: AuditOptions, result
     train = [g for g in gpt if g.kind == names.NEOX and g.neox and _neox_source_number(g.split) is not None]
     blend = _neox_blend(train, options, result, routes)
     members = blend.children if blend is not None else []
-    used = {_neox_key(g) for g in train if g.stem in members}
+    used = {_neox_key(group) for group in train if group.stem in members}
     # a train_k index is a blend source unless it is train_0 with no train_k (k >= 1) of the same
     # seq_length and seed beside it (NeoX wraps even one train_data_paths entry in a blend of one)
-    multi = {_neox_key(g) for g in train if (_neox_source_number(g.split) or 0) > 0}
+    multi = {_neox_key(group) for group in train if (_neox_source_number(group.split) or 0) > 0}
     for group in train if options.consumed is not None else []:
         key = _neox_key(group)
         if group.stem in members:
@@ -300,8 +300,8 @@ def _neox_candidates(train: list[names.CacheGroup], options: AuditOptions,
     candidates: list[list[names.CacheGroup]] = []
     for number, path in enumerate(paths):
         base = os.path.basename(path.rstrip("/"))
-        candidates.append([g for g in train if g.neox and _neox_source_number(g.split) == number
-                           and os.path.basename(g.neox.prefix) == base])
+        candidates.append([group for group in train if group.neox and _neox_source_number(group.split) == number
+                           and os.path.basename(group.neox.prefix) == base])
         if not candidates[-1]:
             result.notes.append(f"NeoX blend source {number} ({path}): no train_{number} index found for it; "
                                 "blend not replayed")
@@ -328,7 +328,8 @@ def _neox_blend(train: list[names.CacheGroup], options: AuditOptions, result: Au
     norm, requests = neox_sem.normalized_weights_and_num_samples(weights, consumed)
     chosen: list[names.CacheGroup] = []
     for number, groups in enumerate(candidates):
-        chosen.append(next((g for g in groups if g.neox and g.neox.num_samples == requests[number]), groups[0]))
+        chosen.append(next((group for group in groups if group.neox and group.neox.num_samples == requests[number]),
+                           groups[0]))
         if chosen[-1].neox and chosen[-1].neox.num_samples != requests[number]:
             result.notes.append(f"NeoX blend source {number}: no index built for {requests[number]} samples "
                                 f"(ceil({consumed} x {norm[number]:.6g} x 1.005)); "
@@ -341,10 +342,11 @@ def _neox_blend(train: list[names.CacheGroup], options: AuditOptions, result: Au
             result.notes.append(f"{group.stem}: sample index unreadable; NeoX blend not replayed")
             return None
     draws, consumptions = neox_draws(weights, lengths, consumed)
-    result.notes.append(f"NeoX blend replayed with weights {[round(w, 6) for w in norm]} over {len(chosen)} sources")
+    result.notes.append(f"NeoX blend replayed with weights {[round(weight, 6) for weight in norm]} "
+                        f"over {len(chosen)} sources")
     blend = BlendReport(kind=names.NEOX, path=chosen[0].stem, split="train", size=int(sum(lengths)),
-                        weights=[float(x) for x in np.asarray(norm) / np.sum(norm)], consumed_samples=consumed,
-                        children=[group.stem for group in chosen])
+                        weights=[float(weight) for weight in np.asarray(norm) / np.sum(norm)],
+                        consumed_samples=consumed, children=[group.stem for group in chosen])
     for group, drawn, length, weight in zip(chosen, draws, lengths, blend.weights or []):
         blend.sources.append(SourceReport(index=group.stem, dataset_path=group.neox.prefix if group.neox else None,
                                           weight=weight, draws=None, draws_consumed=drawn, length=length))

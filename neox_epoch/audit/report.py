@@ -87,27 +87,30 @@ def _table(headers: tuple[str, ...], rows: list[tuple[Any, ...]], indent: str = 
 def render_text(res: AuditResult) -> str:
     """The human-readable report."""
     out: list[str] = []
-    cols = ("split", "epochs", "samples", "per_epoch", "len", "separate", "documents", "doc range", "tokens")
-    for r in res.indexes:
-        out.append(f"{r.kind} index {r.path}")
-        out.append(f"  data {r.data_prefix or '-'}   seq_length {_fmt(r.seq_length)}   seed {_fmt(r.seed)}"
-                   f"   requested {_fmt(r.num_samples_requested)}")
-        rng = f"[{r.document_range[0]:,d}, {r.document_range[1]:,d})" if r.document_range else None
-        out.extend(_table(cols, [(r.split, r.epochs, r.samples, r.samples_per_epoch, r.length,
-                                  r.separated_final_epoch, r.documents, rng, r.tokens)]))
-        out.extend(_tail(r, "    "))
-    bcols = ("source", "weight", "draws", "consumed", "len", "per_epoch", "passes", "2nd pass sample", "iteration")
-    for b in res.blends:
-        out.append(f"{b.kind} blend {b.path} ({b.split}, {_fmt(b.size)} samples, consumed {_fmt(b.consumed_samples)})")
-        rows = [(f"{i}: {os.path.basename(s.dataset_path or '-')}", f"{s.weight:.6g}" if s.weight is not None else None,
-                 s.draws, s.draws_consumed, s.length, s.samples_per_epoch, s.passes, s.second_pass_sample,
-                 s.second_pass_iteration) for i, s in enumerate(b.sources)]
-        out.extend(_table(bcols, rows))
-        out.extend(_tail(b, "  "))
-    out.extend(f"note: {n}" for n in res.notes)
-    n = len(res.findings)
+    columns = ("split", "epochs", "samples", "per_epoch", "len", "separate", "documents", "doc range", "tokens")
+    for index in res.indexes:
+        out.append(f"{index.kind} index {index.path}")
+        out.append(f"  data {index.data_prefix or '-'}   seq_length {_fmt(index.seq_length)}   seed {_fmt(index.seed)}"
+                   f"   requested {_fmt(index.num_samples_requested)}")
+        bounds = index.document_range
+        span = f"[{bounds[0]:,d}, {bounds[1]:,d})" if bounds else None
+        out.extend(_table(columns, [(index.split, index.epochs, index.samples, index.samples_per_epoch, index.length,
+                                     index.separated_final_epoch, index.documents, span, index.tokens)]))
+        out.extend(_tail(index, "    "))
+    columns = ("source", "weight", "draws", "consumed", "len", "per_epoch", "passes", "2nd pass sample", "iteration")
+    for blend in res.blends:
+        out.append(f"{blend.kind} blend {blend.path} ({blend.split}, {_fmt(blend.size)} samples, "
+                   f"consumed {_fmt(blend.consumed_samples)})")
+        rows = [(f"{number}: {os.path.basename(source.dataset_path or '-')}",
+                 f"{source.weight:.6g}" if source.weight is not None else None, source.draws, source.draws_consumed,
+                 source.length, source.samples_per_epoch, source.passes, source.second_pass_sample,
+                 source.second_pass_iteration) for number, source in enumerate(blend.sources)]
+        out.extend(_table(columns, rows))
+        out.extend(_tail(blend, "  "))
+    out.extend(f"note: {note}" for note in res.notes)
+    found = len(res.findings)
     out.append(f"{len(res.indexes)} index(es), {len(res.blends)} blend(s): "
-               + (f"{n} finding(s)" if n else "no findings"))
+               + (f"{found} finding(s)" if found else "no findings"))
     return "\n".join(out) + "\n"
 
 
