@@ -107,6 +107,7 @@ def _group_for_stem(stem: str) -> names.CacheGroup | None:
 
 
 Routes = dict[str, "Callable[[str, int], Consumption | None]"]
+IterationOf = Callable[[int], "int | None"]
 
 
 def run_audit(groups: list[names.CacheGroup], options: AuditOptions, progress: Progress | None = None,
@@ -142,13 +143,9 @@ def run_audit(groups: list[names.CacheGroup], options: AuditOptions, progress: P
         if group.stem in no_exposure:
             report.notes.append("exposure not computed: " + no_exposure[group.stem])
     result.indexes.extend(reports.values())
-    for blend in mcore_blends:
-        _finish_blend(blend, reports)
-        _mcore_second_passes(blend, reports, iteration_of)
-    if neox_blend is not None:
-        _finish_blend(neox_blend, reports)
-        _neox_second_passes(neox_blend, options, iteration_of)
     result.blends.extend(mcore_blends + ([neox_blend] if neox_blend is not None else []))
+    for blend in result.blends:
+        _finish_blend(blend, reports, iteration_of)
     return result
 
 
@@ -228,64 +225,57 @@ def _neox_key(group: names.CacheGroup) -> tuple[int, int] | None:
     return (group.neox.seq_length, group.neox.seed) if group.neox else None
 
 
-def _mcore_second_passes(blend: BlendReport, reports: dict[str, IndexReport],
-                         iteration_of: Callable[[int], int | None]) -> None:
-    """Where each source's draws exceed one epoch (read from dataset_index), and the sources' checks."""
-    if blend.consumed_samples is not None and blend.dataset_index_ok:
-        marks = {number: source.samples_per_epoch for number, source in enumerate(blend.sources)
-                 if source.samples_per_epoch is not None and (source.draws_consumed or 0) > source.samples_per_epoch}
-        try:
-            found = second_pass_positions(blend.files[names.DATASET], marks, blend.consumed_samples) if marks else {}
-        except FileProblem:
-            found = {}
-        for number, position in found.items():
-            _set_second_pass(blend.sources[number], position, iteration_of)
+def _finish_blend(blend: BlendReport, reports: dict[str, IndexReport], iteration_of: IterationOf) -> None:
+    """The sources' numbers, checks and exposures from their indexes' reports (the blend's exposure their sum),
+    and where each source's draws exceed one epoch."""
+    parts: list[ExposureReport] = []
     for number, (source, stem) in enumerate(zip(blend.sources, blend.children)):
         child = reports.get(stem) if stem else None
         if child is None:
             blend.findings.append(finding(stem or blend.path, f"source {number}",
                                           "its GPTDataset cache beside the blend", "no such files",
                                           "per-source numbers need the source's cache"))
-        elif source.draws is not None and child.length is not None and source.draws > child.length:
-            blend.findings.append(finding(
-                blend.files.get(names.DATASET, blend.path), f"source {number} draws",
-                f"<= {child.length} (len of its GPTDataset)", source.draws,
-                "megatron-core raises on such a blend: the files do not belong together"))
-
-
-def _set_second_pass(source: SourceReport, position: int | None, iteration_of: Callable[[int], int | None]) -> None:
-    source.second_pass_sample = position
-    source.second_pass_iteration = iteration_of(position) if position is not None else None
-    if source.exposure is not None:
-        source.exposure.second_pass_sample = position
-        source.exposure.second_pass_iteration = source.second_pass_iteration
-
-
-def _neox_second_passes(blend: BlendReport, options: AuditOptions, iteration_of: Callable[[int], int | None]) -> None:
-    lengths = [source.length or 0 for source in blend.sources]
-    if options.consumed is not None and blend.weights is not None and all(lengths):
-        per_epoch = [source.samples_per_epoch for source in blend.sources]
-        positions = neox_sem.blend_positions(list(blend.weights), lengths, per_epoch, options.consumed)
-        for source, position in zip(blend.sources, positions):
-            _set_second_pass(source, position, iteration_of)
-
-
-def _finish_blend(blend: BlendReport, reports: dict[str, IndexReport]) -> None:
-    """The sources' numbers and exposures from their indexes' reports; the blend's exposure their sum."""
-    parts: list[ExposureReport] = []
-    for source, stem in zip(blend.sources, blend.children):
-        child = reports.get(stem) if stem else None
-        if child is None:
             continue
         source.length, source.samples_per_epoch, source.epochs = child.length, child.samples_per_epoch, child.epochs
         if source.draws_consumed is not None and child.samples_per_epoch:
             source.passes = round(source.draws_consumed / child.samples_per_epoch, 6)
+        if source.draws is not None and child.length is not None and source.draws > child.length:
+            blend.findings.append(finding(
+                blend.files.get(names.DATASET, blend.path), f"source {number} draws",
+                f"<= {child.length} (len of its GPTDataset)", source.draws,
+                "megatron-core raises on such a blend: the files do not belong together"))
         if child.exposure is not None:
             source.exposure = child.exposure
             parts.append(child.exposure)
     if parts and len(parts) == len(blend.sources):
         blend.exposure = ExposureReport.combine(parts)
         blend.exposure.consumed_samples = blend.consumed_samples or blend.exposure.consumed_samples
+    for number, position in _second_passes(blend).items():
+        source = blend.sources[number]
+        source.second_pass_sample = position
+        source.second_pass_iteration = iteration_of(position) if position is not None else None
+        if source.exposure is not None:
+            source.exposure.second_pass_sample = position
+            source.exposure.second_pass_iteration = source.second_pass_iteration
+
+
+def _second_passes(blend: BlendReport) -> dict[int, int | None]:
+    """Blend position of each source's first draw past one epoch: replayed (NeoX) or read from dataset_index."""
+    per_epoch = [source.samples_per_epoch for source in blend.sources]
+    if blend.consumed_samples is None or not blend.dataset_index_ok:
+        return {}
+    if blend.kind == names.NEOX:
+        lengths = [source.length or 0 for source in blend.sources]
+        if blend.weights is None or not all(lengths):
+            return {}
+        return dict(enumerate(neox_sem.blend_positions(list(blend.weights), lengths, per_epoch,
+                                                       blend.consumed_samples)))
+    marks = {number: epoch for number, (source, epoch) in enumerate(zip(blend.sources, per_epoch))
+             if epoch is not None and (source.draws_consumed or 0) > epoch}
+    try:
+        return second_pass_positions(blend.files[names.DATASET], marks, blend.consumed_samples) if marks else {}
+    except FileProblem:
+        return {}
 
 
 def _neox_candidates(train: list[names.CacheGroup], options: AuditOptions,
