@@ -219,11 +219,11 @@ def test_usage_errors_exit_2(tmp_path, capsys, argv, message):
 def test_file_truncated_after_its_header_was_checked(tmp_path):
     """A file that shrinks between the header check and a read is a finding, not a crash of the mapped read."""
     from neox_epoch.audit.findings import FileProblem
-    from neox_epoch.audit.npy import open_npy
+    from neox_epoch.audit.npy import NpyReader, read_header
 
     path = str(tmp_path / "a.npy")
     np.save(path, np.arange(10_000, dtype=np.int32))
-    r = open_npy(path)
+    r = NpyReader(read_header(path))
     assert int(r.read(0, 10_000)[-1]) == 9_999
     with open(path, "r+b") as f:
         f.truncate(r.info.data_offset + 4 * 5_000)

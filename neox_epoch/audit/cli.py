@@ -18,11 +18,9 @@ if TYPE_CHECKING:
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
-        "audit",
-        help="audit existing index caches: epochs, samples, staleness, per-token exposure",
-        description="Audit GPT-NeoX / megatron-core / legacy Megatron-LM index caches against their .bin/.idx, "
-        "and count how often each token and document was an input for a given consumption.",
-    )
+        "audit", help="audit existing index caches: epochs, samples, staleness, per-token exposure",
+        description="Audit GPT-NeoX / megatron-core / legacy Megatron-LM index caches against their .bin/.idx, and "
+        "count how often each token and document was an input for a given consumption.")
     p.add_argument("paths", nargs="+", metavar="PATH", help="cache files, directories (searched recursively) or data prefixes")
     p.add_argument("--consumed", type=int, metavar="N", help="train samples consumed (train_iters x global batch size)")
     p.add_argument("--train-iters", type=int, metavar="I", help="iterations trained (with --global-batch-size)")
@@ -99,27 +97,22 @@ def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
 
     out = out or sys.stdout
     options = _options(args)
-    consumed, gbs = options.consumed, options.global_batch_size
     if args.plot:
         try:
             import matplotlib  # noqa: F401
         except ImportError as err:
             raise AuditError(f"--plot {args.plot}: matplotlib is not installed; pip install matplotlib") from err
-    if args.manifest and consumed is None:
+    if args.manifest and options.consumed is None:
         raise AuditError("--manifest needs a consumption: --consumed, --train-iters with --global-batch-size, or --config")
     groups = discover(list(args.paths))
     progress = report.TtyProgress(enabled=False if args.no_progress else None)
-    holder: list[AuditResult] = []
+    results: list[AuditResult] = []
     if args.manifest:
         from neox_epoch.atomic import write_atomic
 
-        def write(f: IO[bytes]) -> None:
-            holder.append(run_audit(groups, options, progress, report.ManifestWriter(f, gbs)))
-
-        write_atomic(args.manifest, write)
-        res = holder[0]
-    else:
-        res = run_audit(groups, options, progress)
+        write_atomic(args.manifest, lambda f: results.append(
+            run_audit(groups, options, progress, report.ManifestWriter(f, options.global_batch_size))))
+    res = results[0] if results else run_audit(groups, options, progress)
     out.write(report.render_json(res) if args.json else report.render_text(res))
     if args.plot:
         report.plot(res, args.plot)

@@ -141,8 +141,3 @@ class NpyReader:
         stop = self.info.rows if stop is None else min(stop, self.info.rows)
         for first in range(start, stop, rows):
             yield first, self.read(first, min(first + rows, stop))
-
-
-def open_npy(path: str) -> NpyReader:
-    """Header-checked reader for ``path`` (raises :class:`FileProblem`)."""
-    return NpyReader(read_header(path))

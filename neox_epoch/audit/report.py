@@ -16,10 +16,8 @@ from neox_epoch.audit.validate import IndexReport, Progress
 from neox_epoch.text import fmt as _fmt
 from neox_epoch.text import table
 
-MANIFEST_COLUMNS = (
-    "index", "split", "data_prefix", "document", "tokens", "min_exposure", "max_exposure", "token_exposures",
-    "first_sample", "last_sample", "first_iteration", "last_iteration",
-)
+MANIFEST_COLUMNS = ("index", "split", "data_prefix", "document", "tokens", "min_exposure", "max_exposure",
+                    "token_exposures", "first_sample", "last_sample", "first_iteration", "last_iteration")
 
 
 class TtyProgress(Progress):
@@ -128,14 +126,12 @@ class ManifestWriter:
 
     def __call__(self, rep: IndexReport, chunk: ManifestChunk) -> None:
         head = f"{_csv(rep.path)},{_csv(rep.split)},{_csv(rep.data_prefix or '')}"
-        lines = []
-        g = self.gbs
-        for d, t, mn, mx, te, fs, ls in zip(chunk.documents.tolist(), chunk.tokens.tolist(), chunk.min_exposure.tolist(),
-                                            chunk.max_exposure.tolist(), chunk.token_exposures.tolist(),
-                                            chunk.first.tolist(), chunk.last.tolist()):
-            fi = "" if (fs < 0 or not g) else str(fs // g + 1)
-            li = "" if (ls < 0 or not g) else str(ls // g + 1)
-            lines.append(f"{head},{d},{t},{mn},{mx},{te},{'' if fs < 0 else fs},{'' if ls < 0 else ls},{fi},{li}\n")
+        lines, batch = [], self.gbs
+        # the chunk's fields in order: document, tokens, min, max and summed exposure, first and last draw
+        for document, tokens, low, high, total, first, last in zip(*(column.tolist() for column in vars(chunk).values())):
+            samples = ["" if sample < 0 else str(sample) for sample in (first, last)]
+            iterations = ["" if sample < 0 or not batch else str(sample // batch + 1) for sample in (first, last)]
+            lines.append(f"{head},{document},{tokens},{low},{high},{total},{','.join(samples + iterations)}\n")
         self.f.write("".join(lines).encode("utf-8"))
 
 
