@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -22,7 +21,7 @@ from neox_epoch.audit import names
 from neox_epoch.audit.consumption import Consumption
 from neox_epoch.audit.descriptions import child_digest, read_mcore_description
 from neox_epoch.audit.exposure import ExposureReport
-from neox_epoch.audit.findings import FileProblem, Finding, fields_json, finding
+from neox_epoch.audit.findings import FileProblem, Finding, JsonFields, finding
 from neox_epoch.audit.npy import CHUNK_ROWS, NpyInfo, NpyReader, read_header
 from neox_epoch.audit.validate import STALE_HINT, Progress
 from neox_epoch.semantics import neox as neox_sem
@@ -32,7 +31,7 @@ _PY_GREEDY_LIMIT = 20_000_000
 
 
 @dataclass
-class SourceReport:
+class SourceReport(JsonFields):
     """One source of a blend."""
 
     index: str | None  # Path (stem) of the source's index cache, None if not found.
@@ -49,12 +48,8 @@ class SourceReport:
     second_pass_iteration: int | None = None  # 1-based iteration containing it (needs the global batch size).
     exposure: ExposureReport | None = field(default=None, repr=False)  # The source's exposure (JSON: under its index).
 
-    def to_json(self) -> dict[str, Any]:
-        return fields_json(self)
-
-
 @dataclass
-class BlendReport:
+class BlendReport(JsonFields):
     """One blend (megatron-core BlendedDataset cache, or a NeoX blend replayed from its weights)."""
 
     kind: str  # `megatron-core` or `neox`.
@@ -71,10 +66,6 @@ class BlendReport:
     children: list[str | None] = field(default_factory=list, repr=False)
     """Stems of the sources' index caches (None: not found)."""
     dataset_index_ok: bool = field(default=True, repr=False)
-
-    def to_json(self) -> dict[str, Any]:
-        return fields_json(self)
-
 
 def read_mcore_blend(group: names.CacheGroup) -> BlendReport:
     """The blend's description (checked) and its sources' cache stems; arrays are read by :func:`scan_blend`."""

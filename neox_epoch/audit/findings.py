@@ -21,8 +21,23 @@ class FileProblem(NeoxEpochError):
         self.finding = Finding(path=path, what=what, expected=expected, found=found, hint=hint)
 
 
+class JsonFields:
+    """A report dataclass whose JSON is its fields in order, but those with ``repr=False``; nested reports by
+    their ``to_json``."""
+
+    def to_json(self) -> dict[str, Any]:
+        def plain(value: Any) -> Any:
+            if isinstance(value, list):
+                return [plain(item) for item in value]
+            if isinstance(value, dict):
+                return dict(value)
+            return value.to_json() if hasattr(value, "to_json") else value
+
+        return {item.name: plain(getattr(self, item.name)) for item in fields(self) if item.repr}
+
+
 @dataclass(frozen=True)
-class Finding:
+class Finding(JsonFields):
     """One problem found in a cache file: where, what was checked, what was expected and what was found."""
 
     path: str  # The file (or cache group) the finding is about.
@@ -31,9 +46,6 @@ class Finding:
     found: str  # What the file has.
     hint: str = ""  # What it probably means and what to do about it.
 
-    def to_json(self) -> dict[str, Any]:
-        return fields_json(self)
-
     def __str__(self) -> str:
         tail = f" ({self.hint})" if self.hint else ""
         return f"{self.path}: {self.what}: expected {self.expected}, found {self.found}{tail}"
@@ -41,17 +53,3 @@ class Finding:
 
 def finding(path: str, what: str, expected: Any, found: Any, hint: str = "") -> Finding:
     return Finding(path=path, what=what, expected=str(expected), found=str(found), hint=hint)
-
-
-def fields_json(report: Any) -> dict[str, Any]:
-    """A report dataclass as JSON: its fields in order, but those with ``repr=False``; nested reports by their
-    ``to_json``."""
-
-    def plain(value: Any) -> Any:
-        if isinstance(value, list):
-            return [plain(item) for item in value]
-        if isinstance(value, dict):
-            return dict(value)
-        return value.to_json() if hasattr(value, "to_json") else value
-
-    return {item.name: plain(getattr(report, item.name)) for item in fields(report) if item.repr}

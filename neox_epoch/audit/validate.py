@@ -23,7 +23,7 @@ from neox_epoch.audit import names
 from neox_epoch.audit.consumption import Consumption
 from neox_epoch.audit.descriptions import read_legacy_description, read_mcore_description
 from neox_epoch.audit.exposure import ExposureReport, ManifestChunk, StreamPass, kernel, zeros
-from neox_epoch.audit.findings import FileProblem, Finding, fields_json, finding
+from neox_epoch.audit.findings import FileProblem, Finding, JsonFields, finding
 from neox_epoch.audit.npy import NpyInfo, NpyReader, read_header
 from neox_epoch.errors import IndexFileError
 from neox_epoch.semantics import mcore as mcore_sem
@@ -34,16 +34,14 @@ from neox_epoch.semantics.orders import document_order, sample_order
 STREAM_CHUNK = 1 << 18
 #: regenerate doc_idx/shuffle_idx from the seed when they hold at most this many entries together
 REGEN_LIMIT = 1 << 23
-STALE_HINT = (
-    "the cache was built from another version of the corpus or with another seq_length/split: "
-    "delete these index files so the framework rebuilds them (NeoX reuses files by name alone)"
-)
+STALE_HINT = ("the cache was built from another version of the corpus or with another seq_length/split: "
+              "delete these index files so the framework rebuilds them (NeoX reuses files by name alone)")
 DIVERGENCE = "first divergence: " + STALE_HINT
 MIXED = "doc/sample/shuffle files come from different builds: " + STALE_HINT
 
 
 @dataclass
-class IndexReport:
+class IndexReport(JsonFields):
     """What one index is, as audited. JSON keys are the field names but digest (see docs/audit.md)."""
 
     kind: str
@@ -68,10 +66,6 @@ class IndexReport:
     notes: list[str] = field(default_factory=list)
     exposure: ExposureReport | None = None
     digest: str = field(default="", repr=False)
-
-    def to_json(self) -> dict[str, Any]:
-        return fields_json(self)
-
 
 class Progress:
     """Progress sink (see :class:`neox_epoch.audit.report.TtyProgress`); this one ignores everything."""
@@ -290,8 +284,8 @@ class SampleRows:
         if entries.shape[0] and (entries[0] < self.previous or bool((entries[1:] < entries[:-1]).any())):
             back = np.flatnonzero(np.diff(entries, prepend=self.previous) < 0)
             return finding(path, "sample index order", "non-decreasing document positions",
-                           f"row {row + back[0]} goes back to {int(block[back[0], 0])}",
-                           "the sample index is damaged: " + STALE_HINT)
+                           f"row {row + back[0]} goes back to {int(block[back[0], 0])}", "the sample index is damaged: "
+                           + STALE_HINT)
         if bool((block[:, 1] < 0).any()):
             negative = np.flatnonzero(block[:, 1] < 0)
             return finding(path, "sample offset", ">= 0", f"{int(block[negative[0], 1])} at row {row + negative[0]}")
@@ -319,9 +313,8 @@ class SampleRows:
         row = self.first_row
         position = int(self.pending[0, 0]) if self.pending.shape[0] else int(self.reader.read(row, row + 1)[0, 0])
         return finding(self.reader.info.path, "sample index range", f"document positions < {entries} (entries of doc_idx)",
-                       f"row {row} points at position {position}",
-                       "the sample index points past the document index: the files come from different builds. "
-                       + STALE_HINT)
+                       f"row {row} points at position {position}", "the sample index points past the document index: "
+                       "the files come from different builds. " + STALE_HINT)
 
 
 def check_rows(path: str, first_row: int, rows: np.ndarray, start: int, positions: np.ndarray, samples: int,
@@ -428,9 +421,8 @@ def count_copies(path: str, copies: np.ndarray | None, tokens: int, sizes: np.nd
                              "the index is damaged or mixed: " + STALE_HINT))
     other = np.flatnonzero(present & (copies != epochs))
     if other.size:
-        found.append(finding(path, "epochs", f"every document {epochs} times",
-                             f"document {first_id + int(other[0])} {int(copies[other[0]])} times",
-                             "the document index is damaged or mixed: " + STALE_HINT))
+        found.append(finding(path, "epochs", f"every document {epochs} times", f"document {first_id + int(other[0])} "
+                             f"{int(copies[other[0]])} times", "the document index is damaged or mixed: " + STALE_HINT))
     return Copies(documents, int(sizes[present].sum(dtype=np.int64)), epochs, tuple(found))
 
 
@@ -475,8 +467,8 @@ def seed_findings(doc_r: NpyReader, shuffle_r: NpyReader, seed: int, first_id: i
         where = int(np.argmax(got != expected)) if got.shape == expected.shape else min(got.shape[0], expected.shape[0])
         return [finding(doc_r.info.path, "document index vs seed",
                         f"the order random_seed {seed} builds for documents [{first_id}, {stop_id}) x {epochs} epochs",
-                        f"a different order from entry {where}",
-                        "the index was built with other parameters or data: " + STALE_HINT)]
+                        f"a different order from entry {where}", "the index was built with other parameters or data: "
+                        + STALE_HINT)]
     samples = shuffle_r.info.rows
     cut = first_block if first_block is not None and 0 < first_block < samples else samples
     expected = sample_order([0, cut, samples] if cut < samples else [0, samples], rng)
@@ -576,9 +568,8 @@ def _separation(path: str, numbers: IndexNumbers, draws: Draws, samples: int) ->
     if numbers.separate is None or in_files is None or in_files == numbers.separate:
         return bool(numbers.separate if numbers.separate is not None else in_files), []
     return numbers.separate, [finding(
-        path, "final-epoch separation",
-        f"{'a separately' if numbers.separate else 'a jointly'} shuffled final epoch (80% rule)",
-        f"{'separate' if in_files else 'joint'} shuffle blocks",
+        path, "final-epoch separation", f"{'a separately' if numbers.separate else 'a jointly'} shuffled final epoch "
+        f"(80% rule)", f"{'separate' if in_files else 'joint'} shuffle blocks",
         "the index was built with other parameters than its description says: " + STALE_HINT)]
 
 
@@ -656,9 +647,9 @@ def _conclude(report: IndexReport, setting: Setting, stream: Stream, sizes: np.n
     numbers = index_numbers(kind, copies.tokens, seq_length, copies.epochs, report.num_samples_requested, extra or 1)
     report.samples_per_epoch = numbers.samples_per_epoch
     report.separated_final_epoch = bool(separate) and copies.epochs > 1 and kind != names.NEOX
+    trusted = not stream.findings and not copies.findings
     report.findings.extend(number_findings((doc_path, sample_path), kind, numbers, copies, samples,
-                                           report.num_samples_requested, seq_length,
-                                           not stream.findings and not copies.findings))
+                                           report.num_samples_requested, seq_length, trusted))
     return copies, final is None
 
 
