@@ -88,7 +88,7 @@ def test_neox_names_with_underscores_and_variants(tmp_path):
     d = str(tmp_path)
     open(os.path.join(d, "my_data_text_document.idx"), "wb").close()
     f = names.parse_name(os.path.join(d, "my_data_text_document_train_0_indexmap_2316ns_64sl_1234s_packedpi_ac_doc_idx.npy"))
-    assert f is not None and f.kind == "neox" and f.role == "doc"
+    assert f is not None and f.kind == "neox" and list(f.files) == ["doc"]
     assert f.neox is not None
     assert f.neox.prefix == os.path.join(d, "my_data_text_document") and f.neox.name == "train_0"
     assert (f.neox.num_samples, f.neox.seq_length, f.neox.seed, f.neox.pack_impl, f.neox.allow_chopped) == \

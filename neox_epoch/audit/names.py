@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 
 from neox_epoch.audit.findings import AuditError
 from neox_epoch.semantics.built import LEGACY, MCORE, NEOX  # noqa: F401 - the kinds of index, by framework
@@ -57,32 +57,19 @@ class NeoxName:
     allow_chopped: bool  # `_ac`: NeoX's allow_chopped flag.
 
 
-@dataclass(frozen=True)
-class CacheFile:
-    """One recognized cache file."""
-
-    path: str  # Path of the file as found.
-    kind: str  # `neox`, `megatron-core` or `megatron-legacy`.
-    role: str  # `doc`, `sample`, `shuffle`, `description`, `dataset` or `dataset_sample`.
-    stem: str  # The path without the role suffix: files with the same stem belong together.
-    dataset_class: str = "GPTDataset"
-    """megatron-core class in the name (GPTDataset, BlendedDataset, ...); GPTDataset otherwise."""
-    split: str = ""  # The split (megatron-core), or NeoX's dataset name; legacy names carry none (read from the .dsc).
-    digest: str = ""  # The md5 in megatron-core and legacy names.
-    neox: NeoxName | None = None  # The parsed NeoX name fields.
-
-
 @dataclass
 class CacheGroup:
-    """The files of one index (a doc/sample/shuffle triple) or one megatron-core blend pair."""
+    """The files of one index (a doc/sample/shuffle triple) or one megatron-core blend pair (:func:`parse_name`:
+    of one file)."""
 
     kind: str  # `neox`, `megatron-core` or `megatron-legacy`.
-    stem: str  # Common path of the files without the role suffix (used as the index's `path`).
-    dataset_class: str  # GPTDataset or BlendedDataset (megatron-core); GPTDataset for NeoX and legacy.
-    split: str  # Split or NeoX dataset name ('' for legacy until the .dsc is read).
+    stem: str  # Common path of the files without the role suffix: files with the same stem belong together.
+    files: dict[str, str]
+    """role (`doc`, `sample`, `shuffle`, `description`, `dataset` or `dataset_sample`) -> path."""
+    dataset_class: str = "GPTDataset"  # GPTDataset or BlendedDataset (megatron-core); GPTDataset for NeoX and legacy.
+    split: str = ""  # Split or NeoX dataset name ('' for legacy until the .dsc is read).
     digest: str = ""  # The md5 of megatron-core and legacy names.
     neox: NeoxName | None = None  # NeoX name fields.
-    files: dict[str, str] = field(default_factory=dict)  # role -> path.
 
     @property
     def is_blend(self) -> bool:
@@ -107,18 +94,17 @@ def _split_neox_head(directory: str, head: str) -> tuple[str, str]:
     return os.path.join(directory, head[:cut]), head[cut + 1 :]
 
 
-def parse_name(path: str) -> CacheFile | None:
-    """Recognize one file name; None if it is no index cache file."""
+def parse_name(path: str) -> CacheGroup | None:
+    """Recognize one file name (a group of this one file); None if it is no index cache file."""
     directory, base = os.path.split(path)
     match = _MCORE_FILE.match(base)
     if match:
         stem = os.path.join(directory, f"{match['md5']}-{match['cls']}-{match['split']}")
-        return CacheFile(path=path, kind=MCORE, role=_MCORE_ROLES[match["role"]], stem=stem,
-                         dataset_class=match["cls"], split=match["split"], digest=match["md5"])
+        return CacheGroup(MCORE, stem, {_MCORE_ROLES[match["role"]]: path}, match["cls"], match["split"], match["md5"])
     match = _LEGACY_FILE.match(base)
     if match:
-        return CacheFile(path=path, kind=LEGACY, role=DESCRIPTION if match["dsc"] else match["role"],
-                         stem=os.path.join(directory, match["md5"]), digest=match["md5"])
+        return CacheGroup(LEGACY, os.path.join(directory, match["md5"]),
+                          {DESCRIPTION if match["dsc"] else match["role"]: path}, digest=match["md5"])
     match = _NEOX_FILE.match(base)
     fields = _NEOX_STEM.match(match["stem"]) if match else None
     if not match or not fields:
@@ -126,17 +112,14 @@ def parse_name(path: str) -> CacheFile | None:
     prefix, name = _split_neox_head(directory, fields["head"])
     neox = NeoxName(prefix, name, None if fields["ns"] == "None" else int(fields["ns"]), int(fields["sl"]),
                     int(fields["seed"]), fields["pi"], bool(fields["ac"]))
-    return CacheFile(path=path, kind=NEOX, role=match["role"], stem=os.path.join(directory, match["stem"]),
-                     split=name, neox=neox)
+    return CacheGroup(NEOX, os.path.join(directory, match["stem"]), {match["role"]: path}, split=name, neox=neox)
 
 
-def group_files(files: list[CacheFile]) -> list[CacheGroup]:
-    """Group recognized files by stem, in a stable order (by stem)."""
+def group_files(files: list[CacheGroup]) -> list[CacheGroup]:
+    """Merge the files of :func:`parse_name` by stem, in a stable order (by stem)."""
     groups: dict[str, CacheGroup] = {}
     for file in files:
-        group = groups.setdefault(file.stem, CacheGroup(file.kind, file.stem, file.dataset_class, file.split,
-                                                        file.digest, file.neox))
-        group.files[file.role] = file.path
+        groups.setdefault(file.stem, replace(file, files={})).files.update(file.files)
     return [groups[stem] for stem in sorted(groups)]
 
 
@@ -170,7 +153,7 @@ def discover(paths: list[str]) -> list[CacheGroup]:
     directory ``P/cache`` and a legacy ``index-cache`` directory beside it. Raises :class:`AuditError`
     for a path that is none of these or when nothing is found at all.
     """
-    found: dict[str, CacheFile] = {}
+    found: dict[str, CacheGroup] = {}
     for path in paths:
         candidates = _walk(path) if os.path.isdir(path) else [path] if os.path.isfile(path) else _beside(path)
         for candidate in candidates:
