@@ -552,13 +552,11 @@ def _setting(report: IndexReport, group: names.CacheGroup, resolve_prefix: Calla
 
 
 def _sizes(header: idxmod.IdxHeader, first_id: int, stop_id: int) -> np.ndarray:
-    """The split's .idx sizes: a read-only view of the file (read when it cannot be mapped)."""
-    try:
-        return np.asarray(idxmod.sizes_memmap(header)[first_id:stop_id])
-    except (OSError, ValueError):
-        with open(header.prefix + ".idx", "rb") as f:
-            f.seek(header.sizes_offset + 4 * first_id)
-            return np.fromfile(f, dtype=np.int32, count=stop_id - first_id)
+    """The split's .idx sizes, read like rows of an .npy array: a read-only view of the file (read when it cannot be
+    mapped)."""
+    info = NpyInfo(header.prefix + ".idx", (header.sequence_count,), np.dtype(np.int32), False, header.sizes_offset)
+    with NpyReader(info) as reader:
+        return reader.read(first_id, stop_id)
 
 
 def _separation(path: str, numbers: IndexNumbers, draws: Draws, samples: int) -> tuple[bool, list[Finding]]:
