@@ -151,11 +151,7 @@ def run_audit(groups: list[names.CacheGroup], options: AuditOptions, progress: P
 
 def _drawn(drawn: int, positions: np.ndarray | None) -> Callable[[str, int], Consumption | None]:
     """A blend's source: the prefix of ``drawn`` indices, drawn at ``positions`` of the blend."""
-
-    def consumption(split: str, length: int) -> Consumption | None:
-        return Consumption.from_prefixes(length, [(drawn, 1)], positions=positions, period=0)
-
-    return consumption
+    return lambda split, length: Consumption.from_prefixes(length, [(drawn, 1)], positions=positions, period=0)
 
 
 def _fixed(consumption: Consumption) -> Callable[[str, int], Consumption | None]:

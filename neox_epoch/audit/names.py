@@ -29,18 +29,13 @@ GPT_ROLES = (DOC, SAMPLE, SHUFFLE)
 BLEND_ROLES = (DATASET, DATASET_SAMPLE)
 
 _NEOX_FILE = re.compile(r"^(?P<stem>.+)_(?P<role>doc|sample|shuffle)_idx\.npy$")
-_NEOX_STEM = re.compile(
-    r"^(?P<head>.+)_indexmap_(?P<ns>\d+|None)ns_(?P<sl>\d+)sl_(?P<seed>-?\d+)s"
-    r"(?:_(?P<pi>[A-Za-z_]+?)pi(?P<ac>_ac)?)?$"
-)
+_NEOX_STEM = re.compile(r"^(?P<head>.+)_indexmap_(?P<ns>\d+|None)ns_(?P<sl>\d+)sl_(?P<seed>-?\d+)s"
+                        r"(?:_(?P<pi>[A-Za-z_]+?)pi(?P<ac>_ac)?)?$")
 _NEOX_SPLIT_NAME = re.compile(r"^(?:train|valid|test)(?:_\d+)?$")
-_MCORE_FILE = re.compile(
-    r"^(?P<md5>[0-9a-f]{32})-(?P<cls>[A-Za-z0-9_]+)-(?P<split>train|valid|test)-"
-    r"(?P<role>description\.txt|document_index\.npy|sample_index\.npy|shuffle_index\.npy|"
-    r"dataset_index\.npy|dataset_sample_index\.npy)$"
-)
 _MCORE_ROLES = {"description.txt": DESCRIPTION, "document_index.npy": DOC, "sample_index.npy": SAMPLE,
                 "shuffle_index.npy": SHUFFLE, "dataset_index.npy": DATASET, "dataset_sample_index.npy": DATASET_SAMPLE}
+_MCORE_FILE = re.compile(r"^(?P<md5>[0-9a-f]{32})-(?P<cls>[A-Za-z0-9_]+)-(?P<split>train|valid|test)-"
+                         f"(?P<role>{'|'.join(map(re.escape, _MCORE_ROLES))})$")
 _LEGACY_FILE = re.compile(r"^(?P<md5>[0-9a-f]{32})(?:(?P<dsc>\.dsc)|_(?P<role>doc|sample|shuffle)_idx\.npy)$")
 
 
