@@ -149,13 +149,9 @@ def run_audit(groups: list[names.CacheGroup], options: AuditOptions, progress: P
     return result
 
 
-def _drawn(drawn: int, positions: np.ndarray | None) -> Callable[[str, int], Consumption | None]:
-    """A blend's source: the prefix of ``drawn`` indices, drawn at ``positions`` of the blend."""
-    return lambda split, length: Consumption.from_prefixes(length, [(drawn, 1)], positions=positions, period=0)
-
-
-def _fixed(consumption: Consumption) -> Callable[[str, int], Consumption | None]:
-    return lambda split, length: consumption
+def _drawn(prefixes: list[tuple[int, int]], positions: np.ndarray | None = None) -> Callable[[str, int], Consumption]:
+    """A blend's source: the ``(prefix, passes)`` of its indices drawn, at ``positions`` of the blend when known."""
+    return lambda split, length: Consumption.from_prefixes(length, prefixes, positions=positions, period=0)
 
 
 def _route_mcore_blends(groups: list[names.CacheGroup], gpt: list[names.CacheGroup], options: AuditOptions,
@@ -184,7 +180,7 @@ def _route_mcore_blends(groups: list[names.CacheGroup], gpt: list[names.CacheGro
                 no_exposure[stem] = "its blend's files are inconsistent"
                 continue
             source.draws_consumed = draws_consumed[number]
-            routes[stem] = _drawn(draws_consumed[number], where[number] if where is not None else None)
+            routes[stem] = _drawn([(draws_consumed[number], 1)], where[number] if where is not None else None)
         blends.append(blend)
         for stem in blend.children:
             extra = _group_for_stem(stem) if stem is not None and stem not in stems else None
@@ -327,7 +323,7 @@ def _neox_blend(train: list[names.CacheGroup], options: AuditOptions, result: Au
         except (FileProblem, KeyError):
             result.notes.append(f"{group.stem}: sample index unreadable; NeoX blend not replayed")
             return None
-    draws, consumptions = neox_draws(weights, lengths, consumed)
+    draws, prefixes = neox_draws(weights, lengths, consumed)
     result.notes.append(f"NeoX blend replayed with weights {[round(weight, 6) for weight in norm]} "
                         f"over {len(chosen)} sources")
     blend = BlendReport(kind=names.NEOX, path=chosen[0].stem, split="train", size=int(sum(lengths)),
@@ -343,5 +339,5 @@ def _neox_blend(train: list[names.CacheGroup], options: AuditOptions, result: Au
         blend.notes.append(f"{consumed} samples from a blend of {blend.size}: NeoX wraps the blend silently")
     if math.isnan(sum(blend.weights or [0.0])):
         return None
-    routes.update({group.stem: _fixed(consumption) for group, consumption in zip(chosen, consumptions)})
+    routes.update({group.stem: _drawn(drawn) for group, drawn in zip(chosen, prefixes)})
     return blend

@@ -18,7 +18,6 @@ import numpy as np
 
 from neox_epoch import blend as greedy
 from neox_epoch.audit import names
-from neox_epoch.audit.consumption import Consumption
 from neox_epoch.audit.descriptions import child_digest, read_mcore_description
 from neox_epoch.audit.exposure import ExposureReport
 from neox_epoch.audit.findings import FileProblem, Finding, JsonFields, finding
@@ -240,11 +239,12 @@ def second_pass_positions(path: str, marks: dict[int, int], stop: int) -> dict[i
     return found
 
 
-def neox_draws(weights: list[float], lengths: list[int], consumed: int) -> tuple[list[int], list[Consumption]]:
+def neox_draws(weights: list[float], lengths: list[int],
+               consumed: int) -> tuple[list[int], list[list[tuple[int, int]]]]:
     """NeoX's blend read for ``consumed`` samples (:func:`neox_epoch.semantics.neox.blend_passes`); a source index
-    past its length wraps modulo that length. Returns (draws, per-source consumption)."""
+    past its length wraps modulo that length. Returns (draws, per source the ``(prefix, passes)`` it draws, as
+    :meth:`~neox_epoch.audit.consumption.Consumption.from_prefixes` takes them)."""
     if sum(lengths) <= 0:
-        return [0] * len(lengths), [Consumption.prefix(n, 0) for n in lengths]
+        return [0] * len(lengths), [[] for _ in lengths]
     passes, full, rest = neox_sem.blend_passes(weights, lengths, consumed)
-    return ([passes * f + x for f, x in zip(full, rest)],
-            [Consumption.from_prefixes(n, [(f, passes), (x, 1)], period=0) for n, f, x in zip(lengths, full, rest)])
+    return [passes * f + x for f, x in zip(full, rest)], [[(f, passes), (x, 1)] for f, x in zip(full, rest)]

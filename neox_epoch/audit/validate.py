@@ -379,17 +379,13 @@ def walk_stream(doc_r: NpyReader, sample_r: NpyReader, walker: StreamPass, sampl
         progress.advance(ids.shape[0])
     progress.done()
     problem = problem or rows.leftover(doc_r.info.rows)
-    copies = None if walker.copies_match() else count_ids(doc_r, walker)
+    copies = None
+    if not walker.copies_match():  # the mix sum says they are not all `epochs` (or there is no kernel): count them
+        copies = np.zeros(walker.sizes.shape[0], np.int64)
+        for _, ids in doc_r.chunks(rows=STREAM_CHUNK):
+            copies += np.bincount(ids - walker.first_id, minlength=copies.shape[0])
     return Stream(copies, walker.epochs, walker.position, last, 0 if tail is None else int(np.count_nonzero(~tail)),
                   (problem,) if problem is not None else ())
-
-
-def count_ids(doc_r: NpyReader, walker: StreamPass) -> np.ndarray:
-    """Each document's copies, counted (the mix sum said they are not all ``epochs``, or there is no kernel)."""
-    copies = np.zeros(walker.sizes.shape[0], np.int64)
-    for _, ids in doc_r.chunks(rows=STREAM_CHUNK):
-        copies += np.bincount(ids - walker.first_id, minlength=copies.shape[0])
-    return copies
 
 
 # ---- stage 4: what the files say against what the framework builds ---------------------------------------
@@ -660,9 +656,12 @@ def _expose(report: IndexReport, walker: StreamPass, consumption: Consumption, t
     if not walker.exposing or not trusted:
         return
     exposure = walker.report(consumption.consumed)
-    per_epoch = report.samples_per_epoch
-    if per_epoch and consumption.consumed > per_epoch:
-        exposure.second_pass_sample = second_pass(consumption, per_epoch)
+    per_epoch, positions = report.samples_per_epoch, consumption.positions
+    if per_epoch and consumption.consumed > per_epoch:  # the global position of draw number per_epoch (0-based)
+        if positions is not None:
+            exposure.second_pass_sample = int(positions[per_epoch]) if per_epoch < positions.shape[0] else None
+        elif consumption.period > 0:  # (a blend's source, 0: the blend knows the position)
+            exposure.second_pass_sample = per_epoch
         if iteration_of is not None and exposure.second_pass_sample is not None:
             exposure.second_pass_iteration = iteration_of(exposure.second_pass_sample)
     if consumption.consumed > (report.length or 0):
@@ -672,11 +671,3 @@ def _expose(report: IndexReport, walker: StreamPass, consumption: Consumption, t
     report.exposure = exposure
     for chunk in walker.manifest() if manifest is not None else []:
         manifest(report, chunk)
-
-
-def second_pass(consumption: Consumption, per_epoch: int) -> int | None:
-    """Global position of the draw that exceeds one epoch's samples (draw number ``per_epoch``, 0-based)."""
-    if consumption.positions is not None:
-        return int(consumption.positions[per_epoch]) if per_epoch < consumption.positions.shape[0] else None
-    return per_epoch if consumption.period > 0 else None  # a blend's source (0): the blend knows the position
-
