@@ -97,33 +97,26 @@ def describe(group: names.CacheGroup, report: IndexReport,
         report.seq_length, report.seed, report.num_samples_requested = neox.seq_length, neox.seed, neox.num_samples
         report.pack_impl, report.add_extra_token = neox.pack_impl, 1
         return neox.prefix, None
-    path = group.files[names.DESCRIPTION]
-    if group.kind == names.MCORE:
-        return _describe_mcore(group, report, path, add_extra_token)
-    description = read_legacy_description(path)
+    path, mcore = group.files[names.DESCRIPTION], group.kind == names.MCORE
+    description = (read_mcore_description if mcore else read_legacy_description)(path)
+    if description.digest != group.digest:
+        report.findings.append(finding(path, "description md5", f"{group.digest} (the hash in the file names)",
+                                       description.digest, "the description was edited or belongs to other files: "
+                                       "the cache cannot be trusted"))
+    if mcore:
+        return _describe_mcore(group, report, path, description.fields, add_extra_token)
     fields, name = description.fields, description.fields.get("name")
-    report.findings.extend(_md5_findings(path, group.digest, description.digest))
     report.seq_length, report.seed, report.num_samples_requested = (fields.get("seq_length"), fields.get("seed"),
                                                                     fields.get("num_samples"))
     report.split, report.add_extra_token = name if isinstance(name, str) else group.split, 1
     return fields.get("data_prefix"), None
 
 
-def _md5_findings(path: str, digest: str, actual: str) -> list[Finding]:
-    if actual == digest:
-        return []
-    return [finding(path, "description md5", f"{digest} (the hash in the file names)", actual,
-                    "the description was edited or belongs to other files: the cache cannot be trusted")]
-
-
-def _describe_mcore(group: names.CacheGroup, report: IndexReport, path: str,
+def _describe_mcore(group: names.CacheGroup, report: IndexReport, path: str, fields: dict[str, Any],
                     add_extra_token: int | None) -> tuple[str | None, Bookends | None]:
     """megatron-core's description (``add_extra_token`` None: not recorded, inferred from the files later); a
     null split_matrix (blend_per_split) makes the split the whole .idx."""
-    description = read_mcore_description(path)
-    fields = description.fields
     found = report.findings
-    found.extend(_md5_findings(path, group.digest, description.digest))
     if fields.get("class") != "GPTDataset":
         found.append(finding(path, "description class", "GPTDataset", fields.get("class")))
     if fields.get("index_split") != group.split:
