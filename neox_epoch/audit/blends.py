@@ -21,7 +21,7 @@ from neox_epoch.audit import names
 from neox_epoch.audit.descriptions import child_digest, read_mcore_description
 from neox_epoch.audit.exposure import ExposureReport
 from neox_epoch.audit.findings import FileProblem, Finding, JsonFields, finding
-from neox_epoch.audit.npy import CHUNK_ROWS, NpyInfo, NpyReader, read_header
+from neox_epoch.audit.npy import NpyInfo, NpyReader, read_header
 from neox_epoch.audit.validate import STALE_HINT, Progress
 from neox_epoch.semantics import neox as neox_sem
 
@@ -47,6 +47,7 @@ class SourceReport(JsonFields):
     second_pass_iteration: int | None = None  # 1-based iteration containing it (needs the global batch size).
     exposure: ExposureReport | None = field(default=None, repr=False)  # The source's exposure (JSON: under its index).
 
+
 @dataclass
 class BlendReport(JsonFields):
     """One blend (megatron-core BlendedDataset cache, or a NeoX blend replayed from its weights)."""
@@ -65,6 +66,7 @@ class BlendReport(JsonFields):
     children: list[str | None] = field(default_factory=list, repr=False)
     """Stems of the sources' index caches (None: not found)."""
     dataset_index_ok: bool = field(default=True, repr=False)
+
 
 def read_mcore_blend(group: names.CacheGroup) -> BlendReport:
     """The blend's description (checked) and its sources' cache stems; arrays are read by :func:`scan_blend`."""
@@ -134,9 +136,8 @@ def scan_blend(rep: BlendReport, group: names.CacheGroup, consumed: int | None, 
         return draws, draws_consumed, None
     rep.size = size
     stop = min(consumed, size) if consumed is not None else 0
-    progress.start("blend", size)
     with NpyReader(index_info) as index_reader, NpyReader(sample_info) as sample_reader:
-        for start, chosen in index_reader.chunks(rows=CHUNK_ROWS):
+        for start, chosen in index_reader.chunks(progress=progress, label="blend"):
             samples = sample_reader.read(start, start + chosen.shape[0])
             chosen = chosen.astype(np.int64)
             if int(chosen.min()) < 0 or int(chosen.max()) >= sources:
@@ -148,8 +149,7 @@ def scan_blend(rep: BlendReport, group: names.CacheGroup, consumed: int | None, 
             if not _draws_in_order(rep, sample_info.path, start, chosen, samples, draws, draws_consumed,
                                    positions, stop):
                 break
-            progress.advance(chosen.shape[0])
-    progress.done()
+    progress.done()  # (again, when a damaged chunk ended the pass early)
     if rep.dataset_index_ok:
         _check_greedy(rep, index_info.path, draws)
     if positions is None:
@@ -226,7 +226,7 @@ def second_pass_positions(path: str, marks: dict[int, int], stop: int) -> dict[i
     found: dict[int, int] = {}
     counts = dict.fromkeys(marks, 0)
     with NpyReader(read_header(path)) as reader:
-        for start, chosen in reader.chunks(stop=stop, rows=CHUNK_ROWS):
+        for start, chosen in reader.chunks(stop=stop):
             for source, target in marks.items():
                 if source in found:
                     continue

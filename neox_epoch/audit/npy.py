@@ -22,6 +22,22 @@ from neox_epoch.audit.findings import FileProblem
 CHUNK_ROWS = 1 << 22
 
 
+class Progress:
+    """Progress sink (see :class:`neox_epoch.audit.report.TtyProgress`); this one ignores everything."""
+
+    def describe(self, what: str) -> None:
+        """The index or blend the next passes are about."""
+
+    def start(self, label: str, total: int) -> None:
+        """Begin a pass of ``total`` units."""
+
+    def advance(self, units: int) -> None:
+        """``units`` more done."""
+
+    def done(self) -> None:
+        """The pass ended."""
+
+
 @dataclass(frozen=True)
 class NpyInfo:
     """The header of one .npy file and where its data starts."""
@@ -136,8 +152,14 @@ class NpyReader:
             out[:, j] = self._read(j * info.rows + start, stop - start)
         return out.reshape((stop - start, *info.shape[1:]))
 
-    def chunks(self, start: int = 0, stop: int | None = None, rows: int = CHUNK_ROWS) -> Iterator[tuple[int, np.ndarray]]:
-        """Yield ``(first_row, array)`` for consecutive chunks of ``rows`` rows."""
+    def chunks(self, stop: int | None = None, rows: int = CHUNK_ROWS, progress: Progress | None = None,
+               label: str = "") -> Iterator[tuple[int, np.ndarray]]:
+        """Yield ``(first_row, array)`` for consecutive chunks of ``rows`` rows, a pass ``label`` of ``progress``."""
         stop = self.info.rows if stop is None else min(stop, self.info.rows)
-        for first in range(start, stop, rows):
-            yield first, self.read(first, min(first + rows, stop))
+        progress = progress or Progress()
+        progress.start(label, stop)
+        for first in range(0, stop, rows):
+            chunk = self.read(first, min(first + rows, stop))
+            yield first, chunk
+            progress.advance(chunk.shape[0])
+        progress.done()

@@ -24,7 +24,7 @@ from neox_epoch.audit.consumption import Consumption
 from neox_epoch.audit.descriptions import read_legacy_description, read_mcore_description
 from neox_epoch.audit.exposure import ExposureReport, ManifestChunk, StreamPass, kernel, zeros
 from neox_epoch.audit.findings import FileProblem, Finding, JsonFields, finding
-from neox_epoch.audit.npy import NpyInfo, NpyReader, read_header
+from neox_epoch.audit.npy import NpyInfo, NpyReader, Progress, read_header
 from neox_epoch.errors import IndexFileError
 from neox_epoch.semantics import mcore as mcore_sem
 from neox_epoch.semantics.built import IndexNumbers, extra_token_from_files, index_numbers
@@ -66,21 +66,6 @@ class IndexReport(JsonFields):
     notes: list[str] = field(default_factory=list)
     exposure: ExposureReport | None = None
     digest: str = field(default="", repr=False)
-
-class Progress:
-    """Progress sink (see :class:`neox_epoch.audit.report.TtyProgress`); this one ignores everything."""
-
-    def describe(self, what: str) -> None:
-        """The index or blend the next passes are about."""
-
-    def start(self, label: str, total: int) -> None:
-        """Begin a pass of ``total`` units."""
-
-    def advance(self, units: int) -> None:
-        """``units`` more done."""
-
-    def done(self) -> None:
-        """The pass ended."""
 
 
 # ---- stage 1: what the name or the description says ----------------------------------------------------
@@ -198,12 +183,9 @@ def scan_documents(reader: NpyReader, sequences: int, idx_path: str,
                    progress: Progress) -> tuple[int, int, Finding | None]:
     """(the smallest document id, the largest + 1, a problem): the ids must be inside the .idx."""
     lows, highs = [], []
-    progress.start("documents", reader.info.rows)
-    for _, ids in reader.chunks(rows=1 << 22):
+    for _, ids in reader.chunks(progress=progress, label="documents"):
         lows.append(int(ids.min()))
         highs.append(int(ids.max()))
-        progress.advance(ids.shape[0])
-    progress.done()
     if not lows:
         return 0, 0, finding(reader.info.path, "document index", "at least one document", "an empty array")
     low, high = min(lows), max(highs)
@@ -236,8 +218,7 @@ def count_draws(reader: NpyReader, samples: int, consumption: Consumption | None
     store = zeros(samples, np.uint8 if top < 254 else np.uint16 if top < 65534 else np.uint32)
     sample_draws = np.full((samples, 2), -1, np.int64) if manifest and consumption is not None else None
     block_max, index = -1, np.empty(STREAM_CHUNK, np.intp)  # numpy scatters twice as fast with intp indices
-    progress.start("shuffle", samples)
-    for start, ids in reader.chunks(rows=STREAM_CHUNK):
+    for start, ids in reader.chunks(rows=STREAM_CHUNK, progress=progress, label="shuffle"):
         if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= samples):
             bad = int(np.argmax((ids < 0) | (ids >= samples)))
             return Draws(None, None, -1, (finding(path, "shuffle entry", f"sample ids in [0, {samples})",
@@ -250,8 +231,6 @@ def count_draws(reader: NpyReader, samples: int, consumption: Consumption | None
             sample_draws[chunk, 0], sample_draws[chunk, 1] = consumption.first_last(start, stop)
         if start < first_block:
             block_max = max(block_max, int(ids[: first_block - start].max()))
-        progress.advance(ids.shape[0])
-    progress.done()
     if not store.all():  # (no temporary array of S flags)
         missing = np.flatnonzero(store == 0)
         return Draws(None, None, -1, (finding(
@@ -358,8 +337,7 @@ def walk_stream(doc_r: NpyReader, sample_r: NpyReader, walker: StreamPass, sampl
     problem: Finding | None = None
     last: int | None = None
     tail = np.zeros(walker.sizes.shape[0], bool) if tail_from is not None else None
-    progress.start("stream", doc_r.info.rows)
-    for start, ids in doc_r.chunks(rows=STREAM_CHUNK):
+    for start, ids in doc_r.chunks(rows=STREAM_CHUNK, progress=progress, label="stream"):
         positions = walker.advance(ids)
         if tail is not None and tail_from is not None and start + ids.shape[0] > tail_from:
             tail[ids[max(0, tail_from - start) :] - walker.first_id] = True
@@ -369,8 +347,6 @@ def walk_stream(doc_r: NpyReader, sample_r: NpyReader, walker: StreamPass, sampl
                 found_last, problem = check_rows(sample_r.info.path, first_row, block, start, positions, samples,
                                                  walker.seq_length)
                 last = found_last if found_last is not None else last
-        progress.advance(ids.shape[0])
-    progress.done()
     problem = problem or rows.leftover(doc_r.info.rows)
     copies = None
     if not walker.copies_match():  # the mix sum says they are not all `epochs` (or there is no kernel): count them
