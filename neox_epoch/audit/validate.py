@@ -252,14 +252,13 @@ class SampleRows:
         path, row = self.reader.info.path, self.next_row
         block = self.reader.read(row, row + STREAM_CHUNK)
         self.next_row += block.shape[0]
-        entries = block[:, 0]
-        if entries.shape[0] and (entries[0] < self.previous or bool((entries[1:] < entries[:-1]).any())):
-            back = np.flatnonzero(np.diff(entries, prepend=self.previous) < 0)
+        back = np.flatnonzero(np.diff(block[:, 0], prepend=self.previous) < 0)
+        if back.size:
             return finding(path, "sample index order", "non-decreasing document positions",
                            f"row {row + back[0]} goes back to {int(block[back[0], 0])}", "the sample index is damaged: "
                            + STALE_HINT)
-        if bool((block[:, 1] < 0).any()):
-            negative = np.flatnonzero(block[:, 1] < 0)
+        negative = np.flatnonzero(block[:, 1] < 0)
+        if negative.size:
             return finding(path, "sample offset", ">= 0", f"{int(block[negative[0], 1])} at row {row + negative[0]}")
         self.previous, self.pending = int(block[-1, 0]), block
         return None
@@ -309,10 +308,8 @@ def check_rows(path: str, first_row: int, rows: np.ndarray, start: int, position
     at = int(np.argmax(bad))
     entry, offset, size = int(rows[at, 0]), int(rows[at, 1]), int(positions[local[at] + 1] - positions[local[at]])
     row = f"sample_idx[{first_row + at}] = ({entry}, {offset})"
-    if offset > size:
-        found = f"{row}: offset past the end of the document at entry {entry} ({size} tokens)"
-    else:
-        found = f"{row} at token {int(where[at])}"
+    found = (f"{row}: offset past the end of the document at entry {entry} ({size} tokens)" if offset > size
+             else f"{row} at token {int(where[at])}")
     expected_text = (f"stream token {(first_row + at) * seq_length} (= {first_row + at} x seq_length {seq_length}) "
                      "from doc_idx and the current .idx sizes")
     return last, finding(path, "sample boundary", expected_text, found, DIVERGENCE)
@@ -539,16 +536,14 @@ def _separation(path: str, numbers: IndexNumbers, draws: Draws, samples: int) ->
 def _run_passes(report: IndexReport, setting: Setting, consumption_for: ConsumptionFor | None,
                 manifest: ManifestSink | None, progress: Progress,
                 iteration_of: Callable[[int], int | None] | None) -> None:
-    kind, samples = setting.group.kind, setting.samples
+    kind, samples, sequences = setting.group.kind, setting.samples, setting.header.sequence_count
     doc_info, sample_info, shuffle_info = setting.infos
     with NpyReader(doc_info) as doc_r, NpyReader(sample_info) as sample_r, NpyReader(shuffle_info) as shuffle_r:
-        first_id, stop_id, problem = scan_documents(doc_r, setting.header.sequence_count,
-                                                    setting.header.prefix + ".idx", progress)
+        first_id, stop_id, problem = scan_documents(doc_r, sequences, setting.header.prefix + ".idx", progress)
         if problem is not None:
             report.findings.append(problem)
             return
         report.document_range = [first_id, stop_id]
-        sequences = setting.header.sequence_count
         expected = mcore_sem.split_range(setting.bookends, sequences) if setting.bookends is not None else None
         if expected is not None and expected[1] > expected[0] and (first_id, stop_id) != expected:
             report.findings.append(finding(
