@@ -408,16 +408,6 @@ def number_findings(paths: tuple[str, str], kind: str, numbers: IndexNumbers, co
     return found
 
 
-def final_boundary(path: str, last_position: int | None, samples: int, seq_length: int,
-                   stream_tokens: int) -> Finding | None:
-    """Row S at ``S*L`` (the last partial sample dropped) or at ``E*T - a`` (kept)."""
-    candidates = [samples * seq_length] + [stream_tokens - a for a in (1, 0) if samples * seq_length > stream_tokens - a]
-    if last_position is None or last_position in candidates:
-        return None
-    return finding(path, "sample boundary", f"stream token {candidates[0]} for the last row {samples}",
-                   f"token {last_position}", DIVERGENCE)
-
-
 def seed_findings(doc_r: NpyReader, shuffle_r: NpyReader, seed: int, first_id: int, stop_id: int, epochs: int,
                   first_block: int | None) -> list[Finding]:
     """doc_idx and shuffle_idx exactly what the seed builds (:mod:`neox_epoch.semantics.orders`)."""
@@ -590,13 +580,16 @@ def _conclude(report: IndexReport, setting: Setting, stream: Stream, sizes: np.n
     if stream.tail_missing:
         report.findings.append(finding(doc_path, "final-epoch separation", "each document once in the last epoch block",
                                        f"{stream.tail_missing} documents missing from it", STALE_HINT))
-    final = None if stream.findings else final_boundary(sample_path, stream.last_position, samples, seq_length,
-                                                         stream.total_tokens)
-    if final is not None:
-        report.findings.append(final)
+    # row S at S*L (the last partial sample dropped) or at E*T - a (kept)
+    end, last = stream.total_tokens, stream.last_position
+    ends = [samples * seq_length] + [end - a for a in (1, 0) if samples * seq_length > end - a]
+    final_ok = bool(stream.findings) or last is None or last in ends
+    if not final_ok:
+        report.findings.append(finding(sample_path, "sample boundary",
+                                       f"stream token {ends[0]} for the last row {samples}", f"token {last}", DIVERGENCE))
     extra = report.add_extra_token
     if kind == names.MCORE and extra is None:
-        extra = extra_token_from_files(stream.total_tokens, stream.last_position, samples, seq_length) if final is None else None
+        extra = extra_token_from_files(end, last, samples, seq_length) if final_ok else None
         if extra is None and copies.tokens % seq_length == 0:
             report.notes.append("add_extra_token_to_sequence is not recorded in the cache and not inferable from it; "
                                 "samples_per_epoch assumes 1 (the default): pass --add-extra-token 0 if the run used 0")
@@ -608,7 +601,7 @@ def _conclude(report: IndexReport, setting: Setting, stream: Stream, sizes: np.n
     trusted = not stream.findings and not copies.findings
     report.findings.extend(number_findings((doc_path, sample_path), kind, numbers, copies, samples,
                                            report.num_samples_requested, seq_length, trusted))
-    return copies, final is None
+    return copies, final_ok
 
 
 def _expose(report: IndexReport, walker: StreamPass, consumption: Consumption, trusted: bool,
