@@ -224,18 +224,16 @@ def _finish_blend(blend: BlendReport, reports: dict[str, IndexReport], iteration
     for number, (source, stem) in enumerate(zip(blend.sources, blend.children)):
         child = reports.get(stem) if stem else None
         if child is None:
-            blend.findings.append(finding(stem or blend.path, f"source {number}",
-                                          "its GPTDataset cache beside the blend", "no such files",
-                                          "per-source numbers need the source's cache"))
+            blend.findings.append(finding(stem or blend.path, f"source {number}", "its GPTDataset cache beside the "
+                                          "blend", "no such files", "per-source numbers need the source's cache"))
             continue
         source.length, source.samples_per_epoch, source.epochs = child.length, child.samples_per_epoch, child.epochs
         if source.draws_consumed is not None and child.samples_per_epoch:
             source.passes = round(source.draws_consumed / child.samples_per_epoch, 6)
         if source.draws is not None and child.length is not None and source.draws > child.length:
             blend.findings.append(finding(
-                blend.files.get(names.DATASET, blend.path), f"source {number} draws",
-                f"<= {child.length} (len of its GPTDataset)", source.draws,
-                "megatron-core raises on such a blend: the files do not belong together"))
+                blend.files.get(names.DATASET, blend.path), f"source {number} draws", f"<= {child.length} (len of its "
+                "GPTDataset)", source.draws, "megatron-core raises on such a blend: the files do not belong together"))
         if child.exposure is not None:
             source.exposure = child.exposure
             parts.append(child.exposure)
@@ -313,9 +311,8 @@ def _neox_blend(train: list[names.CacheGroup], options: AuditOptions, result: Au
         chosen.append(next((group for group in groups if group.neox and group.neox.num_samples == requests[number]),
                            groups[0]))
         if chosen[-1].neox and chosen[-1].neox.num_samples != requests[number]:
-            result.notes.append(f"NeoX blend source {number}: no index built for {requests[number]} samples "
-                                f"(ceil({consumed} x {norm[number]:.6g} x 1.005)); "
-                                f"using {os.path.basename(groups[0].stem)}")
+            result.notes.append(f"NeoX blend source {number}: no index built for {requests[number]} samples (ceil("
+                                f"{consumed} x {norm[number]:.6g} x 1.005)); using {os.path.basename(groups[0].stem)}")
     lengths: list[int] = []
     for group in chosen:
         try:

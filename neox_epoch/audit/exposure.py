@@ -150,12 +150,11 @@ class StreamPass:
             np.cumsum(self.sizes[documents - self.first_id], dtype=np.int64, out=positions[1:])
             positions[1:] += self.position
         else:
+            ids, sizes = np.ascontiguousarray(documents, dtype=np.int32), self.sizes if self.records is None else None
             positions[-1] = kernel.stream(
-                np.ascontiguousarray(documents, dtype=np.int32), self.first_id,
-                self.sizes if self.records is None else None, self.records, self.position,
-                self.epochs, self.draws, self.seq_length, self.samples, positions, self.tokens_hist,
-                self.documents_hist, self.stats, self.sample_draws, self.per_document,
-                self.tokens_out, self.token_starts)
+                ids, self.first_id, sizes, self.records, self.position, self.epochs, self.draws, self.seq_length,
+                self.samples, positions, self.tokens_hist, self.documents_hist, self.stats, self.sample_draws,
+                self.per_document, self.tokens_out, self.token_starts)
         self.position = int(positions[-1])
         return positions
 

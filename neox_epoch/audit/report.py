@@ -128,7 +128,8 @@ class ManifestWriter:
         head = f"{_csv(rep.path)},{_csv(rep.split)},{_csv(rep.data_prefix or '')}"
         lines, batch = [], self.gbs
         # the chunk's fields in order: document, tokens, min, max and summed exposure, first and last draw
-        for document, tokens, low, high, total, first, last in zip(*(column.tolist() for column in vars(chunk).values())):
+        columns = (column.tolist() for column in vars(chunk).values())
+        for document, tokens, low, high, total, first, last in zip(*columns):
             samples = ["" if sample < 0 else str(sample) for sample in (first, last)]
             iterations = ["" if sample < 0 or not batch else str(sample // batch + 1) for sample in (first, last)]
             lines.append(f"{head},{document},{tokens},{low},{high},{total},{','.join(samples + iterations)}\n")

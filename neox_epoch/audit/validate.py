@@ -585,8 +585,8 @@ def _conclude(report: IndexReport, setting: Setting, stream: Stream, sizes: np.n
     ends = [samples * seq_length] + [end - a for a in (1, 0) if samples * seq_length > end - a]
     final_ok = bool(stream.findings) or last is None or last in ends
     if not final_ok:
-        report.findings.append(finding(sample_path, "sample boundary",
-                                       f"stream token {ends[0]} for the last row {samples}", f"token {last}", DIVERGENCE))
+        report.findings.append(finding(sample_path, "sample boundary", f"stream token {ends[0]} for the last row "
+                                       f"{samples}", f"token {last}", DIVERGENCE))
     extra = report.add_extra_token
     if kind == names.MCORE and extra is None:
         extra = extra_token_from_files(end, last, samples, seq_length) if final_ok else None
