@@ -10,7 +10,7 @@ from typing import IO, Any
 
 from neox_epoch.audit.audit import AuditResult
 from neox_epoch.audit.blends import BlendReport
-from neox_epoch.audit.exposure import ExposureReport, ManifestChunk
+from neox_epoch.audit.exposure import ManifestChunk
 from neox_epoch.audit.findings import AuditError
 from neox_epoch.audit.validate import IndexReport, Progress
 from neox_epoch.text import fmt as _fmt
@@ -60,22 +60,20 @@ def _hist_line(h: dict[int, int]) -> str:
 
 def _tail(report: IndexReport | BlendReport, indent: str) -> list[str]:
     """A report's exposure, notes and findings, and a blank line."""
-    lines = [] if report.exposure is None else _exposure_lines(report.exposure, indent)
+    e, lines = report.exposure, []
+    if e is not None:
+        docs = sum(e.documents.values())
+        lines = [f"{indent}consumed samples: {e.consumed_samples:,d}",
+                 f"{indent}tokens seen:      {_hist_line(e.tokens)}",
+                 f"{indent}documents (whole): {_hist_line(e.documents)}",
+                 f"{indent}never seen:       {e.tokens_unseen:,d} tokens, {e.documents_unseen:,d} of {docs:,d} "
+                 f"documents; partly seen: {e.documents_partial:,d} documents"]
+        if e.second_pass_sample is not None:
+            it = f" (iteration {e.second_pass_iteration:,d})" if e.second_pass_iteration is not None else ""
+            lines.append(f"{indent}second pass from blend/global sample {e.second_pass_sample:,d}{it}")
+        lines.extend(f"{indent}note: {n}" for n in e.notes)
     lines += [f"  note: {note}" for note in report.notes]
     return lines + [f"  FINDING {item}" for item in report.findings] + [""]
-
-
-def _exposure_lines(e: ExposureReport, indent: str = "    ") -> list[str]:
-    docs = sum(e.documents.values())
-    lines = [f"{indent}consumed samples: {e.consumed_samples:,d}", f"{indent}tokens seen:      {_hist_line(e.tokens)}",
-             f"{indent}documents (whole): {_hist_line(e.documents)}",
-             f"{indent}never seen:       {e.tokens_unseen:,d} tokens, {e.documents_unseen:,d} of {docs:,d} documents;"
-             f" partly seen: {e.documents_partial:,d} documents"]
-    if e.second_pass_sample is not None:
-        it = f" (iteration {e.second_pass_iteration:,d})" if e.second_pass_iteration is not None else ""
-        lines.append(f"{indent}second pass from blend/global sample {e.second_pass_sample:,d}{it}")
-    lines.extend(f"{indent}note: {n}" for n in e.notes)
-    return lines
 
 
 def _table(headers: tuple[str, ...], rows: list[tuple[Any, ...]], indent: str = "  ") -> list[str]:

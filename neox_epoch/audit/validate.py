@@ -537,9 +537,8 @@ def _run_passes(report: IndexReport, setting: Setting, consumption_for: Consumpt
         expected = mcore_sem.split_range(setting.bookends, sequences) if setting.bookends is not None else None
         if expected is not None and expected[1] > expected[0] and (first_id, stop_id) != expected:
             report.findings.append(finding(
-                doc_info.path, "document range",
-                f"[{expected[0]}, {expected[1]}) from split_matrix and {sequences} sequences",
-                f"[{first_id}, {stop_id})", "the corpus or split changed since the build: " + STALE_HINT))
+                doc_info.path, "document range", f"[{expected[0]}, {expected[1]}) from split_matrix and {sequences} "
+                "sequences", f"[{first_id}, {stop_id})", "the corpus or split changed since the build: " + STALE_HINT))
         sizes = _sizes(setting.header, first_id, stop_id)
         documents = stop_id - first_id
         epochs = doc_r.info.rows // documents if doc_r.info.rows % documents == 0 else 0
