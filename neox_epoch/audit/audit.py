@@ -30,7 +30,7 @@ from neox_epoch.audit.consumption import Consumption
 from neox_epoch.audit.exposure import ExposureReport, ManifestChunk
 from neox_epoch.audit.findings import FileProblem, Finding, finding
 from neox_epoch.audit.npy import read_header
-from neox_epoch.audit.validate import IndexReport, Progress, audit_index
+from neox_epoch.audit.validate import IndexReport, IterationOf, Progress, audit_index
 from neox_epoch.errors import IndexFileError
 from neox_epoch.semantics import neox as neox_sem
 
@@ -107,7 +107,6 @@ def _group_for_stem(stem: str) -> names.CacheGroup | None:
 
 
 Routes = dict[str, "Callable[[str, int], Consumption | None]"]
-IterationOf = Callable[[int], "int | None"]
 
 
 def run_audit(groups: list[names.CacheGroup], options: AuditOptions, progress: Progress | None = None,

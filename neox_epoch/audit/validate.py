@@ -435,6 +435,7 @@ def seed_findings(doc_r: NpyReader, shuffle_r: NpyReader, seed: int, first_id: i
 
 ConsumptionFor = Callable[[str, int], "Consumption | None"]
 ManifestSink = Callable[[IndexReport, ManifestChunk], None]
+IterationOf = Callable[[int], "int | None"]
 
 
 @dataclass(frozen=True)
@@ -452,7 +453,7 @@ class Setting:
 def audit_index(group: names.CacheGroup, resolve_prefix: Callable[[str | None], str | None] | None = None,
                 add_extra_token: int | None = None, consumption_for: ConsumptionFor | None = None,
                 manifest: ManifestSink | None = None, progress: Progress | None = None,
-                iteration_of: Callable[[int], int | None] | None = None) -> IndexReport:
+                iteration_of: IterationOf | None = None) -> IndexReport:
     """Audit one GPT index; never raises for a damaged file (findings instead)."""
     report = IndexReport(kind=group.kind, path=group.stem, split=group.split, files=dict(group.files),
                          digest=group.digest)
@@ -524,8 +525,7 @@ def _separation(path: str, numbers: IndexNumbers, draws: Draws, samples: int) ->
 
 
 def _run_passes(report: IndexReport, setting: Setting, consumption_for: ConsumptionFor | None,
-                manifest: ManifestSink | None, progress: Progress,
-                iteration_of: Callable[[int], int | None] | None) -> None:
+                manifest: ManifestSink | None, progress: Progress, iteration_of: IterationOf | None) -> None:
     kind, samples, sequences = setting.group.kind, setting.samples, setting.header.sequence_count
     doc_info, sample_info, shuffle_info = setting.infos
     with NpyReader(doc_info) as doc_r, NpyReader(sample_info) as sample_r, NpyReader(shuffle_info) as shuffle_r:
@@ -604,7 +604,7 @@ def _conclude(report: IndexReport, setting: Setting, stream: Stream, sizes: np.n
 
 
 def _expose(report: IndexReport, walker: StreamPass, consumption: Consumption, trusted: bool,
-            manifest: ManifestSink | None, iteration_of: Callable[[int], int | None] | None) -> None:
+            manifest: ManifestSink | None, iteration_of: IterationOf | None) -> None:
     """The exposure into the report (withheld when the files cannot be trusted: the findings say why)."""
     if kernel is None:
         report.notes.append("exposure not computed: the compiled kernel neox_epoch._exposure is not built "
