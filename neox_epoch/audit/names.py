@@ -59,8 +59,7 @@ class CacheGroup:
 
     kind: str  # `neox`, `megatron-core` or `megatron-legacy`.
     stem: str  # Common path of the files without the role suffix: files with the same stem belong together.
-    files: dict[str, str]
-    """role (`doc`, `sample`, `shuffle`, `description`, `dataset` or `dataset_sample`) -> path."""
+    files: dict[str, str]  # role (`doc`, `sample`, `shuffle`, `description`, `dataset`, `dataset_sample`) -> path.
     dataset_class: str = "GPTDataset"  # GPTDataset or BlendedDataset (megatron-core); GPTDataset for NeoX and legacy.
     split: str = ""  # Split or NeoX dataset name ('' for legacy until the .dsc is read).
     digest: str = ""  # The md5 of megatron-core and legacy names.
