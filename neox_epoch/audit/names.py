@@ -132,8 +132,7 @@ def _beside(prefix: str) -> list[str]:
     if not os.path.isdir(directory):
         raise AuditError(f"{prefix}: no such file, directory or data prefix")
     found = [os.path.join(directory, name) for name in sorted(os.listdir(directory)) if name.startswith(base + "_")]
-    for sub in (os.path.join(prefix, "cache"), os.path.join(directory, "index-cache")):
-        found += _walk(sub) if os.path.isdir(sub) else []
+    found += _walk(os.path.join(prefix, "cache")) + _walk(os.path.join(directory, "index-cache"))  # (none: [])
     if not found:
         raise AuditError(f"{prefix}: no such file or directory, and no index cache files start with this prefix; "
                          "give a cache file, a directory to search, or a data prefix")
