@@ -10,7 +10,7 @@ files the run builds (:func:`neox_epoch.audit.validate.audit_index`); continuing
 When the resumed run builds another index for the source (other epochs, hence another order, or another
 seq_length), the resumed items are those of the new index: the audit adds each token's exposure of both
 passes, the saved run's index for its items and the new index for the resumed run's, token by token
-(:func:`neox_epoch.audit.exposure.from_tokens`). A new index not yet on disk is built in memory as NeoX will
+(:func:`from_tokens`). A new index not yet on disk is built in memory as NeoX will
 build it (:func:`neox_epoch.neox.index.build_joint`) and audited from a temporary directory.
 """
 
@@ -26,7 +26,7 @@ import numpy as np
 from neox_epoch import idx
 from neox_epoch.audit import names
 from neox_epoch.audit.consumption import Consumption
-from neox_epoch.audit.exposure import ExposureReport, StreamPass, from_tokens, kernel
+from neox_epoch.audit.exposure import ExposureReport, StreamPass, from_histograms, kernel
 from neox_epoch.audit.findings import AuditError
 from neox_epoch.audit.validate import audit_index
 from neox_epoch.errors import NeoxEpochError
@@ -40,6 +40,17 @@ if TYPE_CHECKING:
 
 #: tokens past which the token-by-token sum of two indexes is not attempted (4 bytes a token in memory)
 MAX_SUMMED_TOKENS = 1 << 29
+
+
+def from_tokens(exposure: np.ndarray, sizes: np.ndarray, consumed: int) -> ExposureReport:
+    """The report of per-token exposures (``exposure``: one per token of the documents of ``sizes``, in order), as
+    the stream pass's ``tokens_out`` holds them after one or more passes."""
+    documents = np.flatnonzero(sizes)
+    starts = (np.cumsum(sizes, dtype=np.int64) - sizes)[documents]
+    low = np.minimum.reduceat(exposure, starts) if starts.size else np.zeros(0, np.int32)
+    high = np.maximum.reduceat(exposure, starts) if starts.size else np.zeros(0, np.int32)
+    stats = np.array([np.count_nonzero(high == 0), np.count_nonzero(low != high)])
+    return from_histograms(np.bincount(exposure), np.bincount(low), stats, consumed)
 
 
 @dataclass(frozen=True)

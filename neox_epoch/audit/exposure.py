@@ -99,17 +99,6 @@ def from_histograms(tokens_hist: np.ndarray, documents_hist: np.ndarray, stats: 
         token_exposures=sum(times * count for times, count in tokens.items()))
 
 
-def from_tokens(exposure: np.ndarray, sizes: np.ndarray, consumed: int) -> ExposureReport:
-    """The report of per-token exposures (``exposure``: one per token of the documents of ``sizes``, in order), as
-    the stream pass's ``tokens_out`` holds them after one or more passes."""
-    documents = np.flatnonzero(sizes)
-    starts = (np.cumsum(sizes, dtype=np.int64) - sizes)[documents]
-    low = np.minimum.reduceat(exposure, starts) if starts.size else np.zeros(0, np.int32)
-    high = np.maximum.reduceat(exposure, starts) if starts.size else np.zeros(0, np.int32)
-    stats = np.array([np.count_nonzero(high == 0), np.count_nonzero(low != high)])
-    return from_histograms(np.bincount(exposure), np.bincount(low), stats, consumed)
-
-
 class StreamPass:
     """The walk over the document index, chunk by chunk: copy positions, the copies' check and the exposure."""
 
@@ -131,13 +120,13 @@ class StreamPass:
         self.sizes[...] = sizes
         self.sample_draws = sample_draws if self.exposing else None
         self.per_document = zeros((documents, 5), np.int64) if self.sample_draws is not None else None
-        self.tokens_out, self.token_starts = None, None
-        if tokens_out is not None and self.exposing:  # each token's exposure added into it (see from_tokens)
-            self.token_starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)[:-1]]).astype(np.int64)
-            if tokens_out.dtype != np.int32 or tokens_out.shape != (int(np.sum(sizes, dtype=np.int64)),):
-                raise AuditError(f"tokens_out: int32 of one entry per token of the documents expected, got "
-                                 f"{tokens_out.dtype} {tokens_out.shape}")
-            self.tokens_out = tokens_out
+        # each token's exposure added into tokens_out (resume_exposure.from_tokens): a document's tokens from its start
+        self.token_starts = np.cumsum(sizes, dtype=np.int64) - sizes if tokens_out is not None else None
+        self.tokens_out = tokens_out if tokens_out is not None and self.exposing else None
+        if self.tokens_out is not None and (self.tokens_out.dtype != np.int32 or
+                                            self.tokens_out.size != sizes.sum(dtype=np.int64)):
+            raise AuditError(f"tokens_out: int32, one per token of the documents, expected; got {tokens_out.dtype} "
+                             f"{tokens_out.shape}")
 
     def advance(self, documents: np.ndarray) -> np.ndarray:
         """The stream positions of the copies ``documents`` (the next chunk of the document index), and where
