@@ -32,7 +32,7 @@ from neox_epoch.audit.validate import audit_index
 from neox_epoch.errors import NeoxEpochError
 from neox_epoch.neox.index import build_joint, cache_prefix, save_atomic
 from neox_epoch.semantics.built import MCORE, index_numbers
-from neox_epoch.semantics.orders import document_order, sample_order
+from neox_epoch.semantics.orders import seeded_orders
 
 if TYPE_CHECKING:
     from neox_epoch.plan import SourcePlan
@@ -184,13 +184,10 @@ def mcore_orders(document_range: tuple[int, int], tokens: int, epochs: int, sepa
     """megatron-core's GPTDataset orders as its builder makes them (no file needed): the documents of ``epochs``
     epochs shuffled (the last on its own under the 80% rule, ``separate``), then the samples (the final epoch's
     again on their own); ``(document_index, shuffle_index)``."""
-    rng = np.random.RandomState(seed=seed)
     separate = separate and epochs > 1
-    documents = np.arange(*document_range, dtype=np.int32)
-    doc_idx = document_order(documents, [epochs - 1, 1] if separate else [epochs], rng)
     numbers = index_numbers(MCORE, tokens, seq_length, epochs, None, add_extra_token)
-    starts = [0, numbers.first_block, numbers.built] if separate else [0, numbers.built]
-    return doc_idx, sample_order(starts, rng)
+    return seeded_orders(np.arange(*document_range, dtype=np.int32), [epochs - 1, 1] if separate else [epochs],
+                         [0, numbers.first_block, numbers.built] if separate else [0, numbers.built], seed)
 
 
 def predicted_orders(source: SourcePlan, seq_length: int, seed: int, add_extra_token: int,

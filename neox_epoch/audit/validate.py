@@ -28,7 +28,7 @@ from neox_epoch.audit.npy import NpyInfo, NpyReader, Progress, read_header
 from neox_epoch.errors import IndexFileError
 from neox_epoch.semantics import mcore as mcore_sem
 from neox_epoch.semantics.built import IndexNumbers, extra_token_from_files, index_numbers
-from neox_epoch.semantics.orders import document_order, sample_order
+from neox_epoch.semantics.orders import seeded_orders
 
 #: entries of doc_idx (and rows of sample_idx) per chunk
 STREAM_CHUNK = 1 << 18
@@ -411,9 +411,11 @@ def number_findings(paths: tuple[str, str], kind: str, numbers: IndexNumbers, co
 def seed_findings(doc_r: NpyReader, shuffle_r: NpyReader, seed: int, first_id: int, stop_id: int, epochs: int,
                   first_block: int | None) -> list[Finding]:
     """doc_idx and shuffle_idx exactly what the seed builds (:mod:`neox_epoch.semantics.orders`)."""
-    rng = np.random.RandomState(seed)
     blocks = [epochs - 1, 1] if first_block is not None and epochs > 1 else [epochs]
-    expected = document_order(np.arange(first_id, stop_id, dtype=np.int32), blocks, rng)
+    samples = shuffle_r.info.rows
+    cut = first_block if first_block is not None and 0 < first_block < samples else samples
+    expected, expected_shuffle = seeded_orders(np.arange(first_id, stop_id, dtype=np.int32), blocks,
+                                               [0, cut, samples] if cut < samples else [0, samples], seed)
     got = doc_r.read(0, doc_r.info.rows)
     if got.shape != expected.shape or not np.array_equal(got, expected):
         where = int(np.argmax(got != expected)) if got.shape == expected.shape else min(got.shape[0], expected.shape[0])
@@ -421,13 +423,10 @@ def seed_findings(doc_r: NpyReader, shuffle_r: NpyReader, seed: int, first_id: i
                         f"the order random_seed {seed} builds for documents [{first_id}, {stop_id}) x {epochs} epochs",
                         f"a different order from entry {where}", "the index was built with other parameters or data: "
                         + STALE_HINT)]
-    samples = shuffle_r.info.rows
-    cut = first_block if first_block is not None and 0 < first_block < samples else samples
-    expected = sample_order([0, cut, samples] if cut < samples else [0, samples], rng)
     got = shuffle_r.read(0, samples)
-    if not np.array_equal(got.astype(np.int64), expected.astype(np.int64)):
+    if not np.array_equal(got.astype(np.int64), expected_shuffle.astype(np.int64)):
         return [finding(shuffle_r.info.path, "shuffle index vs seed", f"the permutation random_seed {seed} builds",
-                        f"a different permutation from entry {int(np.argmax(got != expected))}", STALE_HINT)]
+                        f"a different permutation from entry {int(np.argmax(got != expected_shuffle))}", STALE_HINT)]
     return []
 
 

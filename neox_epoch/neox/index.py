@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from neox_epoch.semantics.orders import document_order, sample_order
+from neox_epoch.semantics.orders import sample_order, seeded_orders
 
 #: appended to NeoX's dataset name in the cache file names of epoch-separated indices
 NAME_SUFFIX = "-sepep"
@@ -62,16 +62,15 @@ def build_separated(documents: np.ndarray, sizes: np.ndarray, epochs: int, seq_l
                     build_sample_idx: Callable[..., Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The three arrays for ``epochs`` separated epochs. ``build_sample_idx(sizes, doc_idx, seq, E, T)``
     is NeoX's compiled helper (int32 or int64 variant, chosen by the caller with NeoX's rule)."""
-    rng = np.random.RandomState(seed=seed)
     docs = np.asarray(documents, dtype=np.int32)
-    doc_idx = document_order(docs, [1] * epochs, rng)
     tokens = int(np.sum(sizes[docs], dtype=np.int64))
+    starts = epoch_starts(tokens, seq_length, epochs)
+    doc_idx, shuffle_idx = seeded_orders(docs, [1] * epochs, starts, seed)
     sample_idx = build_sample_idx(sizes, doc_idx, seq_length, epochs, tokens)
     built = sample_idx.shape[0] - 1
-    starts = epoch_starts(tokens, seq_length, epochs)
     if starts[-1] != built:
         raise AssertionError(f"sample index has {built} samples, expected {starts[-1]}")
-    return doc_idx, sample_idx, separated_shuffle(starts, rng)
+    return doc_idx, sample_idx, shuffle_idx
 
 
 def sample_rows(sizes: np.ndarray, doc_idx: np.ndarray, seq_length: int, samples: int) -> np.ndarray:
@@ -89,11 +88,10 @@ def build_joint(documents: np.ndarray, sizes: np.ndarray, epochs: int, seq_lengt
                 seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The three arrays GPT-NeoX's ``_build_index_mappings`` builds for ``epochs`` epochs shuffled together (the
     documents of all epochs in one shuffle, then all samples): what a run will build before it has built it."""
-    rng = np.random.RandomState(seed=seed)
-    doc_idx = document_order(np.asarray(documents, dtype=np.int32), [epochs], rng)
     tokens = int(np.sum(sizes[documents], dtype=np.int64))
     built = (epochs * tokens - 1) // seq_length
-    return doc_idx, sample_rows(sizes, doc_idx, seq_length, built), sample_order([0, built], rng)
+    doc_idx, shuffle_idx = seeded_orders(np.asarray(documents, dtype=np.int32), [epochs], [0, built], seed)
+    return doc_idx, sample_rows(sizes, doc_idx, seq_length, built), shuffle_idx
 
 
 def save_atomic(path: str, array: np.ndarray) -> None:
