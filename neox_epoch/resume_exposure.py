@@ -72,25 +72,20 @@ class SourceExposure:
                 "continued": self.continued.to_json() if self.continued else None, "note": self.note}
 
 
-@dataclass(frozen=True)
-class IndexKey:
-    """What names a NeoX train index: its dataset name, the samples asked, seq_length and seed."""
-
-    name: str
-    num_samples: int | None
-    seq_length: int
-    seed: int
+def _key(source: SourcePlan, name: str, num_samples: int | None, seq_length: int, seed: int) -> names.NeoxName:
+    """What names the NeoX train index of ``source`` (its cache name; pack_impl packed, the only one planned)."""
+    return names.NeoxName(source.prefix, name, num_samples, seq_length, seed, "packed", True)
 
 
-def _on_disk(key: IndexKey, prefix: str) -> names.CacheGroup | None:
-    """The NeoX index ``key`` beside ``prefix`` (NeoX names it by the samples asked, seq_length and seed)."""
+def _on_disk(key: names.NeoxName) -> names.CacheGroup | None:
+    """The NeoX index ``key`` beside its data (NeoX names it by the samples asked, seq_length and seed)."""
     try:
-        groups = names.discover([prefix])
+        groups = names.discover([key.prefix])
     except AuditError:
         return None
     return next((g for g in groups if g.kind == names.NEOX and g.neox is not None and g.split == key.name
-                 and g.neox.num_samples == key.num_samples and g.neox.seq_length == key.seq_length
-                 and g.neox.seed == key.seed), None)
+                 and (g.neox.num_samples, g.neox.seq_length, g.neox.seed) == (key.num_samples, key.seq_length,
+                                                                             key.seed)), None)
 
 
 def _audit(group: names.CacheGroup, prefix: str, prefixes: list[tuple[int, int]],
@@ -103,16 +98,17 @@ def _audit(group: names.CacheGroup, prefix: str, prefixes: list[tuple[int, int]]
     return report.exposure, "; ".join([str(f) for f in report.findings] + report.notes)
 
 
-def _index(key: IndexKey, source: SourcePlan, epochs: int, directory: str) -> tuple[names.CacheGroup, str]:
+def _index(key: names.NeoxName, source: SourcePlan, sizes: np.ndarray, epochs: int,
+           directory: str) -> tuple[names.CacheGroup, str]:
     """The NeoX index ``key`` beside the data when it is there, else built as NeoX will build it (``epochs``
-    shuffled together) into ``directory`` under NeoX's name; (the index, a note when built here)."""
-    group = _on_disk(key, source.prefix)
+    shuffled together) into ``directory`` under NeoX's name; (the index, a note when built here). ``sizes``: the
+    .idx sizes of all documents."""
+    group = _on_disk(key)
     if group is not None:
         return group, ""
-    sizes = np.asarray(idx.sizes_memmap(idx.read_header(source.prefix)))
     arrays = build_joint(np.arange(*source.document_range), sizes, epochs, key.seq_length, key.seed)
     stem = cache_prefix(os.path.join(directory, os.path.basename(source.prefix)), key.name, key.num_samples,
-                        key.seq_length, key.seed, "packed", True)
+                        key.seq_length, key.seed, key.pack_impl or "packed", key.allow_chopped)
     for role, array in zip(("doc_idx", "sample_idx", "shuffle_idx"), arrays):
         save_atomic(f"{stem}_{role}.npy", array)
     (group,) = [g for g in names.discover([directory]) if g.stem == stem]
@@ -120,10 +116,10 @@ def _index(key: IndexKey, source: SourcePlan, epochs: int, directory: str) -> tu
                    f"({epochs} epochs, seed {key.seed})")
 
 
-def _summed(old: names.CacheGroup, new: names.CacheGroup, source: SourcePlan, delta: SourceDelta,
+def _summed(old: names.CacheGroup, new: names.CacheGroup, source: SourcePlan, sizes: np.ndarray, delta: SourceDelta,
             ) -> tuple[ExposureReport | None, str]:
-    """The saved run's items of its index and the resumed run's items of the new one, summed token by token."""
-    sizes = np.asarray(idx.sizes_memmap(idx.read_header(source.prefix)))[slice(*source.document_range)]
+    """The saved run's items of its index and the resumed run's items of the new one, summed token by token
+    (``sizes``: the split's documents)."""
     out = np.zeros(int(np.sum(sizes, dtype=np.int64)), np.int32)
     before, said_old = _audit(old, source.prefix, [(delta.drawn_before, 1)], out)
     after, said_new = _audit(new, source.prefix, [(delta.first + delta.drawn, 1), (delta.first, -1)], out)
@@ -136,8 +132,9 @@ def _summed(old: names.CacheGroup, new: names.CacheGroup, source: SourcePlan, de
 def _exposure(new: NewRun, saved: SavedBuild | None, key: str, source: SourcePlan, delta: SourceDelta,
               directory: str) -> SourceExposure:
     """One source: the resumed run's draws from its index (the saved run's, or a new one), and continuing."""
-    new_key = IndexKey(key, new.builds[key].num_samples, new.plan.seq_length, new.seed)
-    group, built = _index(new_key, source, new.builds[key].epochs, directory)
+    sizes = np.asarray(idx.sizes_memmap(idx.read_header(source.prefix)))  # read once: both indexes share them
+    new_key = _key(source, key, new.builds[key].num_samples, new.plan.seq_length, new.seed)
+    group, built = _index(new_key, source, sizes, new.builds[key].epochs, directory)
     if delta.skipped is not None:  # the same index (same epochs and seq_length): its items before and after
         resumed, said = _audit(group, source.prefix, [(delta.drawn_before, 1), (delta.first + delta.drawn, 1),
                                                       (delta.first, -1)])
@@ -151,9 +148,9 @@ def _exposure(new: NewRun, saved: SavedBuild | None, key: str, source: SourcePla
     if source.tokens > MAX_SUMMED_TOKENS:
         return SourceExposure(delta.name, None, None, None, f"{source.tokens} tokens: the token-by-token sum of two "
                               f"indexes is not attempted past {MAX_SUMMED_TOKENS} (4 bytes a token in memory)")
-    old_key = IndexKey(key, was.num_samples, saved.seq_length, new.seed if saved.seed is None else saved.seed)
-    old, built_old = _index(old_key, source, was.epochs, directory)
-    resumed, said = _summed(old, group, source, delta)
+    old_key = _key(source, key, was.num_samples, saved.seq_length, new.seed if saved.seed is None else saved.seed)
+    old, built_old = _index(old_key, source, sizes, was.epochs, directory)
+    resumed, said = _summed(old, group, source, sizes[slice(*source.document_range)], delta)
     more = delta.drawn * new_key.seq_length // old_key.seq_length  # as many input tokens, in whole samples
     continued, _ = _audit(old, source.prefix, [(delta.drawn_before + more, 1)])
     notes = [said, built_old, built]
@@ -197,14 +194,13 @@ def predicted_orders(source: SourcePlan, seq_length: int, seed: int, add_extra_t
                         seq_length, seed, add_extra_token)
 
 
-def stream_exposure(out: np.ndarray, source: SourcePlan, orders: tuple[np.ndarray, np.ndarray], seq_length: int,
-                    items: tuple[int, int]) -> None:
+def stream_exposure(out: np.ndarray, source: SourcePlan, sizes: np.ndarray, orders: tuple[np.ndarray, np.ndarray],
+                    seq_length: int, items: tuple[int, int]) -> None:
     """Add into ``out`` (one per token of the source's split) each token's exposure as an input token of the items
-    ``items[0] .. items[1] - 1`` (item ``j`` is sample ``shuffle_index[j]``): the audit's stream pass."""
+    ``items[0] .. items[1] - 1`` (item ``j`` is sample ``shuffle_index[j]``): the audit's stream pass. ``sizes``: the
+    .idx sizes of the split's documents."""
     doc_idx, shuffle = orders
-    draws = np.zeros(shuffle.shape[0], np.uint32)
-    np.add.at(draws, shuffle[items[0]: min(items[1], shuffle.shape[0])].astype(np.int64), 1)
-    sizes = np.asarray(idx.sizes_memmap(idx.read_header(source.prefix)))[slice(*source.document_range)]
+    draws = np.bincount(shuffle[items[0]: items[1]], minlength=shuffle.shape[0]).astype(np.uint32)
     walker = StreamPass(sizes, source.document_range[0], source.epochs_built, draws, seq_length, tokens_out=out)
     for at in range(0, doc_idx.shape[0], 1 << 22):
         walker.advance(doc_idx[at: at + (1 << 22)])
@@ -226,12 +222,12 @@ def megatron_exposures(new: NewRun, old_sources: list[SourcePlan], saved_seq: in
         sizes = np.asarray(idx.sizes_memmap(idx.read_header(now.prefix)))[slice(*now.document_range)]
         old_orders = predicted_orders(was, saved_seq, saved_seed, add_extra_token)
         resumed = np.zeros(int(np.sum(sizes, dtype=np.int64)), np.int32)
-        stream_exposure(resumed, was, old_orders, saved_seq, (0, delta.drawn_before))
-        stream_exposure(resumed, now, predicted_orders(now, new.plan.seq_length, new.seed, add_extra_token),
+        stream_exposure(resumed, was, sizes, old_orders, saved_seq, (0, delta.drawn_before))
+        stream_exposure(resumed, now, sizes, predicted_orders(now, new.plan.seq_length, new.seed, add_extra_token),
                         new.plan.seq_length, (delta.first, delta.first + delta.drawn))
         more = delta.drawn * new.plan.seq_length // saved_seq
         continued = np.zeros_like(resumed)
-        stream_exposure(continued, was, old_orders, saved_seq, (0, delta.drawn_before + more))
+        stream_exposure(continued, was, sizes, old_orders, saved_seq, (0, delta.drawn_before + more))
         out.append(SourceExposure(delta.name, None, from_tokens(resumed, sizes, delta.drawn_before + delta.drawn),
                                   from_tokens(continued, sizes, delta.drawn_before + more),
                                   "orders as megatron-core's builder makes them from the seed (no index file read)"))

@@ -88,13 +88,14 @@ def exposures(group: names.CacheGroup, sources: list[str], resumed: int, continu
     ``continued`` (continuing with the saved batch): :func:`neox_epoch.audit.audit.run_audit` on the blend."""
     from neox_epoch.audit.audit import AuditOptions, run_audit
 
-    reports = []
-    for consumed in (resumed, continued):
+    blends = {}
+    for consumed in {resumed, continued}:  # one audit when they agree (a new batch that divides what is left)
         result = run_audit([group], AuditOptions(consumed=consumed))
-        reports.append(next(b for b in result.blends if b.path == group.stem))
-    said = "; ".join([str(f) for f in reports[0].findings] + reports[0].notes)
+        blends[consumed] = next(b for b in result.blends if b.path == group.stem)
+    said = "; ".join([str(f) for f in blends[resumed].findings] + blends[resumed].notes)
     return tuple(SourceExposure(name, os.path.basename(now.index) if now.index else None, now.exposure, then.exposure,
-                                said) for name, now, then in zip(sources, reports[0].sources, reports[1].sources))
+                                said) for name, now, then in zip(sources, blends[resumed].sources,
+                                                                 blends[continued].sources))
 
 
 def check(ckpt: Checkpoint, ds_config: str, world_size: int | None, cache: str | None,

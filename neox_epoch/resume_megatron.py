@@ -71,7 +71,7 @@ def _new_run(mi: MegatronInput, plan: Plan, lr_follows: bool) -> NewRun:
     blended = len(train) > 1 or weights is not None
     builds = {(f"train_{k}" if blended else "train"): TrainBuild(s.samples_requested, s.epochs_built, s.samples_built,
                                                                   s.separate_final_epoch) for k, s in enumerate(train)}
-    length = blends[0].size if blends and blends[0].size is not None else sum(s.length for s in train)
+    length = split_samples(plan, "train")
     shape = LoaderShape(args.micro_batch_size, args.data_parallel_size,
                         run.global_batch_size // (args.micro_batch_size * args.data_parallel_size))
     return NewRun(shape, plan, tuple(s.name for s in train), weights if blended else None, builds, length, False,

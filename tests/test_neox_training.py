@@ -424,6 +424,18 @@ def test_enforce_refuses_the_resume_that_resume_check_flags(
 STOCK_WEIGHTS = [2.0, 1.0, 1.0]
 
 
+def _stock_resume(run: Run, cfg: dict[str, Any], stop: int, resumed: dict[str, Any],
+                  name: str) -> tuple[Run, dict[str, Any], int]:
+    """Stock NeoX (deepy.py) stopped at ``stop``; ``resume-check --json --exposure`` on its checkpoint with the
+    ``resumed`` config, before the resumed launch ``name`` runs: (the run, what resume-check said, its exit code)."""
+    _ok(_launch(run, {**cfg, "exit_interval": stop}, "first", frameworks.neox_dir(), via="deepy"))
+    check = subprocess.run([sys.executable, "-m", "neox_epoch.cli", "resume-check", run.path("ckpt"),
+                            _write(run, resumed, "check"), "--json", "--exposure"], capture_output=True, text=True,
+                           timeout=300)
+    _ok(_launch(run, resumed, name, frameworks.neox_dir(), via="deepy"))
+    return run, json.loads(check.stdout), check.returncode
+
+
 @pytest.fixture(scope="module")
 def stock_batch_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, dict[str, Any], int]:
     """240 x 4 = 960 samples asked first, 120 x 8 = 960 after the change: the same index files (NeoX names them
@@ -431,13 +443,8 @@ def stock_batch_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, dict
     run = _new_run(tmp_path_factory, "stock")
     cfg = _config(run.root, ["a", "b", "c"], None, train_data_weights=STOCK_WEIGHTS, train_iters=240,
                   checkpoint_factor=BATCH_STOP, eval_interval=50)
-    _ok(_launch(run, {**cfg, "exit_interval": BATCH_STOP}, "first", frameworks.neox_dir(), via="deepy"))
     resumed = {**cfg, "train_iters": 120, "gradient_accumulation_steps": 2, "override_lr_scheduler": True}
-    check = subprocess.run([sys.executable, "-m", "neox_epoch.cli", "resume-check", run.path("ckpt"),
-                            _write(run, resumed, "check"), "--json", "--exposure"], capture_output=True, text=True,
-                           timeout=300)
-    _ok(_launch(run, resumed, "doubled", frameworks.neox_dir(), via="deepy"))
-    return run, json.loads(check.stdout), check.returncode
+    return _stock_resume(run, cfg, BATCH_STOP, resumed, "doubled")
 
 
 def test_resume_check_predicts_what_stock_neox_skips(stock_batch_run: tuple[Run, dict[str, Any], int]) -> None:
@@ -525,13 +532,7 @@ def reweighted_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, dict[
     run = _new_run(tmp_path_factory, "reweighted")
     cfg = _config(run.root, ["a", "b", "c"], None, train_data_weights=STOCK_WEIGHTS, train_iters=240,
                   checkpoint_factor=BATCH_STOP)
-    _ok(_launch(run, {**cfg, "exit_interval": BATCH_STOP}, "first", frameworks.neox_dir(), via="deepy"))
-    resumed = {**cfg, "train_data_weights": REWEIGHTED}
-    check = subprocess.run([sys.executable, "-m", "neox_epoch.cli", "resume-check", run.path("ckpt"),
-                            _write(run, resumed, "check"), "--json", "--exposure"], capture_output=True, text=True,
-                           timeout=300)
-    _ok(_launch(run, resumed, "reweighted", frameworks.neox_dir(), via="deepy"))
-    return run, json.loads(check.stdout), check.returncode
+    return _stock_resume(run, cfg, BATCH_STOP, {**cfg, "train_data_weights": REWEIGHTED}, "reweighted")
 
 
 def test_resume_check_predicts_a_changed_blend_token_by_token(
@@ -587,13 +588,8 @@ def lengthened_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, dict[
     run = _new_run(tmp_path_factory, "lengthened")
     cfg = _config(run.root, ["a", "b", "c"], None, train_data_weights=STOCK_WEIGHTS, train_iters=240,
                   checkpoint_factor=SEQ_STOP, seq_length=SEQ // 2)
-    _ok(_launch(run, {**cfg, "exit_interval": SEQ_STOP}, "first", frameworks.neox_dir(), via="deepy"))
     resumed = {**cfg, "seq_length": SEQ, "train_iters": 180, "override_lr_scheduler": True}
-    check = subprocess.run([sys.executable, "-m", "neox_epoch.cli", "resume-check", run.path("ckpt"),
-                            _write(run, resumed, "check"), "--json", "--exposure"], capture_output=True, text=True,
-                           timeout=300)
-    _ok(_launch(run, resumed, "lengthened", frameworks.neox_dir(), via="deepy"))
-    return run, json.loads(check.stdout), check.returncode
+    return _stock_resume(run, cfg, SEQ_STOP, resumed, "lengthened")
 
 
 def test_resume_check_counts_each_token_across_a_seq_length_change(
