@@ -18,6 +18,7 @@ second (tests compare both paths).
 
 from __future__ import annotations
 
+import argparse
 import base64
 import collections
 import contextlib
@@ -245,54 +246,83 @@ def launcher_world(argv: Sequence[str], *, environ: Mapping[str, str] | None = N
 
 
 def _launcher_world(runner: ModuleType, argv: list[str], env: Mapping[str, str]) -> LauncherWorld:
+    """``runner.main``'s steps up to starting any process: the world ``argv`` gives, with its basis and notes."""
     get_accelerator = import_deepspeed("deepspeed.accelerator").get_accelerator
+    args, resource_pool = _args_and_pool(runner, argv)
+    hostfile = args.hostfile if resource_pool else None
+    visible_env = get_accelerator().visible_devices_envs()[0]
+    include, notes, basis = _visible_devices(args, bool(resource_pool), visible_env, env.get(visible_env, ""))
+    exclude = args.exclude
+    if (args.num_nodes >= 0 or args.num_gpus >= 0) and (include != "" or exclude != ""):
+        raise _refused(ValueError("Cannot specify num_nodes/gpus with include/exclude"), argv)
+    if resource_pool:
+        basis.insert(0, f"hostfile {args.hostfile} ({_pool_text(resource_pool)})")
+    else:
+        resource_pool, local = _local_pool(get_accelerator(), args, argv)
+        basis.insert(0, local)
+    active = _active_resources(runner, args, resource_pool, include, exclude, argv)
+    filters = _filters(include, exclude, args.num_nodes, args.num_gpus)
+    if filters:
+        basis.append(f"{filters} keeps {_describe_hosts(active)}")
+    if hostfile is not None and not args.no_ssh_check and not args.no_ssh:
+        notes.append(f"with a hostfile the launcher first checks passwordless ssh to {next(iter(active))}"
+                     + ("" if args.master_addr else " and asks it for its address (no --master_addr)"))
+    hosts: dict[str, list[int]] = dict(active)
+    backend = "local"
+    if (args.force_multi or len(active) > 1) and not args.no_ssh:
+        backend = args.launcher.lower()
+        notes += _backend_notes(runner, args, backend, active, resource_pool, argv)
+        hosts, line = _backend_hosts(backend, active, resource_pool, argv)
+        basis.append(line)
+    return LauncherWorld(world_size=sum(len(slots) for slots in hosts.values()), hosts=hosts, backend=backend,
+                         hostfile=hostfile, argv=tuple(argv), basis="; ".join(basis), notes=tuple(notes),
+                         deepspeed_version=deepspeed_version())
+
+
+def _args_and_pool(runner: ModuleType, argv: list[str]) -> tuple[argparse.Namespace, dict[str, int] | None]:
+    """The runner's parsed ``argv`` and its ``fetch_hostfile`` pool (None without a hostfile), refusals reworded."""
     try:
         args = runner.parse_args([*argv, PLACEHOLDER_SCRIPT])
     except SystemExit:
         raise ConfigError(f"the deepspeed launcher cannot parse the flags {' '.join(argv)}; check them") from None
-    notes: list[str] = []
-    basis: list[str] = []
     try:
-        resource_pool = runner.fetch_hostfile(args.hostfile)
+        return args, runner.fetch_hostfile(args.hostfile)
     except ValueError as err:
-        raise ConfigError(f'hostfile "{args.hostfile}" is refused by the deepspeed launcher: {err}; fix the file') from None
+        raise ConfigError(f'hostfile "{args.hostfile}" is refused by the deepspeed launcher: {err}; '
+                          "fix the file") from None
     except OSError as err:
         raise ConfigError(f'hostfile "{args.hostfile}" cannot be read ({err.strerror}); check the path') from None
-    hostfile = args.hostfile if resource_pool else None
-    include, exclude = args.include, args.exclude
 
-    # runner.main: VISIBLE_DEVICES becomes --include localhost:<value> without a hostfile and filters
-    visible_env = get_accelerator().visible_devices_envs()[0]
-    visible = env.get(visible_env, "")
-    if not resource_pool and len(visible):
-        if len(include) or len(exclude) or args.num_nodes > 1 or args.num_gpus > 0:
-            notes.append(f"{visible_env}={visible} is ignored by the launcher because launcher flags are given")
-        else:
-            include = f"localhost:{visible}"
-            basis.append(f"{visible_env}={visible} becomes --include {include}")
 
-    if args.num_nodes >= 0 or args.num_gpus >= 0:
-        if include != "" or exclude != "":
-            raise _refused(ValueError("Cannot specify num_nodes/gpus with include/exclude"), argv)
+def _visible_devices(args: argparse.Namespace, has_pool: bool, visible_env: str,
+                     visible: str) -> tuple[str, list[str], list[str]]:
+    """runner.main's VISIBLE_DEVICES rule: the include it leaves, with the notes and basis lines it adds."""
+    if has_pool or not len(visible):
+        return args.include, [], []
+    if len(args.include) or len(args.exclude) or args.num_nodes > 1 or args.num_gpus > 0:
+        note = f"{visible_env}={visible} is ignored by the launcher because launcher flags are given"
+        return args.include, [note], []
+    include = f"localhost:{visible}"
+    return include, [], [f"{visible_env}={visible} becomes --include {include}"]
 
-    multi_node_exec = True
-    if not resource_pool:
-        device_count = get_accelerator().device_count()
-        if device_count == 0:
-            raise _refused(RuntimeError("Unable to proceed, no GPU resources available"), argv)
-        resource_pool = {"localhost": device_count}
-        multi_node_exec = False
-        name = get_accelerator().device_name()
-        basis.insert(0, f"no hostfile ({args.hostfile} not found): localhost with {device_count} {name} device"
-                     f"{'s' if device_count != 1 else ''} (accelerator device_count())")
-    else:
-        basis.insert(0, f"hostfile {args.hostfile} ({_pool_text(resource_pool)})")
 
-    if not multi_node_exec and args.num_nodes > 1:
+def _local_pool(accelerator: Any, args: argparse.Namespace, argv: list[str]) -> tuple[dict[str, int], str]:
+    """runner.main without a hostfile: localhost with the accelerator's devices, and the basis line saying so."""
+    device_count = accelerator.device_count()
+    if device_count == 0:
+        raise _refused(RuntimeError("Unable to proceed, no GPU resources available"), argv)
+    if args.num_nodes > 1:
         raise _refused(ValueError("Num nodes is >1 but no extra nodes available via hostfile"), argv)
+    return {"localhost": device_count}, (
+        f"no hostfile ({args.hostfile} not found): localhost with {device_count} {accelerator.device_name()} device"
+        f"{'s' if device_count != 1 else ''} (accelerator device_count())")
 
+
+def _active_resources(runner: ModuleType, args: argparse.Namespace, pool: Mapping[str, int], include: str,
+                      exclude: str, argv: list[str]) -> collections.OrderedDict[str, list[int]]:
+    """The hosts and slots left after include/exclude and num_nodes/num_gpus, as the backend validates them."""
     try:
-        active = runner.parse_inclusion_exclusion(resource_pool, include, exclude)
+        active = runner.parse_inclusion_exclusion(pool, include, exclude)
         if hasattr(runner, "apply_num_nodes_and_gpus"):  # DeepSpeed >= 0.19
             active = runner.apply_num_nodes_and_gpus(active, args.num_nodes, args.num_gpus)
         else:  # 0.14-0.18 keep the same two steps inline in main()
@@ -306,52 +336,36 @@ def _launcher_world(runner: ModuleType, argv: list[str], env: Mapping[str, str])
     active = collections.OrderedDict((h, list(s)) for h, s in active.items())
     if not active or not any(active.values()):
         raise _refused(ValueError("the include/exclude filter leaves no slots to run on"), argv)
-    filters = _filters(include, exclude, args.num_nodes, args.num_gpus)
-    if filters:
-        basis.append(f"{filters} keeps {_describe_hosts(active)}")
+    return active
 
-    if hostfile is not None and not args.no_ssh_check and not args.no_ssh:
-        notes.append(f"with a hostfile the launcher first checks passwordless ssh to {next(iter(active))}"
-                     + ("" if args.master_addr else " and asks it for its address (no --master_addr)"))
-    multi_node_exec = (args.force_multi or len(active) > 1) and not args.no_ssh
-    world = sum(len(slots) for slots in active.values())
-    hosts: dict[str, list[int]] = dict(active)
-    backend = "local"
-    if multi_node_exec:
-        backend = args.launcher.lower()
-        cls = _backend_class(runner, backend)
-        if cls is None:
-            raise _refused(NotImplementedError(f"Unknown launcher {args.launcher}"), argv)
-        world_info = base64.urlsafe_b64encode(json.dumps(active).encode("utf-8")).decode("utf-8")
-        try:
-            backend_runner = cls(args, world_info) if backend == "pdsh" else cls(args, world_info, resource_pool)
-        except ValueError as err:  # validate_args: MPI-style backends reject include/exclude/num_*
-            raise _refused(err, argv) from None
-        with warnings.catch_warnings():  # mvapich warns when mpiname is missing
-            warnings.simplefilter("ignore")
-            exists = backend_runner.backend_exists()
-        if not exists:
-            notes.append(f"launcher backend '{backend}' is not installed on this machine")
-        if backend in MPI_STYLE_LAUNCHERS:
-            counts = list(resource_pool.values())
-            if backend in SAME_SLOTS_LAUNCHERS and any(c != counts[0] for c in counts):
-                raise _refused(ValueError(f"{SAME_SLOTS_LAUNCHERS[backend]} requires same number of devices "
-                                          "per node"), argv)
-            world = sum(counts)  # mpirun -n sum(hostfile slots)
-            hosts = {h: list(range(n)) for h, n in resource_pool.items()}
-            basis.append(f"--launcher {backend} starts one rank per hostfile slot")
-        else:
-            basis.append(f"--launcher {backend} on {len(active)} host{'s' if len(active) != 1 else ''}")
-    return LauncherWorld(
-        world_size=world,
-        hosts=hosts,
-        backend=backend,
-        hostfile=hostfile,
-        argv=tuple(argv),
-        basis="; ".join(basis),
-        notes=tuple(notes),
-        deepspeed_version=deepspeed_version(),
-    )
+
+def _backend_notes(runner: ModuleType, args: argparse.Namespace, backend: str, active: Mapping[str, list[int]],
+                   pool: Mapping[str, int], argv: list[str]) -> list[str]:
+    """Build the multi-node backend as runner.main does (its refusals reworded); a note if it is not installed."""
+    cls = _backend_class(runner, backend)
+    if cls is None:
+        raise _refused(NotImplementedError(f"Unknown launcher {args.launcher}"), argv)
+    world_info = base64.urlsafe_b64encode(json.dumps(active).encode("utf-8")).decode("utf-8")
+    try:
+        backend_runner = cls(args, world_info) if backend == "pdsh" else cls(args, world_info, pool)
+    except ValueError as err:  # validate_args: MPI-style backends reject include/exclude/num_*
+        raise _refused(err, argv) from None
+    with warnings.catch_warnings():  # mvapich warns when mpiname is missing
+        warnings.simplefilter("ignore")
+        exists = backend_runner.backend_exists()
+    return [] if exists else [f"launcher backend '{backend}' is not installed on this machine"]
+
+
+def _backend_hosts(backend: str, active: Mapping[str, list[int]], pool: Mapping[str, int],
+                   argv: list[str]) -> tuple[dict[str, list[int]], str]:
+    """The hosts and slots a multi-node backend starts ranks on, and the basis line saying why."""
+    if backend not in MPI_STYLE_LAUNCHERS:
+        return dict(active), f"--launcher {backend} on {len(active)} host{'s' if len(active) != 1 else ''}"
+    counts = list(pool.values())
+    if backend in SAME_SLOTS_LAUNCHERS and any(c != counts[0] for c in counts):
+        raise _refused(ValueError(f"{SAME_SLOTS_LAUNCHERS[backend]} requires same number of devices per node"), argv)
+    # mpirun -n sum(hostfile slots)
+    return {h: list(range(n)) for h, n in pool.items()}, f"--launcher {backend} starts one rank per hostfile slot"
 
 
 def _backend_class(runner: ModuleType, backend: str) -> type | None:
