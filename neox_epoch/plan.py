@@ -12,6 +12,7 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import cast
 
 from neox_epoch import blend
 from neox_epoch.builds import FRAMEWORKS as _FRAMEWORK_RECORDS
@@ -375,36 +376,10 @@ def passes_per_source(epochs: float | Mapping[str, float], sources: Sequence[Sou
 def exact_plan(inp: PlanInput, passes: dict[str, float], search_seeds: int = 200) -> Plan:
     """Settings for exactly ``passes[name]`` passes over each train source, and the plan under them."""
     _check_input(inp)
-    specs = list(inp.train_sources)
-    labels = [s.label for s in specs]
-    unknown = sorted(set(passes) - set(labels) - {s.prefix for s in specs})
-    if unknown:
-        raise PlanError(f"--source-epochs: unknown source(s) {unknown}; sources are {labels}")
-    want = [passes.get(s.label, passes.get(s.prefix)) for s in specs]
-    if any(w is None for w in want):
-        missing = [lab for lab, w in zip(labels, want) if w is None]
-        raise PlanError(f"--source-epochs: no target for {missing}; give --epochs N or NAME=E for every source")
-    for lab, w in zip(labels, want):
-        if not (isinstance(w, (int, float)) and math.isfinite(w) and w > 0):
-            raise PlanError(f"--source-epochs: {lab}={w}: epochs must be a finite number > 0, e.g. 1 or 0.5")
-    fw = framework_of(inp)
-    a = fw.extra_token(inp)
-    # one plan with a throwaway train_iters gives the per-source train tokens (split-aware)
+    labels = [s.label for s in inp.train_sources]
+    want = _wanted_passes(inp.train_sources, passes)
     cache: TokenCache = {}
-    probe = make_plan(replace(inp, train_iters=1, train_samples=None, warmup_iters=None), cache=cache)
-    train = [s for s in probe.sources if s.split == "train"]
-    by_prefix = {s.prefix: s for s in train}
-    # NeoX's len(dataset) is samples - 1 and its blend size the sum of those lens: one sample per source is unusable
-    len_minus_one = fw.len_minus_one
-    targets = []
-    for spec, w in zip(specs, want):
-        sp = by_prefix[spec.prefix]
-        t = _target_samples(sp.tokens, inp.seq_length, float(w), a)  # type: ignore[arg-type]
-        if len_minus_one:
-            t = min(t, ((math.ceil(w) * sp.tokens - 1) // inp.seq_length) - 1)
-        if t <= 0:
-            raise PlanError(f"--source-epochs: {spec.label}={w} gives {t} samples (samples per epoch {sp.samples_per_epoch})")
-        targets.append(t)
+    targets = _exact_targets(inp, want, cache)
     total = sum(targets)
     gbs = inp.global_batch_size
     iters = total // gbs
@@ -412,28 +387,80 @@ def exact_plan(inp: PlanInput, passes: dict[str, float], search_seeds: int = 200
         raise PlanError(f"exact plan: {total} samples are less than one global batch ({gbs}); lower the batch size")
     consumed = iters * gbs
     remainder = total - consumed
-    # the remainder under one global batch is taken from sources with fractional targets first: their pass is
-    # partial anyway, so whole-pass sources stay exact
-    fractional = [i for i, w in enumerate(want) if float(w) != math.floor(float(w))]  # type: ignore[arg-type]
-    if fractional and sum(targets[i] for i in fractional) > remainder:
-        cut = _shave([targets[i] for i in fractional], remainder)
-        final = list(targets)
-        for i, t in zip(fractional, cut):
-            final[i] = t
-    else:
-        final = _shave(targets, remainder)
+    final = _fit_remainder(targets, want, remainder)
     arithmetic = [
         f"{lab}: target = {w} passes -> {t} samples" for lab, w, t in zip(labels, want, targets)
     ] + [
         f"train_iters = sum(targets) // global_batch_size = {total} // {gbs} = {iters}; "
         f"remainder = {total} - {iters} * {gbs} = {remainder} samples not drawn"
     ]
-    settings: dict[str, object] = {"train_iters": iters, "train_samples": consumed}
+    plan, settings = _exact_run(inp, iters, labels, final, search_seeds, cache)
+    warnings = [*plan.warnings, *_remainder_warnings(labels, targets, final, inp.seq_length)]
+    if inp.framework == "neox" and inp.per_split_paths:
+        warnings.extend(_without_plugin(inp, iters, cache))
+    return replace(plan, settings={"train_iters": iters, "train_samples": consumed, **settings},
+                   remainder_samples=remainder, remainder_tokens=remainder * inp.seq_length,
+                   arithmetic=tuple(arithmetic) + plan.arithmetic, warnings=tuple(warnings))
+
+
+def _wanted_passes(specs: Sequence[SourceSpec], passes: Mapping[str, float]) -> list[float]:
+    """The passes asked of each train source (by label, else prefix), checked: all named, each finite and > 0."""
+    labels = [s.label for s in specs]
+    unknown = sorted(set(passes) - set(labels) - {s.prefix for s in specs})
+    if unknown:
+        raise PlanError(f"--source-epochs: unknown source(s) {unknown}; sources are {labels}")
+    want = [passes.get(s.label, passes.get(s.prefix)) for s in specs]
+    missing = [lab for lab, w in zip(labels, want) if w is None]
+    if missing:
+        raise PlanError(f"--source-epochs: no target for {missing}; give --epochs N or NAME=E for every source")
+    for lab, w in zip(labels, want):
+        if not (isinstance(w, (int, float)) and math.isfinite(w) and w > 0):
+            raise PlanError(f"--source-epochs: {lab}={w}: epochs must be a finite number > 0, e.g. 1 or 0.5")
+    return cast("list[float]", want)
+
+
+def _exact_targets(inp: PlanInput, want: Sequence[float], cache: TokenCache) -> list[int]:
+    """Samples each train source must give for its wanted passes, from a probe plan's per-source train tokens."""
+    fw = framework_of(inp)
+    a = fw.extra_token(inp)
+    # one plan with a throwaway train_iters gives the per-source train tokens (split-aware)
+    probe = make_plan(replace(inp, train_iters=1, train_samples=None, warmup_iters=None), cache=cache)
+    by_prefix = {s.prefix: s for s in probe.sources if s.split == "train"}
+    targets = []
+    for spec, w in zip(inp.train_sources, want):
+        sp = by_prefix[spec.prefix]
+        t = _target_samples(sp.tokens, inp.seq_length, float(w), a)
+        # NeoX's len(dataset) is samples - 1 and its blend size the sum of those lens: one sample per source is unusable
+        if fw.len_minus_one:
+            t = min(t, ((math.ceil(w) * sp.tokens - 1) // inp.seq_length) - 1)
+        if t <= 0:
+            raise PlanError(f"--source-epochs: {spec.label}={w} gives {t} samples "
+                            f"(samples per epoch {sp.samples_per_epoch})")
+        targets.append(t)
+    return targets
+
+
+def _fit_remainder(targets: list[int], want: Sequence[float], remainder: int) -> list[int]:
+    """The targets less the ``remainder`` under one global batch, taken from fractional-pass sources first."""
+    # their pass is partial anyway, so whole-pass sources stay exact
+    fractional = [i for i, w in enumerate(want) if float(w) != math.floor(float(w))]
+    if not fractional or sum(targets[i] for i in fractional) <= remainder:
+        return _shave(targets, remainder)
+    final = list(targets)
+    for i, t in zip(fractional, _shave([targets[i] for i in fractional], remainder)):
+        final[i] = t
+    return final
+
+
+def _exact_run(inp: PlanInput, iters: int, labels: list[str], final: list[int], search_seeds: int,
+               cache: TokenCache) -> tuple[Plan, dict[str, object]]:
+    """The plan drawing exactly ``final`` in ``iters`` iterations, and the settings besides train_iters it needs."""
+    settings: dict[str, object] = {}
     exact_inp = replace(inp, train_iters=iters, train_samples=None)
     if inp.framework == "megatron-core":
         exact_inp = replace(exact_inp, mcore=replace(inp.mcore, mid_level_dataset_surplus=0.0))
         settings["mid_level_dataset_surplus"] = 0.0
-    if len(specs) == 1:
+    if len(final) == 1:
         if inp.framework == "neox" and inp.per_split_paths:
             exact_inp = replace(exact_inp, neox=replace(inp.neox, blend_buffer=1.0))
             settings["blend_buffer"] = 1.0
@@ -446,18 +473,18 @@ def exact_plan(inp: PlanInput, passes: dict[str, float], search_seeds: int = 200
             settings["blend_buffer"] = "exact"
     drawn = [s.samples_drawn for s in plan.sources if s.split == "train"]
     if drawn != final:
-        raise PlanError(f"exact plan: the framework would draw {drawn}, not the targets {final}; this blend cannot be exact")
-    lost_tokens = remainder * inp.seq_length
-    warnings = list(plan.warnings)
-    for lab, t0, t1 in zip(labels, targets, final):
-        if t0 != t1:
-            warnings.append(PlanWarning(
-                "exact-remainder", f"exact: {lab}: {t0 - t1} of its {t0} target samples fall in the remainder under "
-                f"one global batch ({(t0 - t1) * inp.seq_length} tokens not drawn)", "train", lab))
-    if inp.framework == "neox" and inp.per_split_paths:
-        warnings.extend(_without_plugin(inp, iters, cache))
-    return replace(plan, settings=settings, remainder_samples=remainder, remainder_tokens=lost_tokens,
-                   arithmetic=tuple(arithmetic) + plan.arithmetic, warnings=tuple(warnings))
+        raise PlanError(f"exact plan: the framework would draw {drawn}, not the targets {final}; "
+                        "this blend cannot be exact")
+    return plan, settings
+
+
+def _remainder_warnings(labels: list[str], targets: list[int], final: list[int], seq_length: int) -> list[PlanWarning]:
+    """One warning per source whose target lost samples to the remainder under one global batch."""
+    return [
+        PlanWarning("exact-remainder", f"exact: {lab}: {t0 - t1} of its {t0} target samples fall in the remainder "
+                    f"under one global batch ({(t0 - t1) * seq_length} tokens not drawn)", "train", lab)
+        for lab, t0, t1 in zip(labels, targets, final) if t0 != t1
+    ]
 
 
 def _shave(targets: list[int], remainder: int) -> list[int]:
