@@ -224,49 +224,20 @@ def check_batch(config: BatchConfig, world_size: int, *, neox_world_size: int | 
     dp = data_parallel_size(world_size, pp, mp, sp)
     tbs, mbs, gas = config.train_batch_size, config.train_micro_batch_size_per_gpu, config.gradient_accumulation_steps
     lines = [f"dp = {_dp_formula(sp)} = {world_size} / {_dp_factors(pp, mp, sp)} = {dp}"]
-    findings: list[str] = []
     neox_batch: Batch | None = None
     neox_world = neox_world_size if config.flavor == "neox" and neox_world_size is not None else world_size
 
     if config.flavor == "deepspeed" or neox_world == world_size:
         batch = derive_batch(tbs, mbs, gas, dp)
-        findings += batch_errors(batch)
+        findings = batch_errors(batch)
     else:
-        findings.append(world_disagreement or f"NeoX counted {neox_world} GPUs while the launcher starts {world_size}")
-        neox_ok = False
-        if neox_world <= 0 or neox_world % (pp * mp):
-            lines.append(f"NeoX: dp = global_num_gpus / (pp * mp) = {neox_world} / ({pp} * {mp}) = "
-                         f"{neox_world / (pp * mp):.3g}")
-            if neox_world <= 0:
-                findings.append(f"NeoX stops before launching: with global_num_gpus {neox_world} its dp is 0 and "
-                                "train_batch_size = micro * grad_accum * 0 cannot hold")
-            else:
-                findings.append(f"NeoX stops before launching: (global_num_gpus / pp_size) / mp_size = "
-                                f"({neox_world} / {pp}) / {mp} must be a whole number")
-        else:
-            ndp = neox_world // (pp * mp)
-            neox_batch = derive_batch(tbs, mbs, gas, ndp)
-            lines.append(f"NeoX: dp = global_num_gpus / (pp * mp) = {neox_world} / ({pp} * {mp}) = {ndp}")
-            if neox_batch.derived:
-                lines.append(f"NeoX: {neox_batch.derived}")
-            lines.append(f"NeoX: {neox_batch.equation()}")
-            neox_errors = batch_errors(neox_batch)
-            findings += [f"NeoX stops before launching (dp {ndp}): {e}" for e in neox_errors]
-            neox_ok = not neox_errors
-        if neox_ok and neox_batch is not None:
-            # deepy sends tbs and mbs always, gas only when it differs from NeoX's default 1
-            sent_gas = neox_batch.gradient_accumulation_steps
-            batch = derive_batch(neox_batch.train_batch_size, neox_batch.train_micro_batch_size_per_gpu,
-                                 None if sent_gas == 1 else sent_gas, dp)
-            errors = batch_errors(batch)
-            findings += [f"DeepSpeed in the workers (dp {dp}) gets NeoX's values and stops: {e}" for e in errors]
-            if not errors and batch.gradient_accumulation_steps != sent_gas:
-                findings.append(
-                    f"DeepSpeed in the workers silently re-derives {batch.derived} on the launcher's dp {dp}, "
-                    f"while NeoX's training loop uses gradient_accumulation_steps {sent_gas}: each NeoX iteration "
-                    f"would consume {batch.train_micro_batch_size_per_gpu * sent_gas * dp} samples, not "
-                    f"train_batch_size {batch.train_batch_size}, and the planned iterations would be wrong"
-                )
+        neox_batch, neox_lines, neox_findings = _neox_own_batch(config, neox_world)
+        lines += neox_lines
+        findings = [world_disagreement or f"NeoX counted {neox_world} GPUs while the launcher starts {world_size}",
+                    *neox_findings]
+        if neox_batch is not None and not neox_findings:
+            batch, worker_findings = _workers_batch(neox_batch, dp)
+            findings += worker_findings
         else:
             batch = derive_batch(tbs, mbs, gas, dp)
             findings += [f"with the launcher's dp {dp}: {e}" for e in batch_errors(batch)]
@@ -286,3 +257,42 @@ def check_batch(config: BatchConfig, world_size: int, *, neox_world_size: int | 
         arithmetic=tuple(lines),
         findings=tuple(findings),
     )
+
+
+def _neox_own_batch(config: BatchConfig, neox_world: int) -> tuple[Batch | None, list[str], list[str]]:
+    """NeoX's derivation with its own GPU count: its batch (None when its dp is not whole), arithmetic, findings."""
+    pp, mp = config.pipe_parallel_size, config.model_parallel_size
+    if neox_world <= 0 or neox_world % (pp * mp):
+        line = (f"NeoX: dp = global_num_gpus / (pp * mp) = {neox_world} / ({pp} * {mp}) = "
+                f"{neox_world / (pp * mp):.3g}")
+        if neox_world <= 0:
+            return None, [line], [f"NeoX stops before launching: with global_num_gpus {neox_world} its dp is 0 and "
+                                  "train_batch_size = micro * grad_accum * 0 cannot hold"]
+        return None, [line], [f"NeoX stops before launching: (global_num_gpus / pp_size) / mp_size = "
+                              f"({neox_world} / {pp}) / {mp} must be a whole number"]
+    ndp = neox_world // (pp * mp)
+    neox_batch = derive_batch(config.train_batch_size, config.train_micro_batch_size_per_gpu,
+                              config.gradient_accumulation_steps, ndp)
+    lines = [f"NeoX: dp = global_num_gpus / (pp * mp) = {neox_world} / ({pp} * {mp}) = {ndp}"]
+    if neox_batch.derived:
+        lines.append(f"NeoX: {neox_batch.derived}")
+    lines.append(f"NeoX: {neox_batch.equation()}")
+    return neox_batch, lines, [f"NeoX stops before launching (dp {ndp}): {e}" for e in batch_errors(neox_batch)]
+
+
+def _workers_batch(neox_batch: Batch, dp: int) -> tuple[Batch, list[str]]:
+    """What DeepSpeed in the workers derives from NeoX's values on the launcher's ``dp``, and what goes wrong."""
+    # deepy sends tbs and mbs always, gas only when it differs from NeoX's default 1
+    sent_gas = neox_batch.gradient_accumulation_steps
+    batch = derive_batch(neox_batch.train_batch_size, neox_batch.train_micro_batch_size_per_gpu,
+                         None if sent_gas == 1 else sent_gas, dp)
+    errors = batch_errors(batch)
+    findings = [f"DeepSpeed in the workers (dp {dp}) gets NeoX's values and stops: {e}" for e in errors]
+    if not errors and batch.gradient_accumulation_steps != sent_gas:
+        findings.append(
+            f"DeepSpeed in the workers silently re-derives {batch.derived} on the launcher's dp {dp}, "
+            f"while NeoX's training loop uses gradient_accumulation_steps {sent_gas}: each NeoX iteration "
+            f"would consume {batch.train_micro_batch_size_per_gpu * sent_gas * dp} samples, not "
+            f"train_batch_size {batch.train_batch_size}, and the planned iterations would be wrong"
+        )
+    return batch, findings
