@@ -457,38 +457,14 @@ def plan_input_from_neox(cfg: NeoxConfig, world_size: int | None = None, gbs_ove
     seq = get_int(cfg, "seq_length")
     if seq is None:
         raise ConfigError("seq_length: not set in any config file; NeoX requires it")
-    train_paths = _paths(cfg, "train_data_paths")
-    if train_paths:
-        tw = _weights(cfg, "train_data_weights", len(train_paths))
-        vp, tp = _paths(cfg, "valid_data_paths"), _paths(cfg, "test_data_paths")
-        vw, tsw = _weights(cfg, "valid_data_weights", len(vp)), _weights(cfg, "test_data_weights", len(tp))
-        train = tuple(SourceSpec(p, w) for p, w in zip(train_paths, tw))
-        valid = tuple(SourceSpec(p, w) for p, w in zip(vp, vw))
-        test = tuple(SourceSpec(p, w) for p, w in zip(tp, tsw))
-        per_split = True
-    else:
-        dp = cfg.values.get("data_path")
-        if not dp:
-            raise ConfigError("data_path: none of data_path or train_data_paths is set; point data_path at a prefix")
-        if not isinstance(dp, str):
-            raise ConfigError(f"{cfg.origin.get('data_path')}: data_path: expected one path prefix string, found {dp!r}")
-        train, valid, test, per_split = (SourceSpec(dp),), (), (), False
+    train, valid, test, per_split = _neox_sources(cfg)
     split = cfg.values.get("split", "969, 30, 1")
     if not isinstance(split, str):
         raise ConfigError(f"{cfg.origin.get('split')}: split: expected a string such as \"969,30,1\", found {split!r}")
-    train_iters = get_int(cfg, "train_iters")
-    if train_iters is not None and get_int(cfg, "train_epochs") is not None and cfg.block is None:
-        # NeoX's validate_train_epochs (with the neox_epoch block the plugin clears train_epochs before it runs)
-        raise ConfigError(f"{cfg.origin.get('train_epochs', '<config>')}: train_epochs: given with train_iters "
-                          f"(in {cfg.origin.get('train_iters', '<config>')}); NeoX refuses both (\"Cannot specify both "
-                          "train epochs and train iters simultaneously\"): keep one of them")
-    warm = get_float(cfg, "warmup", 0.01)
-    lr_decay = get_int(cfg, "lr_decay_iters") or train_iters
-    warmup_iters = int(warm * lr_decay) if (warm is not None and lr_decay) else None
+    train_iters, warmup_iters = _neox_iters(cfg)
     pack = cfg.values.get("pack_impl", "packed")
     if pack != "packed":
         raise ConfigError(f"{cfg.origin.get('pack_impl')}: pack_impl: {pack!r} is not planned; only \"packed\" is supported")
-    bb = cfg.block.blend_buffer if cfg.block else None
     return PlanInput(
         framework="neox",
         framework_version="",
@@ -503,17 +479,55 @@ def plan_input_from_neox(cfg: NeoxConfig, world_size: int | None = None, gbs_ove
         eval_interval=get_int(cfg, "eval_interval", 1000) or 1000,
         eval_iters=get_int(cfg, "eval_iters", 100, positive=False) or 0,
         seed=get_int(cfg, "seed", 1234, positive=False) or 0,
-        warmup_iters=warmup_iters if train_iters else None,
-        neox=NeoxOptions(
-            weight_by_num_documents=get_bool(cfg, "weight_by_num_documents", False),
-            weighted_sampler_alpha=get_float(cfg, "weighted_sampler_alpha", 1.0) or 1.0,
-            blend_buffer=float(bb) if isinstance(bb, (int, float)) else None,
-            allow_chopped=get_bool(cfg, "allow_chopped", True),
-            train_epochs=get_int(cfg, "train_epochs"),
-            micro_batch_size=mbs,
-            gradient_accumulation_steps=gas or 1,
-            separate_epochs=bool(cfg.block and cfg.block.separate_epochs),
-        ),
+        warmup_iters=warmup_iters,
+        neox=_neox_options(cfg, mbs, gas),
+    )
+
+
+def _neox_sources(cfg: NeoxConfig) -> tuple[tuple[SourceSpec, ...], tuple[SourceSpec, ...],
+                                            tuple[SourceSpec, ...], bool]:
+    """The train, valid and test sources, and whether they come per split (train_data_paths) or from data_path."""
+    train_paths = _paths(cfg, "train_data_paths")
+    if train_paths:
+        tw = _weights(cfg, "train_data_weights", len(train_paths))
+        vp, tp = _paths(cfg, "valid_data_paths"), _paths(cfg, "test_data_paths")
+        vw, tsw = _weights(cfg, "valid_data_weights", len(vp)), _weights(cfg, "test_data_weights", len(tp))
+        return (tuple(SourceSpec(p, w) for p, w in zip(train_paths, tw)),
+                tuple(SourceSpec(p, w) for p, w in zip(vp, vw)), tuple(SourceSpec(p, w) for p, w in zip(tp, tsw)), True)
+    dp = cfg.values.get("data_path")
+    if not dp:
+        raise ConfigError("data_path: none of data_path or train_data_paths is set; point data_path at a prefix")
+    if not isinstance(dp, str):
+        raise ConfigError(f"{cfg.origin.get('data_path')}: data_path: expected one path prefix string, found {dp!r}")
+    return (SourceSpec(dp),), (), (), False
+
+
+def _neox_iters(cfg: NeoxConfig) -> tuple[int | None, int | None]:
+    """train_iters and the warmup iterations NeoX derives from it (None without train_iters)."""
+    train_iters = get_int(cfg, "train_iters")
+    if train_iters is not None and get_int(cfg, "train_epochs") is not None and cfg.block is None:
+        # NeoX's validate_train_epochs (with the neox_epoch block the plugin clears train_epochs before it runs)
+        raise ConfigError(f"{cfg.origin.get('train_epochs', '<config>')}: train_epochs: given with train_iters "
+                          f"(in {cfg.origin.get('train_iters', '<config>')}); NeoX refuses both (\"Cannot specify both "
+                          "train epochs and train iters simultaneously\"): keep one of them")
+    warm = get_float(cfg, "warmup", 0.01)
+    lr_decay = get_int(cfg, "lr_decay_iters") or train_iters
+    warmup_iters = int(warm * lr_decay) if (warm is not None and lr_decay) else None
+    return train_iters, warmup_iters if train_iters else None
+
+
+def _neox_options(cfg: NeoxConfig, mbs: int | None, gas: int | None) -> NeoxOptions:
+    """The NeoX-only plan options: blending, chopping, train_epochs, the batch split and the neox_epoch block."""
+    bb = cfg.block.blend_buffer if cfg.block else None
+    return NeoxOptions(
+        weight_by_num_documents=get_bool(cfg, "weight_by_num_documents", False),
+        weighted_sampler_alpha=get_float(cfg, "weighted_sampler_alpha", 1.0) or 1.0,
+        blend_buffer=float(bb) if isinstance(bb, (int, float)) else None,
+        allow_chopped=get_bool(cfg, "allow_chopped", True),
+        train_epochs=get_int(cfg, "train_epochs"),
+        micro_batch_size=mbs,
+        gradient_accumulation_steps=gas or 1,
+        separate_epochs=bool(cfg.block and cfg.block.separate_epochs),
     )
 
 
