@@ -100,6 +100,26 @@ def read_header(prefix: str, check_bin: bool = True) -> IdxHeader:
     """
     prefix = normalize_prefix(os.fspath(prefix))
     idx_path, bin_path = prefix + ".idx", prefix + ".bin"
+    idx_bytes, head = _read_head(prefix, idx_path, bin_path)
+    version, dtype_code, sequence_count, document_count = _parse_head(idx_path, head)
+    _check_idx_size(idx_path, idx_bytes, sequence_count, document_count)
+    header = IdxHeader(
+        prefix=prefix,
+        version=int(version),
+        dtype_code=int(dtype_code),
+        dtype=np.dtype(DTYPE_CODES[dtype_code]).name,
+        sequence_count=int(sequence_count),
+        document_count=int(document_count),
+        idx_bytes=int(idx_bytes),
+        bin_bytes=-1,
+    )
+    if check_bin:
+        header = _check_bin(header, idx_path, bin_path)
+    return header
+
+
+def _read_head(prefix: str, idx_path: str, bin_path: str) -> tuple[int, bytes]:
+    """The size of ``idx_path`` and its first HEADER_BYTES bytes (the file must exist and hold a whole header)."""
     if not os.path.isfile(idx_path):
         hint = " (a .bin is there; re-run the tokenizer to write the .idx)" if os.path.isfile(bin_path) else ""
         raise IndexFileError(
@@ -114,6 +134,11 @@ def read_header(prefix: str, check_bin: bool = True) -> IdxHeader:
             f"{idx_path}: truncated header: {len(head)} bytes, expected at least {HEADER_BYTES}; "
             "the file is damaged: re-run the tokenizer (preprocess_data.py)"
         )
+    return idx_bytes, head
+
+
+def _parse_head(idx_path: str, head: bytes) -> tuple[int, int, int, int]:
+    """Version, dtype code, sequence count and document count of a header, its magic, version and dtype checked."""
     if head[:9] != MAGIC:
         raise IndexFileError(
             f"{idx_path}: magic is {head[:9]!r}, expected {MAGIC!r} (MMIDIDX); this is not a "
@@ -121,7 +146,8 @@ def read_header(prefix: str, check_bin: bool = True) -> IdxHeader:
         )
     (version,) = struct.unpack("<Q", head[9:17])
     if version != 1:
-        raise IndexFileError(f"{idx_path}: version is {version}, expected 1; the file is damaged or of an unknown format")
+        raise IndexFileError(f"{idx_path}: version is {version}, expected 1; "
+                             "the file is damaged or of an unknown format")
     dtype_code = head[17]
     if dtype_code not in DTYPE_CODES:
         raise IndexFileError(
@@ -129,6 +155,11 @@ def read_header(prefix: str, check_bin: bool = True) -> IdxHeader:
             "(1 uint8 .. 8 uint16); the header is damaged: re-run the tokenizer"
         )
     sequence_count, document_count = struct.unpack("<QQ", head[18:34])
+    return version, dtype_code, sequence_count, document_count
+
+
+def _check_idx_size(idx_path: str, idx_bytes: int, sequence_count: int, document_count: int) -> None:
+    """Raise unless the .idx holds exactly the arrays its header announces (plus optional multimodal modes)."""
     needed = HEADER_BYTES + 12 * sequence_count + 8 * document_count
     if idx_bytes < needed:
         raise IndexFileError(
@@ -141,20 +172,6 @@ def read_header(prefix: str, check_bin: bool = True) -> IdxHeader:
             f"multimodal modes) for sequence_count={sequence_count}, document_count={document_count}; "
             "the header does not match the arrays: re-run the tokenizer"
         )
-    bin_bytes = -1
-    header = IdxHeader(
-        prefix=prefix,
-        version=int(version),
-        dtype_code=int(dtype_code),
-        dtype=np.dtype(DTYPE_CODES[dtype_code]).name,
-        sequence_count=int(sequence_count),
-        document_count=int(document_count),
-        idx_bytes=int(idx_bytes),
-        bin_bytes=bin_bytes,
-    )
-    if check_bin:
-        header = _check_bin(header, idx_path, bin_path)
-    return header
 
 
 def _check_bin(header: IdxHeader, idx_path: str, bin_path: str) -> IdxHeader:
