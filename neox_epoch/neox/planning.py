@@ -117,54 +117,79 @@ def make_run_plan(values: Mapping[str, Any], block: EpochBlock, settings: Mappin
     labels = [s.label for s in inp.train_sources]
     targets = _targets(block, labels, [s.prefix for s in inp.train_sources], train_epochs)
     blended = inp.per_split_paths
-    buffer: float | None = None
     if targets is not None:
-        plan = exact_plan(replace(inp, train_iters=None), targets)
-        if block.blend_buffer not in (None, "exact") and len(labels) > 1:
-            raise ConfigError(f"neox_epoch.blend_buffer: {block.blend_buffer} with epochs for a blend of {len(labels)} "
-                              "sources; exact epochs need exact targets: remove blend_buffer or set it to \"exact\"")
-        bb = plan.settings.get("blend_buffer")
-        buffer = float(bb) if isinstance(bb, (int, float)) else None
+        plan, buffer = _epochs_plan(inp, block, targets, len(labels))
     else:
-        if given_iters is None:
-            raise ConfigError("neox_epoch: no epochs in the block and no train_iters in the config; add "
-                              "\"epochs\": N to the neox_epoch block")
-        if blended:
-            bb = block.blend_buffer
-            if bb == "exact":
-                raise ConfigError("neox_epoch.blend_buffer: \"exact\" needs epochs; add \"epochs\": N to the block")
-            buffer = float(bb) if bb is not None else (1.0 if len(labels) == 1 else 1.005)
-            inp = replace(inp, neox=replace(inp.neox, blend_buffer=buffer))
-        plan = make_plan(inp)
+        plan, buffer = _iters_plan(inp, block, given_iters, len(labels))
     train = tuple(s for s in plan.sources if s.split == "train")
-    weights: tuple[float, ...] | None = None
-    exact_targets: tuple[int, ...] | None = None
-    if blended:
-        (b,) = [b for b in plan.blends if b.split == "train"]
-        weights = tuple(float(w) for w in (b.weights or ()))
-        if targets is not None and len(labels) > 1:
-            exact_targets = tuple(int(s.target_samples or s.samples_drawn) for s in train)
+    weights, exact_targets = (_blend_weights(plan, train, targets is not None and len(labels) > 1) if blended
+                              else (None, None))
     keys = replace(schedule_keys(cfg), train_epochs=int(train_epochs) if train_epochs else None)
-    old_iters = _old_train_iters(inp, given_iters, train_epochs)
-    plan, schedule = attach_neox(plan, keys, old_iters, targets)
-    spill = []
-    if targets is not None:
-        for s in train:
-            want = targets.get(s.name, targets.get(s.prefix, 0.0))
-            if s.epochs_built > 1 and abs(want - round(want)) > 1e-9 and not block.separate_epochs:
-                spill.append(s.name)
+    plan, schedule = attach_neox(plan, keys, _old_train_iters(inp, given_iters, train_epochs), targets)
     rp = RunPlan(plan=plan, train=train, targets=targets, blended=blended, weights=weights, buffer=buffer,
-                 exact_targets=exact_targets, separate_epochs=block.separate_epochs, spillover=tuple(spill),
-                 schedule=schedule)
+                 exact_targets=exact_targets, separate_epochs=block.separate_epochs,
+                 spillover=_spillover(train, targets, block.separate_epochs), schedule=schedule)
     _check_settings(rp, settings)
-    if targets is not None and given_iters is not None and int(given_iters) != rp.train_iters:
+    _check_enforced(rp, block, given_iters, settings)
+    return rp
+
+
+def _epochs_plan(inp: PlanInput, block: EpochBlock, targets: dict[str, float],
+                 sources: int) -> tuple[Plan, float | None]:
+    """The exact plan for the passes asked, and the blend buffer it settles on (None for a blend's exact targets)."""
+    plan = exact_plan(replace(inp, train_iters=None), targets)
+    if block.blend_buffer not in (None, "exact") and sources > 1:
+        raise ConfigError(f"neox_epoch.blend_buffer: {block.blend_buffer} with epochs for a blend of {sources} "
+                          "sources; exact epochs need exact targets: remove blend_buffer or set it to \"exact\"")
+    bb = plan.settings.get("blend_buffer")
+    return plan, float(bb) if isinstance(bb, (int, float)) else None
+
+
+def _iters_plan(inp: PlanInput, block: EpochBlock, given_iters: Any, sources: int) -> tuple[Plan, float | None]:
+    """The plan under the config's train_iters (no epochs asked), and the blend buffer of a train_data_paths run."""
+    if given_iters is None:
+        raise ConfigError("neox_epoch: no epochs in the block and no train_iters in the config; add "
+                          "\"epochs\": N to the neox_epoch block")
+    buffer: float | None = None
+    if inp.per_split_paths:
+        bb = block.blend_buffer
+        if bb == "exact":
+            raise ConfigError("neox_epoch.blend_buffer: \"exact\" needs epochs; add \"epochs\": N to the block")
+        buffer = float(bb) if bb is not None else (1.0 if sources == 1 else 1.005)
+        inp = replace(inp, neox=replace(inp.neox, blend_buffer=buffer))
+    return make_plan(inp), buffer
+
+
+def _blend_weights(plan: Plan, train: tuple[SourcePlan, ...],
+                   exact: bool) -> tuple[tuple[float, ...], tuple[int, ...] | None]:
+    """The train blend's weights and, for ``exact`` targets, each train source's exact num_samples."""
+    (b,) = [b for b in plan.blends if b.split == "train"]
+    weights = tuple(float(w) for w in (b.weights or ()))
+    return weights, tuple(int(s.target_samples or s.samples_drawn) for s in train) if exact else None
+
+
+def _spillover(train: tuple[SourcePlan, ...], targets: dict[str, float] | None,
+               separate_epochs: bool) -> tuple[str, ...]:
+    """Train sources whose fractional pass draws part of an index of several jointly shuffled epochs."""
+    if targets is None or separate_epochs:
+        return ()
+    spill = []
+    for s in train:
+        want = targets.get(s.name, targets.get(s.prefix, 0.0))
+        if s.epochs_built > 1 and abs(want - round(want)) > 1e-9:
+            spill.append(s.name)
+    return tuple(spill)
+
+
+def _check_enforced(rp: RunPlan, block: EpochBlock, given_iters: Any, settings: Mapping[str, Any]) -> None:
+    """Under ``enforce``: refuse a config train_iters that misses the exact epochs, and cross-epoch spillover."""
+    if rp.targets is not None and given_iters is not None and int(given_iters) != rp.train_iters:
         if block.enforce and settings.get("train_iters") != int(given_iters):
             raise PlanError(f"train_iters: the config sets {given_iters} but {rp.train_iters} give exactly the "
                             "requested epochs; remove train_iters from the config (neox_epoch computes it)")
     if rp.spillover and block.enforce:
         raise PlanError(f"neox_epoch.epochs: fractional passes over {list(rp.spillover)} draw part of an index of "
                         "jointly shuffled epochs (cross-epoch spillover); set \"separate_epochs\": true")
-    return rp
 
 
 def _old_train_iters(inp: PlanInput, given_iters: Any, train_epochs: Any) -> int | None:
