@@ -16,7 +16,8 @@
  * rows(positions, rows, start, first_row, seq_length, samples) -> the first row i of `rows` (a chunk of the
  *   sample index, int32/int64 [n, 2]: entry, offset) not at positions[entry - start] + offset inside that copy
  *   and at (first_row + i) * seq_length (but row `samples`, whose end the caller checks), or -1.
- * mixed(first, stop) -> the sum (mod 2^64) of mix(x) over x in [first, stop).
+ * mixed(first, stop) -> the sum (mod 2^64) of mix(x) over x in [first, stop); mixed(ids) -> the same over the ids
+ *   (uint32 or int64, >= 0).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -232,19 +233,27 @@ static PyObject *rows(PyObject *self, PyObject *args) {
 }
 
 static PyObject *mixed(PyObject *self, PyObject *args) {
-    long long first, stop;
+    long long first = 0, stop = 0;
+    PyObject *ids = NULL;
+    Py_buffer view = {0};
     uint64_t sum = 0;
-    if (!PyArg_ParseTuple(args, "LL", &first, &stop)) return NULL;
+    if (PyTuple_GET_SIZE(args) == 1 ? !PyArg_ParseTuple(args, "O", &ids) || PyObject_GetBuffer(ids, &view, PyBUF_C_CONTIGUOUS)
+                                    : !PyArg_ParseTuple(args, "LL", &first, &stop))
+        return NULL;
+    int64_t count = ids ? view.len / view.itemsize : stop - first;
     Py_BEGIN_ALLOW_THREADS
-    for (long long x = first; x < stop; x++) sum += mix((uint64_t)x);
+    for (int64_t i = 0; i < count; i++)
+        sum += mix(!ids ? (uint64_t)(first + i) : view.itemsize == 4 ? ((const uint32_t *)view.buf)[i]
+                                                                      : (uint64_t)((const int64_t *)view.buf)[i]);
     Py_END_ALLOW_THREADS
+    if (ids) PyBuffer_Release(&view);
     return PyLong_FromUnsignedLongLong(sum);
 }
 
 static PyMethodDef methods[] = {
     {"stream", stream, METH_VARARGS, "The stream pass over a chunk of a document index (see the module comment)."},
     {"rows", rows, METH_VARARGS, "The first sample row off its boundary, or -1 (see the module comment)."},
-    {"mixed", mixed, METH_VARARGS, "The sum of mix(x) over a range of ids (see the module comment)."},
+    {"mixed", mixed, METH_VARARGS, "The sum of mix(x) over a range of ids or an array (see the module comment)."},
     {NULL, NULL, 0, NULL},
 };
 

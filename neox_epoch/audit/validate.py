@@ -208,14 +208,18 @@ class Draws:
 
 
 def count_draws(reader: NpyReader, samples: int, consumption: Consumption | None, first_block: int,
-                manifest: bool, progress: Progress) -> Draws:
-    """Each id in ``[0, S)`` once; ``counts[shuffle[j]]`` = the draws of dataset index ``j``."""
+                manifest: bool, progress: Progress, exact: bool = False) -> Draws:
+    """Each id in ``[0, S)`` once; ``counts[shuffle[j]]`` = the draws of dataset index ``j``. Without a consumption
+    the ids' mix sum (the kernel's ``mixed``) says whether they are a permutation; the ``exact`` pass, which counts
+    every id, only runs to say which are missing."""
     path = reader.info.path
     if reader.info.rows != samples:
         return Draws(None, None, -1, (finding(path, "shuffle index length", f"{samples} (rows of the sample index - 1)",
                                               reader.info.rows, MIXED),))
     top = consumption.max_count if consumption is not None else 0
-    store = zeros(samples, np.uint8 if top < 254 else np.uint16 if top < 65534 else np.uint32)
+    hashing = consumption is None and kernel is not None and reader.info.dtype.itemsize in (4, 8) and not exact
+    store = None if hashing else zeros(samples, np.uint8 if top < 254 else np.uint16 if top < 65534 else np.uint32)
+    mix_sum = 0
     sample_draws = np.full((samples, 2), -1, np.int64) if manifest and consumption is not None else None
     block_max, index = -1, np.empty(STREAM_CHUNK, np.intp)  # numpy scatters twice as fast with intp indices
     for start, ids in reader.chunks(rows=STREAM_CHUNK, progress=progress, label="shuffle"):
@@ -223,14 +227,21 @@ def count_draws(reader: NpyReader, samples: int, consumption: Consumption | None
             bad = int(np.argmax((ids < 0) | (ids >= samples)))
             return Draws(None, None, -1, (finding(path, "shuffle entry", f"sample ids in [0, {samples})",
                                                   f"{int(ids[bad])} at position {start + bad}", MIXED),))
+        if start < first_block:
+            block_max = max(block_max, int(ids[: first_block - start].max()))
+        if hashing:
+            mix_sum += kernel.mixed(ids)
+            continue
         stop, chunk = start + ids.shape[0], index[: ids.shape[0]]
         chunk[...] = ids
         for lo, hi, count in consumption.segments(start, stop) if consumption is not None else [(start, stop, 0)]:
             store[chunk[lo - start : hi - start]] = count + 1
         if sample_draws is not None and consumption is not None:
             sample_draws[chunk, 0], sample_draws[chunk, 1] = consumption.first_last(start, stop)
-        if start < first_block:
-            block_max = max(block_max, int(ids[: first_block - start].max()))
+    if store is None:
+        if mix_sum % (1 << 64) == kernel.mixed(0, samples):
+            return Draws(None, None, block_max)
+        return count_draws(reader, samples, None, first_block, manifest, progress, exact=True)
     if not store.all():  # (no temporary array of S flags)
         missing = np.flatnonzero(store == 0)
         return Draws(None, None, -1, (finding(
@@ -242,40 +253,28 @@ def count_draws(reader: NpyReader, samples: int, consumption: Consumption | None
 
 
 class SampleRows:
-    """The sample index's rows in order, read in chunks, checked non-decreasing with offsets >= 0."""
+    """The sample index's rows in order, read in chunks (:func:`check_rows` checks them)."""
 
     def __init__(self, reader: NpyReader) -> None:
         self.reader, self.next_row, self.first_row, self.previous = reader, 0, 0, 0
         self.pending = np.zeros((0, 2), np.int64)
 
-    def _read(self) -> Finding | None:
-        path, row = self.reader.info.path, self.next_row
-        block = self.reader.read(row, row + STREAM_CHUNK)
-        self.next_row += block.shape[0]
-        back = np.flatnonzero(np.diff(block[:, 0], prepend=self.previous) < 0)
-        if back.size:
-            return finding(path, "sample index order", "non-decreasing document positions",
-                           f"row {row + back[0]} goes back to {int(block[back[0], 0])}", "the sample index is damaged: "
-                           + STALE_HINT)
-        negative = np.flatnonzero(block[:, 1] < 0)
-        if negative.size:
-            return finding(path, "sample offset", ">= 0", f"{int(block[negative[0], 1])} at row {row + negative[0]}")
-        self.previous, self.pending = int(block[-1, 0]), block
-        return None
-
-    def upto(self, stop: int) -> tuple[int, np.ndarray, Finding | None]:
-        """(first row, the next rows whose document position is below ``stop``, a problem met)."""
-        first, parts = self.first_row, []
+    def upto(self, stop: int) -> tuple[int, int, np.ndarray]:
+        """(first row, the document position of the row before it, the next rows whose document position is below
+        ``stop``; rows out of order are cut anywhere, and :func:`check_rows` finds them)."""
+        first, previous, parts = self.first_row, self.previous, []
         while self.pending.shape[0] or self.next_row < self.reader.info.rows:
-            problem = None if self.pending.shape[0] else self._read()
-            if problem is not None:
-                return first, np.zeros((0, 2), np.int64), problem
+            if not self.pending.shape[0]:
+                self.pending = self.reader.read(self.next_row, self.next_row + STREAM_CHUNK)
+                self.next_row += self.pending.shape[0]
             cut = bisect_left(self.pending[:, 0], stop)  # (np.searchsorted would copy the strided column)
             parts.append(self.pending[:cut])
             self.pending, self.first_row = self.pending[cut:], self.first_row + cut
             if self.pending.shape[0]:
                 break
-        return first, parts[0] if len(parts) == 1 else np.concatenate(parts or [self.pending[:0]]), None
+        rows = parts[0] if len(parts) == 1 else np.concatenate(parts or [self.pending[:0]])
+        self.previous = int(rows[-1, 0]) if rows.shape[0] else previous
+        return first, previous, rows
 
     def leftover(self, entries: int) -> Finding | None:
         """A row still unread once the document index ran out."""
@@ -288,17 +287,33 @@ class SampleRows:
                        "the files come from different builds. " + STALE_HINT)
 
 
-def check_rows(path: str, first_row: int, rows: np.ndarray, start: int, positions: np.ndarray, samples: int,
-               seq_length: int) -> tuple[int | None, Finding | None]:
-    """Sample boundaries ``rows`` (from row ``first_row``) of the document chunk at ``start`` whose copies start
-    at ``positions`` (one more: the chunk's end): row ``i`` at ``i * seq_length``, every offset inside its
-    document (the kernel's ``rows``; numpy when it is not built or to say where a row is off). Returns (the
-    stream position of row S when among them, the first problem)."""
+def _row_order(path: str, first_row: int, rows: np.ndarray, previous: int) -> Finding | None:
+    """Rows going back in the document index, or a negative offset."""
+    back = np.flatnonzero(np.diff(rows[:, 0], prepend=previous) < 0)
+    if back.size:
+        return finding(path, "sample index order", "non-decreasing document positions",
+                       f"row {first_row + back[0]} goes back to {int(rows[back[0], 0])}", "the sample index is damaged: "
+                       + STALE_HINT)
+    negative = np.flatnonzero(rows[:, 1] < 0)
+    if negative.size:
+        return finding(path, "sample offset", ">= 0", f"{int(rows[negative[0], 1])} at row {first_row + negative[0]}")
+    return None
+
+
+def check_rows(path: str, first_row: int, previous: int, rows: np.ndarray, start: int, positions: np.ndarray,
+               samples: int, seq_length: int) -> tuple[int | None, Finding | None]:
+    """Sample boundaries ``rows`` (from row ``first_row``; the row before at document position ``previous``) of the
+    document chunk at ``start`` whose copies start at ``positions`` (one more: the chunk's end): in order, row ``i``
+    at ``i * seq_length``, every offset inside its document (the kernel's ``rows``; numpy when it is not built or to
+    say where a row is off). Returns (the stream position of row S when among them, the first problem)."""
     count = rows.shape[0]
     rows_s = count > 0 and first_row + count - 1 == samples  # row S: where the last (dropped or kept) sample ends
     last = int(positions[int(rows[-1, 0]) - start]) + int(rows[-1, 1]) if rows_s else None
     if not count or kernel is not None and kernel.rows(positions, rows, start, first_row, seq_length, samples) < 0:
         return last, None
+    order = _row_order(path, first_row, rows, previous)
+    if order is not None:
+        return None, order
     local = np.clip(rows[:, 0].astype(np.intp) - start, 0, positions.shape[0] - 2)  # (upto: in range)
     where = positions[local] + rows[:, 1]
     expected = np.arange(first_row, first_row + count, dtype=np.int64) * seq_length
@@ -339,11 +354,10 @@ def walk_stream(doc_r: NpyReader, sample_r: NpyReader, walker: StreamPass, sampl
         if tail is not None and tail_from is not None and start + ids.shape[0] > tail_from:
             tail[ids[max(0, tail_from - start) :] - walker.first_id] = True
         if problem is None:
-            first_row, block, problem = rows.upto(start + ids.shape[0])
-            if problem is None and block.shape[0]:
-                found_last, problem = check_rows(sample_r.info.path, first_row, block, start, positions, samples,
-                                                 walker.seq_length)
-                last = found_last if found_last is not None else last
+            first_row, previous, block = rows.upto(start + ids.shape[0])
+            found_last, problem = check_rows(sample_r.info.path, first_row, previous, block, start, positions, samples,
+                                             walker.seq_length)
+            last = found_last if found_last is not None else last
     problem = problem or rows.leftover(doc_r.info.rows)
     copies = None
     if not walker.copies_match():  # the mix sum says they are not all `epochs` (or there is no kernel): count them
