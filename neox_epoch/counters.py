@@ -15,6 +15,8 @@ JSONL, one object per line in ``<log_dir>/neox_epoch.jsonl`` (every record also 
 * ``{"event": "final", "iteration", "train_iters", "complete", "sources": {name: {..., "planned_passes"}}}``
 * ``{"event": "checkpoint", "iteration", "tag", "state": {...}}`` (GPT-NeoX: the data position the hooks saved
   into the checkpoint, ``neox_epoch_state.json``; ``neox-epoch resume-check`` reads it from the log)
+* ``{"event": "checkpoint", "iteration", "counters": {...}}`` (megatron-core: what ``LiveCounters.state_dict()``
+  returned for the checkpoint being saved; ``resume-check`` reads it from the log as from the checkpoint)
 
 Scalars (TensorBoard tag / W&B key), logged at the record's iteration:
 ``neox_epoch/passes/<source>`` (fractional passes), ``neox_epoch/samples/<source>`` (samples drawn),
@@ -38,6 +40,25 @@ from neox_epoch.errors import ConfigError
 
 #: JSONL file name inside ``log_dir``
 JSONL_NAME = "neox_epoch.jsonl"
+
+
+def checkpoint_records(path: str) -> list[tuple[int, dict[str, Any]]]:
+    """The ``checkpoint`` records of a run's JSONL, with their line numbers."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read it ({err.strerror})") from None
+    found = []
+    for number, line in enumerate(lines, 1):
+        try:
+            record = json.loads(line) if line.strip() else None
+        except ValueError:
+            raise ConfigError(f"{path}:{number}: not JSON; every line of the run's JSONL is one JSON object written "
+                              "by the plugin (a last line cut short by a crash: delete it)") from None
+        if isinstance(record, dict) and record.get("event") == "checkpoint":
+            found.append((number, record))
+    return found
 
 #: scalar tag prefixes; the tag is ``<prefix>/<source name>``
 SCALAR_PASSES = "neox_epoch/passes"

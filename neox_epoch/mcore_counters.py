@@ -254,11 +254,16 @@ class LiveCounters:
 
     # ------------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """What to save in the checkpoint beside Megatron-LM's ``consumed_train_samples`` (plain JSON types)."""
-        return {"format": STATE_FORMAT, "iteration": self.iteration, "consumed_samples": self.consumed_samples,
-                "samples": dict(zip((s.name for s in self.sources), self.counts_at(self.consumed_samples))),
-                "global_batch_size_planned": int(self.plan.global_batch_size), "dataset_size": self.size,
-                "global_batch_size": self.global_batch_size}
+        """What to save in the checkpoint beside Megatron-LM's ``consumed_train_samples`` (plain JSON types); call
+        it when saving one: the logging rank also records it in the JSONL (a ``checkpoint`` record), where
+        ``neox-epoch resume-check LOG_DIR`` reads it without the checkpoint."""
+        state = {"format": STATE_FORMAT, "iteration": self.iteration, "consumed_samples": self.consumed_samples,
+                 "samples": dict(zip((s.name for s in self.sources), self.counts_at(self.consumed_samples))),
+                 "global_batch_size_planned": int(self.plan.global_batch_size), "dataset_size": self.size,
+                 "global_batch_size": self.global_batch_size}
+        if self.active:
+            self.sink.write({"event": "checkpoint", "iteration": self.iteration, "counters": state})
+        return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from a checkpoint's :meth:`state_dict` (the global batch may differ from the saved run's).

@@ -488,8 +488,9 @@ def _exposure_lines(exposures: tuple[SourceExposure, ...]) -> list[str]:
 def register(sub: Any) -> None:
     p = sub.add_parser("resume-check", help="what a resume with a changed config skips or repeats (NeoX, Megatron-LM)")
     p.add_argument("checkpoint", help="the checkpoint the run will load: its save directory (with 'latest' or "
-                   "latest_checkpointed_iteration.txt) or a tag; or, for a NeoX run with the plugin, its "
-                   "neox_epoch.jsonl (or the directory holding it): the hooks record each checkpoint there")
+                   "latest_checkpointed_iteration.txt) or a tag; or, for a NeoX run with the plugin or a megatron-core run "
+                   "with the live counters, its neox_epoch.jsonl (or the directory holding it): each checkpoint is "
+                   "recorded there")
     p.add_argument("--iteration", type=int, help="with a JSONL: the iteration of the checkpoint the resume loads "
                    "(default: the last one recorded)")
     p.add_argument("configs", nargs="*", help="the NeoX config files the run resumes with, or its Megatron-LM "
@@ -531,7 +532,13 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--iteration {args.iteration}: only with a run's neox_epoch.jsonl; a checkpoint "
                           "directory resumes from its 'latest' (or give the global_stepN tag itself)")
     log = is_run_log(args.checkpoint)
-    ckpt = Checkpoint("neox", args.checkpoint, 0) if log else read_checkpoint(args.checkpoint)
+    if log:
+        from neox_epoch.resume_mcore import checkpoint_from_log
+
+        path = os.path.join(args.checkpoint, JSONL_NAME) if os.path.isdir(args.checkpoint) else args.checkpoint
+        ckpt = checkpoint_from_log(path, args.iteration) or Checkpoint("neox", args.checkpoint, 0)
+    else:
+        ckpt = read_checkpoint(args.checkpoint)
     wanted = {"megatron": "a Megatron-LM checkpoint; give its Megatron-LM command line (--data-path ...)",
               "megatron-core": "a megatron-core run with neox-epoch's counters (DeepSpeed checkpoint); give the one "
                                "DeepSpeed config (JSON) it resumes with, and --cache for per-source draws",

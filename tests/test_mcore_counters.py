@@ -156,6 +156,14 @@ def test_resume_with_another_global_batch_continues_exactly(blend: dict[str, Any
     state = json.loads(json.dumps(first.state_dict()))  # what a checkpoint keeps: plain JSON
     assert state["consumed_samples"] == 400 and state["iteration"] == 50
     assert list(state["samples"].values()) == truth(blend["index"], 400)
+    # state_dict() also recorded it in the JSONL, where resume-check reads OLD without the checkpoint
+    from neox_epoch.resume_mcore import checkpoint_from_log
+
+    logged = checkpoint_from_log(str(tmp_path / JSONL_NAME), None)
+    assert logged is not None and (logged.framework, logged.iteration) == ("megatron-core", 50)
+    assert logged.values["neox_epoch_counters"] == state
+    with pytest.raises(ConfigError, match=r"no checkpoint record for iteration 49; recorded: \[50\]"):
+        checkpoint_from_log(str(tmp_path / JSONL_NAME), 49)
     second = live_counters(build_train(blend["setup"]), blend["setup"], log_dir=str(tmp_path), log_interval=10,
                            active=True)
     second.load_state_dict(state)

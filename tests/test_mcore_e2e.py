@@ -500,6 +500,17 @@ def test_resume_check_predicts_the_batch_change_the_run_then_draws(e2e: dict[str
         counts = count_gpt_exposure(_cached_dataset(cache / got["index"]), items, E2E_SEQ)
         assert got["resumed"]["tokens"] == {str(t): n for t, n in histogram_all(counts).items()}, name
         assert got["continued"] == got["resumed"], name  # 32 divides the 10560 left, as 16 does
+    # OLD from the run's JSONL instead of the checkpoint: the counters' record of iteration 100 (state_dict() wrote it
+    # while the checkpoint was saved; the resumed launch appended later ones) gives the same answer
+    run_dir = e2e["dirs"]["rebatched"]
+    from_log = subprocess.run([sys.executable, "-m", "neox_epoch.cli", "resume-check", str(run_dir),
+                               str(run_dir.parent / "ds_32.json"), "--world-size", "2", "--cache", str(cache),
+                               "--json", "--exposure", "--iteration", str(STOP_AT)], capture_output=True, text=True,
+                              cwd=ROOT)
+    assert from_log.returncode == 0, from_log.stderr
+    logged = json.loads(from_log.stdout)
+    assert logged["checkpoint"] == f"{run_dir / 'neox_epoch.jsonl'} (iteration {STOP_AT})"
+    assert {**logged, "checkpoint": None} == {**out, "checkpoint": None}
     # a global batch of 28 (micro 2 x accumulation 7 x dp 2) leaves 10560 % 28 = 4 samples undrawn: exit 1
     odd = tmp_path / "ds_28.json"
     odd.write_text(json.dumps({"train_batch_size": 28, "train_micro_batch_size_per_gpu": 2,

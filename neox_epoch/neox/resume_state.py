@@ -18,6 +18,7 @@ from typing import Any
 
 from neox_epoch.atomic import write_text_atomic
 from neox_epoch.checkpoint import STATE_NAME
+from neox_epoch.counters import checkpoint_records
 from neox_epoch.errors import ConfigError
 from neox_epoch.resume import LoaderShape, hooked_start
 
@@ -118,18 +119,8 @@ def states_from_log(path: str) -> dict[int, tuple[str, ResumeState]]:
     """The hooks' ``checkpoint`` records in a run's JSONL: iteration -> (checkpoint tag, state); a later record
     for the same iteration (a run resumed from an earlier checkpoint) replaces the earlier one."""
     found: dict[int, tuple[str, ResumeState]] = {}
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except OSError as err:
-        raise ConfigError(f"{path}: cannot read it ({err.strerror})") from None
-    for number, line in enumerate(lines, 1):
-        try:
-            record = json.loads(line) if line.strip() else None
-        except ValueError:
-            raise ConfigError(f"{path}:{number}: not JSON; every line of the run's JSONL is one JSON object written "
-                              "by the plugin (a last line cut short by a crash: delete it)") from None
-        if isinstance(record, dict) and record.get("event") == "checkpoint":
+    for number, record in checkpoint_records(path):
+        if "state" in record:  # (megatron-core's live counters record "counters")
             state = state_from_json(record.get("state"), f"{path}:{number}")
             found[state.iteration] = (str(record.get("tag") or f"global_step{state.iteration}"), state)
     return found
