@@ -17,20 +17,13 @@ from typing import Any
 import numpy as np
 
 from neox_epoch import idx as idxmod
-from neox_epoch.audit import names
-from neox_epoch.audit.blends import (
-    BlendReport,
-    SourceReport,
-    neox_draws,
-    read_mcore_blend,
-    scan_blend,
-    second_pass_positions,
-)
+from neox_epoch.audit import blends, names
+from neox_epoch.audit.blends import BlendReport, SourceReport
 from neox_epoch.audit.consumption import Consumption
-from neox_epoch.audit.exposure import ExposureReport, ManifestChunk
+from neox_epoch.audit.exposure import ExposureReport
 from neox_epoch.audit.findings import FileProblem, Finding, finding
 from neox_epoch.audit.npy import read_header
-from neox_epoch.audit.validate import IndexReport, IterationOf, Progress, audit_index
+from neox_epoch.audit.validate import ConsumptionFor, IndexReport, IterationOf, ManifestSink, Progress, audit_index
 from neox_epoch.errors import IndexFileError
 from neox_epoch.semantics import neox as neox_sem
 
@@ -102,15 +95,14 @@ def _group_for_stem(stem: str) -> names.CacheGroup | None:
         return None
     files = [f for f in (names.parse_name(os.path.join(directory, n)) for n in entries if n.startswith(base + "-"))
              if f is not None and f.stem == stem]
-    groups = names.group_files(files)
-    return groups[0] if groups else None
+    return next(iter(names.group_files(files)), None)  # (one stem: at most one group)
 
 
-Routes = dict[str, "Callable[[str, int], Consumption | None]"]
+Routes = dict[str, ConsumptionFor]
 
 
 def run_audit(groups: list[names.CacheGroup], options: AuditOptions, progress: Progress | None = None,
-              manifest: Callable[[IndexReport, ManifestChunk], None] | None = None) -> AuditResult:
+              manifest: ManifestSink | None = None) -> AuditResult:
     """Audit every group; never raises for damaged files (they become findings)."""
     progress = progress or Progress()
     result = AuditResult(consumed_samples=options.consumed, global_batch_size=options.global_batch_size)
@@ -157,15 +149,13 @@ def _route_mcore_blends(groups: list[names.CacheGroup], gpt: list[names.CacheGro
                         routes: Routes, no_exposure: dict[str, str], progress: Progress,
                         positions: bool) -> list[BlendReport]:
     """megatron-core blends: check the pair, route the consumed draws to the sources (found beside the blend)."""
-    blends = []
+    found: list[BlendReport] = []
     stems = {g.stem for g in gpt}
-    for group in groups:
-        if not (group.kind == names.MCORE and group.is_blend):
-            continue
+    for group in [g for g in groups if g.kind == names.MCORE and g.is_blend]:
         progress.describe(os.path.basename(group.stem))
-        blend = read_mcore_blend(group)
+        blend = blends.read_mcore_blend(group)
         consumed = options.consumed if options.consumed is not None and _is_train(group.split) else None
-        draws, draws_consumed, where = scan_blend(blend, group, consumed, progress, want_positions=positions)
+        draws, draws_consumed, where = blends.scan_blend(blend, group, consumed, progress, want_positions=positions)
         if consumed is not None and blend.size is not None:
             blend.consumed_samples = min(consumed, blend.size)
             if consumed > blend.size:
@@ -180,13 +170,13 @@ def _route_mcore_blends(groups: list[names.CacheGroup], gpt: list[names.CacheGro
                 continue
             source.draws_consumed = draws_consumed[number]
             routes[stem] = _drawn([(draws_consumed[number], 1)], where[number] if where is not None else None)
-        blends.append(blend)
+        found.append(blend)
         for stem in blend.children:
             extra = _group_for_stem(stem) if stem is not None and stem not in stems else None
             if extra is not None:
                 gpt.append(extra)
                 stems.add(extra.stem)
-    return blends
+    return found
 
 
 def _route_neox_blend(gpt: list[names.CacheGroup], options: AuditOptions, result: AuditResult, routes: Routes,
@@ -200,12 +190,11 @@ def _route_neox_blend(gpt: list[names.CacheGroup], options: AuditOptions, result
     # seq_length and seed beside it (NeoX wraps even one train_data_paths entry in a blend of one)
     multi = {_neox_key(group) for group in train if (_neox_source_number(group.split) or 0) > 0}
     for group in train if options.consumed is not None else []:
-        key = _neox_key(group)
         if group.stem in members:
             continue
-        if key in used:
+        if _neox_key(group) in used:
             no_exposure[group.stem] = "another build of a source of the replayed NeoX blend (not the one it uses)"
-        elif key in multi:
+        elif _neox_key(group) in multi:
             no_exposure[group.stem] = ("a source of a NeoX blend: its draws depend on the blend weights; "
                                        "pass --config with train_data_paths and train_data_weights")
     return blend
@@ -257,12 +246,11 @@ def _second_passes(blend: BlendReport) -> dict[int, int | None]:
         lengths = [source.length or 0 for source in blend.sources]
         if blend.weights is None or not all(lengths):
             return {}
-        return dict(enumerate(neox_sem.blend_positions(list(blend.weights), lengths, per_epoch,
-                                                       blend.consumed_samples)))
+        return dict(enumerate(neox_sem.blend_positions(blend.weights, lengths, per_epoch, blend.consumed_samples)))
     marks = {number: epoch for number, (source, epoch) in enumerate(zip(blend.sources, per_epoch))
              if epoch is not None and (source.draws_consumed or 0) > epoch}
     try:
-        return second_pass_positions(blend.files[names.DATASET], marks, blend.consumed_samples) if marks else {}
+        return blends.second_pass_positions(blend.files[names.DATASET], marks, blend.consumed_samples) if marks else {}
     except FileProblem:
         return {}
 
@@ -319,7 +307,7 @@ def _neox_blend(train: list[names.CacheGroup], options: AuditOptions, result: Au
         except (FileProblem, KeyError):
             result.notes.append(f"{group.stem}: sample index unreadable; NeoX blend not replayed")
             return None
-    draws, prefixes = neox_draws(weights, lengths, consumed)
+    draws, prefixes = blends.neox_draws(weights, lengths, consumed)
     result.notes.append(f"NeoX blend replayed with weights {[round(weight, 6) for weight in norm]} "
                         f"over {len(chosen)} sources")
     blend = BlendReport(kind=names.NEOX, path=chosen[0].stem, split="train", size=int(sum(lengths)),
