@@ -152,9 +152,8 @@ def scan_blend(rep: BlendReport, group: names.CacheGroup, consumed: int | None, 
     progress.done()  # (again, when a damaged chunk ended the pass early)
     if rep.dataset_index_ok:
         _check_greedy(rep, index_info.path, draws)
-    if positions is None:
-        return draws, draws_consumed, None
-    return draws, draws_consumed, [np.concatenate(part) if part else np.zeros(0, np.int64) for part in positions]
+    return draws, draws_consumed, (None if positions is None else
+                                   [np.concatenate(part) if part else np.zeros(0, np.int64) for part in positions])
 
 
 def _draws_in_order(rep: BlendReport, path: str, start: int, sources: np.ndarray, samples: np.ndarray,

@@ -57,8 +57,7 @@ class ExposureReport:
     @staticmethod
     def combine(parts: list[ExposureReport]) -> ExposureReport:
         """Sum of several sources' exposures (a blend)."""
-        tokens: Counter[int] = Counter()
-        documents: Counter[int] = Counter()
+        tokens, documents = Counter[int](), Counter[int]()
         for part in parts:
             tokens.update(part.tokens)
             documents.update(part.documents)
@@ -93,10 +92,9 @@ def from_histograms(tokens_hist: np.ndarray, documents_hist: np.ndarray, stats: 
     """The report from histogram arrays indexed by times seen and (unseen, partial) document counts."""
     tokens = {int(times): int(tokens_hist[times]) for times in np.flatnonzero(tokens_hist)}
     return ExposureReport(
-        consumed_samples=consumed, tokens=tokens,
+        consumed_samples=consumed, tokens=tokens, documents_unseen=int(stats[0]), documents_partial=int(stats[1]),
         documents={int(times): int(documents_hist[times]) for times in np.flatnonzero(documents_hist)},
-        documents_unseen=int(stats[0]), documents_partial=int(stats[1]), tokens_unseen=tokens.get(0, 0),
-        token_exposures=sum(times * count for times, count in tokens.items()))
+        tokens_unseen=tokens.get(0, 0), token_exposures=sum(times * count for times, count in tokens.items()))
 
 
 class StreamPass:

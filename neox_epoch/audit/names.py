@@ -127,8 +127,7 @@ def _walk(directory: str) -> list[str]:
 
 def _beside(prefix: str) -> list[str]:
     """The files of a data prefix: NeoX's beside it, megatron-core's ``prefix/cache``, legacy ``index-cache``."""
-    directory = os.path.dirname(prefix) or "."
-    base = os.path.basename(prefix.rstrip("/"))
+    directory, base = os.path.dirname(prefix) or ".", os.path.basename(prefix.rstrip("/"))
     if not os.path.isdir(directory):
         raise AuditError(f"{prefix}: no such file, directory or data prefix")
     found = [os.path.join(directory, name) for name in sorted(os.listdir(directory)) if name.startswith(base + "_")]

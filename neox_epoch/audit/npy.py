@@ -110,9 +110,8 @@ class NpyReader:
     def _read(self, offset: int, count: int) -> np.ndarray:
         """``count`` elements from element ``offset``: a read-only view of a mapped window (or a copy)."""
         start = self.info.data_offset + offset * self.info.dtype.itemsize
-        nbytes = count * self.info.dtype.itemsize
+        nbytes, f = count * self.info.dtype.itemsize, self._file()
         if nbytes > 0:
-            f = self._file()
             # a mapped page past the end of a file that shrank since its header was checked would stop the
             # process (SIGBUS) instead of giving a finding: the size is checked again for every window
             size = os.fstat(f.fileno()).st_size
@@ -122,13 +121,11 @@ class NpyReader:
                                   "the file is being rewritten or truncated: audit it once it is complete")
             lo = start - start % mmap.ALLOCATIONGRANULARITY
             try:
-                mm = mmap.mmap(f.fileno(), start - lo + nbytes, flags=mmap.MAP_SHARED,
-                               prot=mmap.PROT_READ, offset=lo)
+                mm = mmap.mmap(f.fileno(), start - lo + nbytes, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ, offset=lo)
             except (OSError, ValueError):  # not mappable (a pipe, some network file systems): copy it
                 mm = None
             if mm is not None:
                 return np.frombuffer(mm, dtype=self.info.dtype, count=count, offset=start - lo)
-        f = self._file()
         f.seek(start)
         out = np.fromfile(f, dtype=self.info.dtype, count=count)
         if out.shape[0] != count:

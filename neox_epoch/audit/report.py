@@ -53,9 +53,7 @@ class TtyProgress(Progress):
 
 def _hist_line(h: dict[int, int]) -> str:
     total = sum(h.values())
-    if not total:
-        return "-"
-    return ", ".join(f"{k}x {v:,d} ({100.0 * v / total:.1f}%)" for k, v in sorted(h.items()))
+    return ", ".join(f"{k}x {v:,d} ({100.0 * v / total:.1f}%)" for k, v in sorted(h.items())) if total else "-"
 
 
 def _tail(report: IndexReport | BlendReport, indent: str) -> list[str]:
@@ -85,14 +83,13 @@ def render_text(res: AuditResult) -> str:
     out: list[str] = []
     columns = ("split", "epochs", "samples", "per_epoch", "len", "separate", "documents", "doc range", "tokens")
     for index in res.indexes:
-        out.append(f"{index.kind} index {index.path}")
-        out.append(f"  data {index.data_prefix or '-'}   seq_length {_fmt(index.seq_length)}   seed {_fmt(index.seed)}"
-                   f"   requested {_fmt(index.num_samples_requested)}")
         bounds = index.document_range
         span = f"[{bounds[0]:,d}, {bounds[1]:,d})" if bounds else None
-        out.extend(_table(columns, [(index.split, index.epochs, index.samples, index.samples_per_epoch, index.length,
-                                     index.separated_final_epoch, index.documents, span, index.tokens)]))
-        out.extend(_tail(index, "    "))
+        data = f"  data {index.data_prefix or '-'}   seq_length {_fmt(index.seq_length)}   seed {_fmt(index.seed)}"
+        out += [f"{index.kind} index {index.path}", f"{data}   requested {_fmt(index.num_samples_requested)}"]
+        out += _table(columns, [(index.split, index.epochs, index.samples, index.samples_per_epoch, index.length,
+                                 index.separated_final_epoch, index.documents, span, index.tokens)])
+        out += _tail(index, "    ")
     columns = ("source", "weight", "draws", "consumed", "len", "per_epoch", "passes", "2nd pass sample", "iteration")
     for blend in res.blends:
         out.append(f"{blend.kind} blend {blend.path} ({blend.split}, {_fmt(blend.size)} samples, "
@@ -101,8 +98,7 @@ def render_text(res: AuditResult) -> str:
                  f"{source.weight:.6g}" if source.weight is not None else None, source.draws, source.draws_consumed,
                  source.length, source.samples_per_epoch, source.passes, source.second_pass_sample,
                  source.second_pass_iteration) for number, source in enumerate(blend.sources)]
-        out.extend(_table(columns, rows))
-        out.extend(_tail(blend, "  "))
+        out += _table(columns, rows) + _tail(blend, "  ")
     out.extend(f"note: {note}" for note in res.notes)
     found = len(res.findings)
     out.append(f"{len(res.indexes)} index(es), {len(res.blends)} blend(s): "
@@ -118,8 +114,7 @@ class ManifestWriter:
     """CSV rows, one per document of every index with an exposure, written as the audit goes."""
 
     def __init__(self, f: IO[bytes], global_batch_size: int | None) -> None:
-        self.f = f
-        self.gbs = global_batch_size
+        self.f, self.gbs = f, global_batch_size
         self.f.write((",".join(MANIFEST_COLUMNS) + "\n").encode("utf-8"))
 
     def __call__(self, rep: IndexReport, chunk: ManifestChunk) -> None:

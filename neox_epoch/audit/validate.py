@@ -182,13 +182,10 @@ def check_headers(group: names.CacheGroup, packed: bool) -> tuple[list[NpyInfo |
 def scan_documents(reader: NpyReader, sequences: int, idx_path: str,
                    progress: Progress) -> tuple[int, int, Finding | None]:
     """(the smallest document id, the largest + 1, a problem): the ids must be inside the .idx."""
-    lows, highs = [], []
-    for _, ids in reader.chunks(progress=progress, label="documents"):
-        lows.append(int(ids.min()))
-        highs.append(int(ids.max()))
-    if not lows:
+    bounds = [(int(ids.min()), int(ids.max())) for _, ids in reader.chunks(progress=progress, label="documents")]
+    if not bounds:
         return 0, 0, finding(reader.info.path, "document index", "at least one document", "an empty array")
-    low, high = min(lows), max(highs)
+    low, high = min(pair[0] for pair in bounds), max(pair[1] for pair in bounds)
     if low < 0 or high >= sequences:
         return low, high + 1, finding(
             reader.info.path, "document ids", f"ids in [0, {sequences}) (sequences of {idx_path})",
@@ -219,9 +216,8 @@ def count_draws(reader: NpyReader, samples: int, consumption: Consumption | None
     top = consumption.max_count if consumption is not None else 0
     hashing = consumption is None and kernel is not None and reader.info.dtype.itemsize in (4, 8) and not exact
     store = None if hashing else zeros(samples, np.uint8 if top < 254 else np.uint16 if top < 65534 else np.uint32)
-    mix_sum = 0
     sample_draws = np.full((samples, 2), -1, np.int64) if manifest and consumption is not None else None
-    block_max, index = -1, np.empty(STREAM_CHUNK, np.intp)  # numpy scatters twice as fast with intp indices
+    block_max, mix_sum, index = -1, 0, np.empty(STREAM_CHUNK, np.intp)  # numpy scatters twice as fast with intp indices
     for start, ids in reader.chunks(rows=STREAM_CHUNK, progress=progress, label="shuffle"):
         if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= samples):
             bad = int(np.argmax((ids < 0) | (ids >= samples)))
