@@ -220,8 +220,7 @@ def _check_greedy(rep: BlendReport, path: str, draws: list[int]) -> None:
 
 
 def second_pass_positions(path: str, marks: dict[int, int], stop: int) -> dict[int, int]:
-    """Blend position of draw number ``marks[i]`` (0-based) of each source ``i``, among the first ``stop`` of
-    the dataset index ``path``."""
+    """Blend position of source ``i``'s draw ``marks[i]`` (0-based), in the first ``stop`` of dataset_index ``path``."""
     found: dict[int, int] = {}
     counts = dict.fromkeys(marks, 0)
     with NpyReader(read_header(path)) as reader:

@@ -127,8 +127,7 @@ class StreamPass:
                              f"{tokens_out.shape}")
 
     def advance(self, documents: np.ndarray) -> np.ndarray:
-        """The stream positions of the copies ``documents`` (the next chunk of the document index), and where
-        the chunk ends."""
+        """The stream positions of the copies ``documents`` (the document index's next chunk) and where it ends."""
         if self.buffer.shape[0] <= documents.shape[0]:
             self.buffer = np.empty(documents.shape[0] + 1, np.int64)
         positions = self.buffer[: documents.shape[0] + 1]  # one buffer for every chunk (no fresh pages each time)

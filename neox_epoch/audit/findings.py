@@ -22,8 +22,7 @@ class FileProblem(NeoxEpochError):
 
 
 class JsonFields:
-    """A report dataclass whose JSON is its fields in order, but those with ``repr=False``; nested reports by
-    their ``to_json``."""
+    """A report dataclass whose JSON is its fields in order but those with ``repr=False`` (nested: their to_json)."""
 
     def to_json(self) -> dict[str, Any]:
         def plain(value: Any) -> Any:

@@ -54,8 +54,7 @@ class NeoxName:
 
 @dataclass
 class CacheGroup:
-    """The files of one index (a doc/sample/shuffle triple) or one megatron-core blend pair (:func:`parse_name`:
-    of one file)."""
+    """The files of one index (doc/sample/shuffle triple) or megatron-core blend pair (:func:`parse_name`: one file)."""
 
     kind: str  # `neox`, `megatron-core` or `megatron-legacy`.
     stem: str  # Common path of the files without the role suffix: files with the same stem belong together.

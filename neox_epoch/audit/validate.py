@@ -514,8 +514,7 @@ def _setting(report: IndexReport, group: names.CacheGroup, resolve_prefix: Calla
 
 
 def _sizes(header: idxmod.IdxHeader, first_id: int, stop_id: int) -> np.ndarray:
-    """The split's .idx sizes, read like rows of an .npy array: a read-only view of the file (read when it cannot be
-    mapped)."""
+    """The split's .idx sizes, read like an .npy array's rows: a read-only view of the file (a copy if not mappable)."""
     info = NpyInfo(header.prefix + ".idx", (header.sequence_count,), np.dtype(np.int32), False, header.sizes_offset)
     with NpyReader(info) as reader:
         return reader.read(first_id, stop_id)
