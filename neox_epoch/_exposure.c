@@ -10,9 +10,9 @@
  *   (a step at each sample boundary inside a copy) summed into the token and document histograms, stats[0] and
  *   stats[1] (never seen, seen unevenly); stats[3] counts exposures outside the histograms (inconsistent inputs).
  *   `sample_draws` ([S, 2] first/last draw of each sample) and `per_document` ([D, 5] min, max, token
- *   exposures, first and last draw) are for the manifest; with `tokens_out` (int32, one per token of the
- *   documents) and `token_starts` (int64, a document's first token there) each token's exposure is added into
- *   `tokens_out` (two passes, two indexes of one corpus, summed).
+ *   exposures, first and last draw) are for the manifest; with `tokens_out` (int32, one per token of some
+ *   documents) and `token_starts` (int64, a document's first token there, -1: not there) each token's exposure is
+ *   added into `tokens_out` (two passes, two indexes of one corpus, summed).
  * rows(positions, rows, start, first_row, seq_length, samples) -> the first row i of `rows` (a chunk of the
  *   sample index, int32/int64 [n, 2]: entry, offset) not at positions[entry - start] + offset inside that copy
  *   and at (first_row + i) * seq_length (but row `samples`, whose end the caller checks), or -1.
@@ -120,7 +120,7 @@ static int complete(Pass *pass, int64_t doc, int64_t size, int64_t start) {
             if (value < 0 || value >= pass->bins) return pass->stats[3]++, 0;
             pass->tokens_hist[value] += until - done;
             total += value * (until - done);
-            for (int64_t t = done; pass->tokens_out && t < until; t++)
+            for (int64_t t = done; pass->tokens_out && pass->token_starts[doc] >= 0 && t < until; t++)
                 pass->tokens_out[pass->token_starts[doc] + t] += (int32_t)value;
             low = value < low ? value : low;
             high = value > high ? value : high;

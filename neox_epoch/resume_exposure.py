@@ -38,8 +38,29 @@ if TYPE_CHECKING:
     from neox_epoch.plan import SourcePlan
     from neox_epoch.resume_check import NewRun, SavedBuild, SourceDelta
 
-#: tokens past which the token-by-token sum of two indexes is not attempted (4 bytes a token in memory)
-MAX_SUMMED_TOKENS = 1 << 29
+#: tokens of the documents whose exposures are summed in memory at a time (4 bytes a token): a larger source is
+#: summed window by window, each a pass over both indexes
+WINDOW_TOKENS = 1 << 28
+
+
+def windows(sizes: np.ndarray, limit: int = WINDOW_TOKENS) -> list[tuple[int, int]]:
+    """Consecutive ranges ``[first, stop)`` of the documents of ``sizes``, each of at most ``limit`` tokens (a
+    longer document alone)."""
+    ends, out, first = np.cumsum(sizes, dtype=np.int64), [], 0
+    while first < sizes.shape[0]:
+        stop = max(first + 1, int(np.searchsorted(ends, ends[first] - sizes[first] + limit, side="right")))
+        out.append((first, stop))
+        first = stop
+    return out or [(0, 0)]
+
+
+def _joined(parts: list[ExposureReport], consumed: int) -> ExposureReport:
+    """The windows' reports of one source as one."""
+    return replace(ExposureReport.combine(parts), consumed_samples=consumed)
+
+
+def _window_note(count: int) -> str:
+    return f"summed in {count} windows of documents of at most {WINDOW_TOKENS} tokens (a pass each)" if count > 1 else ""
 
 
 def from_tokens(exposure: np.ndarray, sizes: np.ndarray, consumed: int) -> ExposureReport:
@@ -88,11 +109,12 @@ def _on_disk(key: names.NeoxName) -> names.CacheGroup | None:
                                                                              key.seed)), None)
 
 
-def _audit(group: names.CacheGroup, prefix: str, prefixes: list[tuple[int, int]],
-           tokens_out: np.ndarray | None = None) -> tuple[ExposureReport | None, str]:
-    """The audit's exposure of the items ``prefixes`` (signed prefixes) of one index, and what it said."""
+def _audit(group: names.CacheGroup, prefix: str, prefixes: list[tuple[int, int]], tokens_out: np.ndarray | None = None,
+           window: tuple[int, int] | None = None) -> tuple[ExposureReport | None, str]:
+    """The audit's exposure of the items ``prefixes`` (signed prefixes) of one index, and what it said (with
+    ``tokens_out``: each token's exposure added there, for the documents ``window``)."""
     def consumption(split: str, length: int) -> Consumption:
-        return replace(Consumption.from_prefixes(length, prefixes), tokens_out=tokens_out)
+        return replace(Consumption.from_prefixes(length, prefixes), tokens_out=tokens_out, tokens_window=window)
 
     report = audit_index(group, resolve_prefix=lambda _: prefix, consumption_for=consumption)
     return report.exposure, "; ".join([str(f) for f in report.findings] + report.notes)
@@ -119,14 +141,18 @@ def _index(key: names.NeoxName, source: SourcePlan, sizes: np.ndarray, epochs: i
 def _summed(old: names.CacheGroup, new: names.CacheGroup, source: SourcePlan, sizes: np.ndarray, delta: SourceDelta,
             ) -> tuple[ExposureReport | None, str]:
     """The saved run's items of its index and the resumed run's items of the new one, summed token by token
-    (``sizes``: the split's documents)."""
-    out = np.zeros(int(np.sum(sizes, dtype=np.int64)), np.int32)
-    before, said_old = _audit(old, source.prefix, [(delta.drawn_before, 1)], out)
-    after, said_new = _audit(new, source.prefix, [(delta.first + delta.drawn, 1), (delta.first, -1)], out)
-    said = "; ".join(s for s in (said_old, said_new) if s)
-    if before is None or after is None:
-        return None, said or "the audit withheld the exposure of an index"
-    return from_tokens(out, sizes, delta.drawn_before + delta.drawn), said
+    (``sizes``: the split's documents), window by window."""
+    parts, consumed, spans = [], delta.drawn_before + delta.drawn, windows(sizes)
+    for first, stop in spans:
+        out = np.zeros(int(np.sum(sizes[first:stop], dtype=np.int64)), np.int32)
+        before, said_old = _audit(old, source.prefix, [(delta.drawn_before, 1)], out, (first, stop))
+        after, said_new = _audit(new, source.prefix, [(delta.first + delta.drawn, 1), (delta.first, -1)], out,
+                                 (first, stop))
+        said = "; ".join(s for s in (said_old, said_new, _window_note(len(spans))) if s)
+        if before is None or after is None:
+            return None, said or "the audit withheld the exposure of an index"
+        parts.append(from_tokens(out, sizes[first:stop], consumed))
+    return _joined(parts, consumed), said
 
 
 def _exposure(new: NewRun, saved: SavedBuild | None, key: str, source: SourcePlan, delta: SourceDelta,
@@ -145,9 +171,6 @@ def _exposure(new: NewRun, saved: SavedBuild | None, key: str, source: SourcePla
     if saved is None or was is None or not saved.seq_length:
         return SourceExposure(delta.name, None, None, None, "its index is rebuilt in another order and the saved "
                               "run's build is not known (no neox-epoch state or config files in the checkpoint)")
-    if source.tokens > MAX_SUMMED_TOKENS:
-        return SourceExposure(delta.name, None, None, None, f"{source.tokens} tokens: the token-by-token sum of two "
-                              f"indexes is not attempted past {MAX_SUMMED_TOKENS} (4 bytes a token in memory)")
     old_key = _key(source, key, was.num_samples, saved.seq_length, new.seed if saved.seed is None else saved.seed)
     old, built_old = _index(old_key, source, sizes, was.epochs, directory)
     resumed, said = _summed(old, group, source, sizes[slice(*source.document_range)], delta)
@@ -195,13 +218,14 @@ def predicted_orders(source: SourcePlan, seq_length: int, seed: int, add_extra_t
 
 
 def stream_exposure(out: np.ndarray, source: SourcePlan, sizes: np.ndarray, orders: tuple[np.ndarray, np.ndarray],
-                    seq_length: int, items: tuple[int, int]) -> None:
-    """Add into ``out`` (one per token of the source's split) each token's exposure as an input token of the items
-    ``items[0] .. items[1] - 1`` (item ``j`` is sample ``shuffle_index[j]``): the audit's stream pass. ``sizes``: the
-    .idx sizes of the split's documents."""
+                    seq_length: int, items: tuple[int, int], window: tuple[int, int] | None = None) -> None:
+    """Add into ``out`` (one per token of the split's documents ``window``, default all) each token's exposure as an
+    input token of the items ``items[0] .. items[1] - 1`` (item ``j`` is sample ``shuffle_index[j]``): the audit's
+    stream pass. ``sizes``: the .idx sizes of the split's documents."""
     doc_idx, shuffle = orders
     draws = np.bincount(shuffle[items[0]: items[1]], minlength=shuffle.shape[0]).astype(np.uint32)
-    walker = StreamPass(sizes, source.document_range[0], source.epochs_built, draws, seq_length, tokens_out=out)
+    walker = StreamPass(sizes, source.document_range[0], source.epochs_built, draws, seq_length, tokens_out=out,
+                        tokens_window=window)
     for at in range(0, doc_idx.shape[0], 1 << 22):
         walker.advance(doc_idx[at: at + (1 << 22)])
 
@@ -214,21 +238,26 @@ def megatron_exposures(new: NewRun, old_sources: list[SourcePlan], saved_seq: in
     train = [s for s in new.plan.sources if s.split == "train"]
     out = []
     for now, was, delta in zip(train, old_sources, sources):
-        if kernel is None or now.tokens > MAX_SUMMED_TOKENS or now.document_range != was.document_range:
-            why = ("the compiled kernel is not built" if kernel is None else "other documents in the split"
-                   if now.document_range != was.document_range else f"over {MAX_SUMMED_TOKENS} tokens")
+        if kernel is None or now.document_range != was.document_range:
+            why = "the compiled kernel is not built" if kernel is None else "other documents in the split"
             out.append(SourceExposure(delta.name, None, None, None, f"not computed: {why}"))
             continue
         sizes = np.asarray(idx.sizes_memmap(idx.read_header(now.prefix)))[slice(*now.document_range)]
         old_orders = predicted_orders(was, saved_seq, saved_seed, add_extra_token)
-        resumed = np.zeros(int(np.sum(sizes, dtype=np.int64)), np.int32)
-        stream_exposure(resumed, was, sizes, old_orders, saved_seq, (0, delta.drawn_before))
-        stream_exposure(resumed, now, sizes, predicted_orders(now, new.plan.seq_length, new.seed, add_extra_token),
-                        new.plan.seq_length, (delta.first, delta.first + delta.drawn))
-        more = delta.drawn * new.plan.seq_length // saved_seq
-        continued = np.zeros_like(resumed)
-        stream_exposure(continued, was, sizes, old_orders, saved_seq, (0, delta.drawn_before + more))
-        out.append(SourceExposure(delta.name, None, from_tokens(resumed, sizes, delta.drawn_before + delta.drawn),
-                                  from_tokens(continued, sizes, delta.drawn_before + more),
-                                  "orders as megatron-core's builder makes them from the seed (no index file read)"))
+        new_orders = predicted_orders(now, new.plan.seq_length, new.seed, add_extra_token)
+        more, resumed, continued = delta.drawn * new.plan.seq_length // saved_seq, [], []
+        spans = windows(sizes)
+        for window in spans:
+            tokens = np.zeros(int(np.sum(sizes[slice(*window)], dtype=np.int64)), np.int32)
+            stream_exposure(tokens, was, sizes, old_orders, saved_seq, (0, delta.drawn_before), window)
+            stream_exposure(tokens, now, sizes, new_orders, new.plan.seq_length, (delta.first, delta.first + delta.drawn),
+                            window)
+            resumed.append(from_tokens(tokens, sizes[slice(*window)], delta.drawn_before + delta.drawn))
+            tokens[...] = 0
+            stream_exposure(tokens, was, sizes, old_orders, saved_seq, (0, delta.drawn_before + more), window)
+            continued.append(from_tokens(tokens, sizes[slice(*window)], delta.drawn_before + more))
+        note = "; ".join(s for s in ("orders as megatron-core's builder makes them from the seed (no index file read)",
+                                     _window_note(len(spans))) if s)
+        out.append(SourceExposure(delta.name, None, _joined(resumed, delta.drawn_before + delta.drawn),
+                                  _joined(continued, delta.drawn_before + more), note))
     return tuple(out)

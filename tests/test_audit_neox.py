@@ -21,11 +21,12 @@ from neox_epoch import idx
 from neox_epoch.audit import names
 from neox_epoch.audit.audit import AuditOptions, run_audit
 from neox_epoch.audit.consumption import Consumption
+from neox_epoch.audit.exposure import ExposureReport
 from neox_epoch.audit.names import discover
 from neox_epoch.audit.validate import audit_index
 from neox_epoch.cli import main
 from neox_epoch.neox.index import build_joint
-from neox_epoch.resume_exposure import from_tokens
+from neox_epoch.resume_exposure import from_tokens, windows
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURES = os.path.join(HERE, "fixtures", "neox")
@@ -182,3 +183,27 @@ def test_tokens_out_holds_each_tokens_exposure():
     audit_index(group, consumption_for=consumption)
     twice = from_tokens(out, sizes, 2 * h["samples_consumed"])
     assert twice.tokens == {2 * t: n for t, n in once.tokens.items()} and twice.documents_unseen == once.documents_unseen
+
+
+def test_tokens_out_window_by_window_adds_up_to_the_whole():
+    """resume-check sums a large source window by window (documents of at most WINDOW_TOKENS tokens, -1 in
+    token_starts outside): on the headline index, windows of a fifth of its tokens joined give the whole pass's
+    exposure, bin for bin and document for document."""
+    h = G["headline"]
+    ds = next(d for d in G["cases"][h["case"]]["datasets"] if d["name"] == "train_0")
+    group = discover(_files(ds))[0]
+    sizes = np.asarray(idx.sizes_memmap(idx.read_header(group.neox.prefix)))[slice(*ds["documents"])]
+    whole = audit_index(group, consumption_for=lambda split, length: Consumption.prefix(length, h["samples_consumed"]))
+    parts, spans = [], windows(sizes, int(sizes.sum()) // 5)
+    for first, stop in spans:
+        out = np.zeros(int(sizes[first:stop].sum()), np.int32)
+
+        def consumption(split: str, length: int, out: np.ndarray = out, window: tuple[int, int] = (first, stop),
+                        ) -> Consumption:
+            return replace(Consumption.prefix(length, h["samples_consumed"]), tokens_out=out, tokens_window=window)
+
+        audit_index(group, consumption_for=consumption)
+        parts.append(from_tokens(out, sizes[first:stop], h["samples_consumed"]))
+    assert len(spans) >= 5 and spans[0][0] == 0 and spans[-1][1] == sizes.shape[0]
+    joined = replace(ExposureReport.combine(parts), consumed_samples=h["samples_consumed"])
+    assert whole.exposure is not None and joined == whole.exposure and joined.tokens == _hist(h["histogram"])

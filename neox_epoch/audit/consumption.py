@@ -31,6 +31,8 @@ class Consumption:
     tokens_out: np.ndarray | None = field(default=None, compare=False)
     """Optional (int32, one per token of the split's documents in .idx order): each token's exposure is added into
     it, so passes over two indexes of one corpus sum (:func:`neox_epoch.resume_exposure.from_tokens`)."""
+    tokens_window: tuple[int, int] | None = field(default=None, compare=False)
+    """With ``tokens_out``: the split's documents ``[first, stop)`` (0: its first) whose tokens it holds (None: all)."""
 
     @staticmethod
     def prefix(length: int, consumed: int) -> Consumption:

@@ -101,7 +101,8 @@ class StreamPass:
     """The walk over the document index, chunk by chunk: copy positions, the copies' check and the exposure."""
 
     def __init__(self, sizes: np.ndarray, first_id: int, epochs: int, draws: np.ndarray | None,
-                 seq_length: int, sample_draws: np.ndarray | None = None, tokens_out: np.ndarray | None = None) -> None:
+                 seq_length: int, sample_draws: np.ndarray | None = None, tokens_out: np.ndarray | None = None,
+                 tokens_window: tuple[int, int] | None = None) -> None:
         self.first_id, self.epochs, self.seq_length = first_id, epochs, seq_length
         self.position, self.buffer = 0, np.empty(0, np.int64)
         self.exposing = draws is not None and kernel is not None and epochs > 0
@@ -118,11 +119,15 @@ class StreamPass:
         self.sizes[...] = sizes
         self.sample_draws = sample_draws if self.exposing else None
         self.per_document = zeros((documents, 5), np.int64) if self.sample_draws is not None else None
-        # each token's exposure added into tokens_out (resume_exposure.from_tokens): a document's tokens from its start
-        self.token_starts = np.cumsum(sizes, dtype=np.int64) - sizes if tokens_out is not None else None
+        # each token's exposure added into tokens_out (resume_exposure.from_tokens): where a document's tokens start
+        # there, -1 for a document outside tokens_window (the documents whose tokens it holds)
+        first, stop = tokens_window or (0, documents)
+        self.token_starts = np.full(documents, -1, np.int64) if tokens_out is not None else None
+        if self.token_starts is not None and stop > first:
+            self.token_starts[first:stop] = np.cumsum(sizes[first:stop], dtype=np.int64) - sizes[first:stop]
         self.tokens_out = tokens_out if tokens_out is not None and self.exposing else None
         if self.tokens_out is not None and (self.tokens_out.dtype != np.int32 or
-                                            self.tokens_out.size != sizes.sum(dtype=np.int64)):
+                                            self.tokens_out.size != sizes[first:stop].sum(dtype=np.int64)):
             raise AuditError(f"tokens_out: int32, one per token of the documents, expected; got {tokens_out.dtype} "
                              f"{tokens_out.shape}")
 

@@ -562,7 +562,7 @@ def _run_passes(report: IndexReport, setting: Setting, consumption_for: Consumpt
         if not packed:
             return
         walker = StreamPass(sizes, first_id, epochs, draws.counts, setting.seq_length, draws.sample_draws,
-                            None if consumption is None else consumption.tokens_out)
+                            *((consumption.tokens_out, consumption.tokens_window) if consumption else ()))
         tail_from = (epochs - 1) * documents if separate and epochs > 1 else None
         stream = walk_stream(doc_r, sample_r, walker, samples, tail_from, progress)
         report.findings.extend(stream.findings)
