@@ -101,6 +101,19 @@ def test_sample_index_going_back(tmp_path):
     _check(_audit(str(tmp_path)), "d_", "sample index order")
 
 
+def test_last_sample_row_going_back_across_chunks(tmp_path, monkeypatch):
+    """The final row (row S) pointing back at entry 0 when the document index is read in chunks of 4: a finding, not
+    an IndexError (the row lands with a later chunk's rows, far before its first entry)."""
+    from neox_epoch.audit import validate
+
+    monkeypatch.setattr(validate, "STREAM_CHUNK", 4)
+    arr = _two_indexes(tmp_path)
+    sample = arr["sample"].copy()
+    sample[-1] = (0, 1)
+    np.save(arr["base"] + "_sample_idx.npy", sample)
+    _check(_audit(str(tmp_path)), "d_", "sample index order")
+
+
 def test_cache_of_another_corpus_same_document_count(tmp_path):
     """The corpus was re-tokenized (same number of documents, other lengths): stale, first divergence named."""
     _two_indexes(tmp_path)

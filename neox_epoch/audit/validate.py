@@ -303,13 +303,16 @@ def check_rows(path: str, first_row: int, previous: int, rows: np.ndarray, start
     at ``i * seq_length``, every offset inside its document (the kernel's ``rows``; numpy when it is not built or to
     say where a row is off). Returns (the stream position of row S when among them, the first problem)."""
     count = rows.shape[0]
-    rows_s = count > 0 and first_row + count - 1 == samples  # row S: where the last (dropped or kept) sample ends
-    last = int(positions[int(rows[-1, 0]) - start]) + int(rows[-1, 1]) if rows_s else None
-    if not count or kernel is not None and kernel.rows(positions, rows, start, first_row, seq_length, samples) < 0:
-        return last, None
-    order = _row_order(path, first_row, rows, previous)
+    if not count:
+        return None, None
+    good = kernel is not None and kernel.rows(positions, rows, start, first_row, seq_length, samples) < 0
+    order = None if good else _row_order(path, first_row, rows, previous)
     if order is not None:
         return None, order
+    # (rows in order from `previous` are entries of this chunk) row S: where the last (dropped or kept) sample ends
+    last = int(positions[int(rows[-1, 0]) - start]) + int(rows[-1, 1]) if first_row + count - 1 == samples else None
+    if good:
+        return last, None
     local = np.clip(rows[:, 0].astype(np.intp) - start, 0, positions.shape[0] - 2)  # (upto: in range)
     where = positions[local] + rows[:, 1]
     expected = np.arange(first_row, first_row + count, dtype=np.int64) * seq_length
