@@ -43,10 +43,10 @@ if TYPE_CHECKING:
 WINDOW_TOKENS = 1 << 28
 
 
-def windows(sizes: np.ndarray, limit: int = WINDOW_TOKENS) -> list[tuple[int, int]]:
-    """Consecutive ranges ``[first, stop)`` of the documents of ``sizes``, each of at most ``limit`` tokens (a
-    longer document alone)."""
-    ends, out, first = np.cumsum(sizes, dtype=np.int64), [], 0
+def windows(sizes: np.ndarray, limit: int | None = None) -> list[tuple[int, int]]:
+    """Consecutive ranges ``[first, stop)`` of the documents of ``sizes``, each of at most ``limit`` tokens (default
+    WINDOW_TOKENS; a longer document alone)."""
+    ends, out, first, limit = np.cumsum(sizes, dtype=np.int64), [], 0, limit or WINDOW_TOKENS
     while first < sizes.shape[0]:
         stop = max(first + 1, int(np.searchsorted(ends, ends[first] - sizes[first] + limit, side="right")))
         out.append((first, stop))

@@ -645,7 +645,8 @@ def expected_resume(pair: dict[str, Any], real_old: dict[str, Any], real_new: di
 
 
 @pytest.mark.megatron_lm
-def test_resume_check_on_random_megatron_lm_resumes(megatron_lm: str, tmp_path: Any) -> None:
+def test_resume_check_on_random_megatron_lm_resumes(megatron_lm: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
     """16 random resumes (a checkpoint's args saved by Megatron-LM's own code at a random iteration, resumed with
     random changes of batch, train_iters, blend, seq_length, world size or scheduler override) and one halved
     batch whose validation loader runs out. Each finding
@@ -679,6 +680,7 @@ def test_resume_check_on_random_megatron_lm_resumes(megatron_lm: str, tmp_path: 
                           "tokens": True})
     truth = env.run_truth(cases, str(tmp_path / "work"))["cases"]
     failures, seen, compared, valid_seen = [], set(), set(), set()
+    exposed: tuple[dict[str, Any], dict[str, Any]] | None = None
     for i, pair in enumerate(pairs):
         real_old, real_new = truth[2 * i], truth[2 * i + 1]
         assert real_old["refusal"] is None and real_new["refusal"] is None, (real_old["refusal"], real_new["refusal"])
@@ -712,6 +714,7 @@ def test_resume_check_on_random_megatron_lm_resumes(megatron_lm: str, tmp_path: 
                 diffs.append(f"drawn after the resume {drawn} vs the sampler's {want['after']}")
             diffs += exposure_diffs(out, real_old, real_new)
             compared.add("tokens")
+            exposed = exposed or (pair, out)
         diffs += valid_diffs(pair, out, real_new, kinds)
         valid_seen.update(k for k in kinds if k.startswith("valid-"))
         valid_seen |= {"moved"} if out["valid"] and out["valid"]["start_sample"] else set()
@@ -725,3 +728,15 @@ def test_resume_check_on_random_megatron_lm_resumes(megatron_lm: str, tmp_path: 
     assert compared == {"orders", "moves", "tokens"}, compared  # orders and moves on the same token spans
     # the validation loader resumed past its start, was refused (random pairs) and ran out (the halved batch)
     assert {"moved", "valid-no-samples-left", "valid-runs-out"} <= valid_seen, valid_seen
+    # sources larger than the window are summed window by window: with windows of 3,000 tokens, the same exposure
+    from neox_epoch import resume_exposure
+    from neox_epoch.cli import main
+
+    assert exposed is not None
+    pair, out = exposed
+    monkeypatch.setattr(resume_exposure, "WINDOW_TOKENS", 3000)
+    main(["resume-check", pair["save"], *pair["new"], "--world-size", str(pair["new_world"]), "--json", "--exposure"])
+    windowed = json.loads(capsys.readouterr().out)["exposure"]
+    for name, got in out["exposure"].items():
+        assert (windowed[name]["resumed"], windowed[name]["continued"]) == (got["resumed"], got["continued"]), name
+        assert "windows of documents of at most 3000 tokens" in windowed[name]["note"], windowed[name]["note"]

@@ -593,7 +593,8 @@ def lengthened_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, dict[
 
 
 def test_resume_check_counts_each_token_across_a_seq_length_change(
-        lengthened_run: tuple[Run, dict[str, Any], int]) -> None:
+        lengthened_run: tuple[Run, dict[str, Any], int], monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
     """NeoX resumes at 105 x 4 = 420 of a blend of new indices (named by seq_length 128): each source's items
     greedy(420) .. greedy(720) of its new index, after items 0 .. greedy(420) - 1 of its 64-token index. Positions
     name other token spans, so no sample count is skipped or repeated; resume-check --exposure, before the resume,
@@ -622,6 +623,19 @@ def test_resume_check_counts_each_token_across_a_seq_length_change(
         items = at[420][k] + (at[720][k] - at[420][k]) * 2
         continued = nt.drawn_token_counts(prefix, old[: -len("_doc_idx.npy")], 0, items)
         assert got["continued"]["tokens"] == {str(t): int(n) for t, n in enumerate(np.bincount(continued))}, name
+    # a source larger than the window is summed window by window (here windows of 2,000 tokens): the same bins, from
+    # the saved checkpoint's tag and NeoX's own new index (the resumed launch has built it by now)
+    from neox_epoch import resume_exposure
+    from neox_epoch.cli import main
+
+    monkeypatch.setattr(resume_exposure, "WINDOW_TOKENS", 2000)
+    assert main(["resume-check", run.path("ckpt", f"global_step{SEQ_STOP}"), run.path("check.yml"), "--json",
+                 "--exposure"]) == 1
+    windowed = json.loads(capsys.readouterr().out)["exposure"]
+    for name in "abc":
+        got = predicted["exposure"][name]
+        assert (windowed[name]["resumed"], windowed[name]["continued"]) == (got["resumed"], got["continued"]), name
+        assert "windows of documents of at most 2000 tokens" in windowed[name]["note"], windowed[name]["note"]
 
 
 # ------------------------------------------------------------------------------------------------------------
