@@ -99,6 +99,16 @@ def hooked_start(consumed: int, new: LoaderShape) -> ResumeStart:
 
 
 @dataclass(frozen=True)
+class ValidSource:
+    """One source of a blended validation dataset: its samples among the evaluations' draws."""
+
+    name: str
+    drawn_before: int  # Among the saved run's evaluations' draws.
+    resumed: int  # Among the draws of the resumed run's evaluations, from its start to the end of the run.
+    continued: int  # Among as many draws continuing after the saved run's.
+
+
+@dataclass(frozen=True)
 class ValidStart:
     """Where the resumed run's validation loader starts, against what the saved run's evaluations drew (samples
     of the validation dataset; evaluation trains nothing, so a difference changes only which samples the
@@ -112,6 +122,8 @@ class ValidStart:
     """Where it would continue after the saved run's evaluations (``drawn``, wrapped as the loader wraps)."""
     how: str
     """The arithmetic behind both."""
+    sources: tuple[ValidSource, ...] = ()
+    """Per source of the validation blend (Megatron-LM; empty when not computed)."""
 
 
 def neox_valid_start(iteration: int, old: LoaderShape, old_eval: tuple[int, int], new: LoaderShape,

@@ -23,7 +23,7 @@ import json
 import os
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from neox_epoch import blend
@@ -38,6 +38,7 @@ from neox_epoch.resume import (
     EndTest,
     LoaderShape,
     ResumeStart,
+    ValidSource,
     ValidStart,
     end_test,
     hooked_start,
@@ -327,6 +328,18 @@ def split_samples(plan: Plan, split: str) -> int:
     return sum(s.length for s in plan.sources if s.split == split)
 
 
+def valid_sources(plan: Plan, windows: tuple[tuple[int, int], ...]) -> tuple[ValidSource, ...]:
+    """Per source of the validation split, its samples among the blend positions of each of the three ``windows``
+    (the saved run's evaluations, the resumed run's, continuing): the blend's greedy over its weights (one source:
+    all of them); () for a blend without weights (megatron-core's exhaustive blend, not modelled here)."""
+    names = [s.name for s in plan.sources if s.split == "valid"]
+    weights = next((b.weights for b in plan.blends if b.split == "valid"), None)
+    if not names or len(names) > 1 and not weights:
+        return ()
+    counts = [[b - a for a, b in zip(_counts(weights, first), _counts(weights, stop))] for first, stop in windows]
+    return tuple(ValidSource(name, *(c[k] for c in counts)) for k, name in enumerate(names))
+
+
 def blend_changed(saved: SavedBuild, new: NewRun) -> bool:
     """The new blend draws with other weights (or other sources) than the saved one."""
     if not saved.weights or new.weights is None:
@@ -433,7 +446,8 @@ def to_json(rc: ResumeCheck) -> dict[str, Any]:
                      "drawn_before": s.drawn_before, "first_item": s.first} for s in rc.sources],
         "exposure": {e.name: e.to_json() for e in rc.exposures} if rc.exposures else None,
         "valid": None if rc.valid is None else {"drawn": rc.valid.drawn, "start_sample": rc.valid.start,
-                                                "continued_sample": rc.valid.continued, "how": rc.valid.how},
+                                                "continued_sample": rc.valid.continued, "how": rc.valid.how,
+                                                "sources": [asdict(v) for v in rc.valid.sources]},
         "test": None if rc.test is None else {"start_sample": 0, "samples": rc.test.samples, "how": rc.test.how},
         "counters_at_resume": rc.counters_at_resume, "findings": list(rc.findings), "notes": list(rc.notes),
         "clean": not rc.findings,
@@ -451,6 +465,8 @@ def render(rc: ResumeCheck) -> str:
     if rc.valid is not None:
         lines.append(f"  validation loader: starts at sample {rc.valid.start} (the saved run's evaluations drew "
                      f"{rc.valid.drawn}): {rc.valid.how}")
+        lines += [f"    {v.name:<22} drew {v.drawn_before}; the resumed evaluations draw {v.resumed} (continuing: "
+                  f"{v.continued})" for v in rc.valid.sources]
     if rc.test is not None:
         lines.append(f"  test loader: {rc.test.how}")
     if rc.sources:

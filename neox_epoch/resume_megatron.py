@@ -34,6 +34,7 @@ from neox_epoch.resume_check import (
     build_findings,
     deltas,
     split_samples,
+    valid_sources,
 )
 from neox_epoch.resume_exposure import SourceExposure, megatron_exposures
 
@@ -132,9 +133,15 @@ def valid_start(saved_args: dict[str, Any], iteration: int, mi: MegatronInput, p
     evaluations = (run.train_iters // interval - iteration // interval if interval else 0) + 1
     loader = args.micro_batch_size * args.data_parallel_size
     needed = evaluations * args.eval_iters * (run.global_batch_size // loader)
+    # per source: the blend positions of the saved run's draws, the resumed run's (whole batches while they last)
+    # and as many continuing after the saved run's (not with --full-validation: every evaluation reads it all)
+    ahead = [min(needed, max(0, length - at) // loader) * loader for at in (start, drawn)]
+    sources = () if args.full_validation else valid_sources(plan, ((0, drawn), (start, start + ahead[0]),
+                                                                   (drawn, drawn + ahead[1])))
+    valid = ValidStart(drawn, start, drawn, how, sources)
     if args.full_validation or needed <= (length - start) // loader:
-        return ValidStart(drawn, start, drawn, how), []
-    return ValidStart(drawn, start, drawn, how), [
+        return valid, []
+    return valid, [
         f"valid-runs-out: {evaluations} evaluations after the resume (every {interval} iterations to "
         f"{run.train_iters}, and one at the end) draw {needed} batches of {loader} from sample {start}; the "
         f"validation dataset has {length} samples: its loader ends (StopIteration) before the last evaluation"]

@@ -277,8 +277,9 @@ def _resume_valid(args: Any, valid: Any, saved: int, iteration: int) -> dict[str
         batches = len(list(MegatronPretrainingSampler(len(valid), start, args.micro_batch_size, 0,
                                                       args.data_parallel_size)))
     except AssertionError as err:
-        return {"start": start, "refusal": str(err), "batches": 0}
-    return {"start": start, "refusal": None, "batches": batches}
+        return {"start": start, "refusal": str(err), "batches": 0, "index": None}
+    index = np.asarray(valid.dataset_index).tolist() if type(valid).__name__ == "BlendedDataset" else None
+    return {"start": start, "refusal": None, "batches": batches, "index": index}  # index: each sample's source
 
 
 def _record(ds: Any) -> Any:

@@ -623,6 +623,16 @@ def valid_diffs(pair: dict[str, Any], out: dict[str, Any], real_new: dict[str, A
     runs_out = real["refusal"] is None and real["batches"] < needed
     if ("valid-runs-out" in kinds) != runs_out:
         diffs.append(f"valid-runs-out {'valid-runs-out' in kinds} vs {real['batches']} batches for {needed} needed")
+    sources, index = (out["valid"] or {}).get("sources") or [], real.get("index")
+    if real["refusal"] is None and index is not None and "--full-validation" not in pair["new"]:
+        # per source: the real validation blend's samples among the saved run's draws and the resumed sampler's
+        take = min(needed, real["batches"]) * pair["micro"] * real_new["data_parallel_size"]
+        drawn = out["valid"]["drawn"]
+        want = [np.bincount(index[a:b], minlength=len(sources) or 1).tolist() for a, b in
+                ((0, drawn), (real["start"], real["start"] + take))]
+        got = [[v["drawn_before"] for v in sources], [v["resumed"] for v in sources]]
+        if got != want:
+            diffs.append(f"valid per source (drawn before, resumed) {got} vs the real blend's {want}")
     return diffs
 
 
@@ -718,6 +728,8 @@ def test_resume_check_on_random_megatron_lm_resumes(megatron_lm: str, tmp_path: 
         diffs += valid_diffs(pair, out, real_new, kinds)
         valid_seen.update(k for k in kinds if k.startswith("valid-"))
         valid_seen |= {"moved"} if out["valid"] and out["valid"]["start_sample"] else set()
+        valid_seen |= {"sources"} if (real_new.get("resume_valid") or {}).get("index") and out["valid"] and \
+            len(out["valid"]["sources"]) > 1 else set()  # a blend of several validation sources compared
         if (r.returncode == 0) != (not out["findings"]):
             diffs.append(f"exit {r.returncode} with findings {kinds}")
         if diffs:
@@ -727,7 +739,7 @@ def test_resume_check_on_random_megatron_lm_resumes(megatron_lm: str, tmp_path: 
     assert {"orders-change", "blend-changed", "seq-length-changed", "lr-schedule"} <= seen, seen
     assert compared == {"orders", "moves", "tokens"}, compared  # orders and moves on the same token spans
     # the validation loader resumed past its start, was refused (random pairs) and ran out (the halved batch)
-    assert {"moved", "valid-no-samples-left", "valid-runs-out"} <= valid_seen, valid_seen
+    assert {"moved", "valid-no-samples-left", "valid-runs-out", "sources"} <= valid_seen, valid_seen
     # sources larger than the window are summed window by window: with windows of 3,000 tokens, the same exposure
     from neox_epoch import resume_exposure
     from neox_epoch.cli import main
