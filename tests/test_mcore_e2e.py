@@ -418,7 +418,10 @@ def test_live_counters_equal_the_drawn_samples_in_one_run_and_across_a_resume(e2
     counters = check_counters_equal_records(resumed)
     assert [r["iteration"] for r in counters] == list(range(10, 381, 10))
     events = [r["event"] for r in resumed["jsonl"]]
-    assert events == ["plan", *["counters"] * 10, "final", "plan", "resume", *["counters"] * 28, "final"]
+    # (the stop saved a checkpoint: state_dict() recorded the counters' state after the launch's final record)
+    assert events == ["plan", *["counters"] * 10, "final", "checkpoint", "plan", "resume", *["counters"] * 28, "final"]
+    saved = resumed["jsonl"][12]["counters"]
+    assert (resumed["jsonl"][12]["iteration"], saved["iteration"], saved["consumed_samples"]) == (100, 100, 1600)
     # same batch, same data: the same counters at every logged iteration as the uninterrupted run
     assert [{**r, "time": 0} for r in counters] == [{**r, "time": 0} for r in full["jsonl"] if r["event"] == "counters"]
 
@@ -451,8 +454,8 @@ def test_two_passes_stopped_at_batch_16_and_resumed_at_batch_32_count_exactly(e2
     assert [c["iteration"] for c in counters] == [*range(10, 101, 10), *range(110, 431, 10)]
     assert [c["consumed_samples"] for c in counters if c["iteration"] in (100, 110, 430)] == [1600, 1920, 12160]
     events = [x["event"] for x in files["jsonl"]]
-    assert events[:12] == ["plan", *["counters"] * 10, "final"] and events[12:14] == ["plan", "resume"]
-    resume = files["jsonl"][13]
+    assert events[:13] == ["plan", *["counters"] * 10, "final", "checkpoint"] and events[13:15] == ["plan", "resume"]
+    resume = files["jsonl"][14]
     # 100 iterations x 16 = 1600 samples before the stop, of which the blend gave web 771, code 485, books 344
     assert (resume["iteration"], resume["consumed_samples"]) == (100, 1600)
     assert [resume["sources"][n]["samples"] for n in E2E_NAMES] == [771, 485, 344]
