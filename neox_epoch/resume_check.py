@@ -213,9 +213,13 @@ def new_run(paths: list[str], world_size: int | None) -> NewRun:
                   sum(s.length for s in plan.sources if s.split == "valid"))
 
 
-def _counts(weights: tuple[float, ...] | None, position: int) -> list[int]:
-    """Samples drawn from each source by the first ``position`` samples (the blend's greedy, or the one source)."""
-    return [max(0, position)] if weights is None else blend.greedy_counts(list(weights), max(0, position))
+def _counts(weights: tuple[float, ...] | None, positions: list[int]) -> list[list[int]]:
+    """Samples drawn from each source by the first ``p`` samples, for each ``p`` of ``positions`` (the blend's
+    greedy, in one pass; or the one source)."""
+    positions = [max(0, p) for p in positions]
+    if weights is None:
+        return [[p] for p in positions]
+    return [list(c) for c in blend.greedy_draws(list(weights), positions).counts]
 
 
 def deltas(new: NewRun, saved: SavedBuild | None, consumed: int, start: ResumeStart,
@@ -225,8 +229,8 @@ def deltas(new: NewRun, saved: SavedBuild | None, consumed: int, start: ResumeSt
     weights = saved.weights if saved is not None and saved.weights is not None else new.weights
     if weights is None or new.weights is None or len(weights) != len(new.weights):
         weights = new.weights  # no saved blend to compare with: the same blend before and after
-    before, first = _counts(weights, consumed), _counts(new.weights, start.start)
-    last = _counts(new.weights, start.start + iterations_left * new.shape.train_batch_size)
+    (before,) = _counts(weights, [consumed])
+    first, last = _counts(new.weights, [start.start, start.start + iterations_left * new.shape.train_batch_size])
     keys = list(new.builds)
     cut_anew = saved is not None and bool(saved.seq_length) and saved.seq_length != new.plan.seq_length
     rows = []
@@ -336,7 +340,8 @@ def valid_sources(plan: Plan, windows: tuple[tuple[int, int], ...]) -> tuple[Val
     weights = next((b.weights for b in plan.blends if b.split == "valid"), None)
     if not names or len(names) > 1 and not weights:
         return ()
-    counts = [[b - a for a, b in zip(_counts(weights, first), _counts(weights, stop))] for first, stop in windows]
+    at = _counts(weights, [p for window in windows for p in window])
+    counts = [[b - a for a, b in zip(at[2 * k], at[2 * k + 1])] for k in range(len(windows))]
     return tuple(ValidSource(name, *(c[k] for c in counts)) for k, name in enumerate(names))
 
 
