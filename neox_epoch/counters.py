@@ -60,6 +60,21 @@ def checkpoint_records(path: str) -> list[tuple[int, dict[str, Any]]]:
             found.append((number, record))
     return found
 
+
+def log_file(path: str) -> str:
+    """A run's JSONL, given it or the directory holding it."""
+    return os.path.join(path, JSONL_NAME) if os.path.isdir(path) else path
+
+
+def recorded_at(path: str, records: dict[int, Any], iteration: int | None) -> tuple[int, Any]:
+    """The checkpoint record of ``iteration`` (default the last recorded) among ``records`` (by iteration) of the
+    JSONL ``path``: ``(iteration, record)``."""
+    at = max(records) if iteration is None else iteration
+    if at not in records:
+        raise ConfigError(f"{path}: no checkpoint record for iteration {at}; recorded: {sorted(records)} (give "
+                          "--iteration with the iteration of the checkpoint the resume loads)")
+    return at, records[at]
+
 #: scalar tag prefixes; the tag is ``<prefix>/<source name>``
 SCALAR_PASSES = "neox_epoch/passes"
 SCALAR_SAMPLES = "neox_epoch/samples"

@@ -29,7 +29,7 @@ from typing import Any
 from neox_epoch import blend
 from neox_epoch.checkpoint import Checkpoint, read_checkpoint
 from neox_epoch.config import NeoxConfig, get_int, load_neox_configs, neox_batch
-from neox_epoch.counters import JSONL_NAME
+from neox_epoch.counters import JSONL_NAME, checkpoint_records, log_file, recorded_at
 from neox_epoch.errors import ConfigError, NeoxEpochError
 from neox_epoch.neox.planning import make_run_plan, values_from_args
 from neox_epoch.neox.resume_state import ResumeState, TrainBuild, decide, read_state, states_from_log
@@ -162,19 +162,16 @@ def is_run_log(path: str) -> bool:
     return path.endswith(".jsonl") and os.path.isfile(path)
 
 
-def old_from_log(path: str, iteration: int | None) -> OldRun:
+def old_from_log(path: str, iteration: int | None, records: list[tuple[int, dict[str, Any]]] | None = None) -> OldRun:
     """OLD from the ``checkpoint`` record the hooks wrote into the run's JSONL when NeoX saved the checkpoint the
-    resume loads (``iteration``; default the last one recorded): the checkpoint itself is not needed."""
-    log = os.path.join(path, JSONL_NAME) if os.path.isdir(path) else path
-    records = states_from_log(log)
-    if not records:
+    resume loads (``iteration``; default the last one recorded): the checkpoint itself is not needed. ``records``:
+    the JSONL's checkpoint records when already read."""
+    log = log_file(path)
+    states = states_from_log(log, checkpoint_records(log) if records is None else records)
+    if not states:
         raise ConfigError(f"{log}: no checkpoint record in it (the hooks write one each time NeoX saves a "
                           "checkpoint); give the checkpoint directory instead")
-    at = max(records) if iteration is None else iteration
-    if at not in records:
-        raise ConfigError(f"{log}: no checkpoint record for iteration {at}; recorded: {sorted(records)} (give "
-                          "--iteration with the iteration of the checkpoint the resume loads)")
-    tag, state = records[at]
+    at, (tag, state) = recorded_at(log, states, iteration)
     ckpt = Checkpoint("neox", f"{log} ({tag})", at, {"ds_config": {"train_batch_size": state.train_batch_size}})
     how = (f"consumed = {state.consumed_samples} (the checkpoint record for {tag} in the run's JSONL, every batch "
            "size the run had)")
@@ -383,9 +380,11 @@ def build_findings(old: OldRun, saved: SavedBuild | None, new: NewRun) -> list[s
 
 
 def check(checkpoint: str, configs: list[str], world_size: int | None = None, exposure: bool = False,
-          iteration: int | None = None) -> ResumeCheck:
-    """``checkpoint``: the checkpoint directory, or the run's JSONL (``iteration``: which checkpoint record)."""
-    old = old_from_log(checkpoint, iteration) if is_run_log(checkpoint) else old_run(read_checkpoint(checkpoint))
+          iteration: int | None = None, records: list[tuple[int, dict[str, Any]]] | None = None) -> ResumeCheck:
+    """``checkpoint``: the checkpoint directory, or the run's JSONL (``iteration``: which checkpoint record;
+    ``records``: its checkpoint records when already read)."""
+    old = (old_from_log(checkpoint, iteration, records) if is_run_log(checkpoint)
+           else old_run(read_checkpoint(checkpoint)))
     new = new_run(configs, world_size)
     it = old.checkpoint.iteration
     findings, notes = [], []
@@ -552,12 +551,12 @@ def run(args: argparse.Namespace) -> int:
     if args.iteration is not None and not is_run_log(args.checkpoint):
         raise ConfigError(f"--iteration {args.iteration}: only with a run's neox_epoch.jsonl; a checkpoint "
                           "directory resumes from its 'latest' (or give the global_stepN tag itself)")
-    log = is_run_log(args.checkpoint)
-    if log:
+    records = checkpoint_records(log_file(args.checkpoint)) if is_run_log(args.checkpoint) else None
+    if records is not None:  # a run's JSONL: the live counters' records make it a megatron-core run's
         from neox_epoch.resume_mcore import checkpoint_from_log
 
-        path = os.path.join(args.checkpoint, JSONL_NAME) if os.path.isdir(args.checkpoint) else args.checkpoint
-        ckpt = checkpoint_from_log(path, args.iteration) or Checkpoint("neox", args.checkpoint, 0)
+        ckpt = (checkpoint_from_log(log_file(args.checkpoint), records, args.iteration)
+                or Checkpoint("neox", args.checkpoint, 0))
     else:
         ckpt = read_checkpoint(args.checkpoint)
     wanted = {"megatron": "a Megatron-LM checkpoint; give its Megatron-LM command line (--data-path ...)",
@@ -581,6 +580,6 @@ def run(args: argparse.Namespace) -> int:
 
         rc = megatron_check(ckpt, tokens, mcore_version(args), args.exposure)
     else:
-        rc = check(args.checkpoint, list(args.configs), args.world_size, args.exposure, args.iteration)
+        rc = check(args.checkpoint, list(args.configs), args.world_size, args.exposure, args.iteration, records)
     print(json.dumps(to_json(rc), indent=1) if args.json else render(rc))
     return 1 if rc.findings else 0

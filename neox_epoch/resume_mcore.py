@@ -26,7 +26,7 @@ from neox_epoch.batch.check import batch_errors, data_parallel_size, derive_batc
 from neox_epoch.batch.config import read_config
 from neox_epoch.checkpoint import COUNTERS_KEY as CLIENT_KEY
 from neox_epoch.checkpoint import Checkpoint
-from neox_epoch.counters import checkpoint_records
+from neox_epoch.counters import recorded_at
 from neox_epoch.errors import ConfigError
 from neox_epoch.plan import Plan
 from neox_epoch.resume import LoaderShape, ResumeStart
@@ -59,17 +59,16 @@ def new_batch(ds_config: str, world_size: int | None) -> LoaderShape:
                        batch.gradient_accumulation_steps)
 
 
-def checkpoint_from_log(path: str, iteration: int | None) -> Checkpoint | None:
-    """OLD from the live counters' ``checkpoint`` records in a megatron-core run's JSONL (``iteration``: the
-    checkpoint the resume loads, default the last recorded); None when the JSONL has none (a NeoX run's)."""
-    records = {int(r["iteration"]): r["counters"] for _, r in checkpoint_records(path) if "counters" in r}
-    if not records:
+def checkpoint_from_log(path: str, records: list[tuple[int, dict[str, Any]]], iteration: int | None,
+                        ) -> Checkpoint | None:
+    """OLD from the live counters' ``checkpoint`` records (``records``: those of the megatron-core run's JSONL
+    ``path``) for the checkpoint the resume loads (``iteration``, default the last recorded); None when there are
+    none (a NeoX run's)."""
+    counters = {int(r["iteration"]): r["counters"] for _, r in records if "counters" in r}
+    if not counters:
         return None
-    at = max(records) if iteration is None else iteration
-    if at not in records:
-        raise ConfigError(f"{path}: no checkpoint record for iteration {at}; recorded: {sorted(records)} (give "
-                          "--iteration with the iteration of the checkpoint the resume loads)")
-    return Checkpoint("megatron-core", f"{path} (iteration {at})", at, {CLIENT_KEY: records[at]})
+    at, state = recorded_at(path, counters, iteration)
+    return Checkpoint("megatron-core", f"{path} (iteration {at})", at, {CLIENT_KEY: state})
 
 
 def _saved_state(ckpt: Checkpoint) -> dict[str, Any]:

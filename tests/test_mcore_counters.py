@@ -22,7 +22,7 @@ optional.require("megatron.core")
 
 from mcore_live import init_gloo, null_tokenizer  # noqa: E402
 
-from neox_epoch.counters import JSONL_NAME  # noqa: E402
+from neox_epoch.counters import JSONL_NAME, checkpoint_records  # noqa: E402
 from neox_epoch.errors import ConfigError, NeoxEpochError  # noqa: E402
 from neox_epoch.mcore import CountersStateError, LiveCounters, exact_config, live_counters  # noqa: E402
 
@@ -159,11 +159,12 @@ def test_resume_with_another_global_batch_continues_exactly(blend: dict[str, Any
     # state_dict() also recorded it in the JSONL, where resume-check reads OLD without the checkpoint
     from neox_epoch.resume_mcore import checkpoint_from_log
 
-    logged = checkpoint_from_log(str(tmp_path / JSONL_NAME), None)
+    log = str(tmp_path / JSONL_NAME)
+    logged = checkpoint_from_log(log, checkpoint_records(log), None)
     assert logged is not None and (logged.framework, logged.iteration) == ("megatron-core", 50)
     assert logged.values["neox_epoch_counters"] == state
     with pytest.raises(ConfigError, match=r"no checkpoint record for iteration 49; recorded: \[50\]"):
-        checkpoint_from_log(str(tmp_path / JSONL_NAME), 49)
+        checkpoint_from_log(log, checkpoint_records(log), 49)
     second = live_counters(build_train(blend["setup"]), blend["setup"], log_dir=str(tmp_path), log_interval=10,
                            active=True)
     second.load_state_dict(state)

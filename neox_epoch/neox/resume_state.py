@@ -18,7 +18,6 @@ from typing import Any
 
 from neox_epoch.atomic import write_text_atomic
 from neox_epoch.checkpoint import STATE_NAME
-from neox_epoch.counters import checkpoint_records
 from neox_epoch.errors import ConfigError
 from neox_epoch.resume import LoaderShape, hooked_start
 
@@ -115,11 +114,12 @@ def state_from_json(raw: Any, where: str) -> ResumeState:
                           "restore it from the checkpoint's copy, or delete it to resume as stock NeoX") from None
 
 
-def states_from_log(path: str) -> dict[int, tuple[str, ResumeState]]:
-    """The hooks' ``checkpoint`` records in a run's JSONL: iteration -> (checkpoint tag, state); a later record
-    for the same iteration (a run resumed from an earlier checkpoint) replaces the earlier one."""
+def states_from_log(path: str, records: list[tuple[int, dict[str, Any]]]) -> dict[int, tuple[str, ResumeState]]:
+    """The hooks' ``checkpoint`` records (``records``: :func:`neox_epoch.counters.checkpoint_records` of the run's
+    JSONL ``path``): iteration -> (checkpoint tag, state); a later record for the same iteration (a run resumed from
+    an earlier checkpoint) replaces the earlier one."""
     found: dict[int, tuple[str, ResumeState]] = {}
-    for number, record in checkpoint_records(path):
+    for number, record in records:
         if "state" in record:  # (megatron-core's live counters record "counters")
             state = state_from_json(record.get("state"), f"{path}:{number}")
             found[state.iteration] = (str(record.get("tag") or f"global_step{state.iteration}"), state)
