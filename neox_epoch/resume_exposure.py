@@ -60,7 +60,8 @@ def _joined(parts: list[ExposureReport], consumed: int) -> ExposureReport:
 
 
 def _window_note(count: int) -> str:
-    return f"summed in {count} windows of documents of at most {WINDOW_TOKENS} tokens (a pass each)" if count > 1 else ""
+    return f"summed in {count} windows of documents of at most {WINDOW_TOKENS} tokens (a pass each)" if count > 1 \
+        else ""
 
 
 def from_tokens(exposure: np.ndarray, sizes: np.ndarray, consumed: int) -> ExposureReport:
@@ -94,7 +95,8 @@ class SourceExposure:
 
 
 def _key(source: SourcePlan, name: str, num_samples: int | None, seq_length: int, seed: int) -> names.NeoxName:
-    """What names the NeoX train index of ``source`` (its cache name; pack_impl packed, the only one planned)."""
+    """What names the NeoX train index of ``source`` (its cache name; pack_impl packed, the only one planned and
+    built here)."""
     return names.NeoxName(source.prefix, name, num_samples, seq_length, seed, "packed", True)
 
 
@@ -130,7 +132,7 @@ def _index(key: names.NeoxName, source: SourcePlan, sizes: np.ndarray, epochs: i
         return group, ""
     arrays = build_joint(np.arange(*source.document_range), sizes, epochs, key.seq_length, key.seed)
     stem = cache_prefix(os.path.join(directory, os.path.basename(source.prefix)), key.name, key.num_samples,
-                        key.seq_length, key.seed, key.pack_impl or "packed", key.allow_chopped)
+                        key.seq_length, key.seed, "packed", True)
     for role, array in zip(("doc_idx", "sample_idx", "shuffle_idx"), arrays):
         save_atomic(f"{stem}_{role}.npy", array)
     (group,) = [g for g in names.discover([directory]) if g.stem == stem]
@@ -217,13 +219,17 @@ def predicted_orders(source: SourcePlan, seq_length: int, seed: int, add_extra_t
                         seq_length, seed, add_extra_token)
 
 
-def stream_exposure(out: np.ndarray, source: SourcePlan, sizes: np.ndarray, orders: tuple[np.ndarray, np.ndarray],
-                    seq_length: int, items: tuple[int, int], window: tuple[int, int] | None = None) -> None:
+def item_draws(shuffle: np.ndarray, items: tuple[int, int]) -> np.ndarray:
+    """Each sample's draws when the items ``items[0] .. items[1] - 1`` are drawn (item ``j`` is sample
+    ``shuffle[j]``)."""
+    return np.bincount(shuffle[items[0]: items[1]], minlength=shuffle.shape[0]).astype(np.uint32)
+
+
+def stream_exposure(out: np.ndarray, source: SourcePlan, sizes: np.ndarray, doc_idx: np.ndarray, draws: np.ndarray,
+                    seq_length: int, window: tuple[int, int] | None = None) -> None:
     """Add into ``out`` (one per token of the split's documents ``window``, default all) each token's exposure as an
-    input token of the items ``items[0] .. items[1] - 1`` (item ``j`` is sample ``shuffle_index[j]``): the audit's
-    stream pass. ``sizes``: the .idx sizes of the split's documents."""
-    doc_idx, shuffle = orders
-    draws = np.bincount(shuffle[items[0]: items[1]], minlength=shuffle.shape[0]).astype(np.uint32)
+    input token of the samples drawn ``draws`` times (:func:`item_draws`): the audit's stream pass. ``sizes``: the
+    .idx sizes of the split's documents."""
     walker = StreamPass(sizes, source.document_range[0], source.epochs_built, draws, seq_length, tokens_out=out,
                         tokens_window=window)
     for at in range(0, doc_idx.shape[0], 1 << 22):
@@ -243,18 +249,21 @@ def megatron_exposures(new: NewRun, old_sources: list[SourcePlan], saved_seq: in
             out.append(SourceExposure(delta.name, None, None, None, f"not computed: {why}"))
             continue
         sizes = np.asarray(idx.sizes_memmap(idx.read_header(now.prefix)))[slice(*now.document_range)]
-        old_orders = predicted_orders(was, saved_seq, saved_seed, add_extra_token)
-        new_orders = predicted_orders(now, new.plan.seq_length, new.seed, add_extra_token)
+        old_doc, old_shuffle = predicted_orders(was, saved_seq, saved_seed, add_extra_token)
+        new_doc, new_shuffle = predicted_orders(now, new.plan.seq_length, new.seed, add_extra_token)
         more, resumed, continued = delta.drawn * new.plan.seq_length // saved_seq, [], []
+        # each sample's draws once per source (the windows share them): before, after the resume, and continuing
+        before = item_draws(old_shuffle, (0, delta.drawn_before))
+        after = item_draws(new_shuffle, (delta.first, delta.first + delta.drawn))
+        unchanged = item_draws(old_shuffle, (0, delta.drawn_before + more))
         spans = windows(sizes)
         for window in spans:
             tokens = np.zeros(int(np.sum(sizes[slice(*window)], dtype=np.int64)), np.int32)
-            stream_exposure(tokens, was, sizes, old_orders, saved_seq, (0, delta.drawn_before), window)
-            stream_exposure(tokens, now, sizes, new_orders, new.plan.seq_length, (delta.first, delta.first + delta.drawn),
-                            window)
+            stream_exposure(tokens, was, sizes, old_doc, before, saved_seq, window)
+            stream_exposure(tokens, now, sizes, new_doc, after, new.plan.seq_length, window)
             resumed.append(from_tokens(tokens, sizes[slice(*window)], delta.drawn_before + delta.drawn))
             tokens[...] = 0
-            stream_exposure(tokens, was, sizes, old_orders, saved_seq, (0, delta.drawn_before + more), window)
+            stream_exposure(tokens, was, sizes, old_doc, unchanged, saved_seq, window)
             continued.append(from_tokens(tokens, sizes[slice(*window)], delta.drawn_before + more))
         note = "; ".join(s for s in ("orders as megatron-core's builder makes them from the seed (no index file read)",
                                      _window_note(len(spans))) if s)
