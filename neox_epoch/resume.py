@@ -17,7 +17,7 @@ samples hold is the audit's exposure computation.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from neox_epoch.errors import ConfigError
 
@@ -98,6 +98,22 @@ def hooked_start(consumed: int, new: LoaderShape) -> ResumeStart:
     return ResumeStart(consumed, first * new.loader_batch, how)
 
 
+#: positions [lo, hi) of a dataset, drawn ``times`` times
+Span = tuple[int, int, int]
+
+
+def cycle_spans(first: int, count: int, lo: int, hi: int) -> tuple[Span, ...]:
+    """``count`` positions drawn in order from ``first``, back to ``lo`` after ``hi - 1``, as spans. NeoX wraps its
+    loaders in ``itertools.cycle``, which replays the first pass: a loader resumed at ``lo`` never draws
+    ``0..lo-1`` again in that launch."""
+    if count <= 0 or hi <= lo:
+        return ()
+    head = min(count, hi - first)
+    whole, rest = divmod(count - head, hi - lo)
+    spans = ((first, first + head, 1), (lo, hi, whole), (lo, lo + rest, 1))
+    return tuple(s for s in spans if s[1] > s[0] and s[2] > 0)
+
+
 @dataclass(frozen=True)
 class ValidSource:
     """One source of a blended validation dataset: its samples among the evaluations' draws."""
@@ -123,26 +139,60 @@ class ValidStart:
     how: str
     """The arithmetic behind both."""
     sources: tuple[ValidSource, ...] = ()
-    """Per source of the validation blend (Megatron-LM; empty when not computed)."""
+    """Per source of the validation blend (empty when not computed)."""
+    spans: tuple[tuple[Span, ...], ...] = ()
+    """The dataset positions of the saved run's evaluations, the resumed run's and as many continuing (GPT-NeoX;
+    empty when the run's end is not given): what ``sources`` counts per source."""
+    replayed: tuple[int, int] | None = None
+    """GPT-NeoX: positions [lo, hi) the resumed evaluations draw again after reaching the dataset's end: the
+    loader's cycle replays from its start ``lo`` > 0, never 0..lo-1. None when they do not reach it (or start at
+    0, where the cycle wraps as continuing would)."""
+
+
+def neox_evaluations(iteration: int, end: int, interval: int) -> int:
+    """Evaluations of the validation set in a NeoX launch from ``iteration`` to ``end``: one at each multiple of
+    ``eval_interval`` after ``iteration`` (``train``), and one after the last iteration (``pretrain``)."""
+    return max(0, end // interval - iteration // interval) + 1
 
 
 def neox_valid_start(iteration: int, old: LoaderShape, old_eval: tuple[int, int], new: LoaderShape,
-                     new_eval: tuple[int, int], valid_samples: int) -> ValidStart | None:
+                     new_eval: tuple[int, int], valid_samples: int, end: int | None = None,
+                     old_valid_samples: int | None = None) -> ValidStart | None:
     """NeoX evaluates every ``eval_interval`` iterations, ``eval_iters`` times ``gradient_accumulation_steps``
     loader batches (``evaluate``), after the checkpoint of the same iteration is saved; the resumed loader starts
     at ``((iteration * gas) // eval_interval) * eval_iters % len(loader)`` batches (``shift_and_wrap_data_loaders``).
-    ``*_eval``: (eval_interval, eval_iters). None without evaluation or a validation dataset."""
+    ``*_eval``: (eval_interval, eval_iters). With the resumed run's ``end`` iteration, also the positions each
+    evaluation draws (``spans``): the saved run's from 0 in one launch over its validation dataset
+    (``old_valid_samples``, else the new one's), the resumed run's from its start, as many continuing. None without
+    evaluation or a validation dataset."""
     (old_interval, old_iters), (new_interval, new_iters) = old_eval, new_eval
     batches = valid_samples // new.loader_batch
     if min(old_interval, new_interval, old_iters, new_iters, batches) < 1:
         return None
+    size = batches * new.loader_batch
+    old_size = (old_valid_samples or valid_samples) // old.loader_batch * old.loader_batch or size
     drawn = iteration // old_interval * old_iters * old.gradient_accumulation * old.loader_batch
-    first = iteration * new.gradient_accumulation // new_interval * new_iters % batches
+    first = iteration * new.gradient_accumulation // new_interval * new_iters % batches * new.loader_batch
     how = (f"drawn = (iteration // eval_interval) * eval_iters * gas * micro * dp = ({iteration} // {old_interval}) * "
            f"{old_iters} * {old.gradient_accumulation} * {old.loader_batch} = {drawn}; start = ((iteration * gas) // "
            f"eval_interval) * eval_iters % len(loader) * micro * dp = (({iteration} * {new.gradient_accumulation}) // "
-           f"{new_interval}) * {new_iters} % {batches} * {new.loader_batch} = {first * new.loader_batch}")
-    return ValidStart(drawn, first * new.loader_batch, drawn % (batches * new.loader_batch), how)
+           f"{new_interval}) * {new_iters} % {batches} * {new.loader_batch} = {first}")
+    valid = ValidStart(drawn, first, drawn % old_size, how)
+    if end is None:
+        return valid
+    evaluations = neox_evaluations(iteration, end, new_interval)
+    count = evaluations * new_iters * new.gradient_accumulation * new.loader_batch
+    how += (f"; the resumed run's evaluations draw (end // eval_interval - iteration // eval_interval + 1) * "
+            f"eval_iters * gas * micro * dp = ({end} // {new_interval} - {iteration} // {new_interval} + 1) * "
+            f"{new_iters} * {new.gradient_accumulation} * {new.loader_batch} = {count} samples")
+    replayed = None
+    if first and first + count > size:
+        replayed = (first, min(size, first + (first + count - size)))
+        how += (f" from {first}: past sample {size - 1} (len(loader) * micro * dp = {batches} * {new.loader_batch}) "
+                f"itertools.cycle replays the launch's first pass from sample {first}")
+    spans = (cycle_spans(0, drawn, 0, old_size), cycle_spans(first, count, first, size),
+             cycle_spans(valid.continued, count, 0, old_size))
+    return replace(valid, how=how, spans=spans, replayed=replayed)
 
 
 @dataclass(frozen=True)

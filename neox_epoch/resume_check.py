@@ -38,6 +38,7 @@ from neox_epoch.resume import (
     EndTest,
     LoaderShape,
     ResumeStart,
+    Span,
     ValidSource,
     ValidStart,
     end_test,
@@ -297,28 +298,34 @@ def saved_build(old: OldRun, saved: NewRun | None, why_not: str | None) -> tuple
                       seed=saved.seed), None
 
 
-def valid_start(old: OldRun, new: NewRun) -> ValidStart | None:
-    """Where NeoX's resumed validation loader starts against what the saved run's evaluations drew: its
-    eval_interval and eval_iters from the config files in the checkpoint, its batch shape from DeepSpeed's saved
-    config and data-parallel size; without them (a run's JSONL), from the hooks' state (None when neither has them,
-    or without evaluation)."""
+def valid_start(old: OldRun, new: NewRun, end: int, saved: NewRun | None) -> ValidStart | None:
+    """Where NeoX's resumed validation loader starts against what the saved run's evaluations drew, and per source
+    of the validation blend what each drew, will draw to the run's ``end`` and would draw continuing: the saved
+    run's eval_interval and eval_iters from the config files in the checkpoint (``saved``: them planned, for its
+    validation dataset), its batch shape from DeepSpeed's saved config and data-parallel size; without them (a
+    run's JSONL), from the hooks' state (None when neither has them, or without evaluation)."""
     ckpt, ds, state = old.checkpoint, old.checkpoint.values.get("ds_config"), old.state
+    old_valid = saved.valid_samples if saved is not None else None
     if not ckpt.config_files or not isinstance(ds, dict):
         if state is None or not state.eval_interval:
             return None
         shape = LoaderShape(state.loader_batch, 1, state.train_batch_size // state.loader_batch)
-        return neox_valid_start(ckpt.iteration, shape, (state.eval_interval, state.eval_iters), new.shape,
-                                new.evaluation, new.valid_samples)
-    try:
-        micro, dp = ds["train_micro_batch_size_per_gpu"], ckpt.values["dp_world_size"]
-        # DeepSpeed derives the accumulation when NeoX leaves it out: train_batch_size / (micro * dp)
-        shape = LoaderShape(micro, dp, ds.get("gradient_accumulation_steps") or ds["train_batch_size"] // (micro * dp))
-        with _config_files(ckpt) as paths:
-            cfg = load_neox_configs(paths, check_keys=False)
-        evaluation = (get_int(cfg, "eval_interval", 1000) or 0, get_int(cfg, "eval_iters", 100, positive=False) or 0)
-    except (KeyError, TypeError, ZeroDivisionError, NeoxEpochError):
-        return None
-    return neox_valid_start(ckpt.iteration, shape, evaluation, new.shape, new.evaluation, new.valid_samples)
+        evaluation = (state.eval_interval, state.eval_iters)
+    else:
+        try:
+            micro, dp = ds["train_micro_batch_size_per_gpu"], ckpt.values["dp_world_size"]
+            # DeepSpeed derives the accumulation when NeoX leaves it out: train_batch_size / (micro * dp)
+            gas = ds.get("gradient_accumulation_steps") or ds["train_batch_size"] // (micro * dp)
+            shape = LoaderShape(micro, dp, gas)
+            with _config_files(ckpt) as paths:
+                cfg = load_neox_configs(paths, check_keys=False)
+            evaluation = (get_int(cfg, "eval_interval", 1000) or 0,
+                          get_int(cfg, "eval_iters", 100, positive=False) or 0)
+        except (KeyError, TypeError, ZeroDivisionError, NeoxEpochError):
+            return None
+    valid = neox_valid_start(ckpt.iteration, shape, evaluation, new.shape, new.evaluation, new.valid_samples, end,
+                             old_valid)
+    return None if valid is None else replace(valid, sources=valid_sources(new.plan, valid.spans))
 
 
 def split_samples(plan: Plan, split: str) -> int:
@@ -329,17 +336,18 @@ def split_samples(plan: Plan, split: str) -> int:
     return sum(s.length for s in plan.sources if s.split == split)
 
 
-def valid_sources(plan: Plan, windows: tuple[tuple[int, int], ...]) -> tuple[ValidSource, ...]:
+def valid_sources(plan: Plan, windows: tuple[tuple[Span, ...], ...]) -> tuple[ValidSource, ...]:
     """Per source of the validation split, its samples among the blend positions of each of the three ``windows``
-    (the saved run's evaluations, the resumed run's, continuing): the blend's greedy over its weights (one source:
-    all of them); () for a blend without weights (megatron-core's exhaustive blend, not modelled here)."""
+    (the saved run's evaluations, the resumed run's, continuing; each spans [lo, hi) drawn some times): the blend's
+    greedy over its weights (one source: all of them); () for a blend without weights (megatron-core's exhaustive
+    blend, not modelled here)."""
     names = [s.name for s in plan.sources if s.split == "valid"]
     weights = next((b.weights for b in plan.blends if b.split == "valid"), None)
-    if not names or len(names) > 1 and not weights:
+    if not names or len(names) > 1 and not weights or len(windows) != 3:
         return ()
-    at = _counts(weights, [p for window in windows for p in window])
-    counts = [[b - a for a, b in zip(at[2 * k], at[2 * k + 1])] for k in range(len(windows))]
-    return tuple(ValidSource(name, *(c[k] for c in counts)) for k, name in enumerate(names))
+    at = dict(zip(positions := sorted({p for w in windows for s in w for p in s[:2]}), _counts(weights, positions)))
+    counts = [[sum(t * (at[hi][k] - at[lo][k]) for lo, hi, t in w) for w in windows] for k in range(len(names))]
+    return tuple(ValidSource(name, *counts[k]) for k, name in enumerate(names))
 
 
 def blend_changed(saved: SavedBuild, new: NewRun) -> bool:
@@ -415,18 +423,23 @@ def check(checkpoint: str, configs: list[str], world_size: int | None = None, ex
                         f"({start.repeated[1] - start.repeated[0]} samples)")
     planned, why_not = saved_run(old)
     saved, note = saved_build(old, planned, why_not)
-    valid = valid_start(old, new)
+    end = decide(old.state, new.shape).train_iters if who == "hooks" and old.state else new.plan.train_iters
+    valid = valid_start(old, new, end, planned)
     if valid is not None and valid.start != valid.continued:
         notes.append(f"valid: NeoX restarts the validation loader at sample {valid.start}; the saved run's "
                      f"evaluations drew {valid.drawn} (the next at {valid.continued}): the validation "
                      "loss after the resume is measured on other samples than continuing would (nothing is trained "
                      "on them)")
+    if valid is not None and valid.replayed:
+        lo, hi = valid.replayed
+        notes.append(f"valid: the resumed evaluations reach the validation dataset's end and NeoX's loader "
+                     f"(itertools.cycle over the launch's first pass) evaluates samples {lo}..{hi - 1} again, not "
+                     f"0..{lo - 1}")
     findings += build_findings(old, saved, new) + blend_findings(new, saved, old.consumed, start)
     notes += [note] if note else [f"the saved run's build from {saved.source}"] if saved else []
     if new.hooks and counters != old.consumed:
         findings.append(f"counters: the counters will say {counters} samples consumed at iteration {it} "
                         f"(iteration * new train_batch_size), {old.consumed} were")
-    end = decide(old.state, new.shape).train_iters if who == "hooks" and old.state else new.plan.train_iters
     sources = deltas(new, saved, old.consumed, start, max(0, end - it))
     test = end_test(new.evaluation[1], new.shape.train_batch_size, split_samples(new.plan, "test"), "GPT-NeoX")
     return ResumeCheck(old, new, start, who, sources, tuple(findings), tuple(notes), counters,

@@ -136,8 +136,8 @@ def valid_start(saved_args: dict[str, Any], iteration: int, mi: MegatronInput, p
     # per source: the blend positions of the saved run's draws, the resumed run's (whole batches while they last)
     # and as many continuing after the saved run's (not with --full-validation: every evaluation reads it all)
     ahead = [min(needed, max(0, length - at) // loader) * loader for at in (start, drawn)]
-    sources = () if args.full_validation else valid_sources(plan, ((0, drawn), (start, start + ahead[0]),
-                                                                   (drawn, drawn + ahead[1])))
+    windows = (((0, drawn, 1),), ((start, start + ahead[0], 1),), ((drawn, drawn + ahead[1], 1),))
+    sources = () if args.full_validation else valid_sources(plan, windows)
     valid = ValidStart(drawn, start, drawn, how, sources)
     if args.full_validation or needed <= (length - start) // loader:
         return valid, []

@@ -48,7 +48,7 @@ SEQ = 128
 LAUNCH_TIMEOUT = 600
 
 #: the corpora: (seed, documents); lengths 20..180 tokens, tokens < 500 (NeoX's CharLevelTokenizer has 512)
-CORPORA = {"a": (1, 500), "b": (2, 250), "c": (3, 500), "v": (4, 60)}
+CORPORA = {"a": (1, 500), "b": (2, 250), "c": (3, 500), "v": (4, 60), "w": (5, 40)}
 
 #: the tiny model of shared notes "neox-cpu-training" (every fusion off, fp32, ZeRO 0, no pipeline engine), with
 #: NeoX's pure-torch Lion optimizer, which needs no deepspeed op build
@@ -436,13 +436,22 @@ def _stock_resume(run: Run, cfg: dict[str, Any], stop: int, resumed: dict[str, A
     return run, json.loads(check.stdout), check.returncode
 
 
+#: the stock run's validation blend and evaluation (every 41 iterations, 3 x gas batches): the resumed evaluations
+#: reach the blend's end, and no source is drawn past its len (where NeoX's item index would wrap on its own)
+VALID_WEIGHTS = [3.0, 2.0]
+STOCK_EVAL = {"eval_interval": 41, "eval_iters": 3}
+
+
 @pytest.fixture(scope="module")
 def stock_batch_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, dict[str, Any], int]:
     """240 x 4 = 960 samples asked first, 120 x 8 = 960 after the change: the same index files (NeoX names them
-    by the samples asked), so positions name the same samples before and after; resume-check runs between."""
+    by the samples asked), so positions name the same samples before and after; resume-check runs between. The
+    validation set is a blend of two sources."""
     run = _new_run(tmp_path_factory, "stock")
+    data = run.path("data")
     cfg = _config(run.root, ["a", "b", "c"], None, train_data_weights=STOCK_WEIGHTS, train_iters=240,
-                  checkpoint_factor=BATCH_STOP, eval_interval=50)
+                  checkpoint_factor=BATCH_STOP, valid_data_paths=[os.path.join(data, "v"), os.path.join(data, "w")],
+                  valid_data_weights=VALID_WEIGHTS, **STOCK_EVAL)
     resumed = {**cfg, "train_iters": 120, "gradient_accumulation_steps": 2, "override_lr_scheduler": True}
     return _stock_resume(run, cfg, BATCH_STOP, resumed, "doubled")
 
@@ -468,34 +477,62 @@ def test_resume_check_predicts_what_stock_neox_skips(stock_batch_run: tuple[Run,
     assert after == [s["drawn_after_resume"] for s in predicted["sources"]] == [60, 30, 30]
 
 
-def test_resume_check_says_where_stock_neox_restarts_validation(
+def _valid_item_texts(run: Run, train_iters: int, batch: int, positions: list[int]) -> list[bytes]:
+    """The texts of validation blend positions ``positions`` of the launch that asked train_iters x batch: each
+    position's source and item by the blend's greedy over VALID_WEIGHTS, read from the index NeoX built for that
+    source and request (``{name}_valid_{k}_indexmap_{n}ns_...``)."""
+    weights = neox_sem.blend_weights(VALID_WEIGHTS)
+    asked = neox_sem.eval_sample_counts(train_iters, batch, STOCK_EVAL["eval_interval"], STOCK_EVAL["eval_iters"])[1]
+    requests = neox_sem.normalized_weights_and_num_samples(VALID_WEIGHTS, asked)[1]
+    texts = []
+    for p in positions:
+        before, after = blend.greedy_counts(weights, p), blend.greedy_counts(weights, p + 1)
+        k = next(i for i in range(len(weights)) if after[i] > before[i])
+        name = "vw"[k]
+        (doc,) = glob.glob(run.path("data", f"{name}_valid_{k}_indexmap_{requests[k]}ns_*_doc_idx.npy"))
+        texts += nt.item_texts(run.path("data", name), doc[: -len("_doc_idx.npy")], [before[k]])
+    return texts
+
+
+def test_resume_check_says_which_validation_samples_stock_neox_evaluates_per_source(
         stock_batch_run: tuple[Run, dict[str, Any], int]) -> None:
-    """Evaluations at 50 and 100 drew 2 x 2 x 1 batches of 4 = 16 validation samples; NeoX restarts the validation
-    loader at ((105 x 2) // 50) x 2 = batch 8 = sample 32 (shift_and_wrap_data_loaders counts iteration x gas).
-    The resumed launch's evaluation at the end of training evaluates exactly items 32..47 of the validation
-    index NeoX built for the new run (48 samples asked, 49 with its 1.005): each rank its micro slice of each
-    loader batch; samples 16..31 are never evaluated. resume-check said so before the resume, as a note. The test
-    evaluation after it draws items 0..15 of the test index (eval_iters x 8), as resume-check's `test` says."""
+    """Evaluations at 41 and 82 drew 2 x 3 x 1 batches of 4 = validation blend positions 0..23 (14 of v, 10 of w).
+    NeoX restarts the validation loader at ((105 x 2) // 41) x 3 = batch 15 = sample 60 of the 76 (19 batches) of
+    the new run's blend. Its one evaluation, after the last iteration, draws 3 x 2 batches: 60..75, then NeoX's
+    itertools.cycle replays the launch's first pass from its start: 60..67 again, never 0..59. resume-check said all
+    of it before the resume, per source: the recorded evaluation batches are exactly those positions' items of
+    the indices NeoX built for v and w. The test evaluation after it draws items 0..23 of the test index."""
     run, predicted, _ = stock_batch_run
-    assert (predicted["valid"]["drawn"], predicted["valid"]["continued_sample"], predicted["valid"]["start_sample"]) \
-        == (16, 16, 32)
-    assert any(n.startswith("valid: NeoX restarts the validation loader at sample 32; the saved run's evaluations "
-                            "drew 16") for n in predicted["notes"])
+    valid = predicted["valid"]
+    assert (valid["drawn"], valid["continued_sample"], valid["start_sample"]) == (24, 24, 60)
+    assert any(n.startswith("valid: NeoX restarts the validation loader at sample 60; the saved run's evaluations "
+                            "drew 24") for n in predicted["notes"])
+    assert "valid: the resumed evaluations reach the validation dataset's end and NeoX's loader (itertools.cycle " \
+           "over the launch's first pass) evaluates samples 60..67 again, not 0..59" in predicted["notes"]
     evaluated = run.recorded("eval")
-    requested = neox_sem.normalized_weights_and_num_samples([1.0], neox_sem.eval_sample_counts(120, 8, 50, 2)[1])[1]
-    (doc,) = glob.glob(run.path("data", f"v_valid_0_indexmap_{requested[0]}ns_*_doc_idx.npy"))
-    for rank in (0, 1):
-        rows = evaluated.texts[(evaluated.launches == 1) & (evaluated.ranks == rank)][:8]  # its first evaluation
-        items = [32 + 4 * batch + 2 * rank + k for batch in range(4) for k in range(2)]
-        assert [row.tobytes() for row in rows] == nt.item_texts(run.path("data", "v"), doc[: -len("_doc_idx.npy")],
-                                                                items), rank
-    # the test loader starts at 0 in every launch and is evaluated once, after the last iteration: items 0..15
-    assert predicted["test"]["start_sample"] == 0 and predicted["test"]["samples"] == 2 * 8
-    tests = neox_sem.normalized_weights_and_num_samples([1.0], neox_sem.eval_sample_counts(120, 8, 50, 2)[2])[1]
+    positions = {0: list(range(24)), 1: list(range(60, 76)) + list(range(60, 68))}
+    for launch, (iters, batch) in enumerate(((240, 4), (120, 8))):
+        for rank in (0, 1):
+            rows = evaluated.texts[(evaluated.launches == launch) & (evaluated.ranks == rank)][:12]
+            mine = [p for p in positions[launch] if p % 4 // 2 == rank]  # each rank its micro slice of a batch
+            assert [row.tobytes() for row in rows] == _valid_item_texts(run, iters, batch, mine), (launch, rank)
+    weights = neox_sem.blend_weights(VALID_WEIGHTS)
+
+    def per_source(ps: list[int]) -> list[int]:
+        return [sum(blend.greedy_counts(weights, p + 1)[k] - blend.greedy_counts(weights, p)[k] for p in ps)
+                for k in range(2)]
+
+    sources = {s["name"]: s for s in valid["sources"]}
+    assert [sources[n]["drawn_before"] for n in ("v", "w")] == per_source(positions[0]) == [14, 10]
+    assert [sources[n]["resumed"] for n in ("v", "w")] == per_source(positions[1]) == [15, 9]
+    assert [sources[n]["continued"] for n in ("v", "w")] == per_source(list(range(24, 48))) == [15, 9]
+    # the test loader starts at 0 in every launch and is evaluated once, after the last iteration: items 0..23
+    assert predicted["test"]["start_sample"] == 0 and predicted["test"]["samples"] == 3 * 8
+    tests = neox_sem.normalized_weights_and_num_samples([1.0], neox_sem.eval_sample_counts(120, 8, 41, 3)[2])[1]
     (test_doc,) = glob.glob(run.path("data", f"v_test_0_indexmap_{tests[0]}ns_*_doc_idx.npy"))
     for rank in (0, 1):
-        rows = evaluated.texts[(evaluated.launches == 1) & (evaluated.ranks == rank)][8:]
-        items = [4 * batch + 2 * rank + k for batch in range(4) for k in range(2)]
+        rows = evaluated.texts[(evaluated.launches == 1) & (evaluated.ranks == rank)][12:]
+        items = [4 * batch + 2 * rank + k for batch in range(6) for k in range(2)]
         assert [row.tobytes() for row in rows] == nt.item_texts(run.path("data", "v"),
                                                                 test_doc[: -len("_doc_idx.npy")], items), rank
 

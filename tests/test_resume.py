@@ -32,6 +32,23 @@ def _cases(count: int, seed: int) -> list[dict[str, int]]:
     return out
 
 
+def _valid_cases(count: int, seed: int) -> list[dict[str, int]]:
+    """Resumes with evaluation: a validation dataset of at least one loader batch, evaluated every eval_interval
+    iterations to a random end and once after it; ``valid_batches``: the loader batches those evaluations draw."""
+    from neox_epoch.resume import neox_evaluations
+
+    rng = random.Random(seed)
+    out = []
+    for case in _cases(count, seed):
+        loader = case["micro"] * case["dp"]
+        case.update(valid_samples=rng.randint(loader, 300), eval_interval=rng.randint(1, 60),
+                    eval_iters=rng.randint(1, 5), end=case["iteration"] + rng.randint(0, 200))
+        case["valid_batches"] = neox_evaluations(case["iteration"], case["end"], case["eval_interval"]) * \
+            case["eval_iters"] * case["gas"]
+        out.append(case)
+    return out
+
+
 def _first_iteration(start: int, shape: LoaderShape, samples: int) -> list[int]:
     """Brute force: the loader batches from ``start`` on; past the last whole one NeoX's ``itertools.cycle``
     replays what it yielded, from the resumed loader's first batch (not from batch 0)."""
@@ -44,22 +61,48 @@ def _first_iteration(start: int, shape: LoaderShape, samples: int) -> list[int]:
     return out
 
 
-@pytest.mark.neox
-def test_neox_start_equals_neox_s_own_resume(tmp_path):  # type: ignore[no-untyped-def]
-    """60 random (iteration, micro, dp, gas, dataset size): the first resumed iteration NeoX's code draws
-    starts at neox_start(...).start and is the loader batches from there."""
-    cases = _cases(60, seed=13)
+def _replay(tmp_path, cases: list[dict[str, int]]) -> list[dict[str, list[int]]]:  # type: ignore[no-untyped-def]
+    """What NeoX's own resume code draws for ``cases`` (tests/neox_cpu/resume_replay.py, in NeoX's venv)."""
     path = tmp_path / "cases.json"
     path.write_text(json.dumps(cases))
     r = subprocess.run([frameworks.neox_python(), os.path.join(HERE, "neox_cpu", "resume_replay.py"),
                         frameworks.neox_dir(), str(path)], capture_output=True, text=True, timeout=600,
                        env=dict(os.environ, DS_ACCELERATOR="cpu"))
     assert r.returncode == 0, r.stderr[-3000:]
-    drawn = json.loads(r.stdout.strip().splitlines()[-1])
-    for case, got in zip(cases, drawn, strict=True):
+    return list(json.loads(r.stdout.strip().splitlines()[-1]))
+
+
+@pytest.mark.neox
+def test_neox_start_equals_neox_s_own_resume(tmp_path):  # type: ignore[no-untyped-def]
+    """60 random (iteration, micro, dp, gas, dataset size): the first resumed iteration NeoX's code draws
+    starts at neox_start(...).start and is the loader batches from there."""
+    cases = _cases(60, seed=13)
+    for case, got in zip(cases, _replay(tmp_path, cases), strict=True):
         shape = LoaderShape(case["micro"], case["dp"], case["gas"])
         start = neox_start(case["iteration"], 0, shape, case["samples"]).start
-        assert got == _first_iteration(start, shape, case["samples"]), case
+        assert got["train"] == _first_iteration(start, shape, case["samples"]), case
+
+
+@pytest.mark.neox
+def test_neox_valid_spans_equal_neox_s_own_resumed_evaluations(tmp_path):  # type: ignore[no-untyped-def]
+    """60 random resumes with evaluation (iteration, batch shape, validation size, eval_interval, eval_iters, the
+    run's end): the validation positions NeoX's own shift_and_wrap_data_loaders and itertools.cycle draw for the
+    resumed evaluations, in order, are exactly neox_valid_start's resumed spans; the cases reach both a replay
+    from a resumed start past the dataset's end and a plain wrap from 0."""
+    from neox_epoch.resume import neox_valid_start
+
+    cases = _valid_cases(60, seed=29)
+    kinds = set()
+    for case, got in zip(cases, _replay(tmp_path, cases), strict=True):
+        shape = LoaderShape(case["micro"], case["dp"], case["gas"])
+        evaluation = (case["eval_interval"], case["eval_iters"])
+        v = neox_valid_start(case["iteration"], shape, evaluation, shape, evaluation, case["valid_samples"],
+                             end=case["end"])
+        assert v is not None, case
+        expected = [p for lo, hi, times in v.spans[1] for _ in range(times) for p in range(lo, hi)]
+        assert got["valid"] == expected, case
+        kinds.add("replayed" if v.replayed else "wrapped" if len(v.spans[1]) > 1 else "plain")
+    assert kinds == {"replayed", "wrapped", "plain"}
 
 
 def test_batch_doubled_at_a_resume_skips_what_neox_thinks_was_consumed():
@@ -140,3 +183,24 @@ def test_validation_loader_restart_counts_iteration_times_gas():
     assert wrapped is not None and (wrapped.drawn, wrapped.start, wrapped.continued) == (48, 0, 0)
     assert moved.continued == 16 and same.continued == 16  # where continuing would evaluate next
     assert neox_valid_start(105, four, (50, 0), eight, (50, 2), 49) is None  # the saved run never evaluated
+
+
+def test_resumed_validation_evaluations_cycle_from_the_loader_start():
+    """NeoX wraps its validation loader in itertools.cycle, which replays the launch's first pass: resumed at batch
+    15 of 19 (sample 60 of 76), the one evaluation after the last iteration (3 x gas 2 batches of 4) draws 60..75
+    and then 60..67 again, never 0..59 (the real run in test_neox_training records exactly these); continuing
+    would have drawn 24..47 after the saved run's 0..23."""
+    from neox_epoch.resume import cycle_spans, neox_evaluations, neox_valid_start
+
+    four, eight = LoaderShape(2, 2, 1), LoaderShape(2, 2, 2)
+    v = neox_valid_start(105, four, (41, 3), eight, (41, 3), 79, end=120, old_valid_samples=79)
+    assert v is not None and (v.drawn, v.start, v.continued, v.replayed) == (24, 60, 24, (60, 68))
+    assert v.spans == (((0, 24, 1),), ((60, 76, 1), (60, 68, 1)), ((24, 48, 1),))
+    assert "itertools.cycle replays the launch's first pass from sample 60" in v.how
+    assert neox_evaluations(105, 120, 41) == 1 and neox_evaluations(100, 246, 41) == 5  # 123, 164, 205, 246, end
+    # 25 draws from 10 cycling over 4..11: 10, 11, then 4..11 twice, then 4..10
+    assert cycle_spans(10, 25, 4, 12) == ((10, 12, 1), (4, 12, 2), (4, 11, 1))
+    assert cycle_spans(0, 5, 0, 8) == ((0, 5, 1),) and cycle_spans(3, 0, 0, 8) == ()
+    # from 0 to 300 (8 evaluations of 12, past the 76 sized for 240): the cycle is a plain wrap, nothing replayed
+    fresh = neox_valid_start(0, four, (41, 3), four, (41, 3), 79, end=300)
+    assert fresh is not None and fresh.replayed is None and fresh.spans[1] == ((0, 76, 1), (0, 20, 1))
