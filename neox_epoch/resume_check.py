@@ -211,6 +211,18 @@ def new_run(paths: list[str], world_size: int | None) -> NewRun:
                   sum(s.length for s in plan.sources if s.split == "valid"))
 
 
+def valid_samples_at(paths: list[str], world_size: int | None, train_iters: int) -> int:
+    """Samples of the validation dataset NeoX builds for the config at ``train_iters``: a resume the hooks make
+    exact sets train_iters before NeoX builds its data, and validation keeps NeoX's own build (as stock NeoX plans
+    it, with that train_iters)."""
+    from neox_epoch.config import plan_input_from_neox
+
+    cfg = load_neox_configs(paths)
+    cfg = replace(cfg, values={**cfg.values, "train_iters": train_iters, "train_epochs": None}, block=None)
+    plan = make_plan(plan_input_from_neox(cfg, world_size, batch=neox_batch(cfg, world_size)))
+    return sum(s.length for s in plan.sources if s.split == "valid")
+
+
 def _counts(weights: tuple[float, ...] | None, positions: list[int]) -> list[list[int]]:
     """Samples drawn from each source by the first ``p`` samples, for each ``p`` of ``positions`` (the blend's
     greedy, in one pass; or the one source)."""
@@ -301,11 +313,12 @@ def saved_build(old: OldRun, saved: NewRun | None, why_not: str | None) -> tuple
 def valid_start(old: OldRun, new: NewRun, end: int, saved: NewRun | None) -> ValidStart | None:
     """Where NeoX's resumed validation loader starts against what the saved run's evaluations drew, and per source
     of the validation blend what each drew, will draw to the run's ``end`` and would draw continuing: the saved
-    run's eval_interval and eval_iters from the config files in the checkpoint (``saved``: them planned, for its
-    validation dataset), its batch shape from DeepSpeed's saved config and data-parallel size; without them (a
+    run's eval_interval and eval_iters from the config files in the checkpoint (its validation dataset: the hooks'
+    state, else ``saved``, those files planned), its batch shape from DeepSpeed's saved config and data-parallel size; without them (a
     run's JSONL), from the hooks' state (None when neither has them, or without evaluation)."""
     ckpt, ds, state = old.checkpoint, old.checkpoint.values.get("ds_config"), old.state
-    old_valid = saved.valid_samples if saved is not None else None
+    old_valid = state.valid_samples if state is not None and state.valid_samples else (
+        saved.valid_samples if saved is not None else None)
     if not ckpt.config_files or not isinstance(ds, dict):
         if state is None or not state.eval_interval:
             return None
@@ -424,6 +437,8 @@ def check(checkpoint: str, configs: list[str], world_size: int | None = None, ex
     planned, why_not = saved_run(old)
     saved, note = saved_build(old, planned, why_not)
     end = decide(old.state, new.shape).train_iters if who == "hooks" and old.state else new.plan.train_iters
+    if who == "hooks" and end != new.plan.train_iters and new.valid_samples:
+        new = replace(new, valid_samples=valid_samples_at(configs, world_size, end))
     valid = valid_start(old, new, end, planned)
     if valid is not None and valid.start != valid.continued:
         notes.append(f"valid: NeoX restarts the validation loader at sample {valid.start}; the saved run's "

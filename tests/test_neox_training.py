@@ -380,6 +380,18 @@ def test_batch_change_resume_trains_every_token_its_target_passes(batch_run: Run
     # the validation loader too (the hooks record eval_interval and eval_iters with the state): evaluations at 50
     # and 100 drew 2 x 2 x 1 x 4 = 16 samples, NeoX restarts it at ((105 x 2) // 50) x 2 batches of 4 = 32
     assert (predicted["valid"]["drawn"], predicted["valid"]["start_sample"]) == (16, 32)
+    # the resumed launch evaluates at 150 and after 175: 2 x 2 x 2 batches of 4 from sample 32, items 32..63 of the
+    # validation index NeoX built for the train_iters the hooks set (175 x 8: (175 // 50 + 1) x 2 x 8 = 64 asked,
+    # 65 with its 1.005; 96 samples, so no wrap), all of v
+    assert predicted["valid"]["sources"] == [{"name": "v", "drawn_before": 16, "resumed": 32, "continued": 32}]
+    assert not any("itertools.cycle" in n for n in predicted["notes"])
+    evaluated = batch_run.recorded("eval")
+    (doc,) = glob.glob(batch_run.path("data", "v_valid_0_indexmap_65ns_*_doc_idx.npy"))
+    for rank in (0, 1):
+        rows = evaluated.texts[(evaluated.launches == 2) & (evaluated.ranks == rank)][:16]
+        items = [32 + 4 * batch + 2 * rank + k for batch in range(8) for k in range(2)]
+        assert [row.tobytes() for row in rows] == nt.item_texts(batch_run.path("data", "v"),
+                                                                doc[: -len("_doc_idx.npy")], items), rank
     assert {k: v for k, v in from_log.items() if k not in ("checkpoint", "consumed_how")} == {
         k: v for k, v in predicted.items() if k not in ("checkpoint", "consumed_how")}
     after = np.bincount(ex.source_of_row[rec.launches == 2], minlength=3).tolist()

@@ -121,6 +121,8 @@ class State:
     consumed_base: int = 0
     """Samples consumed at ``iteration_base`` (the iteration training started or resumed at)."""
     iteration_base: int = 0
+    valid_samples: int = 0
+    """len of the validation dataset NeoX built (0: none), recorded with each checkpoint's state."""
 
     @property
     def block(self) -> Any:
@@ -545,6 +547,8 @@ def after_build(state: State, rp: RunPlan, neox_args: Any, loaders: Any) -> None
     rows = _rows(state, rp, problems)
     train_loader = loaders.get("train") if isinstance(loaders, dict) else None
     ds = getattr(train_loader, "dataset", None)
+    valid = getattr(loaders.get("valid") if isinstance(loaders, dict) else None, "dataset", None)
+    state.valid_samples = len(valid) if valid is not None else 0
     gas = _gas(neox_args)
     resume = state.resume
     first = resume.start // resume.shape.loader_batch if resume else 0
@@ -631,7 +635,8 @@ def save_state(state: State, neox_args: Any, iteration: int) -> None:
         blend_weights=list(state.blend_request[0]) if state.blend_request else [],
         blend_samples=list(state.blend_request[1]) if state.blend_request else [],
         greedy_weights=list(rp.weights or []), seq_length=rp.plan.seq_length,
-        eval_interval=int(getattr(neox_args, "eval_interval", 0) or 0), eval_iters=int(getattr(neox_args, "eval_iters", 0) or 0))
+        eval_interval=int(getattr(neox_args, "eval_interval", 0) or 0), eval_iters=int(getattr(neox_args, "eval_iters", 0) or 0),
+        valid_samples=state.valid_samples)
     write_state(tag_dir, saved_state)
     # the same record in the run's JSONL: resume-check can plan a resume from the log alone
     state.sink.write({"event": "checkpoint", "iteration": int(iteration), "tag": os.path.basename(tag_dir),

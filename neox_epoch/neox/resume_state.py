@@ -65,6 +65,8 @@ class ResumeState:
     """The run's eval_interval (0: not recorded): with ``eval_iters``, what its evaluations drew."""
     eval_iters: int = 0
     """The run's eval_iters (0: not recorded)."""
+    valid_samples: int = 0
+    """Samples of the run's validation dataset, where its evaluations wrap (0: not recorded)."""
     version: int = VERSION
 
     def to_json(self) -> str:
