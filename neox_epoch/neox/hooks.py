@@ -545,10 +545,8 @@ def _rows(state: State, rp: RunPlan, problems: list[str]) -> list[dict[str, Any]
 def after_build(state: State, rp: RunPlan, neox_args: Any, loaders: Any) -> None:
     problems: list[str] = []
     rows = _rows(state, rp, problems)
-    train_loader = loaders.get("train") if isinstance(loaders, dict) else None
-    ds = getattr(train_loader, "dataset", None)
-    valid = getattr(loaders.get("valid") if isinstance(loaders, dict) else None, "dataset", None)
-    state.valid_samples = len(valid) if valid is not None else 0
+    train_loader, valid_loader = (loaders.get("train"), loaders.get("valid")) if isinstance(loaders, dict) else (None,) * 2
+    ds, state.valid_samples = getattr(train_loader, "dataset", None), len(getattr(valid_loader, "dataset", None) or ())
     gas = _gas(neox_args)
     resume = state.resume
     first = resume.start // resume.shape.loader_batch if resume else 0
@@ -596,8 +594,7 @@ def after_build(state: State, rp: RunPlan, neox_args: Any, loaders: Any) -> None
         "train_batch_size": rp.train_batch_size, "seq_length": rp.plan.seq_length,
         "mode": "exact" if rp.targets is not None else "observe", "blended": rp.blended,
         "separate_epochs": rp.separate_epochs, "settings": rp.settings(), "sources": rows,
-        "remainder": {"samples": rp.plan.remainder_samples, "tokens": rp.plan.remainder_tokens},
-        "eval_splits": EVAL_NOTE,
+        "remainder": {"samples": rp.plan.remainder_samples, "tokens": rp.plan.remainder_tokens}, "eval_splits": EVAL_NOTE,
         "warnings": [w.to_json() for w in rp.plan.warnings], "problems": problems,
         **({"resume": {"changed": resume.changed, "start_sample": resume.start, "findings": list(resume.findings),
                        "consumed_samples": resume.state.consumed_samples}} if resume else {}),
