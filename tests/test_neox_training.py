@@ -489,21 +489,26 @@ def test_resume_check_predicts_what_stock_neox_skips(stock_batch_run: tuple[Run,
     assert after == [s["drawn_after_resume"] for s in predicted["sources"]] == [60, 30, 30]
 
 
-def _valid_item_texts(run: Run, train_iters: int, batch: int, positions: list[int]) -> list[bytes]:
-    """The texts of validation blend positions ``positions`` of the launch that asked train_iters x batch: each
-    position's source and item by the blend's greedy over VALID_WEIGHTS, read from the index NeoX built for that
-    source and request (``{name}_valid_{k}_indexmap_{n}ns_...``)."""
-    weights = neox_sem.blend_weights(VALID_WEIGHTS)
-    asked = neox_sem.eval_sample_counts(train_iters, batch, STOCK_EVAL["eval_interval"], STOCK_EVAL["eval_iters"])[1]
-    requests = neox_sem.normalized_weights_and_num_samples(VALID_WEIGHTS, asked)[1]
+def _blend_item_texts(run: Run, names: str, weights: list[float], requests: list[int | None], split: str,
+                      positions: list[int]) -> list[bytes]:
+    """The texts of blend positions ``positions`` of a ``split`` blend of the sources ``names`` (one letter each)
+    with ``weights``: each position's source and item by the blend's greedy, read from the index NeoX built for
+    that source and its request (``{name}_{split}_{k}_indexmap_{n}ns_...``)."""
+    greedy = neox_sem.blend_weights(weights)
     texts = []
     for p in positions:
-        before, after = blend.greedy_counts(weights, p), blend.greedy_counts(weights, p + 1)
-        k = next(i for i in range(len(weights)) if after[i] > before[i])
-        name = "vw"[k]
-        (doc,) = glob.glob(run.path("data", f"{name}_valid_{k}_indexmap_{requests[k]}ns_*_doc_idx.npy"))
-        texts += nt.item_texts(run.path("data", name), doc[: -len("_doc_idx.npy")], [before[k]])
+        before, after = blend.greedy_counts(greedy, p), blend.greedy_counts(greedy, p + 1)
+        k = next(i for i in range(len(greedy)) if after[i] > before[i])
+        (doc,) = glob.glob(run.path("data", f"{names[k]}_{split}_{k}_indexmap_{requests[k]}ns_*_doc_idx.npy"))
+        texts += nt.item_texts(run.path("data", names[k]), doc[: -len("_doc_idx.npy")], [before[k]])
     return texts
+
+
+def _valid_item_texts(run: Run, train_iters: int, batch: int, positions: list[int]) -> list[bytes]:
+    """The stock run's validation blend positions ``positions`` in the launch that asked train_iters x batch."""
+    asked = neox_sem.eval_sample_counts(train_iters, batch, STOCK_EVAL["eval_interval"], STOCK_EVAL["eval_iters"])[1]
+    requests = neox_sem.normalized_weights_and_num_samples(VALID_WEIGHTS, asked)[1]
+    return _blend_item_texts(run, "vw", VALID_WEIGHTS, requests, "valid", positions)
 
 
 def test_resume_check_says_which_validation_samples_stock_neox_evaluates_per_source(
@@ -567,6 +572,57 @@ def test_resume_check_exposure_equals_the_tokens_stock_neox_trained(
         assert got["continued"]["tokens"] == {str(t): int(n) for t, n in enumerate(np.bincount(continued))}, name
         drawn = at[420][k] + at[960][k] - at[840][k]  # both draw as many samples of seq_length input tokens
         assert got["resumed"]["token_exposures"] == got["continued"]["token_exposures"] == drawn * SEQ, name
+
+
+# stock NeoX on 2 GPUs for 105 iterations of 4, resumed on 1 GPU (the same micro batch and accumulation: a global
+# batch of 2): resume-check's prediction of what is trained again, token by token
+
+WORLD_STOP = 125  # the resumed launch stops here (exit_interval): 20 iterations of 2 samples
+
+
+@pytest.fixture(scope="module")
+def halved_world_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, dict[str, Any], int]:
+    """480 x 2 = 960 samples asked after the change, as 240 x 4 before: the same index files. resume-check runs on
+    the checkpoint with the 1-GPU config before the resumed launch, which stops after 20 iterations."""
+    run = _new_run(tmp_path_factory, "world")
+    cfg = _config(run.root, ["a", "b", "c"], None, train_data_weights=STOCK_WEIGHTS, train_iters=240,
+                  checkpoint_factor=BATCH_STOP, **STOCK_EVAL)
+    _ok(_launch(run, {**cfg, "exit_interval": BATCH_STOP}, "first", frameworks.neox_dir(), via="deepy"))
+    one = {**cfg, "num_gpus": 1, "global_num_gpus": 1, "train_iters": 480, "override_lr_scheduler": True}
+    check = subprocess.run([sys.executable, "-m", "neox_epoch.cli", "resume-check", run.path("ckpt"),
+                            _write(run, one, "check"), "--json"], capture_output=True, text=True, timeout=300)
+    _ok(_launch(run, {**one, "exit_interval": WORLD_STOP}, "one_gpu", frameworks.neox_dir(), via="deepy"))
+    return run, json.loads(check.stdout), check.returncode
+
+
+def test_resume_check_predicts_what_stock_neox_trains_again_on_fewer_gpus(
+        halved_world_run: tuple[Run, dict[str, Any], int]) -> None:
+    """Two GPUs drew blend positions 0..419 (105 x 4). On one GPU the loader batch is 2 and NeoX restarts it at
+    (105 x 1 % len) x 2 = 210: positions 210..419 are trained again (a: 105, b: 52, c: 53 of them), and the 20
+    iterations the resumed launch ran are exactly positions 210..249, each the item of its source's index that the
+    blend's draw order gives it. The validation loader restarts at ((105 x 1) // 41) x 3 batches of 2 = sample 12
+    though the evaluations at 41 and 82 drew 0..23: the evaluation at 123 evaluates items 12..17 again."""
+    run, predicted, code = halved_world_run
+    assert code == 1 and predicted["resumed_by"] == "NeoX" and predicted["consumed_samples"] == 420
+    assert (predicted["new_train_batch_size"], predicted["start_sample"], predicted["repeated"]) == (2, 210, [210, 420])
+    assert predicted["findings"][0] == "repeat: samples 210..419 are trained again (210 samples)"
+    weights = neox_sem.blend_weights(STOCK_WEIGHTS)
+    at = {p: blend.greedy_counts(weights, p) for p in (210, 420)}
+    assert {s["name"]: s["repeated_samples"] for s in predicted["sources"]} == {
+        n: at[420][k] - at[210][k] for k, n in enumerate("abc")} == {"a": 105, "b": 52, "c": 53}
+    rec = run.recorded()
+    after = rec.where(rec.launches == 1)
+    assert set(after.ranks.tolist()) == {0} and np.bincount(after.iterations)[BATCH_STOP + 1:].tolist() == [2] * 20
+    requests = neox_sem.normalized_weights_and_num_samples(STOCK_WEIGHTS, 960)[1]
+    expected = _blend_item_texts(run, "abc", STOCK_WEIGHTS, requests, "train", list(range(210, 250)))
+    assert [row.tobytes() for row in after.texts] == expected
+    valid = predicted["valid"]
+    assert (valid["drawn"], valid["start_sample"]) == (24, 12)
+    assert valid["sources"] == [{"name": "v", "drawn_before": 24, "resumed": 60, "continued": 60}]  # 10 evaluations to 480
+    evaluated = run.recorded("eval")
+    asked = neox_sem.normalized_weights_and_num_samples([1.0], neox_sem.eval_sample_counts(480, 2, 41, 3)[1])[1]
+    assert [row.tobytes() for row in evaluated.texts[evaluated.launches == 1]] == _blend_item_texts(
+        run, "v", [1.0], asked, "valid", list(range(12, 18)))
 
 
 # stock NeoX, weights 2:1:1 for 105 iterations of 4, resumed with 1:2:1: resume-check's prediction, token by token
