@@ -36,29 +36,37 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from neox_epoch.errors import ConfigError
+from neox_epoch.errors import ConfigError, NeoxEpochError
 
 #: JSONL file name inside ``log_dir``
 JSONL_NAME = "neox_epoch.jsonl"
 
 
-def checkpoint_records(path: str) -> list[tuple[int, dict[str, Any]]]:
-    """The ``checkpoint`` records of a run's JSONL, with their line numbers."""
+def read_jsonl(path: str, error: type[NeoxEpochError] = ConfigError) -> list[tuple[int, Any]]:
+    """Every non-empty line of a run's JSONL parsed, with its line number; a file that cannot be read, or a line
+    that is not JSON, raises ``error`` naming it."""
     try:
         with open(path, encoding="utf-8") as f:
             lines = f.read().splitlines()
-    except OSError as err:
-        raise ConfigError(f"{path}: cannot read it ({err.strerror})") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise error(f"{path}: cannot read it ({err})") from None
     found = []
     for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
         try:
-            record = json.loads(line) if line.strip() else None
-        except ValueError:
-            raise ConfigError(f"{path}:{number}: not JSON; every line of the run's JSONL is one JSON object written "
-                              "by the plugin (a last line cut short by a crash: delete it)") from None
-        if isinstance(record, dict) and record.get("event") == "checkpoint":
-            found.append((number, record))
+            found.append((number, json.loads(line)))
+        except ValueError as err:
+            last = " (the last line: cut short by a crash while writing? delete it)" if number == len(lines) else ""
+            raise error(f"{path}:{number}: not JSON ({err}){last}; every line of {JSONL_NAME} is one JSON object "
+                        "written by the plugin") from None
     return found
+
+
+def checkpoint_records(path: str) -> list[tuple[int, dict[str, Any]]]:
+    """The ``checkpoint`` records of a run's JSONL, with their line numbers."""
+    return [(number, record) for number, record in read_jsonl(path)
+            if isinstance(record, dict) and record.get("event") == "checkpoint"]
 
 
 def log_file(path: str) -> str:

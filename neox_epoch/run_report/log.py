@@ -13,10 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from neox_epoch.counters import JSONL_NAME, read_jsonl
 from neox_epoch.errors import NeoxEpochError
-
-#: the file the hooks write in the run's log_dir (neox_epoch.neox.counters.JSONL_NAME, not imported: no numpy)
-JSONL_NAME = "neox_epoch.jsonl"
 
 #: events the report reads; others (future writers) are skipped
 EVENTS = ("plan", "counters", "pass_start", "resume", "final")
@@ -175,22 +173,9 @@ def read_run(path: str) -> RunLog:
 
 def read_log(path: str) -> list[Launch]:
     """The launches of one JSONL file."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except (OSError, UnicodeDecodeError) as err:
-        raise RunLogError(f"{path}: cannot read it ({err})") from err
     builders: list[_Builder] = []
-    for number, raw in enumerate(lines, start=1):
-        if not raw.strip():
-            continue
+    for number, obj in read_jsonl(path, RunLogError):
         where = f"{path}:{number}"
-        try:
-            obj = json.loads(raw)
-        except ValueError as err:
-            last = " (the last line: cut short by a crash while writing? delete it)" if number == len(lines) else ""
-            raise RunLogError(f"{where}: not JSON ({err}){last}; every line of {JSONL_NAME} is one JSON object "
-                              "written by the plugin") from err
         if not isinstance(obj, dict) or not isinstance(obj.get("event"), str):
             raise RunLogError(f"{where}: expected a JSON object with an \"event\" name, found {_short(obj)}")
         event = obj["event"]
