@@ -143,16 +143,21 @@ class ValidStart:
     spans: tuple[tuple[Span, ...], ...] = ()
     """The dataset positions of the saved run's evaluations, the resumed run's and as many continuing (GPT-NeoX;
     empty when the run's end is not given): what ``sources`` counts per source."""
-    replayed: tuple[int, int] | None = None
-    """GPT-NeoX: positions [lo, hi) the resumed evaluations draw again after reaching the dataset's end: the
-    loader's cycle replays from its start ``lo`` > 0, never 0..lo-1. None when they do not reach it (or start at
-    0, where the cycle wraps as continuing would)."""
+
+    @property
+    def replayed(self) -> tuple[int, int] | None:
+        """GPT-NeoX: positions [lo, hi) the resumed evaluations draw again after reaching the dataset's end: the
+        loader's cycle replays from its start ``lo`` > 0, never 0..lo-1. None when they do not reach it (or start
+        at 0, where the cycle wraps as continuing would)."""
+        resumed = self.spans[1] if len(self.spans) == 3 else ()
+        return (self.start, max(hi for _, hi, _ in resumed[1:])) if self.start and len(resumed) > 1 else None
 
 
-def neox_evaluations(iteration: int, end: int, interval: int) -> int:
-    """Evaluations of the validation set in a NeoX launch from ``iteration`` to ``end``: one at each multiple of
-    ``eval_interval`` after ``iteration`` (``train``), and one after the last iteration (``pretrain``)."""
-    return max(0, end // interval - iteration // interval) + 1
+def evaluations_after(iteration: int, end: int, interval: int) -> int:
+    """Evaluations of the validation set in a launch resumed at ``iteration`` that ends at ``end`` (GPT-NeoX and
+    Megatron-LM alike): one at each multiple of ``eval_interval`` after ``iteration`` (none when it is 0) and one
+    after the last iteration."""
+    return (max(0, end // interval - iteration // interval) if interval else 0) + 1
 
 
 def neox_valid_start(iteration: int, old: LoaderShape, old_eval: tuple[int, int], new: LoaderShape,
@@ -180,19 +185,17 @@ def neox_valid_start(iteration: int, old: LoaderShape, old_eval: tuple[int, int]
     valid = ValidStart(drawn, first, drawn % old_size, how)
     if end is None:
         return valid
-    evaluations = neox_evaluations(iteration, end, new_interval)
+    evaluations = evaluations_after(iteration, end, new_interval)
     count = evaluations * new_iters * new.gradient_accumulation * new.loader_batch
     how += (f"; the resumed run's evaluations draw (end // eval_interval - iteration // eval_interval + 1) * "
             f"eval_iters * gas * micro * dp = ({end} // {new_interval} - {iteration} // {new_interval} + 1) * "
             f"{new_iters} * {new.gradient_accumulation} * {new.loader_batch} = {count} samples")
-    replayed = None
     if first and first + count > size:
-        replayed = (first, min(size, first + (first + count - size)))
         how += (f" from {first}: past sample {size - 1} (len(loader) * micro * dp = {batches} * {new.loader_batch}) "
                 f"itertools.cycle replays the launch's first pass from sample {first}")
     spans = (cycle_spans(0, drawn, 0, old_size), cycle_spans(first, count, first, size),
              cycle_spans(valid.continued, count, 0, old_size))
-    return replace(valid, how=how, spans=spans, replayed=replayed)
+    return replace(valid, how=how, spans=spans)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from neox_epoch.megatron_args import PLAN_DESTS, flag_table
 from neox_epoch.megatron_plan import MegatronInput, megatron_input
 from neox_epoch.neox.resume_state import TrainBuild
 from neox_epoch.plan import Plan, make_plan
-from neox_epoch.resume import LoaderShape, ResumeStart, ValidStart, end_test
+from neox_epoch.resume import LoaderShape, ResumeStart, ValidStart, end_test, evaluations_after
 from neox_epoch.resume_check import (
     NewRun,
     OldRun,
@@ -130,7 +130,7 @@ def valid_start(saved_args: dict[str, Any], iteration: int, mi: MegatronInput, p
             f"{length}: Megatron-LM's sampler asserts 'no samples left to consume' at the data build (ask for more "
             "validation samples: --eval-iters, --eval-interval, --train-iters)"]
     interval = args.eval_interval or 0
-    evaluations = (run.train_iters // interval - iteration // interval if interval else 0) + 1
+    evaluations = evaluations_after(iteration, run.train_iters, interval)
     loader = args.micro_batch_size * args.data_parallel_size
     needed = evaluations * args.eval_iters * (run.global_batch_size // loader)
     # per source: the blend positions of the saved run's draws, the resumed run's (whole batches while they last)

@@ -35,7 +35,7 @@ def _cases(count: int, seed: int) -> list[dict[str, int]]:
 def _valid_cases(count: int, seed: int) -> list[dict[str, int]]:
     """Resumes with evaluation: a validation dataset of at least one loader batch, evaluated every eval_interval
     iterations to a random end and once after it; ``valid_batches``: the loader batches those evaluations draw."""
-    from neox_epoch.resume import neox_evaluations
+    from neox_epoch.resume import evaluations_after
 
     rng = random.Random(seed)
     out = []
@@ -43,7 +43,7 @@ def _valid_cases(count: int, seed: int) -> list[dict[str, int]]:
         loader = case["micro"] * case["dp"]
         case.update(valid_samples=rng.randint(loader, 300), eval_interval=rng.randint(1, 60),
                     eval_iters=rng.randint(1, 5), end=case["iteration"] + rng.randint(0, 200))
-        case["valid_batches"] = neox_evaluations(case["iteration"], case["end"], case["eval_interval"]) * \
+        case["valid_batches"] = evaluations_after(case["iteration"], case["end"], case["eval_interval"]) * \
             case["eval_iters"] * case["gas"]
         out.append(case)
     return out
@@ -190,14 +190,14 @@ def test_resumed_validation_evaluations_cycle_from_the_loader_start():
     15 of 19 (sample 60 of 76), the one evaluation after the last iteration (3 x gas 2 batches of 4) draws 60..75
     and then 60..67 again, never 0..59 (the real run in test_neox_training records exactly these); continuing
     would have drawn 24..47 after the saved run's 0..23."""
-    from neox_epoch.resume import cycle_spans, neox_evaluations, neox_valid_start
+    from neox_epoch.resume import cycle_spans, evaluations_after, neox_valid_start
 
     four, eight = LoaderShape(2, 2, 1), LoaderShape(2, 2, 2)
     v = neox_valid_start(105, four, (41, 3), eight, (41, 3), 79, end=120, old_valid_samples=79)
     assert v is not None and (v.drawn, v.start, v.continued, v.replayed) == (24, 60, 24, (60, 68))
     assert v.spans == (((0, 24, 1),), ((60, 76, 1), (60, 68, 1)), ((24, 48, 1),))
     assert "itertools.cycle replays the launch's first pass from sample 60" in v.how
-    assert neox_evaluations(105, 120, 41) == 1 and neox_evaluations(100, 246, 41) == 5  # 123, 164, 205, 246, end
+    assert evaluations_after(105, 120, 41) == 1 and evaluations_after(100, 246, 41) == 5  # 123, 164, 205, 246, end
     # 25 draws from 10 cycling over 4..11: 10, 11, then 4..11 twice, then 4..10
     assert cycle_spans(10, 25, 4, 12) == ((10, 12, 1), (4, 12, 2), (4, 11, 1))
     assert cycle_spans(0, 5, 0, 8) == ((0, 5, 1),) and cycle_spans(3, 0, 0, 8) == ()
