@@ -179,12 +179,12 @@ def old_from_log(path: str, iteration: int | None, records: list[tuple[int, dict
     return OldRun(ckpt, state.train_batch_size, state.consumed_samples, how, state)
 
 
-def new_run(paths: list[str], world_size: int | None) -> NewRun:
-    """Plan the new config as NeoX (with the hooks when it has a ``neox_epoch`` block) will build it."""
-    cfg: NeoxConfig = load_neox_configs(paths)
+def new_run(cfg: NeoxConfig, world_size: int | None) -> NewRun:
+    """Plan the new config (its files loaded) as NeoX (with the hooks when it has a ``neox_epoch`` block) will build
+    it."""
     batch = neox_batch(cfg, world_size)
     if batch.data_parallel_size is None or batch.micro_batch_size is None:
-        raise ConfigError(f"{', '.join(paths)}: the data-parallel size is needed for where the loader resumes; give "
+        raise ConfigError(f"{', '.join(cfg.files)}: the data-parallel size is needed for where the loader resumes; give "
                           "--world-size N (GPUs the resumed run uses) or global_num_gpus")
     shape = LoaderShape(batch.micro_batch_size, batch.data_parallel_size, batch.gradient_accumulation_steps or 1)
     values = {**cfg.values, "train_batch_size": batch.train_batch_size}
@@ -211,13 +211,12 @@ def new_run(paths: list[str], world_size: int | None) -> NewRun:
                   sum(s.length for s in plan.sources if s.split == "valid"))
 
 
-def valid_samples_at(paths: list[str], world_size: int | None, train_iters: int) -> int:
+def valid_samples_at(cfg: NeoxConfig, world_size: int | None, train_iters: int) -> int:
     """Samples of the validation dataset NeoX builds for the config at ``train_iters``: a resume the hooks make
     exact sets train_iters before NeoX builds its data, and validation keeps NeoX's own build (as stock NeoX plans
     it, with that train_iters)."""
     from neox_epoch.config import plan_input_from_neox
 
-    cfg = load_neox_configs(paths)
     cfg = replace(cfg, values={**cfg.values, "train_iters": train_iters, "train_epochs": None}, block=None)
     plan = make_plan(plan_input_from_neox(cfg, world_size, batch=neox_batch(cfg, world_size)))
     return sum(s.length for s in plan.sources if s.split == "valid")
@@ -290,7 +289,7 @@ def saved_run(old: OldRun) -> tuple[NewRun | None, str | None]:
     world = int(ckpt.values.get("dp_world_size") or 1) * int(ckpt.values.get("mp_world_size") or 1)
     with _config_files(ckpt) as paths:
         try:
-            saved = new_run(paths, world)
+            saved = new_run(load_neox_configs(paths), world)
         except NeoxEpochError as err:
             return None, f"the config files in the checkpoint do not plan ({err}): the saved build is not compared"
     if saved.shape.train_batch_size != old.train_batch_size:
@@ -400,13 +399,30 @@ def build_findings(old: OldRun, saved: SavedBuild | None, new: NewRun) -> list[s
     return out
 
 
+def _valid_notes(valid: ValidStart | None) -> list[str]:
+    """What a NeoX resume changes in which validation samples are evaluated (nothing is trained on them)."""
+    notes = []
+    if valid is not None and valid.start != valid.continued:
+        notes.append(f"valid: NeoX restarts the validation loader at sample {valid.start}; the saved run's "
+                     f"evaluations drew {valid.drawn} (the next at {valid.continued}): the validation "
+                     "loss after the resume is measured on other samples than continuing would (nothing is trained "
+                     "on them)")
+    if valid is not None and valid.replayed:
+        lo, hi = valid.replayed
+        notes.append(f"valid: the resumed evaluations reach the validation dataset's end and NeoX's loader "
+                     f"(itertools.cycle over the launch's first pass) evaluates samples {lo}..{hi - 1} again, not "
+                     f"0..{lo - 1}")
+    return notes
+
+
 def check(checkpoint: str, configs: list[str], world_size: int | None = None, exposure: bool = False,
           iteration: int | None = None, records: list[tuple[int, dict[str, Any]]] | None = None) -> ResumeCheck:
     """``checkpoint``: the checkpoint directory, or the run's JSONL (``iteration``: which checkpoint record;
     ``records``: its checkpoint records when already read)."""
     old = (old_from_log(checkpoint, iteration, records) if is_run_log(checkpoint)
            else old_run(read_checkpoint(checkpoint)))
-    new = new_run(configs, world_size)
+    cfg = load_neox_configs(configs)
+    new = new_run(cfg, world_size)
     it = old.checkpoint.iteration
     findings, notes = [], []
     if new.hooks and old.state is not None:
@@ -438,18 +454,9 @@ def check(checkpoint: str, configs: list[str], world_size: int | None = None, ex
     saved, note = saved_build(old, planned, why_not)
     end = decide(old.state, new.shape).train_iters if who == "hooks" and old.state else new.plan.train_iters
     if who == "hooks" and end != new.plan.train_iters and new.valid_samples:
-        new = replace(new, valid_samples=valid_samples_at(configs, world_size, end))
+        new = replace(new, valid_samples=valid_samples_at(cfg, world_size, end))
     valid = valid_start(old, new, end, planned)
-    if valid is not None and valid.start != valid.continued:
-        notes.append(f"valid: NeoX restarts the validation loader at sample {valid.start}; the saved run's "
-                     f"evaluations drew {valid.drawn} (the next at {valid.continued}): the validation "
-                     "loss after the resume is measured on other samples than continuing would (nothing is trained "
-                     "on them)")
-    if valid is not None and valid.replayed:
-        lo, hi = valid.replayed
-        notes.append(f"valid: the resumed evaluations reach the validation dataset's end and NeoX's loader "
-                     f"(itertools.cycle over the launch's first pass) evaluates samples {lo}..{hi - 1} again, not "
-                     f"0..{lo - 1}")
+    notes += _valid_notes(valid)
     findings += build_findings(old, saved, new) + blend_findings(new, saved, old.consumed, start)
     notes += [note] if note else [f"the saved run's build from {saved.source}"] if saved else []
     if new.hooks and counters != old.consumed:
