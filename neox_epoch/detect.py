@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from importlib import metadata
 
 #: megatron-core versions whose data arithmetic this project's tests check against the real builder
-VERIFIED_MCORE_VERSIONS = ("0.10.0", "0.16.1")
+VERIFIED_MCORE_VERSIONS = ("0.10.0", "0.16.1", "0.19.2")
 
 
 def _package_info_version(path: str) -> str | None:

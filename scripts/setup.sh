@@ -1,42 +1,98 @@
 #!/usr/bin/env bash
-# Create ./.venv with everything neox-epoch and its tests need (idempotent).
-#   bash scripts/setup.sh        everything: torch, megatron-core, deepspeed, the test tools, the package
-#   bash scripts/setup.sh core   only what the planner, the audit and the demo import: numpy, pyyaml, the package
-# torch is pinned FIRST to 2.13.0 (the CPU build): an unpinned torch request pulls a multi-GB CUDA build.
+# Create the virtual environments neox-epoch and its tests need (idempotent).
+#   bash scripts/setup.sh        both stacks, everything the tests need:
+#     ./.venv        NeoX's stack:  Python 3.11, numpy<2 (as GPT-NeoX pins), torch 2.13.0 (CPU build),
+#                    megatron-core 0.16.1 (0.10.0 is installed by the tests into .cache/), deepspeed 0.19.8
+#     ./.venv-today  today's stack: Python 3.12, the newest numpy 2.x, torch 2.14.1, megatron-core 0.19.2
+#                    (Python >= 3.12 only; its wheel carries Megatron-LM 0.19's megatron/training), deepspeed 0.19.8
+#   bash scripts/setup.sh core   only ./.venv with what the planner, the audit and the demo import
+#   bash scripts/setup.sh neox | today   one stack
+# torch is pinned FIRST in each venv: an unpinned torch request pulls a multi-GB CUDA build. On Python 3.12 only
+# the CUDA build of torch 2.14.1 exists (about 5.5 GB with its nvidia wheels); it imports and runs on the CPU.
+# Interpreters: PYTHON (default python3) for .venv; PYTHON_TODAY for .venv-today, else the first Python 3.12
+# found as python3.12 or in pyenv's versions.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python3}
-if [ ! -x .venv/bin/python ]; then
-  "$PY" -m venv .venv
-fi
-. .venv/bin/activate
-if [ "${1:-}" = core ]; then
-  core=.venv/.neox-epoch-core-v1
-  if [ ! -f "$core" ]; then
+what=${1:-all}
+
+is_py312() { [ -n "$1" ] && "$1" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' >/dev/null 2>&1; }
+
+find_py312() {
+  local root c
+  root=$(pyenv root 2>/dev/null || echo "${PYENV_ROOT:-$HOME/.pyenv}")
+  for c in "${PYTHON_TODAY:-}" python3.12 "$root"/versions/3.12*/bin/python3.12 /usr/bin/python3.12 \
+           /usr/local/bin/python3.12; do
+    if is_py312 "$c"; then command -v "$c" || echo "$c"; return 0; fi
+  done
+  return 1
+}
+
+base_tools() { python -m pip install -q --upgrade "pip<26" wheel "setuptools<81"; }
+# setuptools from the venv builds the package (no build isolation: nothing is downloaded for the build)
+install_self() { python -m pip install -q --no-deps --no-build-isolation -e .; }
+
+setup_core() {
+  [ -x .venv/bin/python ] || "${PYTHON:-python3}" -m venv .venv
+  . .venv/bin/activate
+  if [ ! -f .venv/.neox-epoch-core-v1 ]; then
     python -m pip install -q "numpy<2" pyyaml wheel
-    touch "$core"
+    touch .venv/.neox-epoch-core-v1
   fi
-  # setuptools from the venv builds the package (no build isolation: nothing is downloaded for the build)
-  python -m pip install -q --no-deps --no-build-isolation -e .
-  exit 0
-fi
-stamp=.venv/.neox-epoch-setup-v3
-if [ ! -f "$stamp" ]; then
-  python -m pip install -q --upgrade "pip<26" wheel "setuptools<81"
-  python -m pip install -q torch==2.13.0
-  python -m pip install -q "numpy<2" packaging pyyaml pytest ruff matplotlib hypothesis
-  python -m pip install -q megatron-core==0.16.1
-  python -m pip install -q deepspeed==0.19.8
-  # Megatron-LM's training side (tests/frameworks.py, megatron_lm_*) imports these beyond megatron-core.
-  # triton 3.9.0 is the large one: a 286 MB wheel, about 1 GB installed (about 10 s to install here).
-  python -m pip install -q six regex triton==3.9.0 pydantic
-  touch "$stamp"
-fi
-python -m pip install -q --no-deps --no-build-isolation -e .
-# The multi-node launch test (tests/test_neox_training.py) runs DeepSpeed's pdsh launcher over ssh to
-# 127.0.0.1 with a private sshd (tests/local_sshd.py): Debian's openssh-server and pdsh, installed here as
-# root when missing (elsewhere install them yourself; without them that test skips, and fails under CI=true).
-if { [ ! -x /usr/sbin/sshd ] || ! command -v pdsh >/dev/null; } && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get install -y -q openssh-server pdsh >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q openssh-server pdsh >/dev/null; }
-fi
+  install_self
+  deactivate
+}
+
+setup_neox() {
+  [ -x .venv/bin/python ] || "${PYTHON:-python3}" -m venv .venv
+  . .venv/bin/activate
+  if [ ! -f .venv/.neox-epoch-setup-v3 ]; then
+    base_tools
+    python -m pip install -q torch==2.13.0
+    python -m pip install -q "numpy<2" packaging pyyaml pytest ruff matplotlib hypothesis
+    python -m pip install -q megatron-core==0.16.1
+    python -m pip install -q deepspeed==0.19.8
+    # Megatron-LM's training side (tests/frameworks.py, megatron_lm_*) imports these beyond megatron-core.
+    # triton 3.9.0 is the large one: a 286 MB wheel, about 1 GB installed.
+    python -m pip install -q six regex triton==3.9.0 pydantic
+    touch .venv/.neox-epoch-setup-v3
+  fi
+  install_self
+  deactivate
+}
+
+setup_today() {
+  local py
+  if [ ! -x .venv-today/bin/python ]; then
+    py=$(find_py312) || { echo "setup: no Python 3.12 found for today's stack (.venv-today): install one (pyenv install 3.12) or set PYTHON_TODAY=/path/to/python3.12" >&2; exit 2; }
+    "$py" -m venv .venv-today
+  fi
+  . .venv-today/bin/activate
+  if [ ! -f .venv-today/.neox-epoch-setup-v1 ]; then
+    base_tools
+    python -m pip install -q torch==2.14.1
+    python -m pip install -q "numpy>=2" packaging pyyaml pytest ruff matplotlib hypothesis
+    python -m pip install -q megatron-core==0.19.2 deepspeed==0.19.8
+    python -m pip install -q six regex pydantic
+    touch .venv-today/.neox-epoch-setup-v1
+  fi
+  install_self
+  deactivate
+}
+
+setup_system() {
+  # The multi-node launch test (tests/test_neox_training.py) runs DeepSpeed's pdsh launcher over ssh to
+  # 127.0.0.1 with a private sshd (tests/local_sshd.py): Debian's openssh-server and pdsh, installed here as
+  # root when missing (elsewhere install them yourself; without them that test skips, and fails under CI=true).
+  if { [ ! -x /usr/sbin/sshd ] || ! command -v pdsh >/dev/null; } && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -q openssh-server pdsh >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q openssh-server pdsh >/dev/null; }
+  fi
+}
+
+case "$what" in
+  core) setup_core ;;
+  neox) setup_neox; setup_system ;;
+  today) setup_today ;;
+  all) setup_neox; setup_today; setup_system ;;
+  *) echo "usage: bash scripts/setup.sh [all|core|neox|today]" >&2; exit 2 ;;
+esac

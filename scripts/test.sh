@@ -1,11 +1,23 @@
 #!/usr/bin/env bash
-# README command two: set up, then run the whole test suite (real megatron-core 0.16.1 and 0.10.0,
-# real deepspeed 0.19.8; real GPT-NeoX and Megatron-LM from NEOX_DIR / MEGATRON_LM_DIR, else from the vendored
-# tarballs in ../shared/vendor, extracted into .cache/ (tests/frameworks.py); under CI=true none may skip).
+# README command two (what CI runs): set up both stacks, then run the test suite on each.
+#   NeoX's stack (.venv: Python 3.11, numpy<2, megatron-core 0.16.1 and 0.10.0): every test.
+#   Today's stack (.venv-today: Python 3.12, numpy 2.x, megatron-core 0.19.2): every test that can run there;
+#   tests that run on one stack only carry the `stack` marker (GPT-NeoX's own tests: NeoX pins numpy<2) and are
+#   deselected on the other, with the reason in the summary (tests/conftest.py).
+# Real GPT-NeoX and Megatron-LM come from NEOX_DIR / MEGATRON_LM_DIR, else from the vendored tarballs in
+# ../shared/vendor, extracted into .cache/ (tests/frameworks.py); under CI=true none may skip.
+# Arguments are passed to both pytest runs; STACKS="neox" (or "today") runs one stack only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
-. .venv/bin/activate
+stacks=${STACKS:-neox today}
+if [ "$stacks" = "neox today" ]; then bash scripts/setup.sh all; else for s in $stacks; do bash scripts/setup.sh "$s"; done; fi
 export DS_ACCELERATOR=cpu
-ruff check neox_epoch tests scripts bench examples
-python -m pytest -ra "$@"
+export NEOX_EPOCH_STACK_PYTHONS="neox=$PWD/.venv/bin/python,today=$PWD/.venv-today/bin/python"
+.venv/bin/ruff check neox_epoch tests scripts bench examples
+status=0
+for s in $stacks; do
+  venv=.venv; [ "$s" = today ] && venv=.venv-today
+  echo "== stack $s: $("$venv/bin/python" -c 'import sys, numpy; print(f"Python {sys.version.split()[0]}, numpy {numpy.__version__}")')"
+  NEOX_EPOCH_STACK=$s "$venv/bin/python" -m pytest -ra "$@" || status=$?
+done
+exit $status

@@ -3,6 +3,11 @@
 Also the framework markers (``neox``, ``megatron_lm``: the test runs a real framework found through
 tests/frameworks.py): under ``CI=true`` such a test that skips is reported as a failure, and the terminal
 summary ends with one line per framework saying how many of its tests ran, passed and skipped.
+
+And the stacks (scripts/test.sh runs the suite on each): ``neox`` (Python 3.11, numpy<2, megatron-core 0.16.1,
+as GPT-NeoX pins) and ``today`` (Python 3.12, numpy 2, megatron-core 0.19.2). A test that belongs to one stack
+carries ``@pytest.mark.stack("neox", reason=...)``; GPT-NeoX's own tests (marker ``neox``) belong to the neox
+stack. On the other stack such a test is deselected, not skipped, and the summary says how many and why.
 """
 
 from __future__ import annotations
@@ -28,6 +33,43 @@ _OUTCOMES: dict[str, dict[str, str]] = {name: {} for name in FRAMEWORKS}
 #: per framework marker, the tests whose body ran to its end or failed (not skipped)
 _RAN: dict[str, set[str]] = {name: set() for name in FRAMEWORKS}
 _WORST = {"passed": 0, "skipped": 1, "failed": 2}
+
+
+#: why GPT-NeoX's tests run on the neox stack only
+NEOX_STACK_REASON = "GPT-NeoX ea7aefd8 pins numpy<2 (its venv is Python 3.11): its tests run on the neox stack"
+_DESELECTED: dict[str, int] = {}
+
+
+def current_stack() -> str:
+    """The stack this run is: NEOX_EPOCH_STACK (scripts/test.sh sets it), else "today" from Python 3.12 on."""
+    return os.environ.get("NEOX_EPOCH_STACK") or ("today" if sys.version_info >= (3, 12) else "neox")
+
+
+def _stack_of(item: pytest.Item) -> tuple[str, str] | None:
+    """(stack, reason) for a test that runs on one stack only, else None."""
+    mark = item.get_closest_marker("stack")
+    if mark is not None:
+        return str(mark.args[0]), str(mark.kwargs.get("reason", ""))
+    if item.get_closest_marker("neox") is not None:
+        return "neox", NEOX_STACK_REASON
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect the tests that belong to the other stack (counted per reason for the summary)."""
+    here = current_stack()
+    keep, drop = [], []
+    for item in items:
+        own = _stack_of(item)
+        if own is None or own[0] == here:
+            keep.append(item)
+        else:
+            drop.append(item)
+            key = f"{own[0]} stack only: {own[1]}"
+            _DESELECTED[key] = _DESELECTED.get(key, 0) + 1
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 def _frameworks_of(item: pytest.Item) -> list[str]:
@@ -67,7 +109,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """One line per framework: how many of its tests there were, ran (not skipped), passed, failed and skipped."""
+    """One line per framework: how many of its tests there were, ran (not skipped), passed, failed and skipped;
+    then the stack and what it deselected."""
     for name, label in FRAMEWORKS.items():
         states = list(_OUTCOMES[name].values())
         passed, failed, skipped = (states.count(s) for s in ("passed", "failed", "skipped"))
@@ -75,6 +118,11 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             f"framework {name} ({label}): {len(states)} tests, {len(_RAN[name])} ran, {passed} passed, "
             f"{failed} failed, {skipped} skipped" + (" (CI=true: skips fail)" if in_ci() else "")
         )
+    import numpy
+
+    terminalreporter.write_line(f"stack {current_stack()}: Python {sys.version.split()[0]}, numpy {numpy.__version__}")
+    for why, n in sorted(_DESELECTED.items()):
+        terminalreporter.write_line(f"  deselected {n} test{"s" if n != 1 else ""} ({why})")
 
 
 @pytest.fixture

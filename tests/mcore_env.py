@@ -33,6 +33,20 @@ def _tail(text: str, lines: int = 3, chars: int = 600) -> str:
     return "\n".join(kept)[-chars:]
 
 
+#: the megatron-core versions each Python runs the truth tests against (0.19.x requires Python >= 3.12;
+#: 0.16.1 and 0.10.0 are NeoX's stack's). NEOX_EPOCH_MCORE_VERSIONS (comma-separated) replaces them:
+#: scripts/verify_megatron.sh uses it to run the truth suite against a release not yet in the table.
+STACK_VERSIONS = {"neox": (("0.16.1", 1), ("0.10.0", 2)), "today": (("0.19.2", 3),)}
+
+
+def truth_versions() -> list[tuple[str, int]]:
+    """(version, seed) pairs the truth tests run against on this interpreter."""
+    given = os.environ.get("NEOX_EPOCH_MCORE_VERSIONS", "").strip()
+    if given:
+        return [(v.strip(), 10 + i) for i, v in enumerate(given.split(",")) if v.strip()]
+    return list(STACK_VERSIONS["today" if sys.version_info >= (3, 12) else "neox"])
+
+
 def installed_version() -> str | None:
     """The megatron-core version this interpreter imports by default (None if not installed)."""
     try:

@@ -1,8 +1,9 @@
-"""The planner against the REAL megatron-core builder, two versions with different buffer rules.
+"""The planner against the REAL megatron-core builder, every verified version (tests/mcore_env.truth_versions).
 
 Hundreds of randomized tiny corpora and configs (tests/mcore_cases.py) are built by
-BlendedMegatronDatasetBuilder in a subprocess (tests/mcore_truth.py) under megatron-core 0.16.1
-(mid_level_dataset_surplus) and 0.10.0 (ceil(N*w*1.005)); the plan must predict, exactly, per split:
+BlendedMegatronDatasetBuilder in a subprocess (tests/mcore_truth.py): on NeoX's stack under megatron-core
+0.16.1 (mid_level_dataset_surplus) and 0.10.0 (ceil(N*w*1.005)), on today's stack under 0.19.2
+(mid_level_dataset_surplus); the plan must predict, exactly, per split:
 blend size and per-source draws, and per GPTDataset its request, len, epochs, final-epoch separation,
 document range and tokens; and it must predict the builds that fail (oversampling).
 """
@@ -15,7 +16,7 @@ import pytest
 optional.require("torch")  # the truth script builds with megatron-core, which imports torch
 
 from mcore_cases import generate_cases  # noqa: E402
-from mcore_env import mcore_pythonpath, run_truth  # noqa: E402
+from mcore_env import mcore_pythonpath, run_truth, truth_versions  # noqa: E402
 
 from neox_epoch.errors import PlanError  # noqa: E402
 from neox_epoch.plan import McoreOptions, PlanInput, SourceSpec, predict_splits  # noqa: E402
@@ -94,7 +95,7 @@ def compare(case: dict, truth: dict, version: str) -> list[str]:  # type: ignore
     return diffs
 
 
-@pytest.mark.parametrize("version,seed", [("0.16.1", 1), ("0.10.0", 2)])
+@pytest.mark.parametrize("version,seed", truth_versions())
 def test_plan_equals_real_builder(version, seed, tmp_path):
     if mcore_pythonpath(version) is None:
         pytest.skip(f"megatron-core {version} could not be installed into .cache (no package index reachable?)")

@@ -1,6 +1,6 @@
 """The plan's tokens-unseen figure against what the audit counts on the same REAL build (issue: real inputs).
 
-megatron-core 0.16.1 builds each case (tiny random corpora, blends, separately shuffled final epochs); the
+The installed megatron-core (0.16.1 on NeoX's stack, 0.19.2 on today's) builds each case (tiny random corpora, blends, separately shuffled final epochs); the
 audit counts, token by token, what the first N samples feed the model. Where the plan calls its figure exact,
 it must equal the audit's count; where it is an expectation over the shuffle, it must lie within a few
 standard deviations of the count. NeoX's own caches (tests/fixtures/neox, built by real NeoX) are checked
@@ -19,13 +19,14 @@ import pytest
 
 optional.require("megatron.core")
 
+from mcore_env import installed_version  # noqa: E402
 from mcore_live import build  # noqa: E402
 
 from neox_epoch.audit.audit import AuditOptions, run_audit  # noqa: E402
 from neox_epoch.audit.names import discover  # noqa: E402
 from neox_epoch.plan import McoreOptions, PlanInput, SourceSpec, make_plan  # noqa: E402
 
-VERSION = "0.16.1"
+VERSION = installed_version() or "0.16.1"  # the megatron-core that builds: 0.16.1 (neox stack), 0.19.2 (today)
 
 
 def _case(seed: int) -> dict:

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Verify a megatron-core release: run the truth suite (plan vs the real builder, exact tokens, plan vs audit,
+# the audit on real caches, resume-check vs the real loaders, the counters) against megatron-core VERSION.
+#   bash scripts/verify_megatron.sh 0.19.3            on today's stack (.venv-today, Python 3.12)
+#   STACK=neox bash scripts/verify_megatron.sh 0.16.2 on NeoX's stack (.venv, Python 3.11)
+# VERSION is installed without its dependencies into .cache/mcore-VERSION (tests/mcore_env.py) and put first
+# on PYTHONPATH, so it shadows the stack's own megatron-core. When everything passes, adding VERSION to
+# VERIFIED_MCORE_VERSIONS in neox_epoch/detect.py is the one-line change that lets `neox-epoch plan` use it
+# without --force-version (and to tests/mcore_env.STACK_VERSIONS, so CI keeps checking it).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+version=${1:?usage: bash scripts/verify_megatron.sh VERSION   (for example 0.19.3)}
+shift
+stack=${STACK:-today}
+venv=.venv; [ "$stack" = today ] && venv=.venv-today
+bash scripts/setup.sh "$stack"
+py="$venv/bin/python"
+target=$(cd tests && "../$py" -c "import sys, mcore_env; p = mcore_env.mcore_pythonpath(sys.argv[1]); print(p if p is not None else 'FAILED: ' + mcore_env.LAST_FAILURE.get(sys.argv[1], ''))" "$version")
+case "$target" in FAILED:*) echo "verify_megatron: megatron-core $version: ${target#FAILED: }" >&2; exit 2 ;; esac
+echo "== megatron-core $version from ${target:-the $stack stack's own install}"
+export DS_ACCELERATOR=cpu NEOX_EPOCH_STACK=$stack NEOX_EPOCH_MCORE_VERSIONS=$version
+PYTHONPATH="$target${PYTHONPATH:+:$PYTHONPATH}" "$py" -m pytest -ra \
+  tests/test_mcore_truth.py tests/test_plan_vs_audit.py tests/test_exact_tokens_mcore.py tests/test_audit_mcore.py \
+  tests/test_mcore_e2e.py tests/test_mcore_counters.py tests/test_resume_moves.py "$@"
