@@ -122,7 +122,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
     terminalreporter.write_line(f"stack {current_stack()}: Python {sys.version.split()[0]}, numpy {numpy.__version__}")
     for why, n in sorted(_DESELECTED.items()):
-        terminalreporter.write_line(f"  deselected {n} test{"s" if n != 1 else ""} ({why})")
+        terminalreporter.write_line(f"  deselected {n} test{'s' if n != 1 else ''} ({why})")
 
 
 @pytest.fixture
