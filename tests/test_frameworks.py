@@ -193,14 +193,15 @@ INNER = textwrap.dedent("""
 """)
 
 
-def _inner_pytest(tmp_path, ci: str | None) -> subprocess.CompletedProcess[str]:
-    """Run INNER under pytest with tests/conftest.py as a plugin, CI set to ``ci`` (None: unset)."""
+def _inner_pytest(tmp_path, ci: str | None, stack: str = "neox") -> subprocess.CompletedProcess[str]:
+    """Run INNER under pytest with tests/conftest.py as a plugin, CI set to ``ci`` (None: unset), as ``stack``."""
     (tmp_path / "test_inner.py").write_text(INNER)
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    neox: x\n    megatron_lm: x\n")
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     if ci is not None:
         env["CI"] = ci
     env["PYTHONPATH"] = os.pathsep.join([HERE, env.get("PYTHONPATH", "")])
+    env["NEOX_EPOCH_STACK"] = stack
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "conftest", "-p", "no:cacheprovider", "-q", "-rA",
                            "--rootdir", str(tmp_path), "-c", str(tmp_path / "pytest.ini"), str(tmp_path)],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
@@ -214,6 +215,17 @@ def test_framework_skip_is_a_failure_under_ci(tmp_path):
     assert "CI=true: this GPT-NeoX test skipped (no NeoX here)" in r.stdout
     assert "skipped by a marker" in r.stdout
     assert "SKIPPED" in r.stdout and "not a framework test" in r.stdout  # other tests may still skip
+
+
+def test_neox_tests_are_deselected_on_today_s_stack_not_skipped(tmp_path):
+    """On today's stack (numpy 2) GPT-NeoX's tests are deselected with the reason, so CI=true has no skip to fail:
+    the Megatron-LM test and the plain ones still run."""
+    r = _inner_pytest(tmp_path, "true", stack="today")
+    assert r.returncode == 0, r.stdout
+    assert "framework neox (GPT-NeoX): 0 tests, 0 ran, 0 passed, 0 failed, 0 skipped" in r.stdout
+    assert "framework megatron_lm (Megatron-LM): 1 tests, 1 ran, 1 passed, 0 failed, 0 skipped" in r.stdout
+    assert "deselected 2 tests (neox stack only: GPT-NeoX ea7aefd8 pins numpy<2" in r.stdout
+    assert "1 passed, 1 skipped, 2 deselected" in r.stdout
 
 
 def test_framework_skip_is_a_skip_outside_ci(tmp_path):

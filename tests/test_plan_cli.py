@@ -10,6 +10,8 @@ import pytest
 
 from neox_epoch.cli import main
 from neox_epoch.demo import write_demo_corpus
+from neox_epoch.detect import VERIFIED_MCORE_VERSIONS
+from neox_epoch.detect import megatron_core_version as installed_mcore
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = sorted(f for f in os.listdir(os.path.join(ROOT, "configs")) if f.endswith(".yml"))
@@ -265,15 +267,16 @@ def test_megatron_version_from_checkout_on_path(demo_dir, capsys, monkeypatch, t
     pkg = tmp_path / "Megatron-LM" / "megatron" / "core"
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text("raise ImportError('never imported by the planner')\n")
-    (pkg / "package_info.py").write_text('MAJOR = 0\nMINOR = 19\nPATCH = 2\nPRE_RELEASE = ""\n')
+    (pkg / "package_info.py").write_text('MAJOR = 0\nMINOR = 99\nPATCH = 0\nPRE_RELEASE = ""\n')
     monkeypatch.syspath_prepend(str(tmp_path / "Megatron-LM"))
     monkeypatch.chdir(demo_dir)
     flags = ["plan", "--data-path", "demo/data/web_text_document", "--seq-length", "512", "--global-batch-size",
              "16", "--micro-batch-size", "4", "--lr", "1e-4", "--eval-interval", "10", "--train-iters", "20", "--json"]
     code, _, err = run_cli(flags, capsys)
-    assert code == 2 and "megatron-core 0.19.2 (from" in err and "--force-version" in err
+    assert code == 2 and "megatron-core 0.99.0 (from" in err and "--force-version" in err
+    assert "(verified: 0.10.0, 0.16.1, 0.19.2)" in err
     code, out, _ = run_cli(flags + ["--force-version"], capsys)
-    assert code == 0 and json.loads(out)["framework_version"] == "0.19.2"
+    assert code == 0 and json.loads(out)["framework_version"] == "0.99.0"
     (pkg / "package_info.py").write_text('MAJOR = 0\nMINOR = 16\nPATCH = 1\nPRE_RELEASE = ""\n')
     code, out, _ = run_cli(flags, capsys)
     assert code == 0 and json.loads(out)["framework_version"] == "0.16.1"
@@ -340,5 +343,6 @@ def test_demo_plans_everything_on_the_core_install(tmp_path):  # type: ignore[no
     assert r.returncode == 0, r.stderr[-3000:]
     assert "HEAVY []" in r.stdout
     assert r.stdout.count("$ neox-epoch plan ") == len(CONFIGS) + 1
-    assert "neox-epoch plan (megatron-core 0.16.1 semantics)" in r.stdout
+    mirrored = installed_mcore() or VERIFIED_MCORE_VERSIONS[-1]  # 0.16.1 on NeoX's stack, 0.19.2 on today's
+    assert f"neox-epoch plan (megatron-core {mirrored} semantics)" in r.stdout
     assert "train_iters 121 -> 1,936 train samples" in r.stdout
