@@ -89,9 +89,31 @@ def test_stacks_from_the_variable(tmp_path, monkeypatch):
         stacks.stack_pythons()
 
 
+PROBE = """
+import importlib.util, json, numpy
+kernels = [m for m in ("neox_epoch._exposure", "neox_epoch._greedy") if importlib.util.find_spec(m)]
+print(json.dumps({"numpy": numpy.__version__, "kernels": kernels}))
+"""
+
+
 @pytest.fixture(scope="module")
 def pythons() -> dict[str, str]:
-    return stacks.require_stacks()
+    """Both stacks, checked to be what they are named: numpy 1.x under "neox", 2.x under "today" (else the
+    comparison proves nothing), each with this checkout's C extensions built for it (else the audit's exposure
+    differs by design)."""
+    found = stacks.require_stacks()
+    for name, python in sorted(found.items()):
+        r = subprocess.run([python, "-c", PROBE], capture_output=True, text=True, timeout=120, env=_env(), cwd=ROOT)
+        assert r.returncode == 0, f"{name} stack ({python}) does not import numpy: {r.stderr[-2000:]}"
+        probe = json.loads(r.stdout)
+        major = int(probe["numpy"].split(".")[0])
+        assert major == (1 if name == "neox" else 2), \
+            f"{stacks.ENV}: the {name} stack ({python}) has numpy {probe['numpy']}; expected numpy " \
+            f"{'1.x (GPT-NeoX pins numpy<2)' if name == 'neox' else '2.x'}"
+        assert len(probe["kernels"]) == 2, \
+            f"the {name} stack ({python}) lacks this checkout's C extensions (it has {probe['kernels']}): run " \
+            f"{python} setup.py build_ext --inplace (or {python} -m pip install -e .)"
+    return found
 
 
 @pytest.fixture(scope="module")
