@@ -309,6 +309,8 @@ def _npy_with_header(path: str, header: bytes, version: tuple[int, int] = (1, 0)
     (b"{'descr': '<i4', 'fortran_order': False, 'shape': (3,), }\n", (1, 0), 500,
      "a damaged header (EOF: reading array header, expected 500 bytes got 122)"),
 ])
+
+
 def test_damaged_npy_headers(tmp_path, header, version, length, found):
     """Each damaged header is a FileProblem naming numpy's complaint; nothing in a header is ever executed."""
     from neox_epoch.audit.findings import FileProblem
@@ -320,3 +322,20 @@ def test_damaged_npy_headers(tmp_path, header, version, length, found):
         read_header(path)
     assert (err.value.finding.what, err.value.finding.found) == ("header", found)
     assert "delete it so the framework rebuilds it" in err.value.finding.hint
+
+
+def test_npy_header_with_a_dimension_past_int64(tmp_path):
+    """A header whose shape is larger than any file (2^70 elements) is a size finding, not an integer overflow."""
+    from neox_epoch.audit.findings import FileProblem
+    from neox_epoch.audit.npy import read_header
+
+    path = str(tmp_path / "a.npy")
+    _npy_with_header(path, b"{'descr': '<i4', 'fortran_order': False, 'shape': (0, 1180591620717411303424), }\n")
+    assert read_header(path).shape == (0, 2**70)  # why: no elements, so the file holds them all
+    header = b"{'descr': '<i4', 'fortran_order': False, 'shape': (1180591620717411303424,), }\n"
+    _npy_with_header(path, header)
+    with pytest.raises(FileProblem) as err:
+        read_header(path)
+    offset = 10 + len(header)  # magic 6, version 2, length 2, then the header; 64 bytes follow it
+    assert (err.value.finding.what, err.value.finding.expected, err.value.finding.found) == (
+        "size", f"{offset + 4 * 2**70} bytes for shape (1180591620717411303424,) of int32", f"{offset + 64} bytes")

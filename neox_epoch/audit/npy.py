@@ -8,6 +8,7 @@ file or a pickled object array becomes a :class:`~neox_epoch.audit.findings.File
 from __future__ import annotations
 
 import ast
+import math
 import mmap
 import os
 import struct
@@ -134,7 +135,7 @@ def read_header(path: str) -> NpyInfo:
                           "index files hold integers; this file was written by something else")
     info = NpyInfo(path=path, shape=tuple(int(x) for x in shape), dtype=dtype, fortran_order=bool(fortran),
                    data_offset=int(offset))
-    end = offset + int(np.prod(info.shape, dtype=np.int64)) * dtype.itemsize
+    end = offset + math.prod(info.shape) * dtype.itemsize  # why Python ints: a damaged shape may pass 2^63
     if size < end:
         raise FileProblem(
             path, "size", f"{end} bytes for shape {info.shape} of {dtype}", f"{size} bytes",
@@ -198,7 +199,7 @@ class NpyReader:
             return np.zeros((0, *info.shape[1:]), dtype=info.dtype)
         if len(info.shape) <= 1:
             return self._read(start, stop - start)
-        cols = int(np.prod(info.shape[1:], dtype=np.int64))
+        cols = math.prod(info.shape[1:])
         if not info.fortran_order:
             return self._read(start * cols, (stop - start) * cols).reshape((stop - start, *info.shape[1:]))
         out = np.empty((stop - start, cols), dtype=info.dtype)
