@@ -47,8 +47,8 @@ def require_stacks() -> dict[str, str]:
     if missing:
         where = f"{ENV}={os.environ[ENV]!r}" if os.environ.get(ENV, "").strip() else \
             f"{ENV} unset and {', '.join(DEFAULTS[m] for m in missing)} missing"
-        reason = (f"the {' and '.join(missing)} stack{'s' * (len(missing) > 1)} not found ({where}): set {ENV}=neox=PYTHON,today=PYTHON or create "
-                  "the environments (bash scripts/setup.sh)")
+        reason = (f"the {' and '.join(missing)} stack{'s' * (len(missing) > 1)} not found ({where}): set "
+                  f"{ENV}=neox=PYTHON,today=PYTHON or create the environments (bash scripts/setup.sh)")
         if in_ci():
             pytest.fail(f"CI=true: {reason}")
         pytest.skip(reason)
