@@ -26,6 +26,7 @@ setup(
             optional=True,
         ),
     ],
+    # numpy: tested on 1.22.4 (Python 3.10), 1.26.4 (3.11, GPT-NeoX's pin) and 2.5.5 (3.12); public API only
     install_requires=["numpy>=1.22", "pyyaml>=5.4"],
     extras_require={
         "neox": ["deepspeed", "torch"],

@@ -1,8 +1,10 @@
 """Make a given megatron-core version importable and run ``tests/mcore_truth.py`` under it.
 
 ``mcore_pythonpath(version)`` returns "" when the installed megatron-core already is that version,
-else installs it once (``pip install --no-deps --only-binary=:all: --target <repo>/.cache/mcore-<version>``,
-gitignored) and returns that directory, or None when the install fails (tests then skip).
+else installs it once per interpreter (``pip install --no-deps --only-binary=:all: --target
+<repo>/.cache/mcore-<version>-<cache tag, e.g. cpython-312>``, gitignored: the wheel's compiled helpers import only
+in the Python version they were built for) and returns that directory, or None when the install fails (tests then
+skip).
 ``run_truth(cases, version, workdir)`` runs the truth script in a subprocess with that directory first
 on PYTHONPATH and returns its parsed OUT.json.
 """
@@ -67,15 +69,16 @@ def mcore_pythonpath(version: str) -> str | None:
     """A PYTHONPATH entry under which megatron-core ``version`` imports ("" = the current env), or None."""
     if installed_version() == version:
         return ""
-    target = os.path.join(CACHE, f"mcore-{version}")
+    name = f"mcore-{version}-{sys.implementation.cache_tag}"  # why: helpers_cpp is built for one Python version
+    target = os.path.join(CACHE, name)
     if _installed_at(target, version):
         return target
     os.makedirs(CACHE, exist_ok=True)
-    with open(os.path.join(CACHE, f"mcore-{version}.lock"), "w") as lock:
+    with open(os.path.join(CACHE, f"{name}.lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another test process may be installing the same version
         if _installed_at(target, version):
             return target
-        tmp = tempfile.mkdtemp(prefix=f"mcore-{version}.tmp", dir=CACHE)
+        tmp = tempfile.mkdtemp(prefix=f"{name}.tmp", dir=CACHE)
         cmd = [
             sys.executable,
             "-m",

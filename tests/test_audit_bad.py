@@ -5,9 +5,11 @@ The audit is read-only: nothing is written next to the data."""
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 
@@ -245,3 +247,95 @@ def test_file_truncated_after_its_header_was_checked(tmp_path):
         r.read(4_000, 6_000)
     assert "shrank" in str(err.value.finding.found)
     r.close()
+
+
+@pytest.mark.parametrize("version", [(1, 0), (2, 0), (3, 0)])
+def test_npy_header_of_every_format_version(tmp_path, version):
+    """Headers of .npy format 1.0, 2.0 and 3.0 (numpy's public writer) read without numpy's private reader."""
+    from numpy.lib import format as npformat
+
+    from neox_epoch.audit.npy import NpyReader, read_header
+
+    path = str(tmp_path / "a.npy")
+    with open(path, "wb") as f:
+        npformat.write_array(f, np.arange(30, dtype=np.int32).reshape(15, 2), version=version)
+    info = read_header(path)
+    assert (info.shape, info.dtype, info.fortran_order) == ((15, 2), np.dtype(np.int32), False)
+    assert info.data_offset == 128
+    with NpyReader(info) as r:
+        assert r.read(13, 15).tolist() == [[26, 27], [28, 29]]
+
+
+def test_npy_header_in_utf8():
+    """A field name outside latin-1 makes numpy write format 3.0 (a UTF-8 header): it is decoded as UTF-8."""
+    from numpy.lib import format as npformat
+
+    from neox_epoch.audit.npy import parse_header
+
+    f = io.BytesIO()
+    with pytest.warns(UserWarning, match="format 3.0"):
+        npformat.write_array(f, np.zeros(4, dtype=[("\u03b4", "<i8")]))
+    f.seek(0)
+    assert npformat.read_magic(f) == (3, 0)
+    assert parse_header(f, (3, 0)) == ((4,), False, np.dtype([("\u03b4", "<i8")]))
+    assert f.tell() == 128
+
+
+def _npy_with_header(path: str, header: bytes, version: tuple[int, int] = (1, 0), length: int | None = None) -> None:
+    """A .npy file with the literal ``header`` text (and the ``length`` field, its length unless given)."""
+    size_format = "<H" if version == (1, 0) else "<I"
+    with open(path, "wb") as f:
+        f.write(b"\x93NUMPY" + bytes(version) + struct.pack(size_format, len(header) if length is None else length))
+        f.write(header + b"\0" * 64)
+
+
+@pytest.mark.parametrize("header,version,length,found", [
+    (b"{'descr': '<i4', 'fortran_order': False, 'shape': (3,), }\n", (4, 0), None,
+     "a damaged header (Invalid version (4, 0))"),
+    (b"[1, 2, 3]\n", (1, 0), None, "a damaged header (Header is not a dictionary: [1, 2, 3])"),
+    (b"{'descr': '<i4', 'shape': (3,)}\n", (1, 0), None,
+     "a damaged header (Header does not contain the correct keys: ['descr', 'shape'])"),
+    (b"{'descr': '<i4', 'fortran_order': False, 'shape': (-3,), }\n", (2, 0), None,
+     "a damaged header (shape is not valid: (-3,))"),
+    (b"{'descr': '<i4', 'fortran_order': 0, 'shape': (3,), }\n", (1, 0), None,
+     "a damaged header (fortran_order is not a valid bool: 0)"),
+    (b"{'descr': '<zz', 'fortran_order': False, 'shape': (3,), }\n", (3, 0), None,
+     "a damaged header (descr is not a valid dtype descriptor: '<zz')"),
+    (b"{'descr': __import__('os').getcwd(), 'fortran_order': False, 'shape': (3,)}\n", (1, 0), None,
+     "a damaged header (Cannot parse header: \"{'descr': __import__('os').getcwd(), 'fortran_order': False, "
+     "'shape': (3,)}\\n\")"),
+    (b"{'descr': '<i4'", (2, 0), 4_000_000_000,
+     "a damaged header (Header length (4000000000) is larger than the 10000 characters of a .npy header)"),
+    (b"{'descr': '<i4', 'fortran_order': False, 'shape': (3,), }\n", (1, 0), 500,
+     "a damaged header (EOF: reading array header, expected 500 bytes got 122)"),
+])
+
+
+def test_damaged_npy_headers(tmp_path, header, version, length, found):
+    """Each damaged header is a FileProblem naming numpy's complaint; nothing in a header is ever executed."""
+    from neox_epoch.audit.findings import FileProblem
+    from neox_epoch.audit.npy import read_header
+
+    path = str(tmp_path / "a.npy")
+    _npy_with_header(path, header, version, length)
+    with pytest.raises(FileProblem) as err:
+        read_header(path)
+    assert (err.value.finding.what, err.value.finding.found) == ("header", found)
+    assert "delete it so the framework rebuilds it" in err.value.finding.hint
+
+
+def test_npy_header_with_a_dimension_past_int64(tmp_path):
+    """A header whose shape is larger than any file (2^70 elements) is a size finding, not an integer overflow."""
+    from neox_epoch.audit.findings import FileProblem
+    from neox_epoch.audit.npy import read_header
+
+    path = str(tmp_path / "a.npy")
+    _npy_with_header(path, b"{'descr': '<i4', 'fortran_order': False, 'shape': (0, 1180591620717411303424), }\n")
+    assert read_header(path).shape == (0, 2**70)  # why: no elements, so the file holds them all
+    header = b"{'descr': '<i4', 'fortran_order': False, 'shape': (1180591620717411303424,), }\n"
+    _npy_with_header(path, header)
+    with pytest.raises(FileProblem) as err:
+        read_header(path)
+    offset = 10 + len(header)  # magic 6, version 2, length 2, then the header; 64 bytes follow it
+    assert (err.value.finding.what, err.value.finding.expected, err.value.finding.found) == (
+        "size", f"{offset + 4 * 2**70} bytes for shape (1180591620717411303424,) of int32", f"{offset + 64} bytes")

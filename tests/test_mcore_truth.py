@@ -10,13 +10,15 @@ document range and tokens; and it must predict the builds that fail (oversamplin
 
 from __future__ import annotations
 
+import sys
+
 import optional
 import pytest
 
 optional.require("torch")  # the truth script builds with megatron-core, which imports torch
 
 from mcore_cases import generate_cases  # noqa: E402
-from mcore_env import mcore_pythonpath, run_truth, truth_versions  # noqa: E402
+from mcore_env import LAST_FAILURE, mcore_pythonpath, run_truth, truth_versions  # noqa: E402
 
 from neox_epoch.errors import PlanError  # noqa: E402
 from neox_epoch.plan import McoreOptions, PlanInput, SourceSpec, predict_splits  # noqa: E402
@@ -98,7 +100,10 @@ def compare(case: dict, truth: dict, version: str) -> list[str]:  # type: ignore
 @pytest.mark.parametrize("version,seed", truth_versions())
 def test_plan_equals_real_builder(version, seed, tmp_path):
     if mcore_pythonpath(version) is None:
-        pytest.skip(f"megatron-core {version} could not be installed into .cache (no package index reachable?)")
+        # e.g. no wheel of 0.10.0 for Python 3.12: "No matching distribution found for megatron-core==0.10.0"
+        why = LAST_FAILURE.get(version, "no package index reachable?")
+        pytest.skip(f"megatron-core {version} could not be installed into .cache for Python "
+                    f"{sys.version_info.major}.{sys.version_info.minor}: {why}")
     cases = generate_cases(seed, CASES, str(tmp_path))
     truth = run_truth(cases, version, str(tmp_path / "truth"))
     assert truth["megatron_core_version"].startswith(version)

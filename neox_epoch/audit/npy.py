@@ -7,8 +7,11 @@ file or a pickled object array becomes a :class:`~neox_epoch.audit.findings.File
 
 from __future__ import annotations
 
+import ast
+import math
 import mmap
 import os
+import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO
@@ -20,6 +23,12 @@ from neox_epoch.audit.findings import FileProblem
 
 #: rows per chunk when streaming: 4M rows of an int64 [N, 2] array is 64 MiB
 CHUNK_ROWS = 1 << 22
+#: .npy format version -> (struct format of the header length, encoding of the header text), as numpy writes them
+HEADER_FORMATS = {(1, 0): ("<H", "latin1"), (2, 0): ("<I", "latin1"), (3, 0): ("<I", "utf8")}
+#: the longest header text parsed: numpy's own bound for a safe ``ast.literal_eval`` of a header
+MAX_HEADER_CHARS = 10_000
+#: the keys of a .npy header dictionary
+HEADER_KEYS = {"descr", "fortran_order", "shape"}
 
 
 class Progress:
@@ -53,6 +62,55 @@ class NpyInfo:
         return int(self.shape[0]) if self.shape else 1
 
 
+def _read_exactly(f: IO[bytes], size: int, what: str) -> bytes:
+    """``size`` bytes of ``f``; ValueError (numpy's wording) when the file ends first."""
+    data = f.read(size)
+    if len(data) != size:
+        raise ValueError(f"EOF: reading {what}, expected {size} bytes got {len(data)}")
+    return data
+
+
+def _header_dict(text: str) -> dict[str, object]:
+    """The header text as the literal dictionary it must be (``ast.literal_eval``: no code runs)."""
+    try:
+        header = ast.literal_eval(text)
+    except (SyntaxError, ValueError, TypeError, MemoryError, RecursionError):
+        raise ValueError(f"Cannot parse header: {text!r}") from None
+    if not isinstance(header, dict):
+        raise ValueError(f"Header is not a dictionary: {header!r}")
+    if header.keys() != HEADER_KEYS:
+        raise ValueError(f"Header does not contain the correct keys: {sorted(map(str, header.keys()))!r}")
+    return header
+
+
+def parse_header(f: IO[bytes], version: tuple[int, int]) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """Shape, Fortran order and dtype of the .npy header (format 1.0, 2.0 or 3.0) that follows the magic in ``f``.
+
+    Parsed here with the public ``numpy.lib.format.descr_to_dtype`` (numpy has no public reader of 3.0 headers),
+    with numpy's checks and messages; ValueError says what is wrong. ``f`` is left at the first data byte.
+    """
+    if version not in HEADER_FORMATS:
+        raise ValueError(f"Invalid version {version!r}")
+    length_format, encoding = HEADER_FORMATS[version]
+    (length,) = struct.unpack(length_format, _read_exactly(f, struct.calcsize(length_format), "array header length"))
+    if length > MAX_HEADER_CHARS * 4:  # why: a damaged length field must not make the read allocate gigabytes
+        raise ValueError(f"Header length ({length}) is larger than the {MAX_HEADER_CHARS} characters of a .npy header")
+    text = _read_exactly(f, length, "array header").decode(encoding)
+    if len(text) > MAX_HEADER_CHARS:
+        raise ValueError(f"Header info length ({len(text)}) is large and may not be safe to load securely")
+    header = _header_dict(text)
+    shape, fortran = header["shape"], header["fortran_order"]
+    if not isinstance(shape, tuple) or not all(isinstance(x, int) and x >= 0 for x in shape):
+        raise ValueError(f"shape is not valid: {shape!r}")
+    if not isinstance(fortran, bool):
+        raise ValueError(f"fortran_order is not a valid bool: {fortran!r}")
+    try:
+        dtype = npformat.descr_to_dtype(header["descr"])
+    except (TypeError, ValueError, KeyError, IndexError):
+        raise ValueError(f"descr is not a valid dtype descriptor: {header['descr']!r}") from None
+    return shape, fortran, dtype
+
+
 def read_header(path: str) -> NpyInfo:
     """Read and check the header of ``path``; raise :class:`FileProblem` if it is not a complete .npy."""
     try:
@@ -64,8 +122,8 @@ def read_header(path: str) -> NpyInfo:
                 raise FileProblem(path, "format", "a .npy file (magic \\x93NUMPY)", f"not a .npy file ({err})",
                                   "the file is damaged or not an index file") from None
             try:
-                shape, fortran, dtype = npformat._read_array_header(f, version)  # type: ignore[attr-defined]
-            except (ValueError, OSError, SyntaxError) as err:
+                shape, fortran, dtype = parse_header(f, version)
+            except (ValueError, OSError) as err:
                 raise FileProblem(path, "header", "a readable .npy header", f"a damaged header ({err})",
                                   "the file is truncated or damaged: delete it so the framework rebuilds it") from None
             offset = f.tell()
@@ -77,7 +135,7 @@ def read_header(path: str) -> NpyInfo:
                           "index files hold integers; this file was written by something else")
     info = NpyInfo(path=path, shape=tuple(int(x) for x in shape), dtype=dtype, fortran_order=bool(fortran),
                    data_offset=int(offset))
-    end = offset + int(np.prod(info.shape, dtype=np.int64)) * dtype.itemsize
+    end = offset + math.prod(info.shape) * dtype.itemsize  # why Python ints: a damaged shape may pass 2^63
     if size < end:
         raise FileProblem(
             path, "size", f"{end} bytes for shape {info.shape} of {dtype}", f"{size} bytes",
@@ -141,7 +199,7 @@ class NpyReader:
             return np.zeros((0, *info.shape[1:]), dtype=info.dtype)
         if len(info.shape) <= 1:
             return self._read(start, stop - start)
-        cols = int(np.prod(info.shape[1:], dtype=np.int64))
+        cols = math.prod(info.shape[1:])
         if not info.fortran_order:
             return self._read(start * cols, (stop - start) * cols).reshape((stop - start, *info.shape[1:]))
         out = np.empty((stop - start, cols), dtype=info.dtype)
