@@ -13,6 +13,8 @@ from typing import Any
 
 import optional
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from neox_epoch.cli import COMMANDS, main
 from neox_epoch.corpus import write_random_corpus
@@ -331,3 +333,33 @@ def test_epochs_zero_names_epochs(value: str, corpora: str, capsys: pytest.Captu
     code, _, err = run_cli(["plan", "--framework-version", "0.16.1", "--epochs", value, "pretrain_gpt.py", *FLAGS],
                            capsys)
     assert (code, err) == (2, want)
+
+
+# ------------------------------------------------------------------------------------------ as a property
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(world=st.sampled_from([1, 2, 4, 8, 16]), nproc=st.sampled_from([None, 2, 8]), where=st.sampled_from(
+    ["before", "among", "after", "before-script"]), equals=st.booleans())
+def test_world_size_counts_wherever_it_stands(world: int, nproc: int | None, where: str, equals: bool) -> None:
+    """--world-size W before torchrun, among its flags, after the script, or before a bare script: the world is W,
+    and the data-parallel size W, wherever it stands; the source names torchrun's world when there is one."""
+    flags = [t for t in FLAGS if t not in ("--global-batch-size", "256")] + ["--global-batch-size", "512"]
+    ws = ["--world-size" if not equals else "--world-size=" + str(world)] + ([] if equals else [str(world)])
+    launcher = ["torchrun"] + (["--nproc_per_node", str(nproc)] if nproc else [])
+    if where == "before":
+        argv = [*ws, *launcher, "pretrain_gpt.py", *flags]
+    elif where == "among":
+        argv = [launcher[0], *ws, *launcher[1:], "pretrain_gpt.py", *flags]
+    elif where == "after":
+        argv = [*launcher, "pretrain_gpt.py", *flags, *ws]
+    else:
+        argv, nproc = [*ws, "pretrain_gpt.py", *flags], None
+    a = parse_megatron_argv(argv)
+    assert (a.world_size, a.data_parallel_size) == (world, world)
+    if nproc is None:
+        assert a.world_size_source == "--world-size"
+    elif nproc == world:
+        assert a.world_size_source == f"--world-size, equal to the launcher's --nproc-per-node {nproc} x --nnodes 1"
+    else:
+        assert a.world_size_source.startswith(f"--world-size; it wins over the {nproc} processes the pasted launcher")
