@@ -75,14 +75,14 @@ def _arity(token: str, specs: Mapping[str, Any], rest: Sequence[str]) -> int:
     if spec is None or spec["action"] in ("store_true", "store_false", "boolean_optional"):
         return 0  # an unknown flag is reported by the Megatron-LM parser, with a did-you-mean
     nargs = spec["nargs"]
-    if nargs is None or nargs == "?":
+    if nargs is None:
         return 1
     if isinstance(nargs, int):
         return nargs
-    n = 0  # "+" / "*": up to the next option or launcher program
+    n = 0  # "?" / "+" / "*": up to the next option or launcher program
     while n < len(rest) and not rest[n].startswith("-") and os.path.basename(rest[n]) not in LAUNCHER_PROGRAMS:
         n += 1
-    return n
+    return min(n, 1) if nargs == "?" else n
 
 
 @dataclass

@@ -104,6 +104,10 @@ def test_megatron_flags_before_the_launcher_count_once() -> None:
     a = parse_megatron_argv(["--global-batch-size", "512", "torchrun", "--nproc_per_node", "8", "pretrain_gpt.py",
                              *gbs])
     assert (a.global_batch_size, a.world_size) == (512, 8)
+    no_data = [t for t in FLAGS if t not in ("--data-path", "data/web")]
+    b = parse_megatron_argv(["--data-path", "0.3", "data/web", "0.7", "data/code", "torchrun", "--nproc_per_node", "2",
+                             "pretrain_gpt.py", *no_data])  # nargs "*": its values end at the launcher
+    assert (b.blend, b.world_size) == ((("data/web", "data/code"), (0.3, 0.7)), 2)
     with pytest.raises(ConfigError) as info:
         parse_megatron_argv(["--global-batch-size", "512", "torchrun", "--nproc_per_node", "8", "pretrain_gpt.py",
                              *FLAGS])
