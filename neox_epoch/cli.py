@@ -61,6 +61,17 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     return parser
 
 
+def no_command(parser: argparse.ArgumentParser) -> str:
+    """What a bare ``neox-epoch`` prints (on stderr): the usage line, the commands, one error line."""
+    lines = [parser.format_usage().strip(), "commands:"]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            lines += [f"  {choice.dest:<13} {choice.help}" for choice in action._choices_actions]
+    lines.append("neox-epoch: error: no command given; choose one (neox-epoch COMMAND --help shows its options "
+                 "and examples)")
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(argv)
@@ -71,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.raw_argv = argv
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     if not getattr(args, "func", None):
-        parser.print_help()
+        print(no_command(parser), file=sys.stderr)
         return 2
     try:
         return int(args.func(args))

@@ -13,6 +13,7 @@ from typing import Any
 
 from neox_epoch.corpus import write_random_corpus
 from neox_epoch.detect import VERIFIED_MCORE_VERSIONS, megatron_core_version
+from neox_epoch.helptext import examples
 
 #: name -> (seed, documents, min_len, max_len)
 CORPUS = {
@@ -34,7 +35,12 @@ def write_demo_corpus(directory: str) -> list[str]:
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("demo", help="write the bundled demo corpus and plan every shipped config on it")
+    p = sub.add_parser(
+        "demo", help="write the bundled demo corpus and plan every shipped config on it",
+        description="Write the bundled demo corpus (three small tokenized sources, a few MB) to --data-dir and run "
+        "neox-epoch plan on every NeoX config in --configs: what the planner prints, without a GPU or a framework.",
+        **examples("neox-epoch demo                                   # demo/data, the configs/ of this repository",
+                   "neox-epoch demo --data-dir demo/data --configs configs"))
     p.add_argument("--data-dir", default=os.path.join("demo", "data"), help="where to write the corpus")
     p.add_argument("--configs", default="configs", help="directory of NeoX configs to plan")
     p.set_defaults(func=run)

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from neox_epoch import launch_line
 from neox_epoch.errors import ConfigError, did_you_mean
 from neox_epoch.semantics import megatron_lm as mlm
 from neox_epoch.semantics.megatron_lm import MegatronRefusal, refuse
@@ -241,26 +242,19 @@ class MegatronRun:
 
 
 def split_launcher(argv: Sequence[str]) -> tuple[list[str], list[str]]:
-    """(launcher tokens, Megatron-LM tokens): everything up to the ``*.py`` script is the launcher's
-    (``torchrun --nproc_per_node 8 pretrain_gpt.py ...``); a ``.py`` value of a Megatron-LM flag is not a script."""
-    specs = _option_specs()
-    for i, tok in enumerate(argv):
-        follows_flag = i > 0 and argv[i - 1].partition("=")[0] in specs and "=" not in argv[i - 1]
-        if tok.endswith(".py") and not tok.startswith("-") and not follows_flag:
-            return list(argv[:i]), list(argv[i + 1:])
-    return [], list(argv)
+    """(launcher tokens, Megatron-LM tokens). Everything up to the ``*.py`` script is the launcher's
+    (``torchrun --nproc_per_node 8 pretrain_gpt.py ...``; a ``.py`` value of a Megatron-LM flag is not a script),
+    except options given before the launcher and ``--world-size``: those count as if given after the script
+    (one given again there with another value is refused). A Megatron-LM flag among torchrun's is refused."""
+    line = launch_line.cut([str(t) for t in argv], _option_specs())
+    launch_line.check_given_twice(line.before, line.after, line.script)
+    return line.launcher, line.before + line.after
 
 
 def _launcher_world(tokens: list[str]) -> dict[str, str]:
-    """--nproc-per-node/--nproc_per_node and --nnodes read from torchrun's own arguments."""
-    found: dict[str, str] = {}
-    for i, tok in enumerate(tokens):
-        name, eq, value = tok.partition("=")
-        if name in ("--nproc-per-node", "--nproc_per_node", "--nnodes"):
-            if not eq:
-                value = tokens[i + 1] if i + 1 < len(tokens) else ""
-            found["nnodes" if name == "--nnodes" else "nproc"] = value
-    return found
+    """The launcher ("launcher": torchrun, python or another's name) and torchrun's --nproc-per-node ("nproc")
+    and --nnodes ("nnodes"), as torchrun reads them (either spelling, ``=value``, unique prefixes)."""
+    return launch_line.launcher_world(tokens)
 
 
 def _positive_int(flag: str, value: str) -> int:
@@ -275,17 +269,49 @@ def _positive_int(flag: str, value: str) -> int:
     return n
 
 
+def _launched(ns: argparse.Namespace, launcher: dict[str, str]) -> tuple[str | None, str | None]:
+    """(nproc, nnodes) of the line: torchrun's own flags, or the world flags after the script; both given and
+    different is refused."""
+    out = []
+    for flag, dest, key in (("--nproc-per-node", "ne_nproc_per_node", "nproc"), ("--nnodes", "ne_nnodes", "nnodes")):
+        given, launched = getattr(ns, dest), launcher.get(key)
+        if given is not None and launched is not None and given != launched:
+            raise ConfigError(f"{flag}: {given} after the script and {launched} in the launcher's flags; give it once")
+        out.append(given if given is not None else launched)
+    return out[0], out[1]
+
+
 def resolve_world(ns: argparse.Namespace, launcher: dict[str, str]) -> tuple[int, str]:
-    """(world size, its source): --world-size wins, then nproc x nnodes (flags or launcher), else 1."""
+    """(world size, its source in words). An explicit --world-size wins: it is the whole job's GPUs (the pasted
+    torchrun line is one launch of it: one node's, or a test run's), and when torchrun's --nproc-per-node x
+    --nnodes differs the source says so. Else nproc x nnodes (torchrun's flags or ours); else python alone is one
+    process; another launcher (deepspeed, srun ...) is not read, so --world-size is needed."""
+    nproc, nnodes = _launched(ns, launcher)
+    started = ""
+    if nproc is not None or nnodes is not None:
+        started = f"--nproc-per-node {nproc or 1} x --nnodes {nnodes or 1}"
     if ns.ne_world_size is not None:
-        return _positive_int("--world-size", str(ns.ne_world_size)), "--world-size"
-    nproc = ns.ne_nproc_per_node or launcher.get("nproc")
-    nnodes = ns.ne_nnodes or launcher.get("nnodes")
-    if nproc is None and nnodes is None:
-        return 1, "default 1 (Megatron-LM reads WORLD_SIZE; give --world-size N)"
-    p = _positive_int("--nproc-per-node", nproc or "1")
-    n = _positive_int("--nnodes", nnodes or "1")
-    return p * n, f"--nproc-per-node {p} x --nnodes {n}"
+        world = _positive_int("--world-size", str(ns.ne_world_size))
+        if not started:
+            return world, "--world-size"
+        try:
+            n = _positive_int("--nproc-per-node", nproc or "1") * _positive_int("--nnodes", nnodes or "1")
+        except ConfigError:
+            return world, f"--world-size; the launcher's {started} is not a fixed world"
+        if n == world:
+            return world, f"--world-size, equal to the launcher's {started}"
+        return world, (f"--world-size; it wins over the {n} processes the pasted launcher starts, {started}: "
+                       "--world-size is read as the whole job's GPUs, the pasted line as one launch of it, one node's")
+    if started:
+        p = _positive_int("--nproc-per-node", nproc or "1")
+        n = _positive_int("--nnodes", nnodes or "1")
+        return p * n, f"--nproc-per-node {p} x --nnodes {n}"
+    program = launcher.get("launcher")
+    if program in (None, "python", "torchrun"):
+        why = "python starts one process" if program == "python" else "Megatron-LM reads WORLD_SIZE"
+        return 1, f"default 1 ({why}; give --world-size N)"
+    raise ConfigError(f"{program}: a launcher whose world neox-epoch does not read (it reads torchrun's "
+                      "--nproc-per-node x --nnodes); give --world-size N, the GPUs the run uses")
 
 
 def given_flags(tokens: Sequence[str]) -> list[str]:
@@ -306,8 +332,12 @@ def _check_unknown(extras: list[str]) -> None:
     if tok.startswith("-"):
         name = tok.partition("=")[0]
         choices = list(_option_specs()) + list(WORLD_FLAGS)
-        raise MegatronRefusal(f"{name}: not a Megatron-LM {megatron_lm_version()} flag{did_you_mean(name, choices)}: "
-                              "Megatron-LM's parse_args exits on it; fix or drop it", "parse_args", "SystemExit", "2")
+        fork = (" (a Megatron-DeepSpeed flag)" if name in launch_line.MEGATRON_DEEPSPEED_FLAGS else
+                " (a flag Megatron-LM removed)" if name in launch_line.OLD_MEGATRON_FLAGS else "")
+        raise MegatronRefusal(f"{name}: not a Megatron-LM {megatron_lm_version()} flag"
+                              f"{fork or did_you_mean(name, choices)}: Megatron-LM's parse_args exits on it; fix or "
+                              "drop it",
+                              "parse_args", "SystemExit", "2")
     raise MegatronRefusal(f"{tok!r}: a value without a flag (the flag before it takes fewer values): Megatron-LM's "
                           "parse_args exits on it; fix the command line", "parse_args", "SystemExit", "2")
 
@@ -565,12 +595,19 @@ def _unplannable(ns: argparse.Namespace, blend: Blend | None,
                  "give --data-path PREFIX ... or --train-data-path ...")
 
 
+def check_foreign(argv: Sequence[str]) -> None:
+    """Another framework's command line (Megatron-DeepSpeed, NeMo, GPT-NeoX's deepy.py) is refused once, in one
+    line naming the framework and what is supported, instead of one unknown flag per rerun."""
+    launch_line.refuse_foreign([str(t) for t in argv], _option_specs(), megatron_lm_version())
+
+
 def parse_megatron_argv(argv: Sequence[str]) -> MegatronArgs:
     """Parse a pasted Megatron-LM (pretrain_gpt.py) command line into :class:`MegatronArgs`.
 
     Runs what Megatron-LM runs before building data on the plan's flags: parse_args, validate_args and
     the num-microbatches calculator's checks; then refuses what cannot be planned.
     """
+    check_foreign(argv)
     launcher_tokens, tokens = split_launcher([str(t) for t in argv])
     parser = build_parser()
     ns, extras = parser.parse_known_args(tokens)

@@ -32,6 +32,12 @@ def is_megatron_argv(argv: Sequence[str]) -> bool:
     return any(t.partition("=")[0] in DATA_FLAGS for t in argv)
 
 
+def is_name_value(token: str) -> bool:
+    """A ``--source-epochs`` value: NAME=E (not an option, not the launcher, script or a config file)."""
+    name, eq, _ = token.partition("=")
+    return bool(eq and name) and not token.startswith("-")
+
+
 def megatron_argv(argv: Sequence[str]) -> list[str]:
     """``argv`` without neox-epoch's own options (``--epochs 2``, ``--json`` ...): what Megatron-LM would see."""
     out: list[str] = []
@@ -46,8 +52,8 @@ def megatron_argv(argv: Sequence[str]) -> list[str]:
         i += 1
         if eq:
             continue
-        if n < 0:  # nargs="+": values up to the next option
-            while i < len(argv) and not argv[i].startswith("-"):
+        if n < 0:  # --source-epochs NAME=E ...: its values end at the first token that is not NAME=E
+            while i < len(argv) and is_name_value(argv[i]):
                 i += 1
         else:
             i += n

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import sys
 from dataclasses import replace
 from typing import Any
@@ -22,6 +23,7 @@ from neox_epoch.config import (
 )
 from neox_epoch.config_out import check_output_path, write_config_text, yaml_config_text
 from neox_epoch.errors import ConfigError, PlanError
+from neox_epoch.helptext import examples
 from neox_epoch.plan import (
     FRAMEWORKS,
     McoreOptions,
@@ -42,6 +44,18 @@ SCHEDULE_FLAGS = ("lr_decay_style", "lr_decay_iters", "lr_decay_samples", "lr_wa
 #: flags that override NeoX config values (a written config could not carry them)
 OVERRIDE_FLAGS = ("seq_length", "global_batch_size", "train_iters", "eval_interval", "eval_iters", "seed", "split")
 
+#: ``plan --help``: both inputs, and examples of each
+DESCRIPTION = ("Plan epochs from either input: GPT-NeoX YAML config files (merged in order, as deepy.py merges "
+               "them), or a Megatron-LM pretrain_gpt.py command line pasted whole, launcher included (torchrun ... "
+               "pretrain_gpt.py --data-path ...). Options of neox-epoch (--epochs, --source-epochs, --world-size, "
+               "--json) may stand before, inside or after the pasted line.")
+EXAMPLES = examples(
+    "neox-epoch plan configs/125M.yml configs/local_setup.yml                   # NeoX configs",
+    "neox-epoch plan a.yml b.yml --epochs 1 --write-config exact.yml             # exact passes",
+    "neox-epoch plan --source-epochs web=1 code=2 torchrun --nproc-per-node 8 pretrain_gpt.py \\",
+    "    --data-path 0.7 data/web 0.3 data/code --micro-batch-size 2 --global-batch-size 256 \\",
+    "    --seq-length 4096 --lr 3e-4 --eval-interval 1000 --split 98,1,1   # Megatron-LM, pasted")
+
 log = logging.getLogger(__name__)
 #: the plan parser's actions (for the did-you-mean of an unknown option)
 _PARSER_ACTIONS: list[argparse.Action] = []
@@ -52,7 +66,8 @@ def register(sub: Any) -> None:
         "plan",
         allow_abbrev=False,  # a pasted Megatron-LM flag such as --lr must never match one of ours by prefix
         help="what a run builds and draws per source, and the train_iters for exactly N passes",
-        description="Plan epochs from NeoX YAML configs (merged in order) or Megatron-LM flags.",
+        description=DESCRIPTION,
+        **EXAMPLES,
     )
     p.add_argument("configs", nargs="*", metavar="CONFIG.yml", help="NeoX config files, merged in order")
     p.add_argument("--framework", choices=FRAMEWORKS, help="semantics to mirror (default: neox with configs, "
@@ -92,7 +107,8 @@ def register(sub: Any) -> None:
     w.add_argument("--num_gpus", "--num_accelerators", type=int, help="GPUs per host (NeoX: num_gpus * hosts)")
     e = p.add_argument_group("exact mode")
     e.add_argument("--epochs", type=float, help="exactly N passes over every train source (fractional allowed)")
-    e.add_argument("--source-epochs", nargs="+", metavar="NAME=E", help="per-source passes, e.g. code=2 web=0.5")
+    e.add_argument("--source-epochs", nargs="+", metavar="NAME=E", action=_NameValues,
+                   help="per-source passes, e.g. code=2 web=0.5 (its values end at the first token without '=')")
     p.add_argument("--json", action="store_true", help="print one JSON object (keys documented in the README)")
     p.add_argument("--write-config", metavar="OUT.yml", help="write a NeoX config overlay with train_iters, the "
                    "schedule keys that follow it and the neox_epoch block (for neox-epoch launch or the patched deepy.py)")
@@ -100,6 +116,22 @@ def register(sub: Any) -> None:
                    "merged as NeoX merges them with train_iters and the schedule changes replaced, and the block")
     p.set_defaults(func=run, accepts_extra=True)
     _PARSER_ACTIONS[:] = p._actions
+
+
+class _NameValues(argparse.Action):
+    """``--source-epochs NAME=E ...``: argparse's nargs="+" also takes what follows (``torchrun``, a config
+    file); the values end at the first token that is not NAME=E, and the rest is kept for the configs."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        from neox_epoch.megatron_plan import is_name_value
+
+        items = list(values)
+        n = next((i for i, v in enumerate(items) if not is_name_value(v)), len(items))
+        if n == 0:
+            raise argparse.ArgumentError(self, f"{items[0]!r}: expected NAME=E, e.g. code=2")
+        setattr(namespace, self.dest, items[:n])
+        namespace.source_epochs_rest = [*getattr(namespace, "source_epochs_rest", []), *items[n:]]
 
 
 def parse_data_path(tokens: list[str], flag: str) -> list[SourceSpec]:
@@ -194,6 +226,7 @@ def build_input(args: argparse.Namespace) -> tuple[PlanInput, NeoxConfig | None]
         framework = args.framework or "neox"
         if framework == "megatron-core":
             raise ConfigError("--framework megatron-core: NeoX configs are planned with neox semantics; use --data-path")
+        no_directories(args.configs, args.conf_dir)
         cfg = load_neox_configs(deepy_config_paths(args.configs, args.conf_dir))
         batch = None if args.global_batch_size else neox_batch(cfg, args.world_size, launcher_flags(args))
         args.config_notes = [*([batch.describe()] if batch else []), *cfg.notes]
@@ -208,6 +241,24 @@ def build_input(args: argparse.Namespace) -> tuple[PlanInput, NeoxConfig | None]
         raise AssertionError("megatron-core command lines are planned by megatron_plan")  # routed in run()
     _no_extra(args)
     return _megatron_input(args, framework, args.framework_version or ""), None
+
+
+def no_directories(configs: list[str], conf_dir: str | None) -> None:
+    """A directory given as a config file: one line saying so, with the files to give instead."""
+    import glob
+    import os
+
+    for name in configs:
+        path = os.path.join(conf_dir, name) if conf_dir else name
+        if not os.path.isdir(path):
+            continue
+        found = sorted(glob.glob(os.path.join(path, "*.yml")) + glob.glob(os.path.join(path, "*.yaml")))
+        files = " ".join(found[:3]) + (" ..." if len(found) > 3 else "")
+        holds = (f"it holds {len(found)} YAML file(s) ({files}): give the ones the run uses, e.g. neox-epoch plan "
+                 f"{found[0]}") if found else \
+            "it holds no .yml/.yaml files: give the NeoX config files themselves"
+        raise ConfigError(f"{path}: a directory, not a NeoX config file; {holds} (or -d {path} NAME ..., as "
+                          "deepy.py's -d)")
 
 
 def _no_extra(args: argparse.Namespace) -> None:
@@ -312,6 +363,9 @@ def targets_from(args: argparse.Namespace, inp: PlanInput, block: EpochBlock | N
     if args.epochs is not None and args.source_epochs:
         raise ConfigError("give --epochs or --source-epochs, not both")
     if args.epochs is not None:
+        if not math.isfinite(args.epochs) or args.epochs <= 0:
+            raise ConfigError(f"--epochs {args.epochs:g}: expected the passes over every train source, a number > 0 "
+                              "(fractional allowed); give e.g. --epochs 1, or --source-epochs NAME=E ... per source")
         return passes_per_source(args.epochs, inp.train_sources)
     if args.source_epochs:
         return parse_source_epochs(args.source_epochs)
@@ -483,8 +537,11 @@ def block_line(block: EpochBlock | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from neox_epoch.megatron_plan import is_megatron_argv
+    from neox_epoch.megatron_args import check_foreign
+    from neox_epoch.megatron_plan import is_megatron_argv, megatron_argv
 
+    args.configs = [*args.configs, *getattr(args, "source_epochs_rest", [])]
+    check_foreign(megatron_argv(_plan_argv(args)))
     if (args.framework in (None, "megatron-core")) and is_megatron_argv(_plan_argv(args)):
         return run_megatron(args)
     if args.configs:

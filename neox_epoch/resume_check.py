@@ -31,6 +31,7 @@ from neox_epoch.checkpoint import Checkpoint, read_checkpoint
 from neox_epoch.config import NeoxConfig, get_int, load_neox_configs, neox_batch
 from neox_epoch.counters import JSONL_NAME, checkpoint_records, log_file, recorded_at
 from neox_epoch.errors import ConfigError, NeoxEpochError
+from neox_epoch.helptext import examples
 from neox_epoch.neox.planning import make_run_plan, values_from_args
 from neox_epoch.neox.resume_state import ResumeState, TrainBuild, decide, read_state, states_from_log
 from neox_epoch.plan import Plan, make_plan
@@ -541,7 +542,16 @@ def _exposure_lines(exposures: tuple[SourceExposure, ...]) -> list[str]:
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("resume-check", help="what a resume with a changed config skips or repeats (NeoX, Megatron-LM)")
+    p = sub.add_parser(
+        "resume-check", help="what a resume with a changed config skips or repeats (NeoX, Megatron-LM)",
+        description="Before resuming from a checkpoint with another batch, blend, seq_length, train_iters or world: "
+        "where the resumed run restarts in each source, which samples it skips or trains again, and how evaluation "
+        "resumes. The checkpoint (or the run's neox_epoch.jsonl) comes first, then the new run: NeoX config files "
+        "or a pasted Megatron-LM command line.",
+        **examples("neox-epoch resume-check checkpoints/ new.yml local_setup.yml --world-size 8   # GPT-NeoX",
+                   "neox-epoch resume-check logs/neox_epoch.jsonl new.yml --iteration 2000       # from the run log",
+                   "neox-epoch resume-check checkpoints/ pretrain_gpt.py --data-path data/web "
+                   "--micro-batch-size 2 ...   # Megatron-LM"))
     p.add_argument("checkpoint", help="the checkpoint the run will load: its save directory (with 'latest' or "
                    "latest_checkpointed_iteration.txt) or a tag; or, for a NeoX run with the plugin or a megatron-core run "
                    "with the live counters, its neox_epoch.jsonl (or the directory holding it): each checkpoint is "

@@ -125,3 +125,24 @@ def test_audit_never_traceback(data_dir, capsys, target, flags):
         argv += [k, v] if v else [k]
     rc, err = _run(argv, capsys)
     _assert_clean(rc, err, argv)
+
+
+#: pieces of a pasted command line: the launcher, its flags, the script, world flags and --source-epochs
+PASTED_PIECES = [["torchrun"], ["python", "-m", "torch.distributed.run"], ["srun"], ["--nproc_per_node", "2"],
+                 ["--nnodes=2"], ["--nnode", "1:4"], ["--master_port", "6000"], ["--world-size", "4"],
+                 ["--world-size", "x"], ["pretrain_gpt.py"], ["NCCL_DEBUG=INFO"], ["--source-epochs", "good=1"],
+                 ["--source-epochs", "torchrun"], ["--epochs", "1"], ["--global-batch-size", "8"], ["--deepspeed"],
+                 ["--zero-stage", "1"], ["model.micro_batch_size=2"], ["--micro-batch-size", "2"], ["cfg.yml"]]
+
+
+@SETTINGS
+@given(pieces=st.lists(st.sampled_from(PASTED_PIECES), max_size=7), split_at=st.integers(0, 7))
+def test_pasted_lines_never_traceback(data_dir, capsys, pieces, split_at):
+    """Launcher, script, world flags, --source-epochs and fork flags in any order around valid Megatron-LM flags:
+    a plan (0) or one line (2), never a traceback."""
+    flags = ["--data-path", os.path.join(data_dir, "good"), "--micro-batch-size", "1", "--lr", "1e-4",
+             "--eval-interval", "10", "--seq-length", "64", "--global-batch-size", "4", "--train-iters", "10"]
+    tokens = [t for piece in pieces for t in piece]
+    argv = ["plan", "--framework-version", "0.16.1", *tokens[:split_at], *flags, *tokens[split_at:]]
+    rc, err = _run(argv, capsys)
+    _assert_clean(rc, err, argv)

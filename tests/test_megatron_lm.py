@@ -211,7 +211,7 @@ def example_argv(tree: str, script: str, data: str, workdir: str) -> list[str]:
                    check=True, capture_output=True)
     with open(capture, "rb") as f:
         tokens = [t.decode() for t in f.read().split(b"\0")[:-1]]
-    tokens = split_launcher(tokens)[1]
+    tokens = tokens[next(i for i, t in enumerate(tokens) if t.endswith(".py")) + 1:]  # the script's arguments
     out: list[str] = []
     skip = 0
     for tok in tokens:

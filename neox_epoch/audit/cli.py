@@ -11,6 +11,7 @@ import sys
 from typing import IO, TYPE_CHECKING, Any
 
 from neox_epoch.audit.findings import AuditError
+from neox_epoch.helptext import examples
 
 if TYPE_CHECKING:
     from neox_epoch.audit.audit import AuditOptions
@@ -20,7 +21,9 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "audit", help="audit existing index caches: epochs, samples, staleness, per-token exposure",
         description="Audit GPT-NeoX / megatron-core / legacy Megatron-LM index caches against their .bin/.idx, and "
-        "count how often each token and document was an input for a given consumption.")
+        "count how often each token and document was an input for a given consumption.",
+        **examples("neox-epoch audit data/                                        # every index cache under data/",
+                   "neox-epoch audit data/ --train-iters 5000 --global-batch-size 512 --json   # and the exposure"))
     p.add_argument("paths", nargs="+", metavar="PATH", help="cache files, directories (searched recursively) or data prefixes")
     p.add_argument("--consumed", type=int, metavar="N", help="train samples consumed (train_iters x global batch size)")
     p.add_argument("--train-iters", type=int, metavar="I", help="iterations trained (with --global-batch-size)")

@@ -15,6 +15,7 @@ from typing import Any
 
 from neox_epoch.batch.config import LauncherSettings
 from neox_epoch.errors import BatchError
+from neox_epoch.helptext import examples
 
 _FLAGS = ("hostfile", "include", "exclude", "num_nodes", "num_gpus", "launcher")
 
@@ -30,6 +31,8 @@ def register(subparsers: Any) -> None:
             "derivation rules; for NeoX configs also compare NeoX's own GPU count. Exit 0 consistent, "
             "1 inconsistent input fixed with --fix, 2 bad input or inconsistent batch."
         ),
+        **examples("neox-epoch check-batch configs/my.yml --hostfile hosts --num_gpus 8   # as deepspeed would start it",
+                   "neox-epoch check-batch ds_config.json --num_gpus 4 --fix fixed.json   # a DeepSpeed config"),
     )
     p.add_argument("configs", nargs="+", metavar="CONFIG",
                    help="NeoX .yml files (merged like deepy.py) or one DeepSpeed .json config")

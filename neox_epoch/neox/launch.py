@@ -47,6 +47,7 @@ import yaml
 from neox_epoch.atomic import write_text_atomic
 from neox_epoch.config import BLOCK, load_neox_configs
 from neox_epoch.errors import BatchError, ConfigError, NeoxEpochError
+from neox_epoch.helptext import examples
 from neox_epoch.neox.block import ENV_VAR, EXPORT_PREFIX, HookBlock, parse_block
 from neox_epoch.textfile import read_config_text
 
@@ -69,6 +70,8 @@ def register(sub: Any) -> None:
         description="Run from the GPT-NeoX checkout with deepy.py's arguments: neox-epoch launch train.py "
                     "config.yml ... . Removes the neox_epoch block before NeoX parses the configs, checks the "
                     "batch against the world, sets train_iters, and launches workers that install the hooks.",
+        **examples("neox-epoch launch train.py configs/125M.yml configs/local_setup.yml   # in the GPT-NeoX checkout",
+                   "neox-epoch launch --dry-run train.py configs/125M.yml exact.yml         # print what it would run"),
     )
     p.add_argument("--neox-dir", default=".", help="the GPT-NeoX checkout (default: the current directory)")
     p.add_argument("--dry-run", action="store_true", help="instead of launching, print the launcher argv, worker "

@@ -14,6 +14,7 @@ import sys
 from typing import Any
 
 from neox_epoch.atomic import write_text_atomic
+from neox_epoch.helptext import examples
 from neox_epoch.run_report import exposure, log, page, series
 
 
@@ -24,6 +25,9 @@ def register(subparsers: Any) -> None:
         description="Read the run log the plugin writes (neox_epoch.jsonl in the neox_epoch block's log_dir) and "
         "draw per-source passes over iterations with the pass boundaries, resumes with what changed, early stops "
         "and the token exposure histogram, with every number's arithmetic.",
+        **examples("neox-epoch report logs/ --html run.html                       # one self-contained page",
+                   "neox-epoch report logs/ --audit audit.json --html run.html    # exact histograms from audit --json",
+                   "neox-epoch report logs/neox_epoch.jsonl --json"),
     )
     p.add_argument("run", metavar="RUN_LOG_DIR", help="the run's log_dir, a directory of launch log dirs, or the "
                    ".jsonl file")
