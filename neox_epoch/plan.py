@@ -216,7 +216,7 @@ def make_plan(inp: PlanInput, targets: Sequence[int] | None = None, cache: Token
     blends: list[SplitBlend] = []
     warnings: list[PlanWarning] = []
     arithmetic = [iters_line] if iters_line else []
-    arithmetic += [
+    arithmetic += list(inp.mcore.arithmetic) if inp.mcore.arithmetic is not None else [
         f"train samples consumed = train_iters * global_batch_size = {train_iters} * {gbs} = {consumed[0]}",
         f"valid samples = (train_iters // eval_interval + 1) * eval_iters * global_batch_size = "
         f"({train_iters} // {inp.eval_interval} + 1) * {inp.eval_iters} * {gbs} = {consumed[1]}",
@@ -234,22 +234,33 @@ def make_plan(inp: PlanInput, targets: Sequence[int] | None = None, cache: Token
         draws, n = _draws(sb, min(consumed[i], limit))
         if consumed[i] > limit:
             full = f" ({limit} in full loader batches of {loader_batch})" if limit != sb.size else ""
-            warnings.append(PlanWarning(
-                "loader-restart",
-                f"{sb.split}: {consumed[i]} samples consumed but the {sb.split} dataset offers {sb.size}{full}; "
-                "NeoX's loader starts over from its first sample (the same order again)", sb.split))
+            warnings.append(_past_end_warning(inp, sb.split, consumed[i], sb.size, full))
         if sb.blended:
             blends.append(SplitBlend(sb.split, sb.size, sb.greedy_weights, n, tuple(draws), sb.rule))
         for k, (d, drawn) in enumerate(zip(sb.datasets, draws)):
             sources.append(_source_plan(inp, d, drawn, a, targets[k] if targets is not None and i == 0 else None))
             warnings.extend(_source_warnings(inp, fw.past_end, d, drawn))
     warnings.extend(_run_warnings(inp, train_iters, sources))
+    requested = inp.mcore.num_samples[0] if inp.framework == "megatron-core" and inp.mcore.num_samples else None
     return Plan(
         framework=inp.framework, framework_version=inp.framework_version, seq_length=inp.seq_length,
-        global_batch_size=gbs, train_iters=train_iters, train_samples=train_iters * gbs,
+        global_batch_size=gbs, train_iters=train_iters,
+        train_samples=requested if requested is not None else train_iters * gbs,
         consumed={s: c for s, c in zip(SPLITS, consumed)}, sources=tuple(sources), blends=tuple(blends),
         warnings=tuple(warnings), arithmetic=tuple(arithmetic),
     )
+
+
+def _past_end_warning(inp: PlanInput, split: str, consumed: int, size: int, full: str) -> PlanWarning:
+    """More samples consumed than the split's dataset offers: NeoX's loader starts over; Megatron-LM's sampler
+    ends, and the run stops with an error in that iteration (or evaluation)."""
+    if inp.framework == "megatron-core" and inp.mcore.num_samples is not None:
+        return PlanWarning("runs-out", f"{split}: {consumed} samples consumed but the {split} dataset offers {size}: "
+                                       "Megatron-LM's sampler has no batch left and its data iterator stops the run "
+                                       "with StopIteration", split)
+    return PlanWarning("loader-restart", f"{split}: {consumed} samples consumed but the {split} dataset offers "
+                                         f"{size}{full}; NeoX's loader starts over from its first sample (the same "
+                                         "order again)", split)
 
 
 def _source_plan(inp: PlanInput, d: Dataset, drawn: int, a: int, target: int | None) -> SourcePlan:

@@ -242,11 +242,13 @@ def run_megatron(args: argparse.Namespace) -> int:
     if wants_exact and not any(t.partition("=")[0] in ("--train-iters", "--train-samples") for t in argv):
         argv += ["--train-iters", "1"]  # exact mode computes the length; Megatron-LM needs one to parse
     mi = mp.megatron_input(argv, version)
+    mi = replace(mi, notes=mi.notes + tuple(version_notes(args, version, mi.args.megatron_lm_version)))
     targets = targets_from(args, mi.inp, None)
     if targets:
-        if mi.args.rampup_batch_size is not None:
-            raise ConfigError("--rampup-batch-size: exact passes need a constant global batch; plan the ramp-up "
-                              "without --epochs, or drop the ramp-up")
+        if not mi.run.schedule.constant:
+            flag = "--rampup-batch-size" if mi.args.rampup_batch_size is not None else "--step-batch-size-schedule"
+            raise ConfigError(f"{flag}: exact passes need a constant global batch; plan the batch schedule without "
+                              f"--epochs, or drop {flag}")
         base = replace(mi.inp, train_iters=None, train_samples=None,
                        mcore=replace(mi.inp.mcore, num_samples=None, train_consumed=None))
         plan = exact_plan(base, targets)
@@ -264,7 +266,7 @@ def run_megatron(args: argparse.Namespace) -> int:
         plan = replace(plan, settings={**plan.settings, "megatron_flags": flags})
     else:
         plan = make_plan(mi.inp)
-    plan = replace(plan, warnings=plan.warnings + tuple(mp.cache_warnings(mi.args, plan)))
+    plan = replace(plan, warnings=plan.warnings + mi.warnings + tuple(mp.cache_warnings(mi.args, plan)))
     if args.write_config:
         raise ConfigError("--write-config: writes a NeoX config; for Megatron-LM paste the flags exact mode prints")
     if args.json:
@@ -281,6 +283,28 @@ def run_megatron(args: argparse.Namespace) -> int:
     if targets:
         print(f"\nflags for exact passes (paste after your command line; the last one wins):\n  {plan.settings['megatron_flags']}")
     return 0
+
+
+def version_notes(args: argparse.Namespace, version: str, megatron_lm: str) -> list[str]:
+    """One note when --framework-version names another megatron-core than the one installed (the plan follows
+    the given version's Megatron-LM rules), and which Megatron-LM rules a version without its own table uses."""
+    notes = []
+    if args.framework_version:
+        found = detect.megatron_core_source()
+        if found is not None and found[0] != version:
+            notes.append(f"--framework-version {version}: planned with Megatron-LM {megatron_lm}'s flags and rules, "
+                         f"not those of the megatron-core {found[0]} installed ({found[1]})")
+    if version != megatron_lm:
+        notes.append(f"megatron-core {version}: Megatron-LM {megatron_lm}'s flags and training-side rules apply (the "
+                     "option tables here: " + ", ".join(sorted(mlm_versions())) + ")")
+    return notes
+
+
+def mlm_versions() -> tuple[str, ...]:
+    """The Megatron-LM versions with an option table."""
+    from neox_epoch.megatron_args import table_versions
+
+    return table_versions()
 
 
 def mcore_version(args: argparse.Namespace) -> str:

@@ -77,7 +77,30 @@ def test_unknown_flag_did_you_mean() -> None:
 
 
 def test_start_eval_at_iter_is_not_a_0_16_1_flag() -> None:
-    assert refusal(argv("--train-iters", "5", "--start-eval-at-iter", "10")).stage == "parse_args"
+    err = refusal(argv("--train-iters", "5", "--start-eval-at-iter", "10"))
+    assert err.stage == "parse_args"
+    assert "--start-eval-at-iter: not a Megatron-LM 0.16.1 flag: added after 0.16.1 (in Megatron-LM 0.19.2)" in str(err)
+
+
+def test_tables_by_version() -> None:
+    """One option table per Megatron-LM version, chosen from the megatron-core version planned."""
+    assert (megatron_lm_version("0.16.1"), megatron_lm_version("0.19.2")) == ("0.16.1", "0.19.2")
+    assert [mlm.rules_for(v).version for v in ("0.10.0", "0.16.1", "0.16.0", "0.19.0", "0.19.2", "0.20.1")] == [
+        "0.16.1", "0.16.1", "0.16.1", "0.19.2", "0.19.2", "0.19.2"]
+    a = parse_megatron_argv(argv("--train-iters", "10"), "0.19.2")
+    assert a.megatron_lm_version == "0.19.2" and parse_megatron_argv(argv("--train-iters", "10"), "0.10.0")\
+        .megatron_lm_version == "0.16.1"
+    err = refusal_at("0.19.2", argv("--train-iters", "10", "--use-legacy-models"))
+    assert "--use-legacy-models: not a Megatron-LM 0.19.2 flag: removed after 0.16.1 (not in 0.19.2)" in str(err)
+    assert "Megatron-LM 0.19.2 validate_args refuses" in str(refusal_at("0.19.2", argv("--train-iters", "10",
+                                                                                        "--batch-size", "4")))
+
+
+def refusal_at(version: str, tokens: list[str]) -> MegatronRefusal:
+    """The refusal a command line gets under the rules of ``version``."""
+    with pytest.raises(MegatronRefusal) as info:
+        megatron_run(parse_megatron_argv(tokens, version))
+    return info.value
 
 
 def test_bad_value_is_one_line() -> None:
@@ -170,6 +193,30 @@ def test_update_train_iters_rampup() -> None:
         consumed += sizes[-1]
     assert sizes == [16, 16, 16, 32, 48]
     assert mlm.update_train_iters(None, 1000, sched) == 5 + (1000 - 128) // 64
+
+
+def test_rampup_plan_shows_requested_and_consumed(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 22 item 6: --train-samples 180000 with a ramp-up asks the builder for 180,000 (Megatron-LM 0.16.1's
+    get_train_valid_test_num_samples) and its loop consumes 179,856 (the ramp summed over update_train_iters'
+    1,296 iterations); the plan said 1296 * 192 = 248,832 train samples and 'train_iters * global_batch_size =
+    1296 * 192 = 179856'."""
+    from neox_epoch import cli
+
+    prefix = str(tmp_path / "web")
+    write_random_corpus(prefix, 1, 3000, 50, 2000)
+    tokens = ["plan", "--framework-version", "0.16.1", "--data-path", prefix, "--split", "98,1,1", "--seq-length",
+              "512", "--micro-batch-size", "2", "--world-size", "8", "--train-samples", "180000",
+              "--rampup-batch-size", "16", "16", "30000", "--global-batch-size", "192", "--eval-interval", "100",
+              "--eval-iters", "10", "--lr", "1e-4"]
+    assert cli.main([*tokens, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["train_iters"], out["train_samples"], out["consumed_samples"]["train"]) == (1296, 180000, 179856)
+    assert cli.main(tokens) == 0
+    text = capsys.readouterr().out
+    assert "train_iters 1,296 -> 180,000 train samples requested, 179,856 consumed" in text
+    assert "train samples requested = train_samples = 180000" in text
+    assert "summed over 1296 iterations = 179856" in text and "1296 * 192" not in text
+    assert "248,832" not in text and "248832" not in text
 
 
 def test_gbs_not_divisible_is_the_calculators_refusal() -> None:
