@@ -780,7 +780,8 @@ def _run(args: MegatronArgs) -> MegatronRun:
             args.train_iters, args.train_samples, args.global_batch_size, args.lr_decay_iters, args.lr_decay_samples,
             args.lr_warmup_iters, args.lr_warmup_samples, args.lr_warmup_fraction, args.lr_wsd_decay_iters,
             args.lr_wsd_decay_samples, args.lr_decay_style, args.lr, args.min_lr, args.lr_warmup_init)
-        known.update(train_iters=train_iters, scheduler=steps)
+        known.update(train_iters=train_iters, scheduler=steps,
+                     train_consumed=mlm.schedule_consumed(schedule, train_iters))
         num = mlm.get_train_valid_test_num_samples(train_iters, args.train_samples, args.global_batch_size,
                                                    args.eval_interval, args.eval_iters, args.full_validation,
                                                    args.skip_train, args.phase_transition_iterations,

@@ -1,6 +1,7 @@
 """Ground truth from REAL Megatron-LM (megatron/training + pretrain_gpt.py), not a pytest file.
 
-Usage (the Megatron-LM tree first on PYTHONPATH, see tests/megatron_lm_env.py)::
+Usage (the Megatron-LM tree first on PYTHONPATH, or on Python >= 3.12 the megatron-core 0.19.2 wheel with
+MEGATRON_LM_APPEND_PATH naming core_v0.19.0's tree, appended after it; see tests/megatron_lm_env.py)::
 
     python tests/megatron_lm_truth.py CASES.json OUT.json [--timeout 120]
 
@@ -88,6 +89,8 @@ def _stand_ins() -> None:
 def _import_megatron() -> None:
     """Import Megatron-LM's training side and pretrain_gpt.py once, before forking."""
     warnings.filterwarnings("ignore")
+    if os.environ.get("MEGATRON_LM_APPEND_PATH"):  # today's stack: the wheel's megatron first, the tree's scripts
+        sys.path.append(os.environ["MEGATRON_LM_APPEND_PATH"])
     _stand_ins()
     import megatron.training.global_vars as global_vars
     import pretrain_gpt
@@ -141,7 +144,26 @@ def _scheduler(args: Any) -> dict[str, Any]:
 
 
 def _train_consistency(args: Any) -> None:
-    """The training loop's per-step update_num_microbatches(consumed, consistency_check=True) through the ramp."""
+    """The training loop's per-step update_num_microbatches(consumed, consistency_check=True) through the ramp
+    (0.16.1) or the step schedule (0.19.2: train first updates without the check and asserts the number of
+    microbatches does not decrease from the second iteration on, then checks)."""
+    if getattr(args, "step_batch_size_schedule", None) is not None:
+        from megatron.core import num_microbatches_calculator as calculators
+
+        last = calculators._GLOBAL_NUM_MICROBATCHES_CALCULATOR.schedule[-1][0]
+        consumed, num = 0, M["num_micro"]()
+        for iteration in range(args.train_iters):
+            M["update_calc"](consumed, consistency_check=False)
+            if M["num_micro"]() != num and iteration != 0:
+                assert M["num_micro"]() > num, (f"Number of microbatches should not decrease; going from {num} to "
+                                                f"{M['num_micro']()}")
+            num = M["num_micro"]()
+            M["update_calc"](consumed, consistency_check=True)
+            if consumed >= last:
+                break
+            consumed += _dp(args) * args.micro_batch_size * M["num_micro"]()
+        M["update_calc"](0, consistency_check=False)
+        return
     if args.rampup_batch_size is None:
         return
     consumed = 0
@@ -151,6 +173,37 @@ def _train_consistency(args: Any) -> None:
             break
         consumed += args.data_parallel_size * args.micro_batch_size * M["num_micro"]()
     M["update_calc"](0, consistency_check=False)
+
+
+def _dp(args: Any) -> int:
+    """The data-parallel size the num-microbatches calculator gets (set_global_variables: 0.19.2 multiplies by
+    gtp_weight_remat_size)."""
+    return int(args.data_parallel_size) * int(getattr(args, "gtp_weight_remat_size", 1))
+
+
+def _train_consumed(args: Any) -> int:
+    """Samples train_iters iterations consume from a new run: the calculator's running global batch summed step by
+    step (update_num_microbatches without the check, as update_train_iters walks it)."""
+    consumed = 0
+    for _ in range(args.train_iters):
+        M["update_calc"](consumed, consistency_check=False)
+        consumed += _dp(args) * args.micro_batch_size * M["num_micro"]()
+    M["update_calc"](0, consistency_check=False)
+    return consumed
+
+
+def _init_calculator(args: Any) -> None:
+    """init_num_microbatches_calculator as set_global_variables calls it (0.19.2 adds the step schedule, the
+    sequence length and dp x gtp_weight_remat_size)."""
+    import inspect
+
+    if "step_batch_size_schedule" in inspect.signature(M["init_calc"]).parameters:
+        M["init_calc"](args.rank, args.rampup_batch_size, args.global_batch_size, args.micro_batch_size, _dp(args),
+                       args.decrease_batch_size_if_needed, step_batch_size_schedule=args.step_batch_size_schedule,
+                       seq_length=args.seq_length)
+    else:
+        M["init_calc"](args.rank, args.rampup_batch_size, args.global_batch_size, args.micro_batch_size,
+                       args.data_parallel_size, args.decrease_batch_size_if_needed)
 
 
 def _num_sequences(prefix: str) -> int:
@@ -312,11 +365,11 @@ def _run_case(case: dict[str, Any]) -> dict[str, Any]:
         out.update(world_size=args.world_size, data_parallel_size=args.data_parallel_size,
                    global_batch_size=args.global_batch_size)
         M["global_vars"].set_args(args)
-        _stage("num_microbatches_calculator", M["init_calc"], args.rank, args.rampup_batch_size,
-               args.global_batch_size, args.micro_batch_size, args.data_parallel_size,
-               args.decrease_batch_size_if_needed)
+        _stage("num_microbatches_calculator", _init_calculator, args)
         out["scheduler"] = _stage("get_optimizer_param_scheduler", _scheduler, args)
         out["train_iters"] = args.train_iters
+        if args.train_iters <= 2_000_000:
+            out["train_consumed"] = _train_consumed(args)
         args.iteration = 0  # a new run: pretrain() sets it to 0 when no checkpoint is loaded
         sizes = _stage("get_train_valid_test_num_samples", M["training"].get_train_valid_test_num_samples)
         out["num_samples"] = list(sizes)

@@ -240,18 +240,21 @@ TOKENIZER_FLAGS = {"--tokenizer-type": 1, "--tokenizer-model": 1, "--vocab-file"
                    "--vocab-size": 1, "--tiktoken-pattern": 1}
 
 
-def example_argv(tree: str, script: str, data: str, workdir: str) -> list[str]:
-    """Run an example .sh with a stand-in ``torchrun`` on PATH that records its argv; the arguments after the
-    training script, with the tokenizer replaced by NullTokenizer (it only names cache files)."""
+def example_argv(tree: str, script: str, data: str, workdir: str, positional: list[str] | None = None) -> list[str]:
+    """Run an example .sh with a stand-in ``torchrun`` (and ``python``, for ``python -m torch.distributed.run``) on
+    PATH that records its argv; the arguments after the training script, with the tokenizer replaced by
+    NullTokenizer (it only names cache files)."""
     bindir = os.path.join(workdir, "bin")
     os.makedirs(bindir, exist_ok=True)
+    os.makedirs(os.path.join(workdir, "ckpt"), exist_ok=True)  # gptoss checks its checkpoint directory exists
     capture = os.path.join(workdir, "argv.bin")
-    fake = os.path.join(bindir, "torchrun")
-    with open(fake, "w") as f:
-        f.write('#!/bin/bash\nprintf "%s\\0" "$@" > "$CAPTURE"\n')
-    os.chmod(fake, os.stat(fake).st_mode | stat.S_IEXEC)
+    for name in ("torchrun", "python"):
+        fake = os.path.join(bindir, name)
+        with open(fake, "w") as f:
+            f.write('#!/bin/bash\nprintf "%s\\0" "$@" > "$CAPTURE"\n')
+        os.chmod(fake, os.stat(fake).st_mode | stat.S_IEXEC)
     open(os.path.join(workdir, "pretrain_gpt.py"), "w").close()  # the llama script checks it exists
-    positional = [data if a == "DATA" else a for a in EXAMPLES[script]]
+    positional = [data if a == "DATA" else a for a in (positional if positional is not None else EXAMPLES[script])]
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "SLURM_NNODES")}
     env.update(PATH=bindir + os.pathsep + env.get("PATH", ""), CAPTURE=capture)
     subprocess.run(["bash", os.path.join(tree, "examples", script), *positional], cwd=workdir, env=env,
@@ -339,13 +342,14 @@ def random_argv(rng: random.Random, corpora: list[str], workdir: str, i: int) ->
     return tokens, world
 
 
-def ours(tokens: list[str], world: int) -> dict[str, Any]:
-    """Our parser's numbers or refusal for a command line."""
+def ours(tokens: list[str], world: int, version: str = "0.16.1") -> dict[str, Any]:
+    """Our parser's numbers or refusal for a command line (under Megatron-LM ``version``'s rules)."""
     out: dict[str, Any] = {"refusal": None}
     try:
-        a = parse_megatron_argv([*tokens, "--world-size", str(world)])
+        a = parse_megatron_argv([*tokens, "--world-size", str(world)], version)
         out.update(data_parallel_size=a.data_parallel_size, global_batch_size=a.global_batch_size)
         run = megatron_run(a)
+        out["train_consumed"] = mlm.schedule_consumed(run.schedule, run.train_iters)
         out.update(train_iters=run.train_iters, num_samples=list(run.num_samples),
                    scheduler={"lr_warmup_steps": run.scheduler.lr_warmup_steps,
                               "lr_decay_steps": run.scheduler.lr_decay_steps,
@@ -363,16 +367,17 @@ def ours(tokens: list[str], world: int) -> dict[str, Any]:
     return out
 
 
-def corpus_refusal(tokens: list[str], world: int) -> str | None:
+def corpus_refusal(tokens: list[str], world: int, version: str = "0.16.1",
+                   num: list[int | None] | None = None) -> str | None:
     """What the corpus (not the flags) makes Megatron-LM's builder refuse, from this project's megatron-core
     semantics: "never returns" (a split with no sequence asked for samples) or "empty source" (a blend
     without weights over a source with no sample in a split: BlendedDataset asserts every weight > 0)."""
-    a = parse_megatron_argv([*tokens, "--world-size", str(world)])
-    num = megatron_run(a).num_samples
+    a = parse_megatron_argv([*tokens, "--world-size", str(world)], version)
+    num = num if num is not None else list(megatron_run(a).num_samples)
     if a.blend is not None:
-        routes = mcore.routes(a.blend[0], a.blend[1], a.split, num, mcore_version(), a.mid_level_dataset_surplus)
+        routes = mcore.routes(a.blend[0], a.blend[1], a.split, num, version, a.mid_level_dataset_surplus)
     else:
-        routes = mcore.routes([], None, None, num, mcore_version(), a.mid_level_dataset_surplus,
+        routes = mcore.routes([], None, None, num, version, a.mid_level_dataset_surplus,
                               blend_per_split=a.blend_per_split)
     for route in (r for r in routes if r is not None):
         lengths = []
@@ -388,10 +393,10 @@ def corpus_refusal(tokens: list[str], world: int) -> str | None:
     return None
 
 
-def built_by_our_semantics(tokens: list[str], world: int) -> dict[str, Any]:
+def built_by_our_semantics(tokens: list[str], world: int, version: str = "0.16.1") -> dict[str, Any]:
     """Per split: (prefix, epochs, samples built) per GPTDataset and the blend size, from the product path:
     ``megatron_plan.megatron_input`` (the command line as Megatron-LM parses it) and ``make_plan``."""
-    mi = megatron_input([*tokens, "--world-size", str(world)], mcore_version())
+    mi = megatron_input([*tokens, "--world-size", str(world)], version)
     plan = make_plan(mi.inp)
     sizes = {b.split: b.size for b in plan.blends}
     out: dict[str, Any] = {name: None for name in mlm_splits()}
@@ -435,18 +440,22 @@ def mcore_version() -> str:
     return megatron_lm_version()
 
 
-def compare(truth: dict[str, Any], mine: dict[str, Any], tokens: list[str], world: int) -> list[str]:
+def compare(truth: dict[str, Any], mine: dict[str, Any], tokens: list[str], world: int,
+            version: str = "0.16.1") -> list[str]:
     """Differences between Megatron-LM's record and ours (empty: equal)."""
     diffs = []
     real = truth["refusal"]
-    if real is not None and real["stage"] == "builder" and real["error"] in CORPUS_REFUSALS and mine["refusal"] is None:
-        kind = corpus_refusal(tokens, world)
+    # the training loop's checks come after the builder: a corpus the builder refuses hides them from the truth
+    after = mine["refusal"] is not None and mine["refusal"]["stage"] == "train"
+    if real is not None and real["stage"] == "builder" and real["error"] in CORPUS_REFUSALS and \
+            (mine["refusal"] is None or after):
+        kind = corpus_refusal(tokens, world, version, mine.get("num_samples"))
         if kind != CORPUS_REFUSALS[real["error"]]:
             diffs.append(f"builder: megatron {real} but this project's semantics say {kind}")
-        real = None  # the corpus decides this, not the command line: the numbers before it must still agree
+        real = None if mine["refusal"] is None else mine["refusal"]  # the numbers before it must still agree
     if real != mine["refusal"]:
         diffs.append(f"refusal: megatron {real} != ours {mine['refusal']}")
-    for key in ("data_parallel_size", "global_batch_size", "train_iters", "num_samples", "scheduler"):
+    for key in ("data_parallel_size", "global_batch_size", "train_iters", "num_samples", "scheduler", "train_consumed"):
         if key in truth and truth[key] != mine.get(key):
             diffs.append(f"{key}: megatron {truth[key]} != ours {mine.get(key)}")
     return diffs
@@ -461,15 +470,42 @@ def megatron_lm() -> str:
     return env.megatron_lm_dir()
 
 
-@pytest.mark.megatron_lm
-def test_examples_and_random_command_lines_equal_megatron_lm(megatron_lm: str, tmp_path: Any) -> None:
-    import megatron_lm_env as env
-
+def corpora_for(tmp_path: Any) -> list[str]:
+    """Three small random corpora (700, 500 and 400 documents)."""
     corpora = []
     for j, docs in enumerate((700, 500, 400)):
         prefix = str(tmp_path / f"corpus{j}")
         write_random_corpus(prefix, 100 + j, docs, 1, 300)
         corpora.append(prefix)
+    return corpora
+
+
+def compare_all(cases: list[dict[str, Any]], truth: dict[str, Any], version: str, tmp_path: Any) -> tuple[list[str], int]:
+    """Each case against Megatron-LM's record (numbers, refusals, and what the builder built): the failures and
+    how many cases were built and compared dataset by dataset; the report is written to MEGATRON_LM_REPORT."""
+    report, failures = [], []
+    built = 0
+    for case, real in zip(cases, truth["cases"], strict=True):
+        mine = ours(case["argv"], case["world_size"], version)
+        diffs = compare(real, mine, case["argv"], case["world_size"], version)
+        if not diffs and isinstance(real.get("splits"), dict):
+            built += 1
+            diffs = compare_built(real["splits"], built_by_our_semantics(case["argv"], case["world_size"], version))
+        report.append({"id": case["id"], "megatron": real.get("refusal") or real.get("num_samples"),
+                       "ours": mine.get("refusal") or mine.get("num_samples"), "equal": not diffs})
+        if diffs:
+            failures.append(f"{case['id']}: {'; '.join(diffs)}")
+    with open(os.environ.get("MEGATRON_LM_REPORT", str(tmp_path / "report.json")), "w") as f:
+        json.dump({"cases": report, "truth": truth}, f, indent=1)
+    return failures, built
+
+
+@pytest.mark.megatron_lm
+@frameworks.needs_stack("neox")
+def test_examples_and_random_command_lines_equal_megatron_lm(megatron_lm: str, tmp_path: Any) -> None:
+    import megatron_lm_env as env
+
+    corpora = corpora_for(tmp_path)
     cases = []
     for script in EXAMPLES:
         tokens = example_argv(megatron_lm, script, corpora[0], str(tmp_path / script.split("/")[0]))
@@ -485,23 +521,134 @@ def test_examples_and_random_command_lines_equal_megatron_lm(megatron_lm: str, t
         case["cache_dir"] = str(tmp_path)
     truth = env.run_truth(cases, str(tmp_path / "work"))
     assert truth["megatron_lm_version"] == megatron_lm_version()
-    report, failures = [], []
-    built = 0
-    for case, real in zip(cases, truth["cases"], strict=True):
-        mine = ours(case["argv"], case["world_size"])
-        diffs = compare(real, mine, case["argv"], case["world_size"])
-        if not diffs and isinstance(real.get("splits"), dict):
-            built += 1
-            diffs = compare_built(real["splits"], built_by_our_semantics(case["argv"], case["world_size"]))
-        report.append({"id": case["id"], "megatron": real.get("refusal") or real.get("num_samples"),
-                       "equal": not diffs})
-        if diffs:
-            failures.append(f"{case['id']}: {'; '.join(diffs)}")
-    with open(os.environ.get("MEGATRON_LM_REPORT", str(tmp_path / "report.json")), "w") as f:
-        json.dump({"cases": report, "truth": truth}, f, indent=1)
+    failures, built = compare_all(cases, truth, "0.16.1", tmp_path)
     assert not failures, "\n".join(failures)
     refused = sum(1 for r in truth["cases"] if r["refusal"])
     assert 0 < refused < len(cases) and built >= 8  # refusals and real builds were both exercised
+
+
+#: core_v0.19.0's examples that run pretrain_gpt.py (or pretrain_hybrid.py, same flags and data path): positional
+#: arguments (DATA and TOKENIZER filled in), world sizes, and flags appended (the last one wins)
+EXAMPLES_019: dict[str, tuple[list[str], tuple[int, ...], list[str]]] = {
+    "gpt3/train_gpt3_175b_distributed.sh": (["ckpt", "tb", "vocab.json", "merges.txt", "DATA"], (8, 128, 256), []),
+    "llama/train_llama3_8b_h100_fp8.sh": (["ckpt/x", "tb/x", "TOKENIZER", "DATA"], (8, 16, 64), []),
+    "mixtral/train_mixtral_8x7b_distributed.sh": (["ckpt", "TOKENIZER", "DATA"], (8, 16, 64), []),
+    "mamba/train.sh": (["DATA", "TOKENIZER"], (8, 16, 64), []),
+    # PP is the world size in the script: 12 layers split over 4 stages instead, so 8/64/256 GPUs are valid
+    "gptoss/02_train.sh": (["--checkpoint-path", "ckpt", "--tokenizer", "TOKENIZER", "--data", "DATA"], (8, 64, 256),
+                           ["--pipeline-model-parallel-size", "4"]),
+}
+
+
+def random_argv_019(rng: random.Random, corpora: list[str], workdir: str, i: int) -> tuple[list[str], int]:
+    """A randomized command line with 0.19.2's new flags: a step batch-size schedule (thresholds in tokens, with
+    K suffixes; sometimes not a multiple of micro x dp, shrinking, not starting at 0, or given with
+    --global-batch-size), evaluation batches, --start-eval-at-iter, --tensor-parallel-num-weight-shards."""
+    tokens, world = random_argv(rng, corpora, workdir, i)
+    value = {t: tokens[k + 1] for k, t in enumerate(tokens[:-1]) if t.startswith("--")}
+    micro, seq, tp = int(value["--micro-batch-size"]), int(value["--seq-length"]), int(value["--tensor-model-parallel-size"])
+    dp = max(1, world // (tp * int(value["--pipeline-model-parallel-size"]) * int(value["--context-parallel-size"])))
+    if rng.random() < 0.5:
+        if rng.random() < 0.85:
+            tokens = _without_flag(tokens, "--global-batch-size", 1)
+        unit = micro * dp
+        sizes = sorted(rng.sample(range(1, 6), 3)) if rng.random() < 0.85 else [3, 1, 2]  # [3, 1, 2]: shrinks
+        first = 0 if rng.random() < 0.9 else seq * 4
+        cuts = sorted(rng.sample(range(1, 400), 2))
+        steps = [f"{first}:{unit * sizes[0]}"] + [f"{c * seq / 1000 + rng.choice([0, 0.0005])}K:{unit * z}"
+                                                   for c, z in zip(cuts, sizes[1:])]
+        if rng.random() < 0.1:
+            steps[-1] = steps[-1].split(":")[0] + f":{unit * sizes[-1] + 1}"  # not a multiple of micro x dp
+        tokens += ["--step-batch-size-schedule", ",".join(steps) if rng.random() < 0.3 else " ".join(steps)]
+    if rng.random() < 0.3:
+        eval_micro = rng.choice([1, 2])
+        tokens += ["--eval-micro-batch-size", str(eval_micro), "--eval-global-batch-size",
+                   str(eval_micro * dp * rng.choice([1, 2]) + (1 if rng.random() < 0.1 else 0))]
+    if rng.random() < 0.35 and "--eval-interval" in value:
+        interval = int(value["--eval-interval"])
+        tokens += ["--start-eval-at-iter", str(rng.choice([0, interval, 2 * interval, interval + 3, 7, 500]))]
+    if rng.random() < 0.1:
+        tokens += ["--tensor-parallel-num-weight-shards", str(tp * rng.choice([1, 2, 3]))]
+    return tokens, world
+
+
+def example_variants(script: str, tokens: list[str]) -> dict[str, list[str]]:
+    """An example's command line as its script passes it, and as a user would repair it: gpt3's step schedule
+    reaches pretrain_gpt.py split into words (the script expands its array unquoted: parse_args exits), so also
+    quoted (then refused: given with --global-batch-size) and quoted without --global-batch-size; gptoss passes
+    ModelOpt options pretrain_gpt.py adds only when nvidia-modelopt is installed (it is not here: parse_args
+    exits), so also without them."""
+    out = {script: tokens}
+    if "--step-batch-size-schedule" in tokens:
+        k = tokens.index("--step-batch-size-schedule") + 1
+        end = next((j for j in range(k, len(tokens)) if tokens[j].startswith("--")), len(tokens))
+        quoted = [*tokens[:k], " ".join(tokens[k:end]), *tokens[end:]]
+        out[f"{script} schedule quoted"] = quoted
+        out[f"{script} schedule quoted, without --global-batch-size"] = _without_flag(quoted, "--global-batch-size", 1)
+    modelopt = [f for f in MODELOPT_FLAGS if f in tokens]
+    if modelopt:
+        for flag in modelopt:
+            tokens = _without_flag(tokens, flag, 0)
+        out[f"{script} without {' '.join(modelopt)}"] = tokens
+    return out
+
+
+#: ModelOpt options (megatron/post_training/arguments.py: add_modelopt_args, which core_v0.19.0's pretrain_gpt.py
+#: passes to parse_args only when nvidia-modelopt imports) that examples/gptoss gives
+MODELOPT_FLAGS = ("--export-force-local-attention", "--enable-gpt-oss")
+
+
+def _without_flag(tokens: list[str], flag: str, nargs: int) -> list[str]:
+    """``tokens`` without ``flag`` and its ``nargs`` values."""
+    out, skip = [], 0
+    for tok in tokens:
+        if skip:
+            skip -= 1
+        elif tok == flag:
+            skip = nargs
+        else:
+            out.append(tok)
+    return out
+
+
+@pytest.mark.megatron_lm
+@frameworks.needs_stack("today")
+def test_0_19_examples_and_random_command_lines_equal_megatron_lm_0_19_2(tmp_path: Any) -> None:
+    """core_v0.19.0's example command lines (gpt3: refused, it gives --global-batch-size with
+    --step-batch-size-schedule; and without --global-batch-size: the step schedule under --train-iters) and
+    randomized ones with 0.19's flags, against Megatron-LM 0.19.2's own code (the megatron-core 0.19.2 wheel's
+    megatron/training, core_v0.19.0's pretrain_gpt.py): the same train_iters, global batch, samples per split and
+    consumed, LR lengths, refusals, and what the builder builds."""
+    import megatron_lm_env as env
+
+    tree = env.megatron_lm_dir()
+    corpora = corpora_for(tmp_path)
+    cases = []
+    for script, (positional, worlds, extra) in EXAMPLES_019.items():
+        name = script.split("/")[0]
+        tokens = example_argv(tree, script, corpora[0], str(tmp_path / name), positional) + extra
+        for label, argv_ in example_variants(script, tokens).items():
+            cases += [{"id": f"{label}@{w}", "argv": argv_, "world_size": w, "build": False} for w in worlds]
+    rng = random.Random(20261126)
+    for i in range(40):
+        tokens, world = random_argv_019(rng, corpora, str(tmp_path), i)
+        cases.append({"id": f"random-{i}", "argv": tokens, "world_size": world, "build": True})
+    for case in cases:
+        case["cache_dir"] = str(tmp_path)
+    truth = env.run_truth(cases, str(tmp_path / "work"), timeout=300)
+    assert truth["megatron_lm_version"] == "0.19.2"
+    failures, built = compare_all(cases, truth, "0.19.2", tmp_path)
+    assert not failures, "\n".join(failures)
+    by_id = {c["id"]: r for c, r in zip(cases, truth["cases"])}
+    gpt3 = "gpt3/train_gpt3_175b_distributed.sh"
+    assert by_id[f"{gpt3}@128"]["refusal"] == {"stage": "parse_args", "error": "SystemExit", "message": "2"}
+    assert by_id[f"{gpt3} schedule quoted@128"]["refusal"] == {
+        "stage": "validate_args", "error": "ValueError",
+        "message": "Cannot specify both --step-batch-size-schedule and --global-batch-size"}
+    assert by_id[f"{gpt3} schedule quoted, without --global-batch-size@256"]["refusal"] is None
+    stepped = [c for c in cases if "--step-batch-size-schedule" in c["argv"] and not by_id[c["id"]]["refusal"]]
+    refused = sum(1 for r in truth["cases"] if r["refusal"])
+    assert len(stepped) >= 8 and 0 < refused < len(cases) and built >= 8
 
 
 # ------------------------------------------------------------------------ resume-check on Megatron-LM checkpoints
@@ -516,6 +663,7 @@ def _train_epochs(real: dict[str, Any]) -> list[int]:
 
 
 @pytest.mark.megatron_lm
+@frameworks.needs_stack("neox")
 @pytest.mark.parametrize("change", ["batch", "smaller", "blend", "none"])
 def test_resume_check_on_a_megatron_lm_checkpoint(megatron_lm: str, tmp_path: Any, change: str) -> None:
     """A checkpoint at iteration 50 of global batch 8 (its args made and saved by Megatron-LM's own
@@ -702,6 +850,7 @@ def expected_resume(pair: dict[str, Any], real_old: dict[str, Any], real_new: di
 
 
 @pytest.mark.megatron_lm
+@frameworks.needs_stack("neox")
 def test_resume_check_on_random_megatron_lm_resumes(megatron_lm: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     """16 random resumes (a checkpoint's args saved by Megatron-LM's own code at a random iteration, resumed with

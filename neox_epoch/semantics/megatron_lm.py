@@ -469,8 +469,11 @@ def schedule_consumed(schedule: BatchSchedule, train_iters: int) -> int:
     batch, rounded down with --decrease-batch-size-if-needed)."""
     if schedule.constant:
         return train_iters * schedule.running_global_batch_size(0)
+    last = schedule.steps[-1][0] if schedule.steps is not None else (schedule.rampup or (0, 0, 0))[2] + 1
     consumed = 0
-    for _ in range(train_iters):
+    for done in range(train_iters):
+        if consumed >= last:  # the final batch from here on
+            return consumed + (train_iters - done) * schedule.running_global_batch_size(consumed)
         consumed += schedule.running_global_batch_size(consumed)
     return consumed
 
