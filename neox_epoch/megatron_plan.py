@@ -144,6 +144,10 @@ def megatron_input(argv: Sequence[str], version: str) -> MegatronInput:
     if args.exit_interval:
         notes.append(f"--exit-interval {args.exit_interval}: this launch stops at iteration {args.exit_interval}; "
                      "the plan is for the whole run")
+    if args.step_batch_size_schedule is not None:
+        notes.append(f"--step-batch-size-schedule {args.step_batch_size_schedule!r}: global batch {args.global_batch_size} "
+                     "is validate_args' default (micro x dp) that the requests and the LR schedule are counted in; "
+                     "the training steps take the schedule's batches (see the arithmetic)")
     if args.iterations_to_skip:
         notes.append(f"--iterations-to-skip {' '.join(map(str, args.iterations_to_skip))}: those iterations draw "
                      "their batches but do not train on them")
@@ -166,9 +170,10 @@ def run_warnings(args: MegatronArgs, run: MegatronRun) -> tuple[PlanWarning, ...
     v = args.megatron_lm_version
     if args.rampup_ignored:
         out.append(PlanWarning("rampup-ignored", f"--rampup-batch-size: Megatron-LM {v} parses it and ignores it "
-                               "(init_num_microbatches_calculator only logs that it is deprecated): every step takes "
-                               f"the global batch {run.global_batch_size}; use --step-batch-size-schedule for a "
-                               "growing batch", "train"))
+                               "(init_num_microbatches_calculator only logs that it is deprecated): "
+                               + ("the step schedule sets the batch" if args.step_batch_size_schedule is not None else
+                                  f"every step takes the global batch {run.global_batch_size}; use "
+                                  "--step-batch-size-schedule for a growing batch"), "train"))
     consumed, requested = train_consumed(run), run.num_samples[0]
     if consumed > requested and not args.phase_transition_iterations:
         if args.train_samples:

@@ -226,6 +226,72 @@ def test_gbs_not_divisible_is_the_calculators_refusal() -> None:
                                     "parallel size (8)")
 
 
+# ------------------------------------------------------------------------- Megatron-LM 0.19.2's rules (pure)
+
+STEP = ["--step-batch-size-schedule", "0:16 64K:32 200K:64", "--eval-iters", "2", "--world-size", "8"]
+
+
+def test_0_19_step_schedule_numbers() -> None:
+    """Megatron-LM 0.19.2's own code (tests/megatron_lm_truth.py on today's stack) gave, for this command line at
+    8 GPUs with --train-samples 5000: train_iters 119, 5024 samples consumed, requests (5000, 320, 32); with
+    --train-iters 50 and --eval-global-batch-size 32: 1088 consumed, requests (800, 384, 64), LR decay 800."""
+    a = parse_megatron_argv(argv("--train-samples", "5000", "--start-eval-at-iter", "20", *STEP), "0.19.2")
+    run = megatron_run(a)
+    assert (a.global_batch_size, run.train_iters, run.num_samples) == (16, 119, (5000, 320, 32))
+    assert mlm.schedule_consumed(run.schedule, run.train_iters) == 5024
+    b = megatron_run(parse_megatron_argv(argv("--train-iters", "50", "--eval-global-batch-size", "32", *STEP), "0.19.2"))
+    assert (mlm.schedule_consumed(b.schedule, 50), b.num_samples, b.scheduler.lr_decay_steps) == (1088, (800, 384, 64), 800)
+
+
+def test_0_19_warnings_and_arithmetic(corpus: Any) -> None:
+    """The step schedule's last iteration reads past --train-samples, and --start-eval-at-iter 20 (a multiple of
+    --eval-interval 10) makes the loop evaluate 10 times plus once after training while the request counts 10."""
+    mi = megatron_input(argv("--train-samples", "5000", "--start-eval-at-iter", "20", *STEP), "0.19.2")
+    codes = {w.code: w.text for w in mi.warnings}
+    assert "consume 5024 samples, 24 more than the 5000 asked of the builder" in codes["draws-past-request"]
+    assert "asks the builder for 10 evaluations (320 samples) but the run makes 11" in codes["eval-past-request"]
+    assert "the last 32 samples are read past the request" in codes["eval-past-request"]
+    assert mlm.evaluations_run(119, 10, 21) == 10 and mi.inp.mcore.arithmetic is not None
+    assert ("valid samples = max(0, train_iters // eval_interval + 1 - start_eval_at_iter // eval_interval) * "
+            "eval_iters * eval_global_batch_size = max(0, 119 // 10 + 1 - 20 // 10) * 2 * 16 = 320") in mi.inp.mcore.arithmetic
+    tokens = [corpus("web", docs=3000, max_len=400) if t == "data/web" else t
+              for t in argv("--train-samples", "5000", "--start-eval-at-iter", "20", *STEP)]
+    plan = make_plan(megatron_input(tokens, "0.19.2").inp)
+    assert (plan.train_samples, plan.consumed["train"]) == (5000, 5024)
+
+
+def test_0_19_rampup_is_ignored_and_batch_flags_refused() -> None:
+    ramp = ["--rampup-batch-size", "4", "4", "64", "--world-size", "8"]
+    assert refusal(argv("--train-iters", "10", *ramp)).stage == "validate_args"  # 0.16.1 refuses it here
+    mi = megatron_input(argv("--train-iters", "10", *ramp), "0.19.2")
+    assert mi.args.rampup_batch_size is None and mi.run.schedule.constant and mi.args.rampup_ignored
+    assert any(w.code == "rampup-ignored" for w in mi.warnings)
+    err = refusal_at("0.19.2", argv("--train-iters", "10", "--global-batch-size", "32", *STEP))
+    assert err.megatron_message == "Cannot specify both --step-batch-size-schedule and --global-batch-size"
+    assert str(err).startswith("--global-batch-size: 32: Megatron-LM 0.19.2 validate_args refuses it") and "\n" not in str(err)
+    err = refusal_at("0.19.2", argv("--train-iters", "10", "--decrease-batch-size-if-needed", *STEP))
+    assert err.stage == "num_microbatches_calculator" and err.megatron_error == "ValueError"
+    err = refusal_at("0.19.2", argv("--train-iters", "10", "--eval-global-batch-size", "20", "--world-size", "8"))
+    assert err.megatron_message == ("eval_global_batch_size (20) must be divisible by eval_micro_batch_size (2) * "
+                                    "data_parallel_size (8)")
+    shrink = ["--step-batch-size-schedule", "0:32 1K:16", "--world-size", "8"]
+    err = refusal_at("0.19.2", argv("--train-iters", "10", *shrink))
+    assert err.stage == "train" and err.megatron_message == ("Number of microbatches should not decrease; going from 2 "
+                                                              "to 1")
+
+
+def test_0_19_gtp_weight_remat() -> None:
+    """--tensor-parallel-num-weight-shards 4 with tp 2: gtp_weight_remat_size 2 leaves dp = 16 // (2 * 2) = 4, and
+    the calculator gets dp x 2 = 8, so the default global batch micro x dp = 8 steps in one microbatch."""
+    a = parse_megatron_argv(argv("--train-iters", "10", "--world-size", "16", "--tensor-model-parallel-size", "2",
+                                 "--tensor-parallel-num-weight-shards", "4", "--global-batch-size", "32"), "0.19.2")
+    assert (a.data_parallel_size, a.gtp_weight_remat_size, a.calculator_dp) == (4, 2, 8)
+    err = refusal_at("0.19.2", argv("--train-iters", "10", "--world-size", "16", "--tensor-model-parallel-size", "2",
+                                    "--tensor-parallel-num-weight-shards", "4"))
+    assert err.megatron_message == ("global batch size (8) is not divisible by micro batch size (2) times data parallel "
+                                    "size (8)")
+
+
 # ------------------------------------------------------------------------------ against Megatron-LM
 
 EXAMPLES = {
@@ -722,6 +788,40 @@ def test_resume_check_on_a_megatron_lm_checkpoint(megatron_lm: str, tmp_path: An
                 in out["findings"][kinds.index("runs-out")])
     else:  # the same command line: the real builder gives the same epochs, so the resume continues exactly
         assert r.returncode == 0 and out["findings"] == [] and out["clean"]
+
+
+@pytest.mark.megatron_lm
+@frameworks.needs_stack("today")
+@pytest.mark.parametrize("batch", ["8", "16"])
+def test_resume_check_override_ckpt_iteration_0_19(tmp_path: Any, batch: str) -> None:
+    """A checkpoint at iteration 50 of global batch 8 whose args Megatron-LM 0.19.2's own parse_args/validate_args
+    made (tests/megatron_lm_checkpoint.py: consumed_valid_samples = 4 evaluations (iterations 20, 30, 40 and 50,
+    from --start-eval-at-iter 20) x eval_iters 1 x eval batch 16 = 64), resumed with
+    --override-ckpt-iteration 30: load_checkpoint (megatron/training/checkpointing.py) restarts at iteration 30 with
+    consumed = 30 x 8 = 240; with --global-batch-size 16 it raises RuntimeError (a finding)."""
+    corpora = []
+    for j, docs in enumerate((700, 300)):
+        corpora.append(str(tmp_path / f"src{j}"))
+        write_random_corpus(corpora[-1], 40 + j, docs, 1, 300)
+    base = [*MODEL, *RESUME_BASE, "--eval-interval", "10", "--start-eval-at-iter", "20", "--eval-global-batch-size",
+            "16", "--data-path", "0.7", corpora[0], "0.3", corpora[1]]
+    old = [*base, "--global-batch-size", "8"]
+    save = str(tmp_path / "ckpt")
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "megatron_lm_checkpoint.py")
+    made = subprocess.run([sys.executable, script, save, "50", "2", *old], env=frameworks.megatron_lm_today_env(),
+                          capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0, made.stderr[-3000:]
+    new = [*base, "--global-batch-size", batch, "--override-ckpt-iteration", "30"]
+    r = subprocess.run([sys.executable, "-m", "neox_epoch.cli", "resume-check", save, *new, "--world-size", "2",
+                        "--framework-version", "0.19.2", "--force-version", "--json"], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode in (0, 1), r.stderr
+    out = json.loads(r.stdout)
+    kinds = [f.split(":")[0] for f in out["findings"]]
+    assert f"override_ckpt_iteration * global_batch_size = 30 * {batch} = {30 * int(batch)}" in out["consumed_how"]
+    assert (out["consumed_samples"], out["start_sample"]) == (30 * int(batch), 30 * int(batch))
+    assert ("override-refused" in kinds) == (batch == "16")
+    assert out["valid"]["drawn"] == 64 and out["valid"]["start_sample"] == 64
 
 
 def mcore_greedy(weights: list[float], n: int) -> list[int]:
