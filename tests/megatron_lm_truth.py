@@ -11,12 +11,14 @@ Each case runs in a forked worker (Megatron-LM is imported once, before forking)
 
 1. ``parse_args()`` with ``sys.argv`` set and ``WORLD_SIZE`` = world_size (where Megatron-LM reads it);
 2. ``validate_args(args, {})``;
-3. ``init_num_microbatches_calculator(...)`` as ``set_global_variables`` calls it;
+3. ``init_num_microbatches_calculator(...)`` as ``set_global_variables`` calls it (0.19.2: with the step schedule,
+   the sequence length and dp x gtp_weight_remat_size);
 4. ``get_optimizer_param_scheduler(optimizer)`` (it calls ``update_train_iters`` for sample-based runs);
 5. ``get_train_valid_test_num_samples()`` with ``args.iteration = 0`` (a new run);
 6. pretrain_gpt.py's ``core_gpt_dataset_config_from_args(args)`` and the real
    ``BlendedMegatronDatasetBuilder(GPTDataset, sizes, is_built_on_rank, config).build()``;
-7. with a batch-size ramp, the training loop's ``update_num_microbatches(consumed, consistency_check=True)``;
+7. with a batch-size ramp or a step schedule, the training loop's ``update_num_microbatches(consumed,
+   consistency_check=True)`` (and, for the schedule, its check that microbatches never decrease);
 8. with ``"resume_at": C, "resume_iteration": I`` in the case, a resume of this build at C consumed samples
    after iteration I: Megatron-LM's own ``MegatronPretrainingSampler`` from C for every data-parallel rank,
    its micro batches taken for the iterations up to ``train_iters`` (or until it runs out), and the blend's
@@ -32,7 +34,8 @@ a worker that still hangs is killed after ``--timeout`` seconds.
 
 OUT.json: ``{"megatron_lm_version", "megatron_lm_dir", "import_s", "cases": [CASE, ...]}`` with
 CASE = ``{"id", "refusal": null | {"stage", "error", "message"}, "world_size", "data_parallel_size",
-"global_batch_size", "train_iters", "num_samples": [train, valid, test], "scheduler": {...},
+"global_batch_size", "train_iters", "train_consumed" (the calculator's running batch summed over train_iters
+steps, up to 2,000,000 of them), "num_samples": [train, valid, test], "scheduler": {...},
 "splits": {"train"|"valid"|"test": SPLIT | [SPLIT, ...] | null}}``; SPLIT is a GPTDataset record
 (``dataset_path, num_samples, len, num_documents, tokens, epochs, order``: a digest of its document, sample
 and shuffle index) or a BlendedDataset record (``size, len, weights, draws, datasets: [GPT record, ...]``);
