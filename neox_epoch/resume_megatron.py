@@ -231,6 +231,9 @@ def check(ckpt: Checkpoint, argv: Sequence[str], version: str, exposure: bool = 
     notes = [source if old_mi is None else f"the saved run's build from {source}"]
     if new_mi.args.rampup_batch_size is not None:
         notes.append("--rampup-batch-size: the samples drawn after the resume are counted at the final global batch")
+    if new_mi.args.step_batch_size_schedule is not None:
+        notes.append(f"--step-batch-size-schedule: the samples drawn after the resume are counted at the global batch "
+                     f"{new_mi.args.global_batch_size} (micro x dp), not the schedule's batches")
     left = max(0, new_mi.run.train_iters - it)
     sources = deltas(new, saved, consumed, start, left)
     found: tuple[SourceExposure, ...] = ()

@@ -96,6 +96,25 @@ def test_tables_by_version() -> None:
                                                                                         "--batch-size", "4")))
 
 
+def test_framework_version_note(tmp_path: Any, capsys: pytest.CaptureFixture[str],
+                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """--framework-version 0.16.1 with megatron-core 0.19.2 installed: 0.16.1's rules (a ramp-up with
+    --train-iters refused, as 0.16.1 refuses it; 0.19.2 ignores it) and one note saying so."""
+    from neox_epoch import cli, detect
+
+    monkeypatch.setattr(detect, "megatron_core_source", lambda paths=None: ("0.19.2", "site-packages"))
+    prefix = str(tmp_path / "web")
+    write_random_corpus(prefix, 1, 500, 50, 400)
+    tokens = ["plan", "--framework-version", "0.16.1", *[prefix if t == "data/web" else t for t in argv(
+        "--train-iters", "20", "--world-size", "8")]]
+    assert cli.main(tokens) == 0
+    out = capsys.readouterr().out
+    assert out.count("note: --framework-version 0.16.1: planned with Megatron-LM 0.16.1's flags and rules, not those "
+                     "of the megatron-core 0.19.2 installed (site-packages)") == 1
+    assert cli.main([*tokens, "--rampup-batch-size", "4", "4", "64"]) == 2
+    assert "Megatron-LM 0.16.1 validate_args refuses it" in capsys.readouterr().err
+
+
 def refusal_at(version: str, tokens: list[str]) -> MegatronRefusal:
     """The refusal a command line gets under the rules of ``version``."""
     with pytest.raises(MegatronRefusal) as info:
