@@ -35,7 +35,7 @@ a worker that still hangs is killed after ``--timeout`` seconds.
 OUT.json: ``{"megatron_lm_version", "megatron_lm_dir", "import_s", "cases": [CASE, ...]}`` with
 CASE = ``{"id", "refusal": null | {"stage", "error", "message"}, "world_size", "data_parallel_size",
 "global_batch_size", "train_iters", "train_consumed" (the calculator's running batch summed over train_iters
-steps, up to 2,000,000 of them), "num_samples": [train, valid, test], "scheduler": {...},
+steps, up to 2,000,000 of them, when the training loop's checks pass), "num_samples": [train, valid, test], "scheduler": {...},
 "splits": {"train"|"valid"|"test": SPLIT | [SPLIT, ...] | null}}``; SPLIT is a GPTDataset record
 (``dataset_path, num_samples, len, num_documents, tokens, epochs, order``: a digest of its document, sample
 and shuffle index) or a BlendedDataset record (``size, len, weights, draws, datasets: [GPT record, ...]``);
@@ -193,6 +193,12 @@ def _train_consumed(args: Any) -> int:
         consumed += _dp(args) * args.micro_batch_size * M["num_micro"]()
     M["update_calc"](0, consistency_check=False)
     return consumed
+
+
+def _record_consumed(args: Any, out: dict[str, Any]) -> None:
+    """``train_consumed`` for a run the training loop's checks let start (up to 2,000,000 iterations walked)."""
+    if args.train_iters <= 2_000_000:
+        out["train_consumed"] = _train_consumed(args)
 
 
 def _init_calculator(args: Any) -> None:
@@ -371,8 +377,6 @@ def _run_case(case: dict[str, Any]) -> dict[str, Any]:
         _stage("num_microbatches_calculator", _init_calculator, args)
         out["scheduler"] = _stage("get_optimizer_param_scheduler", _scheduler, args)
         out["train_iters"] = args.train_iters
-        if args.train_iters <= 2_000_000:
-            out["train_consumed"] = _train_consumed(args)
         args.iteration = 0  # a new run: pretrain() sets it to 0 when no checkpoint is loaded
         sizes = _stage("get_train_valid_test_num_samples", M["training"].get_train_valid_test_num_samples)
         out["num_samples"] = list(sizes)
@@ -388,10 +392,12 @@ def _run_case(case: dict[str, Any]) -> dict[str, Any]:
         if not case.get("build", True):
             out["splits"] = "not built (the case asks not to)"
             _stage("train", _train_consistency, args)
+            _record_consumed(args, out)
             return out
         datasets = _stage("builder", builder.build)
         out["splits"] = {name: _record(ds) for name, ds in zip(SPLITS, datasets)}
         _stage("train", _train_consistency, args)
+        _record_consumed(args, out)
         if "resume_at" in case:
             out["resume"] = _resume(args, datasets[0], int(case["resume_at"]), int(case["resume_iteration"]),
                                     os.path.join(case["cache_dir"], f"tokens-{case['id']}") if case.get("tokens") else "")
