@@ -158,7 +158,9 @@ def megatron_input(argv: Sequence[str], version: str) -> MegatronInput:
         eval_interval=args.eval_interval or max(1, run.train_iters + 1), eval_iters=args.eval_iters,
         seed=args.seed,
         mcore=McoreOptions(mid_level_dataset_surplus=args.mid_level_dataset_surplus, num_samples=run.num_samples,
-                           train_consumed=train_consumed(run), arithmetic=run_arithmetic(args, run)),
+                           train_consumed=train_consumed(run), arithmetic=run_arithmetic(args, run),
+                           eval_global_batch_size=args.eval_global_batch_size,
+                           start_eval_at_iter=args.start_eval_at_iter),
     )
     return MegatronInput(args=args, run=run, inp=inp, notes=tuple(notes), warnings=run_warnings(args, run))
 
@@ -266,8 +268,9 @@ def _without(argv: Sequence[str], flags: Sequence[str]) -> list[str]:
     return out
 
 
-def verify_exact(argv: Sequence[str], flags: str, plan: Plan, version: str) -> None:
-    """Re-parse the command line with the exact flags pasted in and require the same draws and requests."""
+def verify_exact(argv: Sequence[str], flags: str, plan: Plan, version: str) -> MegatronInput:
+    """Re-parse the command line with the exact flags pasted in and require the same draws and requests; the
+    re-parsed input (its warnings are the exact run's)."""
     from neox_epoch.errors import PlanError
     from neox_epoch.plan import make_plan
 
@@ -282,3 +285,4 @@ def verify_exact(argv: Sequence[str], flags: str, plan: Plan, version: str) -> N
     if want != got or check.consumed != plan.consumed:
         raise PlanError(f"exact plan: with the flags {flags!r} Megatron-LM would draw {got} ({check.consumed}), "
                         f"not {want} ({plan.consumed}); this command line cannot be made exact by flags alone")
+    return again

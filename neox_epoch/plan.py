@@ -216,12 +216,8 @@ def make_plan(inp: PlanInput, targets: Sequence[int] | None = None, cache: Token
     blends: list[SplitBlend] = []
     warnings: list[PlanWarning] = []
     arithmetic = [iters_line] if iters_line else []
-    arithmetic += list(inp.mcore.arithmetic) if inp.mcore.arithmetic is not None else [
-        f"train samples consumed = train_iters * global_batch_size = {train_iters} * {gbs} = {consumed[0]}",
-        f"valid samples = (train_iters // eval_interval + 1) * eval_iters * global_batch_size = "
-        f"({train_iters} // {inp.eval_interval} + 1) * {inp.eval_iters} * {gbs} = {consumed[1]}",
-        f"test samples = eval_iters * global_batch_size = {inp.eval_iters} * {gbs} = {consumed[2]}",
-    ]
+    arithmetic += list(inp.mcore.arithmetic) if inp.mcore.arithmetic is not None else _consumed_lines(
+        inp, train_iters, consumed)
     a = fw.extra_token(inp)
     # train_epochs mode: the loaders (drop_last) are cycled, so at most their full batches are ever drawn
     loader_batch = _loader_batch(inp) if _epochs_mode(inp) else None
@@ -249,6 +245,22 @@ def make_plan(inp: PlanInput, targets: Sequence[int] | None = None, cache: Token
         consumed={s: c for s, c in zip(SPLITS, consumed)}, sources=tuple(sources), blends=tuple(blends),
         warnings=tuple(warnings), arithmetic=tuple(arithmetic),
     )
+
+
+def _consumed_lines(inp: PlanInput, train_iters: int, consumed: Sequence[int]) -> list[str]:
+    """The arithmetic of the samples each split draws (builds.eval_consumption's)."""
+    gbs, o = inp.global_batch_size, inp.mcore
+    eg, name = (o.eval_global_batch_size, "eval_global_batch_size") if o.eval_global_batch_size else (
+        gbs, "global_batch_size")
+    if o.start_eval_at_iter is not None:
+        valid = (f"valid samples = max(0, train_iters // eval_interval + 1 - start_eval_at_iter // eval_interval) * "
+                 f"eval_iters * {name} = max(0, {train_iters} // {inp.eval_interval} + 1 - {o.start_eval_at_iter} // "
+                 f"{inp.eval_interval}) * {inp.eval_iters} * {eg} = {consumed[1]}")
+    else:
+        valid = (f"valid samples = (train_iters // eval_interval + 1) * eval_iters * {name} = "
+                 f"({train_iters} // {inp.eval_interval} + 1) * {inp.eval_iters} * {eg} = {consumed[1]}")
+    return [f"train samples consumed = train_iters * global_batch_size = {train_iters} * {gbs} = {consumed[0]}", valid,
+            f"test samples = eval_iters * {name} = {inp.eval_iters} * {eg} = {consumed[2]}"]
 
 
 def _past_end_warning(inp: PlanInput, split: str, consumed: int, size: int, full: str) -> PlanWarning:

@@ -250,7 +250,7 @@ def run_megatron(args: argparse.Namespace) -> int:
             raise ConfigError(f"{flag}: exact passes need a constant global batch; plan the batch schedule without "
                               f"--epochs, or drop {flag}")
         base = replace(mi.inp, train_iters=None, train_samples=None,
-                       mcore=replace(mi.inp.mcore, num_samples=None, train_consumed=None))
+                       mcore=replace(mi.inp.mcore, num_samples=None, train_consumed=None, arithmetic=None))
         plan = exact_plan(base, targets)
         a = mi.args
         keys = McoreScheduleKeys(
@@ -262,7 +262,7 @@ def run_megatron(args: argparse.Namespace) -> int:
         old_iters = a.train_iters if any(t.partition("=")[0] == "--train-iters" for t in _plan_argv(args)) else None
         plan, schedule = attach_mcore(plan, keys, old_iters, a.train_samples, targets, mi.inp.warmup_share_limit)
         flags = mp.exact_flags(mi.args, plan, schedule.overwrite())
-        mp.verify_exact(argv, flags, plan, version)
+        mi = replace(mi, warnings=mp.verify_exact(argv, flags, plan, version).warnings)  # the exact run's
         plan = replace(plan, settings={**plan.settings, "megatron_flags": flags})
     else:
         plan = make_plan(mi.inp)

@@ -279,6 +279,27 @@ def test_0_19_warnings_and_arithmetic(corpus: Any) -> None:
     assert (plan.train_samples, plan.consumed["train"]) == (5000, 5024)
 
 
+def test_0_19_exact_mode_counts_the_eval_batch(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """Exact mode under 0.19.2 with --eval-global-batch-size 32 and --start-eval-at-iter 100: the exact run's
+    requests follow get_train_valid_test_num_samples (valid = max(0, 551 // 100 + 1 - 1) * 10 * 32 = 1600, test
+    10 * 32 = 320; the re-parsed flags must give the same), and the warnings are the exact run's (5 evaluations
+    asked, 6 made)."""
+    from neox_epoch import cli
+
+    web, code = str(tmp_path / "web"), str(tmp_path / "code")
+    write_random_corpus(web, 1, 3000, 50, 2000)
+    write_random_corpus(code, 2, 1500, 50, 2000)
+    tokens = ["plan", "--epochs", "1", "--framework-version", "0.19.2", "--force-version", "--data-path", "0.7", web,
+              "0.3", code, "--split", "98,1,1", "--seq-length", "512", "--micro-batch-size", "2", "--world-size", "8",
+              "--eval-interval", "100", "--eval-iters", "10", "--lr", "1e-4", "--eval-global-batch-size", "32",
+              "--start-eval-at-iter", "100", "--train-iters", "100", "--lr-decay-iters", "100", "--json"]
+    assert cli.main(tokens) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["train_iters"], out["consumed_samples"]) == (551, {"train": 8816, "valid": 1600, "test": 320})
+    assert any("asks the builder for 5 evaluations (1600 samples) but the run makes 6" in w["text"]
+               for w in out["warnings"])
+
+
 def test_0_19_rampup_is_ignored_and_batch_flags_refused() -> None:
     ramp = ["--rampup-batch-size", "4", "4", "64", "--world-size", "8"]
     assert refusal(argv("--train-iters", "10", *ramp)).stage == "validate_args"  # 0.16.1 refuses it here
