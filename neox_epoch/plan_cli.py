@@ -288,12 +288,15 @@ def run_megatron(args: argparse.Namespace) -> int:
 def version_notes(args: argparse.Namespace, version: str, megatron_lm: str) -> list[str]:
     """One note when --framework-version names another megatron-core than the one installed (the plan follows
     the given version's Megatron-LM rules), and which Megatron-LM rules a version without its own table uses."""
+    from neox_epoch.semantics.megatron_lm import rules_for
+
     notes = []
     if args.framework_version:
         found = detect.megatron_core_source()
-        if found is not None and found[0] != version:
+        installed = rules_for(found[0]).version if found is not None else megatron_lm
+        if found is not None and installed != megatron_lm:
             notes.append(f"--framework-version {version}: planned with Megatron-LM {megatron_lm}'s flags and rules, "
-                         f"not those of the megatron-core {found[0]} installed ({found[1]})")
+                         f"not Megatron-LM {installed}'s (those of the megatron-core {found[0]} installed, {found[1]})")
     if version != megatron_lm:
         notes.append(f"megatron-core {version}: Megatron-LM {megatron_lm}'s flags and training-side rules apply (the "
                      "option tables here: " + ", ".join(sorted(mlm_versions())) + ")")

@@ -109,8 +109,8 @@ def test_framework_version_note(tmp_path: Any, capsys: pytest.CaptureFixture[str
         "--train-iters", "20", "--world-size", "8")]]
     assert cli.main(tokens) == 0
     out = capsys.readouterr().out
-    assert out.count("note: --framework-version 0.16.1: planned with Megatron-LM 0.16.1's flags and rules, not those "
-                     "of the megatron-core 0.19.2 installed (site-packages)") == 1
+    assert out.count("note: --framework-version 0.16.1: planned with Megatron-LM 0.16.1's flags and rules, not "
+                     "Megatron-LM 0.19.2's (those of the megatron-core 0.19.2 installed, site-packages)") == 1
     assert cli.main([*tokens, "--rampup-batch-size", "4", "4", "64"]) == 2
     assert "Megatron-LM 0.16.1 validate_args refuses it" in capsys.readouterr().err
 
