@@ -195,6 +195,8 @@ def _mcore_consumption(inp: PlanInput, train_iters: int) -> list[int]:
     (or the ramp-up's sum)."""
     consumed = eval_consumption(inp, train_iters)
     if inp.mcore.num_samples is None:
+        if inp.mcore.train_consumed is not None:  # exact mode with a changing batch: the schedule's draws
+            consumed[0] = inp.mcore.train_consumed
         return consumed
     train = inp.mcore.train_consumed if inp.mcore.train_consumed is not None else consumed[0]
     return [train] + [c if c is not None else 0 for c in inp.mcore.num_samples[1:]]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import cast
 
@@ -237,7 +237,11 @@ def make_plan(inp: PlanInput, targets: Sequence[int] | None = None, cache: Token
             sources.append(_source_plan(inp, d, drawn, a, targets[k] if targets is not None and i == 0 else None))
             warnings.extend(_source_warnings(inp, fw.past_end, d, drawn))
     warnings.extend(_run_warnings(inp, train_iters, sources))
-    requested = inp.mcore.num_samples[0] if inp.framework == "megatron-core" and inp.mcore.num_samples else None
+    requested = None
+    if inp.framework == "megatron-core" and inp.mcore.num_samples:
+        requested = inp.mcore.num_samples[0]
+    elif inp.framework == "megatron-core" and inp.mcore.train_consumed is not None:  # exact mode, a changing batch
+        requested = inp.train_samples
     return Plan(
         framework=inp.framework, framework_version=inp.framework_version, seq_length=inp.seq_length,
         global_batch_size=gbs, train_iters=train_iters,
@@ -259,7 +263,10 @@ def _consumed_lines(inp: PlanInput, train_iters: int, consumed: Sequence[int]) -
     else:
         valid = (f"valid samples = (train_iters // eval_interval + 1) * eval_iters * {name} = "
                  f"({train_iters} // {inp.eval_interval} + 1) * {inp.eval_iters} * {eg} = {consumed[1]}")
-    return [f"train samples consumed = train_iters * global_batch_size = {train_iters} * {gbs} = {consumed[0]}", valid,
+    train = (f"train samples consumed = train_iters * global_batch_size = {train_iters} * {gbs} = {consumed[0]}"
+             if o.train_consumed is None else f"train samples consumed = the batch schedule summed over {train_iters} "
+                                              f"iterations = {consumed[0]}")
+    return [train, valid,
             f"test samples = eval_iters * {name} = {inp.eval_iters} * {eg} = {consumed[2]}"]
 
 
@@ -396,8 +403,13 @@ def passes_per_source(epochs: float | Mapping[str, float], sources: Sequence[Sou
     return {s.label: float(epochs) for s in sources}
 
 
-def exact_plan(inp: PlanInput, passes: dict[str, float], search_seeds: int = 200) -> Plan:
-    """Settings for exactly ``passes[name]`` passes over each train source, and the plan under them."""
+def exact_plan(inp: PlanInput, passes: dict[str, float], search_seeds: int = 200,
+               batches: Callable[[int], tuple[int, int, str]] | None = None) -> Plan:
+    """Settings for exactly ``passes[name]`` passes over each train source, and the plan under them.
+
+    ``batches``: for a batch that changes from step to step (Megatron-LM 0.19.2's step schedule), total samples ->
+    (iterations, the samples they draw: the most that fit, the arithmetic); the run then asks for exactly those
+    samples (``train_samples``). None: a constant global batch, train_iters = total // global batch."""
     _check_input(inp)
     labels = [s.label for s in inp.train_sources]
     want = _wanted_passes(inp.train_sources, passes)
@@ -405,19 +417,21 @@ def exact_plan(inp: PlanInput, passes: dict[str, float], search_seeds: int = 200
     targets = _exact_targets(inp, want, cache)
     total = sum(targets)
     gbs = inp.global_batch_size
-    iters = total // gbs
+    if batches is None:
+        iters = total // gbs
+        consumed = iters * gbs
+        line = f"train_iters = sum(targets) // global_batch_size = {total} // {gbs} = {iters}"
+    else:
+        iters, consumed, line = batches(total)
     if iters == 0:
         raise PlanError(f"exact plan: {total} samples are less than one global batch ({gbs}); lower the batch size")
-    consumed = iters * gbs
     remainder = total - consumed
     final = _fit_remainder(targets, want, remainder)
     arithmetic = [
         f"{lab}: target = {w} passes -> {t} samples" for lab, w, t in zip(labels, want, targets)
-    ] + [
-        f"train_iters = sum(targets) // global_batch_size = {total} // {gbs} = {iters}; "
-        f"remainder = {total} - {iters} * {gbs} = {remainder} samples not drawn"
-    ]
-    plan, settings = _exact_run(inp, iters, labels, final, search_seeds, cache)
+    ] + [f"{line}; remainder = {total} - {consumed} = {remainder} samples not drawn"]
+    plan, settings = _exact_run(inp, iters, labels, final, search_seeds, cache,
+                                consumed if batches is not None else None)
     warnings = [*plan.warnings, *_remainder_warnings(labels, targets, final, inp.seq_length)]
     if inp.framework == "neox" and inp.per_split_paths:
         warnings.extend(_without_plugin(inp, iters, cache))
@@ -476,12 +490,13 @@ def _fit_remainder(targets: list[int], want: Sequence[float], remainder: int) ->
 
 
 def _exact_run(inp: PlanInput, iters: int, labels: list[str], final: list[int], search_seeds: int,
-               cache: TokenCache) -> tuple[Plan, dict[str, object]]:
-    """The plan drawing exactly ``final`` in ``iters`` iterations, and the settings besides train_iters it needs."""
+               cache: TokenCache, samples: int | None = None) -> tuple[Plan, dict[str, object]]:
+    """The plan drawing exactly ``final`` in ``iters`` iterations (``samples``: a changing batch's draws, asked
+    of the builder as train_samples), and the settings besides train_iters it needs."""
     settings: dict[str, object] = {}
-    exact_inp = replace(inp, train_iters=iters, train_samples=None)
+    exact_inp = replace(inp, train_iters=iters, train_samples=samples)
     if inp.framework == "megatron-core":
-        exact_inp = replace(exact_inp, mcore=replace(inp.mcore, mid_level_dataset_surplus=0.0))
+        exact_inp = replace(exact_inp, mcore=replace(inp.mcore, mid_level_dataset_surplus=0.0, train_consumed=samples))
         settings["mid_level_dataset_surplus"] = 0.0
     if len(final) == 1:
         if inp.framework == "neox" and inp.per_split_paths:

@@ -245,13 +245,10 @@ def run_megatron(args: argparse.Namespace) -> int:
     mi = replace(mi, notes=mi.notes + tuple(version_notes(args, version, mi.args.megatron_lm_version)))
     targets = targets_from(args, mi.inp, None)
     if targets:
-        if not mi.run.schedule.constant:
-            flag = "--rampup-batch-size" if mi.args.rampup_batch_size is not None else "--step-batch-size-schedule"
-            raise ConfigError(f"{flag}: exact passes need a constant global batch; plan the batch schedule without "
-                              f"--epochs, or drop {flag}")
+        batches = _changing_batch(mi)
         base = replace(mi.inp, train_iters=None, train_samples=None,
                        mcore=replace(mi.inp.mcore, num_samples=None, train_consumed=None, arithmetic=None))
-        plan = exact_plan(base, targets)
+        plan = exact_plan(base, targets, batches=batches)
         a = mi.args
         keys = McoreScheduleKeys(
             lr_decay_style=a.lr_decay_style, lr_decay_iters=a.lr_decay_iters, lr_decay_samples=a.lr_decay_samples,
@@ -260,7 +257,8 @@ def run_megatron(args: argparse.Namespace) -> int:
             lr_wsd_decay_samples=a.lr_wsd_decay_samples, save_interval=a.save_interval,
             eval_interval=a.eval_interval, eval_iters=a.eval_iters, exit_interval=a.exit_interval)
         old_iters = a.train_iters if any(t.partition("=")[0] == "--train-iters" for t in _plan_argv(args)) else None
-        plan, schedule = attach_mcore(plan, keys, old_iters, a.train_samples, targets, mi.inp.warmup_share_limit)
+        plan, schedule = attach_mcore(plan, keys, old_iters, a.train_samples, targets, mi.inp.warmup_share_limit,
+                                      plan.train_samples if batches is not None else None)
         flags = mp.exact_flags(mi.args, plan, schedule.overwrite())
         mi = replace(mi, warnings=mp.verify_exact(argv, flags, plan, version).warnings)  # the exact run's
         plan = replace(plan, settings={**plan.settings, "megatron_flags": flags})
@@ -283,6 +281,31 @@ def run_megatron(args: argparse.Namespace) -> int:
     if targets:
         print(f"\nflags for exact passes (paste after your command line; the last one wins):\n  {plan.settings['megatron_flags']}")
     return 0
+
+
+def _changing_batch(mi: Any) -> Any:
+    """Exact mode's batches for a step schedule (0.19.2): total -> (iterations, samples, arithmetic), the run
+    sample-based so that Megatron-LM asks the builder for exactly what the schedule draws; None for a constant
+    batch; a ramp-up (0.16.1), or a step schedule under --train-iters, is refused in one line."""
+    from neox_epoch.semantics import megatron_lm as mlm
+
+    sched, args = mi.run.schedule, mi.args
+    if sched.constant:
+        return None
+    if sched.steps is None:
+        raise ConfigError("--rampup-batch-size: exact passes need a constant global batch or a step schedule; plan "
+                          "the ramp-up without --epochs, or use --step-batch-size-schedule (Megatron-LM 0.19)")
+    if not args.train_samples:
+        raise ConfigError("--step-batch-size-schedule: exact passes with a step schedule need --train-samples N (under "
+                          f"--train-iters Megatron-LM asks the builder for train_iters x {args.global_batch_size}, not "
+                          "what the schedule draws); give --train-samples instead of --train-iters")
+
+    def batches(total: int) -> tuple[int, int, str]:
+        iters, samples = mlm.schedule_fit(sched, total)
+        return iters, samples, (f"train_samples = the step schedule's first {iters} batches, the most that fit in "
+                                f"sum(targets) {total} = {samples} (Megatron-LM {args.megatron_lm_version}'s "
+                                "update_train_iters then stops after exactly those)")
+    return batches
 
 
 def version_notes(args: argparse.Namespace, version: str, megatron_lm: str) -> list[str]:

@@ -300,6 +300,20 @@ def test_0_19_exact_mode_counts_the_eval_batch(tmp_path: Any, capsys: pytest.Cap
                for w in out["warnings"])
 
 
+def test_schedule_fit_stops_on_a_batch_boundary() -> None:
+    """The most whole batches of "0:16 64K:32 200K:64" (seq 128: 500 and 1562 samples) within a total, and
+    update_train_iters on that total runs exactly those iterations and consumes exactly it."""
+    sched = mlm.build_num_microbatches_calculator(16, 2, 8, False, None, "0:16 64K:32 200K:64", 128)
+    for total in (15, 16, 500, 511, 515, 1561, 1600, 5000):
+        iters, samples = mlm.schedule_fit(sched, total)
+        assert samples <= total and samples + sched.current_global_batch_size(samples) > total
+        if samples:
+            assert mlm.update_train_iters(None, samples, sched) == iters
+            assert mlm.schedule_consumed(sched, iters) == samples
+    # 32 x 16 = 512; then 33 x 32 to 1568 (>= 1562); then 53 x 64 to 4960
+    assert mlm.schedule_fit(sched, 515) == (32, 512) and mlm.schedule_fit(sched, 5000) == (118, 4960)
+
+
 def test_0_19_rampup_is_ignored_and_batch_flags_refused() -> None:
     ramp = ["--rampup-batch-size", "4", "4", "64", "--world-size", "8"]
     assert refusal(argv("--train-iters", "10", *ramp)).stage == "validate_args"  # 0.16.1 refuses it here
@@ -829,6 +843,37 @@ def test_resume_check_on_a_megatron_lm_checkpoint(megatron_lm: str, tmp_path: An
                 in out["findings"][kinds.index("runs-out")])
     else:  # the same command line: the real builder gives the same epochs, so the resume continues exactly
         assert r.returncode == 0 and out["findings"] == [] and out["clean"]
+
+
+@pytest.mark.megatron_lm
+@frameworks.needs_stack("today")
+def test_exact_step_schedule_flags_on_megatron_lm_0_19_2(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """Exact mode with a step schedule: the flags printed (--train-samples = the schedule's first batches that fit
+    in one pass over each source, the verified weights), pasted after the command line, make Megatron-LM 0.19.2's
+    own update_train_iters stop exactly there (train_consumed == the train request) and its own builder's blend
+    draw exactly the targets."""
+    import megatron_lm_env as env
+
+    from neox_epoch import cli
+
+    web, code = str(tmp_path / "web"), str(tmp_path / "code")
+    write_random_corpus(web, 1, 900, 20, 700)
+    write_random_corpus(code, 2, 500, 20, 700)
+    tokens = [*MODEL, "--data-path", "0.7", web, "0.3", code, "--split", "98,1,1", "--seq-length", "256",
+              "--micro-batch-size", "2", "--eval-interval", "50", "--eval-iters", "2", "--train-samples", "500",
+              "--lr-warmup-samples", "50", "--step-batch-size-schedule", "0:16 80K:32 300K:64"]
+    assert cli.main(["plan", "--epochs", "1", "--framework-version", "0.19.2", "--force-version", *tokens,
+                     "--world-size", "8", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    settings = out["settings"]
+    pasted = [*tokens, *settings["megatron_flags"].split()]
+    real = env.run_truth([{"id": "exact", "argv": pasted, "world_size": 8, "build": True, "cache_dir": str(tmp_path)}],
+                         str(tmp_path / "work"))["cases"][0]
+    assert real["refusal"] is None
+    assert (real["train_iters"], real["train_consumed"], real["num_samples"][0]) == (
+        out["train_iters"], settings["train_samples"], settings["train_samples"])
+    assert real["splits"]["train"]["draws"] == list(settings["targets"].values())
+    assert out["consumed_samples"]["valid"] == real["num_samples"][1]
 
 
 @pytest.mark.megatron_lm

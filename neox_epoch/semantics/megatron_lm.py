@@ -464,6 +464,24 @@ def update_train_iters(train_iters: int | None, train_samples: int | None, sched
     return iterations
 
 
+def schedule_fit(schedule: BatchSchedule, total: int) -> tuple[int, int]:
+    """(iterations, samples): the most whole batches of the schedule, from the start, whose samples sum to at
+    most ``total``. With 0.19.2's step schedule, ``--train-samples`` = those samples makes update_train_iters
+    (while consumed < train_samples) stop after exactly those iterations."""
+    iterations = consumed = 0
+    while True:
+        batch = schedule.running_global_batch_size(consumed)
+        last = schedule.constant or (schedule.steps is not None and consumed >= schedule.steps[-1][0]) or (
+            schedule.rampup is not None and consumed > schedule.rampup[2])
+        if last:  # the final batch from here on: the rest in one step
+            more = (total - consumed) // batch
+            return iterations + more, consumed + more * batch
+        if consumed + batch > total:
+            return iterations, consumed
+        consumed += batch
+        iterations += 1
+
+
 def schedule_consumed(schedule: BatchSchedule, train_iters: int) -> int:
     """Samples ``train_iters`` iterations consume from the start: the batch schedule summed (the running
     batch, rounded down with --decrease-batch-size-if-needed)."""
