@@ -345,13 +345,9 @@ def other_versions_wording(name: str, version: str) -> str | None:
     has = [v for v in table_versions() if v != version and name in _option_specs(v)]
     if not has:
         return None
-    key = _version_key
-    later = [v for v in has if key(v) > key(version)]
+    later = [v for v in has if _version_key(v) > _version_key(version)]
     if later:
         return f"added after {version} (in Megatron-LM {', '.join(later)})"
-    newer = [v for v in table_versions() if key(v) > key(version) and v not in has]
-    if newer:
-        return f"removed after {', '.join(has)} (not in {', '.join(newer)})"
     return f"removed after {', '.join(has)} (not in {version})"
 
 

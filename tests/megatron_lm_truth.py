@@ -331,12 +331,15 @@ def _resume_valid(args: Any, valid: Any, saved: int, iteration: int) -> dict[str
     from megatron.training.datasets.data_samplers import MegatronPretrainingSampler
 
     start = saved
+    skipped = (getattr(args, "start_eval_at_iter", None) or 0) // args.eval_interval  # 0.19.2 only
     if iteration > 0 and start == 0 and args.train_samples is None:  # its backward-compatibility branch
-        start = (iteration // args.eval_interval) * args.eval_iters * args.global_batch_size
+        start = max(0, iteration // args.eval_interval - skipped) * args.eval_iters * getattr(
+            args, "eval_global_batch_size", args.global_batch_size)
     if args.full_validation:
         start = 0
     try:
-        batches = len(list(MegatronPretrainingSampler(len(valid), start, args.micro_batch_size, 0,
+        batches = len(list(MegatronPretrainingSampler(len(valid), start, getattr(args, "eval_micro_batch_size",
+                                                                                 args.micro_batch_size), 0,
                                                       args.data_parallel_size)))
     except AssertionError as err:
         return {"start": start, "refusal": str(err), "batches": 0, "index": None}
