@@ -10,7 +10,7 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["neox_epoch", "neox_epoch.*"]),
-    package_data={"neox_epoch": ["py.typed", "data/*.json"]},
+    package_data={"neox_epoch": ["py.typed", "data/*.json", "data/megatron_flags/*.json"]},
     ext_modules=[
         Extension(
             "neox_epoch._greedy",

@@ -65,12 +65,19 @@ def token_sums(src: Source, ranges: list[tuple[int, int]], cache: TokenCache) ->
 
 
 def eval_consumption(inp: PlanInput, train_iters: int) -> list[int]:
-    """Samples each split's loader draws: train_iters * gbs, evaluations every eval_interval, one test."""
+    """Samples each split's loader draws: train_iters * gbs, evaluations every eval_interval, one test; with
+    Megatron-LM 0.19.2's evaluation batch and --start-eval-at-iter (``inp.mcore``) as its
+    get_train_valid_test_num_samples counts them: max(0, train_iters // eval_interval + 1 - start // eval_interval)
+    evaluations of eval_iters x the evaluation batch."""
     gbs = inp.global_batch_size
+    eval_gbs = inp.mcore.eval_global_batch_size or gbs
+    points = train_iters // inp.eval_interval + 1
+    if inp.mcore.start_eval_at_iter is not None:
+        points = max(0, points - inp.mcore.start_eval_at_iter // inp.eval_interval)
     return [
         train_iters * gbs,
-        (train_iters // inp.eval_interval + 1) * inp.eval_iters * gbs if inp.eval_iters > 0 else 0,
-        inp.eval_iters * gbs if inp.eval_iters > 0 else 0,
+        points * inp.eval_iters * eval_gbs if inp.eval_iters > 0 else 0,
+        inp.eval_iters * eval_gbs if inp.eval_iters > 0 else 0,
     ]
 
 
@@ -188,6 +195,8 @@ def _mcore_consumption(inp: PlanInput, train_iters: int) -> list[int]:
     (or the ramp-up's sum)."""
     consumed = eval_consumption(inp, train_iters)
     if inp.mcore.num_samples is None:
+        if inp.mcore.train_consumed is not None:  # exact mode with a changing batch: the schedule's draws
+            consumed[0] = inp.mcore.train_consumed
         return consumed
     train = inp.mcore.train_consumed if inp.mcore.train_consumed is not None else consumed[0]
     return [train] + [c if c is not None else 0 for c in inp.mcore.num_samples[1:]]

@@ -1,8 +1,10 @@
 """A pasted Megatron-LM ``pretrain_gpt.py`` command line, parsed the way Megatron-LM parses it.
 
 ``parse_megatron_argv(argv)`` reads the argv (optionally with the torchrun launcher in front) with an
-argparse parser rebuilt from ``neox_epoch/data/megatron_flags.json`` (every option of Megatron-LM's
-``parse_args``: names, nargs, types, defaults; see scripts/megatron_flags.py), so ``--flag=value``,
+argparse parser rebuilt from ``neox_epoch/data/megatron_flags/<version>.json`` (every option of that
+Megatron-LM version's ``parse_args``: names, nargs, types, defaults; see scripts/megatron_flags.py; the
+version is the one :func:`neox_epoch.semantics.megatron_lm.rules_for` gives for the megatron-core version
+planned: 0.16.1 or 0.19.2), so ``--flag=value``,
 repeated flags (the last wins), nargs and Megatron-LM's defaults behave as in Megatron-LM. It then runs
 the checks Megatron-LM makes before it builds data (``validate_args``, the num-microbatches calculator)
 on the flags that matter to a plan, in Megatron-LM's order, and returns a frozen :class:`MegatronArgs`.
@@ -32,7 +34,8 @@ from neox_epoch.errors import ConfigError, did_you_mean
 from neox_epoch.semantics import megatron_lm as mlm
 from neox_epoch.semantics.megatron_lm import MegatronRefusal, refuse
 
-FLAGS_JSON = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "megatron_flags.json")
+FLAGS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "megatron_flags")
+DEFAULT_VERSION = mlm.MEGATRON_LM_VERSION
 WORLD_FLAGS = ("--world-size", "--nproc-per-node", "--nproc_per_node", "--nnodes")
 _TYPES: dict[str, Any] = {"int": int, "float": float, "str": str, "bool": bool}
 
@@ -49,21 +52,29 @@ PLAN_DESTS = frozenset({
     "lr_decay_style", "lr_decay_iters", "lr_decay_samples", "lr_warmup_iters", "lr_warmup_samples",
     "lr_warmup_fraction", "lr_wsd_decay_iters", "lr_wsd_decay_samples", "save_interval", "save", "lr", "min_lr",
     "lr_warmup_init", "batch_size", "warmup", "model_parallel_size", "checkpoint_activations",
+    "step_batch_size_schedule", "eval_global_batch_size", "eval_micro_batch_size", "start_eval_at_iter",
+    "override_ckpt_iteration", "tensor_parallel_num_weight_shards",
 })
 
 Blend = tuple[tuple[str, ...], tuple[float, ...] | None]
 
 
 @functools.cache
-def flag_table() -> dict[str, Any]:
-    """The JSON table of Megatron-LM's options (loaded once)."""
-    with open(FLAGS_JSON, encoding="utf-8") as f:
+def flag_table(version: str = DEFAULT_VERSION) -> dict[str, Any]:
+    """The JSON table of Megatron-LM ``version``'s options (loaded once per version)."""
+    with open(os.path.join(FLAGS_DIR, f"{version}.json"), encoding="utf-8") as f:
         return json.load(f)
 
 
-def megatron_lm_version() -> str:
-    """The Megatron-LM version whose parse_args the table was read from."""
-    return str(flag_table()["megatron_lm_version"])
+def megatron_lm_version(version: str = DEFAULT_VERSION) -> str:
+    """The Megatron-LM version whose parse_args the table of ``version`` was read from."""
+    return str(flag_table(version)["megatron_lm_version"])
+
+
+def table_versions() -> tuple[str, ...]:
+    """The Megatron-LM versions with an option table here (the verified ones of
+    :data:`neox_epoch.semantics.megatron_lm.RULES`)."""
+    return tuple(mlm.RULES)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -94,19 +105,21 @@ def _add_option(parser: argparse.ArgumentParser, spec: dict[str, Any]) -> None:
 
 
 @functools.cache
-def _option_specs() -> dict[str, dict[str, Any]]:
+def _option_specs(version: str = DEFAULT_VERSION) -> dict[str, dict[str, Any]]:
     """Option string -> table entry."""
-    return {o: spec for spec in flag_table()["options"] for o in spec["options"]}
+    return {o: spec for spec in flag_table(version)["options"] for o in spec["options"]}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """An argparse parser with Megatron-LM's options (allow_abbrev=False, as Megatron-LM) plus the world flags."""
+def build_parser(version: str = DEFAULT_VERSION) -> argparse.ArgumentParser:
+    """An argparse parser with Megatron-LM ``version``'s options (allow_abbrev=False, as Megatron-LM) plus the
+    world flags."""
     parser = _Parser(prog="pretrain_gpt.py", allow_abbrev=False, add_help=False)
-    for spec in flag_table()["options"]:
+    for spec in flag_table(version)["options"]:
         _add_option(parser, spec)
-    clash = [f for f in WORLD_FLAGS if f in _option_specs()]
+    clash = [f for f in WORLD_FLAGS if f in _option_specs(version)]
     if clash:
-        raise ConfigError(f"megatron_flags.json: {clash[0]} is a Megatron-LM option now; the world flags need new names")
+        raise ConfigError(f"megatron_flags/{version}.json: {clash[0]} is a Megatron-LM option now; the world flags "
+                          "need new names")
     parser.add_argument("--world-size", dest="ne_world_size", type=int, default=None)
     parser.add_argument("--nproc-per-node", "--nproc_per_node", dest="ne_nproc_per_node", default=None)
     parser.add_argument("--nnodes", dest="ne_nnodes", default=None)
@@ -219,7 +232,35 @@ class MegatronArgs:
     not_affecting_plan: tuple[str, ...]
     """Megatron-LM flags given that do not change what is built or drawn (model, optimizer, logging ...)."""
     megatron_lm_version: str
-    """The Megatron-LM version whose flags and defaults were used."""
+    """The Megatron-LM version whose flags, defaults and rules were used (its option table's version)."""
+    step_batch_size_schedule: str | None = None
+    """--step-batch-size-schedule "TOKENS:BATCH ..." (0.19.2; None: constant batch)."""
+    eval_global_batch_size: int | None = None
+    """--eval-global-batch-size after validate_args' default (the global batch) in 0.19.2; None in 0.16.1."""
+    eval_micro_batch_size: int | None = None
+    """--eval-micro-batch-size after validate_args' default (the micro batch) in 0.19.2; None in 0.16.1."""
+    start_eval_at_iter: int | None = None
+    """--start-eval-at-iter (0.19.2): no evaluation before this iteration."""
+    override_ckpt_iteration: int | None = None
+    """--override-ckpt-iteration (0.19.2): a resume starts at this iteration, consumed = it x global batch."""
+    gtp_weight_remat_size: int = 1
+    """--tensor-parallel-num-weight-shards // tp (0.19.2; 1 by default): a model-parallel axis dp excludes and
+    the num-microbatches calculator's dp includes."""
+    calculator_data_parallel_size: int = 0
+    """The data-parallel size the num-microbatches calculator gets: dp (0.16.1), dp x gtp_weight_remat_size
+    (0.19.2 global_vars.set_global_variables); 0: same as data_parallel_size."""
+    rampup_ignored: bool = False
+    """--rampup-batch-size given to a Megatron-LM that parses and ignores it (0.19.2)."""
+
+    @property
+    def rules(self) -> mlm.Rules:
+        """The rules of :attr:`megatron_lm_version`."""
+        return mlm.RULES[self.megatron_lm_version]
+
+    @property
+    def calculator_dp(self) -> int:
+        """The num-microbatches calculator's data-parallel size."""
+        return self.calculator_data_parallel_size or self.data_parallel_size
 
 
 @dataclass(frozen=True)
@@ -246,7 +287,7 @@ def split_launcher(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     (``torchrun --nproc_per_node 8 pretrain_gpt.py ...``; a ``.py`` value of a Megatron-LM flag is not a script),
     except options given before the launcher and ``--world-size``: those count as if given after the script
     (one given again there with another value is refused). A Megatron-LM flag among torchrun's is refused."""
-    line = launch_line.cut([str(t) for t in argv], _option_specs())
+    line = launch_line.cut([str(t) for t in argv], _option_specs(mlm.current().version))
     launch_line.check_given_twice(line.before, line.after, line.script)
     return line.launcher, line.before + line.after
 
@@ -324,20 +365,41 @@ def given_flags(tokens: Sequence[str]) -> list[str]:
     return out
 
 
-def _check_unknown(extras: list[str]) -> None:
-    """An unknown flag (with a did-you-mean) or a stray value is a one-line error."""
+def other_versions_wording(name: str, version: str) -> str | None:
+    """For a flag that ``version``'s table lacks but another known table has: "added after 0.16.1 (in
+    Megatron-LM 0.19.2)" / "removed after 0.16.1 (not in 0.19.2)" (None: no known version has it)."""
+    has = [v for v in table_versions() if v != version and name in _option_specs(v)]
+    if not has:
+        return None
+    later = [v for v in has if _version_key(v) > _version_key(version)]
+    if later:
+        return f"added after {version} (in Megatron-LM {', '.join(later)})"
+    return f"removed after {', '.join(has)} (not in {version})"
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    """'0.19.2' -> (0, 19, 2)."""
+    return tuple(int(p) for p in version.split(".")[:3] if p.isdigit())
+
+
+def _check_unknown(extras: list[str], version: str = DEFAULT_VERSION) -> None:
+    """An unknown flag (with a did-you-mean, or the known version that has it) or a stray value is a one-line
+    error."""
     if not extras:
         return
     tok = extras[0]
     if tok.startswith("-"):
         name = tok.partition("=")[0]
-        choices = list(_option_specs()) + list(WORLD_FLAGS)
         fork = (" (a Megatron-DeepSpeed flag)" if name in launch_line.MEGATRON_DEEPSPEED_FLAGS else
                 " (a flag Megatron-LM removed)" if name in launch_line.OLD_MEGATRON_FLAGS else "")
-        raise MegatronRefusal(f"{name}: not a Megatron-LM {megatron_lm_version()} flag"
-                              f"{fork or did_you_mean(name, choices)}: Megatron-LM's parse_args exits on it; fix or "
-                              "drop it",
-                              "parse_args", "SystemExit", "2")
+        other = None if fork else other_versions_wording(name, version)
+        if other is not None:
+            raise MegatronRefusal(f"{name}: not a Megatron-LM {version} flag: {other}; Megatron-LM {version}'s "
+                                  "parse_args exits on it; drop it, or plan for the version that has it with "
+                                  "--framework-version", "parse_args", "SystemExit", "2")
+        choices = list(_option_specs(version)) + list(WORLD_FLAGS)
+        raise MegatronRefusal(f"{name}: not a Megatron-LM {version} flag{fork or did_you_mean(name, choices)}: "
+                              "Megatron-LM's parse_args exits on it; fix or drop it", "parse_args", "SystemExit", "2")
     raise MegatronRefusal(f"{tok!r}: a value without a flag (the flag before it takes fewer values): Megatron-LM's "
                           "parse_args exits on it; fix the command line", "parse_args", "SystemExit", "2")
 
@@ -422,8 +484,13 @@ def _sanity(ns: argparse.Namespace) -> None:
         value = getattr(ns, dest)
         if value is not None and value < 0:
             _bad(dest, value, "a count >= 0")
-    for dest in ("seq_length", "encoder_seq_length", "save_interval"):
-        value = getattr(ns, dest)
+    for dest in ("start_eval_at_iter", "override_ckpt_iteration"):
+        value = getattr(ns, dest, None)
+        if value is not None and value < 0:
+            _bad(dest, value, "an iteration >= 0")
+    for dest in ("seq_length", "encoder_seq_length", "save_interval", "eval_global_batch_size",
+                 "eval_micro_batch_size", "tensor_parallel_num_weight_shards"):
+        value = getattr(ns, dest, None)
         if value is not None and value < 1:
             _bad(dest, value, "a count >= 1")
     for dest in ("mid_level_dataset_surplus", "lr_warmup_fraction", "lr", "min_lr", "lr_warmup_init"):
@@ -469,7 +536,7 @@ def _phases(ns: argparse.Namespace) -> tuple[int, ...] | None:
     except ValueError as err:
         raise refuse("--phase-transition-iterations", ns.phase_transition_iterations, "validate_args", "ValueError",
                      str(err), "expected comma-separated iterations", "e.g. --phase-transition-iterations 1000,2000") from err
-    if ns.rampup_batch_size is not None:
+    if ns.rampup_batch_size is not None and mlm.current().phases_refuse_rampup:
         raise refuse("--phase-transition-iterations", ns.phase_transition_iterations, "validate_args",
                      "AssertionError", "multi-phase training does not support batch size ramp-up",
                      "given with --rampup-batch-size", "drop one of the two")
@@ -477,7 +544,11 @@ def _phases(ns: argparse.Namespace) -> tuple[int, ...] | None:
 
 
 def _iteration_or_sample_based(ns: argparse.Namespace) -> None:
-    """Mirror validate_args' iteration-based and sample-based blocks (same order, same messages)."""
+    """Mirror validate_args' iteration-based and sample-based blocks (same order, same messages); 0.19.2
+    skips them with --skip-train and no longer refuses a ramp-up with --train-iters (it ignores ramp-ups)."""
+    rules = mlm.current()
+    if ns.skip_train and rules.skip_train_skips_lr_checks:
+        return
     if ns.train_iters:
         checks = (
             (ns.train_samples is None, "--train-samples", ns.train_samples, "expected iteration-based training"),
@@ -485,14 +556,15 @@ def _iteration_or_sample_based(ns: argparse.Namespace) -> None:
              "expected iteration-based learning rate decay"),
             (ns.lr_warmup_samples == 0, "--lr-warmup-samples", ns.lr_warmup_samples,
              "expected iteration-based learning rate warmup"),
-            (ns.rampup_batch_size is None, "--rampup-batch-size", " ".join(map(str, ns.rampup_batch_size or [])),
-             "expected no batch-size rampup for iteration-based training"),
+            (ns.rampup_batch_size is None or not rules.rampup_refused_with_train_iters, "--rampup-batch-size",
+             " ".join(map(str, ns.rampup_batch_size or [])), "expected no batch-size rampup for iteration-based training"),
             (ns.lr_warmup_fraction is None or ns.lr_warmup_iters == 0, "--lr-warmup-fraction", ns.lr_warmup_fraction,
              "can only specify one of lr-warmup-fraction and lr-warmup-iters"),
         )
         mode, fix = "--train-iters", "use the iteration-based flag (or switch the run to --train-samples)"
     elif ns.train_samples:
         checks = (
+            (ns.train_iters is None, "--train-iters", ns.train_iters, "expected sample-based training"),
             (ns.lr_decay_iters is None, "--lr-decay-iters", ns.lr_decay_iters, "expected sample-based learning rate decay"),
             (ns.lr_warmup_iters == 0, "--lr-warmup-iters", ns.lr_warmup_iters, "expected sample-based learnig rate warmup"),
             (ns.lr_warmup_fraction is None or ns.lr_warmup_samples == 0, "--lr-warmup-fraction",
@@ -506,6 +578,22 @@ def _iteration_or_sample_based(ns: argparse.Namespace) -> None:
             if flag == "--rampup-batch-size":
                 fix = "drop --rampup-batch-size, or give --train-samples instead of --train-iters"
             raise refuse(flag, value, "validate_args", "AssertionError", msg, f"not allowed with {mode}", fix)
+
+
+def _eval_batch(ns: argparse.Namespace, gbs: int, dp: int) -> None:
+    """Mirror validate_args' evaluation batch defaults and check (0.19.2): --eval-global-batch-size defaults to
+    the global batch, --eval-micro-batch-size to the micro batch, and the first must be a multiple of the
+    second times dp (validate_args sets them on ``ns``, as Megatron-LM sets them on args)."""
+    if ns.eval_global_batch_size is None:
+        ns.eval_global_batch_size = gbs
+    if ns.eval_micro_batch_size is None:
+        ns.eval_micro_batch_size = ns.micro_batch_size
+    unit = ns.eval_micro_batch_size * dp
+    if ns.eval_global_batch_size % unit:
+        msg = (f"eval_global_batch_size ({ns.eval_global_batch_size}) must be divisible by eval_micro_batch_size "
+               f"({ns.eval_micro_batch_size}) * data_parallel_size ({dp})")
+        raise refuse("--eval-global-batch-size", ns.eval_global_batch_size, "validate_args", "AssertionError", msg,
+                     "each evaluation step is eval micro x dp x microbatches", f"use a multiple of {unit}")
 
 
 def _seq_length(ns: argparse.Namespace) -> int | None:
@@ -533,8 +621,12 @@ def validate_args(ns: argparse.Namespace, world_size: int) -> tuple[int, int, st
     Returns (data-parallel size, global batch size, split). Model checks (required --num-layers ...,
     layer divisibility, precision ...) are not repeated here.
     """
+    rules = mlm.current()
+    gtp = 1
+    if rules.gtp_weight_remat:
+        gtp = mlm.gtp_weight_remat_size(ns.tensor_model_parallel_size, ns.tensor_parallel_num_weight_shards)
     dp = mlm.data_parallel_size(world_size, ns.tensor_model_parallel_size, ns.pipeline_model_parallel_size,
-                                ns.context_parallel_size)
+                                ns.context_parallel_size, gtp)
     _deprecated(ns)
     split = ns.split
     if ns.data_path is not None and split is None:
@@ -552,10 +644,16 @@ def validate_args(ns: argparse.Namespace, world_size: int) -> tuple[int, int, st
         raise refuse("--micro-batch-size", ns.micro_batch_size if ns.micro_batch_size is not None else "not given",
                      "validate_args", "AssertionError", "", "each step's per-GPU batch is needed",
                      "give --micro-batch-size N with N >= 1")
+    if rules.step_schedule and ns.step_batch_size_schedule is not None and ns.global_batch_size is not None:
+        raise refuse("--global-batch-size", ns.global_batch_size, "validate_args", "ValueError",
+                     "Cannot specify both --step-batch-size-schedule and --global-batch-size",
+                     "the step schedule sets the batch", "drop --global-batch-size")
     gbs = ns.global_batch_size if ns.global_batch_size is not None else ns.micro_batch_size * dp
     if gbs <= 0:
         raise refuse("--global-batch-size", gbs, "validate_args", "AssertionError", "", "a batch must hold samples",
                      "give --global-batch-size N with N >= 1")
+    if rules.eval_batch:
+        _eval_batch(ns, gbs, dp)
     _iteration_or_sample_based(ns)
     _seq_length(ns)
     if ns.save is not None and (ns.save_interval is None or ns.save_interval <= 0):
@@ -591,39 +689,51 @@ def _unplannable(ns: argparse.Namespace, blend: Blend | None,
                 raise no("--data-path", prefix, "object storage (s3:// msc://) cannot be read here",
                          "copy the .idx files locally and give the local prefix")
     if blend is None and (per_split is None or not any(per_split)):
-        raise no("--data-path", "not given", "without data Megatron-LM 0.16.1 silently trains on mock data",
+        raise no("--data-path", "not given", f"without data Megatron-LM {mlm.current().version} silently trains on mock data",
                  "give --data-path PREFIX ... or --train-data-path ...")
 
 
-def check_foreign(argv: Sequence[str]) -> None:
+def check_foreign(argv: Sequence[str], version: str) -> None:
     """Another framework's command line (Megatron-DeepSpeed, NeMo, GPT-NeoX's deepy.py) is refused once, in one
     line naming the framework and what is supported, instead of one unknown flag per rerun."""
-    launch_line.refuse_foreign([str(t) for t in argv], _option_specs(), megatron_lm_version())
+    launch_line.refuse_foreign([str(t) for t in argv], _option_specs(version), megatron_lm_version(version))
 
 
-def parse_megatron_argv(argv: Sequence[str]) -> MegatronArgs:
+def parse_megatron_argv(argv: Sequence[str], version: str | None = None) -> MegatronArgs:
     """Parse a pasted Megatron-LM (pretrain_gpt.py) command line into :class:`MegatronArgs`.
 
-    Runs what Megatron-LM runs before building data on the plan's flags: parse_args, validate_args and
-    the num-microbatches calculator's checks; then refuses what cannot be planned.
+    ``version``: the megatron-core version planned; its Megatron-LM rules and option table
+    (:func:`neox_epoch.semantics.megatron_lm.rules_for`: 0.19.x -> 0.19.2, else 0.16.1). Runs what Megatron-LM
+    runs before building data on the plan's flags: parse_args, validate_args and the num-microbatches
+    calculator's checks; then refuses what cannot be planned.
     """
-    check_foreign(argv)
+    with mlm.using(mlm.rules_for(version)) as rules:
+        return _parse(argv, rules)
+
+
+def _parse(argv: Sequence[str], rules: mlm.Rules) -> MegatronArgs:
+    """parse_megatron_argv under ``rules``."""
+    check_foreign(argv, rules.version)
     launcher_tokens, tokens = split_launcher([str(t) for t in argv])
-    parser = build_parser()
+    parser = build_parser(rules.version)
     ns, extras = parser.parse_known_args(tokens)
-    _check_unknown(extras)
+    _check_unknown(extras, rules.version)
     world, source = resolve_world(ns, _launcher_world(launcher_tokens))
     _sanity(ns)
     dp, gbs, split = validate_args(ns, world)
+    gtp = mlm.gtp_weight_remat_size(ns.tensor_model_parallel_size, ns.tensor_parallel_num_weight_shards) \
+        if rules.gtp_weight_remat else 1
     rampup = tuple(int(v) for v in ns.rampup_batch_size) if ns.rampup_batch_size is not None else None
+    step = getattr(ns, "step_batch_size_schedule", None)
     try:
-        mlm.build_num_microbatches_calculator(gbs, ns.micro_batch_size, dp, ns.decrease_batch_size_if_needed, rampup)
+        mlm.build_num_microbatches_calculator(gbs, ns.micro_batch_size, dp * gtp, ns.decrease_batch_size_if_needed,
+                                              rampup, step, _seq_length(ns))
     except MegatronRefusal as err:
         err.known.update(data_parallel_size=dp, global_batch_size=gbs)
         raise
     blend, per_split = _data(ns)
     _unplannable(ns, blend, per_split)
-    specs = _option_specs()
+    specs = _option_specs(rules.version)
     ignored = [f for f in given_flags(tokens) if f in specs and specs[f]["dest"] not in PLAN_DESTS]
     return MegatronArgs(
         argv=tuple(str(t) for t in argv), world_size=world, world_size_source=source,
@@ -631,7 +741,8 @@ def parse_megatron_argv(argv: Sequence[str]) -> MegatronArgs:
         pipeline_model_parallel_size=ns.pipeline_model_parallel_size,
         context_parallel_size=ns.context_parallel_size, expert_model_parallel_size=ns.expert_model_parallel_size,
         data_parallel_size=dp, micro_batch_size=ns.micro_batch_size, global_batch_size=gbs,
-        global_batch_size_given=ns.global_batch_size is not None, rampup_batch_size=rampup,  # type: ignore[arg-type]
+        global_batch_size_given=ns.global_batch_size is not None,
+        rampup_batch_size=rampup if rules.rampup_used else None,  # type: ignore[arg-type]
         decrease_batch_size_if_needed=bool(ns.decrease_batch_size_if_needed),
         seq_length=ns.seq_length if ns.seq_length is not None else ns.encoder_seq_length,
         blend=blend, blend_per_split=per_split, split=split, data_args_path=ns.data_args_path,
@@ -649,7 +760,12 @@ def parse_megatron_argv(argv: Sequence[str]) -> MegatronArgs:
         lr_warmup_iters=int(ns.lr_warmup_iters), lr_warmup_samples=int(ns.lr_warmup_samples),
         lr_warmup_fraction=ns.lr_warmup_fraction, lr_wsd_decay_iters=ns.lr_wsd_decay_iters,
         lr_wsd_decay_samples=ns.lr_wsd_decay_samples, save_interval=ns.save_interval,
-        not_affecting_plan=tuple(ignored), megatron_lm_version=megatron_lm_version(),
+        not_affecting_plan=tuple(ignored), megatron_lm_version=rules.version, step_batch_size_schedule=step,
+        eval_global_batch_size=getattr(ns, "eval_global_batch_size", None),
+        eval_micro_batch_size=getattr(ns, "eval_micro_batch_size", None),
+        start_eval_at_iter=getattr(ns, "start_eval_at_iter", None),
+        override_ckpt_iteration=getattr(ns, "override_ckpt_iteration", None), gtp_weight_remat_size=gtp,
+        calculator_data_parallel_size=dp * gtp, rampup_ignored=rampup is not None and not rules.rampup_used,
     )
 
 
@@ -672,13 +788,21 @@ def _dataset_config(args: MegatronArgs) -> None:
 
 def megatron_run(args: MegatronArgs) -> MegatronRun:
     """What Megatron-LM does with the command line, in its order: the LR scheduler (update_train_iters for
-    sample-based runs), get_train_valid_test_num_samples, the dataset config's checks."""
+    sample-based runs), get_train_valid_test_num_samples, the dataset config's checks, under the rules of
+    ``args.megatron_lm_version``."""
+    with mlm.using(args.rules):
+        return _run(args)
+
+
+def _run(args: MegatronArgs) -> MegatronRun:
+    """megatron_run under the rules in force."""
     known: dict[str, object] = {"data_parallel_size": args.data_parallel_size,
                                 "global_batch_size": args.global_batch_size}
     try:
         schedule = mlm.build_num_microbatches_calculator(args.global_batch_size, args.micro_batch_size,
-                                                         args.data_parallel_size, args.decrease_batch_size_if_needed,
-                                                         args.rampup_batch_size)
+                                                         args.calculator_dp, args.decrease_batch_size_if_needed,
+                                                         args.rampup_batch_size, args.step_batch_size_schedule,
+                                                         args.seq_length)
         if not args.train_iters and args.train_samples:
             train_iters = mlm.update_train_iters(args.train_iters, args.train_samples, schedule)
         else:
@@ -687,10 +811,13 @@ def megatron_run(args: MegatronArgs) -> MegatronRun:
             args.train_iters, args.train_samples, args.global_batch_size, args.lr_decay_iters, args.lr_decay_samples,
             args.lr_warmup_iters, args.lr_warmup_samples, args.lr_warmup_fraction, args.lr_wsd_decay_iters,
             args.lr_wsd_decay_samples, args.lr_decay_style, args.lr, args.min_lr, args.lr_warmup_init)
-        known.update(train_iters=train_iters, scheduler=steps)
+        known.update(train_iters=train_iters, scheduler=steps,
+                     train_consumed=mlm.schedule_consumed(schedule, train_iters))
         num = mlm.get_train_valid_test_num_samples(train_iters, args.train_samples, args.global_batch_size,
                                                    args.eval_interval, args.eval_iters, args.full_validation,
-                                                   args.skip_train, args.phase_transition_iterations)
+                                                   args.skip_train, args.phase_transition_iterations,
+                                                   eval_global_batch_size=args.eval_global_batch_size,
+                                                   start_eval_at_iter=args.start_eval_at_iter)
         known.update(num_samples=num)
         _dataset_config(args)
         _builder_sizes(args, num)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from neox_epoch.megatron_args import Blend, MegatronArgs, MegatronRun, megatron_run, parse_megatron_argv
 from neox_epoch.plan import Plan
 from neox_epoch.plan_input import McoreOptions, PlanInput, PlanWarning, SourceSpec
+from neox_epoch.semantics import megatron_lm as mlm
 
 #: neox-epoch's own ``plan`` options (name -> number of values), removed before Megatron-LM parses the rest
 OWN_OPTIONS: dict[str, int] = {
@@ -69,6 +70,8 @@ class MegatronInput:
     inp: PlanInput
     notes: tuple[str, ...]
     """What the plan does not model of this command line, and flags listed as not affecting it."""
+    warnings: tuple[PlanWarning, ...] = ()
+    """What Megatron-LM's own arithmetic does that a user would not expect (added to the plan's warnings)."""
 
 
 def _specs(blend: Blend | None) -> tuple[SourceSpec, ...]:
@@ -80,18 +83,58 @@ def _specs(blend: Blend | None) -> tuple[SourceSpec, ...]:
 
 
 def train_consumed(run: MegatronRun) -> int:
-    """Samples training draws in ``train_iters`` iterations: the batch schedule summed (a ramp-up grows it)."""
-    if run.schedule.rampup is None:
-        return run.train_iters * run.global_batch_size
-    consumed = 0
-    for _ in range(run.train_iters):
-        consumed += run.schedule.current_global_batch_size(consumed)
-    return consumed
+    """Samples training draws in ``train_iters`` iterations: the batch schedule summed (a ramp-up or a step
+    schedule changes it; :func:`neox_epoch.semantics.megatron_lm.schedule_consumed`)."""
+    return mlm.schedule_consumed(run.schedule, run.train_iters)
+
+
+def _schedule_words(sched: mlm.BatchSchedule) -> str:
+    """The batch schedule in words, for the arithmetic."""
+    if sched.steps is not None:
+        return "the step schedule (" + ", ".join(f"{b} from {t} samples" for t, b in sched.steps) + ")"
+    if sched.rampup is not None:
+        start, inc, samples = sched.rampup
+        return f"the ramp-up (from {start}, +{inc} every {sched.rampup_samples_per_increment:g} samples up to {samples}, then " \
+               f"{sched.global_batch_size})"
+    return f"the running batch {sched.running_global_batch_size(0)} (--decrease-batch-size-if-needed)"
+
+
+def run_arithmetic(args: MegatronArgs, run: MegatronRun) -> tuple[str, ...]:
+    """Megatron-LM's arithmetic for each split's request and the train samples consumed, naming the version."""
+    t, g, (train, valid, test) = run.train_iters, run.global_batch_size, run.num_samples
+    eg = args.eval_global_batch_size if args.eval_global_batch_size is not None else g
+    eg_name = "eval_global_batch_size" if args.eval_global_batch_size is not None else "global_batch_size"
+    out = [f"Megatron-LM {args.megatron_lm_version} (update_train_iters, get_train_valid_test_num_samples, "
+           "the num-microbatches calculator):"]
+    if args.phase_transition_iterations:
+        out.append(f"train samples requested = the first phase's samples (--phase-transition-iterations) = {train}")
+    elif args.train_samples:
+        out.append(f"train samples requested = train_samples = {train}")
+    else:
+        out.append(f"train samples requested = train_iters * global_batch_size = {t} * {g} = {train}")
+    consumed = train_consumed(run)
+    if run.schedule.constant and not args.decrease_batch_size_if_needed:
+        out.append(f"train samples consumed = train_iters * global_batch_size = {t} * {g} = {consumed}")
+    else:
+        out.append(f"train samples consumed = {_schedule_words(run.schedule)} summed over {t} iterations = {consumed}")
+    if valid is None:
+        out.append("valid samples: none requested (--full-validation: each evaluation is one pass of the valid split)")
+    elif args.skip_train:
+        out.append(f"valid samples = eval_iters * {eg_name} = {args.eval_iters} * {eg} = {valid} (--skip-train)")
+    elif args.start_eval_at_iter is not None:
+        out.append(f"valid samples = max(0, train_iters // eval_interval + 1 - start_eval_at_iter // eval_interval) * "
+                   f"eval_iters * {eg_name} = max(0, {t} // {args.eval_interval} + 1 - {args.start_eval_at_iter} // "
+                   f"{args.eval_interval}) * {args.eval_iters} * {eg} = {valid}")
+    else:
+        out.append(f"valid samples = (train_iters // eval_interval + 1) * eval_iters * {eg_name} = "
+                   f"({t} // {args.eval_interval} + 1) * {args.eval_iters} * {eg} = {valid}")
+    out.append(f"test samples = eval_iters * {eg_name} = {args.eval_iters} * {eg} = {test}")
+    return tuple(out)
 
 
 def megatron_input(argv: Sequence[str], version: str) -> MegatronInput:
     """Parse ``argv`` (neox-epoch's own options removed) and build the megatron-core plan input."""
-    args = parse_megatron_argv(argv)
+    args = parse_megatron_argv(argv, version)
     run = megatron_run(args)
     per_split = args.blend_per_split is not None and any(args.blend_per_split)
     if per_split:
@@ -107,6 +150,10 @@ def megatron_input(argv: Sequence[str], version: str) -> MegatronInput:
     if args.exit_interval:
         notes.append(f"--exit-interval {args.exit_interval}: this launch stops at iteration {args.exit_interval}; "
                      "the plan is for the whole run")
+    if args.step_batch_size_schedule is not None:
+        notes.append(f"--step-batch-size-schedule {args.step_batch_size_schedule!r}: global batch {args.global_batch_size} "
+                     "is validate_args' default (micro x dp) that the requests and the LR schedule are counted in; "
+                     "the training steps take the schedule's batches (see the arithmetic)")
     if args.iterations_to_skip:
         notes.append(f"--iterations-to-skip {' '.join(map(str, args.iterations_to_skip))}: those iterations draw "
                      "their batches but do not train on them")
@@ -117,9 +164,56 @@ def megatron_input(argv: Sequence[str], version: str) -> MegatronInput:
         eval_interval=args.eval_interval or max(1, run.train_iters + 1), eval_iters=args.eval_iters,
         seed=args.seed,
         mcore=McoreOptions(mid_level_dataset_surplus=args.mid_level_dataset_surplus, num_samples=run.num_samples,
-                           train_consumed=train_consumed(run)),
+                           train_consumed=train_consumed(run), arithmetic=run_arithmetic(args, run),
+                           eval_global_batch_size=args.eval_global_batch_size,
+                           start_eval_at_iter=args.start_eval_at_iter),
     )
-    return MegatronInput(args=args, run=run, inp=inp, notes=tuple(notes))
+    return MegatronInput(args=args, run=run, inp=inp, notes=tuple(notes), warnings=run_warnings(args, run))
+
+
+def run_warnings(args: MegatronArgs, run: MegatronRun) -> tuple[PlanWarning, ...]:
+    """What Megatron-LM's arithmetic does that a command line does not say: an ignored ramp-up (0.19.2), a step
+    schedule consuming past the train request, a validation request one evaluation short."""
+    out: list[PlanWarning] = []
+    v = args.megatron_lm_version
+    if args.rampup_ignored:
+        out.append(PlanWarning("rampup-ignored", f"--rampup-batch-size: Megatron-LM {v} parses it and ignores it "
+                               "(init_num_microbatches_calculator only logs that it is deprecated): "
+                               + ("the step schedule sets the batch" if args.step_batch_size_schedule is not None else
+                                  f"every step takes the global batch {run.global_batch_size}; use "
+                                  "--step-batch-size-schedule for a growing batch"), "train"))
+    consumed, requested = train_consumed(run), run.num_samples[0]
+    if consumed > requested and not args.phase_transition_iterations:
+        if args.train_samples:
+            why = (f"update_train_iters counts iterations while consumed < train_samples, so the {run.train_iters} "
+                   f"iterations consume {consumed} samples, {consumed - requested} more than the {requested} asked of "
+                   "the builder (--train-samples)")
+        else:
+            why = (f"the builder is asked for train_iters * global_batch_size = {run.train_iters} * "
+                   f"{run.global_batch_size} = {requested} samples (the default global batch micro x dp) and the LR "
+                   f"schedule is counted in those, but the {run.train_iters} iterations consume {consumed}")
+        out.append(PlanWarning("draws-past-request", f"train: Megatron-LM {v}: {why}; a blend sized to the request "
+                               "can run out in the last iteration(s)", "train"))
+    out += _eval_warnings(args, run)
+    return tuple(out)
+
+
+def _eval_warnings(args: MegatronArgs, run: MegatronRun) -> list[PlanWarning]:
+    """The validation request against the evaluations the run makes (0.19.2's --start-eval-at-iter)."""
+    valid = run.num_samples[1]
+    if valid is None or args.skip_train or not args.eval_iters:
+        return []
+    eg = args.eval_global_batch_size if args.eval_global_batch_size is not None else run.global_batch_size
+    runs = mlm.evaluations_run(run.train_iters, args.eval_interval, args.start_eval_at_iter)
+    asked = valid // (args.eval_iters * eg) if eg else 0
+    if runs <= asked:
+        return []
+    return [PlanWarning("eval-past-request", f"valid: Megatron-LM {args.megatron_lm_version} asks the builder for "
+                        f"{asked} evaluations ({valid} samples) but the run makes {runs}: the training loop evaluates "
+                        f"at every multiple of --eval-interval {args.eval_interval} from --start-eval-at-iter "
+                        f"{args.start_eval_at_iter} on (the request leaves out one evaluation when that start is a "
+                        f"multiple of the interval), then once after training; the last {(runs - asked) * args.eval_iters * eg} samples are read past the "
+                        "request; a validation blend sized to it runs out", "valid")]
 
 
 def cache_warnings(args: MegatronArgs, plan: Plan) -> list[PlanWarning]:
@@ -180,8 +274,9 @@ def _without(argv: Sequence[str], flags: Sequence[str]) -> list[str]:
     return out
 
 
-def verify_exact(argv: Sequence[str], flags: str, plan: Plan, version: str) -> None:
-    """Re-parse the command line with the exact flags pasted in and require the same draws and requests."""
+def verify_exact(argv: Sequence[str], flags: str, plan: Plan, version: str) -> MegatronInput:
+    """Re-parse the command line with the exact flags pasted in and require the same draws and requests; the
+    re-parsed input (its warnings are the exact run's)."""
     from neox_epoch.errors import PlanError
     from neox_epoch.plan import make_plan
 
@@ -196,3 +291,4 @@ def verify_exact(argv: Sequence[str], flags: str, plan: Plan, version: str) -> N
     if want != got or check.consumed != plan.consumed:
         raise PlanError(f"exact plan: with the flags {flags!r} Megatron-LM would draw {got} ({check.consumed}), "
                         f"not {want} ({plan.consumed}); this command line cannot be made exact by flags alone")
+    return again

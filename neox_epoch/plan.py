@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import cast
 
@@ -216,12 +216,8 @@ def make_plan(inp: PlanInput, targets: Sequence[int] | None = None, cache: Token
     blends: list[SplitBlend] = []
     warnings: list[PlanWarning] = []
     arithmetic = [iters_line] if iters_line else []
-    arithmetic += [
-        f"train samples consumed = train_iters * global_batch_size = {train_iters} * {gbs} = {consumed[0]}",
-        f"valid samples = (train_iters // eval_interval + 1) * eval_iters * global_batch_size = "
-        f"({train_iters} // {inp.eval_interval} + 1) * {inp.eval_iters} * {gbs} = {consumed[1]}",
-        f"test samples = eval_iters * global_batch_size = {inp.eval_iters} * {gbs} = {consumed[2]}",
-    ]
+    arithmetic += list(inp.mcore.arithmetic) if inp.mcore.arithmetic is not None else _consumed_lines(
+        inp, train_iters, consumed)
     a = fw.extra_token(inp)
     # train_epochs mode: the loaders (drop_last) are cycled, so at most their full batches are ever drawn
     loader_batch = _loader_batch(inp) if _epochs_mode(inp) else None
@@ -234,22 +230,56 @@ def make_plan(inp: PlanInput, targets: Sequence[int] | None = None, cache: Token
         draws, n = _draws(sb, min(consumed[i], limit))
         if consumed[i] > limit:
             full = f" ({limit} in full loader batches of {loader_batch})" if limit != sb.size else ""
-            warnings.append(PlanWarning(
-                "loader-restart",
-                f"{sb.split}: {consumed[i]} samples consumed but the {sb.split} dataset offers {sb.size}{full}; "
-                "NeoX's loader starts over from its first sample (the same order again)", sb.split))
+            warnings.append(_past_end_warning(inp, sb.split, consumed[i], sb.size, full))
         if sb.blended:
             blends.append(SplitBlend(sb.split, sb.size, sb.greedy_weights, n, tuple(draws), sb.rule))
         for k, (d, drawn) in enumerate(zip(sb.datasets, draws)):
             sources.append(_source_plan(inp, d, drawn, a, targets[k] if targets is not None and i == 0 else None))
             warnings.extend(_source_warnings(inp, fw.past_end, d, drawn))
     warnings.extend(_run_warnings(inp, train_iters, sources))
+    requested = None
+    if inp.framework == "megatron-core" and inp.mcore.num_samples:
+        requested = inp.mcore.num_samples[0]
+    elif inp.framework == "megatron-core" and inp.mcore.train_consumed is not None:  # exact mode, a changing batch
+        requested = inp.train_samples
     return Plan(
         framework=inp.framework, framework_version=inp.framework_version, seq_length=inp.seq_length,
-        global_batch_size=gbs, train_iters=train_iters, train_samples=train_iters * gbs,
+        global_batch_size=gbs, train_iters=train_iters,
+        train_samples=requested if requested is not None else train_iters * gbs,
         consumed={s: c for s, c in zip(SPLITS, consumed)}, sources=tuple(sources), blends=tuple(blends),
         warnings=tuple(warnings), arithmetic=tuple(arithmetic),
     )
+
+
+def _consumed_lines(inp: PlanInput, train_iters: int, consumed: Sequence[int]) -> list[str]:
+    """The arithmetic of the samples each split draws (builds.eval_consumption's)."""
+    gbs, o = inp.global_batch_size, inp.mcore
+    eg, name = (o.eval_global_batch_size, "eval_global_batch_size") if o.eval_global_batch_size else (
+        gbs, "global_batch_size")
+    if o.start_eval_at_iter is not None:
+        valid = (f"valid samples = max(0, train_iters // eval_interval + 1 - start_eval_at_iter // eval_interval) * "
+                 f"eval_iters * {name} = max(0, {train_iters} // {inp.eval_interval} + 1 - {o.start_eval_at_iter} // "
+                 f"{inp.eval_interval}) * {inp.eval_iters} * {eg} = {consumed[1]}")
+    else:
+        valid = (f"valid samples = (train_iters // eval_interval + 1) * eval_iters * {name} = "
+                 f"({train_iters} // {inp.eval_interval} + 1) * {inp.eval_iters} * {eg} = {consumed[1]}")
+    train = (f"train samples consumed = train_iters * global_batch_size = {train_iters} * {gbs} = {consumed[0]}"
+             if o.train_consumed is None else f"train samples consumed = the batch schedule summed over {train_iters} "
+                                              f"iterations = {consumed[0]}")
+    return [train, valid,
+            f"test samples = eval_iters * {name} = {inp.eval_iters} * {eg} = {consumed[2]}"]
+
+
+def _past_end_warning(inp: PlanInput, split: str, consumed: int, size: int, full: str) -> PlanWarning:
+    """More samples consumed than the split's dataset offers: NeoX's loader starts over; Megatron-LM's sampler
+    ends, and the run stops with an error in that iteration (or evaluation)."""
+    if inp.framework == "megatron-core" and inp.mcore.num_samples is not None:
+        return PlanWarning("runs-out", f"{split}: {consumed} samples consumed but the {split} dataset offers {size}: "
+                                       "Megatron-LM's sampler has no batch left and its data iterator stops the run "
+                                       "with StopIteration", split)
+    return PlanWarning("loader-restart", f"{split}: {consumed} samples consumed but the {split} dataset offers "
+                                         f"{size}{full}; NeoX's loader starts over from its first sample (the same "
+                                         "order again)", split)
 
 
 def _source_plan(inp: PlanInput, d: Dataset, drawn: int, a: int, target: int | None) -> SourcePlan:
@@ -373,8 +403,13 @@ def passes_per_source(epochs: float | Mapping[str, float], sources: Sequence[Sou
     return {s.label: float(epochs) for s in sources}
 
 
-def exact_plan(inp: PlanInput, passes: dict[str, float], search_seeds: int = 200) -> Plan:
-    """Settings for exactly ``passes[name]`` passes over each train source, and the plan under them."""
+def exact_plan(inp: PlanInput, passes: dict[str, float], search_seeds: int = 200,
+               batches: Callable[[int], tuple[int, int, str]] | None = None) -> Plan:
+    """Settings for exactly ``passes[name]`` passes over each train source, and the plan under them.
+
+    ``batches``: for a batch that changes from step to step (Megatron-LM 0.19.2's step schedule), total samples ->
+    (iterations, the samples they draw: the most that fit, the arithmetic); the run then asks for exactly those
+    samples (``train_samples``). None: a constant global batch, train_iters = total // global batch."""
     _check_input(inp)
     labels = [s.label for s in inp.train_sources]
     want = _wanted_passes(inp.train_sources, passes)
@@ -382,19 +417,21 @@ def exact_plan(inp: PlanInput, passes: dict[str, float], search_seeds: int = 200
     targets = _exact_targets(inp, want, cache)
     total = sum(targets)
     gbs = inp.global_batch_size
-    iters = total // gbs
+    if batches is None:
+        iters = total // gbs
+        consumed = iters * gbs
+        line = f"train_iters = sum(targets) // global_batch_size = {total} // {gbs} = {iters}"
+    else:
+        iters, consumed, line = batches(total)
     if iters == 0:
         raise PlanError(f"exact plan: {total} samples are less than one global batch ({gbs}); lower the batch size")
-    consumed = iters * gbs
     remainder = total - consumed
     final = _fit_remainder(targets, want, remainder)
     arithmetic = [
         f"{lab}: target = {w} passes -> {t} samples" for lab, w, t in zip(labels, want, targets)
-    ] + [
-        f"train_iters = sum(targets) // global_batch_size = {total} // {gbs} = {iters}; "
-        f"remainder = {total} - {iters} * {gbs} = {remainder} samples not drawn"
-    ]
-    plan, settings = _exact_run(inp, iters, labels, final, search_seeds, cache)
+    ] + [f"{line}; remainder = {total} - {consumed} = {remainder} samples not drawn"]
+    plan, settings = _exact_run(inp, iters, labels, final, search_seeds, cache,
+                                consumed if batches is not None else None)
     warnings = [*plan.warnings, *_remainder_warnings(labels, targets, final, inp.seq_length)]
     if inp.framework == "neox" and inp.per_split_paths:
         warnings.extend(_without_plugin(inp, iters, cache))
@@ -453,12 +490,13 @@ def _fit_remainder(targets: list[int], want: Sequence[float], remainder: int) ->
 
 
 def _exact_run(inp: PlanInput, iters: int, labels: list[str], final: list[int], search_seeds: int,
-               cache: TokenCache) -> tuple[Plan, dict[str, object]]:
-    """The plan drawing exactly ``final`` in ``iters`` iterations, and the settings besides train_iters it needs."""
+               cache: TokenCache, samples: int | None = None) -> tuple[Plan, dict[str, object]]:
+    """The plan drawing exactly ``final`` in ``iters`` iterations (``samples``: a changing batch's draws, asked
+    of the builder as train_samples), and the settings besides train_iters it needs."""
     settings: dict[str, object] = {}
-    exact_inp = replace(inp, train_iters=iters, train_samples=None)
+    exact_inp = replace(inp, train_iters=iters, train_samples=samples)
     if inp.framework == "megatron-core":
-        exact_inp = replace(exact_inp, mcore=replace(inp.mcore, mid_level_dataset_surplus=0.0))
+        exact_inp = replace(exact_inp, mcore=replace(inp.mcore, mid_level_dataset_surplus=0.0, train_consumed=samples))
         settings["mid_level_dataset_surplus"] = 0.0
     if len(final) == 1:
         if inp.framework == "neox" and inp.per_split_paths:

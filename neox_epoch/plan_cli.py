@@ -293,14 +293,13 @@ def run_megatron(args: argparse.Namespace) -> int:
     if wants_exact and not any(t.partition("=")[0] in ("--train-iters", "--train-samples") for t in argv):
         argv += ["--train-iters", "1"]  # exact mode computes the length; Megatron-LM needs one to parse
     mi = mp.megatron_input(argv, version)
+    mi = replace(mi, notes=mi.notes + tuple(version_notes(args, version, mi.args.megatron_lm_version)))
     targets = targets_from(args, mi.inp, None)
     if targets:
-        if mi.args.rampup_batch_size is not None:
-            raise ConfigError("--rampup-batch-size: exact passes need a constant global batch; plan the ramp-up "
-                              "without --epochs, or drop the ramp-up")
+        batches = _changing_batch(mi)
         base = replace(mi.inp, train_iters=None, train_samples=None,
-                       mcore=replace(mi.inp.mcore, num_samples=None, train_consumed=None))
-        plan = exact_plan(base, targets)
+                       mcore=replace(mi.inp.mcore, num_samples=None, train_consumed=None, arithmetic=None))
+        plan = exact_plan(base, targets, batches=batches)
         a = mi.args
         keys = McoreScheduleKeys(
             lr_decay_style=a.lr_decay_style, lr_decay_iters=a.lr_decay_iters, lr_decay_samples=a.lr_decay_samples,
@@ -309,13 +308,14 @@ def run_megatron(args: argparse.Namespace) -> int:
             lr_wsd_decay_samples=a.lr_wsd_decay_samples, save_interval=a.save_interval,
             eval_interval=a.eval_interval, eval_iters=a.eval_iters, exit_interval=a.exit_interval)
         old_iters = a.train_iters if any(t.partition("=")[0] == "--train-iters" for t in _plan_argv(args)) else None
-        plan, schedule = attach_mcore(plan, keys, old_iters, a.train_samples, targets, mi.inp.warmup_share_limit)
+        plan, schedule = attach_mcore(plan, keys, old_iters, a.train_samples, targets, mi.inp.warmup_share_limit,
+                                      plan.train_samples if batches is not None else None)
         flags = mp.exact_flags(mi.args, plan, schedule.overwrite())
-        mp.verify_exact(argv, flags, plan, version)
+        mi = replace(mi, warnings=mp.verify_exact(argv, flags, plan, version).warnings)  # the exact run's
         plan = replace(plan, settings={**plan.settings, "megatron_flags": flags})
     else:
         plan = make_plan(mi.inp)
-    plan = replace(plan, warnings=plan.warnings + tuple(mp.cache_warnings(mi.args, plan)))
+    plan = replace(plan, warnings=plan.warnings + mi.warnings + tuple(mp.cache_warnings(mi.args, plan)))
     if args.write_config:
         raise ConfigError("--write-config: writes a NeoX config; for Megatron-LM paste the flags exact mode prints")
     if args.json:
@@ -332,6 +332,56 @@ def run_megatron(args: argparse.Namespace) -> int:
     if targets:
         print(f"\nflags for exact passes (paste after your command line; the last one wins):\n  {plan.settings['megatron_flags']}")
     return 0
+
+
+def _changing_batch(mi: Any) -> Any:
+    """Exact mode's batches for a step schedule (0.19.2): total -> (iterations, samples, arithmetic), the run
+    sample-based so that Megatron-LM asks the builder for exactly what the schedule draws; None for a constant
+    batch; a ramp-up (0.16.1), or a step schedule under --train-iters, is refused in one line."""
+    from neox_epoch.semantics import megatron_lm as mlm
+
+    sched, args = mi.run.schedule, mi.args
+    if sched.constant:
+        return None
+    if sched.steps is None:
+        raise ConfigError("--rampup-batch-size: exact passes need a constant global batch or a step schedule; plan "
+                          "the ramp-up without --epochs, or use --step-batch-size-schedule (Megatron-LM 0.19)")
+    if not args.train_samples:
+        raise ConfigError("--step-batch-size-schedule: exact passes with a step schedule need --train-samples N (under "
+                          f"--train-iters Megatron-LM asks the builder for train_iters x {args.global_batch_size}, not "
+                          "what the schedule draws); give --train-samples instead of --train-iters")
+
+    def batches(total: int) -> tuple[int, int, str]:
+        iters, samples = mlm.schedule_fit(sched, total)
+        return iters, samples, (f"train_samples = the step schedule's first {iters} batches, the most that fit in "
+                                f"sum(targets) {total} = {samples} (Megatron-LM {args.megatron_lm_version}'s "
+                                "update_train_iters then stops after exactly those)")
+    return batches
+
+
+def version_notes(args: argparse.Namespace, version: str, megatron_lm: str) -> list[str]:
+    """One note when --framework-version names another megatron-core than the one installed (the plan follows
+    the given version's Megatron-LM rules), and which Megatron-LM rules a version without its own table uses."""
+    from neox_epoch.semantics.megatron_lm import rules_for
+
+    notes = []
+    if args.framework_version:
+        found = detect.megatron_core_source()
+        installed = rules_for(found[0]).version if found is not None else megatron_lm
+        if found is not None and installed != megatron_lm:
+            notes.append(f"--framework-version {version}: planned with Megatron-LM {megatron_lm}'s flags and rules, "
+                         f"not Megatron-LM {installed}'s (those of the megatron-core {found[0]} installed, {found[1]})")
+    if version != megatron_lm:
+        notes.append(f"megatron-core {version}: Megatron-LM {megatron_lm}'s flags and training-side rules apply (the "
+                     "option tables here: " + ", ".join(sorted(mlm_versions())) + ")")
+    return notes
+
+
+def mlm_versions() -> tuple[str, ...]:
+    """The Megatron-LM versions with an option table."""
+    from neox_epoch.megatron_args import table_versions
+
+    return table_versions()
 
 
 def mcore_version(args: argparse.Namespace) -> str:

@@ -71,7 +71,15 @@ class McoreOptions:
     NeoX-style formula from train_iters, eval_interval and eval_iters."""
     train_consumed: int | None = None
     """Samples training draws in train_iters iterations when that is not train_iters * global batch (a
-    batch-size ramp-up); None: train_iters * global_batch_size."""
+    batch-size ramp-up or step schedule); None: train_iters * global_batch_size."""
+    eval_global_batch_size: int | None = None
+    """Megatron-LM 0.19.2's evaluation batch (--eval-global-batch-size, default the global batch) for the valid
+    and test samples when ``num_samples`` is None (exact mode); None: the global batch."""
+    start_eval_at_iter: int | None = None
+    """Megatron-LM 0.19.2's --start-eval-at-iter: evaluations before it are not requested (exact mode)."""
+    arithmetic: tuple[str, ...] | None = None
+    """Megatron-LM's own lines for the samples requested and consumed per split (with the version whose
+    arithmetic they follow), in place of the train_iters * global batch lines; None: those lines."""
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,9 @@ def render(plan: Plan) -> str:
     out = [
         f"neox-epoch plan ({plan.framework}{ver} semantics)",
         f"seq_length {plan.seq_length}, global batch {plan.global_batch_size}, train_iters {plan.train_iters:,d} "
-        f"-> {plan.train_samples:,d} train samples",
+        f"-> {plan.train_samples:,d} train samples" + (
+            f" requested, {plan.consumed['train']:,d} consumed" if plan.consumed.get("train", plan.train_samples)
+            != plan.train_samples else ""),
         "",
         table(plan),
         "",

@@ -20,7 +20,7 @@ from typing import Any
 
 from neox_epoch.checkpoint import Checkpoint
 from neox_epoch.errors import ConfigError, NeoxEpochError
-from neox_epoch.megatron_args import PLAN_DESTS, flag_table
+from neox_epoch.megatron_args import PLAN_DESTS, MegatronArgs, flag_table
 from neox_epoch.megatron_plan import MegatronInput, megatron_input
 from neox_epoch.neox.resume_state import TrainBuild
 from neox_epoch.plan import Plan, make_plan
@@ -37,20 +37,24 @@ from neox_epoch.resume_check import (
     valid_sources,
 )
 from neox_epoch.resume_exposure import SourceExposure, megatron_exposures
+from neox_epoch.semantics import megatron_lm as mlm
 
 #: Megatron-LM flags that let OptimizerParamScheduler take a checkpoint saved with another schedule
 SCHEDULER_FLAGS = ("override_opt_param_scheduler", "use_checkpoint_opt_param_scheduler")
 
 
-def argv_from_args(saved: dict[str, Any]) -> list[str]:
-    """The command line whose plan is the saved run's: each planning flag whose saved value is not its default
-    (validate_args' own fills, e.g. the global batch, are equivalent when given); the saved world size."""
+def argv_from_args(saved: dict[str, Any], version: str | None = None) -> list[str]:
+    """The command line whose plan is the saved run's: each planning flag of Megatron-LM ``version``'s table
+    (:func:`neox_epoch.semantics.megatron_lm.rules_for`) whose saved value is not its default (validate_args' own
+    fills, e.g. the global batch, are equivalent when given; not with a step schedule, which refuses a given
+    global batch); the saved world size."""
     out: list[str] = []
-    for spec in flag_table()["options"]:
+    for spec in flag_table(mlm.rules_for(version).version)["options"]:
         dest, value = spec["dest"], saved.get(spec["dest"])
         if dest not in PLAN_DESTS or value is None or value == spec["default"] or (
                 dest == "encoder_seq_length" and saved.get("seq_length")) or (
-                dest == "train_iters" and saved.get("train_samples")):  # update_train_iters filled it in
+                dest == "train_iters" and saved.get("train_samples")) or (  # update_train_iters filled it in
+                dest == "global_batch_size" and saved.get("step_batch_size_schedule")):
             continue
         flag = next(o for o in spec["options"] if o.startswith("--") and not o.startswith("--no-"))
         if spec["action"] in ("store_true", "store_false"):
@@ -82,7 +86,7 @@ def _new_run(mi: MegatronInput, plan: Plan, lr_follows: bool) -> NewRun:
 def _saved(ckpt: Checkpoint, version: str) -> tuple[MegatronInput | None, str]:
     """The saved run planned from its args, or why not (a note)."""
     try:
-        return megatron_input(argv_from_args(ckpt.values), version), "the args saved in the checkpoint"
+        return megatron_input(argv_from_args(ckpt.values, version), version), "the args saved in the checkpoint"
     except NeoxEpochError as err:
         return None, f"the args saved in the checkpoint do not plan ({err}): the saved build is not compared"
 
@@ -118,10 +122,8 @@ def valid_start(saved_args: dict[str, Any], iteration: int, mi: MegatronInput, p
     how = f"drawn = consumed_valid_samples = {drawn} (the args saved in the checkpoint)"
     consumed = drawn
     if drawn == 0 and iteration > 0 and not args.train_samples and args.eval_interval:
-        consumed = iteration // args.eval_interval * args.eval_iters * run.global_batch_size
-        how += (f"; none counted, so Megatron-LM recomputes it with the new args: iteration // eval_interval * "
-                f"eval_iters * global_batch_size = {iteration} // {args.eval_interval} * {args.eval_iters} * "
-                f"{run.global_batch_size} = {consumed}")
+        consumed, line = recomputed_valid(args, run.global_batch_size, iteration)
+        how += f"; none counted, so Megatron-LM {args.megatron_lm_version} recomputes it with the new args: {line}"
     start = 0 if args.full_validation else consumed
     how += f"; start = {'0 (--full-validation)' if args.full_validation else 'consumed_valid_samples'} = {start}"
     if start >= length:
@@ -131,8 +133,11 @@ def valid_start(saved_args: dict[str, Any], iteration: int, mi: MegatronInput, p
             "validation samples: --eval-iters, --eval-interval, --train-iters)"]
     interval = args.eval_interval or 0
     evaluations = evaluations_after(iteration, run.train_iters, interval)
-    loader = args.micro_batch_size * args.data_parallel_size
-    needed = evaluations * args.eval_iters * (run.global_batch_size // loader)
+    if args.start_eval_at_iter is not None:  # 0.19.2: the loop evaluates from start_eval_at_iter on
+        evaluations -= evaluations_after(iteration, max(iteration, args.start_eval_at_iter - 1), interval) - 1
+    eval_gbs = args.eval_global_batch_size or run.global_batch_size
+    loader = (args.eval_micro_batch_size or args.micro_batch_size) * args.data_parallel_size
+    needed = evaluations * args.eval_iters * (eval_gbs // loader)
     # per source: the blend positions of the saved run's draws, the resumed run's (whole batches while they last)
     # and as many continuing after the saved run's (not with --full-validation: every evaluation reads it all)
     ahead = [min(needed, max(0, length - at) // loader) * loader for at in (start, drawn)]
@@ -145,6 +150,40 @@ def valid_start(saved_args: dict[str, Any], iteration: int, mi: MegatronInput, p
         f"valid-runs-out: {evaluations} evaluations after the resume (every {interval} iterations to "
         f"{run.train_iters}, and one at the end) draw {needed} batches of {loader} from sample {start}; the "
         f"validation dataset has {length} samples: its loader ends (StopIteration) before the last evaluation"]
+
+
+def override_iteration(mi: MegatronInput, saved_gbs: int, saved_consumed: int) -> tuple[int, int, str, list[str]]:
+    """--override-ckpt-iteration K (0.19.2, megatron/training/checkpointing.py:load_checkpoint): the resume starts
+    at iteration K with consumed_train_samples = K x the current global batch; when the checkpoint's global batch
+    differs, load_checkpoint raises RuntimeError (a finding). (iteration, consumed, how, findings)."""
+    k, g, v = mi.args.override_ckpt_iteration or 0, mi.args.global_batch_size, mi.args.megatron_lm_version
+    consumed = k * g
+    how = (f"consumed = override_ckpt_iteration * global_batch_size = {k} * {g} = {consumed} (--override-ckpt-iteration: "
+           f"Megatron-LM {v}'s load_checkpoint replaces the saved iteration and consumed_train_samples {saved_consumed})")
+    if saved_gbs == g:
+        return k, consumed, how, []
+    return k, consumed, how, [
+        f"override-refused: --override-ckpt-iteration {k}: Megatron-LM {v}'s load_checkpoint raises RuntimeError "
+        f"(checkpoint global_batch_size ({saved_gbs}) != current global_batch_size ({g}): it would recompute "
+        f"consumed_train_samples as {k} * {g} = {consumed} and replay the data loader from the wrong sample offset); "
+        f"resume with the checkpoint's global batch {saved_gbs}, or without --override-ckpt-iteration"]
+
+
+def recomputed_valid(args: MegatronArgs, global_batch_size: int, iteration: int) -> tuple[int, str]:
+    """The consumed_valid_samples build_train_valid_test_data_loaders recomputes when the checkpoint counts none
+    (megatron/training/training.py): iteration // eval_interval * eval_iters * global batch (0.16.1); 0.19.2
+    subtracts the evaluations --start-eval-at-iter skipped (at least 0) and counts the evaluation batch."""
+    interval, iters = args.eval_interval or 1, args.eval_iters
+    if not args.rules.eval_batch:
+        value = iteration // interval * iters * global_batch_size
+        return value, (f"iteration // eval_interval * eval_iters * global_batch_size = {iteration} // {interval} * "
+                       f"{iters} * {global_batch_size} = {value}")
+    start = args.start_eval_at_iter or 0
+    eval_gbs = args.eval_global_batch_size or global_batch_size
+    value = max(0, iteration // interval - start // interval) * iters * eval_gbs
+    return value, (f"max(0, iteration // eval_interval - start_eval_at_iter // eval_interval) * eval_iters * "
+                   f"eval_global_batch_size = max(0, {iteration} // {interval} - {start} // {interval}) * {iters} * "
+                   f"{eval_gbs} = {value}")
 
 
 def _scheduler_findings(old: MegatronInput, new: MegatronInput) -> list[str]:
@@ -170,6 +209,9 @@ def check(ckpt: Checkpoint, argv: Sequence[str], version: str, exposure: bool = 
     if consumed == 0 and it > 0 and not saved_args.get("train_samples"):
         consumed, how = it * gbs, f"consumed = iteration * global_batch_size = {it} * {gbs} = {it * gbs} (none saved)"
     new_mi = megatron_input(list(argv), version)
+    overridden: list[str] = []
+    if new_mi.args.override_ckpt_iteration is not None:
+        it, consumed, how, overridden = override_iteration(new_mi, gbs, consumed)
     follows = any(bool(t.lstrip("-").replace("-", "_") in SCHEDULER_FLAGS) for t in argv)
     new = _new_run(new_mi, make_plan(new_mi.inp), follows)
     old_mi, source = _saved(ckpt, version)
@@ -180,7 +222,7 @@ def check(ckpt: Checkpoint, argv: Sequence[str], version: str, exposure: bool = 
     start = ResumeStart(consumed, consumed, f"start = consumed_train_samples = {consumed} (Megatron-LM's pretraining "
                                             "sampler starts there, whatever the batch)")
     old = OldRun(ckpt, gbs, consumed, how, None)
-    findings = build_findings(old, saved, new) + _end_findings(consumed, new, new_mi, it)
+    findings = overridden + build_findings(old, saved, new) + _end_findings(consumed, new, new_mi, it)
     findings += blend_findings(new, saved, consumed, start)
     valid, valid_findings = valid_start(saved_args, it, new_mi, new.plan)
     findings += valid_findings
@@ -189,6 +231,9 @@ def check(ckpt: Checkpoint, argv: Sequence[str], version: str, exposure: bool = 
     notes = [source if old_mi is None else f"the saved run's build from {source}"]
     if new_mi.args.rampup_batch_size is not None:
         notes.append("--rampup-batch-size: the samples drawn after the resume are counted at the final global batch")
+    if new_mi.args.step_batch_size_schedule is not None:
+        notes.append(f"--step-batch-size-schedule: the samples drawn after the resume are counted at the global batch "
+                     f"{new_mi.args.global_batch_size} (micro x dp), not the schedule's batches")
     left = max(0, new_mi.run.train_iters - it)
     sources = deltas(new, saved, consumed, start, left)
     found: tuple[SourceExposure, ...] = ()

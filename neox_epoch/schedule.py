@@ -355,13 +355,15 @@ def _exit(interval: int | None, key: str, new: int, how: str) -> tuple[list[Sche
 
 
 def mcore_schedule(keys: McoreScheduleKeys, old_iters: int | None, old_samples: int | None, new_iters: int,
-                   global_batch_size: int, reason: str, warmup_limit: float = 0.1) -> Schedule:
+                   global_batch_size: int, reason: str, warmup_limit: float = 0.1,
+                   new_samples: int | None = None) -> Schedule:
     """What happens to Megatron-LM's schedule flags when the run goes from ``old_iters`` iterations (or
-    ``old_samples`` samples, a sample-based run; both None: not known) to ``new_iters`` iterations."""
+    ``old_samples`` samples, a sample-based run; both None: not known) to ``new_iters`` iterations
+    (``new_samples``: the samples they draw when the batch changes, else new_iters x global batch)."""
     samples = old_samples is not None and old_iters is None
     unit = "samples" if samples else "iters"
     old = old_samples if samples else old_iters
-    new = new_iters * global_batch_size if samples else new_iters
+    new = (new_samples if new_samples is not None else new_iters * global_batch_size) if samples else new_iters
     out: list[ScheduleChange] = []
     warnings: list[PlanWarning] = []
     out += _run_length(f"--train-{unit}", old, new, reason)
@@ -501,9 +503,15 @@ def attach_neox(plan: Plan, keys: NeoxScheduleKeys, old_iters: int | None, passe
 
 
 def attach_mcore(plan: Plan, keys: McoreScheduleKeys, old_iters: int | None, old_samples: int | None,
-                 passes: Mapping[str, float], warmup_limit: float = 0.1) -> tuple[Plan, Schedule]:
+                 passes: Mapping[str, float], warmup_limit: float = 0.1,
+                 new_samples: int | None = None) -> tuple[Plan, Schedule]:
     """The Megatron-LM schedule of an exact ``plan`` (the run given as ``old_iters`` or ``old_samples``, None
-    when not given) and the plan with it attached."""
+    when not given) and the plan with it attached; ``new_samples``: the samples a changing batch draws."""
     reason = exact_reason(plan, passes)
-    sched = mcore_schedule(keys, old_iters, old_samples, plan.train_iters, plan.global_batch_size, reason, warmup_limit)
+    if new_samples is not None:
+        reason = (reason.split(": train_iters =")[0] + f": train_samples = {new_samples}, the batch schedule's first "
+                  f"{plan.train_iters} batches (the most that fit in sum(targets) = "
+                  f"{plan.train_samples + plan.remainder_samples})")
+    sched = mcore_schedule(keys, old_iters, old_samples, plan.train_iters, plan.global_batch_size, reason, warmup_limit,
+                           new_samples)
     return with_schedule(plan, sched, True), sched

@@ -1,4 +1,4 @@
-"""Regenerate neox_epoch/data/megatron_flags.json: every option Megatron-LM's ``parse_args`` knows.
+"""Regenerate neox_epoch/data/megatron_flags/<version>.json: every option Megatron-LM's ``parse_args`` knows.
 
 Runs Megatron-LM's own ``megatron.training.arguments.parse_args()`` and catches the
 ``argparse.ArgumentParser`` it builds at the moment it would parse ``sys.argv``, then writes each
@@ -9,6 +9,9 @@ of option names and defaults, with the version read from ``megatron/core/package
 Run with the Megatron-LM tree first on PYTHONPATH (its megatron.core shadows the wheel's)::
 
     MEGATRON_LM_DIR=<Megatron-LM tree> python scripts/megatron_flags.py [OUT.json]
+
+Without OUT.json the table goes to ``neox_epoch/data/megatron_flags/<version>.json``. On Python >= 3.12 the
+megatron-core wheel carries ``megatron/training`` itself (0.19.2): run it there without MEGATRON_LM_DIR.
 
 Importing megatron.training needs torch, megatron-core's dependencies and ``six regex triton pydantic``
 (see shared/notes/megatron-core.md, "Megatron-LM's training side").
@@ -24,7 +27,9 @@ import re
 import sys
 from typing import Any
 
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "neox_epoch", "data", "megatron_flags.json")
+#: one table per Megatron-LM version, named after it (0.16.1.json, 0.19.2.json ...); neox_epoch.megatron_args picks
+#: the one of the megatron-core version a plan mirrors
+OUT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "neox_epoch", "data", "megatron_flags")
 
 #: argparse action classes by the name a reader expects (the ``action=`` string that creates them)
 ACTION_NAMES = {
@@ -115,7 +120,7 @@ def package_version(tree: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Write the table; the Megatron-LM tree comes from MEGATRON_LM_DIR or the imported megatron package."""
-    out = (argv or sys.argv[1:] or [OUT])[0]
+    given = (argv or sys.argv[1:] or [None])[0]
     tree = os.environ.get("MEGATRON_LM_DIR")
     if tree and tree not in sys.path:
         sys.path.insert(0, tree)
@@ -131,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         "num_options": len(actions),
         "options": sorted(actions, key=lambda a: a["options"][0]),
     }
+    out = given or os.path.join(OUT_DIR, f"{table['megatron_lm_version']}.json")
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     with open(out, "w", encoding="utf-8") as f:
         json.dump(table, f, indent=0, sort_keys=True)

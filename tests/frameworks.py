@@ -10,7 +10,14 @@ anything is extracted):
   compiles NeoX's C++ helpers in the tree).
 - ``megatron_lm_dir()`` / ``megatron_lm_env()``: ``MEGATRON_LM_DIR``, else ``.cache/Megatron-LM-core_v0.16.1/``
   with the installed megatron-core wheel's compiled dataset helpers copied in; the env puts that tree first
-  on PYTHONPATH for a subprocess of this interpreter.
+  on PYTHONPATH for a subprocess of this interpreter (NeoX's stack: Python 3.11, megatron-core 0.16.1).
+- ``megatron_lm_019_dir()`` / ``megatron_lm_today_env()`` (today's stack: Python >= 3.12, megatron-core
+  0.19.2, whose wheel carries ``megatron/training``): ``MEGATRON_LM_019_DIR``, else
+  ``.cache/Megatron-LM-core_v0.19.0/`` for what the wheel lacks (``pretrain_gpt.py``, ``examples/``); the env
+  puts that tree AFTER the wheel on sys.path (``MEGATRON_LM_APPEND_PATH``, read by tests/megatron_lm_truth.py),
+  so the wheel's megatron.training and megatron.core are the ones imported.
+- ``megatron_lm_stack()`` says which of the two this interpreter is; ``needs_stack("neox" | "today")`` is the
+  skip mark of a test that needs one of them.
 
 Extraction goes to a temporary directory renamed into place, and every build holds a file lock, so
 parallel pytest processes neither race nor see half a tree. When a framework cannot be had on this
@@ -44,6 +51,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CACHE = os.path.join(REPO, ".cache")
 NEOX_TARBALL = "gpt-neox-ea7aefd8.tar.gz"
 MEGATRON_LM_TARBALL = "Megatron-LM-core_v0.16.1.tar.gz"
+MEGATRON_LM_019_TARBALL = "Megatron-LM-core_v0.19.0.tar.gz"
+#: the Megatron-LM training code each test stack runs (``needs_stack``)
+STACKS = {"neox": "0.16.1", "today": "0.19.2"}
 NEOX_ENV_SCRIPT = os.path.join(REPO, "scripts", "neox_env.sh")
 #: what Megatron-LM's training side imports beyond megatron-core (installed by scripts/setup.sh)
 MEGATRON_LM_DEPS = ("six", "regex", "triton", "pydantic")
@@ -316,5 +326,63 @@ def megatron_lm_env() -> dict[str, str]:
     tree = megatron_lm_dir()
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (tree, env.get("PYTHONPATH", "")) if p)
+    env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
+    return env
+
+
+# --------------------------------------------------------------------------------------------------------------
+# the two stacks: Megatron-LM 0.16.1 (NeoX's, Python 3.11) and 0.19.2 (today's, Python >= 3.12)
+
+
+def installed_megatron_core() -> str | None:
+    """The megatron-core version installed for this interpreter (None: not installed)."""
+    try:
+        return metadata.version("megatron-core")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def megatron_lm_stack() -> str:
+    """"today" when this interpreter runs megatron-core 0.19.x (its wheel's megatron/training, Python >= 3.12),
+    else "neox" (Megatron-LM core_v0.16.1's tree over the megatron-core 0.16.1 wheel)."""
+    version = installed_megatron_core() or ""
+    return "today" if sys.version_info >= (3, 12) and version.startswith("0.19.") else "neox"
+
+
+def needs_stack(name: str) -> pytest.MarkDecorator:
+    """The ``stack`` mark (tests/conftest.py) for a test that needs Megatron-LM ``STACKS[name]``'s training code:
+    on the other stack it is deselected with this reason (scripts/test.sh runs both stacks), never skipped."""
+    if name == "today":
+        reason = "Megatron-LM 0.19's training code comes with megatron-core 0.19.2, which requires Python >= 3.12"
+    else:
+        reason = "Megatron-LM core_v0.16.1's training code runs with megatron-core 0.16.1 on Python 3.11"
+    return pytest.mark.stack(name, reason=reason)
+
+
+def megatron_lm_019_dir() -> str:
+    """Megatron-LM core_v0.19.0's tree (``MEGATRON_LM_019_DIR`` when set): pretrain_gpt.py and examples/, which
+    the megatron-core 0.19.2 wheel lacks (its megatron/ is not used: the wheel's comes first)."""
+    given = _given_tree("MEGATRON_LM_019_DIR", "pretrain_gpt.py", "Megatron-LM core_v0.19 tree")
+    if given:
+        return given
+    return extract_vendored(MEGATRON_LM_019_TARBALL, os.path.join(CACHE, "Megatron-LM-core_v0.19.0"), vendor_dir())
+
+
+def megatron_lm_today_env() -> dict[str, str]:
+    """The environment for a subprocess of this interpreter running the megatron-core 0.19.2 wheel's training
+    side with core_v0.19.0's pretrain_gpt.py: MEGATRON_LM_APPEND_PATH names the tree (appended to sys.path by
+    the truth script, after the wheel) and CUDA_DEVICE_MAX_CONNECTIONS=1."""
+    if megatron_lm_stack() != "today":
+        raise FrameworkUnavailable(f"megatron-core 0.19.2 requires Python >= 3.12 (this is Python "
+                                   f"{sys.version_info[0]}.{sys.version_info[1]} with megatron-core "
+                                   f"{installed_megatron_core()})")
+    missing = [m for m in MEGATRON_LM_DEPS if importlib.util.find_spec(m) is None]
+    if missing:
+        raise FrameworkUnavailable(
+            f"Megatron-LM's training side imports {', '.join(missing)}, not installed for {sys.executable}: "
+            f"pip install {' '.join(missing)}"
+        )
+    env = dict(os.environ)
+    env["MEGATRON_LM_APPEND_PATH"] = megatron_lm_019_dir()
     env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
     return env

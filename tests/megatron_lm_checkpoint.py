@@ -1,6 +1,7 @@
 """A Megatron-LM checkpoint's ``args`` as Megatron-LM's own code makes them (not a pytest file).
 
-Usage (the Megatron-LM tree first on PYTHONPATH, as tests/megatron_lm_env.py runs scripts)::
+Usage (the Megatron-LM tree first on PYTHONPATH, or today's stack's environment, as tests/megatron_lm_env.py runs
+scripts)::
 
     python tests/megatron_lm_checkpoint.py SAVE_DIR ITERATION WORLD_SIZE pretrain_gpt.py-arguments...
 
@@ -30,13 +31,16 @@ def main(argv: list[str]) -> int:
     args = truth._parse(argv[3:], world)
     truth.M["arguments"].validate_args(args, {})
     truth.M["global_vars"].set_args(args)
-    truth.M["init_calc"](args.rank, args.rampup_batch_size, args.global_batch_size, args.micro_batch_size,
-                         args.data_parallel_size, args.decrease_batch_size_if_needed)
+    truth._init_calculator(args)
     truth.M["training"].get_optimizer_param_scheduler(types.SimpleNamespace(param_groups=[]))
     args.iteration = iteration
     args.consumed_train_samples = iteration * args.global_batch_size
     if args.eval_interval and args.eval_iters and not args.skip_train:  # each evaluation of train() adds a batch
-        args.consumed_valid_samples = iteration // args.eval_interval * args.eval_iters * args.global_batch_size
+        # (0.19.2: of --eval-global-batch-size, at the multiples of eval_interval from --start-eval-at-iter on)
+        start = max(getattr(args, "start_eval_at_iter", None) or 0, 1)
+        evaluations = max(0, iteration // args.eval_interval - (start - 1) // args.eval_interval)
+        args.consumed_valid_samples = evaluations * args.eval_iters * getattr(args, "eval_global_batch_size",
+                                                                               args.global_batch_size)
     import torch
 
     tag = os.path.join(save, f"iter_{iteration:07d}", "mp_rank_00")

@@ -1,6 +1,7 @@
 """Ground truth from REAL Megatron-LM (megatron/training + pretrain_gpt.py), not a pytest file.
 
-Usage (the Megatron-LM tree first on PYTHONPATH, see tests/megatron_lm_env.py)::
+Usage (the Megatron-LM tree first on PYTHONPATH, or on Python >= 3.12 the megatron-core 0.19.2 wheel with
+MEGATRON_LM_APPEND_PATH naming core_v0.19.0's tree, appended after it; see tests/megatron_lm_env.py)::
 
     python tests/megatron_lm_truth.py CASES.json OUT.json [--timeout 120]
 
@@ -10,12 +11,14 @@ Each case runs in a forked worker (Megatron-LM is imported once, before forking)
 
 1. ``parse_args()`` with ``sys.argv`` set and ``WORLD_SIZE`` = world_size (where Megatron-LM reads it);
 2. ``validate_args(args, {})``;
-3. ``init_num_microbatches_calculator(...)`` as ``set_global_variables`` calls it;
+3. ``init_num_microbatches_calculator(...)`` as ``set_global_variables`` calls it (0.19.2: with the step schedule,
+   the sequence length and dp x gtp_weight_remat_size);
 4. ``get_optimizer_param_scheduler(optimizer)`` (it calls ``update_train_iters`` for sample-based runs);
 5. ``get_train_valid_test_num_samples()`` with ``args.iteration = 0`` (a new run);
 6. pretrain_gpt.py's ``core_gpt_dataset_config_from_args(args)`` and the real
    ``BlendedMegatronDatasetBuilder(GPTDataset, sizes, is_built_on_rank, config).build()``;
-7. with a batch-size ramp, the training loop's ``update_num_microbatches(consumed, consistency_check=True)``;
+7. with a batch-size ramp or a step schedule, the training loop's ``update_num_microbatches(consumed,
+   consistency_check=True)`` (and, for the schedule, its check that microbatches never decrease);
 8. with ``"resume_at": C, "resume_iteration": I`` in the case, a resume of this build at C consumed samples
    after iteration I: Megatron-LM's own ``MegatronPretrainingSampler`` from C for every data-parallel rank,
    its micro batches taken for the iterations up to ``train_iters`` (or until it runs out), and the blend's
@@ -31,7 +34,8 @@ a worker that still hangs is killed after ``--timeout`` seconds.
 
 OUT.json: ``{"megatron_lm_version", "megatron_lm_dir", "import_s", "cases": [CASE, ...]}`` with
 CASE = ``{"id", "refusal": null | {"stage", "error", "message"}, "world_size", "data_parallel_size",
-"global_batch_size", "train_iters", "num_samples": [train, valid, test], "scheduler": {...},
+"global_batch_size", "train_iters", "train_consumed" (the calculator's running batch summed over train_iters
+steps, up to 2,000,000 of them, when the training loop's checks pass), "num_samples": [train, valid, test], "scheduler": {...},
 "splits": {"train"|"valid"|"test": SPLIT | [SPLIT, ...] | null}}``; SPLIT is a GPTDataset record
 (``dataset_path, num_samples, len, num_documents, tokens, epochs, order``: a digest of its document, sample
 and shuffle index) or a BlendedDataset record (``size, len, weights, draws, datasets: [GPT record, ...]``);
@@ -88,6 +92,8 @@ def _stand_ins() -> None:
 def _import_megatron() -> None:
     """Import Megatron-LM's training side and pretrain_gpt.py once, before forking."""
     warnings.filterwarnings("ignore")
+    if os.environ.get("MEGATRON_LM_APPEND_PATH"):  # today's stack: the wheel's megatron first, the tree's scripts
+        sys.path.append(os.environ["MEGATRON_LM_APPEND_PATH"])
     _stand_ins()
     import megatron.training.global_vars as global_vars
     import pretrain_gpt
@@ -141,7 +147,26 @@ def _scheduler(args: Any) -> dict[str, Any]:
 
 
 def _train_consistency(args: Any) -> None:
-    """The training loop's per-step update_num_microbatches(consumed, consistency_check=True) through the ramp."""
+    """The training loop's per-step update_num_microbatches(consumed, consistency_check=True) through the ramp
+    (0.16.1) or the step schedule (0.19.2: train first updates without the check and asserts the number of
+    microbatches does not decrease from the second iteration on, then checks)."""
+    if getattr(args, "step_batch_size_schedule", None) is not None:
+        from megatron.core import num_microbatches_calculator as calculators
+
+        last = calculators._GLOBAL_NUM_MICROBATCHES_CALCULATOR.schedule[-1][0]
+        consumed, num = 0, M["num_micro"]()
+        for iteration in range(args.train_iters):
+            M["update_calc"](consumed, consistency_check=False)
+            if M["num_micro"]() != num and iteration != 0:
+                assert M["num_micro"]() > num, (f"Number of microbatches should not decrease; going from {num} to "
+                                                f"{M['num_micro']()}")
+            num = M["num_micro"]()
+            M["update_calc"](consumed, consistency_check=True)
+            if consumed >= last:
+                break
+            consumed += _dp(args) * args.micro_batch_size * M["num_micro"]()
+        M["update_calc"](0, consistency_check=False)
+        return
     if args.rampup_batch_size is None:
         return
     consumed = 0
@@ -151,6 +176,43 @@ def _train_consistency(args: Any) -> None:
             break
         consumed += args.data_parallel_size * args.micro_batch_size * M["num_micro"]()
     M["update_calc"](0, consistency_check=False)
+
+
+def _dp(args: Any) -> int:
+    """The data-parallel size the num-microbatches calculator gets (set_global_variables: 0.19.2 multiplies by
+    gtp_weight_remat_size)."""
+    return int(args.data_parallel_size) * int(getattr(args, "gtp_weight_remat_size", 1))
+
+
+def _train_consumed(args: Any) -> int:
+    """Samples train_iters iterations consume from a new run: the calculator's running global batch summed step by
+    step (update_num_microbatches without the check, as update_train_iters walks it)."""
+    consumed = 0
+    for _ in range(args.train_iters):
+        M["update_calc"](consumed, consistency_check=False)
+        consumed += _dp(args) * args.micro_batch_size * M["num_micro"]()
+    M["update_calc"](0, consistency_check=False)
+    return consumed
+
+
+def _record_consumed(args: Any, out: dict[str, Any]) -> None:
+    """``train_consumed`` for a run the training loop's checks let start (up to 2,000,000 iterations walked)."""
+    if args.train_iters <= 2_000_000:
+        out["train_consumed"] = _train_consumed(args)
+
+
+def _init_calculator(args: Any) -> None:
+    """init_num_microbatches_calculator as set_global_variables calls it (0.19.2 adds the step schedule, the
+    sequence length and dp x gtp_weight_remat_size)."""
+    import inspect
+
+    if "step_batch_size_schedule" in inspect.signature(M["init_calc"]).parameters:
+        M["init_calc"](args.rank, args.rampup_batch_size, args.global_batch_size, args.micro_batch_size, _dp(args),
+                       args.decrease_batch_size_if_needed, step_batch_size_schedule=args.step_batch_size_schedule,
+                       seq_length=args.seq_length)
+    else:
+        M["init_calc"](args.rank, args.rampup_batch_size, args.global_batch_size, args.micro_batch_size,
+                       args.data_parallel_size, args.decrease_batch_size_if_needed)
 
 
 def _num_sequences(prefix: str) -> int:
@@ -269,12 +331,15 @@ def _resume_valid(args: Any, valid: Any, saved: int, iteration: int) -> dict[str
     from megatron.training.datasets.data_samplers import MegatronPretrainingSampler
 
     start = saved
+    skipped = (getattr(args, "start_eval_at_iter", None) or 0) // args.eval_interval  # 0.19.2 only
     if iteration > 0 and start == 0 and args.train_samples is None:  # its backward-compatibility branch
-        start = (iteration // args.eval_interval) * args.eval_iters * args.global_batch_size
+        start = max(0, iteration // args.eval_interval - skipped) * args.eval_iters * getattr(
+            args, "eval_global_batch_size", args.global_batch_size)
     if args.full_validation:
         start = 0
     try:
-        batches = len(list(MegatronPretrainingSampler(len(valid), start, args.micro_batch_size, 0,
+        batches = len(list(MegatronPretrainingSampler(len(valid), start, getattr(args, "eval_micro_batch_size",
+                                                                                 args.micro_batch_size), 0,
                                                       args.data_parallel_size)))
     except AssertionError as err:
         return {"start": start, "refusal": str(err), "batches": 0, "index": None}
@@ -312,9 +377,7 @@ def _run_case(case: dict[str, Any]) -> dict[str, Any]:
         out.update(world_size=args.world_size, data_parallel_size=args.data_parallel_size,
                    global_batch_size=args.global_batch_size)
         M["global_vars"].set_args(args)
-        _stage("num_microbatches_calculator", M["init_calc"], args.rank, args.rampup_batch_size,
-               args.global_batch_size, args.micro_batch_size, args.data_parallel_size,
-               args.decrease_batch_size_if_needed)
+        _stage("num_microbatches_calculator", _init_calculator, args)
         out["scheduler"] = _stage("get_optimizer_param_scheduler", _scheduler, args)
         out["train_iters"] = args.train_iters
         args.iteration = 0  # a new run: pretrain() sets it to 0 when no checkpoint is loaded
@@ -332,10 +395,12 @@ def _run_case(case: dict[str, Any]) -> dict[str, Any]:
         if not case.get("build", True):
             out["splits"] = "not built (the case asks not to)"
             _stage("train", _train_consistency, args)
+            _record_consumed(args, out)
             return out
         datasets = _stage("builder", builder.build)
         out["splits"] = {name: _record(ds) for name, ds in zip(SPLITS, datasets)}
         _stage("train", _train_consistency, args)
+        _record_consumed(args, out)
         if "resume_at" in case:
             out["resume"] = _resume(args, datasets[0], int(case["resume_at"]), int(case["resume_iteration"]),
                                     os.path.join(case["cache_dir"], f"tokens-{case['id']}") if case.get("tokens") else "")

@@ -50,6 +50,7 @@ def test_neox_tree_is_gpt_neox():
 
 
 @pytest.mark.megatron_lm
+@frameworks.needs_stack("neox")
 def test_megatron_lm_tree_is_core_v0_16_1():
     tree = frameworks.megatron_lm_dir()
     assert _package_info_version(os.path.join(tree, "megatron", "core", "package_info.py")) == "0.16.1"
@@ -81,6 +82,7 @@ MEGATRON_LM_PROBE = textwrap.dedent("""
 
 
 @pytest.mark.megatron_lm
+@frameworks.needs_stack("neox")
 def test_megatron_lm_training_side_imports_and_validates(tmp_path):
     env = {**frameworks.megatron_lm_env(), "WORLD_SIZE": "4", "RANK": "0"}
     tree = frameworks.megatron_lm_dir()

@@ -77,7 +77,49 @@ def test_unknown_flag_did_you_mean() -> None:
 
 
 def test_start_eval_at_iter_is_not_a_0_16_1_flag() -> None:
-    assert refusal(argv("--train-iters", "5", "--start-eval-at-iter", "10")).stage == "parse_args"
+    err = refusal(argv("--train-iters", "5", "--start-eval-at-iter", "10"))
+    assert err.stage == "parse_args"
+    assert "--start-eval-at-iter: not a Megatron-LM 0.16.1 flag: added after 0.16.1 (in Megatron-LM 0.19.2)" in str(err)
+
+
+def test_tables_by_version() -> None:
+    """One option table per Megatron-LM version, chosen from the megatron-core version planned."""
+    assert (megatron_lm_version("0.16.1"), megatron_lm_version("0.19.2")) == ("0.16.1", "0.19.2")
+    assert [mlm.rules_for(v).version for v in ("0.10.0", "0.16.1", "0.16.0", "0.19.0", "0.19.2", "0.20.1")] == [
+        "0.16.1", "0.16.1", "0.16.1", "0.19.2", "0.19.2", "0.19.2"]
+    a = parse_megatron_argv(argv("--train-iters", "10"), "0.19.2")
+    assert a.megatron_lm_version == "0.19.2" and parse_megatron_argv(argv("--train-iters", "10"), "0.10.0")\
+        .megatron_lm_version == "0.16.1"
+    err = refusal_at("0.19.2", argv("--train-iters", "10", "--use-legacy-models"))
+    assert "--use-legacy-models: not a Megatron-LM 0.19.2 flag: removed after 0.16.1 (not in 0.19.2)" in str(err)
+    assert "Megatron-LM 0.19.2 validate_args refuses" in str(refusal_at("0.19.2", argv("--train-iters", "10",
+                                                                                        "--batch-size", "4")))
+
+
+def test_framework_version_note(tmp_path: Any, capsys: pytest.CaptureFixture[str],
+                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """--framework-version 0.16.1 with megatron-core 0.19.2 installed: 0.16.1's rules (a ramp-up with
+    --train-iters refused, as 0.16.1 refuses it; 0.19.2 ignores it) and one note saying so."""
+    from neox_epoch import cli, detect
+
+    monkeypatch.setattr(detect, "megatron_core_source", lambda paths=None: ("0.19.2", "site-packages"))
+    prefix = str(tmp_path / "web")
+    write_random_corpus(prefix, 1, 500, 50, 400)
+    tokens = ["plan", "--framework-version", "0.16.1", *[prefix if t == "data/web" else t for t in argv(
+        "--train-iters", "20", "--world-size", "8")]]
+    assert cli.main(tokens) == 0
+    out = capsys.readouterr().out
+    assert out.count("note: --framework-version 0.16.1: planned with Megatron-LM 0.16.1's flags and rules, not "
+                     "Megatron-LM 0.19.2's (those of the megatron-core 0.19.2 installed, site-packages)") == 1
+    assert cli.main([*tokens, "--rampup-batch-size", "4", "4", "64"]) == 2
+    assert "Megatron-LM 0.16.1 validate_args refuses it" in capsys.readouterr().err
+
+
+def refusal_at(version: str, tokens: list[str]) -> MegatronRefusal:
+    """The refusal a command line gets under the rules of ``version``."""
+    with pytest.raises(MegatronRefusal) as info:
+        megatron_run(parse_megatron_argv(tokens, version))
+    return info.value
 
 
 def test_bad_value_is_one_line() -> None:
@@ -172,11 +214,136 @@ def test_update_train_iters_rampup() -> None:
     assert mlm.update_train_iters(None, 1000, sched) == 5 + (1000 - 128) // 64
 
 
+def test_rampup_plan_shows_requested_and_consumed(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 22 item 6: --train-samples 180000 with a ramp-up asks the builder for 180,000 (Megatron-LM 0.16.1's
+    get_train_valid_test_num_samples) and its loop consumes 179,856 (the ramp summed over update_train_iters'
+    1,296 iterations); the plan said 1296 * 192 = 248,832 train samples and 'train_iters * global_batch_size =
+    1296 * 192 = 179856'."""
+    from neox_epoch import cli
+
+    prefix = str(tmp_path / "web")
+    write_random_corpus(prefix, 1, 3000, 50, 2000)
+    tokens = ["plan", "--framework-version", "0.16.1", "--data-path", prefix, "--split", "98,1,1", "--seq-length",
+              "512", "--micro-batch-size", "2", "--world-size", "8", "--train-samples", "180000",
+              "--rampup-batch-size", "16", "16", "30000", "--global-batch-size", "192", "--eval-interval", "100",
+              "--eval-iters", "10", "--lr", "1e-4"]
+    assert cli.main([*tokens, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["train_iters"], out["train_samples"], out["consumed_samples"]["train"]) == (1296, 180000, 179856)
+    assert cli.main(tokens) == 0
+    text = capsys.readouterr().out
+    assert "train_iters 1,296 -> 180,000 train samples requested, 179,856 consumed" in text
+    assert "train samples requested = train_samples = 180000" in text
+    assert "summed over 1296 iterations = 179856" in text and "1296 * 192" not in text
+    assert "248,832" not in text and "248832" not in text
+
+
 def test_gbs_not_divisible_is_the_calculators_refusal() -> None:
     err = refusal(argv("--train-iters", "10", "--world-size", "8", "--global-batch-size", "20"))
     assert err.stage == "num_microbatches_calculator"
     assert err.megatron_message == ("global batch size (20) is not divisible by micro batch size (2) times data "
                                     "parallel size (8)")
+
+
+# ------------------------------------------------------------------------- Megatron-LM 0.19.2's rules (pure)
+
+STEP = ["--step-batch-size-schedule", "0:16 64K:32 200K:64", "--eval-iters", "2", "--world-size", "8"]
+
+
+def test_0_19_step_schedule_numbers() -> None:
+    """Megatron-LM 0.19.2's own code (tests/megatron_lm_truth.py on today's stack) gave, for this command line at
+    8 GPUs with --train-samples 5000: train_iters 119, 5024 samples consumed, requests (5000, 320, 32); with
+    --train-iters 50 and --eval-global-batch-size 32: 1088 consumed, requests (800, 384, 64), LR decay 800."""
+    a = parse_megatron_argv(argv("--train-samples", "5000", "--start-eval-at-iter", "20", *STEP), "0.19.2")
+    run = megatron_run(a)
+    assert (a.global_batch_size, run.train_iters, run.num_samples) == (16, 119, (5000, 320, 32))
+    assert mlm.schedule_consumed(run.schedule, run.train_iters) == 5024
+    b = megatron_run(parse_megatron_argv(argv("--train-iters", "50", "--eval-global-batch-size", "32", *STEP), "0.19.2"))
+    assert (mlm.schedule_consumed(b.schedule, 50), b.num_samples, b.scheduler.lr_decay_steps) == (1088, (800, 384, 64), 800)
+
+
+def test_0_19_warnings_and_arithmetic(corpus: Any) -> None:
+    """The step schedule's last iteration reads past --train-samples, and --start-eval-at-iter 20 (a multiple of
+    --eval-interval 10) makes the loop evaluate 10 times plus once after training while the request counts 10."""
+    mi = megatron_input(argv("--train-samples", "5000", "--start-eval-at-iter", "20", *STEP), "0.19.2")
+    codes = {w.code: w.text for w in mi.warnings}
+    assert "consume 5024 samples, 24 more than the 5000 asked of the builder" in codes["draws-past-request"]
+    assert "asks the builder for 10 evaluations (320 samples) but the run makes 11" in codes["eval-past-request"]
+    assert "the last 32 samples are read past the request" in codes["eval-past-request"]
+    assert mlm.evaluations_run(119, 10, 21) == 10 and mi.inp.mcore.arithmetic is not None
+    assert ("valid samples = max(0, train_iters // eval_interval + 1 - start_eval_at_iter // eval_interval) * "
+            "eval_iters * eval_global_batch_size = max(0, 119 // 10 + 1 - 20 // 10) * 2 * 16 = 320") in mi.inp.mcore.arithmetic
+    tokens = [corpus("web", docs=3000, max_len=400) if t == "data/web" else t
+              for t in argv("--train-samples", "5000", "--start-eval-at-iter", "20", *STEP)]
+    plan = make_plan(megatron_input(tokens, "0.19.2").inp)
+    assert (plan.train_samples, plan.consumed["train"]) == (5000, 5024)
+
+
+def test_0_19_exact_mode_counts_the_eval_batch(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """Exact mode under 0.19.2 with --eval-global-batch-size 32 and --start-eval-at-iter 100: the exact run's
+    requests follow get_train_valid_test_num_samples (valid = max(0, 551 // 100 + 1 - 1) * 10 * 32 = 1600, test
+    10 * 32 = 320; the re-parsed flags must give the same), and the warnings are the exact run's (5 evaluations
+    asked, 6 made)."""
+    from neox_epoch import cli
+
+    web, code = str(tmp_path / "web"), str(tmp_path / "code")
+    write_random_corpus(web, 1, 3000, 50, 2000)
+    write_random_corpus(code, 2, 1500, 50, 2000)
+    tokens = ["plan", "--epochs", "1", "--framework-version", "0.19.2", "--force-version", "--data-path", "0.7", web,
+              "0.3", code, "--split", "98,1,1", "--seq-length", "512", "--micro-batch-size", "2", "--world-size", "8",
+              "--eval-interval", "100", "--eval-iters", "10", "--lr", "1e-4", "--eval-global-batch-size", "32",
+              "--start-eval-at-iter", "100", "--train-iters", "100", "--lr-decay-iters", "100", "--json"]
+    assert cli.main(tokens) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["train_iters"], out["consumed_samples"]) == (551, {"train": 8816, "valid": 1600, "test": 320})
+    assert any("asks the builder for 5 evaluations (1600 samples) but the run makes 6" in w["text"]
+               for w in out["warnings"])
+
+
+def test_schedule_fit_stops_on_a_batch_boundary() -> None:
+    """The most whole batches of "0:16 64K:32 200K:64" (seq 128: 500 and 1562 samples) within a total, and
+    update_train_iters on that total runs exactly those iterations and consumes exactly it."""
+    sched = mlm.build_num_microbatches_calculator(16, 2, 8, False, None, "0:16 64K:32 200K:64", 128)
+    for total in (15, 16, 500, 511, 515, 1561, 1600, 5000):
+        iters, samples = mlm.schedule_fit(sched, total)
+        assert samples <= total and samples + sched.current_global_batch_size(samples) > total
+        if samples:
+            assert mlm.update_train_iters(None, samples, sched) == iters
+            assert mlm.schedule_consumed(sched, iters) == samples
+    # 32 x 16 = 512; then 33 x 32 to 1568 (>= 1562); then 53 x 64 to 4960
+    assert mlm.schedule_fit(sched, 515) == (32, 512) and mlm.schedule_fit(sched, 5000) == (118, 4960)
+
+
+def test_0_19_rampup_is_ignored_and_batch_flags_refused() -> None:
+    ramp = ["--rampup-batch-size", "4", "4", "64", "--world-size", "8"]
+    assert refusal(argv("--train-iters", "10", *ramp)).stage == "validate_args"  # 0.16.1 refuses it here
+    mi = megatron_input(argv("--train-iters", "10", *ramp), "0.19.2")
+    assert mi.args.rampup_batch_size is None and mi.run.schedule.constant and mi.args.rampup_ignored
+    assert any(w.code == "rampup-ignored" for w in mi.warnings)
+    err = refusal_at("0.19.2", argv("--train-iters", "10", "--global-batch-size", "32", *STEP))
+    assert err.megatron_message == "Cannot specify both --step-batch-size-schedule and --global-batch-size"
+    assert str(err).startswith("--global-batch-size: 32: Megatron-LM 0.19.2 validate_args refuses it") and "\n" not in str(err)
+    err = refusal_at("0.19.2", argv("--train-iters", "10", "--decrease-batch-size-if-needed", *STEP))
+    assert err.stage == "num_microbatches_calculator" and err.megatron_error == "ValueError"
+    err = refusal_at("0.19.2", argv("--train-iters", "10", "--eval-global-batch-size", "20", "--world-size", "8"))
+    assert err.megatron_message == ("eval_global_batch_size (20) must be divisible by eval_micro_batch_size (2) * "
+                                    "data_parallel_size (8)")
+    shrink = ["--step-batch-size-schedule", "0:32 1K:16", "--world-size", "8"]
+    err = refusal_at("0.19.2", argv("--train-iters", "10", *shrink))
+    assert err.stage == "train" and err.megatron_message == ("Number of microbatches should not decrease; going from 2 "
+                                                              "to 1")
+
+
+def test_0_19_gtp_weight_remat() -> None:
+    """--tensor-parallel-num-weight-shards 4 with tp 2: gtp_weight_remat_size 2 leaves dp = 16 // (2 * 2) = 4, and
+    the calculator gets dp x 2 = 8, so the default global batch micro x dp = 8 steps in one microbatch."""
+    a = parse_megatron_argv(argv("--train-iters", "10", "--world-size", "16", "--tensor-model-parallel-size", "2",
+                                 "--tensor-parallel-num-weight-shards", "4", "--global-batch-size", "32"), "0.19.2")
+    assert (a.data_parallel_size, a.gtp_weight_remat_size, a.calculator_dp) == (4, 2, 8)
+    err = refusal_at("0.19.2", argv("--train-iters", "10", "--world-size", "16", "--tensor-model-parallel-size", "2",
+                                    "--tensor-parallel-num-weight-shards", "4"))
+    assert err.megatron_message == ("global batch size (8) is not divisible by micro batch size (2) times data parallel "
+                                    "size (8)")
 
 
 # ------------------------------------------------------------------------------ against Megatron-LM
@@ -193,18 +360,21 @@ TOKENIZER_FLAGS = {"--tokenizer-type": 1, "--tokenizer-model": 1, "--vocab-file"
                    "--vocab-size": 1, "--tiktoken-pattern": 1}
 
 
-def example_argv(tree: str, script: str, data: str, workdir: str) -> list[str]:
-    """Run an example .sh with a stand-in ``torchrun`` on PATH that records its argv; the arguments after the
-    training script, with the tokenizer replaced by NullTokenizer (it only names cache files)."""
+def example_argv(tree: str, script: str, data: str, workdir: str, positional: list[str] | None = None) -> list[str]:
+    """Run an example .sh with a stand-in ``torchrun`` (and ``python``, for ``python -m torch.distributed.run``) on
+    PATH that records its argv; the arguments after the training script, with the tokenizer replaced by
+    NullTokenizer (it only names cache files)."""
     bindir = os.path.join(workdir, "bin")
     os.makedirs(bindir, exist_ok=True)
+    os.makedirs(os.path.join(workdir, "ckpt"), exist_ok=True)  # gptoss checks its checkpoint directory exists
     capture = os.path.join(workdir, "argv.bin")
-    fake = os.path.join(bindir, "torchrun")
-    with open(fake, "w") as f:
-        f.write('#!/bin/bash\nprintf "%s\\0" "$@" > "$CAPTURE"\n')
-    os.chmod(fake, os.stat(fake).st_mode | stat.S_IEXEC)
+    for name in ("torchrun", "python"):
+        fake = os.path.join(bindir, name)
+        with open(fake, "w") as f:
+            f.write('#!/bin/bash\nprintf "%s\\0" "$@" > "$CAPTURE"\n')
+        os.chmod(fake, os.stat(fake).st_mode | stat.S_IEXEC)
     open(os.path.join(workdir, "pretrain_gpt.py"), "w").close()  # the llama script checks it exists
-    positional = [data if a == "DATA" else a for a in EXAMPLES[script]]
+    positional = [data if a == "DATA" else a for a in (positional if positional is not None else EXAMPLES[script])]
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "SLURM_NNODES")}
     env.update(PATH=bindir + os.pathsep + env.get("PATH", ""), CAPTURE=capture)
     subprocess.run(["bash", os.path.join(tree, "examples", script), *positional], cwd=workdir, env=env,
@@ -292,13 +462,14 @@ def random_argv(rng: random.Random, corpora: list[str], workdir: str, i: int) ->
     return tokens, world
 
 
-def ours(tokens: list[str], world: int) -> dict[str, Any]:
-    """Our parser's numbers or refusal for a command line."""
+def ours(tokens: list[str], world: int, version: str = "0.16.1") -> dict[str, Any]:
+    """Our parser's numbers or refusal for a command line (under Megatron-LM ``version``'s rules)."""
     out: dict[str, Any] = {"refusal": None}
     try:
-        a = parse_megatron_argv([*tokens, "--world-size", str(world)])
+        a = parse_megatron_argv([*tokens, "--world-size", str(world)], version)
         out.update(data_parallel_size=a.data_parallel_size, global_batch_size=a.global_batch_size)
         run = megatron_run(a)
+        out["train_consumed"] = mlm.schedule_consumed(run.schedule, run.train_iters)
         out.update(train_iters=run.train_iters, num_samples=list(run.num_samples),
                    scheduler={"lr_warmup_steps": run.scheduler.lr_warmup_steps,
                               "lr_decay_steps": run.scheduler.lr_decay_steps,
@@ -316,16 +487,17 @@ def ours(tokens: list[str], world: int) -> dict[str, Any]:
     return out
 
 
-def corpus_refusal(tokens: list[str], world: int) -> str | None:
+def corpus_refusal(tokens: list[str], world: int, version: str = "0.16.1",
+                   num: list[int | None] | None = None) -> str | None:
     """What the corpus (not the flags) makes Megatron-LM's builder refuse, from this project's megatron-core
     semantics: "never returns" (a split with no sequence asked for samples) or "empty source" (a blend
     without weights over a source with no sample in a split: BlendedDataset asserts every weight > 0)."""
-    a = parse_megatron_argv([*tokens, "--world-size", str(world)])
-    num = megatron_run(a).num_samples
+    a = parse_megatron_argv([*tokens, "--world-size", str(world)], version)
+    num = num if num is not None else list(megatron_run(a).num_samples)
     if a.blend is not None:
-        routes = mcore.routes(a.blend[0], a.blend[1], a.split, num, mcore_version(), a.mid_level_dataset_surplus)
+        routes = mcore.routes(a.blend[0], a.blend[1], a.split, num, version, a.mid_level_dataset_surplus)
     else:
-        routes = mcore.routes([], None, None, num, mcore_version(), a.mid_level_dataset_surplus,
+        routes = mcore.routes([], None, None, num, version, a.mid_level_dataset_surplus,
                               blend_per_split=a.blend_per_split)
     for route in (r for r in routes if r is not None):
         lengths = []
@@ -341,10 +513,10 @@ def corpus_refusal(tokens: list[str], world: int) -> str | None:
     return None
 
 
-def built_by_our_semantics(tokens: list[str], world: int) -> dict[str, Any]:
+def built_by_our_semantics(tokens: list[str], world: int, version: str = "0.16.1") -> dict[str, Any]:
     """Per split: (prefix, epochs, samples built) per GPTDataset and the blend size, from the product path:
     ``megatron_plan.megatron_input`` (the command line as Megatron-LM parses it) and ``make_plan``."""
-    mi = megatron_input([*tokens, "--world-size", str(world)], mcore_version())
+    mi = megatron_input([*tokens, "--world-size", str(world)], version)
     plan = make_plan(mi.inp)
     sizes = {b.split: b.size for b in plan.blends}
     out: dict[str, Any] = {name: None for name in mlm_splits()}
@@ -374,8 +546,9 @@ def compare_built(real: dict[str, Any], ours_built: dict[str, Any]) -> list[str]
         got = [(d["dataset_path"], d["epochs"], d["len"]) for d in datasets]
         if got != o["sources"]:
             diffs.append(f"{name}: megatron built {got} != ours {o['sources']}")
-        if r["type"] == "BlendedDataset" and o["size"] is not None and r["size"] != o["size"]:
-            diffs.append(f"{name}: blend size megatron {r['size']} != ours {o['size']}")
+        size = r.get("size") if r.get("size") is not None else r["len"]  # size None: the whole (full validation)
+        if r["type"] == "BlendedDataset" and o["size"] is not None and size != o["size"]:
+            diffs.append(f"{name}: blend size megatron {size} != ours {o['size']}")
     return diffs
 
 
@@ -388,18 +561,22 @@ def mcore_version() -> str:
     return megatron_lm_version()
 
 
-def compare(truth: dict[str, Any], mine: dict[str, Any], tokens: list[str], world: int) -> list[str]:
+def compare(truth: dict[str, Any], mine: dict[str, Any], tokens: list[str], world: int,
+            version: str = "0.16.1") -> list[str]:
     """Differences between Megatron-LM's record and ours (empty: equal)."""
     diffs = []
     real = truth["refusal"]
-    if real is not None and real["stage"] == "builder" and real["error"] in CORPUS_REFUSALS and mine["refusal"] is None:
-        kind = corpus_refusal(tokens, world)
+    # the training loop's checks come after the builder: a corpus the builder refuses hides them from the truth
+    after = mine["refusal"] is not None and mine["refusal"]["stage"] == "train"
+    if real is not None and real["stage"] == "builder" and real["error"] in CORPUS_REFUSALS and \
+            (mine["refusal"] is None or after):
+        kind = corpus_refusal(tokens, world, version, mine.get("num_samples"))
         if kind != CORPUS_REFUSALS[real["error"]]:
             diffs.append(f"builder: megatron {real} but this project's semantics say {kind}")
-        real = None  # the corpus decides this, not the command line: the numbers before it must still agree
+        real = None if mine["refusal"] is None else mine["refusal"]  # the numbers before it must still agree
     if real != mine["refusal"]:
         diffs.append(f"refusal: megatron {real} != ours {mine['refusal']}")
-    for key in ("data_parallel_size", "global_batch_size", "train_iters", "num_samples", "scheduler"):
+    for key in ("data_parallel_size", "global_batch_size", "train_iters", "num_samples", "scheduler", "train_consumed"):
         if key in truth and truth[key] != mine.get(key):
             diffs.append(f"{key}: megatron {truth[key]} != ours {mine.get(key)}")
     return diffs
@@ -414,15 +591,42 @@ def megatron_lm() -> str:
     return env.megatron_lm_dir()
 
 
-@pytest.mark.megatron_lm
-def test_examples_and_random_command_lines_equal_megatron_lm(megatron_lm: str, tmp_path: Any) -> None:
-    import megatron_lm_env as env
-
+def corpora_for(tmp_path: Any) -> list[str]:
+    """Three small random corpora (700, 500 and 400 documents)."""
     corpora = []
     for j, docs in enumerate((700, 500, 400)):
         prefix = str(tmp_path / f"corpus{j}")
         write_random_corpus(prefix, 100 + j, docs, 1, 300)
         corpora.append(prefix)
+    return corpora
+
+
+def compare_all(cases: list[dict[str, Any]], truth: dict[str, Any], version: str, tmp_path: Any) -> tuple[list[str], int]:
+    """Each case against Megatron-LM's record (numbers, refusals, and what the builder built): the failures and
+    how many cases were built and compared dataset by dataset; the report is written to MEGATRON_LM_REPORT."""
+    report, failures = [], []
+    built = 0
+    for case, real in zip(cases, truth["cases"], strict=True):
+        mine = ours(case["argv"], case["world_size"], version)
+        diffs = compare(real, mine, case["argv"], case["world_size"], version)
+        if not diffs and isinstance(real.get("splits"), dict) and mine["refusal"] is None:
+            built += 1
+            diffs = compare_built(real["splits"], built_by_our_semantics(case["argv"], case["world_size"], version))
+        report.append({"id": case["id"], "megatron": real.get("refusal") or real.get("num_samples"),
+                       "ours": mine.get("refusal") or mine.get("num_samples"), "equal": not diffs})
+        if diffs:
+            failures.append(f"{case['id']}: {'; '.join(diffs)}")
+    with open(os.environ.get("MEGATRON_LM_REPORT", str(tmp_path / "report.json")), "w") as f:
+        json.dump({"cases": report, "truth": truth}, f, indent=1)
+    return failures, built
+
+
+@pytest.mark.megatron_lm
+@frameworks.needs_stack("neox")
+def test_examples_and_random_command_lines_equal_megatron_lm(megatron_lm: str, tmp_path: Any) -> None:
+    import megatron_lm_env as env
+
+    corpora = corpora_for(tmp_path)
     cases = []
     for script in EXAMPLES:
         tokens = example_argv(megatron_lm, script, corpora[0], str(tmp_path / script.split("/")[0]))
@@ -438,23 +642,134 @@ def test_examples_and_random_command_lines_equal_megatron_lm(megatron_lm: str, t
         case["cache_dir"] = str(tmp_path)
     truth = env.run_truth(cases, str(tmp_path / "work"))
     assert truth["megatron_lm_version"] == megatron_lm_version()
-    report, failures = [], []
-    built = 0
-    for case, real in zip(cases, truth["cases"], strict=True):
-        mine = ours(case["argv"], case["world_size"])
-        diffs = compare(real, mine, case["argv"], case["world_size"])
-        if not diffs and isinstance(real.get("splits"), dict):
-            built += 1
-            diffs = compare_built(real["splits"], built_by_our_semantics(case["argv"], case["world_size"]))
-        report.append({"id": case["id"], "megatron": real.get("refusal") or real.get("num_samples"),
-                       "equal": not diffs})
-        if diffs:
-            failures.append(f"{case['id']}: {'; '.join(diffs)}")
-    with open(os.environ.get("MEGATRON_LM_REPORT", str(tmp_path / "report.json")), "w") as f:
-        json.dump({"cases": report, "truth": truth}, f, indent=1)
+    failures, built = compare_all(cases, truth, "0.16.1", tmp_path)
     assert not failures, "\n".join(failures)
     refused = sum(1 for r in truth["cases"] if r["refusal"])
     assert 0 < refused < len(cases) and built >= 8  # refusals and real builds were both exercised
+
+
+#: core_v0.19.0's examples that run pretrain_gpt.py (or pretrain_hybrid.py, same flags and data path): positional
+#: arguments (DATA and TOKENIZER filled in), world sizes, and flags appended (the last one wins)
+EXAMPLES_019: dict[str, tuple[list[str], tuple[int, ...], list[str]]] = {
+    "gpt3/train_gpt3_175b_distributed.sh": (["ckpt", "tb", "vocab.json", "merges.txt", "DATA"], (8, 128, 256), []),
+    "llama/train_llama3_8b_h100_fp8.sh": (["ckpt/x", "tb/x", "TOKENIZER", "DATA"], (8, 16, 64), []),
+    "mixtral/train_mixtral_8x7b_distributed.sh": (["ckpt", "TOKENIZER", "DATA"], (8, 16, 64), []),
+    "mamba/train.sh": (["DATA", "TOKENIZER"], (8, 16, 64), []),
+    # PP is the world size in the script: 12 layers split over 4 stages instead, so 8/64/256 GPUs are valid
+    "gptoss/02_train.sh": (["--checkpoint-path", "ckpt", "--tokenizer", "TOKENIZER", "--data", "DATA"], (8, 64, 256),
+                           ["--pipeline-model-parallel-size", "4"]),
+}
+
+
+def random_argv_019(rng: random.Random, corpora: list[str], workdir: str, i: int) -> tuple[list[str], int]:
+    """A randomized command line with 0.19.2's new flags: a step batch-size schedule (thresholds in tokens, with
+    K suffixes; sometimes not a multiple of micro x dp, shrinking, not starting at 0, or given with
+    --global-batch-size), evaluation batches, --start-eval-at-iter, --tensor-parallel-num-weight-shards."""
+    tokens, world = random_argv(rng, corpora, workdir, i)
+    value = {t: tokens[k + 1] for k, t in enumerate(tokens[:-1]) if t.startswith("--")}
+    micro, seq, tp = int(value["--micro-batch-size"]), int(value["--seq-length"]), int(value["--tensor-model-parallel-size"])
+    dp = max(1, world // (tp * int(value["--pipeline-model-parallel-size"]) * int(value["--context-parallel-size"])))
+    if rng.random() < 0.5:
+        if rng.random() < 0.85:
+            tokens = _without_flag(tokens, "--global-batch-size", 1)
+        unit = micro * dp
+        sizes = sorted(rng.sample(range(1, 6), 3)) if rng.random() < 0.85 else [3, 1, 2]  # [3, 1, 2]: shrinks
+        first = 0 if rng.random() < 0.9 else seq * 4
+        cuts = sorted(rng.sample(range(1, 400), 2))
+        steps = [f"{first}:{unit * sizes[0]}"] + [f"{c * seq / 1000 + rng.choice([0, 0.0005])}K:{unit * z}"
+                                                   for c, z in zip(cuts, sizes[1:])]
+        if rng.random() < 0.1:
+            steps[-1] = steps[-1].split(":")[0] + f":{unit * sizes[-1] + 1}"  # not a multiple of micro x dp
+        tokens += ["--step-batch-size-schedule", ",".join(steps) if rng.random() < 0.3 else " ".join(steps)]
+    if rng.random() < 0.3:
+        eval_micro = rng.choice([1, 2])
+        tokens += ["--eval-micro-batch-size", str(eval_micro), "--eval-global-batch-size",
+                   str(eval_micro * dp * rng.choice([1, 2]) + (1 if rng.random() < 0.1 else 0))]
+    if rng.random() < 0.35 and "--eval-interval" in value:
+        interval = int(value["--eval-interval"])
+        tokens += ["--start-eval-at-iter", str(rng.choice([0, interval, 2 * interval, interval + 3, 7, 500]))]
+    if rng.random() < 0.1:
+        tokens += ["--tensor-parallel-num-weight-shards", str(tp * rng.choice([1, 2, 3]))]
+    return tokens, world
+
+
+def example_variants(script: str, tokens: list[str]) -> dict[str, list[str]]:
+    """An example's command line as its script passes it, and as a user would repair it: gpt3's step schedule
+    reaches pretrain_gpt.py split into words (the script expands its array unquoted: parse_args exits), so also
+    quoted (then refused: given with --global-batch-size) and quoted without --global-batch-size; gptoss passes
+    ModelOpt options pretrain_gpt.py adds only when nvidia-modelopt is installed (it is not here: parse_args
+    exits), so also without them."""
+    out = {script: tokens}
+    if "--step-batch-size-schedule" in tokens:
+        k = tokens.index("--step-batch-size-schedule") + 1
+        end = next((j for j in range(k, len(tokens)) if tokens[j].startswith("--")), len(tokens))
+        quoted = [*tokens[:k], " ".join(tokens[k:end]), *tokens[end:]]
+        out[f"{script} schedule quoted"] = quoted
+        out[f"{script} schedule quoted, without --global-batch-size"] = _without_flag(quoted, "--global-batch-size", 1)
+    modelopt = [f for f in MODELOPT_FLAGS if f in tokens]
+    if modelopt:
+        for flag in modelopt:
+            tokens = _without_flag(tokens, flag, 0)
+        out[f"{script} without {' '.join(modelopt)}"] = tokens
+    return out
+
+
+#: ModelOpt options (megatron/post_training/arguments.py: add_modelopt_args, which core_v0.19.0's pretrain_gpt.py
+#: passes to parse_args only when nvidia-modelopt imports) that examples/gptoss gives
+MODELOPT_FLAGS = ("--export-force-local-attention", "--enable-gpt-oss")
+
+
+def _without_flag(tokens: list[str], flag: str, nargs: int) -> list[str]:
+    """``tokens`` without ``flag`` and its ``nargs`` values."""
+    out, skip = [], 0
+    for tok in tokens:
+        if skip:
+            skip -= 1
+        elif tok == flag:
+            skip = nargs
+        else:
+            out.append(tok)
+    return out
+
+
+@pytest.mark.megatron_lm
+@frameworks.needs_stack("today")
+def test_0_19_examples_and_random_command_lines_equal_megatron_lm_0_19_2(tmp_path: Any) -> None:
+    """core_v0.19.0's example command lines (gpt3: refused, it gives --global-batch-size with
+    --step-batch-size-schedule; and without --global-batch-size: the step schedule under --train-iters) and
+    randomized ones with 0.19's flags, against Megatron-LM 0.19.2's own code (the megatron-core 0.19.2 wheel's
+    megatron/training, core_v0.19.0's pretrain_gpt.py): the same train_iters, global batch, samples per split and
+    consumed, LR lengths, refusals, and what the builder builds."""
+    import megatron_lm_env as env
+
+    tree = env.megatron_lm_dir()
+    corpora = corpora_for(tmp_path)
+    cases = []
+    for script, (positional, worlds, extra) in EXAMPLES_019.items():
+        name = script.split("/")[0]
+        tokens = example_argv(tree, script, corpora[0], str(tmp_path / name), positional) + extra
+        for label, argv_ in example_variants(script, tokens).items():
+            cases += [{"id": f"{label}@{w}", "argv": argv_, "world_size": w, "build": False} for w in worlds]
+    rng = random.Random(20261126)
+    for i in range(40):
+        tokens, world = random_argv_019(rng, corpora, str(tmp_path), i)
+        cases.append({"id": f"random-{i}", "argv": tokens, "world_size": world, "build": True})
+    for case in cases:
+        case["cache_dir"] = str(tmp_path)
+    truth = env.run_truth(cases, str(tmp_path / "work"), timeout=300)
+    assert truth["megatron_lm_version"] == "0.19.2"
+    failures, built = compare_all(cases, truth, "0.19.2", tmp_path)
+    assert not failures, "\n".join(failures)
+    by_id = {c["id"]: r for c, r in zip(cases, truth["cases"])}
+    gpt3 = "gpt3/train_gpt3_175b_distributed.sh"
+    assert by_id[f"{gpt3}@128"]["refusal"] == {"stage": "parse_args", "error": "SystemExit", "message": "2"}
+    assert by_id[f"{gpt3} schedule quoted@128"]["refusal"] == {
+        "stage": "validate_args", "error": "ValueError",
+        "message": "Cannot specify both --step-batch-size-schedule and --global-batch-size"}
+    assert by_id[f"{gpt3} schedule quoted, without --global-batch-size@256"]["refusal"] is None
+    stepped = [c for c in cases if "--step-batch-size-schedule" in c["argv"] and not by_id[c["id"]]["refusal"]]
+    refused = sum(1 for r in truth["cases"] if r["refusal"])
+    assert len(stepped) >= 8 and 0 < refused < len(cases) and built >= 8
 
 
 # ------------------------------------------------------------------------ resume-check on Megatron-LM checkpoints
@@ -469,6 +784,7 @@ def _train_epochs(real: dict[str, Any]) -> list[int]:
 
 
 @pytest.mark.megatron_lm
+@frameworks.needs_stack("neox")
 @pytest.mark.parametrize("change", ["batch", "smaller", "blend", "none"])
 def test_resume_check_on_a_megatron_lm_checkpoint(megatron_lm: str, tmp_path: Any, change: str) -> None:
     """A checkpoint at iteration 50 of global batch 8 (its args made and saved by Megatron-LM's own
@@ -527,6 +843,71 @@ def test_resume_check_on_a_megatron_lm_checkpoint(megatron_lm: str, tmp_path: An
                 in out["findings"][kinds.index("runs-out")])
     else:  # the same command line: the real builder gives the same epochs, so the resume continues exactly
         assert r.returncode == 0 and out["findings"] == [] and out["clean"]
+
+
+@pytest.mark.megatron_lm
+@frameworks.needs_stack("today")
+def test_exact_step_schedule_flags_on_megatron_lm_0_19_2(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """Exact mode with a step schedule: the flags printed (--train-samples = the schedule's first batches that fit
+    in one pass over each source, the verified weights), pasted after the command line, make Megatron-LM 0.19.2's
+    own update_train_iters stop exactly there (train_consumed == the train request) and its own builder's blend
+    draw exactly the targets."""
+    import megatron_lm_env as env
+
+    from neox_epoch import cli
+
+    web, code = str(tmp_path / "web"), str(tmp_path / "code")
+    write_random_corpus(web, 1, 900, 20, 700)
+    write_random_corpus(code, 2, 500, 20, 700)
+    tokens = [*MODEL, "--data-path", "0.7", web, "0.3", code, "--split", "98,1,1", "--seq-length", "256",
+              "--micro-batch-size", "2", "--eval-interval", "50", "--eval-iters", "2", "--train-samples", "500",
+              "--lr-warmup-samples", "50", "--step-batch-size-schedule", "0:16 80K:32 300K:64"]
+    assert cli.main(["plan", "--epochs", "1", "--framework-version", "0.19.2", "--force-version", *tokens,
+                     "--world-size", "8", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    settings = out["settings"]
+    pasted = [*tokens, *settings["megatron_flags"].split()]
+    real = env.run_truth([{"id": "exact", "argv": pasted, "world_size": 8, "build": True, "cache_dir": str(tmp_path)}],
+                         str(tmp_path / "work"))["cases"][0]
+    assert real["refusal"] is None
+    assert (real["train_iters"], real["train_consumed"], real["num_samples"][0]) == (
+        out["train_iters"], settings["train_samples"], settings["train_samples"])
+    assert real["splits"]["train"]["draws"] == list(settings["targets"].values())
+    assert out["consumed_samples"]["valid"] == real["num_samples"][1]
+
+
+@pytest.mark.megatron_lm
+@frameworks.needs_stack("today")
+@pytest.mark.parametrize("batch", ["8", "16"])
+def test_resume_check_override_ckpt_iteration_0_19(tmp_path: Any, batch: str) -> None:
+    """A checkpoint at iteration 50 of global batch 8 whose args Megatron-LM 0.19.2's own parse_args/validate_args
+    made (tests/megatron_lm_checkpoint.py: consumed_valid_samples = 4 evaluations (iterations 20, 30, 40 and 50,
+    from --start-eval-at-iter 20) x eval_iters 1 x eval batch 16 = 64), resumed with
+    --override-ckpt-iteration 30: load_checkpoint (megatron/training/checkpointing.py) restarts at iteration 30 with
+    consumed = 30 x 8 = 240; with --global-batch-size 16 it raises RuntimeError (a finding)."""
+    corpora = []
+    for j, docs in enumerate((700, 300)):
+        corpora.append(str(tmp_path / f"src{j}"))
+        write_random_corpus(corpora[-1], 40 + j, docs, 1, 300)
+    base = [*MODEL, *RESUME_BASE, "--eval-interval", "10", "--start-eval-at-iter", "20", "--eval-global-batch-size",
+            "16", "--data-path", "0.7", corpora[0], "0.3", corpora[1]]
+    old = [*base, "--global-batch-size", "8"]
+    save = str(tmp_path / "ckpt")
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "megatron_lm_checkpoint.py")
+    made = subprocess.run([sys.executable, script, save, "50", "2", *old], env=frameworks.megatron_lm_today_env(),
+                          capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0, made.stderr[-3000:]
+    new = [*base, "--global-batch-size", batch, "--override-ckpt-iteration", "30"]
+    r = subprocess.run([sys.executable, "-m", "neox_epoch.cli", "resume-check", save, *new, "--world-size", "2",
+                        "--framework-version", "0.19.2", "--force-version", "--json"], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode in (0, 1), r.stderr
+    out = json.loads(r.stdout)
+    kinds = [f.split(":")[0] for f in out["findings"]]
+    assert f"override_ckpt_iteration * global_batch_size = 30 * {batch} = {30 * int(batch)}" in out["consumed_how"]
+    assert (out["consumed_samples"], out["start_sample"]) == (30 * int(batch), 30 * int(batch))
+    assert ("override-refused" in kinds) == (batch == "16")
+    assert out["valid"]["drawn"] == 64 and out["valid"]["start_sample"] == 64
 
 
 def mcore_greedy(weights: list[float], n: int) -> list[int]:
@@ -655,6 +1036,7 @@ def expected_resume(pair: dict[str, Any], real_old: dict[str, Any], real_new: di
 
 
 @pytest.mark.megatron_lm
+@frameworks.needs_stack("neox")
 def test_resume_check_on_random_megatron_lm_resumes(megatron_lm: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     """16 random resumes (a checkpoint's args saved by Megatron-LM's own code at a random iteration, resumed with
