@@ -17,7 +17,7 @@ anything is extracted):
   puts that tree AFTER the wheel on sys.path (``MEGATRON_LM_APPEND_PATH``, read by tests/megatron_lm_truth.py),
   so the wheel's megatron.training and megatron.core are the ones imported.
 - ``megatron_lm_stack()`` says which of the two this interpreter is; ``needs_stack("neox" | "today")`` is the
-  skip mark of a test that needs one of them.
+  conftest `stack` mark of a test that needs one of them (deselected on the other stack).
 
 Extraction goes to a temporary directory renamed into place, and every build holds a file lock, so
 parallel pytest processes neither race nor see half a tree. When a framework cannot be had on this
