@@ -693,9 +693,11 @@ def _unplannable(ns: argparse.Namespace, blend: Blend | None,
                  "give --data-path PREFIX ... or --train-data-path ...")
 
 
-def check_foreign(argv: Sequence[str], version: str) -> None:
+def check_foreign(argv: Sequence[str], version: str | None = None) -> None:
     """Another framework's command line (Megatron-DeepSpeed, NeMo, GPT-NeoX's deepy.py) is refused once, in one
-    line naming the framework and what is supported, instead of one unknown flag per rerun."""
+    line naming the framework and what is supported, instead of one unknown flag per rerun. ``version``: the
+    megatron-core version planned (None: the default rules' table, before the version is known)."""
+    version = mlm.rules_for(version).version
     launch_line.refuse_foreign([str(t) for t in argv], _option_specs(version), megatron_lm_version(version))
 
 

@@ -96,7 +96,11 @@ def test_megatron_flags(demo_dir, capsys, monkeypatch):
     assert plan["sources"][0]["samples_requested"] == 800  # one prefix without weight: no buffer
     # Megatron-LM: valid = (50 // 25 + 1) * 1 * 16, test = 1 * 16; a model flag is listed, not planned
     assert plan["consumed_samples"] == {"train": 800, "valid": 48, "test": 16}
-    assert plan["notes"] == ["not affecting the plan: --num-layers"]
+    # today's stack (megatron-core 0.19.2 installed) also notes that 0.16.1's rules were used, not 0.19.2's
+    version_note = [n for n in plan["notes"] if n.startswith("--framework-version 0.16.1: planned with Megatron-LM "
+                                                              "0.16.1's flags and rules, not Megatron-LM 0.19.2's")]
+    assert len(version_note) == (installed_mcore() == "0.19.2")
+    assert [n for n in plan["notes"] if n not in version_note] == ["not affecting the plan: --num-layers"]
     assert plan["world_size"] == {"value": 4, "from": "--world-size"}
 
 
