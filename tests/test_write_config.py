@@ -107,16 +107,34 @@ def test_refuses_a_directory_and_a_missing_directory(small: str, tmp_path: Any,
     assert not missing.parent.exists()
 
 
-def test_refuses_keys_the_overlay_would_duplicate(small: str, tmp_path: Any,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    """train_iters and lr_decay_iters set in the input: the overlay sets them too, which NeoX rejects; --full is
-    the way (the message says so)."""
+def test_overlay_replaces_keys_the_inputs_set_with_the_dash_spelling(small: str, tmp_path: Any,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """The reported bug: train_iters and lr_decay_iters set in the input (as every real Pythia/StableLM config
+    does) made --write-config refuse. NeoX's from_ymls checks a later file's key as written against the keys
+    loaded so far (stored with '_'), so the overlay writes them as train-iters / lr-decay-iters, which replace
+    the inputs' values; the files plus the overlay plan the exact 3023 iterations."""
     cfg = write_cfg(tmp_path / "run.yml", paths_cfg(small, train_iters=320000, lr_decay_iters=320000))
     out = tmp_path / "overlay.yml"
     code, _, err = run([cfg, "--epochs", "1", "--write-config", str(out)], capsys)
-    refused(code, err, "the overlay sets train_iters, lr_decay_iters", "add --full", "remove train_iters and "
-            "lr_decay_iters from that file")
-    assert not out.exists()
+    assert code == 0, err
+    data = yaml.safe_load(out.read_text())
+    assert data == {"train-iters": 3023, "lr-decay-iters": 3023, "neox_epoch": {"epochs": 1, "blend_buffer": 1.0}}
+    assert "written here with '-' (train-iters)" in out.read_text()
+    assert plan_files([cfg, str(out)]) == 3023
+
+
+def test_overlay_names_the_input_line_when_no_spelling_replaces_a_key(tmp_path: Any) -> None:
+    """A key without '_' (warmup) has no spelling a later file may use: one line naming the file, the key, the
+    value planned and the fix."""
+    from neox_epoch.config import load_neox_configs
+    from neox_epoch.errors import ConfigError
+    from neox_epoch.plan_cli import overlay_spelling
+
+    cfg = load_neox_configs([write_cfg(tmp_path / "run.yml", {"warmup": 0.01, "train_iters": 5})], check_keys=False)
+    assert overlay_spelling(cfg, {"train_iters": 7, "eval_interval": 3}, "W") == {"train-iters": 7, "eval_interval": 3}
+    with pytest.raises(ConfigError, match=r"W: .*run.yml: warmup: 0.01; the plan needs 0.02.*change that line to "
+                       r"warmup: 0.02"):
+        overlay_spelling(cfg, {"warmup": 0.02}, "W")
 
 
 @pytest.mark.parametrize(("flags", "message"), [
