@@ -181,7 +181,8 @@ def check(ckpt: Checkpoint, argv: Sequence[str], version: str, exposure: bool = 
                                             "sampler starts there, whatever the batch)")
     old = OldRun(ckpt, gbs, consumed, how, None)
     findings = build_findings(old, saved, new) + _end_findings(consumed, new, new_mi, it)
-    findings += blend_findings(new, saved, consumed, start)
+    left = max(0, new_mi.run.train_iters - it)
+    findings += blend_findings(new, saved, consumed, start, left)
     valid, valid_findings = valid_start(saved_args, it, new_mi, new.plan)
     findings += valid_findings
     if old_mi is not None and not follows:
@@ -189,7 +190,6 @@ def check(ckpt: Checkpoint, argv: Sequence[str], version: str, exposure: bool = 
     notes = [source if old_mi is None else f"the saved run's build from {source}"]
     if new_mi.args.rampup_batch_size is not None:
         notes.append("--rampup-batch-size: the samples drawn after the resume are counted at the final global batch")
-    left = max(0, new_mi.run.train_iters - it)
     sources = deltas(new, saved, consumed, start, left)
     found: tuple[SourceExposure, ...] = ()
     if exposure and old_plan is not None and old_mi is not None and len(old_plan.names) == len(new.names):
