@@ -452,6 +452,7 @@ def plan_input_from_neox(cfg: NeoxConfig, world_size: int | None = None, gbs_ove
     """
     if batch is None and not gbs_override:
         batch = neox_batch(cfg, world_size, launcher)
+    check_attention_config(cfg)
     mbs = batch.micro_batch_size if batch else get_int(cfg, "train_micro_batch_size_per_gpu")
     gas = batch.gradient_accumulation_steps if batch else _neox_gas(cfg)
     seq = get_int(cfg, "seq_length")
@@ -482,6 +483,52 @@ def plan_input_from_neox(cfg: NeoxConfig, world_size: int | None = None, gbs_ove
         warmup_iters=warmup_iters,
         neox=_neox_options(cfg, mbs, gas),
     )
+
+
+#: NeoX's ATTENTION_TYPE_CHOICES (megatron/neox_arguments/neox_args.py)
+NEOX_ATTENTION_TYPES = ("global", "local", "sparse_fixed", "sparse_variable", "bigbird", "bslongformer", "gmlp",
+                        "amlp", "flash", "rwkv", "mamba")
+
+
+def _attention_layers(raw: Any, num_layers: int, where: str) -> list[Any]:
+    """attention_config expanded to one entry per layer as NeoX's ``expand_attention_types`` expands it
+    (``[[["flash"], 12]]`` -> 12 x "flash"; ``"all"`` repeats a pattern over every layer)."""
+    if not isinstance(raw, list):
+        raise ConfigError(f"{where}: expected a list such as [[[\"flash\"], {num_layers}]], found {raw!r}")
+    if all(isinstance(i, str) for i in raw):
+        return list(raw)
+    layers: list[Any] = []
+    for item in raw:
+        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], list)):
+            raise ConfigError(f"{where}: {item!r}: expected [[types...], count], e.g. [[\"flash\"], {num_layers}]")
+        if item[1] == "all":
+            if num_layers % len(item[0]):
+                raise ConfigError(f"{where}: num_layers {num_layers} is not divisible by the length of the pattern "
+                                  f"{item[0]}; NeoX stops there: give a pattern that divides {num_layers}")
+            return list(item[0]) * (num_layers // len(item[0]))
+        if isinstance(item[1], bool) or not isinstance(item[1], int):
+            raise ConfigError(f"{where}: {item!r}: expected a layer count or \"all\", found {item[1]!r}")
+        layers += list(item[0]) * item[1]
+    return layers
+
+
+def check_attention_config(cfg: NeoxConfig) -> None:
+    """NeoX's ``calculate_derived`` (after the batch): attention_config must cover exactly num_layers layers, each
+    with a type NeoX knows."""
+    num_layers = get_int(cfg, "num_layers")
+    raw = cfg.values.get("attention_config")
+    if num_layers is None or raw is None:
+        return
+    where = f"{cfg.origin.get('attention_config', '<config>')}: {cfg.written.get('attention_config', 'attention_config')}"
+    layers = _attention_layers(raw, num_layers, where)
+    if len(layers) != num_layers:
+        raise ConfigError(f"{where}: covers {len(layers)} layers, num_layers is {num_layers} (in "
+                          f"{cfg.origin.get('num_layers')}); NeoX stops: \"Length of attention config list must equal "
+                          f"num_layers\": make the counts add up to {num_layers}, e.g. [[[\"flash\"], {num_layers}]]")
+    unknown = [t for t in layers if t not in NEOX_ATTENTION_TYPES]
+    if unknown:
+        raise ConfigError(f"{where}: attention type {unknown[0]!r} is not one NeoX knows (\"Attention type "
+                          f"{unknown[0]} not recognized\"); expected one of {list(NEOX_ATTENTION_TYPES)}")
 
 
 def _neox_sources(cfg: NeoxConfig) -> tuple[tuple[SourceSpec, ...], tuple[SourceSpec, ...],

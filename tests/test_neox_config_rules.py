@@ -350,3 +350,20 @@ def test_check_batch_without_deepspeed_says_what_to_install(cwd):  # type: ignor
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     assert r.stderr.startswith("neox-epoch check-batch: error: deepspeed is not installed for ")
     assert "pip install torch==2.13.0 deepspeed" in r.stderr
+
+
+@pytest.mark.parametrize(("attention", "message"), [
+    ([[["flash"], 1]], 'covers 1 layers, num_layers is 2 (in a.yml); NeoX stops: "Length of attention config list '
+                       'must equal num_layers": make the counts add up to 2'),
+    ([[["global"], 1], [["local"], 2]], "covers 3 layers, num_layers is 2"),
+    ([[["flashy"], 2]], "attention type 'flashy' is not one NeoX knows"),
+])
+def test_attention_config_must_cover_num_layers_like_neox(attention, message, cwd, capsys):  # type: ignore[no-untyped-def]
+    """The reported case: pythia-12b-deduped has 40 layers and an attention config covering 36, which NeoX's
+    calculate_derived refuses; plan accepted it."""
+    write(cwd / "a.yml", {**BASE, "global_num_gpus": 1, "train_iters": 5, "attention_config": attention})
+    code, _, err = plan(["a.yml"], capsys)
+    assert code == 2 and err.count("\n") == 1 and f"a.yml: attention_config: {message}" in err, err
+    ok = write(cwd / "b.yml", {**BASE, "global_num_gpus": 1, "train_iters": 5,
+                               "attention_config": [[["global", "flash"], "all"]]})
+    assert plan([ok], capsys)[0] == 0

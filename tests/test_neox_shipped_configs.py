@@ -100,6 +100,8 @@ def expected_terms(error: dict[str, str]) -> list[str]:
         return [f"{m.group(1)}: {m.group(2)} has to be greater than 0"]
     if "train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step * world_size" in message:
         return ["train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step * world_size"]
+    if "Length of attention config list must equal num_layers" in message:
+        return ["Length of attention config list must equal num_layers", "covers"]
     raise AssertionError(f"no rule for NeoX's refusal {kind}: {message}; add one to expected_terms")
 
 
