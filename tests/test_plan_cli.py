@@ -342,3 +342,21 @@ def test_demo_plans_everything_on_the_core_install(tmp_path):  # type: ignore[no
     assert r.stdout.count("$ neox-epoch plan ") == len(CONFIGS) + 1
     assert "neox-epoch plan (megatron-core 0.16.1 semantics)" in r.stdout
     assert "train_iters 121 -> 1,936 train samples" in r.stdout
+
+
+def test_megatron_empty_data_cache_path_is_a_note(demo_dir, tmp_path, capsys, monkeypatch):
+    """An empty --data-cache-path is a new cache (Megatron-LM builds the indexes there on the first launch): a
+    note saying so, not the audit's "cache-unreadable" warning it was."""
+    monkeypatch.chdir(demo_dir)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    code, out, err = run_cli(["plan", "--framework-version", "0.16.1", "--data-path", "demo/data/web_text_document",
+                              "--split", "98,1,1", "--seq-length", "512", "--global-batch-size", "16",
+                              "--micro-batch-size", "4", "--world-size", "4", "--lr", "3e-4", "--train-iters", "50",
+                              "--eval-iters", "1", "--eval-interval", "25", "--data-cache-path", str(cache), "--json"],
+                             capsys)
+    assert code == 0, err
+    plan = json.loads(out)
+    assert not [w for w in plan["warnings"] if "cache" in json.dumps(w)], plan["warnings"]
+    assert f"--data-cache-path {cache}: empty; Megatron-LM builds this run's index caches there on its first " \
+           "launch (nothing to check yet)" in plan["notes"]
