@@ -531,9 +531,38 @@ def check_attention_config(cfg: NeoxConfig) -> None:
                           f"{unknown[0]} not recognized\"); expected one of {list(NEOX_ATTENTION_TYPES)}")
 
 
+SPLIT_PATH_KEYS = ("train_data_paths", "valid_data_paths", "test_data_paths")
+
+
+def check_data_keys(cfg: NeoxConfig) -> None:
+    """NeoX's ``validate_values`` on the data keys (run by from_ymls): data_path or all three of
+    train/valid/test_data_paths, never both; and a preference-pair config (``pos_train_data_paths``, for DPO,
+    RM or KTO), which this tool does not plan, named by its ``train_impl``."""
+    given = [k for k in SPLIT_PATH_KEYS if cfg.values.get(k) is not None]
+    if len(given) == 3 and cfg.values.get("data_path") is not None:
+        raise ConfigError(
+            f"{cfg.origin.get('data_path')}: data_path: given with train_data_paths (in "
+            f"{cfg.origin.get('train_data_paths')}); NeoX stops: \"Please provide *either* `data_path` or "
+            "`train/valid/test_data_path`\": remove data_path, or the three *_data_paths keys")
+    if given and len(given) < 3:
+        missing = [k for k in SPLIT_PATH_KEYS if k not in given]
+        raise ConfigError(
+            f"{cfg.origin.get(given[0])}: {given[0]}: given without {' and '.join(missing)}; NeoX stops: \"One or more "
+            f"of train/valid/test data_path are not provided\": set {' and '.join(missing)} too (the validation and "
+            "test prefixes, e.g. the train prefixes again)")
+    pairs = [k for k in ("pos_train_data_paths", "neg_train_data_paths") if cfg.values.get(k)]
+    if pairs and not cfg.values.get("train_data_paths") and not cfg.values.get("data_path"):
+        impl = cfg.values.get("train_impl", "normal")
+        raise ConfigError(
+            f"{cfg.origin.get(pairs[0])}: {pairs[0]}: this config trains with train_impl: {impl} on preference pairs "
+            f"(pos_/neg_ paths, dataset_impl: {cfg.values.get('dataset_impl', 'gpt2')}), which neox-epoch does not "
+            "plan; it plans pretraining data (data_path or train_data_paths)")
+
+
 def _neox_sources(cfg: NeoxConfig) -> tuple[tuple[SourceSpec, ...], tuple[SourceSpec, ...],
                                             tuple[SourceSpec, ...], bool]:
     """The train, valid and test sources, and whether they come per split (train_data_paths) or from data_path."""
+    check_data_keys(cfg)
     train_paths = _paths(cfg, "train_data_paths")
     if train_paths:
         tw = _weights(cfg, "train_data_weights", len(train_paths))
