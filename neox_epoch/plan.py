@@ -398,6 +398,11 @@ def exact_plan(inp: PlanInput, passes: dict[str, float], search_seeds: int = 200
     warnings = [*plan.warnings, *_remainder_warnings(labels, targets, final, inp.seq_length)]
     if inp.framework == "neox" and inp.per_split_paths:
         warnings.extend(_without_plugin(inp, iters, cache))
+    if settings.get("weight_by_num_documents") is False:
+        warnings.append(PlanWarning(
+            "exact-weights", "exact: weight_by_num_documents: true -> false: NeoX's document-count weights "
+            f"(weighted_sampler_alpha {inp.neox.weighted_sampler_alpha:g}) do not draw the targets; the blend "
+            "weights found for them replace those (written with --write-config)", "train"))
     return replace(plan, settings={"train_iters": iters, "train_samples": consumed, **settings},
                    remainder_samples=remainder, remainder_tokens=remainder * inp.seq_length,
                    arithmetic=tuple(arithmetic) + plan.arithmetic, warnings=tuple(warnings))
@@ -466,6 +471,10 @@ def _exact_run(inp: PlanInput, iters: int, labels: list[str], final: list[int], 
             settings["blend_buffer"] = 1.0
         plan = make_plan(exact_inp, final, cache)
     else:
+        if inp.framework == "neox" and inp.neox.weight_by_num_documents:
+            # NeoX's document-count weights give other draws than the targets: explicit weights replace them
+            exact_inp = replace(exact_inp, neox=replace(exact_inp.neox, weight_by_num_documents=False))
+            settings["weight_by_num_documents"] = False
         plan, weights = _search_weights(exact_inp, final, search_seeds, cache)
         settings["weights"] = weights
         settings["targets"] = {lab: t for lab, t in zip(labels, final)}
@@ -522,7 +531,9 @@ def _search_weights(inp: PlanInput, targets: list[int], seeds: int, cache: Token
         tried.append(drawn)
     raise PlanError(
         f"exact plan: no float weights found (after {seeds} tries) under which the greedy blend draws exactly "
-        f"{targets}; last draws {tried[-1]}: use megatron-core's exhaustive blending (weights None) or change targets"
+        f"{targets}; last draws {tried[-1]}: "
+        + ("use megatron-core's exhaustive blending (weights None) or change targets" if inp.framework ==
+           "megatron-core" else "change the targets (--source-epochs) or the global batch size")
     )
 
 

@@ -334,6 +334,8 @@ def overlay(plan: Plan, block: EpochBlock | None, targets: dict[str, float],
         b["weights"] = plan.settings["weights"]
     changed = {k: v for k, v in (schedule.overwrite() if schedule else {}).items()
                if k not in ("train_iters", "train_epochs")}
+    if plan.settings.get("weight_by_num_documents") is False:  # explicit weights (the block's) replace them
+        changed["weight_by_num_documents"] = False
     return {"train_iters": plan.train_iters, **changed, "neox_epoch": b}
 
 
@@ -353,6 +355,8 @@ def full_config(cfg: NeoxConfig, plan: Plan, block: EpochBlock | None, targets: 
         else:
             data[key] = value
     data["train_iters"] = plan.train_iters
+    if plan.settings.get("weight_by_num_documents") is False:
+        data["weight_by_num_documents"] = False
     data["neox_epoch"] = overlay(plan, block, targets)["neox_epoch"]
     return data
 

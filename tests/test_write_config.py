@@ -266,3 +266,34 @@ def test_stock_neox_not_exact_for_a_blend_or_two_passes(demo_dir: Any, monkeypat
     assert got["exact"] is False and "a blend of 3 sources" in got["why"] and "config" not in got
     got = stock(["configs/data_path_split.yml", "--epochs", "2"], capsys)
     assert got["exact"] is False and "holds 2 epochs shuffled together, not one" in got["why"]
+
+
+def test_weight_by_num_documents_exact_mode_writes_explicit_weights(small: str, fixed_corpus: Any, tmp_path: Any,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """The reported case: weight_by_num_documents: true (with weighted_sampler_alpha) made exact mode fail with
+    "no float weights found ... use megatron-core's exhaustive blending". NeoX's document-count weights cannot
+    draw one pass of each source; exact mode now finds explicit weights, writes them in the block with
+    weight-by-num-documents: false (the dash spelling replaces the input's key), and says so. Without exact
+    mode the plan keeps NeoX's document-count weights."""
+    other = fixed_corpus("other", [300] * 200 + [77])
+    cfg = write_cfg(tmp_path / "run.yml", {
+        "train_data_paths": [small, other], "valid_data_paths": [small], "test_data_paths": [small], **BASE,
+        "weight-by-num-documents": True, "weighted_sampler_alpha": 0.5})
+    out = tmp_path / "exact.yml"
+    code, stdout, err = run([cfg, "--epochs", "1", "--write-config", str(out), "--json"], capsys)
+    assert code == 0, err
+    plan = json.loads(stdout)
+    assert any(w["code"] == "exact-weights" and "weight_by_num_documents: true -> false" in w["text"]
+               for w in plan["warnings"]), plan["warnings"]
+    data = yaml.safe_load(out.read_text())
+    assert data["weight-by-num-documents"] is False and len(data["neox_epoch"]["weights"]) == 2
+    assert [s["samples_drawn"] for s in plan["sources"] if s["split"] == "train"] == \
+        list(data["neox_epoch"]["targets"].values())
+    assert plan_files([cfg, str(out)]) == data["train_iters"] == plan["train_iters"]
+    full = tmp_path / "full.yml"
+    assert run([cfg, "--epochs", "1", "--write-config", str(full), "--full"], capsys)[0] == 0
+    assert yaml.safe_load(full.read_text())["weight_by_num_documents"] is False
+    iters = write_cfg(tmp_path / "iters.yml", {"train-iters": 100})
+    code, stdout, err = run([cfg, iters, "--json"], capsys)  # not exact: NeoX's own document-count weights
+    assert code == 0, err
+    assert not any(w["code"] == "exact-weights" for w in json.loads(stdout)["warnings"])
