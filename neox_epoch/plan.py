@@ -310,6 +310,28 @@ def _run_warnings(inp: PlanInput, train_iters: int, sources: list[SourcePlan]) -
             f"{train_iters} training iterations (more than {inp.warmup_share_limit:.0%})"))
     if framework_of(inp).neox_cache_names:
         out.extend(_neox_cache_warnings(inp, sources))
+    return out + _repeated_prefix_warnings(sources)
+
+
+def _repeated_prefix_warnings(sources: list[SourcePlan]) -> list[PlanWarning]:
+    """A prefix listed more than once in one split's blend: one corpus built as several datasets, trained the sum
+    of their passes (each row alone understates it)."""
+    import os
+
+    out = []
+    for split in ("train", "valid", "test"):
+        rows: dict[str, list[SourcePlan]] = {}
+        for s in sources:
+            if s.split == split:
+                rows.setdefault(os.path.normpath(s.prefix), []).append(s)
+        for prefix, same in rows.items():
+            if len(same) > 1:
+                total = sum(s.passes for s in same)
+                out.append(PlanWarning(
+                    "repeated-prefix",
+                    f"{split}: {prefix} is listed {len(same)} times in the blend: NeoX builds it as {len(same)} datasets "
+                    f"and trains it {total:.4f} passes in all ({' + '.join(f'{s.passes:.4f}' for s in same)}), not "
+                    f"the {same[0].passes:.4f} of one row; list it once, with the weights added", split, same[0].name))
     return out
 
 

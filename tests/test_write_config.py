@@ -297,3 +297,22 @@ def test_weight_by_num_documents_exact_mode_writes_explicit_weights(small: str, 
     code, stdout, err = run([cfg, iters, "--json"], capsys)  # not exact: NeoX's own document-count weights
     assert code == 0, err
     assert not any(w["code"] == "exact-weights" for w in json.loads(stdout)["warnings"])
+
+
+def test_a_prefix_listed_twice_in_a_blend_is_named(small: str, tmp_path: Any,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """The reported case: a prefix listed twice in a blend showed two rows of ~1 pass each while the corpus is
+    trained twice; a `repeated-prefix` warning names it and the passes in all (the sum of its rows)."""
+    cfg = write_cfg(tmp_path / "run.yml", {**paths_cfg(small), "train_data_paths": [small, small],
+                                           "train_data_weights": [1, 1], "train_iters": 3000})
+    code, stdout, err = run([cfg, "--json"], capsys)
+    assert code == 0, err
+    plan = json.loads(stdout)
+    rows = [s["passes"] for s in plan["sources"] if s["split"] == "train"]
+    found = [w["text"] for w in plan["warnings"] if w["code"] == "repeated-prefix"]
+    assert len(rows) == 2 and found == [
+        f"train: {small} is listed 2 times in the blend: NeoX builds it as 2 datasets and trains it "
+        f"{sum(rows):.4f} passes in all ({rows[0]:.4f} + {rows[1]:.4f}), not the {rows[0]:.4f} of one row; list it "
+        "once, with the weights added"], found
+    code, stdout, _ = run([write_cfg(tmp_path / "one.yml", {**paths_cfg(small), "train_iters": 3000}), "--json"], capsys)
+    assert code == 0 and not [w for w in json.loads(stdout)["warnings"] if w["code"] == "repeated-prefix"]
