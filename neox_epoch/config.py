@@ -299,7 +299,12 @@ def _weights(cfg: NeoxConfig, key: str, n: int) -> list[float | None]:
         raise ConfigError(f"{cfg.origin.get(key)}: {key}: expected a list of {n} numbers, found {v!r}")
     if len(v) != n:
         raise ConfigError(f"{cfg.origin.get(key)}: {key}: {len(v)} weights for {n} paths; give one weight per path")
-    return [_number(x, f"{cfg.origin.get(key)}: {key}[{i}]", positive=True) for i, x in enumerate(v)]
+    weights = [_number(x, f"{cfg.origin.get(key)}: {key}[{i}]") for i, x in enumerate(v)]
+    negative = [w for w in weights if w < 0]
+    if negative or not sum(weights) > 0:  # NeoX runs a 0 weight (that source is never drawn), not a 0 sum
+        raise ConfigError(f"{cfg.origin.get(key)}: {key}: {v!r}; expected weights >= 0 with a sum > 0 (NeoX stops "
+                          "on a sum of 0: \"assert sum_weights > 0.0\"); give each source a weight, 0 to leave it out")
+    return weights
 
 
 @dataclass(frozen=True)

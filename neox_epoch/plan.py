@@ -128,7 +128,9 @@ def _check_input(inp: PlanInput) -> None:
     if not inp.train_sources:
         raise PlanError("no train data: set data_path (or train_data_paths / --data-path)")
     for s in (*inp.train_sources, *inp.valid_sources, *inp.test_sources):
-        if s.weight is not None and not (math.isfinite(s.weight) and s.weight > 0):
+        # NeoX runs a weight of 0 (that source is never drawn); megatron-core is not verified with one
+        zero_ok = inp.framework == "neox" and s.weight == 0
+        if s.weight is not None and not (math.isfinite(s.weight) and (s.weight > 0 or zero_ok)):
             raise PlanError(f"weight {s.weight} of {s.prefix}: expected a finite number > 0")
     surplus = inp.mcore.mid_level_dataset_surplus
     if not (math.isfinite(surplus) and surplus >= 0):

@@ -378,6 +378,7 @@ DATA_KEY_CASES: dict[str, tuple[dict[str, Any], str | None, str]] = {
     "train_and_valid_without_test": ({"train_data_paths": ["data/x"], "valid_data_paths": ["data/x"]}, MISSING,
                                      "given without test_data_paths"),
     "the_three": (PATHS, None, ""),
+    "a_zero_weight": ({**PATHS, "train_data_paths": ["data/x", "data/y"], "train_data_weights": [1, 0]}, None, ""),
     "data_path": ({"data_path": "data/x"}, None, ""),
     "dpo_pairs": ({"train_impl": "dpo", "dataset_impl": "pairwise", "pos_train_data_paths": ["data/x"],
                    "neg_train_data_paths": ["data/x"]}, None, "trains with train_impl: dpo on preference pairs"),
@@ -388,12 +389,15 @@ DATA_KEY_CASES: dict[str, tuple[dict[str, Any], str | None, str]] = {
 def test_data_keys_are_judged_like_neox_from_ymls(cwd, capsys):  # type: ignore[no-untyped-def]
     """The reported cases: data_path together with train_data_paths, and train paths without valid/test paths,
     were planned though NeoX's validate_values refuses them; a DPO config with only pos_/neg_ paths got "none of
-    data_path or train_data_paths is set". NeoX's own from_ymls judges each (one NeoX process); plan accepts what
+    data_path or train_data_paths is set"; weights [1, 0] were refused though NeoX runs them (the second source
+    is never drawn). NeoX's own from_ymls judges each (one NeoX process); plan accepts what
     it accepts with its train_iters, refuses the rest in one line with NeoX's words and the fix, and names the
     training method of a preference-pair config (NeoX accepts it; not planned here, and said so)."""
     import frameworks
 
     model = {k: v for k, v in BASE.items() if k != "data_path"}
+    for ext in (".bin", ".idx"):
+        os.symlink(os.path.abspath("data/x" + ext), "data/y" + ext)
     jobs = {}
     for name, (extra, _, _) in DATA_KEY_CASES.items():
         write(cwd / f"{name}.yml", {**model, "hostfile": "hostfile_8", "train_iters": 5, **extra})
@@ -413,3 +417,8 @@ def test_data_keys_are_judged_like_neox_from_ymls(cwd, capsys):  # type: ignore[
             assert code == 2 and err.count("\n") == 1 and ours in err, (name, err)
         else:
             assert code == 0 and out is not None and out["train_iters"] == neox[name]["neox"]["train_iters"], err
+            if name == "a_zero_weight":  # 5 iterations of 4 x 8 samples, none from the source weighted 0
+                assert [s["samples_drawn"] for s in out["sources"] if s["split"] == "train"] == [160, 0]
+    code, _, err = plan([write(cwd / "zeros.yml", {**model, "hostfile": "hostfile_8", "train_iters": 5, **PATHS,
+                                                   "train_data_weights": [0]})], capsys)
+    assert code == 2 and "expected weights >= 0 with a sum > 0" in err, err

@@ -144,9 +144,12 @@ BAD = [
     ('{"seq_length": "512", "train_batch_size": 16, "data_path": "%s", "train_iters": 5}',
      r"seq_length: expected an integer, found str '512' \(write 512 without quotes\)"),
     ('{"seq_length": 512, "train_batch_size": 16, "train_data_paths": ["%s"], "train_data_weights": [0], '
-     '"train_iters": 5}', r"train_data_weights\[0\]: expected a value > 0, found 0"),
+     '"valid_data_paths": [], "test_data_paths": [], "train_iters": 5}',
+     r"train_data_weights: \[0\]; expected weights >= 0 with a sum > 0"),
     ('{"seq_length": 512, "train_batch_size": 16, "train_data_paths": ["%s"], "train_data_weights": [1, 2], '
-     '"train_iters": 5}', "2 weights for 1 paths; give one weight per path"),
+     '"valid_data_paths": [], "test_data_paths": [], "train_iters": 5}', "2 weights for 1 paths; give one weight per path"),
+    ('{"seq_length": 512, "train_batch_size": 16, "train_data_paths": ["%s"], "train_iters": 5}',
+     r"train_data_paths: given without valid_data_paths and test_data_paths; NeoX stops"),
     ('{"seq_length": 512, "train_micro_batch_size_per_gpu": 4, "global_num_gpus": 3, "pipe_parallel_size": 2, '
      '"data_path": "%s", "train_iters": 5}', r"dp = global_num_gpus / \(pipe_parallel_size \* model_parallel_size\) "
      r"= 3 / \(2 \* 1\) = 1.5 is not a whole number .*run on a multiple of 2 GPUs"),
