@@ -458,6 +458,7 @@ def plan_input_from_neox(cfg: NeoxConfig, world_size: int | None = None, gbs_ove
     if batch is None and not gbs_override:
         batch = neox_batch(cfg, world_size, launcher)
     check_attention_config(cfg)
+    check_types(cfg)
     mbs = batch.micro_batch_size if batch else get_int(cfg, "train_micro_batch_size_per_gpu")
     gas = batch.gradient_accumulation_steps if batch else _neox_gas(cfg)
     seq = get_int(cfg, "seq_length")
@@ -534,6 +535,68 @@ def check_attention_config(cfg: NeoxConfig) -> None:
     if unknown:
         raise ConfigError(f"{where}: attention type {unknown[0]!r} is not one NeoX knows (\"Attention type "
                           f"{unknown[0]} not recognized\"); expected one of {list(NEOX_ATTENTION_TYPES)}")
+
+
+_SIMPLE_TYPES: dict[str, type] = {"bool": bool, "int": int, "float": float, "str": str, "list": list, "dict": dict}
+
+
+def neox_type_ok(value: Any, declared: str) -> bool | None:
+    """Whether NeoX's ``validate_types`` accepts ``value`` for a key declared ``declared`` (neox_keys.json's
+    spelling): the exact type (an int for a float too), a Literal's choices (strings case-insensitively), a
+    Union's / Optional's member types. None where this mirror does not judge (List[...] members, Any)."""
+    import ast
+
+    if declared in _SIMPLE_TYPES:
+        return type(value) is _SIMPLE_TYPES[declared] or (declared == "float" and type(value) is int)
+    if declared.startswith("Literal["):
+        choices = ast.literal_eval("[" + declared[len("Literal["):-1] + "]")
+        lower = [c.lower() for c in choices if isinstance(c, str)]
+        return value in choices or (isinstance(value, str) and value.lower() in lower)
+    for prefix in ("Optional[", "Union["):
+        if declared.startswith(prefix) and "[" not in declared[len(prefix):-1]:
+            members = [m.strip() for m in declared[len(prefix):-1].split(",")]
+            if all(m in _SIMPLE_TYPES for m in members):
+                return type(value) in tuple(_SIMPLE_TYPES[m] for m in members)
+    return None
+
+
+def check_types(cfg: NeoxConfig, known: dict[str, str] | None = None) -> None:
+    """NeoX's ``validate_types`` (after ``calculate_derived``) on the keys the files set: the first value whose type
+    is not the declared one stops NeoX (a quoted number, ``6e-05`` that PyYAML reads as a string, a tokenizer
+    name NeoX does not have)."""
+    known = known if known is not None else known_neox_keys()
+    auto = cfg.values.get("autotuning") is not None
+    for key, value in cfg.values.items():
+        declared = known.get(key)
+        if value is None or declared is None or (auto and value == "auto") or neox_type_ok(value, declared) is not False:
+            continue
+        where = f"{cfg.origin.get(key, '<config>')}: {cfg.written.get(key, key)}"
+        if declared.startswith("Literal["):
+            raise ConfigError(f"{where}: {value!r}: NeoX stops in validate_types (\"Not in accepted values\": "
+                              f"{declared[len('Literal['):-1]}); write one of those values")
+        if isinstance(value, str) and declared == "list" and key.endswith("_paths"):
+            continue  # _paths says it better: the list to write
+        raise ConfigError(_type_message(where, value, declared))
+
+
+def _type_message(where: str, value: Any, declared: str) -> str:
+    """One line for a value NeoX's validate_types refuses: its type, the declared one, NeoX's words, the fix."""
+    words = (f"; NeoX stops in validate_types (AttributeError: type object '{declared}' has no attribute "
+             "'__origin__')" if declared in _SIMPLE_TYPES else "; NeoX stops in validate_types")
+    if isinstance(value, str) and declared in ("float", "int"):
+        try:
+            float(value)
+        except ValueError:
+            pass
+        else:
+            kind = "an integer" if declared == "int" else "a number"
+            mantissa, e, exponent = value.lower().partition("e")
+            fix = (f"write {mantissa}.0e{exponent}: PyYAML reads {value} as a string, YAML 1.1 floats need a dot"
+                   if e and "." not in mantissa else f"write {value} without quotes")
+            return f"{where}: expected {kind}, found str {value!r} ({fix}){words}"
+    if declared == "bool":
+        return f"{where}: expected true or false, found {type(value).__name__} {value!r}{words}: write true or false"
+    return f"{where}: {value!r} is a {type(value).__name__}, NeoX declares {declared}{words}: write a {declared}"
 
 
 SPLIT_PATH_KEYS = ("train_data_paths", "valid_data_paths", "test_data_paths")

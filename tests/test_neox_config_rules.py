@@ -422,3 +422,48 @@ def test_data_keys_are_judged_like_neox_from_ymls(cwd, capsys):  # type: ignore[
     code, _, err = plan([write(cwd / "zeros.yml", {**model, "hostfile": "hostfile_8", "train_iters": 5, **PATHS,
                                                    "train_data_weights": [0]})], capsys)
     assert code == 2 and "expected weights >= 0 with a sum > 0" in err, err
+
+
+#: (a line added to a valid config, as YAML text; NeoX accepts it?)
+TYPE_CASES = {
+    "min_lr_without_a_dot": ("min_lr: 6e-05", False),
+    "min_lr_with_a_dot": ("min_lr: 6.0e-05", True),
+    "min_lr_an_int": ("min_lr: 0", True),
+    "tokenizer_unknown": ("tokenizer_type: Llama3HFTokenizer", False),
+    "tokenizer_other_case": ("tokenizer_type: hftokenizer", True),
+    "eval_interval_quoted": ("eval_interval: '100'", False),
+    "checkpoint_factor_float": ("checkpoint_factor: 2.5", True),
+    "a_bool_as_a_string": ("allow_chopped: 'true'", False),
+}
+
+
+@pytest.mark.neox
+def test_value_types_are_judged_like_neox_validate_types(cwd, capsys):  # type: ignore[no-untyped-def]
+    """The reported cases: `tokenizer_type: Llama3HFTokenizer` and `min_lr: 6e-05` (a string to PyYAML: YAML 1.1
+    floats need a dot) were planned though NeoX's validate_types refuses them. Judged by NeoX's own from_ymls
+    (one NeoX process): plan accepts what it accepts, and refuses the rest in one line naming the key and the fix."""
+    import frameworks
+
+    base = yaml.safe_dump({**BASE, "hostfile": "hostfile_8", "train_iters": 5}, sort_keys=False)
+    jobs = {}
+    for name, (line, _) in TYPE_CASES.items():
+        write(cwd / f"{name}.yml", base + line + "\n")
+        jobs[name] = [f"{name}.yml"]
+    write(cwd / "jobs.json", json.dumps(jobs))
+    r = subprocess.run([frameworks.neox_python(), SWEEP_SCRIPT, "out.json", "--batch", "jobs.json", "--neox-dir",
+                        frameworks.neox_dir()], cwd=cwd, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    neox = json.load(open(cwd / "out.json", encoding="utf-8"))
+    for name, (line, accepted) in TYPE_CASES.items():
+        assert neox[name]["accepted"] == accepted, (name, neox[name])
+        code, out, err = plan([f"{name}.yml"], capsys)
+        key = line.split(":")[0]
+        if accepted:
+            assert code == 0 and out is not None and out["train_iters"] == neox[name]["neox"]["train_iters"], err
+        else:
+            said = " ".join(neox[name]["error"]["logged_errors"] + [neox[name]["error"]["message"]])
+            assert "validate_types" in said or "has no attribute '__origin__'" in said, said  # NeoX's own words
+            words = "Not in accepted values" if "Not in accepted values" in said else "has no attribute '__origin__'"
+            assert words in said and words in err, (said, err)
+            assert code == 2 and err.count("\n") == 1 and f"{name}.yml: {key}: " in err and "validate_types" in err, err
+    assert "(write 6.0e-05: PyYAML reads 6e-05 as a string, YAML 1.1 floats need a dot)" in plan(["min_lr_without_a_dot.yml"], capsys)[2]

@@ -100,6 +100,14 @@ def expected_terms(error: dict[str, str]) -> list[str]:
         return [f"{m.group(1)}: {m.group(2)} has to be greater than 0"]
     if "train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step * world_size" in message:
         return ["train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step * world_size"]
+    if "types cannot be validated" in message:  # validate_types logged the key and its words
+        logged = " ".join(error.get("logged_errors") or [])  # type: ignore[arg-type]
+        m = re.search(r"validate_types\(\) (\w+): .*(Not in accepted values)", logged)
+        if m:
+            return [f"{m.group(1)}: ", m.group(2), "validate_types"]
+        return ["validate_types"]
+    if kind in ("ParserError", "ScannerError"):  # PyYAML's, before NeoX reads a key
+        return ["is not valid YAML at line"]
     if "Length of attention config list must equal num_layers" in message:
         return ["Length of attention config list must equal num_layers", "covers"]
     raise AssertionError(f"no rule for NeoX's refusal {kind}: {message}; add one to expected_terms")

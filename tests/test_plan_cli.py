@@ -221,14 +221,19 @@ def test_duplicate_key_across_files_like_neox(demo_dir, tmp_path, capsys):
     assert code == 2 and "seq_length: already set in" in err and "a.yml" in err and "b.yml" in err
 
 
-def test_write_config_refuses_duplicate_train_iters(demo_dir, tmp_path, capsys):
+def test_write_config_replaces_an_input_train_iters_with_the_dash_spelling(demo_dir, tmp_path, capsys):
+    """train_iters set in the input: the overlay writes train-iters, which NeoX lets a later file use to replace
+    it (it refused before, as on every real Pythia config)."""
+    import yaml
+
     prefix = str(demo_dir / "demo" / "data" / "web_text_document")
     (tmp_path / "a.yml").write_text(json.dumps({"seq_length": 512, "train_batch_size": 16, "data_path": prefix,
                                                 "train_iters": 10}))
     code, _, err = run_cli(["plan", str(tmp_path / "a.yml"), "--epochs", "1", "--write-config",
                             str(tmp_path / "o.yml")], capsys)
-    assert code == 2 and "remove train_iters from that file" in err
-    assert not (tmp_path / "o.yml").exists()
+    assert code == 0, err
+    written = yaml.safe_load((tmp_path / "o.yml").read_text())
+    assert "train-iters" in written and "train_iters" not in written
 
 
 def test_overlay_plans_again(demo_dir, tmp_path, capsys, monkeypatch):
