@@ -102,9 +102,9 @@ def expected_terms(error: dict[str, str]) -> list[str]:
         return ["train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step * world_size"]
     if "types cannot be validated" in message:  # validate_types logged the key and its words
         logged = " ".join(error.get("logged_errors") or [])  # type: ignore[arg-type]
-        m = re.search(r"validate_types\(\) (\w+): .*(Not in accepted values)", logged)
-        if m:
-            return [f"{m.group(1)}: ", m.group(2), "validate_types"]
+        m = re.search(r"validate_types\(\) (\w+): '(.*)' (Not in accepted values)", logged)
+        if m:  # the key as the file writes it (lr-decay-style), the value, NeoX's words
+            return [f"{m.group(2)}'", m.group(3), "validate_types"]
         return ["validate_types"]
     if kind in ("ParserError", "ScannerError"):  # PyYAML's, before NeoX reads a key
         return ["is not valid YAML at line"]
