@@ -51,7 +51,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 #: world sizes swept by default
-WORLD_SIZES = (1, 8, 16, 64)
+WORLD_SIZES = (1, 8, 16, 64, 256)
 #: slots per node in the generated hostfiles (smaller worlds are one localhost line)
 SLOTS_PER_NODE = 8
 #: the NeoX config every pairing is combined with (its data paths)

@@ -1,4 +1,4 @@
-"""Every model config GPT-NeoX ships, planned at 1, 8, 16 and 64 GPUs, against what NeoX itself made of it.
+"""Every model config GPT-NeoX ships, planned at 1, 8, 16, 64 and 256 GPUs, against what NeoX itself made of it.
 
 tests/fixtures/neox/shipped_configs.json was written by scripts/neox_config_sweep.py, which called NeoX's own
 ``NeoXArgs.from_ymls`` for each pairing (model config [+ configs/llama/train_config.yml] + configs/local_setup.yml
@@ -144,13 +144,13 @@ def test_shipped_config_plans_like_neox(key, run_dir, capsys, monkeypatch):  # t
 
 
 def test_fixture_is_the_whole_sweep():
-    """192 pairings (48 model configs x 4 world sizes); the counts in the summary agree with the records; the
+    """240 pairings (48 model configs x 5 world sizes); the counts in the summary agree with the records; the
     paths are relative (to the NeoX tree / the run directory), never the machine's."""
     summary = SWEEP["summary"]
     accepted = sum(1 for p in PAIRINGS.values() if p["accepted"])
     assert summary["pairings"] == len(PAIRINGS) == len({p["model"] for p in PAIRINGS.values()}) * len(SWEEP["world_sizes"])
     assert summary["accepted"] == accepted and summary["refused"] == len(PAIRINGS) - accepted
-    assert SWEEP["world_sizes"] == [1, 8, 16, 64]
+    assert SWEEP["world_sizes"] == [1, 8, 16, 64, 256]
     text = open(FIXTURE, encoding="utf-8").read()
     assert "neox_sweep_" not in text, "the sweep's temporary run directory leaked into the fixture"
     for p in PAIRINGS.values():
