@@ -192,8 +192,8 @@ class _Merge:
         if k in self.values:
             self.notes.append(
                 f"{path}: {written} = {value!r} replaces {self.written[k]} = {self.values[k]!r} from {self.origin[k]}: "
-                f"NeoX keeps the later value without an error when the later file writes the key with '-'; keep "
-                "the key in one file"
+                "NeoX keeps the later value without an error when the later file writes the key with '-' (as the "
+                "overlays of plan --write-config do on purpose; elsewhere, check that the later value is the one meant)"
             )
         self.values[k] = value
         self.origin[k] = path
