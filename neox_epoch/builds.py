@@ -135,15 +135,15 @@ def _neox_like_builds(inp: PlanInput, requests: list[int | None], cache: TokenCa
         if not specs:
             continue
         srcs = read_sources(specs)
-        if opts.weight_by_num_documents:
-            weights = neox.weights_by_num_docs([s.header.sequence_count for s in srcs], opts.weighted_sampler_alpha)
-        elif i == 0 and inp.blend_weights_override is not None:
+        if i == 0 and inp.blend_weights_override is not None:  # exact mode's weights replace any others
             weights = list(inp.blend_weights_override)
+        elif opts.weight_by_num_documents:
+            weights = neox.weights_by_num_docs([s.header.sequence_count for s in srcs], opts.weighted_sampler_alpha)
         else:
             weights = [s.spec.weight if s.spec.weight is not None else 1.0 for s in srcs]
         for s, w in zip(srcs, weights):
-            if not w > 0:
-                raise PlanError(f"{SPLITS[i]}_data_weights: weight {w} for {s.spec.prefix} must be > 0")
+            if not w >= 0:
+                raise PlanError(f"{SPLITS[i]}_data_weights: weight {w} for {s.spec.prefix} must be >= 0")
         buffer = opts.blend_buffer if opts.blend_buffer is not None else neox.BLEND_BUFFER
         wn, reqs = neox.normalized_weights_and_num_samples(weights, requests[i], buffer)
         if i == 0 and opts.exact_requests is not None:

@@ -168,6 +168,9 @@ def megatron_input(argv: Sequence[str], version: str) -> MegatronInput:
                            eval_global_batch_size=args.eval_global_batch_size,
                            start_eval_at_iter=args.start_eval_at_iter),
     )
+    if args.data_cache_path and os.path.isdir(args.data_cache_path) and not os.listdir(args.data_cache_path):
+        notes.append(f"--data-cache-path {args.data_cache_path}: empty; Megatron-LM builds this run's index caches "
+                     "there on its first launch (nothing to check yet)")
     return MegatronInput(args=args, run=run, inp=inp, notes=tuple(notes), warnings=run_warnings(args, run))
 
 
@@ -220,8 +223,8 @@ def cache_warnings(args: MegatronArgs, plan: Plan) -> list[PlanWarning]:
     """``--data-cache-path``: index caches there that are stale (damaged, or their data changed) or foreign
     (built from other data), checked with the audit's validation."""
     path = args.data_cache_path
-    if not path or not os.path.isdir(path):
-        return []
+    if not path or not os.path.isdir(path) or not os.listdir(path):
+        return []  # none yet (an empty one is a note of megatron_input: the first launch builds them there)
     from neox_epoch.audit.audit import AuditOptions, run_audit
     from neox_epoch.audit.names import discover
     from neox_epoch.errors import NeoxEpochError

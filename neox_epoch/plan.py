@@ -128,7 +128,9 @@ def _check_input(inp: PlanInput) -> None:
     if not inp.train_sources:
         raise PlanError("no train data: set data_path (or train_data_paths / --data-path)")
     for s in (*inp.train_sources, *inp.valid_sources, *inp.test_sources):
-        if s.weight is not None and not (math.isfinite(s.weight) and s.weight > 0):
+        # NeoX runs a weight of 0 (that source is never drawn); megatron-core is not verified with one
+        zero_ok = inp.framework == "neox" and s.weight == 0
+        if s.weight is not None and not (math.isfinite(s.weight) and (s.weight > 0 or zero_ok)):
             raise PlanError(f"weight {s.weight} of {s.prefix}: expected a finite number > 0")
     surplus = inp.mcore.mid_level_dataset_surplus
     if not (math.isfinite(surplus) and surplus >= 0):
@@ -340,6 +342,28 @@ def _run_warnings(inp: PlanInput, train_iters: int, sources: list[SourcePlan]) -
             f"{train_iters} training iterations (more than {inp.warmup_share_limit:.0%})"))
     if framework_of(inp).neox_cache_names:
         out.extend(_neox_cache_warnings(inp, sources))
+    return out + _repeated_prefix_warnings(sources)
+
+
+def _repeated_prefix_warnings(sources: list[SourcePlan]) -> list[PlanWarning]:
+    """A prefix listed more than once in one split's blend: one corpus built as several datasets, trained the sum
+    of their passes (each row alone understates it)."""
+    import os
+
+    out = []
+    for split in ("train", "valid", "test"):
+        rows: dict[str, list[SourcePlan]] = {}
+        for s in sources:
+            if s.split == split:
+                rows.setdefault(os.path.normpath(s.prefix), []).append(s)
+        for prefix, same in rows.items():
+            if len(same) > 1:
+                total = sum(s.passes for s in same)
+                out.append(PlanWarning(
+                    "repeated-prefix",
+                    f"{split}: {prefix} is listed {len(same)} times in the blend: NeoX builds it as {len(same)} datasets "
+                    f"and trains it {total:.4f} passes in all ({' + '.join(f'{s.passes:.4f}' for s in same)}), not "
+                    f"the {same[0].passes:.4f} of one row; list it once, with the weights added", split, same[0].name))
     return out
 
 
@@ -435,6 +459,11 @@ def exact_plan(inp: PlanInput, passes: dict[str, float], search_seeds: int = 200
     warnings = [*plan.warnings, *_remainder_warnings(labels, targets, final, inp.seq_length)]
     if inp.framework == "neox" and inp.per_split_paths:
         warnings.extend(_without_plugin(inp, iters, cache))
+    if settings.get("weight_by_num_documents") is False:
+        warnings.append(PlanWarning(
+            "exact-weights", "exact: weight_by_num_documents: true -> false: NeoX's document-count weights "
+            f"(weighted_sampler_alpha {inp.neox.weighted_sampler_alpha:g}) do not draw the targets; the blend "
+            "weights found for them replace those (written with --write-config)", "train"))
     return replace(plan, settings={"train_iters": iters, "train_samples": consumed, **settings},
                    remainder_samples=remainder, remainder_tokens=remainder * inp.seq_length,
                    arithmetic=tuple(arithmetic) + plan.arithmetic, warnings=tuple(warnings))
@@ -504,6 +533,10 @@ def _exact_run(inp: PlanInput, iters: int, labels: list[str], final: list[int], 
             settings["blend_buffer"] = 1.0
         plan = make_plan(exact_inp, final, cache)
     else:
+        if inp.framework == "neox" and inp.neox.weight_by_num_documents:
+            # NeoX's document-count weights give other draws than the targets: explicit weights replace them
+            exact_inp = replace(exact_inp, neox=replace(exact_inp.neox, weight_by_num_documents=False))
+            settings["weight_by_num_documents"] = False
         plan, weights = _search_weights(exact_inp, final, search_seeds, cache)
         settings["weights"] = weights
         settings["targets"] = {lab: t for lab, t in zip(labels, final)}
@@ -560,7 +593,9 @@ def _search_weights(inp: PlanInput, targets: list[int], seeds: int, cache: Token
         tried.append(drawn)
     raise PlanError(
         f"exact plan: no float weights found (after {seeds} tries) under which the greedy blend draws exactly "
-        f"{targets}; last draws {tried[-1]}: use megatron-core's exhaustive blending (weights None) or change targets"
+        f"{targets}; last draws {tried[-1]}: "
+        + ("use megatron-core's exhaustive blending (weights None) or change targets" if inp.framework ==
+           "megatron-core" else "change the targets (--source-epochs) or the global batch size")
     )
 
 

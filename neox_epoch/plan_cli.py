@@ -13,6 +13,7 @@ from typing import Any
 from neox_epoch import detect
 from neox_epoch.batch.config import LauncherSettings
 from neox_epoch.config import (
+    BLOCK,
     EpochBlock,
     NeoxConfig,
     deepy_config_paths,
@@ -437,6 +438,8 @@ def overlay(plan: Plan, block: EpochBlock | None, targets: dict[str, float],
         b["weights"] = plan.settings["weights"]
     changed = {k: v for k, v in (schedule.overwrite() if schedule else {}).items()
                if k not in ("train_iters", "train_epochs")}
+    if plan.settings.get("weight_by_num_documents") is False:  # explicit weights (the block's) replace them
+        changed["weight_by_num_documents"] = False
     return {"train_iters": plan.train_iters, **changed, "neox_epoch": b}
 
 
@@ -456,6 +459,8 @@ def full_config(cfg: NeoxConfig, plan: Plan, block: EpochBlock | None, targets: 
         else:
             data[key] = value
     data["train_iters"] = plan.train_iters
+    if plan.settings.get("weight_by_num_documents") is False:
+        data["weight_by_num_documents"] = False
     data["neox_epoch"] = overlay(plan, block, targets)["neox_epoch"]
     return data
 
@@ -481,16 +486,24 @@ def check_write_request(args: argparse.Namespace, cfg: NeoxConfig | None) -> Non
     check_output_path(args.write_config, list(cfg.files), _write_label(args), unique_name=True, existing_dir=True)
 
 
-def _overlay_conflicts(cfg: NeoxConfig, data: dict[str, Any], args: argparse.Namespace) -> None:
-    """The overlay may not set a key an input file sets (NeoX rejects a key given in two config files)."""
-    both = [k for k in data if k != "neox_epoch" and k in cfg.values]
-    if both:
-        where = ", ".join(f"{k} in {cfg.origin.get(k, '?')}" for k in both)
-        raise ConfigError(
-            f"{_write_label(args)}: the overlay sets {', '.join(both)}, which the input files set too ({where}); NeoX "
-            f"rejects a key given in two config files: add --full for one merged config that replaces them, or remove "
-            f"{' and '.join(both)} from that file"
-        )
+def overlay_spelling(cfg: NeoxConfig, data: dict[str, Any], label: str) -> dict[str, Any]:
+    """``data`` with each key the input files set written with ``-`` (``train-iters``), the one spelling NeoX's
+    ``from_ymls`` lets a later file use for a key already loaded: it checks the key *as written* against the
+    keys loaded so far, which it stores with ``_``, so ``train-iters`` never matches and replaces the value,
+    while ``train_iters`` stops NeoX ("duplicate keys"). A key without ``_`` (``warmup``) has no such
+    spelling: ConfigError naming the input line to change instead."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if key == BLOCK or key not in cfg.values:
+            out[key] = value
+            continue
+        if "_" not in key:
+            raise ConfigError(
+                f"{label}: {cfg.origin.get(key, '?')}: {cfg.written.get(key, key)}: {cfg.values[key]!r}; the plan "
+                f"needs {value!r}, and NeoX lets no later file replace a key without '_' (it stops on duplicate "
+                f"keys): change that line to {key}: {value}, or add --full for one merged config")
+        out[key.replace("_", "-")] = value
+    return out
 
 
 def _header(args: argparse.Namespace, cfg: NeoxConfig, schedule: Schedule) -> list[str]:
@@ -510,8 +523,9 @@ def _header(args: argparse.Namespace, cfg: NeoxConfig, schedule: Schedule) -> li
                 "Stock GPT-NeoX rejects the neox_epoch key (NeoXArgs raises on unknown config keys): run it with",
                 f"  neox-epoch launch train.py {files} {out}",
                 "or with deepy.py/train.py patched by patches/neox_epoch_hook.patch (from the neox-epoch repository).",
-                "Those files must not set these keys (NeoX rejects a key given in two config files)"
-                + (f" and the neox_epoch block must be removed from {block_in}: this file carries it." if block_in
+                "Give it after those files: a key they set is written here with '-' (train-iters), the spelling",
+                "NeoX's from_ymls lets a later file use to replace it (written with '_' NeoX stops on a duplicate key)"
+                + (f"; the neox_epoch block must be removed from {block_in}: this file carries it." if block_in
                    else ".")]
     return head + ["changes:"] + [f"  {line}" for line in changed]
 
@@ -521,8 +535,7 @@ def _write(args: argparse.Namespace, cfg: NeoxConfig, plan: Plan, targets: dict[
     if args.full:
         data = full_config(cfg, plan, cfg.block, targets, schedule)
     else:
-        data = overlay(plan, cfg.block, targets, schedule)
-        _overlay_conflicts(cfg, data, args)
+        data = overlay_spelling(cfg, overlay(plan, cfg.block, targets, schedule), _write_label(args))
     write_config_text(args.write_config, yaml_config_text(_header(args, cfg, schedule), data), _write_label(args))
 
 

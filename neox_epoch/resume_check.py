@@ -247,18 +247,21 @@ def deltas(new: NewRun, saved: SavedBuild | None, consumed: int, start: ResumeSt
     for k, name in enumerate(new.names):
         was = saved.builds.get(keys[k]) if saved is not None and k < len(keys) else None
         reordered = cut_anew or (was is not None and was.epochs != new.builds[keys[k]].epochs)
+        # repeated: the saved run's items 0 .. before-1 that the resumed run's first .. last-1 cover again
+        repeated = max(0, min(before[k], last[k]) - first[k])
         rows.append(SourceDelta(name, None if reordered else max(0, first[k] - before[k]),
-                                None if reordered else max(0, before[k] - first[k]), last[k] - first[k],
-                                before[k], first[k]))
+                                None if reordered else repeated, last[k] - first[k], before[k], first[k]))
     return tuple(rows)
 
 
-def blend_findings(new: NewRun, saved: SavedBuild | None, consumed: int, start: ResumeStart) -> list[str]:
-    """With another blend the resume moves in each source's index: samples skipped or drawn again there."""
+def blend_findings(new: NewRun, saved: SavedBuild | None, consumed: int, start: ResumeStart,
+                   iterations_left: int) -> list[str]:
+    """With another blend the resume moves in each source's index: samples skipped, or drawn again by the
+    resumed run's ``iterations_left`` iterations."""
     if saved is None or not blend_changed(saved, new) or len(saved.weights or ()) != len(new.weights or ()):
         return []
     out = []
-    for d in deltas(new, saved, consumed, start, 0):
+    for d in deltas(new, saved, consumed, start, iterations_left):
         if d.skipped:
             out.append(f"skip: {d.name}: {d.skipped} of its samples the saved run had not reached are never drawn "
                        "(the new blend starts further into it)")
@@ -458,7 +461,7 @@ def check(checkpoint: str, configs: list[str], world_size: int | None = None, ex
         new = replace(new, valid_samples=valid_samples_at(cfg, world_size, end))
     valid = valid_start(old, new, end, planned)
     notes += _valid_notes(valid)
-    findings += build_findings(old, saved, new) + blend_findings(new, saved, old.consumed, start)
+    findings += build_findings(old, saved, new) + blend_findings(new, saved, old.consumed, start, max(0, end - it))
     notes += [note] if note else [f"the saved run's build from {saved.source}"] if saved else []
     if new.hooks and counters != old.consumed:
         findings.append(f"counters: the counters will say {counters} samples consumed at iteration {it} "

@@ -223,7 +223,8 @@ def check(ckpt: Checkpoint, argv: Sequence[str], version: str, exposure: bool = 
                                             "sampler starts there, whatever the batch)")
     old = OldRun(ckpt, gbs, consumed, how, None)
     findings = overridden + build_findings(old, saved, new) + _end_findings(consumed, new, new_mi, it)
-    findings += blend_findings(new, saved, consumed, start)
+    left = max(0, new_mi.run.train_iters - it)
+    findings += blend_findings(new, saved, consumed, start, left)
     valid, valid_findings = valid_start(saved_args, it, new_mi, new.plan)
     findings += valid_findings
     if old_mi is not None and not follows:
@@ -234,7 +235,6 @@ def check(ckpt: Checkpoint, argv: Sequence[str], version: str, exposure: bool = 
     if new_mi.args.step_batch_size_schedule is not None:
         notes.append(f"--step-batch-size-schedule: the samples drawn after the resume are counted at the global batch "
                      f"{new_mi.args.global_batch_size} (micro x dp), not the schedule's batches")
-    left = max(0, new_mi.run.train_iters - it)
     sources = deltas(new, saved, consumed, start, left)
     found: tuple[SourceExposure, ...] = ()
     if exposure and old_plan is not None and old_mi is not None and len(old_plan.names) == len(new.names):

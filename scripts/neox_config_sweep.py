@@ -51,7 +51,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 #: world sizes swept by default
-WORLD_SIZES = (1, 8, 16, 64)
+WORLD_SIZES = (1, 8, 16, 64, 256)
 #: slots per node in the generated hostfiles (smaller worlds are one localhost line)
 SLOTS_PER_NODE = 8
 #: the NeoX config every pairing is combined with (its data paths)
@@ -350,11 +350,32 @@ def run_one(neox_dir: str, paths: list[str]) -> int:
     return 0
 
 
+def run_batch(neox_dir: str, jobs_path: str, out: str, jobs: int) -> int:
+    """``--batch JOBS.json OUT.json``: from_ymls once per entry of JOBS.json (``{key: [config files]}``, paths
+    relative to the current directory), each in a child forked after importing NeoX once; writes
+    ``{key: outcome}`` (the records of the sweep) to OUT.json. The tests use it to judge many pairings, and to
+    load the configs ``plan --write-config`` wrote, with one NeoX process."""
+    with open(jobs_path, encoding="utf-8") as f:
+        work: dict[str, list[str]] = json.load(f)
+    with tempfile.TemporaryDirectory(prefix="neox_sweep_batch_") as stubs:
+        stub_flash_attn(os.path.join(stubs, "_stubs"))
+        import_neox(neox_dir)
+        keys = sorted(work)
+        with multiprocessing.get_context("fork").Pool(processes=jobs, maxtasksperchild=1) as pool:
+            results = pool.map(from_ymls, [work[k] for k in keys], chunksize=1)
+    with open(out, "w", encoding="utf-8") as f:
+        json.dump(dict(zip(keys, results)), f, indent=1, sort_keys=True)
+        f.write("\n")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", nargs="?", help="where to write the JSON (e.g. tests/fixtures/neox/shipped_configs.json)")
     parser.add_argument("--one", nargs="+", metavar="CONFIG.yml", help="instead of the sweep: call from_ymls on these "
                         "files (relative to the current directory) once and print the outcome as JSON")
+    parser.add_argument("--batch", metavar="JOBS.json", help="instead of the sweep: from_ymls on each entry of "
+                        "JOBS.json ({key: [config files]}, relative to the current directory); OUT gets {key: outcome}")
     parser.add_argument("--neox-dir", default=os.environ.get("NEOX_DIR"), help="GPT-NeoX checkout (default $NEOX_DIR)")
     parser.add_argument("--neox-commit", default="unknown", help="the checkout's commit, recorded in the output")
     parser.add_argument("--world-sizes", type=int, nargs="+", default=list(WORLD_SIZES))
@@ -372,6 +393,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
     if args.one:
         return run_one(neox_dir, args.one)
+    if args.batch:
+        if not args.out:
+            die("--batch JOBS.json: give the output path OUT.json")
+        return run_batch(neox_dir, args.batch, args.out, max(1, args.jobs))
     if not args.out:
         die("give the output path (e.g. tests/fixtures/neox/shipped_configs.json), or --one CONFIG.yml ...")
     out = os.path.abspath(args.out)

@@ -350,3 +350,120 @@ def test_check_batch_without_deepspeed_says_what_to_install(cwd):  # type: ignor
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     assert r.stderr.startswith("neox-epoch check-batch: error: deepspeed is not installed for ")
     assert "pip install torch==2.13.0 deepspeed" in r.stderr
+
+
+@pytest.mark.parametrize(("attention", "message"), [
+    ([[["flash"], 1]], 'covers 1 layers, num_layers is 2 (in a.yml); NeoX stops: "Length of attention config list '
+                       'must equal num_layers": make the counts add up to 2'),
+    ([[["global"], 1], [["local"], 2]], "covers 3 layers, num_layers is 2"),
+    ([[["flashy"], 2]], "attention type 'flashy' is not one NeoX knows"),
+])
+def test_attention_config_must_cover_num_layers_like_neox(attention, message, cwd, capsys):  # type: ignore[no-untyped-def]
+    """The reported case: pythia-12b-deduped has 40 layers and an attention config covering 36, which NeoX's
+    calculate_derived refuses; plan accepted it."""
+    write(cwd / "a.yml", {**BASE, "global_num_gpus": 1, "train_iters": 5, "attention_config": attention})
+    code, _, err = plan(["a.yml"], capsys)
+    assert code == 2 and err.count("\n") == 1 and f"a.yml: attention_config: {message}" in err, err
+    ok = write(cwd / "b.yml", {**BASE, "global_num_gpus": 1, "train_iters": 5,
+                               "attention_config": [[["global", "flash"], "all"]]})
+    assert plan([ok], capsys)[0] == 0
+
+
+#: data keys: extra keys (on BASE without data_path), NeoX's words (None: NeoX accepts), words our line adds
+PATHS = {"train_data_paths": ["data/x"], "valid_data_paths": ["data/x"], "test_data_paths": ["data/x"]}
+EITHER, MISSING = "Please provide *either* `data_path` or", "One or more of train/valid/test data_path are not provided"
+DATA_KEY_CASES: dict[str, tuple[dict[str, Any], str | None, str]] = {
+    "data_path_and_the_three": ({**PATHS, "data_path": "data/x"}, EITHER, "remove data_path, or the three"),
+    "train_without_valid_test": ({"train_data_paths": ["data/x"]}, MISSING, "set valid_data_paths and test_data_paths"),
+    "train_and_valid_without_test": ({"train_data_paths": ["data/x"], "valid_data_paths": ["data/x"]}, MISSING,
+                                     "given without test_data_paths"),
+    "the_three": (PATHS, None, ""),
+    "a_zero_weight": ({**PATHS, "train_data_paths": ["data/x", "data/y"], "train_data_weights": [1, 0]}, None, ""),
+    "data_path": ({"data_path": "data/x"}, None, ""),
+    "dpo_pairs": ({"train_impl": "dpo", "dataset_impl": "pairwise", "pos_train_data_paths": ["data/x"],
+                   "neg_train_data_paths": ["data/x"]}, None, "trains with train_impl: dpo on preference pairs"),
+}
+
+
+@pytest.mark.neox
+def test_data_keys_are_judged_like_neox_from_ymls(cwd, capsys):  # type: ignore[no-untyped-def]
+    """The reported cases: data_path together with train_data_paths, and train paths without valid/test paths,
+    were planned though NeoX's validate_values refuses them; a DPO config with only pos_/neg_ paths got "none of
+    data_path or train_data_paths is set"; weights [1, 0] were refused though NeoX runs them (the second source
+    is never drawn). NeoX's own from_ymls judges each (one NeoX process); plan accepts what
+    it accepts with its train_iters, refuses the rest in one line with NeoX's words and the fix, and names the
+    training method of a preference-pair config (NeoX accepts it; not planned here, and said so)."""
+    import frameworks
+
+    model = {k: v for k, v in BASE.items() if k != "data_path"}
+    for ext in (".bin", ".idx"):
+        os.symlink(os.path.abspath("data/x" + ext), "data/y" + ext)
+    jobs = {}
+    for name, (extra, _, _) in DATA_KEY_CASES.items():
+        write(cwd / f"{name}.yml", {**model, "hostfile": "hostfile_8", "train_iters": 5, **extra})
+        jobs[name] = [f"{name}.yml"]
+    write(cwd / "jobs.json", json.dumps(jobs))
+    r = subprocess.run([frameworks.neox_python(), SWEEP_SCRIPT, "out.json", "--batch", "jobs.json", "--neox-dir",
+                        frameworks.neox_dir()], cwd=cwd, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    neox = json.load(open(cwd / "out.json", encoding="utf-8"))
+    for name, (_, neox_words, ours) in DATA_KEY_CASES.items():
+        code, out, err = plan([f"{name}.yml"], capsys)
+        assert neox[name]["accepted"] == (neox_words is None), (name, neox[name])
+        if neox_words is not None:
+            assert neox_words in neox[name]["error"]["message"], neox[name]
+            assert code == 2 and err.count("\n") == 1 and neox_words in err and ours in err, (name, err)
+        elif ours:
+            assert code == 2 and err.count("\n") == 1 and ours in err, (name, err)
+        else:
+            assert code == 0 and out is not None and out["train_iters"] == neox[name]["neox"]["train_iters"], err
+            if name == "a_zero_weight":  # 5 iterations of 4 x 8 samples, none from the source weighted 0
+                assert [s["samples_drawn"] for s in out["sources"] if s["split"] == "train"] == [160, 0]
+    code, _, err = plan([write(cwd / "zeros.yml", {**model, "hostfile": "hostfile_8", "train_iters": 5, **PATHS,
+                                                   "train_data_weights": [0]})], capsys)
+    assert code == 2 and "expected weights >= 0 with a sum > 0" in err, err
+
+
+#: (a line added to a valid config, as YAML text; NeoX accepts it?)
+TYPE_CASES = {
+    "min_lr_without_a_dot": ("min_lr: 6e-05", False),
+    "min_lr_with_a_dot": ("min_lr: 6.0e-05", True),
+    "min_lr_an_int": ("min_lr: 0", True),
+    "tokenizer_unknown": ("tokenizer_type: Llama3HFTokenizer", False),
+    "tokenizer_other_case": ("tokenizer_type: hftokenizer", True),
+    "eval_interval_quoted": ("eval_interval: '100'", False),
+    "checkpoint_factor_float": ("checkpoint_factor: 2.5", True),
+    "a_bool_as_a_string": ("allow_chopped: 'true'", False),
+}
+
+
+@pytest.mark.neox
+def test_value_types_are_judged_like_neox_validate_types(cwd, capsys):  # type: ignore[no-untyped-def]
+    """The reported cases: `tokenizer_type: Llama3HFTokenizer` and `min_lr: 6e-05` (a string to PyYAML: YAML 1.1
+    floats need a dot) were planned though NeoX's validate_types refuses them. Judged by NeoX's own from_ymls
+    (one NeoX process): plan accepts what it accepts, and refuses the rest in one line naming the key and the fix."""
+    import frameworks
+
+    base = yaml.safe_dump({**BASE, "hostfile": "hostfile_8", "train_iters": 5}, sort_keys=False)
+    jobs = {}
+    for name, (line, _) in TYPE_CASES.items():
+        write(cwd / f"{name}.yml", base + line + "\n")
+        jobs[name] = [f"{name}.yml"]
+    write(cwd / "jobs.json", json.dumps(jobs))
+    r = subprocess.run([frameworks.neox_python(), SWEEP_SCRIPT, "out.json", "--batch", "jobs.json", "--neox-dir",
+                        frameworks.neox_dir()], cwd=cwd, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    neox = json.load(open(cwd / "out.json", encoding="utf-8"))
+    for name, (line, accepted) in TYPE_CASES.items():
+        assert neox[name]["accepted"] == accepted, (name, neox[name])
+        code, out, err = plan([f"{name}.yml"], capsys)
+        key = line.split(":")[0]
+        if accepted:
+            assert code == 0 and out is not None and out["train_iters"] == neox[name]["neox"]["train_iters"], err
+        else:
+            said = " ".join(neox[name]["error"]["logged_errors"] + [neox[name]["error"]["message"]])
+            assert "validate_types" in said or "has no attribute '__origin__'" in said, said  # NeoX's own words
+            words = "Not in accepted values" if "Not in accepted values" in said else "has no attribute '__origin__'"
+            assert words in said and words in err, (said, err)
+            assert code == 2 and err.count("\n") == 1 and f"{name}.yml: {key}: " in err and "validate_types" in err, err
+    assert "(write 6.0e-05: PyYAML reads 6e-05 as a string, YAML 1.1 floats need a dot)" in plan(["min_lr_without_a_dot.yml"], capsys)[2]

@@ -1,4 +1,4 @@
-"""Every model config GPT-NeoX ships, planned at 1, 8, 16 and 64 GPUs, against what NeoX itself made of it.
+"""Every model config GPT-NeoX ships, planned at 1, 8, 16, 64 and 256 GPUs, against what NeoX itself made of it.
 
 tests/fixtures/neox/shipped_configs.json was written by scripts/neox_config_sweep.py, which called NeoX's own
 ``NeoXArgs.from_ymls`` for each pairing (model config [+ configs/llama/train_config.yml] + configs/local_setup.yml
@@ -100,6 +100,16 @@ def expected_terms(error: dict[str, str]) -> list[str]:
         return [f"{m.group(1)}: {m.group(2)} has to be greater than 0"]
     if "train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step * world_size" in message:
         return ["train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step * world_size"]
+    if "types cannot be validated" in message:  # validate_types logged the key and its words
+        logged = " ".join(error.get("logged_errors") or [])  # type: ignore[arg-type]
+        m = re.search(r"validate_types\(\) (\w+): '(.*)' (Not in accepted values)", logged)
+        if m:  # the key as the file writes it (lr-decay-style), the value, NeoX's words
+            return [f"{m.group(2)}'", m.group(3), "validate_types"]
+        return ["validate_types"]
+    if kind in ("ParserError", "ScannerError"):  # PyYAML's, before NeoX reads a key
+        return ["is not valid YAML at line"]
+    if "Length of attention config list must equal num_layers" in message:
+        return ["Length of attention config list must equal num_layers", "covers"]
     raise AssertionError(f"no rule for NeoX's refusal {kind}: {message}; add one to expected_terms")
 
 
@@ -134,13 +144,13 @@ def test_shipped_config_plans_like_neox(key, run_dir, capsys, monkeypatch):  # t
 
 
 def test_fixture_is_the_whole_sweep():
-    """192 pairings (48 model configs x 4 world sizes); the counts in the summary agree with the records; the
+    """240 pairings (48 model configs x 5 world sizes); the counts in the summary agree with the records; the
     paths are relative (to the NeoX tree / the run directory), never the machine's."""
     summary = SWEEP["summary"]
     accepted = sum(1 for p in PAIRINGS.values() if p["accepted"])
     assert summary["pairings"] == len(PAIRINGS) == len({p["model"] for p in PAIRINGS.values()}) * len(SWEEP["world_sizes"])
     assert summary["accepted"] == accepted and summary["refused"] == len(PAIRINGS) - accepted
-    assert SWEEP["world_sizes"] == [1, 8, 16, 64]
+    assert SWEEP["world_sizes"] == [1, 8, 16, 64, 256]
     text = open(FIXTURE, encoding="utf-8").read()
     assert "neox_sweep_" not in text, "the sweep's temporary run directory leaked into the fixture"
     for p in PAIRINGS.values():
@@ -262,3 +272,64 @@ def test_resume_check_on_the_shipped_configs(saved, resumed, run_dir, capsys, mo
     else:
         assert code == 0 and kinds == [] and report["clean"], report["findings"]
     assert set(kinds) <= {"skip", "repeat", "orders-change"}, kinds
+
+
+# ---------------------------------------------------------------- exact mode's written configs, loaded by NeoX
+
+def test_exact_mode_configs_load_back_in_neox(run_dir, tmp_path):  # type: ignore[no-untyped-def]
+    """Every pairing NeoX accepts: `plan FILES --epochs 1 --write-config` (overlay) writes a file that NeoX's own
+    from_ymls, given after the pairing's files (the neox_epoch block stripped as neox-epoch launch strips it),
+    loads with the planned train_iters, lr_decay_iters and train_batch_size (one NeoX process for all). Where
+    one pass over the small corpus is less than one global batch, exact mode refuses in one line."""
+    import contextlib
+    import io
+    import shutil
+
+    import frameworks
+
+    from neox_epoch.neox.launch import strip_block_text
+
+    jobs, planned, refused = {}, {}, []
+    cwd = os.getcwd()
+    os.chdir(run_dir)
+    try:
+        for key, p in PAIRINGS.items():
+            if not p["accepted"]:
+                continue
+            name = re.sub(r"\W", "_", key) + "_exact.yml"
+            out, err = io.StringIO(), io.StringIO()
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                code = main(["plan", *p["files"], "--epochs", "1", "--write-config", name, "--json"])
+            if code != 0:
+                assert err.getvalue().count("\n") == 1 and "less than one global batch" in err.getvalue(), (key, err)
+                refused.append(key)
+                continue
+            plan = json.loads(out.getvalue())
+            text, block = strip_block_text(open(name, encoding="utf-8").read(), name)
+            os.makedirs("loaded", exist_ok=True)
+            with open(os.path.join("loaded", name), "w", encoding="utf-8") as f:
+                f.write(text)
+            os.remove(name)
+            jobs[key] = [*p["files"], os.path.join("loaded", name)]
+            lr = {c["key"]: c["new"] for c in plan["settings"]["schedule"]}.get("lr_decay_iters")
+            planned[key] = (plan["train_iters"], lr, plan["global_batch_size"], block)
+        with open("jobs.json", "w", encoding="utf-8") as f:
+            json.dump(jobs, f)
+        r = subprocess.run([frameworks.neox_python(), os.path.join(HERE, "..", "scripts", "neox_config_sweep.py"),
+                            "loaded.json", "--batch", "jobs.json", "--neox-dir", frameworks.neox_dir()],
+                           capture_output=True, text=True, timeout=1800, env={**os.environ, "DS_ACCELERATOR": "cpu"})
+        assert r.returncode == 0, r.stderr[-3000:]
+        loaded = json.load(open("loaded.json", encoding="utf-8"))
+    finally:
+        shutil.rmtree(os.path.join(run_dir, "loaded"), ignore_errors=True)
+        os.chdir(cwd)
+    wrong = []
+    for key, (iters, lr, gbs, block) in planned.items():
+        got = loaded[key]
+        n = got.get("neox", {})
+        if not got["accepted"] or (n["train_iters"], n["train_batch_size"]) != (iters, gbs) or \
+                (lr is not None and n["lr_decay_iters"] != lr) or block.get("epochs") != 1:
+            wrong.append(f"{key}: planned {iters}, {lr}, {gbs}; NeoX: {got.get('error') or n}")
+    assert not wrong, "\n".join(wrong[:20])
+    print(f"shipped configs: {len(planned)} exact configs loaded back by NeoX, {len(refused)} refused (one pass < one batch)")
+    assert len(planned) + len(refused) == sum(1 for p in PAIRINGS.values() if p["accepted"]) and planned

@@ -150,9 +150,12 @@ BAD = [
     ('{"seq_length": "512", "train_batch_size": 16, "data_path": "%s", "train_iters": 5}',
      r"seq_length: expected an integer, found str '512' \(write 512 without quotes\)"),
     ('{"seq_length": 512, "train_batch_size": 16, "train_data_paths": ["%s"], "train_data_weights": [0], '
-     '"train_iters": 5}', r"train_data_weights\[0\]: expected a value > 0, found 0"),
+     '"valid_data_paths": [], "test_data_paths": [], "train_iters": 5}',
+     r"train_data_weights: \[0\]; expected weights >= 0 with a sum > 0"),
     ('{"seq_length": 512, "train_batch_size": 16, "train_data_paths": ["%s"], "train_data_weights": [1, 2], '
-     '"train_iters": 5}', "2 weights for 1 paths; give one weight per path"),
+     '"valid_data_paths": [], "test_data_paths": [], "train_iters": 5}', "2 weights for 1 paths; give one weight per path"),
+    ('{"seq_length": 512, "train_batch_size": 16, "train_data_paths": ["%s"], "train_iters": 5}',
+     r"train_data_paths: given without valid_data_paths and test_data_paths; NeoX stops"),
     ('{"seq_length": 512, "train_micro_batch_size_per_gpu": 4, "global_num_gpus": 3, "pipe_parallel_size": 2, '
      '"data_path": "%s", "train_iters": 5}', r"dp = global_num_gpus / \(pipe_parallel_size \* model_parallel_size\) "
      r"= 3 / \(2 \* 1\) = 1.5 is not a whole number .*run on a multiple of 2 GPUs"),
@@ -224,14 +227,19 @@ def test_duplicate_key_across_files_like_neox(demo_dir, tmp_path, capsys):
     assert code == 2 and "seq_length: already set in" in err and "a.yml" in err and "b.yml" in err
 
 
-def test_write_config_refuses_duplicate_train_iters(demo_dir, tmp_path, capsys):
+def test_write_config_replaces_an_input_train_iters_with_the_dash_spelling(demo_dir, tmp_path, capsys):
+    """train_iters set in the input: the overlay writes train-iters, which NeoX lets a later file use to replace
+    it (it refused before, as on every real Pythia config)."""
+    import yaml
+
     prefix = str(demo_dir / "demo" / "data" / "web_text_document")
     (tmp_path / "a.yml").write_text(json.dumps({"seq_length": 512, "train_batch_size": 16, "data_path": prefix,
                                                 "train_iters": 10}))
     code, _, err = run_cli(["plan", str(tmp_path / "a.yml"), "--epochs", "1", "--write-config",
                             str(tmp_path / "o.yml")], capsys)
-    assert code == 2 and "remove train_iters from that file" in err
-    assert not (tmp_path / "o.yml").exists()
+    assert code == 0, err
+    written = yaml.safe_load((tmp_path / "o.yml").read_text())
+    assert "train-iters" in written and "train_iters" not in written
 
 
 def test_overlay_plans_again(demo_dir, tmp_path, capsys, monkeypatch):
@@ -350,3 +358,21 @@ def test_demo_plans_everything_on_the_core_install(tmp_path):  # type: ignore[no
     mirrored = installed_mcore() or VERIFIED_MCORE_VERSIONS[-1]  # 0.16.1 on NeoX's stack, 0.19.2 on today's
     assert f"neox-epoch plan (megatron-core {mirrored} semantics)" in r.stdout
     assert "train_iters 121 -> 1,936 train samples" in r.stdout
+
+
+def test_megatron_empty_data_cache_path_is_a_note(demo_dir, tmp_path, capsys, monkeypatch):
+    """An empty --data-cache-path is a new cache (Megatron-LM builds the indexes there on the first launch): a
+    note saying so, not the audit's "cache-unreadable" warning it was."""
+    monkeypatch.chdir(demo_dir)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    code, out, err = run_cli(["plan", "--framework-version", "0.16.1", "--data-path", "demo/data/web_text_document",
+                              "--split", "98,1,1", "--seq-length", "512", "--global-batch-size", "16",
+                              "--micro-batch-size", "4", "--world-size", "4", "--lr", "3e-4", "--train-iters", "50",
+                              "--eval-iters", "1", "--eval-interval", "25", "--data-cache-path", str(cache), "--json"],
+                             capsys)
+    assert code == 0, err
+    plan = json.loads(out)
+    assert not [w for w in plan["warnings"] if "cache" in json.dumps(w)], plan["warnings"]
+    assert f"--data-cache-path {cache}: empty; Megatron-LM builds this run's index caches there on its first " \
+           "launch (nothing to check yet)" in plan["notes"]

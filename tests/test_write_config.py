@@ -107,16 +107,34 @@ def test_refuses_a_directory_and_a_missing_directory(small: str, tmp_path: Any,
     assert not missing.parent.exists()
 
 
-def test_refuses_keys_the_overlay_would_duplicate(small: str, tmp_path: Any,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    """train_iters and lr_decay_iters set in the input: the overlay sets them too, which NeoX rejects; --full is
-    the way (the message says so)."""
+def test_overlay_replaces_keys_the_inputs_set_with_the_dash_spelling(small: str, tmp_path: Any,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """The reported bug: train_iters and lr_decay_iters set in the input (as every real Pythia/StableLM config
+    does) made --write-config refuse. NeoX's from_ymls checks a later file's key as written against the keys
+    loaded so far (stored with '_'), so the overlay writes them as train-iters / lr-decay-iters, which replace
+    the inputs' values; the files plus the overlay plan the exact 3023 iterations."""
     cfg = write_cfg(tmp_path / "run.yml", paths_cfg(small, train_iters=320000, lr_decay_iters=320000))
     out = tmp_path / "overlay.yml"
     code, _, err = run([cfg, "--epochs", "1", "--write-config", str(out)], capsys)
-    refused(code, err, "the overlay sets train_iters, lr_decay_iters", "add --full", "remove train_iters and "
-            "lr_decay_iters from that file")
-    assert not out.exists()
+    assert code == 0, err
+    data = yaml.safe_load(out.read_text())
+    assert data == {"train-iters": 3023, "lr-decay-iters": 3023, "neox_epoch": {"epochs": 1, "blend_buffer": 1.0}}
+    assert "written here with '-' (train-iters)" in out.read_text()
+    assert plan_files([cfg, str(out)]) == 3023
+
+
+def test_overlay_names_the_input_line_when_no_spelling_replaces_a_key(tmp_path: Any) -> None:
+    """A key without '_' (warmup) has no spelling a later file may use: one line naming the file, the key, the
+    value planned and the fix."""
+    from neox_epoch.config import load_neox_configs
+    from neox_epoch.errors import ConfigError
+    from neox_epoch.plan_cli import overlay_spelling
+
+    cfg = load_neox_configs([write_cfg(tmp_path / "run.yml", {"warmup": 0.01, "train_iters": 5})], check_keys=False)
+    assert overlay_spelling(cfg, {"train_iters": 7, "eval_interval": 3}, "W") == {"train-iters": 7, "eval_interval": 3}
+    with pytest.raises(ConfigError, match=r"W: .*run.yml: warmup: 0.01; the plan needs 0.02.*change that line to "
+                       r"warmup: 0.02"):
+        overlay_spelling(cfg, {"warmup": 0.02}, "W")
 
 
 @pytest.mark.parametrize(("flags", "message"), [
@@ -248,3 +266,53 @@ def test_stock_neox_not_exact_for_a_blend_or_two_passes(demo_dir: Any, monkeypat
     assert got["exact"] is False and "a blend of 3 sources" in got["why"] and "config" not in got
     got = stock(["configs/data_path_split.yml", "--epochs", "2"], capsys)
     assert got["exact"] is False and "holds 2 epochs shuffled together, not one" in got["why"]
+
+
+def test_weight_by_num_documents_exact_mode_writes_explicit_weights(small: str, fixed_corpus: Any, tmp_path: Any,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """The reported case: weight_by_num_documents: true (with weighted_sampler_alpha) made exact mode fail with
+    "no float weights found ... use megatron-core's exhaustive blending". NeoX's document-count weights cannot
+    draw one pass of each source; exact mode now finds explicit weights, writes them in the block with
+    weight-by-num-documents: false (the dash spelling replaces the input's key), and says so. Without exact
+    mode the plan keeps NeoX's document-count weights."""
+    other = fixed_corpus("other", [300] * 200 + [77])
+    cfg = write_cfg(tmp_path / "run.yml", {
+        "train_data_paths": [small, other], "valid_data_paths": [small], "test_data_paths": [small], **BASE,
+        "weight-by-num-documents": True, "weighted_sampler_alpha": 0.5})
+    out = tmp_path / "exact.yml"
+    code, stdout, err = run([cfg, "--epochs", "1", "--write-config", str(out), "--json"], capsys)
+    assert code == 0, err
+    plan = json.loads(stdout)
+    assert any(w["code"] == "exact-weights" and "weight_by_num_documents: true -> false" in w["text"]
+               for w in plan["warnings"]), plan["warnings"]
+    data = yaml.safe_load(out.read_text())
+    assert data["weight-by-num-documents"] is False and len(data["neox_epoch"]["weights"]) == 2
+    assert [s["samples_drawn"] for s in plan["sources"] if s["split"] == "train"] == \
+        list(data["neox_epoch"]["targets"].values())
+    assert plan_files([cfg, str(out)]) == data["train_iters"] == plan["train_iters"]
+    full = tmp_path / "full.yml"
+    assert run([cfg, "--epochs", "1", "--write-config", str(full), "--full"], capsys)[0] == 0
+    assert yaml.safe_load(full.read_text())["weight_by_num_documents"] is False
+    iters = write_cfg(tmp_path / "iters.yml", {"train-iters": 100})
+    code, stdout, err = run([cfg, iters, "--json"], capsys)  # not exact: NeoX's own document-count weights
+    assert code == 0, err
+    assert not any(w["code"] == "exact-weights" for w in json.loads(stdout)["warnings"])
+
+
+def test_a_prefix_listed_twice_in_a_blend_is_named(small: str, tmp_path: Any,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """The reported case: a prefix listed twice in a blend showed two rows of ~1 pass each while the corpus is
+    trained twice; a `repeated-prefix` warning names it and the passes in all (the sum of its rows)."""
+    cfg = write_cfg(tmp_path / "run.yml", {**paths_cfg(small), "train_data_paths": [small, small],
+                                           "train_data_weights": [1, 1], "train_iters": 3000})
+    code, stdout, err = run([cfg, "--json"], capsys)
+    assert code == 0, err
+    plan = json.loads(stdout)
+    rows = [s["passes"] for s in plan["sources"] if s["split"] == "train"]
+    found = [w["text"] for w in plan["warnings"] if w["code"] == "repeated-prefix"]
+    assert len(rows) == 2 and found == [
+        f"train: {small} is listed 2 times in the blend: NeoX builds it as 2 datasets and trains it "
+        f"{sum(rows):.4f} passes in all ({rows[0]:.4f} + {rows[1]:.4f}), not the {rows[0]:.4f} of one row; list it "
+        "once, with the weights added"], found
+    code, stdout, _ = run([write_cfg(tmp_path / "one.yml", {**paths_cfg(small), "train_iters": 3000}), "--json"], capsys)
+    assert code == 0 and not [w for w in json.loads(stdout)["warnings"] if w["code"] == "repeated-prefix"]
