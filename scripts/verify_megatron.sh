@@ -15,9 +15,19 @@ stack=${STACK:-today}
 venv=.venv; [ "$stack" = today ] && venv=.venv-today
 bash scripts/setup.sh "$stack"
 py="$venv/bin/python"
-target=$(cd tests && "../$py" -c "import sys, mcore_env; p = mcore_env.mcore_pythonpath(sys.argv[1]); print(p if p is not None else 'FAILED: ' + mcore_env.LAST_FAILURE.get(sys.argv[1], ''))" "$version")
+# the PYTHONPATH entry holding VERSION ("" when the stack already has it), or FAILED: why
+target=$(cd tests && "../$py" - "$version" <<'PY'
+import sys
+
+import mcore_env
+
+path = mcore_env.mcore_pythonpath(sys.argv[1])
+print(path if path is not None else "FAILED: " + mcore_env.LAST_FAILURE.get(sys.argv[1], "pip install failed"))
+PY
+)
 case "$target" in FAILED:*) echo "verify_megatron: megatron-core $version: ${target#FAILED: }" >&2; exit 2 ;; esac
-echo "== megatron-core $version from ${target:-the $stack stack's own install}"
+where=${target:-the install of stack $stack}
+echo "== megatron-core $version from $where"
 export DS_ACCELERATOR=cpu NEOX_EPOCH_STACK=$stack NEOX_EPOCH_MCORE_VERSIONS=$version
 PYTHONPATH="$target${PYTHONPATH:+:$PYTHONPATH}" "$py" -m pytest -ra \
   tests/test_mcore_truth.py tests/test_plan_vs_audit.py tests/test_exact_tokens_mcore.py tests/test_audit_mcore.py \
