@@ -5,13 +5,26 @@ they pick the source ``i`` with the largest ``w_i * x - count_i`` in float64, ti
 The counts after ``N`` steps are therefore NOT ``w_i * N`` in general; this module replays the rule
 exactly, keeping only the counts (a small C loop when the extension is built, a pure-Python loop
 otherwise), so 1e9 steps need no 1e9-entry arrays.
+
+Long runs jump ahead instead of replaying every step (:func:`_jump`), with a proof rather than an
+estimate. In float64, as the frameworks compute it, every source's error ``e_i = w_i*s - c_i`` stays
+above ``w_i - 1 - T(s)`` once the run starts inside that band (the winner has the largest computed error,
+hence a real error at least the mean, ``sigma*s/n``, less the rounding ``2d``; it then loses ``1 - w_i``;
+the others only gain), where ``sigma = sum(w) - 1`` exactly and ``d`` bounds the rounding of
+``fl(fl(w*x) - c)``. So at a step ``b`` the true state lies in the finite set ``A(b)`` of count vectors
+with ``sum = b``, ``c_i <= floor(w_i*(b-1) + 1 + T)`` and ``c_i`` at least its count at the start.
+Every state of ``A(b)`` is replayed (the same exact C loop) from ``b`` to the end; if they all end in one
+state, that is the true final state, whichever of them the true one was. If not, or ``A(b)`` is too large
+(many sources), the plain replay runs. ``b`` is chosen where ``A(b)`` is smallest.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
@@ -22,6 +35,14 @@ except ImportError:  # pragma: no cover - exercised only without a compiler
 
 log = logging.getLogger(__name__)
 _SLOW_WARN_STEPS = 20_000_000
+_JUMP_MIN_STEPS = 1 << 17
+"""Runs shorter than this are replayed (the jump replays up to ``_JUMP_TAIL + _JUMP_WINDOW`` steps per state)."""
+_JUMP_TAIL = 512
+"""Fewest steps every candidate state is replayed before the end (time for the candidates to merge)."""
+_JUMP_WINDOW = 8192
+"""The base step ``b`` is chosen among this many steps before ``stop - _JUMP_TAIL``."""
+_JUMP_MAX_STATES = 4096
+"""Largest candidate set ``A(b)`` replayed; past it (many sources) the plain replay is cheaper."""
 
 
 def normalize(weights: Sequence[float]) -> list[float]:
@@ -52,6 +73,96 @@ def _advance_py(
     return c, pos
 
 
+def _slack(weights: Sequence[float], stop: int) -> Fraction:
+    """``T``: a bound on how far below ``w_i - 1`` float64 rounding can push an error, at steps up to ``stop``.
+
+    ``|fl(fl(w*x) - c) - (w*x - c)| <= u*(w*x + |e|)`` with ``u = 2**-53`` and ``|e| <= n + 1 + |sigma|*x``;
+    ``2**-52`` is used for ``u`` (a factor 2 to spare) and ``2**-40`` is added on top.
+    """
+    sigma = abs(sum(Fraction(w) for w in weights) - 1)
+    wmax = max(Fraction(abs(w)) for w in weights)
+    d = Fraction(1, 1 << 52) * (wmax * stop + 2 * len(weights) + 2 + sigma * stop)
+    return sigma * stop + 2 * d + Fraction(1, 1 << 40)
+
+
+def _caps(weights: Sequence[float], b: int, slack: Fraction) -> list[int]:
+    """Exact ``floor(w_i*(b-1) + 1 + T)``: the most samples source i can have drawn before step ``b``."""
+    return [math.floor(Fraction(w) * (b - 1) + 1 + slack) for w in weights]
+
+
+def _best_base(weights: Sequence[float], lo: int, hi: int, slack: float) -> int:
+    """The step ``b`` in ``[lo, hi]`` with the smallest ``sum(caps) - b`` (float estimate; any ``b`` is correct)."""
+    bs = np.arange(lo, hi + 1, dtype=np.int64)
+    w = np.asarray(weights, dtype=np.float64)
+    spare = np.zeros(len(bs))
+    for wi in w:  # one source at a time keeps memory at one window
+        spare += np.floor(wi * (bs - 1).astype(np.float64) + 1.0 + slack)
+    return int(bs[int(np.argmin(spare - bs))])
+
+
+def _states(caps: Sequence[int], floors: Sequence[int], spare: int) -> Iterator[list[int]]:
+    """Every count vector ``c`` with ``floors <= c <= caps`` and ``sum(caps) - sum(c) == spare``."""
+    n = len(caps)
+    room = [c - f for c, f in zip(caps, floors)]
+    tail = [0] * (n + 1)
+    for i in range(n - 1, -1, -1):
+        tail[i] = tail[i + 1] + room[i]
+    out = list(caps)
+
+    def rec(i: int, left: int) -> Iterator[list[int]]:
+        if i == n:
+            if left == 0:
+                yield list(out)
+            return
+        for take in range(max(0, left - tail[i + 1]), min(room[i], left) + 1):
+            out[i] = caps[i] - take
+            yield from rec(i + 1, left - take)
+        out[i] = caps[i]
+
+    return rec(0, spare)
+
+
+def _collapse(weights: list[float], b: int, states: Iterator[list[int]], stop: int) -> list[int] | None:
+    """Replay every state from ``b`` in lockstep, merging equal ones; the one end state, or None if several remain."""
+    assert _greedy is not None
+    cur = {tuple(c) for c in states}
+    s, chunk = b, 64
+    while len(cur) > 1 and s < stop:
+        e = min(stop, s + chunk)
+        cur = {tuple(_greedy.advance(weights, s, list(c), e, [])[0]) for c in cur}
+        s, chunk = e, min(4 * chunk, 1 << 20)
+    if len(cur) != 1:
+        return None
+    (one,) = cur
+    return list(_greedy.advance(weights, s, list(one), stop, [])[0])
+
+
+def _jump(weights: Sequence[float], start: int, counts: Sequence[int], stop: int) -> list[int] | None:
+    """The counts at ``stop`` without replaying ``[start, stop)``, or None where the proof does not apply.
+
+    See the module docstring: every state the true one can be in at a step ``b`` is replayed (merging as
+    they meet) to ``stop``; one common end state is the answer.
+    """
+    n = len(weights)
+    if _greedy is None or n < 2 or start < 1 or sum(counts) != start:
+        return None
+    if not all(math.isfinite(w) and w > 0 for w in weights):
+        return None
+    # the candidates merge once each source has had time to be drawn: a few 1/w_min steps
+    tail = _JUMP_TAIL + int(4 / min(weights))
+    if stop - start < max(_JUMP_MIN_STEPS, 8 * (tail + _JUMP_WINDOW)):
+        return None
+    slack = _slack(weights, stop)
+    if slack > Fraction(1, 4) or any(c > cap for c, cap in zip(counts, _caps(weights, start, slack))):
+        return None  # unnormalized weights, or a start state off the greedy's band: replay
+    b = _best_base(weights, stop - tail - _JUMP_WINDOW, stop - tail, float(slack))
+    caps = _caps(weights, b, slack)
+    spare = sum(caps) - b
+    if spare < 0 or math.comb(spare + n - 1, n - 1) > _JUMP_MAX_STATES:
+        return None
+    return _collapse([float(x) for x in weights], b, _states(caps, [int(c) for c in counts], spare), stop)
+
+
 def advance(
     weights: Sequence[float],
     start: int,
@@ -66,6 +177,13 @@ def advance(
     """
     if stop < start:
         raise ValueError(f"stop ({stop}) < start ({start})")
+    if not marks and stop - start >= _JUMP_MIN_STEPS:
+        c0, s0 = [int(c) for c in counts], int(start)
+        if s0 == 0 and _greedy is not None:  # step 0 (x = 1) is outside the band argument: take it
+            c0, s0 = list(_greedy.advance(list(map(float, weights)), 0, c0, 1, [])[0]), 1
+        jumped = _jump(weights, s0, c0, int(stop))
+        if jumped is not None:
+            return jumped, []
     if _greedy is not None:
         c, p = _greedy.advance(list(map(float, weights)), int(start), list(map(int, counts)), int(stop), list(marks))
         return list(c), list(p)
