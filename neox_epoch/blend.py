@@ -24,7 +24,6 @@ import logging
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from fractions import Fraction
 
 import numpy as np
 
@@ -39,6 +38,8 @@ _JUMP_MIN_STEPS = 1 << 17
 """Runs shorter than this are replayed (the jump replays up to ``_JUMP_TAIL + _JUMP_WINDOW`` steps per state)."""
 _JUMP_TAIL = 512
 """Fewest steps every candidate state is replayed before the end (time for the candidates to merge)."""
+_JUMP_MERGE = 4.0
+"""... plus this many times ``1 / min(weights)``: a candidate differing in a rare source merges once it is drawn."""
 _JUMP_WINDOW = 8192
 """The base step ``b`` is chosen among this many steps before ``stop - _JUMP_TAIL``."""
 _JUMP_MAX_STATES = 4096
@@ -73,21 +74,33 @@ def _advance_py(
     return c, pos
 
 
-def _slack(weights: Sequence[float], stop: int) -> Fraction:
-    """``T``: a bound on how far below ``w_i - 1`` float64 rounding can push an error, at steps up to ``stop``.
+@dataclass(frozen=True)
+class _Band:
+    """The greedy's lower error band ``e_i >= w_i - 1 - T`` in exact integers over one power-of-two denominator.
 
-    ``|fl(fl(w*x) - c) - (w*x - c)| <= u*(w*x + |e|)`` with ``u = 2**-53`` and ``|e| <= n + 1 + |sigma|*x``;
-    ``2**-52`` is used for ``u`` (a factor 2 to spare) and ``2**-40`` is added on top.
+    ``T`` bounds the float64 rounding at steps up to ``stop``: ``|fl(fl(w*x) - c) - (w*x - c)| <=
+    u*(w*x + |e|)`` with ``u = 2**-53``, ``|e| <= n + 1 + |sigma|*x`` and ``sigma = sum(w) - 1`` (exact);
+    ``T = |sigma|*stop + 2*d`` with ``2**-52`` for ``u`` (a factor 2 to spare), plus ``2**-40``, rounded up.
     """
-    sigma = abs(sum(Fraction(w) for w in weights) - 1)
-    wmax = max(Fraction(abs(w)) for w in weights)
-    d = Fraction(1, 1 << 52) * (wmax * stop + 2 * len(weights) + 2 + sigma * stop)
-    return sigma * stop + 2 * d + Fraction(1, 1 << 40)
 
+    den: int
+    nums: tuple[int, ...]
+    """``w_i * den`` (exact: float64 weights are dyadic)."""
+    slack: int
+    """``T * den``, rounded up."""
 
-def _caps(weights: Sequence[float], b: int, slack: Fraction) -> list[int]:
-    """Exact ``floor(w_i*(b-1) + 1 + T)``: the most samples source i can have drawn before step ``b``."""
-    return [math.floor(Fraction(w) * (b - 1) + 1 + slack) for w in weights]
+    @staticmethod
+    def of(weights: Sequence[float], stop: int) -> _Band:
+        ratios = [float(w).as_integer_ratio() for w in weights]
+        den = max(q for _, q in ratios)  # powers of two: the largest is a common denominator
+        nums = tuple(p * (den // q) for p, q in ratios)
+        sigma = abs(sum(nums) - den)
+        rounding = -(-(max(nums) * stop + (2 * len(nums) + 2) * den + sigma * stop) // (1 << 52))
+        return _Band(den, nums, sigma * stop + 2 * rounding - (-den // (1 << 40)))
+
+    def caps(self, b: int) -> list[int]:
+        """Exact ``floor(w_i*(b-1) + 1 + T)``: the most samples source i can have drawn before step ``b``."""
+        return [(p * (b - 1) + self.den + self.slack) // self.den for p in self.nums]
 
 
 def _best_base(weights: Sequence[float], lo: int, hi: int, slack: float) -> int:
@@ -149,14 +162,14 @@ def _jump(weights: Sequence[float], start: int, counts: Sequence[int], stop: int
     if not all(math.isfinite(w) and w > 0 for w in weights):
         return None
     # the candidates merge once each source has had time to be drawn: a few 1/w_min steps
-    tail = _JUMP_TAIL + int(4 / min(weights))
+    tail = _JUMP_TAIL + int(_JUMP_MERGE / min(weights))
     if stop - start < max(_JUMP_MIN_STEPS, 8 * (tail + _JUMP_WINDOW)):
         return None
-    slack = _slack(weights, stop)
-    if slack > Fraction(1, 4) or any(c > cap for c, cap in zip(counts, _caps(weights, start, slack))):
+    band = _Band.of(weights, stop)
+    if 4 * band.slack > band.den or any(c > cap for c, cap in zip(counts, band.caps(start))):
         return None  # unnormalized weights, or a start state off the greedy's band: replay
-    b = _best_base(weights, stop - tail - _JUMP_WINDOW, stop - tail, float(slack))
-    caps = _caps(weights, b, slack)
+    b = _best_base(weights, stop - tail - _JUMP_WINDOW, stop - tail, band.slack / band.den)
+    caps = band.caps(b)
     spare = sum(caps) - b
     if spare < 0 or math.comb(spare + n - 1, n - 1) > _JUMP_MAX_STATES:
         return None
