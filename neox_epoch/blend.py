@@ -40,10 +40,12 @@ _JUMP_TAIL = 512
 """Fewest steps every candidate state is replayed before the end (time for the candidates to merge)."""
 _JUMP_MERGE = 4.0
 """... plus this many times ``1 / min(weights)``: a candidate differing in a rare source merges once it is drawn."""
-_JUMP_WINDOW = 8192
-"""The base step ``b`` is chosen among this many steps before ``stop - _JUMP_TAIL``."""
-_JUMP_MAX_STATES = 4096
+_JUMP_WINDOW = 1 << 16
+"""The base step ``b`` is chosen among this many steps before the tail (a wider window finds smaller sets)."""
+_JUMP_MAX_STATES = 250_000
 """Largest candidate set ``A(b)`` replayed; past it (many sources) the plain replay is cheaper."""
+_JUMP_STEPS_PER_STATE = 20_000
+"""A candidate state costs about as much as this many replayed draws of one source (enumeration, first round)."""
 
 
 def normalize(weights: Sequence[float]) -> list[float]:
@@ -92,7 +94,8 @@ class _Band:
     @staticmethod
     def of(weights: Sequence[float], stop: int) -> _Band:
         ratios = [float(w).as_integer_ratio() for w in weights]
-        den = max(q for _, q in ratios)  # powers of two: the largest is a common denominator
+        # powers of two: the largest is a common denominator; at least 2**80 so that rounding T up is harmless
+        den = max(1 << 80, *(q for _, q in ratios))
         nums = tuple(p * (den // q) for p, q in ratios)
         sigma = abs(sum(nums) - den)
         rounding = -(-(max(nums) * stop + (2 * len(nums) + 2) * den + sigma * stop) // (1 << 52))
@@ -171,7 +174,8 @@ def _jump(weights: Sequence[float], start: int, counts: Sequence[int], stop: int
     b = _best_base(weights, stop - tail - _JUMP_WINDOW, stop - tail, band.slack / band.den)
     caps = band.caps(b)
     spare = sum(caps) - b
-    if spare < 0 or math.comb(spare + n - 1, n - 1) > _JUMP_MAX_STATES:
+    budget = min(_JUMP_MAX_STATES, (stop - start) * n // (4 * _JUMP_STEPS_PER_STATE))
+    if spare < 0 or math.comb(spare + n - 1, n - 1) > budget:
         return None
     return _collapse([float(x) for x in weights], b, _states(caps, [int(c) for c in counts], spare), stop)
 

@@ -42,6 +42,7 @@ def eager(monkeypatch):
     monkeypatch.setattr(blend, "_JUMP_WINDOW", 8)
     monkeypatch.setattr(blend, "_JUMP_MERGE", 0.05)
     monkeypatch.setattr(blend, "_JUMP_MAX_STATES", 300)
+    monkeypatch.setattr(blend, "_JUMP_STEPS_PER_STATE", 1)
 
 
 @pytest.mark.parametrize("seed", range(10))
@@ -84,6 +85,8 @@ def test_long_runs_shipped_constants(n, seed, stop):
     """Long runs with the shipped constants (weights down to 1e-6): the jump's counts equal the replay's."""
     rng = random.Random(seed)
     w = random_weights(rng, n, 1e-6) if seed % 3 else blend.normalize([10 ** rng.uniform(-3, 0) for _ in range(n)])
+    if min(w) > 1e-4:
+        assert blend._jump(w, 1, plain(w, 0, [0] * n, 1), stop) is not None  # the jump, not its fallback
     assert blend.greedy_counts(w, stop) == plain(w, 0, [0] * n, stop)
 
 
@@ -92,6 +95,7 @@ def test_ties_equal_weights_long(n):
     """Equal weights tie at every multiple of n; the jump (one candidate state) keeps the lowest-index rule."""
     w = blend.normalize([1.0] * n)
     for stop in (2_000_003, 3_000_000 + n // 2):
+        assert blend._jump(w, 1, plain(w, 0, [0] * n, 1), stop) is not None  # the jump, not its fallback
         assert blend.greedy_counts(w, stop) == plain(w, 0, [0] * n, stop)
 
 
