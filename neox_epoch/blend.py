@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from neox_epoch.errors import PlanError
+
 try:  # the C extension is optional; the Python loop gives identical answers, only slower
     from neox_epoch import _greedy  # type: ignore[attr-defined]
 except ImportError:  # pragma: no cover - exercised only without a compiler
@@ -34,6 +36,9 @@ except ImportError:  # pragma: no cover - exercised only without a compiler
 
 log = logging.getLogger(__name__)
 _SLOW_WARN_STEPS = 20_000_000
+MAX_DRAWS = 10_000_000_000
+"""Longest blend counted: both frameworks' blending index holds a source id (uint8/int16) and an int64 per
+sample (90-100 GB here), and no real run draws that many. Longer requests are refused before any replay."""
 _JUMP_MIN_STEPS = 1 << 17
 """Runs shorter than this are replayed (the jump replays up to ``_JUMP_TAIL + _JUMP_WINDOW`` steps per state)."""
 _JUMP_TAIL = 512
@@ -194,6 +199,10 @@ def advance(
     """
     if stop < start:
         raise ValueError(f"stop ({stop}) < start ({start})")
+    if stop > MAX_DRAWS:
+        raise PlanError(f"a greedy blend of {stop:,d} samples; expected at most {MAX_DRAWS:,d} (the framework's "
+                        f"blending index would take {9 * stop / 1e9:,.0f} GB or more): check train_iters, "
+                        "eval_interval and eval_iters")
     if not marks and stop - start >= _JUMP_MIN_STEPS:
         c0, s0 = [int(c) for c in counts], int(start)
         if s0 == 0 and _greedy is not None:  # step 0 (x = 1) is outside the band argument: take it

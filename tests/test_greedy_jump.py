@@ -112,3 +112,15 @@ def test_off_band_start_replays():
     w = blend.normalize([1.0, 1.0])
     assert blend._jump(w, 1_000, [1_000, 0], 2_000_000) is None
     assert blend.advance(w, 1_000, [1_000, 0], 2_000_000)[0] == plain(w, 1_000, [1_000, 0], 2_000_000)
+
+
+def test_longer_than_any_framework_builds_is_refused_at_once():
+    """Past blend.MAX_DRAWS samples (a 90 GB blending index) the count is refused in one line, no replay."""
+    import time
+
+    from neox_epoch.errors import PlanError
+
+    t = time.perf_counter()
+    with pytest.raises(PlanError, match=r"a greedy blend of 10,000,000,001 samples; expected at most"):
+        blend.greedy_counts(blend.normalize([1.0, 2.0, 3.0] * 30), blend.MAX_DRAWS + 1)
+    assert time.perf_counter() - t < 1.0
