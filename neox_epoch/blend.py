@@ -176,10 +176,14 @@ def _jump(weights: Sequence[float], start: int, counts: Sequence[int], stop: int
     band = _Band.of(weights, stop)
     if 4 * band.slack > band.den or any(c > cap for c, cap in zip(counts, band.caps(start))):
         return None  # unnormalized weights, or a start state off the greedy's band: replay
+    budget = min(_JUMP_MAX_STATES, (stop - start) * n // (4 * _JUMP_STEPS_PER_STATE))
+    # a narrow probe first: with many sources no window gets the set under budget (saves 0.08 s at 64)
+    probe = _best_base(weights, stop - tail - min(1024, _JUMP_WINDOW), stop - tail, band.slack / band.den)
+    if math.comb(max(0, sum(band.caps(probe)) - probe - 4) + n - 1, n - 1) > budget:
+        return None
     b = _best_base(weights, stop - tail - _JUMP_WINDOW, stop - tail, band.slack / band.den)
     caps = band.caps(b)
     spare = sum(caps) - b
-    budget = min(_JUMP_MAX_STATES, (stop - start) * n // (4 * _JUMP_STEPS_PER_STATE))
     if spare < 0 or math.comb(spare + n - 1, n - 1) > budget:
         return None
     return _collapse([float(x) for x in weights], b, _states(caps, [int(c) for c in counts], spare), stop)
