@@ -189,6 +189,47 @@ def _jump(weights: Sequence[float], start: int, counts: Sequence[int], stop: int
     return _collapse([float(x) for x in weights], b, _states(caps, [int(c) for c in counts], spare), stop)
 
 
+def _marked(weights: Sequence[float], start: int, counts: Sequence[int], stop: int,
+            marks: Sequence[tuple[int, int]]) -> tuple[list[int], list[int]]:
+    """``advance`` with marks, jumping between them: no source i can draw its k-th sample before step
+    ``ceil((k - 1 - T) / w_i)`` (the band's cap), so every stretch before the next mark's earliest step is
+    jumped (or replayed where the jump does not apply), and only the few steps around a mark are replayed."""
+    assert _greedy is not None
+    w = [float(x) for x in weights]
+    n, band = len(w), _Band.of(weights, stop)
+    s, c, pos = int(start), [int(x) for x in counts], [-1] * len(marks)
+
+    def replay(to: int) -> None:
+        nonlocal s, c
+        c, got = (list(r) for r in _greedy.advance(w, s, c, to, list(marks)))
+        for j, p in enumerate(got):
+            if p >= 0:
+                pos[j] = p
+        s = to
+
+    if s == 0 and stop > 0:
+        replay(1)  # step 0 (x = 1) is outside the band argument
+    while s < stop:
+        todo = [(i, k) for j, (i, k) in enumerate(marks) if pos[j] < 0 and 0 <= i < n and k > c[i]]
+        if not todo or not all(x > 0 and math.isfinite(x) for x in w):
+            break
+        earliest = min(max(s, -(-((k - 1) * band.den - band.slack) // band.nums[i])) for i, k in todo)
+        target = min(stop, earliest)
+        jumped = _jump(weights, s, c, target) if target > s else None
+        if jumped is not None:
+            s, c = target, jumped
+        elif target > s:
+            replay(target)
+        replay(min(stop, s + _JUMP_TAIL + int(_JUMP_MERGE / min(w))))
+    if s < stop:
+        jumped = _jump(weights, s, c, stop)
+        if jumped is None:
+            replay(stop)
+        else:
+            c = jumped
+    return c, pos
+
+
 def advance(
     weights: Sequence[float],
     start: int,
@@ -207,6 +248,8 @@ def advance(
         raise PlanError(f"a greedy blend of {stop:,d} samples; expected at most {MAX_DRAWS:,d} (the framework's "
                         f"blending index would take {9 * stop / 1e9:,.0f} GB or more): check train_iters, "
                         "eval_interval and eval_iters")
+    if marks and stop - start >= _JUMP_MIN_STEPS and _greedy is not None:
+        return _marked(weights, start, counts, stop, marks)
     if not marks and stop - start >= _JUMP_MIN_STEPS:
         c0, s0 = [int(c) for c in counts], int(start)
         if s0 == 0 and _greedy is not None:  # step 0 (x = 1) is outside the band argument: take it

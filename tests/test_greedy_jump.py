@@ -124,3 +124,29 @@ def test_longer_than_any_framework_builds_is_refused_at_once():
     with pytest.raises(PlanError, match=r"a greedy blend of 10,000,000,001 samples; expected at most"):
         blend.greedy_counts(blend.normalize([1.0, 2.0, 3.0] * 30), blend.MAX_DRAWS + 1)
     assert time.perf_counter() - t < 1.0
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_marks_jump_between_them(eager, seed):
+    """4 x 1,500 random blends with marks (source, k): counts and every mark's step equal the replay's."""
+    rng = random.Random(1000 + seed)
+    for _ in range(1_500):
+        n = rng.choice([2, 3, 4, 6, 8, 16])
+        w = random_weights(rng, n, 1e-3)
+        stop = rng.randint(1, 3_000)
+        start = rng.randint(0, stop // 3) if rng.random() < 0.3 else 0
+        counts = plain(w, 0, [0] * n, start)
+        marks = [(rng.randrange(n + 1), rng.randint(0, stop // n + 3)) for _ in range(rng.randint(1, 5))]
+        want = _greedy.advance(w, start, counts, stop, marks)
+        got = blend.advance(w, start, counts, stop, marks)
+        assert (got[0], got[1]) == (list(want[0]), list(want[1])), (w, start, counts, stop, marks)
+
+
+def test_marks_long_run():
+    """Marks on long runs with the shipped constants (resume-check's and the counters' use)."""
+    rng = random.Random(7)
+    for n, stop in ((3, 20_000_000), (8, 12_000_000)):
+        w = blend.normalize([10 ** rng.uniform(-2, 0) for _ in range(n)])
+        marks = [(i, int(stop * w[i] * f)) for i in range(n) for f in (0.1, 0.5, 0.99)] + [(0, 1), (1, 10**9)]
+        want = _greedy.advance(w, 0, [0] * n, stop, marks)
+        assert blend.advance(w, 0, [0] * n, stop, marks) == (list(want[0]), list(want[1]))
