@@ -6,8 +6,8 @@
 Part 1, ns per draw at 2, 8 and 64 sources (random weights log-uniform in 1e-3..1, and equal weights):
 ``new`` is ``blend.greedy_counts`` (the jump where its proof applies, else the replay), ``plain`` is the
 C replay ``_greedy.advance`` (the loop every earlier version ran, threaded as before). The two alternate
-``--repeat`` times; each line gives the fastest of each, the ratio plain/new of the fastest, and whether
-the counts are equal (they must be).
+``--repeat`` times, the order flipping each time; each line gives the fastest of each, the ratio
+plain/new of the fastest, and whether the counts are equal (they must be).
 
 Part 2, plan time: ``neox-epoch plan`` on the demo's 3-source config (``configs/blend_per_source_epochs.yml``,
 a demo corpus written to a temporary directory) with ``--epochs`` set for about 1e6 .. 1e9 train
@@ -54,10 +54,13 @@ def draws_part(draws: int, repeat: int) -> None:
             t_new: list[float] = []
             t_plain: list[float] = []
             same = True
-            for _ in range(repeat):
-                a = fastest(lambda w=w: blend.greedy_counts(w, draws), t_new)
-                b = fastest(lambda w=w, n=n: list(_greedy.advance(w, 0, [0] * n, draws, [])[0]), t_plain)
-                same = same and a == b
+            for r in range(repeat):  # the order flips every run: the first of a pair tends to run slower
+                runs = [lambda w=w: blend.greedy_counts(w, draws),
+                        lambda w=w, n=n: list(_greedy.advance(w, 0, [0] * n, draws, [])[0])]
+                outs = [t_new, t_plain]
+                order = (0, 1) if r % 2 == 0 else (1, 0)
+                got = {k: fastest(runs[k], outs[k]) for k in order}
+                same = same and got[0] == got[1]
             new, plain = min(t_new), min(t_plain)
             print(f"  {n:2d} sources {kind:6s}: new {new / draws * 1e9:8.3f} ns  plain {plain / draws * 1e9:7.3f} ns"
                   f"  ratio {plain / new:10.1f}x  equal={same}")
