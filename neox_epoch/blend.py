@@ -13,9 +13,11 @@ hence a real error at least the mean, ``sigma*s/n``, less the rounding ``2d``; i
 the others only gain), where ``sigma = sum(w) - 1`` exactly and ``d`` bounds the rounding of
 ``fl(fl(w*x) - c)``. So at a step ``b`` the true state lies in the finite set ``A(b)`` of count vectors
 with ``sum = b``, ``c_i <= floor(w_i*(b-1) + 1 + T)`` and ``c_i`` at least its count at the start.
-Every state of ``A(b)`` is replayed (the same exact C loop) from ``b`` to the end; if they all end in one
-state, that is the true final state, whichever of them the true one was. If not, or ``A(b)`` is too large
-(many sources), the plain replay runs. ``b`` is chosen where ``A(b)`` is smallest.
+Every state of ``A(b)`` is replayed (the same exact C loop) from ``b`` to the end, in lockstep, equal
+states merged; if they all end in one state, that is the true final state, whichever of them the true one
+was. If not, or ``A(b)`` is too large (past about 20 sources), the plain replay runs. ``b`` is chosen where
+``A(b)`` is smallest. The argument needs ``sum(counts) == start >= 1`` and a start state inside the band
+(both checked; step 0, where ``x = 1``, is replayed). Marks jump between marks (:func:`_marked`).
 """
 
 from __future__ import annotations
