@@ -5,15 +5,31 @@ they pick the source ``i`` with the largest ``w_i * x - count_i`` in float64, ti
 The counts after ``N`` steps are therefore NOT ``w_i * N`` in general; this module replays the rule
 exactly, keeping only the counts (a small C loop when the extension is built, a pure-Python loop
 otherwise), so 1e9 steps need no 1e9-entry arrays.
+
+Long runs jump ahead instead of replaying every step (:func:`_jump`), with a proof rather than an
+estimate. In float64, as the frameworks compute it, every source's error ``e_i = w_i*s - c_i`` stays
+above ``w_i - 1 - T(s)`` once the run starts inside that band (the winner has the largest computed error,
+hence a real error at least the mean, ``sigma*s/n``, less the rounding ``2d``; it then loses ``1 - w_i``;
+the others only gain), where ``sigma = sum(w) - 1`` exactly and ``d`` bounds the rounding of
+``fl(fl(w*x) - c)``. So at a step ``b`` the true state lies in the finite set ``A(b)`` of count vectors
+with ``sum = b``, ``c_i <= floor(w_i*(b-1) + 1 + T)`` and ``c_i`` at least its count at the start.
+Every state of ``A(b)`` is replayed (the same exact C loop) from ``b`` to the end, in lockstep, equal
+states merged; if they all end in one state, that is the true final state, whichever of them the true one
+was. If not, or ``A(b)`` is too large (past about 20 sources), the plain replay runs. ``b`` is chosen where
+``A(b)`` is smallest. The argument needs ``sum(counts) == start >= 1`` and a start state inside the band
+(both checked; step 0, where ``x = 1``, is replayed). Marks jump between marks (:func:`_marked`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from neox_epoch.errors import PlanError
 
 try:  # the C extension is optional; the Python loop gives identical answers, only slower
     from neox_epoch import _greedy  # type: ignore[attr-defined]
@@ -22,6 +38,21 @@ except ImportError:  # pragma: no cover - exercised only without a compiler
 
 log = logging.getLogger(__name__)
 _SLOW_WARN_STEPS = 20_000_000
+MAX_DRAWS = 10_000_000_000
+"""Longest blend counted: both frameworks' blending index holds a source id (uint8/int16) and an int64 per
+sample (90-100 GB here), and no real run draws that many. Longer requests are refused before any replay."""
+_JUMP_MIN_STEPS = 1 << 17
+"""Runs shorter than this are replayed (the jump replays up to ``_JUMP_TAIL + _JUMP_WINDOW`` steps per state)."""
+_JUMP_TAIL = 512
+"""Fewest steps every candidate state is replayed before the end (time for the candidates to merge)."""
+_JUMP_MERGE = 4.0
+"""... plus this many times ``1 / min(weights)``: a candidate differing in a rare source merges once it is drawn."""
+_JUMP_WINDOW = 1 << 16
+"""The base step ``b`` is chosen among this many steps before the tail (a wider window finds smaller sets)."""
+_JUMP_MAX_STATES = 250_000
+"""Largest candidate set ``A(b)`` replayed; past it (many sources) the plain replay is cheaper."""
+_JUMP_STEPS_PER_STATE = 20_000
+"""A candidate state costs about as much as this many replayed draws of one source (enumeration, first round)."""
 
 
 def normalize(weights: Sequence[float]) -> list[float]:
@@ -52,6 +83,155 @@ def _advance_py(
     return c, pos
 
 
+@dataclass(frozen=True)
+class _Band:
+    """The greedy's lower error band ``e_i >= w_i - 1 - T`` in exact integers over one power-of-two denominator.
+
+    ``T`` bounds the float64 rounding at steps up to ``stop``: ``|fl(fl(w*x) - c) - (w*x - c)| <=
+    u*(w*x + |e|)`` with ``u = 2**-53``, ``|e| <= n + 1 + |sigma|*x`` and ``sigma = sum(w) - 1`` (exact);
+    ``T = |sigma|*stop + 2*d`` with ``2**-52`` for ``u`` (a factor 2 to spare), plus ``2**-40``, rounded up.
+    """
+
+    den: int
+    nums: tuple[int, ...]
+    """``w_i * den`` (exact: float64 weights are dyadic)."""
+    slack: int
+    """``T * den``, rounded up."""
+
+    @staticmethod
+    def of(weights: Sequence[float], stop: int) -> _Band:
+        ratios = [float(w).as_integer_ratio() for w in weights]
+        # powers of two: the largest is a common denominator; at least 2**80 so that rounding T up is harmless
+        den = max(1 << 80, *(q for _, q in ratios))
+        nums = tuple(p * (den // q) for p, q in ratios)
+        sigma = abs(sum(nums) - den)
+        rounding = -(-(max(nums) * stop + (2 * len(nums) + 2) * den + sigma * stop) // (1 << 52))
+        return _Band(den, nums, sigma * stop + 2 * rounding - (-den // (1 << 40)))
+
+    def caps(self, b: int) -> list[int]:
+        """Exact ``floor(w_i*(b-1) + 1 + T)``: the most samples source i can have drawn before step ``b``."""
+        return [(p * (b - 1) + self.den + self.slack) // self.den for p in self.nums]
+
+
+def _best_base(weights: Sequence[float], lo: int, hi: int, slack: float) -> int:
+    """The step ``b`` in ``[lo, hi]`` with the smallest ``sum(caps) - b`` (float estimate; any ``b`` is correct)."""
+    bs = np.arange(lo, hi + 1, dtype=np.int64)
+    w = np.asarray(weights, dtype=np.float64)
+    spare = np.zeros(len(bs))
+    for wi in w:  # one source at a time keeps memory at one window
+        spare += np.floor(wi * (bs - 1).astype(np.float64) + 1.0 + slack)
+    return int(bs[int(np.argmin(spare - bs))])
+
+
+def _states(caps: Sequence[int], floors: Sequence[int], spare: int) -> Iterator[list[int]]:
+    """Every count vector ``c`` with ``floors <= c <= caps`` and ``sum(caps) - sum(c) == spare``."""
+    n = len(caps)
+    room = [c - f for c, f in zip(caps, floors)]
+    tail = [0] * (n + 1)
+    for i in range(n - 1, -1, -1):
+        tail[i] = tail[i + 1] + room[i]
+    out = list(caps)
+
+    def rec(i: int, left: int) -> Iterator[list[int]]:
+        if i == n:
+            if left == 0:
+                yield list(out)
+            return
+        for take in range(max(0, left - tail[i + 1]), min(room[i], left) + 1):
+            out[i] = caps[i] - take
+            yield from rec(i + 1, left - take)
+        out[i] = caps[i]
+
+    return rec(0, spare)
+
+
+def _collapse(weights: list[float], b: int, states: Iterator[list[int]], stop: int) -> list[int] | None:
+    """Replay every state from ``b`` in lockstep, merging equal ones; the one end state, or None if several remain."""
+    assert _greedy is not None
+    cur = {tuple(c) for c in states}
+    s, chunk = b, 64
+    while len(cur) > 1 and s < stop:
+        e = min(stop, s + chunk)
+        cur = {tuple(_greedy.advance(weights, s, list(c), e, [])[0]) for c in cur}
+        s, chunk = e, min(4 * chunk, 1 << 20)
+    if len(cur) != 1:
+        return None
+    (one,) = cur
+    return list(_greedy.advance(weights, s, list(one), stop, [])[0])
+
+
+def _jump(weights: Sequence[float], start: int, counts: Sequence[int], stop: int) -> list[int] | None:
+    """The counts at ``stop`` without replaying ``[start, stop)``, or None where the proof does not apply.
+
+    See the module docstring: every state the true one can be in at a step ``b`` is replayed (merging as
+    they meet) to ``stop``; one common end state is the answer.
+    """
+    n = len(weights)
+    if _greedy is None or n < 2 or start < 1 or sum(counts) != start:
+        return None
+    if not all(math.isfinite(w) and w > 0 for w in weights):
+        return None
+    # the candidates merge once each source has had time to be drawn: a few 1/w_min steps
+    tail = _JUMP_TAIL + int(_JUMP_MERGE / min(weights))
+    if stop - start < max(_JUMP_MIN_STEPS, 8 * (tail + _JUMP_WINDOW)):
+        return None
+    band = _Band.of(weights, stop)
+    if 4 * band.slack > band.den or any(c > cap for c, cap in zip(counts, band.caps(start))):
+        return None  # unnormalized weights, or a start state off the greedy's band: replay
+    budget = min(_JUMP_MAX_STATES, (stop - start) * n // (4 * _JUMP_STEPS_PER_STATE))
+    # a narrow probe first: with many sources no window gets the set under budget (saves 0.08 s at 64)
+    probe = _best_base(weights, stop - tail - min(1024, _JUMP_WINDOW), stop - tail, band.slack / band.den)
+    if math.comb(max(0, sum(band.caps(probe)) - probe - 4) + n - 1, n - 1) > budget:
+        return None
+    b = _best_base(weights, stop - tail - _JUMP_WINDOW, stop - tail, band.slack / band.den)
+    caps = band.caps(b)
+    spare = sum(caps) - b
+    if spare < 0 or math.comb(spare + n - 1, n - 1) > budget:
+        return None
+    return _collapse([float(x) for x in weights], b, _states(caps, [int(c) for c in counts], spare), stop)
+
+
+def _marked(weights: Sequence[float], start: int, counts: Sequence[int], stop: int,
+            marks: Sequence[tuple[int, int]]) -> tuple[list[int], list[int]]:
+    """``advance`` with marks, jumping between them: no source i can draw its k-th sample before step
+    ``ceil((k - 1 - T) / w_i)`` (the band's cap), so every stretch before the next mark's earliest step is
+    jumped (or replayed where the jump does not apply), and only the few steps around a mark are replayed."""
+    assert _greedy is not None
+    w = [float(x) for x in weights]
+    n, band = len(w), _Band.of(weights, stop)
+    s, c, pos = int(start), [int(x) for x in counts], [-1] * len(marks)
+
+    def replay(to: int) -> None:
+        nonlocal s, c
+        c, got = (list(r) for r in _greedy.advance(w, s, c, to, list(marks)))
+        for j, p in enumerate(got):
+            if p >= 0:
+                pos[j] = p
+        s = to
+
+    if s == 0 and stop > 0:
+        replay(1)  # step 0 (x = 1) is outside the band argument
+    while s < stop:
+        todo = [(i, k) for j, (i, k) in enumerate(marks) if pos[j] < 0 and 0 <= i < n and k > c[i]]
+        if not todo or not all(x > 0 and math.isfinite(x) for x in w):
+            break
+        earliest = min(max(s, -(-((k - 1) * band.den - band.slack) // band.nums[i])) for i, k in todo)
+        target = min(stop, earliest)
+        jumped = _jump(weights, s, c, target) if target > s else None
+        if jumped is not None:
+            s, c = target, jumped
+        elif target > s:
+            replay(target)
+        replay(min(stop, s + _JUMP_TAIL + int(_JUMP_MERGE / min(w))))
+    if s < stop:
+        jumped = _jump(weights, s, c, stop)
+        if jumped is None:
+            replay(stop)
+        else:
+            c = jumped
+    return c, pos
+
+
 def advance(
     weights: Sequence[float],
     start: int,
@@ -66,6 +246,19 @@ def advance(
     """
     if stop < start:
         raise ValueError(f"stop ({stop}) < start ({start})")
+    if stop > MAX_DRAWS:
+        raise PlanError(f"a greedy blend of {stop:,d} samples; expected at most {MAX_DRAWS:,d} (the framework's "
+                        f"blending index would take {9 * stop / 1e9:,.0f} GB or more): check train_iters, "
+                        "eval_interval and eval_iters")
+    if marks and stop - start >= _JUMP_MIN_STEPS and _greedy is not None:
+        return _marked(weights, start, counts, stop, marks)
+    if not marks and stop - start >= _JUMP_MIN_STEPS:
+        c0, s0 = [int(c) for c in counts], int(start)
+        if s0 == 0 and _greedy is not None:  # step 0 (x = 1) is outside the band argument: take it
+            c0, s0 = list(_greedy.advance(list(map(float, weights)), 0, c0, 1, [])[0]), 1
+        jumped = _jump(weights, s0, c0, int(stop))
+        if jumped is not None:
+            return jumped, []
     if _greedy is not None:
         c, p = _greedy.advance(list(map(float, weights)), int(start), list(map(int, counts)), int(stop), list(marks))
         return list(c), list(p)

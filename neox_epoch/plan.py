@@ -141,7 +141,7 @@ def _check_input(inp: PlanInput) -> None:
 
 
 #: blends larger than this are refused: the framework's blending index takes 9 bytes a sample (90 GB here)
-MAX_BLEND_SAMPLES = 10_000_000_000
+MAX_BLEND_SAMPLES = blend.MAX_DRAWS
 
 
 def _draws(sb: SplitBuild, consumed: int) -> tuple[list[int], int]:
