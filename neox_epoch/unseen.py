@@ -8,6 +8,7 @@ figure is the expectation over that shuffle, computed in log space so any number
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from neox_epoch.neox.index import epoch_starts
@@ -74,12 +75,17 @@ def expected_unseen(build: DatasetBuild, drawn: int, seq_length: int, extra_toke
     return Unseen(0, True)
 
 
+#: a Binomial term whose log is below this is 0.0 in float64 (exp underflows past about -745.1)
+_ZERO_LOG = -760.0
+
+
 def spillover(build: DatasetBuild, drawn: int) -> tuple[float, float] | None:
     """Cross-epoch spillover of a jointly shuffled E-epoch index drawn short: the expected share of tokens
     never seen and the share seen more often than ``ceil(passes)``, or None when it does not apply.
 
     Each token has E copies, each drawn with probability ``p = drawn / samples_built``; its draws are
-    Binomial(E, p). Terms are summed in log space (E may be in the millions).
+    Binomial(E, p). Terms are summed in log space (E may be in the millions), in ascending k, over the
+    k whose term is not 0.0 in float64 (:func:`_nonzero_terms`), so the sum is the one over every k.
     """
     e, b = build.epochs, build.samples_built
     if e <= 1 or build.separate_final_epoch or drawn <= 0 or drawn >= b:
@@ -88,8 +94,31 @@ def spillover(build: DatasetBuild, drawn: int) -> tuple[float, float] | None:
     log_p, log_q = math.log(p), math.log1p(-p)
     unseen = math.exp(e * log_q)
     upto = min(e, math.ceil(drawn / max(1, build.samples_per_epoch)))
+    lgamma_e = math.lgamma(e + 1)
+
+    def log_term(k: int) -> float:
+        return lgamma_e - math.lgamma(k + 1) - math.lgamma(e - k + 1) + k * log_p + (e - k) * log_q
+
     cdf = 0.0
-    for k in range(upto + 1):
-        log_term = math.lgamma(e + 1) - math.lgamma(k + 1) - math.lgamma(e - k + 1) + k * log_p + (e - k) * log_q
-        cdf += math.exp(log_term)
+    for k in _nonzero_terms(log_term, min(upto, math.floor((e + 1) * p)), upto):
+        cdf += math.exp(log_term(k))
     return unseen, max(0.0, 1.0 - cdf)
+
+
+def _nonzero_terms(log_term: Callable[[int], float], mode: int, upto: int) -> range:
+    """The k in ``[0, upto]`` outside of which every term is 0.0: the log terms of a Binomial rise up to its
+    mode and fall after it, so the first k above ``_ZERO_LOG`` is found by bisection below the mode, and the
+    last by bisection above it. Adding the 0.0 terms left out changes no bit of the sum."""
+    lo, hi = 0, mode
+    if log_term(0) <= _ZERO_LOG:
+        while hi - lo > 1:  # log_term(lo) <= _ZERO_LOG < log_term(hi), or hi is the mode
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if log_term(mid) <= _ZERO_LOG else (lo, mid)
+        lo = hi
+    first, lo, hi = lo, mode, upto
+    if log_term(upto) <= _ZERO_LOG:
+        while hi - lo > 1:  # log_term(lo) > _ZERO_LOG (or lo is the mode) >= log_term(hi)
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if log_term(mid) > _ZERO_LOG else (lo, mid)
+        hi = lo
+    return range(first, hi + 1)
