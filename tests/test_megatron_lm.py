@@ -1027,7 +1027,10 @@ def expected_resume(pair: dict[str, Any], real_old: dict[str, Any], real_new: di
         "orders": [k for k, (a, b) in enumerate(zip(old_parts, new_parts)) if a["order"] != b["order"]],
         "blend": old_train.get("weights") is not None and any(
             abs(a - b) > 1e-12 for a, b in zip(old_train["weights"], new_train["weights"])),
-        "moves": [(max(0, b - a), max(0, a - b)) for a, b in zip(real_old["resume"]["before"], resumed["before"])],
+        # skipped: the new order's items the saved run never reached; repeated: the saved run's items the resumed
+        # run draws again, at most what it draws (its items b .. b + after - 1 against the saved run's 0 .. a - 1)
+        "moves": [(max(0, b - a), max(0, min(a, b + n) - b))
+                  for a, b, n in zip(real_old["resume"]["before"], resumed["before"], resumed["after"])],
         "no_samples_left": resumed["refusal"] is not None,
         "runs_out": resumed["refusal"] is None and resumed["iterations"] < real_new["train_iters"] - pair["iteration"],
         "after": resumed["after"],
