@@ -44,6 +44,29 @@ def write_corpus(prefix: str, documents: Sequence[np.ndarray], dtype: str = "uin
     write_atomic(prefix + ".idx", write_idx)
 
 
+def write_sized_corpus(prefix: str, sizes: Sequence[int], dtype: str = "uint16") -> None:
+    """A corpus of documents of ``sizes`` tokens, all token 0: the .idx as written by preprocessing, the .bin a
+    sparse file of the right size (for planning and config tests that read document sizes, never tokens)."""
+    dt = np.dtype(dtype)
+    lengths = np.asarray(sizes, dtype=np.int32)
+    pointers = np.zeros(len(lengths), dtype=np.int64)
+    if len(lengths) > 1:
+        np.cumsum(lengths[:-1].astype(np.int64) * dt.itemsize, out=pointers[1:])
+    doc_idx = np.arange(len(lengths) + 1, dtype=np.int64)
+    total = int(lengths.astype(np.int64).sum()) * dt.itemsize
+
+    def write_bin(f) -> None:  # type: ignore[no-untyped-def]
+        f.truncate(total)
+
+    def write_idx(f) -> None:  # type: ignore[no-untyped-def]
+        f.write(MAGIC + struct.pack("<Q", 1) + struct.pack("<B", _CODE_OF[dt.name]))
+        f.write(struct.pack("<Q", len(lengths)) + struct.pack("<Q", len(doc_idx)))
+        f.write(lengths.tobytes() + pointers.tobytes() + doc_idx.tobytes())
+
+    write_atomic(prefix + ".bin", write_bin)
+    write_atomic(prefix + ".idx", write_idx)
+
+
 def random_documents(
     seed: int, num_documents: int, min_len: int = 1, max_len: int = 200, vocab: int = 50000
 ) -> list[np.ndarray]:

@@ -49,6 +49,8 @@ class SourcePlan:
     tokens_unseen_exact: bool
     target_samples: int | None = None
     formula: str = ""
+    copies: int = 1
+    samples_distinct: int | None = None
 
 
 @dataclass(frozen=True)
@@ -342,28 +344,32 @@ def _run_warnings(inp: PlanInput, train_iters: int, sources: list[SourcePlan]) -
             f"{train_iters} training iterations (more than {inp.warmup_share_limit:.0%})"))
     if framework_of(inp).neox_cache_names:
         out.extend(_neox_cache_warnings(inp, sources))
-    return out + _repeated_prefix_warnings(sources)
+    return out + _repeated_prefix_warnings(sources, inp.framework == "neox")
 
 
-def _repeated_prefix_warnings(sources: list[SourcePlan]) -> list[PlanWarning]:
-    """A prefix listed more than once in one split's blend: one corpus built as several datasets, trained the sum
-    of their passes (each row alone understates it)."""
-    import os
+def _repeated_prefix_warnings(sources: list[SourcePlan], neox: bool) -> list[PlanWarning]:
+    """A prefix listed more than once in one split's blend: NeoX builds one dataset per listing (same seed, same
+    documents), so copies built for the same epochs share one shuffle and the later draws repeat the earlier's."""
+    from neox_epoch.repeated import group_repeats, merged_distinct
 
     out = []
-    for split in ("train", "valid", "test"):
-        rows: dict[str, list[SourcePlan]] = {}
-        for s in sources:
-            if s.split == split:
-                rows.setdefault(os.path.normpath(s.prefix), []).append(s)
-        for prefix, same in rows.items():
-            if len(same) > 1:
-                total = sum(s.passes for s in same)
-                out.append(PlanWarning(
-                    "repeated-prefix",
-                    f"{split}: {prefix} is listed {len(same)} times in the blend: NeoX builds it as {len(same)} datasets "
-                    f"and trains it {total:.4f} passes in all ({' + '.join(f'{s.passes:.4f}' for s in same)}), not "
-                    f"the {same[0].passes:.4f} of one row; list it once, with the weights added", split, same[0].name))
+    for prefix, same in group_repeats(sources):
+        drawn = sum(s.samples_drawn for s in same)
+        distinct = merged_distinct(same)
+        if not neox:
+            what = f"built as {len(same)} datasets, {drawn} samples drawn in all"
+        elif distinct is not None:
+            what = (f"NeoX builds {len(same)} datasets with the same shuffle, so the later copies re-train the first "
+                    f"samples: {distinct} distinct of {drawn} drawn ({distinct / max(1, same[0].samples_per_epoch):.4f}"
+                    f" of {drawn / max(1, same[0].samples_per_epoch):.4f} passes)")
+        else:
+            epochs = ", ".join(str(s.epochs_built) for s in same)
+            what = (f"NeoX builds {len(same)} datasets for {epochs} epochs, each its own shuffle: {drawn} samples "
+                    f"drawn ({drawn / max(1, same[0].samples_per_epoch):.4f} passes), overlapping by chance")
+        out.append(PlanWarning(
+            "repeated-prefix",
+            f"{same[0].split}: {prefix} is listed {len(same)} times in the blend: {what}; list it once "
+            "with the weights added", same[0].split, same[0].name))
     return out
 
 
@@ -435,6 +441,7 @@ def exact_plan(inp: PlanInput, passes: dict[str, float], search_seeds: int = 200
     (iterations, the samples they draw: the most that fit, the arithmetic); the run then asks for exactly those
     samples (``train_samples``). None: a constant global batch, train_iters = total // global batch."""
     _check_input(inp)
+    _no_repeated_prefix(inp.train_sources)
     labels = [s.label for s in inp.train_sources]
     want = _wanted_passes(inp.train_sources, passes)
     cache: TokenCache = {}
@@ -467,6 +474,21 @@ def exact_plan(inp: PlanInput, passes: dict[str, float], search_seeds: int = 200
     return replace(plan, settings={"train_iters": iters, "train_samples": consumed, **settings},
                    remainder_samples=remainder, remainder_tokens=remainder * inp.seq_length,
                    arithmetic=tuple(arithmetic) + plan.arithmetic, warnings=tuple(warnings))
+
+
+def _no_repeated_prefix(specs: Sequence[SourceSpec]) -> None:
+    """Exact mode refuses a prefix listed twice: its copies share one shuffle, so no weights give its passes."""
+    seen: dict[str, list[SourceSpec]] = {}
+    for s in specs:
+        seen.setdefault(os.path.normpath(s.prefix), []).append(s)
+    for prefix, same in seen.items():
+        if len(same) > 1:
+            weights = [s.weight for s in same if s.weight is not None]
+            total = f" ({sum(weights):g})" if len(weights) == len(same) else ""
+            raise PlanError(
+                f"train_data_paths: {prefix} is listed {len(same)} times; expected each prefix once in exact mode "
+                f"(NeoX builds one dataset per listing with the same shuffle, so the copies re-train the same "
+                f"samples); list it once with the weights added{total}")
 
 
 def _wanted_passes(specs: Sequence[SourceSpec], passes: Mapping[str, float]) -> list[float]:

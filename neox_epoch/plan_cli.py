@@ -35,6 +35,7 @@ from neox_epoch.plan import (
     make_plan,
     passes_per_source,
 )
+from neox_epoch.repeated import merge_repeated
 from neox_epoch.report import render
 from neox_epoch.schedule import McoreScheduleKeys, Schedule, attach_mcore, attach_neox
 from neox_epoch.stock import stock_neox_exact
@@ -560,7 +561,7 @@ def _mcore_keys(args: argparse.Namespace) -> McoreScheduleKeys:
 def plan_with_schedule(args: argparse.Namespace, inp: PlanInput, cfg: NeoxConfig | None,
                        targets: dict[str, float] | None) -> tuple[Plan, Schedule | None]:
     """The plan, with the schedule (and, for NeoX exact plans, whether stock NeoX is exact) attached."""
-    plan = exact_plan(inp, targets) if targets else make_plan(inp)
+    plan = exact_plan(inp, targets) if targets else merge_repeated(make_plan(inp))
     if cfg is not None:
         plan, schedule = attach_neox(plan, schedule_keys(cfg), _old_neox_iters(inp), targets,
                                      inp.warmup_share_limit)

@@ -22,6 +22,11 @@ def table(plan: Plan) -> str:
             text = fmt(getattr(s, key), float_digits=4)
             if key == "tokens_unseen" and not s.tokens_unseen_exact:
                 text = "~" + text
+            if key == "name" and s.copies > 1:
+                text += f" (listed {s.copies}x)"
+            if key == "samples_drawn" and s.copies > 1:
+                text += f" ({fmt(s.samples_distinct, float_digits=4)} distinct)" if s.samples_distinct is not None \
+                    else " (distinct unknown)"
             if key == "epochs_built" and s.epochs_built > 1:
                 text += " (sep.)" if s.separate_final_epoch else " (joint)"
             row.append(text)

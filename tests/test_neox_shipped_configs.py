@@ -4,8 +4,9 @@ tests/fixtures/neox/shipped_configs.json was written by scripts/neox_config_swee
 ``NeoXArgs.from_ymls`` for each pairing (model config [+ configs/llama/train_config.yml] + configs/local_setup.yml
 + a world file naming a hostfile) and recorded whether NeoX accepted it and the batch and schedule it derived,
 or the exception it stopped with. The fixture holds only each config's sha1: these tests copy NeoX's own config
-files from its tree (tests/frameworks.py), check the sha1, lay out the hostfiles in a temporary directory, write a small
-corpus (4,000 documents, ~4.5M tokens, like NeoX's enwik8 example) at the data prefix the configs name, and run
+files from its tree (tests/frameworks.py), check the sha1, lay out the hostfiles in a temporary directory, write a
+corpus (4,000 documents, its .bin sparse, sized so one pass over the train split holds two global batches of
+the largest accepted pairing) at the data prefix the configs name, and run
 ``neox-epoch plan ... --json``. Where NeoX accepts, the plan's global batch and train_iters must equal NeoX's;
 where NeoX refuses, ``plan`` must exit 2 with one line naming the same problem.
 
@@ -22,10 +23,11 @@ import subprocess
 import sys
 from typing import Any
 
+import numpy as np
 import pytest
 
 from neox_epoch.cli import main
-from neox_epoch.corpus import write_random_corpus
+from neox_epoch.corpus import write_sized_corpus
 
 #: the configs are NeoX's own files, read from its tree (tests/frameworks.py): a framework test
 pytestmark = pytest.mark.neox
@@ -34,8 +36,33 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURE = os.path.join(HERE, "fixtures", "neox", "shipped_configs.json")
 SWEEP: dict[str, Any] = json.load(open(FIXTURE, encoding="utf-8"))
 PAIRINGS: dict[str, Any] = SWEEP["pairings"]
-#: the corpus at every data prefix: 4,000 documents of 250..2,000 tokens (~4.5M tokens), like enwik8
-CORPUS = {"seed": 0, "num_documents": 4000, "min_len": 250, "max_len": 2000}
+#: the corpus at every data prefix: 4,000 documents of 250 tokens and up, sized so that the train split holds at
+#: least two global batches of every accepted pairing (exact mode's --epochs 1 then has a whole batch to plan)
+CORPUS = {"seed": 0, "num_documents": 4000, "min_len": 250}
+#: how many global batches one pass over the train split holds, at least, for the largest accepted batch
+BATCHES_PER_PASS = 2
+
+
+def _train_fraction(split: str | None) -> float:
+    """The share of documents NeoX's split gives the train split ("969,30,1" -> 0.969; no split: all)."""
+    parts = [float(x) for x in (split or "1").split(",")]
+    return parts[0] / sum(parts)
+
+
+def corpus_sizes(seed: int) -> list[int]:
+    """Document sizes for one prefix: the train split of every accepted pairing naming it holds BATCHES_PER_PASS
+    global batches of seq_length + 1 tokens (10% margin on the mean)."""
+    need, fraction = 0, 1.0
+    for p in PAIRINGS.values():
+        if p["accepted"]:
+            n = p["neox"]
+            need = max(need, BATCHES_PER_PASS * n["train_batch_size"] * (n["seq_length"] + 1))
+            fraction = min(fraction, _train_fraction(n["split"] if n["data_path"] else None))
+    docs, low = CORPUS["num_documents"], CORPUS["min_len"]
+    high = max(low, int(2 * 1.1 * need / fraction / docs) - low)
+    sizes = [int(x) for x in np.random.RandomState(seed).randint(low, high + 1, size=docs)]
+    assert sum(sizes[: int(docs * fraction) - 1]) >= need, "the corpus is smaller than two global batches"
+    return sizes
 
 
 def _data_prefixes() -> set[str]:
@@ -75,8 +102,7 @@ def run_dir(tmp_path_factory) -> str:  # type: ignore[no-untyped-def]
     for i, prefix in enumerate(prefixes):
         assert not os.path.isabs(prefix), f"absolute data prefix {prefix} in the fixture"
         os.makedirs(root / os.path.dirname(prefix), exist_ok=True)
-        write_random_corpus(str(root / prefix), CORPUS["seed"] + i, CORPUS["num_documents"], CORPUS["min_len"],
-                            CORPUS["max_len"])
+        write_sized_corpus(str(root / prefix), corpus_sizes(CORPUS["seed"] + i))
     return str(root)
 
 
@@ -301,8 +327,7 @@ def test_exact_mode_configs_load_back_in_neox(run_dir, tmp_path):  # type: ignor
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
                 code = main(["plan", *p["files"], "--epochs", "1", "--write-config", name, "--json"])
             if code != 0:
-                assert err.getvalue().count("\n") == 1 and "less than one global batch" in err.getvalue(), (key, err)
-                refused.append(key)
+                refused.append(f"{key}: {err.getvalue().strip()}")
                 continue
             plan = json.loads(out.getvalue())
             text, block = strip_block_text(open(name, encoding="utf-8").read(), name)
@@ -331,5 +356,32 @@ def test_exact_mode_configs_load_back_in_neox(run_dir, tmp_path):  # type: ignor
                 (lr is not None and n["lr_decay_iters"] != lr) or block.get("epochs") != 1:
             wrong.append(f"{key}: planned {iters}, {lr}, {gbs}; NeoX: {got.get('error') or n}")
     assert not wrong, "\n".join(wrong[:20])
-    print(f"shipped configs: {len(planned)} exact configs loaded back by NeoX, {len(refused)} refused (one pass < one batch)")
-    assert len(planned) + len(refused) == sum(1 for p in PAIRINGS.values() if p["accepted"]) and planned
+    print(f"shipped configs: {len(planned)} exact configs loaded back by NeoX")
+    assert not refused, "\n".join(refused[:20])
+    assert len(planned) == sum(1 for p in PAIRINGS.values() if p["accepted"])
+
+
+def test_exact_mode_refuses_one_pass_under_one_batch(run_dir, tmp_path, capsys):  # type: ignore[no-untyped-def]
+    """The refusal itself, on its own small case: pythia 160M at 256 GPUs (a global batch of 8,192 samples of 2,049
+    tokens) over a corpus of 1,000 documents of 1,000 tokens (one pass about 470 samples): exact mode refuses."""
+    import shutil
+
+    p = PAIRINGS["configs/pythia/160M.yml@256"]
+    assert p["accepted"] and p["neox"]["train_batch_size"] == 8192
+    for rel in p["files"]:
+        os.makedirs(os.path.dirname(str(tmp_path / rel)) or str(tmp_path), exist_ok=True)
+        shutil.copyfile(os.path.join(run_dir, rel), tmp_path / rel)
+    for name in ("hostfile_256",):
+        if os.path.exists(os.path.join(run_dir, name)):
+            shutil.copyfile(os.path.join(run_dir, name), tmp_path / name)
+    prefix = tmp_path / p["neox"]["data_path"]
+    os.makedirs(prefix.parent, exist_ok=True)
+    write_sized_corpus(str(prefix), [1000] * 1000)
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        code, out, err = run_plan(["plan", *p["files"], "--epochs", "1", "--write-config", "out.yml"], capsys)
+    finally:
+        os.chdir(cwd)
+    assert code == 2 and out == "" and not os.path.exists(tmp_path / "out.yml")
+    assert err.count("\n") == 1 and "samples are less than one global batch (8192)" in err, err

@@ -301,18 +301,22 @@ def test_weight_by_num_documents_exact_mode_writes_explicit_weights(small: str, 
 
 def test_a_prefix_listed_twice_in_a_blend_is_named(small: str, tmp_path: Any,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
-    """The reported case: a prefix listed twice in a blend showed two rows of ~1 pass each while the corpus is
-    trained twice; a `repeated-prefix` warning names it and the passes in all (the sum of its rows)."""
+    """The reported case: a prefix listed twice in a blend showed two rows of ~1 pass each. It is now one row (its
+    draws summed, the distinct ones beside them: both copies are built for one epoch, so NeoX gives them one
+    shuffle and the larger copy's draws are all that is distinct) and a `repeated-prefix` warning names it."""
     cfg = write_cfg(tmp_path / "run.yml", {**paths_cfg(small), "train_data_paths": [small, small],
                                            "train_data_weights": [1, 1], "train_iters": 3000})
     code, stdout, err = run([cfg, "--json"], capsys)
     assert code == 0, err
     plan = json.loads(stdout)
-    rows = [s["passes"] for s in plan["sources"] if s["split"] == "train"]
+    rows = [s for s in plan["sources"] if s["split"] == "train"]
     found = [w["text"] for w in plan["warnings"] if w["code"] == "repeated-prefix"]
-    assert len(rows) == 2 and found == [
-        f"train: {small} is listed 2 times in the blend: NeoX builds it as 2 datasets and trains it "
-        f"{sum(rows):.4f} passes in all ({rows[0]:.4f} + {rows[1]:.4f}), not the {rows[0]:.4f} of one row; list it "
-        "once, with the weights added"], found
+    assert [(r["copies"], r["samples_drawn"], r["samples_distinct"]) for r in rows] == [(2, 12000, 6000)], rows
+    spe = rows[0]["samples_per_epoch"]
+    assert found == [
+        f"train: {small} is listed 2 times in the blend: NeoX builds 2 datasets with the same shuffle, so the later "
+        f"copies re-train the first samples: 6000 distinct of 12000 drawn ({6000 / spe:.4f} of {12000 / spe:.4f} "
+        "passes); list it once with the weights added"], found
+    assert rows[0]["passes"] == round(12000 / spe, 6)
     code, stdout, _ = run([write_cfg(tmp_path / "one.yml", {**paths_cfg(small), "train_iters": 3000}), "--json"], capsys)
     assert code == 0 and not [w for w in json.loads(stdout)["warnings"] if w["code"] == "repeated-prefix"]
