@@ -113,7 +113,10 @@ def _import_megatron() -> None:
     M.update(arguments=arguments, training=training, global_vars=global_vars, pretrain_gpt=pretrain_gpt,
              builder_module=builder_module, GPTDataset=GPTDataset, IndexedDataset=IndexedDataset,
              normalize=normalize, init_calc=init_num_microbatches_calculator, update_calc=update_num_microbatches,
-             num_micro=get_num_microbatches, current_gbs=get_current_global_batch_size, version=__version__)
+             num_micro=get_num_microbatches, current_gbs=get_current_global_batch_size,
+             # the public version: megatron-core 0.19.x's package_info appends "+<commit>" when a git checkout
+             # is around (seen in a fresh clone of this repository: "0.19.2+080f03f")
+             version=str(__version__).split("+")[0])
 
 
 def _stage(name: str, fn: Any, *args: Any) -> Any:
