@@ -44,6 +44,7 @@ import tarfile
 import tempfile
 from collections.abc import Callable, Iterator
 from importlib import metadata
+from typing import Any
 
 import pytest
 
@@ -270,6 +271,22 @@ def neox_python() -> str:
 
 # --------------------------------------------------------------------------------------------------------------
 # Megatron-LM
+
+
+def neox_from_ymls(root: str, jobs: dict[str, list[str]], name: str = "jobs", timeout: float = 1800.0
+                   ) -> dict[str, Any]:
+    """NeoX's own ``NeoXArgs.from_ymls`` on every entry of ``jobs`` (name -> config files, relative to ``root``)
+    in one NeoX process (scripts/neox_config_sweep.py --batch); its JSON answer per name."""
+    with open(os.path.join(root, f"{name}.json"), "w", encoding="utf-8") as f:
+        json.dump(jobs, f)
+    env = {k: v for k, v in os.environ.items() if k != "DLTS_HOSTFILE"}
+    r = subprocess.run([neox_python(), os.path.join(REPO, "scripts", "neox_config_sweep.py"), f"{name}_out.json",
+                        "--batch", f"{name}.json", "--neox-dir", neox_dir()], cwd=root, capture_output=True,
+                       text=True, timeout=timeout, env={**env, "DS_ACCELERATOR": "cpu"})
+    if r.returncode != 0:
+        raise RuntimeError(f"neox_config_sweep.py --batch failed (exit {r.returncode}):\n{r.stderr[-3000:]}")
+    with open(os.path.join(root, f"{name}_out.json"), encoding="utf-8") as f:
+        return dict(json.load(f))
 
 
 def _mcore_helpers() -> tuple[str, list[str]]:

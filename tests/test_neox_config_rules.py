@@ -402,11 +402,7 @@ def test_data_keys_are_judged_like_neox_from_ymls(cwd, capsys):  # type: ignore[
     for name, (extra, _, _) in DATA_KEY_CASES.items():
         write(cwd / f"{name}.yml", {**model, "hostfile": "hostfile_8", "train_iters": 5, **extra})
         jobs[name] = [f"{name}.yml"]
-    write(cwd / "jobs.json", json.dumps(jobs))
-    r = subprocess.run([frameworks.neox_python(), SWEEP_SCRIPT, "out.json", "--batch", "jobs.json", "--neox-dir",
-                        frameworks.neox_dir()], cwd=cwd, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-2000:]
-    neox = json.load(open(cwd / "out.json", encoding="utf-8"))
+    neox = frameworks.neox_from_ymls(str(cwd), jobs, timeout=600)
     for name, (_, neox_words, ours) in DATA_KEY_CASES.items():
         code, out, err = plan([f"{name}.yml"], capsys)
         assert neox[name]["accepted"] == (neox_words is None), (name, neox[name])
@@ -449,11 +445,7 @@ def test_value_types_are_judged_like_neox_validate_types(cwd, capsys):  # type: 
     for name, (line, _) in TYPE_CASES.items():
         write(cwd / f"{name}.yml", base + line + "\n")
         jobs[name] = [f"{name}.yml"]
-    write(cwd / "jobs.json", json.dumps(jobs))
-    r = subprocess.run([frameworks.neox_python(), SWEEP_SCRIPT, "out.json", "--batch", "jobs.json", "--neox-dir",
-                        frameworks.neox_dir()], cwd=cwd, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-2000:]
-    neox = json.load(open(cwd / "out.json", encoding="utf-8"))
+    neox = frameworks.neox_from_ymls(str(cwd), jobs, timeout=600)
     for name, (line, accepted) in TYPE_CASES.items():
         assert neox[name]["accepted"] == accepted, (name, neox[name])
         code, out, err = plan([f"{name}.yml"], capsys)

@@ -28,7 +28,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import tarfile
 import time
 from typing import Any
@@ -133,14 +132,7 @@ def neox_batch(root: str, jobs: dict[str, list[str]], name: str) -> dict[str, An
     """NeoX's from_ymls on every entry of ``jobs`` in one NeoX process (the sweep script's --batch)."""
     import frameworks
 
-    with open(os.path.join(root, f"{name}.json"), "w", encoding="utf-8") as f:
-        json.dump(jobs, f)
-    env = {k: v for k, v in os.environ.items() if k != "DLTS_HOSTFILE"}
-    r = subprocess.run([frameworks.neox_python(), os.path.join(HERE, "..", "scripts", "neox_config_sweep.py"),
-                        f"{name}_out.json", "--batch", f"{name}.json", "--neox-dir", frameworks.neox_dir()],
-                       cwd=root, capture_output=True, text=True, timeout=1800, env={**env, "DS_ACCELERATOR": "cpu"})
-    assert r.returncode == 0, r.stderr[-3000:]
-    return dict(json.load(open(os.path.join(root, f"{name}_out.json"), encoding="utf-8")))
+    return frameworks.neox_from_ymls(root, jobs, name)
 
 
 def layout(root: str) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
