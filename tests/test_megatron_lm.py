@@ -621,10 +621,24 @@ def compare_all(cases: list[dict[str, Any]], truth: dict[str, Any], version: str
     return failures, built
 
 
+def truth_and_comparison(cases: list[dict[str, Any]], tmp_path: Any, version: str, timeout: float = 120.0
+                         ) -> tuple[dict[str, Any], int]:
+    """Run the cases through Megatron-LM ``version``'s own code (tests/megatron_lm_truth.py), require that version
+    and no difference from the plan; (the truth, how many cases the builder built)."""
+    import megatron_lm_env as env
+
+    for case in cases:
+        case["cache_dir"] = str(tmp_path)
+    truth = env.run_truth(cases, str(tmp_path / "work"), timeout=timeout)
+    assert truth["megatron_lm_version"] == version == megatron_lm_version(version)
+    failures, built = compare_all(cases, truth, version, tmp_path)
+    assert not failures, "\n".join(failures)
+    return truth, built
+
+
 @pytest.mark.megatron_lm
 @frameworks.needs_stack("neox")
 def test_examples_and_random_command_lines_equal_megatron_lm(megatron_lm: str, tmp_path: Any) -> None:
-    import megatron_lm_env as env
 
     corpora = corpora_for(tmp_path)
     cases = []
@@ -638,12 +652,7 @@ def test_examples_and_random_command_lines_equal_megatron_lm(megatron_lm: str, t
     for i in range(24):
         tokens, world = random_argv(rng, corpora, str(tmp_path), i)
         cases.append({"id": f"random-{i}", "argv": tokens, "world_size": world, "build": True})
-    for case in cases:
-        case["cache_dir"] = str(tmp_path)
-    truth = env.run_truth(cases, str(tmp_path / "work"))
-    assert truth["megatron_lm_version"] == megatron_lm_version()
-    failures, built = compare_all(cases, truth, "0.16.1", tmp_path)
-    assert not failures, "\n".join(failures)
+    truth, built = truth_and_comparison(cases, tmp_path, "0.16.1")
     refused = sum(1 for r in truth["cases"] if r["refusal"])
     assert 0 < refused < len(cases) and built >= 8  # refusals and real builds were both exercised
 
@@ -754,12 +763,7 @@ def test_0_19_examples_and_random_command_lines_equal_megatron_lm_0_19_2(tmp_pat
     for i in range(40):
         tokens, world = random_argv_019(rng, corpora, str(tmp_path), i)
         cases.append({"id": f"random-{i}", "argv": tokens, "world_size": world, "build": True})
-    for case in cases:
-        case["cache_dir"] = str(tmp_path)
-    truth = env.run_truth(cases, str(tmp_path / "work"), timeout=300)
-    assert truth["megatron_lm_version"] == "0.19.2"
-    failures, built = compare_all(cases, truth, "0.19.2", tmp_path)
-    assert not failures, "\n".join(failures)
+    truth, built = truth_and_comparison(cases, tmp_path, "0.19.2", timeout=300)
     by_id = {c["id"]: r for c, r in zip(cases, truth["cases"])}
     gpt3 = "gpt3/train_gpt3_175b_distributed.sh"
     assert by_id[f"{gpt3}@128"]["refusal"] == {"stage": "parse_args", "error": "SystemExit", "message": "2"}
