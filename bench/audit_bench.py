@@ -55,7 +55,7 @@ CHUNK = 1 << 24
 
 def _write_idx(prefix: str, sizes: np.ndarray) -> None:
     """MMIDIDX .idx for uint16 tokens with these sizes; a sparse .bin of the matching length."""
-    from neox_epoch.idx import MAGIC
+    from neox_epoch.formats.idx import MAGIC
 
     n = sizes.shape[0]
     with open(prefix + ".idx", "wb") as f:
@@ -128,7 +128,7 @@ def _child(mode: str, base: str, consumed: int) -> None:
             del a
         extra: dict[str, object] = {"checksum": total}
     elif mode == "gather":  # a floor for any exact per-copy audit: each copy's .idx size, looked up at random
-        from neox_epoch import idx as idxmod
+        from neox_epoch.formats import idx as idxmod
 
         hdr = idxmod.read_header(base.split("_train_")[0], check_bin=False)
         sizes = np.fromfile(hdr.prefix + ".idx", dtype=np.int32, offset=hdr.sizes_offset, count=hdr.sequence_count)

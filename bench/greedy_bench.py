@@ -32,7 +32,7 @@ from collections.abc import Callable
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from neox_epoch import blend  # noqa: E402
+from neox_epoch.semantics import blend  # noqa: E402
 
 _greedy = blend._greedy
 

@@ -17,8 +17,8 @@ import statistics
 import tempfile
 import time
 
-from neox_epoch import blend
 from neox_epoch.neox.counters import JsonlSink, counters_for
+from neox_epoch.semantics import blend
 
 
 def toy_step_seconds(repeats: int = 20) -> float:

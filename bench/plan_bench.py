@@ -23,7 +23,7 @@ In one run it
    printing PASS/FAIL per number;
 5. prints the table of times, memory and bytes written against the targets (megatron/plan >= 20x in
    time, plan <= 1/10 of megatron's peak RSS, 0 bytes written), and times the exact greedy blend counts
-   at 1e9 samples (``neox_epoch.blend.greedy_counts``) in a fresh process.
+   at 1e9 samples (``neox_epoch.semantics.blend.greedy_counts``) in a fresh process.
 
 The parent process imports neither numpy nor torch, so it stays small: on Linux a child's ``ru_maxrss``
 can include the parent's memory high-water mark (vfork), and the numbers must be the child's own.
@@ -221,7 +221,7 @@ print(json.dumps({"import_s": t_import, "build_s": t_build, "rss_build": rss_bui
 
 GREEDY = r'''
 import json, resource, sys, time
-from neox_epoch.blend import greedy_counts, normalize
+from neox_epoch.semantics.blend import greedy_counts, normalize
 w, n = json.loads(sys.argv[1]), int(sys.argv[2])
 t = time.perf_counter()
 c = greedy_counts(normalize(w), n)

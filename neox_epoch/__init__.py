@@ -1,7 +1,9 @@
 """neox-epoch: make "train for exactly N passes over my data" true, visible and checkable.
 
-The planning and audit core (this package minus ``neox_epoch.neox``, ``neox_epoch.mcore`` and
-``neox_epoch.launcher``) imports numpy and pyyaml only, never torch.
+Layers, each importing only those listed before it: ``util``, ``semantics`` (the frameworks' arithmetic,
+pure), ``formats`` (what the frameworks write, read torch-free), ``batch``, ``audit``, ``plan``,
+``resume``, ``run_report``, then the framework adapters ``mcore`` and ``neox``; ``cli`` dispatches.
+Everything but the adapters imports numpy and pyyaml only, never torch.
 """
 
 __version__ = "0.1.0"

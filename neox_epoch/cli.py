@@ -23,13 +23,13 @@ INTERNAL_ERROR = 3
 
 #: subcommand modules, imported lazily so ``neox-epoch plan`` never imports torch or deepspeed
 COMMANDS: dict[str, str] = {
-    "plan": "neox_epoch.plan_cli",
+    "plan": "neox_epoch.plan.cli",
     "audit": "neox_epoch.audit.cli",
     "check-batch": "neox_epoch.batch.cli",
     "demo": "neox_epoch.demo",
     "launch": "neox_epoch.neox.launch",
     "report": "neox_epoch.run_report.cli",
-    "resume-check": "neox_epoch.resume_check",
+    "resume-check": "neox_epoch.resume.check",
 }
 
 

@@ -11,9 +11,9 @@ import glob
 import os
 from typing import Any
 
-from neox_epoch.corpus import write_random_corpus
-from neox_epoch.detect import VERIFIED_MCORE_VERSIONS, megatron_core_version
-from neox_epoch.helptext import examples
+from neox_epoch.formats.corpus import write_random_corpus
+from neox_epoch.formats.detect import VERIFIED_MCORE_VERSIONS, megatron_core_version
+from neox_epoch.util.helptext import examples
 
 #: name -> (seed, documents, min_len, max_len)
 CORPUS = {

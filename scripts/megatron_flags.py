@@ -27,7 +27,7 @@ import re
 import sys
 from typing import Any
 
-#: one table per Megatron-LM version, named after it (0.16.1.json, 0.19.2.json ...); neox_epoch.megatron_args picks
+#: one table per Megatron-LM version, named after it (0.16.1.json, 0.19.2.json ...); neox_epoch.formats.megatron_args picks
 #: the one of the megatron-core version a plan mirrors
 OUT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "neox_epoch", "data", "megatron_flags")
 

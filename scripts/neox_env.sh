@@ -56,4 +56,4 @@ PATH="$VENV/bin:$PATH" make -C "$NEOX_DIR/megatron/data"
 "${PIP[@]}" install --no-deps -e "$REPO"
 
 cd "$NEOX_DIR"
-"$VENV/bin/python" -c 'from megatron.data import data_utils, gpt2_dataset, blendable_dataset, helpers; import neox_epoch.corpus; print("NeoX data code imports OK")'
+"$VENV/bin/python" -c 'from megatron.data import data_utils, gpt2_dataset, blendable_dataset, helpers; import neox_epoch.formats.corpus; print("NeoX data code imports OK")'

@@ -9,7 +9,7 @@ Run it with a Python environment that can import NeoX's data code (see ``scripts
 in which ``neox_epoch`` is importable. Nothing of NeoX is copied: the script imports NeoX from
 ``$NEOX_DIR`` and calls its own functions.
 
-For every case the script writes deterministic random corpora (``neox_epoch.corpus``) into a fresh
+For every case the script writes deterministic random corpora (``neox_epoch.formats.corpus``) into a fresh
 temporary directory, builds a minimal argument object with exactly the attributes NeoX reads, and
 calls NeoX's ``build_train_valid_test_data_loaders`` -- the function ``megatron/training.py`` calls --
 which in turn runs ``get_train_valid_test_split_`` / ``build_train_valid_test_datasets`` (``data_path``
@@ -83,7 +83,7 @@ def die(message: str) -> NoReturn:
 
 @dataclass(frozen=True)
 class CorpusSpec:
-    """Parameters of one deterministic random corpus (``neox_epoch.corpus.write_random_corpus``)."""
+    """Parameters of one deterministic random corpus (``neox_epoch.formats.corpus.write_random_corpus``)."""
 
     label: str
     seed: int
@@ -108,8 +108,8 @@ class Corpus:
 
 def write_corpus(spec: CorpusSpec, directory: str) -> Corpus:
     """Write ``spec`` as ``directory/<label>.bin/.idx`` and read it back with the project's reader."""
-    from neox_epoch.corpus import write_random_corpus
-    from neox_epoch.idx import read_header, sizes_memmap, tokens_memmap
+    from neox_epoch.formats.corpus import write_random_corpus
+    from neox_epoch.formats.idx import read_header, sizes_memmap, tokens_memmap
 
     prefix = os.path.join(directory, spec.label)
     write_random_corpus(prefix, spec.seed, spec.num_documents, spec.min_len, spec.max_len)
@@ -882,7 +882,7 @@ CORPUS_C2 = CorpusSpec("corpus_c2", 23, 250, 20, 120)
 
 def one_epoch_iters(spec: CorpusSpec, seq_length: int, tbs: int, documents: tuple[int, int] | None = None) -> int:
     """train_iters of exactly one pass: S = (T-1)//seq_length samples, len = S-1, iters = (S-1)//tbs."""
-    from neox_epoch.corpus import random_documents
+    from neox_epoch.formats.corpus import random_documents
 
     docs = random_documents(spec.seed, spec.num_documents, spec.min_len, spec.max_len)
     a, b = documents if documents is not None else (0, spec.num_documents)
@@ -1280,11 +1280,11 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.time()
     try:
-        import neox_epoch.corpus  # noqa: F401
+        import neox_epoch.formats.corpus  # noqa: F401
     except ImportError:
         sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         try:
-            import neox_epoch.corpus  # noqa: F401
+            import neox_epoch.formats.corpus  # noqa: F401
         except ImportError as exc:
             die(f"cannot import neox_epoch: {exc}")
     neox = load_neox(os.environ.get("NEOX_DIR"))

@@ -5,7 +5,7 @@
 #   STACK=neox bash scripts/verify_megatron.sh 0.16.2 on NeoX's stack (.venv, Python 3.11)
 # VERSION is installed without its dependencies into .cache/mcore-VERSION (tests/mcore_env.py) and put first
 # on PYTHONPATH, so it shadows the stack's own megatron-core. When everything passes, adding VERSION to
-# VERIFIED_MCORE_VERSIONS in neox_epoch/detect.py is the one-line change that lets `neox-epoch plan` use it
+# VERIFIED_MCORE_VERSIONS in neox_epoch/formats/detect.py is the one-line change that lets `neox-epoch plan` use it
 # without --force-version (and to tests/mcore_env.STACK_VERSIONS, so CI keeps checking it).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -24,7 +24,7 @@ if ROOT not in sys.path:
 
 from optional import in_ci  # noqa: E402
 
-from neox_epoch.corpus import write_corpus, write_random_corpus  # noqa: E402
+from neox_epoch.formats.corpus import write_corpus, write_random_corpus  # noqa: E402
 
 #: the framework marker family: marker name -> what the tests run
 FRAMEWORKS = {"neox": "GPT-NeoX", "megatron_lm": "Megatron-LM"}

@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from neox_epoch import idx
-from neox_epoch.corpus import write_random_corpus
+from neox_epoch.formats import idx
+from neox_epoch.formats.corpus import write_random_corpus
 
 # megatron-core's split rounding (only used to keep generated splits non-empty; the truth comes from the builder)
 from neox_epoch.semantics.mcore import split_matrix, split_range

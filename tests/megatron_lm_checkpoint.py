@@ -13,7 +13,7 @@ evaluation at a multiple of eval_interval eval_iters global batches, before the 
 ``save_checkpoint``'s ``torch`` format does: ``torch.save`` of ``{"args", "iteration", "checkpoint_version"}``
 to ``SAVE_DIR/iter_{N:07d}/mp_rank_00/model_optim_rng.pt``, and ``latest_checkpointed_iteration.txt``.
 Test-side stand-in: no model or optimizer is built or saved (no GPU here), only what Megatron-LM saves
-about the run; the reader (neox_epoch.checkpoint) never loads weights anyway.
+about the run; the reader (neox_epoch.formats.checkpoint) never loads weights anyway.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from neox_epoch.idx import read_header, sizes_memmap, tokens_memmap
+from neox_epoch.formats.idx import read_header, sizes_memmap, tokens_memmap
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import os
 from types import SimpleNamespace
 from typing import Any
 
-from neox_epoch.config import EpochBlock
+from neox_epoch.formats.neox_config import EpochBlock
 from neox_epoch.neox.block import HookBlock
 from neox_epoch.neox.counters import JSONL_NAME
 from neox_epoch.neox.hooks import State, after_build

@@ -20,7 +20,7 @@ from test_audit_unit import write_neox_index
 from neox_epoch.audit.audit import AuditOptions, run_audit
 from neox_epoch.audit.names import discover
 from neox_epoch.cli import main
-from neox_epoch.corpus import write_random_corpus
+from neox_epoch.formats.corpus import write_random_corpus
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NEOX_CACHE = os.path.join(HERE, "fixtures", "neox", "neox_cache")

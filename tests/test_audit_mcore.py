@@ -28,7 +28,7 @@ from mcore_live import build  # noqa: E402
 from neox_epoch.audit.audit import AuditOptions, run_audit  # noqa: E402
 from neox_epoch.audit.names import discover  # noqa: E402
 from neox_epoch.cli import main  # noqa: E402
-from neox_epoch.resume_exposure import mcore_orders  # noqa: E402
+from neox_epoch.resume.exposure import mcore_orders  # noqa: E402
 from neox_epoch.semantics import mcore as mcore_sem  # noqa: E402
 
 
@@ -212,7 +212,7 @@ def test_stale_cache_after_corpus_change(corpus, tmp_path, capsys):
     prefix = corpus("data", 5, 80, 1, 200)
     cache = str(tmp_path / "cache")
     build([prefix], None, "100,0,0", [300, 0, 0], 32, cache)
-    from neox_epoch.corpus import write_random_corpus
+    from neox_epoch.formats.corpus import write_random_corpus
 
     write_random_corpus(prefix, 6, 80, 1, 200)  # same document count, other sizes
     rc = main(["audit", cache, "--consumed", "100", "--no-progress"])

@@ -17,7 +17,6 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from neox_epoch import idx
 from neox_epoch.audit import names
 from neox_epoch.audit.audit import AuditOptions, run_audit
 from neox_epoch.audit.consumption import Consumption
@@ -25,8 +24,9 @@ from neox_epoch.audit.exposure import ExposureReport
 from neox_epoch.audit.names import discover
 from neox_epoch.audit.validate import audit_index
 from neox_epoch.cli import main
-from neox_epoch.neox.index import build_joint
-from neox_epoch.resume_exposure import from_tokens, windows
+from neox_epoch.formats import idx
+from neox_epoch.resume.exposure import from_tokens, windows
+from neox_epoch.semantics.neox_index import build_joint
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURES = os.path.join(HERE, "fixtures", "neox")

@@ -61,7 +61,7 @@ def test_both_epochs_in_one_chunk_reversed(tmp_path):
     """One chunk holding both epochs, the second in the reverse order of the first: each document completed
     at its second copy, counted once; equal to the brute force."""
     from neox_epoch.audit import validate
-    from neox_epoch.corpus import write_corpus
+    from neox_epoch.formats.corpus import write_corpus
 
     documents, seq = 3000, 16
     lengths = np.random.RandomState(3).randint(1, 40, size=documents)

@@ -24,7 +24,7 @@ from neox_epoch.audit.consumption import Consumption
 from neox_epoch.audit.findings import AuditError
 from neox_epoch.audit.report import TtyProgress, render_text
 from neox_epoch.cli import main
-from neox_epoch.corpus import write_corpus
+from neox_epoch.formats.corpus import write_corpus
 
 
 def write_neox_index(directory: str, stem: str, lengths: list[int], seq: int, epochs: int, seed: int = 1234,

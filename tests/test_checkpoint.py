@@ -1,4 +1,4 @@
-"""Reading what a checkpoint says about its run, without torch and without its weights (neox_epoch.checkpoint).
+"""Reading what a checkpoint says about its run, without torch and without its weights (neox_epoch.formats.checkpoint).
 
 A real DeepSpeed 0.19.8 checkpoint saved on CPU the way GPT-NeoX saves one (tests/ds_save_probe.py) is read
 back: NeoX's client state and DeepSpeed's own keys come back exactly, the weights stay unread; a pickle that
@@ -18,8 +18,8 @@ import zipfile
 import optional
 import pytest
 
-from neox_epoch.checkpoint import NotRead, read_checkpoint, read_pt
 from neox_epoch.errors import ConfigError
+from neox_epoch.formats.checkpoint import NotRead, read_checkpoint, read_pt
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -33,7 +33,7 @@ def test_real_deepspeed_checkpoint_reads_without_torch(tmp_path):  # type: ignor
     r = subprocess.run([sys.executable, os.path.join(HERE, "ds_save_probe.py"), str(save)], capture_output=True,
                        text=True, timeout=300, env=dict(os.environ, DS_ACCELERATOR="cpu"))
     assert r.returncode == 0, r.stderr[-3000:]
-    code = ("import sys, json; from neox_epoch.checkpoint import read_checkpoint; c = read_checkpoint(sys.argv[1]); "
+    code = ("import sys, json; from neox_epoch.formats.checkpoint import read_checkpoint; c = read_checkpoint(sys.argv[1]); "
             "print(json.dumps([c.framework, os.path.basename(c.directory), c.iteration, c.values['args'], "
             "c.values['dp_world_size'], c.values['ds_config']['train_batch_size'], "
             "c.values['ds_config']['gradient_accumulation_steps'], c.values['ds_version'], "
@@ -131,7 +131,7 @@ def test_resume_check_finds_a_changed_sequence_length(tmp_path):  # type: ignore
     resume-check reads; the data is a real tiny corpus."""
     import yaml
 
-    from neox_epoch.corpus import write_random_corpus
+    from neox_epoch.formats.corpus import write_random_corpus
     from neox_epoch.neox.resume_state import ResumeState, TrainBuild, write_state
 
     tag = tmp_path / "ckpt" / "global_step10"
@@ -244,7 +244,7 @@ def _stock_checkpoint(tmp_path, config: dict | None):  # type: ignore[no-untyped
 
 
 def _blend_config(tmp_path, weights: list[float]) -> dict:  # type: ignore[no-untyped-def]
-    from neox_epoch.corpus import write_random_corpus
+    from neox_epoch.formats.corpus import write_random_corpus
 
     paths = []
     for seed, name in enumerate("abc", start=1):

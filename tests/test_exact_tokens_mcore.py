@@ -15,8 +15,8 @@ optional.require("megatron.core")
 from exposure_util import check_tokens, count_gpt_exposure, histogram  # noqa: E402
 from mcore_live import build  # noqa: E402
 
-from neox_epoch.detect import megatron_core_version  # noqa: E402
-from neox_epoch.plan import PlanInput, SourceSpec, exact_plan  # noqa: E402
+from neox_epoch.formats.detect import megatron_core_version  # noqa: E402
+from neox_epoch.plan.planner import PlanInput, SourceSpec, exact_plan  # noqa: E402
 
 VERSION = megatron_core_version() or ""
 

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from neox_epoch.cli import main
-from neox_epoch.corpus import write_corpus
+from neox_epoch.formats.corpus import write_corpus
 
 DOCUMENTED = {0, 1, 2}
 SETTINGS = settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", "60")), deadline=None, suppress_health_check=list(HealthCheck), derandomize=not os.environ.get("FUZZ_EXAMPLES"))

@@ -7,9 +7,9 @@ import struct
 import numpy as np
 import pytest
 
-from neox_epoch import idx
-from neox_epoch.corpus import write_corpus
 from neox_epoch.errors import IndexFileError
+from neox_epoch.formats import idx
+from neox_epoch.formats.corpus import write_corpus
 
 
 def test_header_fields_and_token_sums(fixed_corpus):

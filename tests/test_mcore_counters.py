@@ -22,8 +22,8 @@ optional.require("megatron.core")
 
 from mcore_live import init_gloo, null_tokenizer  # noqa: E402
 
-from neox_epoch.counters import JSONL_NAME, checkpoint_records  # noqa: E402
 from neox_epoch.errors import ConfigError, NeoxEpochError  # noqa: E402
+from neox_epoch.formats.runlog import JSONL_NAME, checkpoint_records  # noqa: E402
 from neox_epoch.mcore import CountersStateError, LiveCounters, exact_config, live_counters  # noqa: E402
 
 EPOCHS = {"s0": 1, "s1": 2, "s2": 0.5}
@@ -157,7 +157,7 @@ def test_resume_with_another_global_batch_continues_exactly(blend: dict[str, Any
     assert state["consumed_samples"] == 400 and state["iteration"] == 50
     assert list(state["samples"].values()) == truth(blend["index"], 400)
     # state_dict() also recorded it in the JSONL, where resume-check reads OLD without the checkpoint
-    from neox_epoch.resume_mcore import checkpoint_from_log
+    from neox_epoch.resume.mcore import checkpoint_from_log
 
     log = str(tmp_path / JSONL_NAME)
     logged = checkpoint_from_log(log, checkpoint_records(log), None)

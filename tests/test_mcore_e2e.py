@@ -31,10 +31,10 @@ optional.require("megatron.core")
 from exposure_util import count_gpt_exposure  # noqa: E402
 from mcore_live import init_gloo, null_tokenizer  # noqa: E402
 
-from neox_epoch import idx  # noqa: E402
-from neox_epoch.counters import JSONL_NAME  # noqa: E402
 from neox_epoch.demo import write_demo_corpus  # noqa: E402
 from neox_epoch.errors import NeoxEpochError, PlanError  # noqa: E402
+from neox_epoch.formats import idx  # noqa: E402
+from neox_epoch.formats.runlog import JSONL_NAME  # noqa: E402
 from neox_epoch.mcore import BuildMismatchError, ExactSetup, exact_config, install, plan_lines, verify_build  # noqa: E402
 from neox_epoch.semantics import mcore as mcore_semantics  # noqa: E402
 

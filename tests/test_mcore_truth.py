@@ -21,7 +21,7 @@ from mcore_cases import generate_cases  # noqa: E402
 from mcore_env import LAST_FAILURE, mcore_pythonpath, run_truth, truth_versions  # noqa: E402
 
 from neox_epoch.errors import PlanError  # noqa: E402
-from neox_epoch.plan import McoreOptions, PlanInput, SourceSpec, predict_splits  # noqa: E402
+from neox_epoch.plan.planner import McoreOptions, PlanInput, SourceSpec, predict_splits  # noqa: E402
 
 CASES = 200
 SPLITS = ("train", "valid", "test")

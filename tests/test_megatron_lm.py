@@ -1,4 +1,4 @@
-"""Megatron-LM command lines: neox_epoch.megatron_args against the real Megatron-LM (core_v0.16.1).
+"""Megatron-LM command lines: neox_epoch.formats.megatron_args against the real Megatron-LM (core_v0.16.1).
 
 Fast unit tests of the parser run everywhere. The ``megatron_lm`` tests run Megatron-LM's own
 parse_args/validate_args/update_train_iters/get_train_valid_test_num_samples and dataset builder
@@ -21,12 +21,12 @@ import frameworks
 import numpy as np
 import pytest
 
-from neox_epoch import idx
-from neox_epoch.corpus import write_random_corpus
 from neox_epoch.errors import ConfigError
-from neox_epoch.megatron_args import megatron_lm_version, megatron_run, parse_megatron_argv, split_launcher
-from neox_epoch.megatron_plan import megatron_input
-from neox_epoch.plan import make_plan
+from neox_epoch.formats import idx
+from neox_epoch.formats.corpus import write_random_corpus
+from neox_epoch.formats.megatron_args import megatron_lm_version, megatron_run, parse_megatron_argv, split_launcher
+from neox_epoch.plan.from_megatron import megatron_input
+from neox_epoch.plan.planner import make_plan
 from neox_epoch.semantics import mcore
 from neox_epoch.semantics import megatron_lm as mlm
 from neox_epoch.semantics.megatron_lm import MegatronRefusal
@@ -100,7 +100,8 @@ def test_framework_version_note(tmp_path: Any, capsys: pytest.CaptureFixture[str
                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """--framework-version 0.16.1 with megatron-core 0.19.2 installed: 0.16.1's rules (a ramp-up with
     --train-iters refused, as 0.16.1 refuses it; 0.19.2 ignores it) and one note saying so."""
-    from neox_epoch import cli, detect
+    from neox_epoch import cli
+    from neox_epoch.formats import detect
 
     monkeypatch.setattr(detect, "megatron_core_source", lambda paths=None: ("0.19.2", "site-packages"))
     prefix = str(tmp_path / "web")
@@ -916,7 +917,7 @@ def test_resume_check_override_ckpt_iteration_0_19(tmp_path: Any, batch: str) ->
 
 def mcore_greedy(weights: list[float], n: int) -> list[int]:
     """megatron-core's blend draws among its first ``n`` samples (its greedy over the float64-normalized weights)."""
-    from neox_epoch import blend
+    from neox_epoch.semantics import blend
 
     return blend.greedy_counts(blend.normalize(weights), n)
 
@@ -1130,8 +1131,8 @@ def test_resume_check_on_random_megatron_lm_resumes(megatron_lm: str, tmp_path: 
     # the validation loader resumed past its start, was refused (random pairs) and ran out (the halved batch)
     assert {"moved", "valid-no-samples-left", "valid-runs-out", "sources"} <= valid_seen, valid_seen
     # sources larger than the window are summed window by window: with windows of 3,000 tokens, the same exposure
-    from neox_epoch import resume_exposure
     from neox_epoch.cli import main
+    from neox_epoch.resume import exposure as resume_exposure
 
     assert exposed is not None
     pair, out = exposed

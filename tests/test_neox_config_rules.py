@@ -21,9 +21,9 @@ import yaml
 
 from neox_epoch.batch.config import LauncherSettings
 from neox_epoch.cli import main
-from neox_epoch.config import RENAMED_KEYS, load_neox_configs, neox_batch
-from neox_epoch.corpus import write_random_corpus
 from neox_epoch.errors import ConfigError
+from neox_epoch.formats.corpus import write_random_corpus
+from neox_epoch.formats.neox_config import RENAMED_KEYS, load_neox_configs, neox_batch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SWEEP_SCRIPT = os.path.join(HERE, "..", "scripts", "neox_config_sweep.py")

@@ -22,9 +22,9 @@ import pytest
 import yaml
 
 from neox_epoch import cli
-from neox_epoch.config import load_neox_configs, plan_input_from_neox
-from neox_epoch.corpus import write_random_corpus
-from neox_epoch.plan import make_plan
+from neox_epoch.formats.corpus import write_random_corpus
+from neox_epoch.formats.neox_config import load_neox_configs, plan_input_from_neox
+from neox_epoch.plan.planner import make_plan
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURE = os.path.join(HERE, "fixtures", "neox", "neox_golden.json")
@@ -87,7 +87,7 @@ def test_plan_equals_real_neox(name, corpora, tmp_path):
         (ours_b,) = [x for x in plan.blends if x.split == split]
         assert b["len"] == ours_b.size
         assert b["draws_first_n"] == list(ours_b.draws), "the first N draws of the real blend"
-        from neox_epoch import blend
+        from neox_epoch.semantics import blend
 
         assert b["draws"] == blend.greedy_counts(list(ours_b.weights), ours_b.size), "draws over the whole blend"
 

@@ -21,16 +21,16 @@ import numpy as np
 import pytest
 import yaml
 
-from neox_epoch import blend
-from neox_epoch.config import EpochBlock, load_neox_configs, plan_input_from_neox
 from neox_epoch.errors import ConfigError, NeoxEpochError
-from neox_epoch.neox import index as sep
+from neox_epoch.formats.neox_config import EpochBlock, load_neox_configs, plan_input_from_neox
 from neox_epoch.neox.block import ENV_VAR, HookBlock, decode_env, from_environ, parse_block
 from neox_epoch.neox.counters import JSONL_NAME, JsonlSink, counters_for
 from neox_epoch.neox.launch import clean_configs, strip_block_text, worker_argv
 from neox_epoch.neox.planning import make_run_plan
 from neox_epoch.neox.worker import split_argv
-from neox_epoch.plan import exact_plan
+from neox_epoch.plan.planner import exact_plan
+from neox_epoch.semantics import blend
+from neox_epoch.semantics import neox_index as sep
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -240,7 +240,7 @@ def _hist(src):
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    from neox_epoch.corpus import write_random_corpus
+    from neox_epoch.formats.corpus import write_random_corpus
 
     d = tmp_path_factory.mktemp("neox_data")
     specs = {"a": (11, 300, 5, 200), "b": (12, 150, 5, 150), "c": (13, 400, 5, 100), "v": (14, 30, 5, 100)}
@@ -328,7 +328,7 @@ def test_loader_used_up_warning_names_the_iteration(data, tmp_path):
     """Observe mode, buffer 1.0, one source, batch 1, train_iters = samples per epoch: NeoX builds one epoch, its
     blend offers one sample less (len-1), and the loader's itertools.cycle would replay its first sample in the
     last iteration; the hooks' warning names that iteration (with enforce, the same line is a WrapError)."""
-    from neox_epoch.idx import read_header, sizes_memmap
+    from neox_epoch.formats.idx import read_header, sizes_memmap
 
     d = _fresh(data, tmp_path, "used_up")
     spe = (int(np.sum(sizes_memmap(read_header(str(d / "a"))), dtype=np.int64)) - 1) // 32

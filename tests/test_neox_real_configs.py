@@ -37,8 +37,8 @@ import pytest
 import yaml
 
 from neox_epoch.cli import main
-from neox_epoch.config import known_neox_keys
-from neox_epoch.corpus import write_sized_corpus
+from neox_epoch.formats.corpus import write_sized_corpus
+from neox_epoch.formats.neox_config import known_neox_keys
 
 pytestmark = pytest.mark.neox
 

@@ -17,7 +17,7 @@ import frameworks
 import pytest
 
 from neox_epoch.cli import main
-from neox_epoch.corpus import write_random_corpus
+from neox_epoch.formats.corpus import write_random_corpus
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "..", "scripts", "neox_repeated_prefix.py")

@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 
 from neox_epoch.cli import main
-from neox_epoch.corpus import write_sized_corpus
+from neox_epoch.formats.corpus import write_sized_corpus
 
 #: the configs are NeoX's own files, read from its tree (tests/frameworks.py): a framework test
 pytestmark = pytest.mark.neox

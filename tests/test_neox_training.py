@@ -34,10 +34,10 @@ import neox_trained as nt
 import numpy as np
 import pytest
 
-from neox_epoch import blend
-from neox_epoch.corpus import random_documents, write_corpus
+from neox_epoch.formats.corpus import random_documents, write_corpus
 from neox_epoch.neox.block import ENV_VAR
 from neox_epoch.neox.counters import JSONL_NAME
+from neox_epoch.semantics import blend
 from neox_epoch.semantics import neox as neox_sem
 
 pytestmark = pytest.mark.neox
@@ -730,8 +730,8 @@ def test_resume_check_counts_each_token_across_a_seq_length_change(
         assert got["continued"]["tokens"] == {str(t): int(n) for t, n in enumerate(np.bincount(continued))}, name
     # a source larger than the window is summed window by window (here windows of 2,000 tokens): the same bins, from
     # the saved checkpoint's tag and NeoX's own new index (the resumed launch has built it by now)
-    from neox_epoch import resume_exposure
     from neox_epoch.cli import main
+    from neox_epoch.resume import exposure as resume_exposure
 
     monkeypatch.setattr(resume_exposure, "WINDOW_TOKENS", 2000)
     assert main(["resume-check", run.path("ckpt", f"global_step{SEQ_STOP}"), run.path("check.yml"), "--json",

@@ -17,11 +17,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from neox_epoch.cli import COMMANDS, main
-from neox_epoch.corpus import write_random_corpus
 from neox_epoch.demo import write_demo_corpus
-from neox_epoch.detect import VERIFIED_MCORE_VERSIONS, megatron_core_version
 from neox_epoch.errors import ConfigError
-from neox_epoch.megatron_args import parse_megatron_argv
+from neox_epoch.formats.corpus import write_random_corpus
+from neox_epoch.formats.detect import VERIFIED_MCORE_VERSIONS, megatron_core_version
+from neox_epoch.formats.megatron_args import parse_megatron_argv
 from neox_epoch.semantics.megatron_lm import MegatronRefusal
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

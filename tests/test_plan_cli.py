@@ -10,8 +10,8 @@ import pytest
 
 from neox_epoch.cli import main
 from neox_epoch.demo import write_demo_corpus
-from neox_epoch.detect import VERIFIED_MCORE_VERSIONS
-from neox_epoch.detect import megatron_core_version as installed_mcore
+from neox_epoch.formats.detect import VERIFIED_MCORE_VERSIONS
+from neox_epoch.formats.detect import megatron_core_version as installed_mcore
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = sorted(f for f in os.listdir(os.path.join(ROOT, "configs")) if f.endswith(".yml"))
@@ -319,7 +319,7 @@ def test_enforce_and_separate_epochs_in_plan(demo_dir, capsys, monkeypatch, tmp_
 
 def test_internal_error_is_one_line_exit_3(capsys, monkeypatch):
     """An unexpected exception (a bug) is one line with the command and input, exit 3; --debug re-raises."""
-    import neox_epoch.plan_cli as plan_cli
+    import neox_epoch.plan.cli as plan_cli
 
     def boom(args):  # type: ignore[no-untyped-def]
         raise ZeroDivisionError("simulated bug")

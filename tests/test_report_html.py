@@ -18,8 +18,8 @@ import pytest
 from run_logs import blend_values, launch
 
 from neox_epoch.cli import main
-from neox_epoch.config import EpochBlock
-from neox_epoch.corpus import write_random_corpus
+from neox_epoch.formats.corpus import write_random_corpus
+from neox_epoch.formats.neox_config import EpochBlock
 from neox_epoch.run_report import exposure, log, series, svg
 from neox_epoch.run_report.cli import build
 

@@ -1,4 +1,4 @@
-"""Where a resumed NeoX run starts drawing (neox_epoch.resume) against GPT-NeoX's own resume code.
+"""Where a resumed NeoX run starts drawing (neox_epoch.semantics.loader) against GPT-NeoX's own resume code.
 
 Randomized old/new batch shapes: NeoX's real ``shift_and_wrap_data_loaders`` and ``DistributedBatchSampler``
 (from the extracted GPT-NeoX tree, in NeoX's venv: tests/neox_cpu/resume_replay.py) start each resumed loader
@@ -17,7 +17,7 @@ import pytest
 
 from neox_epoch.errors import ConfigError
 from neox_epoch.neox.resume_state import ResumeState, TrainBuild, decide, read_state, write_state
-from neox_epoch.resume import LoaderShape, hooked_start, neox_start
+from neox_epoch.semantics.loader import LoaderShape, hooked_start, neox_start
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -35,7 +35,7 @@ def _cases(count: int, seed: int) -> list[dict[str, int]]:
 def _valid_cases(count: int, seed: int) -> list[dict[str, int]]:
     """Resumes with evaluation: a validation dataset of at least one loader batch, evaluated every eval_interval
     iterations to a random end and once after it; ``valid_batches``: the loader batches those evaluations draw."""
-    from neox_epoch.resume import evaluations_after
+    from neox_epoch.semantics.loader import evaluations_after
 
     rng = random.Random(seed)
     out = []
@@ -89,7 +89,7 @@ def test_neox_valid_spans_equal_neox_s_own_resumed_evaluations(tmp_path):  # typ
     run's end): the validation positions NeoX's own shift_and_wrap_data_loaders and itertools.cycle draw for the
     resumed evaluations, in order, are exactly neox_valid_start's resumed spans; the cases reach both a replay
     from a resumed start past the dataset's end and a plain wrap from 0."""
-    from neox_epoch.resume import neox_valid_start
+    from neox_epoch.semantics.loader import neox_valid_start
 
     cases = _valid_cases(60, seed=29)
     kinds = set()
@@ -172,7 +172,7 @@ def test_validation_loader_restart_counts_iteration_times_gas():
     """NeoX evaluated at 50 and 100 (2 x gas 1 batches of 4 each: 16 samples); resumed at 105 with gas 2 it
     restarts at ((105 * 2) // 50) * 2 = batch 8 (sample 32, the real run's test); at an evaluation's own
     iteration with the same gas it continues where the evaluations stopped; past the dataset it wraps."""
-    from neox_epoch.resume import neox_valid_start
+    from neox_epoch.semantics.loader import neox_valid_start
 
     four, eight = LoaderShape(2, 2, 1), LoaderShape(2, 2, 2)
     moved = neox_valid_start(105, four, (50, 2), eight, (50, 2), 49)
@@ -190,7 +190,7 @@ def test_resumed_validation_evaluations_cycle_from_the_loader_start():
     15 of 19 (sample 60 of 76), the one evaluation after the last iteration (3 x gas 2 batches of 4) draws 60..75
     and then 60..67 again, never 0..59 (the real run in test_neox_training records exactly these); continuing
     would have drawn 24..47 after the saved run's 0..23."""
-    from neox_epoch.resume import cycle_spans, evaluations_after, neox_valid_start
+    from neox_epoch.semantics.loader import cycle_spans, evaluations_after, neox_valid_start
 
     four, eight = LoaderShape(2, 2, 1), LoaderShape(2, 2, 2)
     v = neox_valid_start(105, four, (41, 3), eight, (41, 3), 79, end=120, old_valid_samples=79)

@@ -21,8 +21,8 @@ import optional
 import pytest
 
 from neox_epoch.neox.resume_state import TrainBuild
-from neox_epoch.resume import LoaderShape, ResumeStart
-from neox_epoch.resume_check import NewRun, SavedBuild, deltas
+from neox_epoch.resume.check import NewRun, SavedBuild, deltas
+from neox_epoch.semantics.loader import LoaderShape, ResumeStart
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

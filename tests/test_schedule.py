@@ -19,10 +19,10 @@ import pytest
 import yaml
 
 from neox_epoch.cli import main
-from neox_epoch.config import EpochBlock
+from neox_epoch.formats.neox_config import EpochBlock
 from neox_epoch.neox.hooks import apply_overwrite
 from neox_epoch.neox.planning import make_run_plan
-from neox_epoch.schedule import McoreScheduleKeys, NeoxScheduleKeys, mcore_schedule, neox_schedule, scale
+from neox_epoch.plan.schedule import McoreScheduleKeys, NeoxScheduleKeys, mcore_schedule, neox_schedule, scale
 
 DOCS = [1000] * 95 + [1745]
 SHIPPED = {"seq_length": 8, "train_batch_size": 4, "train_micro_batch_size_per_gpu": 4, "train_iters": 320000,

@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from neox_epoch import blend
-from neox_epoch.semantics import mcore, neox
+from neox_epoch.semantics import blend, mcore, neox
 
 
 def test_neox_split_boundaries_match_real_neox():

@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 import random
 
+from neox_epoch.plan.unseen import spillover
 from neox_epoch.semantics import DatasetBuild
-from neox_epoch.unseen import spillover
 
 
 def every_term(e: int, b: int, spe: int, drawn: int) -> tuple[float, float] | None:

@@ -8,7 +8,7 @@ variable NEOX_EPOCH_STACK_PYTHONS, or .venv and .venv-today) on the same files, 
 batch size, and ``report --json`` of a run log written by the hooks' own writers. Their stdout must be the same
 bytes and their exit codes the same; a few numbers in each are checked against where they come from.
 
-The corpora are real .bin/.idx files (neox_epoch.corpus.write_random_corpus); the megatron-core cache is built by
+The corpora are real .bin/.idx files (neox_epoch.formats.corpus.write_random_corpus); the megatron-core cache is built by
 BlendedMegatronDatasetBuilder in the "neox" stack (megatron-core 0.16.1, a verified version; tests/mcore_live.py).
 """
 
@@ -26,9 +26,9 @@ import stacks
 import yaml
 from run_logs import blend_values, launch
 
-from neox_epoch.config import EpochBlock
-from neox_epoch.corpus import write_random_corpus
-from neox_epoch.counters import JsonlSink
+from neox_epoch.formats.corpus import write_random_corpus
+from neox_epoch.formats.neox_config import EpochBlock
+from neox_epoch.formats.runlog import JsonlSink
 from neox_epoch.neox.planning import make_run_plan
 from neox_epoch.neox.resume_state import ResumeState, TrainBuild
 

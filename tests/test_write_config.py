@@ -17,9 +17,9 @@ import pytest
 import yaml
 
 from neox_epoch.cli import main
-from neox_epoch.config import load_neox_configs, plan_input_from_neox
 from neox_epoch.demo import write_demo_corpus
-from neox_epoch.plan import make_plan
+from neox_epoch.formats.neox_config import load_neox_configs, plan_input_from_neox
+from neox_epoch.plan.planner import make_plan
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = [1000] * 95 + [1745]
@@ -58,7 +58,7 @@ def refused(code: int, err: str, *parts: str) -> None:
 
 def plan_files(files: list[str]) -> int:
     """train_iters of the files loaded with the project's NeoX loader (NeoX's merge rules) and planned."""
-    from neox_epoch.plan import exact_plan, passes_per_source
+    from neox_epoch.plan.planner import exact_plan, passes_per_source
 
     cfg = load_neox_configs(files)
     inp = plan_input_from_neox(cfg)
@@ -126,9 +126,9 @@ def test_overlay_replaces_keys_the_inputs_set_with_the_dash_spelling(small: str,
 def test_overlay_names_the_input_line_when_no_spelling_replaces_a_key(tmp_path: Any) -> None:
     """A key without '_' (warmup) has no spelling a later file may use: one line naming the file, the key, the
     value planned and the fix."""
-    from neox_epoch.config import load_neox_configs
     from neox_epoch.errors import ConfigError
-    from neox_epoch.plan_cli import overlay_spelling
+    from neox_epoch.formats.neox_config import load_neox_configs
+    from neox_epoch.plan.cli import overlay_spelling
 
     cfg = load_neox_configs([write_cfg(tmp_path / "run.yml", {"warmup": 0.01, "train_iters": 5})], check_keys=False)
     assert overlay_spelling(cfg, {"train_iters": 7, "eval_interval": 3}, "W") == {"train-iters": 7, "eval_interval": 3}

@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from neox_epoch import idx as idxmod
 from neox_epoch.audit import blends, names
 from neox_epoch.audit.blends import BlendReport, SourceReport
 from neox_epoch.audit.consumption import Consumption
@@ -25,6 +24,7 @@ from neox_epoch.audit.findings import FileProblem, Finding, finding
 from neox_epoch.audit.npy import read_header
 from neox_epoch.audit.validate import ConsumptionFor, IndexReport, IterationOf, ManifestSink, Progress, audit_index
 from neox_epoch.errors import IndexFileError
+from neox_epoch.formats import idx as idxmod
 from neox_epoch.semantics import neox as neox_sem
 
 

@@ -6,7 +6,7 @@ greedy draws each source's indices in order ``0, 1, 2, ...``, so the first ``N``
 embeds each source's GPTDataset description, whose md5 names that source's cache files.
 
 GPT-NeoX keeps its blend (BlendableDataset) in memory only; with the train weights (``--config``) the
-draws are replayed with the same greedy (:mod:`neox_epoch.blend`), wrapping like NeoX (index % len).
+draws are replayed with the same greedy (:mod:`neox_epoch.semantics.blend`), wrapping like NeoX (index % len).
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from neox_epoch import blend as greedy
 from neox_epoch.audit import names
 from neox_epoch.audit.descriptions import child_digest, read_mcore_description
 from neox_epoch.audit.exposure import ExposureReport
 from neox_epoch.audit.findings import FileProblem, Finding, JsonFields, finding
 from neox_epoch.audit.npy import NpyInfo, NpyReader, read_header
 from neox_epoch.audit.validate import STALE_HINT, Progress
+from neox_epoch.semantics import blend as greedy
 from neox_epoch.semantics import neox as neox_sem
 
 #: replay the greedy in Python (no C extension) only up to this many steps

@@ -11,7 +11,7 @@ import sys
 from typing import IO, TYPE_CHECKING, Any
 
 from neox_epoch.audit.findings import AuditError
-from neox_epoch.helptext import examples
+from neox_epoch.util.helptext import examples
 
 if TYPE_CHECKING:
     from neox_epoch.audit.audit import AuditOptions
@@ -51,7 +51,7 @@ def _options(args: argparse.Namespace) -> AuditOptions:
     iters, gbs = args.train_iters, args.global_batch_size
     blend: dict[str, Any] = {}
     if args.config:
-        from neox_epoch import config as neox_config
+        from neox_epoch.formats import neox_config
 
         cfg = neox_config.load_neox_configs(list(args.config), check_keys=False)
         iters = neox_config.get_int(cfg, "train_iters") if iters is None else iters
@@ -76,7 +76,7 @@ def _options(args: argparse.Namespace) -> AuditOptions:
 
 def _neox_blend_settings(cfg: Any) -> dict[str, Any]:
     """The AuditOptions of a NeoX blend from the config's train_data_paths and train_data_weights."""
-    from neox_epoch import config as neox_config
+    from neox_epoch.formats import neox_config
 
     paths = cfg.values.get("train_data_paths")
     paths = [paths] if isinstance(paths, str) else paths
@@ -111,7 +111,7 @@ def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
     progress = report.TtyProgress(enabled=False if args.no_progress else None)
     results: list[AuditResult] = []
     if args.manifest:
-        from neox_epoch.atomic import write_atomic
+        from neox_epoch.util.atomic import write_atomic
 
         write_atomic(args.manifest, lambda f: results.append(
             run_audit(groups, options, progress, report.ManifestWriter(f, options.global_batch_size))))

@@ -30,7 +30,7 @@ class Consumption:
     ``j + k * period`` (a dataset read on its own; ``period`` = its length); 0: positions unknown."""
     tokens_out: np.ndarray | None = field(default=None, compare=False)
     """Optional (int32, one per token of the split's documents in .idx order): each token's exposure is added into
-    it, so passes over two indexes of one corpus sum (:func:`neox_epoch.resume_exposure.from_tokens`)."""
+    it, so passes over two indexes of one corpus sum (:func:`neox_epoch.resume.exposure.from_tokens`)."""
     tokens_window: tuple[int, int] | None = field(default=None, compare=False)
     """With ``tokens_out``: the split's documents ``[first, stop)`` (0: its first) whose tokens it holds (None: all)."""
 

@@ -13,8 +13,8 @@ from neox_epoch.audit.blends import BlendReport
 from neox_epoch.audit.exposure import ManifestChunk
 from neox_epoch.audit.findings import AuditError
 from neox_epoch.audit.validate import IndexReport, Progress
-from neox_epoch.text import fmt as _fmt
-from neox_epoch.text import table
+from neox_epoch.util.text import fmt as _fmt
+from neox_epoch.util.text import table
 
 MANIFEST_COLUMNS = ("index", "split", "data_prefix", "document", "tokens", "min_exposure", "max_exposure",
                     "token_exposures", "first_sample", "last_sample", "first_iteration", "last_iteration")
@@ -143,7 +143,7 @@ def plot(res: AuditResult, path: str) -> None:
     except ImportError as err:
         raise AuditError(f"--plot {path}: matplotlib is not installed; pip install matplotlib "
                          "(or pip install 'neox-epoch[plot]')") from err
-    from neox_epoch.atomic import write_atomic
+    from neox_epoch.util.atomic import write_atomic
 
     series = [(os.path.basename(r.path), r.exposure) for r in res.indexes if r.exposure is not None]
     series += [(f"blend {os.path.basename(b.path)}", b.exposure) for b in res.blends if b.exposure is not None]

@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 
-from neox_epoch import idx as idxmod
 from neox_epoch.audit import names
 from neox_epoch.audit.consumption import Consumption
 from neox_epoch.audit.descriptions import read_legacy_description, read_mcore_description
@@ -26,6 +25,7 @@ from neox_epoch.audit.exposure import ExposureReport, ManifestChunk, StreamPass,
 from neox_epoch.audit.findings import FileProblem, Finding, JsonFields, finding
 from neox_epoch.audit.npy import NpyInfo, NpyReader, Progress, read_header
 from neox_epoch.errors import IndexFileError
+from neox_epoch.formats import idx as idxmod
 from neox_epoch.semantics import mcore as mcore_sem
 from neox_epoch.semantics.built import IndexNumbers, extra_token_from_files, index_numbers
 from neox_epoch.semantics.orders import seeded_orders

@@ -15,7 +15,7 @@ from typing import Any
 
 from neox_epoch.batch.config import LauncherSettings
 from neox_epoch.errors import BatchError
-from neox_epoch.helptext import examples
+from neox_epoch.util.helptext import examples
 
 _FLAGS = ("hostfile", "include", "exclude", "num_nodes", "num_gpus", "launcher")
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from neox_epoch.errors import ConfigError, did_you_mean
-from neox_epoch.textfile import read_config_text
+from neox_epoch.util.textfile import read_config_text
 
 Flavor = Literal["neox", "deepspeed"]
 
@@ -198,7 +198,7 @@ def _flavor_of(paths: Sequence[str]) -> Flavor:
 
 def _read_files(paths: Sequence[str], flavor: Flavor) -> tuple[dict[str, Any], dict[str, str]]:
     if flavor == "neox":  # one NeoX loader for the project: NeoX's merge and duplicate-key rules
-        from neox_epoch.config import load_neox_configs
+        from neox_epoch.formats.neox_config import load_neox_configs
 
         cfg = load_neox_configs(list(paths), check_keys=False)
         return dict(cfg.values), dict(cfg.origin)

@@ -18,8 +18,8 @@ from typing import Any
 
 from neox_epoch.batch.check import BatchReport
 from neox_epoch.batch.config import BatchConfig, LauncherSettings
-from neox_epoch.config_out import check_output_path, write_config_text, yaml_config_text
 from neox_epoch.errors import BatchError
+from neox_epoch.util.config_out import check_output_path, write_config_text, yaml_config_text
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from neox_epoch.config import BLOCK, EpochBlock
 from neox_epoch.errors import ConfigError
+from neox_epoch.formats.neox_config import BLOCK, EpochBlock
 
 #: environment variable carrying ``{"neox_epoch": block, "settings": {...}}`` (base64 of JSON) to the workers
 ENV_VAR = "NEOX_EPOCH_BLOCK"

@@ -1,7 +1,7 @@
 """Live per-source pass counters: O(1) work per training step.
 
 Which source each of the first ``train_iters * train_batch_size`` samples comes from is fixed before
-training starts: NeoX's blend is the greedy rule replayed exactly by :mod:`neox_epoch.blend`, and a
+training starts: NeoX's blend is the greedy rule replayed exactly by :mod:`neox_epoch.semantics.blend`, and a
 direct dataset (one source, or data_path + split) is drawn in order. So the per-source draw counts at
 every logging iteration, and the iteration at which each source starts each pass, are computed once
 (the greedy replay in C, about 6 ns per sample) and training only looks them up: a modulo and an
@@ -11,7 +11,7 @@ After a checkpoint resume the counters start at the resumed iteration; records b
 repeated and markers already passed are not fired again.
 
 The JSONL sink, the source and marker types, the record shapes and the scalar tags are framework-neutral
-(:mod:`neox_epoch.counters`, shared with megatron-core's counters); the names stay importable from here.
+(:mod:`neox_epoch.formats.runlog`, shared with megatron-core's counters); the names stay importable from here.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from neox_epoch import blend
-from neox_epoch.counters import JSONL_NAME, JsonlSink, Marker, SourceCounter
+from neox_epoch.formats.runlog import JSONL_NAME, JsonlSink, Marker, SourceCounter
+from neox_epoch.semantics import blend
 
 __all__ = ["JSONL_NAME", "JsonlSink", "Marker", "PassCounters", "SourceCounter", "counters_for"]
 

@@ -43,7 +43,6 @@ from typing import Any
 import numpy as np
 
 from neox_epoch.errors import NeoxEpochError, PlanError
-from neox_epoch.neox import index as sep
 from neox_epoch.neox.block import HookBlock
 from neox_epoch.neox.counters import JsonlSink, PassCounters, SourceCounter
 from neox_epoch.neox.planning import RunPlan, make_run_plan, values_from_args
@@ -56,9 +55,10 @@ from neox_epoch.neox.resume_state import (
     read_state,
     write_state,
 )
-from neox_epoch.resume import LoaderShape, neox_start
-from neox_epoch.schedule import CODES as SCHEDULE_CODES
+from neox_epoch.plan.schedule import CODES as SCHEDULE_CODES
 from neox_epoch.semantics import neox as neox_sem
+from neox_epoch.semantics import neox_index as sep
+from neox_epoch.semantics.loader import LoaderShape, neox_start
 
 log = logging.getLogger("neox_epoch.neox")
 

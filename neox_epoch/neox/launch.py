@@ -13,7 +13,7 @@ What happens, in order (NeoX's own ``deepy.main`` runs; only two names are wrapp
 2. runs the batch/world check (``neox_epoch.batch.preflight``) on the cleaned configs, and stops with
    its findings when the batch disagrees with the world the launcher starts,
 3. plans the run (``neox_epoch.neox.planning``) and passes ``train_iters`` (and ``train_epochs: null``)
-   and the schedule keys that follow it (``neox_epoch.schedule``: e.g. an ``lr_decay_iters`` that equalled
+   and the schedule keys that follow it (``neox_epoch.plan.schedule``: e.g. an ``lr_decay_iters`` that equalled
    the old train_iters) to NeoX as overwrite values, so ``--megatron_config`` carries them to every
    worker; every change is printed on stderr as ``neox_epoch: key old -> new (action): why``,
 4. puts the block and the planned settings in ``$NEOX_EPOCH_BLOCK`` and appends its prefix to
@@ -44,12 +44,12 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from neox_epoch.atomic import write_text_atomic
-from neox_epoch.config import BLOCK, load_neox_configs
 from neox_epoch.errors import BatchError, ConfigError, NeoxEpochError
-from neox_epoch.helptext import examples
+from neox_epoch.formats.neox_config import BLOCK, load_neox_configs
 from neox_epoch.neox.block import ENV_VAR, EXPORT_PREFIX, HookBlock, parse_block
-from neox_epoch.textfile import read_config_text
+from neox_epoch.util.atomic import write_text_atomic
+from neox_epoch.util.helptext import examples
+from neox_epoch.util.textfile import read_config_text
 
 if TYPE_CHECKING:
     from neox_epoch.neox.planning import RunPlan

@@ -1,4 +1,4 @@
-"""The run plan the hooks apply: the planner (``neox_epoch.plan``) fed with NeoX's own parsed values.
+"""The run plan the hooks apply: the planner (``neox_epoch.plan.planner``) fed with NeoX's own parsed values.
 
 Every rank computes it from the same .idx files and config values, so the result is identical on all
 ranks; settings handed in by ``neox-epoch launch`` are checked against it (a corpus changed between the
@@ -12,10 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from neox_epoch.config import EpochBlock, NeoxConfig, plan_input_from_neox, schedule_keys
 from neox_epoch.errors import ConfigError, PlanError
-from neox_epoch.plan import Plan, PlanInput, SourcePlan, SourceSpec, exact_plan, make_plan, passes_per_source
-from neox_epoch.schedule import Schedule, attach_neox
+from neox_epoch.formats.neox_config import EpochBlock, NeoxConfig, plan_input_from_neox, schedule_keys
+from neox_epoch.plan.planner import Plan, PlanInput, SourcePlan, SourceSpec, exact_plan, make_plan, passes_per_source
+from neox_epoch.plan.schedule import Schedule, attach_neox
 
 #: NeoX argument names the planner reads (NeoXArgs attributes / merged YAML keys)
 PLAN_KEYS = (
@@ -25,7 +25,7 @@ PLAN_KEYS = (
     "test_data_weights", "data_path", "split", "train_iters", "train_epochs", "warmup", "lr_decay_iters",
     "pack_impl", "eval_interval", "eval_iters", "seed", "weight_by_num_documents", "weighted_sampler_alpha",
     "allow_chopped",
-    # the schedule keys a new train_iters touches (neox_epoch.schedule)
+    # the schedule keys a new train_iters touches (neox_epoch.plan.schedule)
     "lr_decay_fraction", "lr_decay_style", "min_lr", "save", "load", "checkpoint_factor", "checkpoint_scale",
     "extra_save_iters", "exit_interval", "use_checkpoint_lr_scheduler",
 )
@@ -54,7 +54,7 @@ class RunPlan:
     spillover: tuple[str, ...]
     """Sources whose index is drawn partly across jointly shuffled epochs (fractional passes > 1)."""
     schedule: Schedule = field(default_factory=lambda: Schedule((), ()))
-    """train_iters and the learning-rate/checkpoint/eval keys that follow it (neox_epoch.schedule)."""
+    """train_iters and the learning-rate/checkpoint/eval keys that follow it (neox_epoch.plan.schedule)."""
 
     @property
     def train_iters(self) -> int:

@@ -1,7 +1,7 @@
 """The data position a NeoX checkpoint resumes from, saved by the hooks beside each checkpoint.
 
 NeoX resumes its train loader at ``iteration * gradient_accumulation_steps`` loader batches of the *new*
-run (:mod:`neox_epoch.resume`), which is where the old run stopped only when the global batch did not
+run (:mod:`neox_epoch.semantics.loader`), which is where the old run stopped only when the global batch did not
 change. The hooks therefore write ``neox_epoch_state.json`` into every checkpoint tag directory
 (``{save}/global_step{N}/``, rank 0, atomically): the samples consumed, the batch shape, the samples the
 run draws in all, and what each train dataset was built with. A resumed run reads it from the tag NeoX is
@@ -16,10 +16,10 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from neox_epoch.atomic import write_text_atomic
-from neox_epoch.checkpoint import STATE_NAME
 from neox_epoch.errors import ConfigError
-from neox_epoch.resume import LoaderShape, hooked_start
+from neox_epoch.formats.checkpoint import STATE_NAME
+from neox_epoch.semantics.loader import LoaderShape, hooked_start
+from neox_epoch.util.atomic import write_text_atomic
 
 #: bump when the JSON layout changes
 VERSION = 1
@@ -117,7 +117,7 @@ def state_from_json(raw: Any, where: str) -> ResumeState:
 
 
 def states_from_log(path: str, records: list[tuple[int, dict[str, Any]]]) -> dict[int, tuple[str, ResumeState]]:
-    """The hooks' ``checkpoint`` records (``records``: :func:`neox_epoch.counters.checkpoint_records` of the run's
+    """The hooks' ``checkpoint`` records (``records``: :func:`neox_epoch.formats.runlog.checkpoint_records` of the run's
     JSONL ``path``): iteration -> (checkpoint tag, state); a later record for the same iteration (a run resumed from
     an earlier checkpoint) replaces the earlier one."""
     found: dict[int, tuple[str, ResumeState]] = {}

@@ -13,9 +13,9 @@ import os
 import sys
 from typing import Any
 
-from neox_epoch.atomic import write_text_atomic
-from neox_epoch.helptext import examples
 from neox_epoch.run_report import exposure, log, page, series
+from neox_epoch.util.atomic import write_text_atomic
+from neox_epoch.util.helptext import examples
 
 
 def register(subparsers: Any) -> None:

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from neox_epoch.counters import JSONL_NAME, read_jsonl
 from neox_epoch.errors import NeoxEpochError
+from neox_epoch.formats.runlog import JSONL_NAME, read_jsonl
 
 #: events the report reads; others (future writers) are skipped
 EVENTS = ("plan", "counters", "pass_start", "resume", "final")

@@ -8,9 +8,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from neox_epoch.blend import greedy_counts, greedy_draws, normalize
 from neox_epoch.errors import PlanError
 from neox_epoch.semantics import DatasetBuild
+from neox_epoch.semantics.blend import greedy_counts, greedy_draws, normalize
 
 FRAMEWORK = "neox"
 #: the buffer NeoX multiplies every per-source request by in train_data_paths mode

@@ -2,7 +2,7 @@
 megatron-core (and legacy Megatron-LM) do, and as neox-epoch's epoch-separated NeoX indexes do.
 
 One place for both readers of these orders: the audit (:mod:`neox_epoch.audit.validate` checks that an
-index is exactly what its seed builds) and the NeoX hooks (:mod:`neox_epoch.neox.index` builds
+index is exactly what its seed builds) and the NeoX hooks (:mod:`neox_epoch.semantics.neox_index` builds
 epoch-separated indexes).
 """
 

@@ -1,16 +1,16 @@
 """``neox-epoch resume-check CHECKPOINT NEW.yml...``: what a GPT-NeoX resume with a changed config will skip or
 repeat, before launching it.
 
-OLD is the checkpoint NeoX will load (read without torch or its weights: :mod:`neox_epoch.checkpoint`): its
+OLD is the checkpoint NeoX will load (read without torch or its weights: :mod:`neox_epoch.formats.checkpoint`): its
 iteration, the batch shape DeepSpeed saved, neox-epoch's state when the hooks saved one (the consumed samples,
 each train build, the blend), and the config files NeoX copied into it. NEW is the config the run resumes
 with. The resumed train loader starts where NeoX (or, with a ``neox_epoch`` block and a saved state, the
-hooks) start it (:mod:`neox_epoch.resume`); positions between that start and the consumed samples are
+hooks) start it (:mod:`neox_epoch.semantics.loader`); positions between that start and the consumed samples are
 skipped or repeated, and are attributed to sources by replaying the new blend's draw order. A train index
 built with another number of epochs, or a blend with other weights, changes which sample a position names:
 that is a finding too. Exit 0: the resume continues exactly; 1: findings; 2: bad input.
 
-A Megatron-LM checkpoint resumed with a Megatron-LM command line is checked by :mod:`neox_epoch.resume_megatron`
+A Megatron-LM checkpoint resumed with a Megatron-LM command line is checked by :mod:`neox_epoch.resume.megatron`
 with the same report.
 """
 
@@ -26,16 +26,16 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from neox_epoch import blend
-from neox_epoch.checkpoint import Checkpoint, read_checkpoint
-from neox_epoch.config import NeoxConfig, get_int, load_neox_configs, neox_batch
-from neox_epoch.counters import JSONL_NAME, checkpoint_records, log_file, recorded_at
 from neox_epoch.errors import ConfigError, NeoxEpochError
-from neox_epoch.helptext import examples
+from neox_epoch.formats.checkpoint import Checkpoint, read_checkpoint
+from neox_epoch.formats.neox_config import NeoxConfig, get_int, load_neox_configs, neox_batch
+from neox_epoch.formats.runlog import JSONL_NAME, checkpoint_records, log_file, recorded_at
 from neox_epoch.neox.planning import make_run_plan, values_from_args
 from neox_epoch.neox.resume_state import ResumeState, TrainBuild, decide, read_state, states_from_log
-from neox_epoch.plan import Plan, make_plan
-from neox_epoch.resume import (
+from neox_epoch.plan.planner import Plan, make_plan
+from neox_epoch.resume.exposure import SourceExposure, source_exposures
+from neox_epoch.semantics import blend
+from neox_epoch.semantics.loader import (
     EndTest,
     LoaderShape,
     ResumeStart,
@@ -47,7 +47,7 @@ from neox_epoch.resume import (
     neox_start,
     neox_valid_start,
 )
-from neox_epoch.resume_exposure import SourceExposure, source_exposures
+from neox_epoch.util.helptext import examples
 
 
 @dataclass(frozen=True)
@@ -194,7 +194,7 @@ def new_run(cfg: NeoxConfig, world_size: int | None) -> NewRun:
         plan, weights = rp.plan, rp.weights
         total = rp.train_iters * rp.train_batch_size if rp.exact_targets is not None else None
     else:
-        from neox_epoch.config import plan_input_from_neox
+        from neox_epoch.formats.neox_config import plan_input_from_neox
 
         plan = make_plan(plan_input_from_neox(cfg, world_size, batch=batch))
         blends = [b for b in plan.blends if b.split == "train"]
@@ -216,7 +216,7 @@ def valid_samples_at(cfg: NeoxConfig, world_size: int | None, train_iters: int) 
     """Samples of the validation dataset NeoX builds for the config at ``train_iters``: a resume the hooks make
     exact sets train_iters before NeoX builds its data, and validation keeps NeoX's own build (as stock NeoX plans
     it, with that train_iters)."""
-    from neox_epoch.config import plan_input_from_neox
+    from neox_epoch.formats.neox_config import plan_input_from_neox
 
     cfg = replace(cfg, values={**cfg.values, "train_iters": train_iters, "train_epochs": None}, block=None)
     plan = make_plan(plan_input_from_neox(cfg, world_size, batch=neox_batch(cfg, world_size)))
@@ -578,7 +578,7 @@ def register(sub: Any) -> None:
 
 def _megatron_tokens(args: argparse.Namespace) -> list[str] | None:
     """The Megatron-LM command line after the checkpoint (neox-epoch's own options removed), if it is one."""
-    from neox_epoch.megatron_plan import is_megatron_argv, megatron_argv
+    from neox_epoch.plan.from_megatron import is_megatron_argv, megatron_argv
 
     raw = list(getattr(args, "raw_argv", []) or [])
     tokens = raw[raw.index("resume-check") + 1:] if "resume-check" in raw else raw
@@ -601,7 +601,7 @@ def run(args: argparse.Namespace) -> int:
                           "directory resumes from its 'latest' (or give the global_stepN tag itself)")
     records = checkpoint_records(log_file(args.checkpoint)) if is_run_log(args.checkpoint) else None
     if records is not None:  # a run's JSONL: the live counters' records make it a megatron-core run's
-        from neox_epoch.resume_mcore import checkpoint_from_log
+        from neox_epoch.resume.mcore import checkpoint_from_log
 
         ckpt = (checkpoint_from_log(log_file(args.checkpoint), records, args.iteration)
                 or Checkpoint("neox", args.checkpoint, 0))
@@ -619,12 +619,12 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--cache {args.cache}: only for a megatron-core run's DeepSpeed checkpoint with the live "
                           f"counters; {args.checkpoint} is {wanted.split(';')[0]}")
     if ckpt.framework == "megatron-core":
-        from neox_epoch.resume_mcore import check as mcore_check
+        from neox_epoch.resume.mcore import check as mcore_check
 
         rc = mcore_check(ckpt, args.configs[0], args.world_size, args.cache, args.exposure)
     elif tokens is not None:
-        from neox_epoch.plan_cli import mcore_version
-        from neox_epoch.resume_megatron import check as megatron_check
+        from neox_epoch.plan.cli import mcore_version
+        from neox_epoch.resume.megatron import check as megatron_check
 
         rc = megatron_check(ckpt, tokens, mcore_version(args), args.exposure)
     else:

@@ -1,7 +1,7 @@
 """Live per-source pass counters, framework-neutral part: record shapes, scalar keys, sinks and writers.
 
 GPT-NeoX (:mod:`neox_epoch.neox.counters`, driven by the hooks) and megatron-core
-(:mod:`neox_epoch.mcore_counters`, driven by the user's training loop) count differently (NeoX replays its
+(:mod:`neox_epoch.mcore.counters`, driven by the user's training loop) count differently (NeoX replays its
 greedy blend by iteration; megatron-core reads the built blend's ``dataset_index`` by consumed samples) but
 write the same things, so one reader handles both:
 

@@ -10,7 +10,7 @@ shuffled anew), another blend (other sources from the resume on), or another seq
 when the dataset is shorter than the samples left to draw; OptimizerParamScheduler refuses a checkpoint whose schedule differs unless told to
 override or use it. The saved run is planned from its saved ``args`` exactly as a command line with those
 flags (:func:`argv_from_args`), the new one from the command line given, both with Megatron-LM's own
-arithmetic (:mod:`neox_epoch.megatron_args`) and megatron-core's builder (:mod:`neox_epoch.plan`).
+arithmetic (:mod:`neox_epoch.formats.megatron_args`) and megatron-core's builder (:mod:`neox_epoch.plan.planner`).
 """
 
 from __future__ import annotations
@@ -18,14 +18,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from neox_epoch.checkpoint import Checkpoint
 from neox_epoch.errors import ConfigError, NeoxEpochError
-from neox_epoch.megatron_args import PLAN_DESTS, MegatronArgs, flag_table
-from neox_epoch.megatron_plan import MegatronInput, megatron_input
+from neox_epoch.formats.checkpoint import Checkpoint
+from neox_epoch.formats.megatron_args import PLAN_DESTS, MegatronArgs, flag_table
 from neox_epoch.neox.resume_state import TrainBuild
-from neox_epoch.plan import Plan, make_plan
-from neox_epoch.resume import LoaderShape, ResumeStart, ValidStart, end_test, evaluations_after
-from neox_epoch.resume_check import (
+from neox_epoch.plan.from_megatron import MegatronInput, megatron_input
+from neox_epoch.plan.planner import Plan, make_plan
+from neox_epoch.resume.check import (
     NewRun,
     OldRun,
     ResumeCheck,
@@ -36,8 +35,9 @@ from neox_epoch.resume_check import (
     split_samples,
     valid_sources,
 )
-from neox_epoch.resume_exposure import SourceExposure, megatron_exposures
+from neox_epoch.resume.exposure import SourceExposure, megatron_exposures
 from neox_epoch.semantics import megatron_lm as mlm
+from neox_epoch.semantics.loader import LoaderShape, ResumeStart, ValidStart, end_test, evaluations_after
 
 #: Megatron-LM flags that let OptimizerParamScheduler take a checkpoint saved with another schedule
 SCHEDULER_FLAGS = ("override_opt_param_scheduler", "use_checkpoint_opt_param_scheduler")

@@ -27,7 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from neox_epoch.counters import (
+from neox_epoch.errors import ConfigError, NeoxEpochError
+from neox_epoch.formats.runlog import (
     JsonlSink,
     Marker,
     ScalarsWriter,
@@ -45,8 +46,7 @@ from neox_epoch.counters import (
     scalars_writer,
     sources_state,
 )
-from neox_epoch.errors import ConfigError, NeoxEpochError
-from neox_epoch.plan import Plan
+from neox_epoch.plan.planner import Plan
 
 log = logging.getLogger("neox_epoch.mcore")
 
@@ -115,7 +115,7 @@ def _plan_of(plan_or_setup: Any) -> Plan:
     p = getattr(plan_or_setup, "plan", plan_or_setup)
     if not isinstance(p, Plan):
         raise ConfigError(f"plan_or_setup: {type(plan_or_setup).__name__}; expected the ExactSetup from "
-                          "neox_epoch.mcore.exact_config or its .plan")
+                          "neox_epoch.mcore.exact.exact_config or its .plan")
     return p
 
 
@@ -338,7 +338,7 @@ class LiveCounters:
 def live_counters(train_dataset: Any, plan_or_setup: Any, *, log_dir: str | None = None, writer: Any = None,
                   log_interval: int = 100, active: bool | None = None) -> LiveCounters:
     """Live per-source pass counters over ``train_dataset`` (the megatron-core train split built with
-    ``plan_or_setup``: the :class:`~neox_epoch.mcore.ExactSetup` from ``exact_config`` or its ``.plan``).
+    ``plan_or_setup``: the :class:`~neox_epoch.mcore.exact.ExactSetup` from ``exact_config`` or its ``.plan``).
 
     ``log_dir``: JSONL records go to ``<log_dir>/neox_epoch.jsonl`` (None: none). ``writer``: a TensorBoard
     ``SummaryWriter`` (its ``add_scalar(tag, value, step)`` is called) or a W&B run / the ``wandb`` module

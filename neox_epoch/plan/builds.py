@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from neox_epoch import blend, idx
 from neox_epoch.errors import PlanError
-from neox_epoch.plan_input import PlanInput, SourceSpec
-from neox_epoch.semantics import DatasetBuild, legacy, mcore, neox
+from neox_epoch.formats import idx
+from neox_epoch.plan.inputs import PlanInput, SourceSpec
+from neox_epoch.semantics import DatasetBuild, blend, legacy, mcore, neox
 
 SPLITS = ("train", "valid", "test")
 #: token sums of (prefix, first sequence, end sequence), shared between plans so each .idx is read once

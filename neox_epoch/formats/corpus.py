@@ -11,8 +11,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from neox_epoch.atomic import write_atomic
-from neox_epoch.idx import DTYPE_CODES, MAGIC
+from neox_epoch.formats.idx import DTYPE_CODES, MAGIC
+from neox_epoch.util.atomic import write_atomic
 
 _CODE_OF = {np.dtype(t).name: c for c, t in DTYPE_CODES.items()}
 

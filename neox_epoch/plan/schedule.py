@@ -34,10 +34,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from neox_epoch.plan_input import PlanWarning
+from neox_epoch.plan.inputs import PlanWarning
 
 if TYPE_CHECKING:
-    from neox_epoch.plan import Plan
+    from neox_epoch.plan.planner import Plan
 
 #: what was done with a key
 SET, SCALED, FOLLOWS, KEPT, WARNED = "set", "scaled", "follows", "kept", "warned"

@@ -29,12 +29,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from neox_epoch import launch_line
 from neox_epoch.errors import ConfigError, did_you_mean
+from neox_epoch.formats import launch_line
 from neox_epoch.semantics import megatron_lm as mlm
 from neox_epoch.semantics.megatron_lm import MegatronRefusal, refuse
 
-FLAGS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "megatron_flags")
+FLAGS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "megatron_flags")
 DEFAULT_VERSION = mlm.MEGATRON_LM_VERSION
 WORLD_FLAGS = ("--world-size", "--nproc-per-node", "--nproc_per_node", "--nnodes")
 _TYPES: dict[str, Any] = {"int": int, "float": float, "str": str, "bool": bool}

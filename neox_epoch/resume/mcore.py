@@ -24,14 +24,14 @@ import numpy as np
 from neox_epoch.audit import names
 from neox_epoch.batch.check import batch_errors, data_parallel_size, derive_batch
 from neox_epoch.batch.config import read_config
-from neox_epoch.checkpoint import COUNTERS_KEY as CLIENT_KEY
-from neox_epoch.checkpoint import Checkpoint
-from neox_epoch.counters import recorded_at
 from neox_epoch.errors import ConfigError
-from neox_epoch.plan import Plan
-from neox_epoch.resume import LoaderShape, ResumeStart
-from neox_epoch.resume_check import NewRun, OldRun, ResumeCheck, SourceDelta
-from neox_epoch.resume_exposure import SourceExposure
+from neox_epoch.formats.checkpoint import COUNTERS_KEY as CLIENT_KEY
+from neox_epoch.formats.checkpoint import Checkpoint
+from neox_epoch.formats.runlog import recorded_at
+from neox_epoch.plan.planner import Plan
+from neox_epoch.resume.check import NewRun, OldRun, ResumeCheck, SourceDelta
+from neox_epoch.resume.exposure import SourceExposure
+from neox_epoch.semantics.loader import LoaderShape, ResumeStart
 
 
 def new_batch(ds_config: str, world_size: int | None) -> LoaderShape:

@@ -15,9 +15,9 @@ from dataclasses import replace
 from typing import Any
 
 from neox_epoch.errors import PlanError
-from neox_epoch.plan import Plan, PlanInput, SourcePlan, make_plan
-from neox_epoch.plan_input import SourceSpec
-from neox_epoch.schedule import passes_text
+from neox_epoch.plan.inputs import SourceSpec
+from neox_epoch.plan.planner import Plan, PlanInput, SourcePlan, make_plan
+from neox_epoch.plan.schedule import passes_text
 
 #: the split that puts every document of the source in the train split
 ALL_TRAIN = "100,0,0"

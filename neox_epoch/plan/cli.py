@@ -10,9 +10,10 @@ import sys
 from dataclasses import replace
 from typing import Any
 
-from neox_epoch import detect
 from neox_epoch.batch.config import LauncherSettings
-from neox_epoch.config import (
+from neox_epoch.errors import ConfigError, PlanError
+from neox_epoch.formats import detect
+from neox_epoch.formats.neox_config import (
     BLOCK,
     EpochBlock,
     NeoxConfig,
@@ -22,10 +23,7 @@ from neox_epoch.config import (
     plan_input_from_neox,
     schedule_keys,
 )
-from neox_epoch.config_out import check_output_path, write_config_text, yaml_config_text
-from neox_epoch.errors import ConfigError, PlanError
-from neox_epoch.helptext import examples
-from neox_epoch.plan import (
+from neox_epoch.plan.planner import (
     FRAMEWORKS,
     McoreOptions,
     Plan,
@@ -35,10 +33,12 @@ from neox_epoch.plan import (
     make_plan,
     passes_per_source,
 )
-from neox_epoch.repeated import merge_repeated
-from neox_epoch.report import render
-from neox_epoch.schedule import McoreScheduleKeys, Schedule, attach_mcore, attach_neox
-from neox_epoch.stock import stock_neox_exact
+from neox_epoch.plan.render import render
+from neox_epoch.plan.repeated import merge_repeated
+from neox_epoch.plan.schedule import McoreScheduleKeys, Schedule, attach_mcore, attach_neox
+from neox_epoch.plan.stock import stock_neox_exact
+from neox_epoch.util.config_out import check_output_path, write_config_text, yaml_config_text
+from neox_epoch.util.helptext import examples
 
 #: Megatron-LM schedule flags (exact mode adjusts them like Megatron-LM's get_optimizer_param_scheduler reads them)
 SCHEDULE_FLAGS = ("lr_decay_style", "lr_decay_iters", "lr_decay_samples", "lr_warmup_fraction", "lr_warmup_iters",
@@ -126,7 +126,7 @@ class _NameValues(argparse.Action):
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
                  option_string: str | None = None) -> None:
-        from neox_epoch.megatron_plan import is_name_value
+        from neox_epoch.plan.from_megatron import is_name_value
 
         items = list(values)
         n = next((i for i, v in enumerate(items) if not is_name_value(v)), len(items))
@@ -285,7 +285,7 @@ def run_megatron(args: argparse.Namespace) -> int:
     """A pasted Megatron-LM command line: planned with Megatron-LM's own arithmetic, megatron-core's builder."""
     from dataclasses import replace
 
-    from neox_epoch import megatron_plan as mp
+    from neox_epoch.plan import from_megatron as mp
 
     if args.configs and any(c.endswith((".yml", ".yaml")) for c in args.configs):
         raise ConfigError("give NeoX config files or Megatron-LM flags (--data-path ...), not both")
@@ -381,7 +381,7 @@ def version_notes(args: argparse.Namespace, version: str, megatron_lm: str) -> l
 
 def mlm_versions() -> tuple[str, ...]:
     """The Megatron-LM versions with an option table."""
-    from neox_epoch.megatron_args import table_versions
+    from neox_epoch.formats.megatron_args import table_versions
 
     return table_versions()
 
@@ -601,8 +601,8 @@ def block_line(block: EpochBlock | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from neox_epoch.megatron_args import check_foreign
-    from neox_epoch.megatron_plan import is_megatron_argv, megatron_argv
+    from neox_epoch.formats.megatron_args import check_foreign
+    from neox_epoch.plan.from_megatron import is_megatron_argv, megatron_argv
 
     args.configs = [*args.configs, *getattr(args, "source_epochs_rest", [])]
     check_foreign(megatron_argv(_plan_argv(args)))

@@ -11,8 +11,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from neox_epoch.neox.index import epoch_starts
 from neox_epoch.semantics import DatasetBuild
+from neox_epoch.semantics.neox_index import epoch_starts
 
 
 @dataclass(frozen=True)

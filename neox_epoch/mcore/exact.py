@@ -2,7 +2,7 @@
 
 Three steps, all cheap next to building the indices (megatron.core is imported only inside functions)::
 
-    from neox_epoch.mcore import exact_config, install, verify_build
+    from neox_epoch.mcore import exact_config, install, live_counters, verify_build
 
     setup = exact_config(gpt_dataset_config, epochs=1, global_batch_size=gbs)
     install(setup)                 # logs the plan on rank 0; verifies every matching builder.build()
@@ -14,7 +14,7 @@ Three steps, all cheap next to building the indices (megatron.core is imported o
     counters.step(iteration, consumed_samples)                                     # after every iteration
 
 ``exact_config`` plans with the semantics of the INSTALLED megatron-core version
-(:func:`neox_epoch.detect.megatron_core_version`), replaces the blend weights by weights under which the
+(:func:`neox_epoch.formats.detect.megatron_core_version`), replaces the blend weights by weights under which the
 builder's greedy blend draws exactly the integer per-source targets, sets ``mid_level_dataset_surplus``
 to 0.0 where the version has the field, and gives the train_iters / train_samples and the builder sizes.
 ``verify_build`` compares what the real builder built (lengths, documents, epochs, per-source draws of
@@ -30,11 +30,20 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from neox_epoch.counters import is_logging_rank
-from neox_epoch.detect import megatron_core_version
 from neox_epoch.errors import ConfigError, NeoxEpochError, PlanError
-from neox_epoch.mcore_counters import CountersStateError, LiveCounters, live_counters
-from neox_epoch.plan import SPLITS, McoreOptions, Plan, PlanInput, SourcePlan, SourceSpec, exact_plan, passes_per_source
+from neox_epoch.formats.detect import megatron_core_version
+from neox_epoch.formats.runlog import is_logging_rank
+from neox_epoch.mcore.counters import CountersStateError, LiveCounters, live_counters
+from neox_epoch.plan.planner import (
+    SPLITS,
+    McoreOptions,
+    Plan,
+    PlanInput,
+    SourcePlan,
+    SourceSpec,
+    exact_plan,
+    passes_per_source,
+)
 
 logger = logging.getLogger("neox_epoch.mcore")
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from neox_epoch.plan import Plan
-from neox_epoch.schedule import ScheduleChange
-from neox_epoch.text import fmt
-from neox_epoch.text import table as text_table
+from neox_epoch.plan.planner import Plan
+from neox_epoch.plan.schedule import ScheduleChange
+from neox_epoch.util.text import fmt
+from neox_epoch.util.text import table as text_table
 
 COLUMNS = (
     ("split", "split"), ("name", "source"), ("documents", "docs"), ("tokens", "tokens"),

@@ -11,7 +11,7 @@ When the resumed run builds another index for the source (other epochs, hence an
 seq_length), the resumed items are those of the new index: the audit adds each token's exposure of both
 passes, the saved run's index for its items and the new index for the resumed run's, token by token
 (:func:`from_tokens`). A new index not yet on disk is built in memory as NeoX will
-build it (:func:`neox_epoch.neox.index.build_joint`) and audited from a temporary directory.
+build it (:func:`neox_epoch.semantics.neox_index.build_joint`) and audited from a temporary directory.
 """
 
 from __future__ import annotations
@@ -23,20 +23,20 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from neox_epoch import idx
 from neox_epoch.audit import names
 from neox_epoch.audit.consumption import Consumption
 from neox_epoch.audit.exposure import ExposureReport, StreamPass, from_histograms, kernel
 from neox_epoch.audit.findings import AuditError
 from neox_epoch.audit.validate import audit_index
 from neox_epoch.errors import NeoxEpochError
-from neox_epoch.neox.index import build_joint, cache_prefix, save_atomic
+from neox_epoch.formats import idx
 from neox_epoch.semantics.built import MCORE, index_numbers
+from neox_epoch.semantics.neox_index import build_joint, cache_prefix, save_atomic
 from neox_epoch.semantics.orders import seeded_orders
 
 if TYPE_CHECKING:
-    from neox_epoch.plan import SourcePlan
-    from neox_epoch.resume_check import NewRun, SavedBuild, SourceDelta
+    from neox_epoch.plan.planner import SourcePlan
+    from neox_epoch.resume.check import NewRun, SavedBuild, SourceDelta
 
 #: tokens of the documents whose exposures are summed in memory at a time (4 bytes a token): a larger source is
 #: summed window by window, each a pass over both indexes

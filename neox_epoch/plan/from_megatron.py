@@ -1,7 +1,7 @@
-"""A pasted Megatron-LM command line turned into a :class:`~neox_epoch.plan_input.PlanInput`.
+"""A pasted Megatron-LM command line turned into a :class:`~neox_epoch.plan.inputs.PlanInput`.
 
 ``neox-epoch plan [--epochs N] <pretrain_gpt.py flags>``: the flags are parsed as Megatron-LM parses them
-(:mod:`neox_epoch.megatron_args`), the run's iterations and per-split sample requests come from Megatron-LM's
+(:mod:`neox_epoch.formats.megatron_args`), the run's iterations and per-split sample requests come from Megatron-LM's
 own training-side arithmetic (:mod:`neox_epoch.semantics.megatron_lm`), and the datasets from megatron-core's
 builder semantics. Exact mode gives the flags to paste back.
 """
@@ -13,9 +13,9 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from neox_epoch.megatron_args import Blend, MegatronArgs, MegatronRun, megatron_run, parse_megatron_argv
-from neox_epoch.plan import Plan
-from neox_epoch.plan_input import McoreOptions, PlanInput, PlanWarning, SourceSpec
+from neox_epoch.formats.megatron_args import Blend, MegatronArgs, MegatronRun, megatron_run, parse_megatron_argv
+from neox_epoch.plan.inputs import McoreOptions, PlanInput, PlanWarning, SourceSpec
+from neox_epoch.plan.planner import Plan
 from neox_epoch.semantics import megatron_lm as mlm
 
 #: neox-epoch's own ``plan`` options (name -> number of values), removed before Megatron-LM parses the rest
@@ -281,7 +281,7 @@ def verify_exact(argv: Sequence[str], flags: str, plan: Plan, version: str) -> M
     """Re-parse the command line with the exact flags pasted in and require the same draws and requests; the
     re-parsed input (its warnings are the exact run's)."""
     from neox_epoch.errors import PlanError
-    from neox_epoch.plan import make_plan
+    from neox_epoch.plan.planner import make_plan
 
     replaced = ["--train-iters", "--train-samples", "--mid-level-dataset-surplus"]
     replaced += [t for t in shlex.split(flags) if t.startswith("--")]

@@ -3,7 +3,7 @@
 Pure functions over numpy and the semantics modules; no torch. ``make_plan`` answers "what will this
 config do", ``exact_plan`` answers "which settings give exactly these passes" and returns the plan
 under those settings, checked by replaying the framework's own arithmetic. The inputs are in
-:mod:`neox_epoch.plan_input`, the per-framework builds in :mod:`neox_epoch.builds`.
+:mod:`neox_epoch.plan.inputs`, the per-framework builds in :mod:`neox_epoch.plan.builds`.
 """
 
 from __future__ import annotations
@@ -14,13 +14,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import cast
 
-from neox_epoch import blend
-from neox_epoch.builds import FRAMEWORKS as _FRAMEWORK_RECORDS
-from neox_epoch.builds import SPLITS, Dataset, SplitBuild, TokenCache, framework_of
 from neox_epoch.errors import PlanError
-from neox_epoch.plan_input import McoreOptions, NeoxOptions, PlanInput, PlanWarning, SourceSpec
-from neox_epoch.semantics import mcore
-from neox_epoch.unseen import expected_unseen, spillover
+from neox_epoch.plan.builds import FRAMEWORKS as _FRAMEWORK_RECORDS
+from neox_epoch.plan.builds import SPLITS, Dataset, SplitBuild, TokenCache, framework_of
+from neox_epoch.plan.inputs import McoreOptions, NeoxOptions, PlanInput, PlanWarning, SourceSpec
+from neox_epoch.plan.unseen import expected_unseen, spillover
+from neox_epoch.semantics import blend, mcore
 
 FRAMEWORKS = tuple(_FRAMEWORK_RECORDS)
 __all__ = ["FRAMEWORKS", "McoreOptions", "NeoxOptions", "Plan", "PlanInput", "PlanWarning", "SourcePlan",
@@ -350,7 +349,7 @@ def _run_warnings(inp: PlanInput, train_iters: int, sources: list[SourcePlan]) -
 def _repeated_prefix_warnings(sources: list[SourcePlan], neox: bool) -> list[PlanWarning]:
     """A prefix listed more than once in one split's blend: NeoX builds one dataset per listing (same seed, same
     documents), so copies built for the same epochs share one shuffle and the later draws repeat the earlier's."""
-    from neox_epoch.repeated import group_repeats, merged_distinct
+    from neox_epoch.plan.repeated import group_repeats, merged_distinct
 
     out = []
     for prefix, same in group_repeats(sources):

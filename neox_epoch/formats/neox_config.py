@@ -1,5 +1,5 @@
 """NeoX YAML configs: load and merge several files as NeoX does, validate keys and types, derive the batch
-as NeoX does, and turn them into a :class:`~neox_epoch.plan.PlanInput`. Also the ``neox_epoch`` block.
+as NeoX does, and turn them into a :class:`~neox_epoch.plan.planner.PlanInput`. Also the ``neox_epoch`` block.
 
 NeoX's ``NeoXArgs.from_ymls`` merges the YAML files in order and stores keys with ``-`` turned into ``_``;
 a key already loaded is an error when written with ``_`` and silently replaced when written with ``-``
@@ -24,9 +24,9 @@ from neox_epoch.batch.check import batch_errors, derive_batch
 from neox_epoch.batch.config import LauncherSettings, neox_launcher
 from neox_epoch.batch.world import NeoxCount, neox_gpu_count, neox_hostfile_path
 from neox_epoch.errors import BatchError, ConfigError, did_you_mean
-from neox_epoch.plan_input import NeoxOptions, PlanInput, SourceSpec
-from neox_epoch.schedule import NEOX_DECAY_STYLES, NeoxScheduleKeys
-from neox_epoch.textfile import read_config_text
+from neox_epoch.plan.inputs import NeoxOptions, PlanInput, SourceSpec
+from neox_epoch.plan.schedule import NEOX_DECAY_STYLES, NeoxScheduleKeys
+from neox_epoch.util.textfile import read_config_text
 
 BLOCK = "neox_epoch"
 

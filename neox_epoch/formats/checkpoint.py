@@ -29,7 +29,7 @@ from neox_epoch.errors import ConfigError
 
 #: the file neox-epoch's hooks write into each NeoX checkpoint tag directory
 STATE_NAME = "neox_epoch_state.json"
-#: the DeepSpeed client-state key of the megatron-core live counters' state_dict (neox_epoch.mcore_counters)
+#: the DeepSpeed client-state key of the megatron-core live counters' state_dict (neox_epoch.mcore.counters)
 COUNTERS_KEY = "neox_epoch_counters"
 #: globals rebuilt as themselves; everything else becomes NotRead
 _ALLOWED: dict[tuple[str, str], Any] = {

@@ -2,7 +2,7 @@
 
 One writer for both: the output path is checked before anything is written (never one of the input
 files, never a directory; optionally never an input's file name, which NeoX refuses, and never into a
-directory that does not exist), and the text is written atomically (``neox_epoch.atomic``).
+directory that does not exist), and the text is written atomically (``neox_epoch.util.atomic``).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from neox_epoch.atomic import write_text_atomic
 from neox_epoch.errors import ConfigError
+from neox_epoch.util.atomic import write_text_atomic
 
 
 def _same_file(a: str, b: str) -> bool:

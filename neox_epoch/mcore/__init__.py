@@ -1,0 +1,20 @@
+"""megatron-core adapter: exact passes (``exact``) and live passes per source (``counters``).
+
+megatron.core and torch are imported only inside functions. The public API, re-exported here::
+
+    from neox_epoch.mcore import exact_config, install, live_counters, verify_build
+"""
+
+from neox_epoch.mcore.counters import CountersStateError, LiveCounters, live_counters
+from neox_epoch.mcore.exact import (
+           BuildMismatchError,
+           ExactSetup,
+           exact_config,
+           install,
+           log_plan,
+           plan_lines,
+           verify_build,
+)
+
+__all__ = ["BuildMismatchError", "CountersStateError", "ExactSetup", "LiveCounters", "exact_config", "install",
+           "live_counters", "log_plan", "plan_lines", "verify_build"]
