@@ -20,10 +20,11 @@ import pytest
 import yaml
 
 from neox_epoch.batch.config import LauncherSettings
+from neox_epoch.batch.neox import neox_batch
 from neox_epoch.cli import main
 from neox_epoch.errors import ConfigError
 from neox_epoch.formats.corpus import write_random_corpus
-from neox_epoch.formats.neox_config import RENAMED_KEYS, load_neox_configs, neox_batch
+from neox_epoch.formats.neox_config import RENAMED_KEYS, load_neox_configs
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SWEEP_SCRIPT = os.path.join(HERE, "..", "scripts", "neox_config_sweep.py")

@@ -23,7 +23,8 @@ import yaml
 
 from neox_epoch import cli
 from neox_epoch.formats.corpus import write_random_corpus
-from neox_epoch.formats.neox_config import load_neox_configs, plan_input_from_neox
+from neox_epoch.formats.neox_config import load_neox_configs
+from neox_epoch.plan.from_neox import plan_input_from_neox
 from neox_epoch.plan.planner import make_plan
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -18,7 +18,8 @@ import yaml
 
 from neox_epoch.cli import main
 from neox_epoch.demo import write_demo_corpus
-from neox_epoch.formats.neox_config import load_neox_configs, plan_input_from_neox
+from neox_epoch.formats.neox_config import load_neox_configs
+from neox_epoch.plan.from_neox import plan_input_from_neox
 from neox_epoch.plan.planner import make_plan
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

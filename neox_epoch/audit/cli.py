@@ -51,11 +51,12 @@ def _options(args: argparse.Namespace) -> AuditOptions:
     iters, gbs = args.train_iters, args.global_batch_size
     blend: dict[str, Any] = {}
     if args.config:
+        from neox_epoch.batch.neox import neox_batch
         from neox_epoch.formats import neox_config
 
         cfg = neox_config.load_neox_configs(list(args.config), check_keys=False)
         iters = neox_config.get_int(cfg, "train_iters") if iters is None else iters
-        gbs = neox_config.global_batch_size(cfg) if gbs is None else gbs
+        gbs = neox_batch(cfg).train_batch_size if gbs is None else gbs
         blend = _neox_blend_settings(cfg)
     consumed: int | None = None
     if args.consumed is not None:

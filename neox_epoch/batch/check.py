@@ -259,18 +259,31 @@ def check_batch(config: BatchConfig, world_size: int, *, neox_world_size: int | 
     )
 
 
+def neox_dp(global_num_gpus: int, pp: int, mp: int, counted: str = "") -> int:
+    """NeoX's dp = (global_num_gpus / pp) / mp (``calculate_derived``); BatchError, in one wording for plan,
+    resume-check and check-batch, unless it is a whole number. ``counted`` says how NeoX counted the GPUs."""
+    g = global_num_gpus
+    if g % (pp * mp):
+        raise BatchError(
+            f"dp = global_num_gpus / (pipe_parallel_size * model_parallel_size) = {g} / ({pp} * {mp}) = "
+            f"{g / (pp * mp):g} is not a whole number{f' (NeoX counts {g} GPUs {counted})' if counted else ''}; "
+            f"NeoX stops: '(global_num_gpus / pp_size) / mp_size must be a whole number': run on a multiple of "
+            f"{pp * mp} GPUs or change model_parallel_size / pipe_parallel_size"
+        )
+    return g // (pp * mp)
+
+
 def _neox_own_batch(config: BatchConfig, neox_world: int) -> tuple[Batch | None, list[str], list[str]]:
     """NeoX's derivation with its own GPU count: its batch (None when its dp is not whole), arithmetic, findings."""
     pp, mp = config.pipe_parallel_size, config.model_parallel_size
-    if neox_world <= 0 or neox_world % (pp * mp):
-        line = (f"NeoX: dp = global_num_gpus / (pp * mp) = {neox_world} / ({pp} * {mp}) = "
-                f"{neox_world / (pp * mp):.3g}")
-        if neox_world <= 0:
-            return None, [line], [f"NeoX stops before launching: with global_num_gpus {neox_world} its dp is 0 and "
-                                  "train_batch_size = micro * grad_accum * 0 cannot hold"]
-        return None, [line], [f"NeoX stops before launching: (global_num_gpus / pp_size) / mp_size = "
-                              f"({neox_world} / {pp}) / {mp} must be a whole number"]
-    ndp = neox_world // (pp * mp)
+    line = f"NeoX: dp = global_num_gpus / (pp * mp) = {neox_world} / ({pp} * {mp}) = {neox_world / (pp * mp):.3g}"
+    if neox_world <= 0:
+        return None, [line], [f"NeoX stops before launching: with global_num_gpus {neox_world} its dp is 0 and "
+                              "train_batch_size = micro * grad_accum * 0 cannot hold"]
+    try:
+        ndp = neox_dp(neox_world, pp, mp)
+    except BatchError as err:
+        return None, [line], [f"NeoX stops before launching: {err}"]
     neox_batch = derive_batch(config.train_batch_size, config.train_micro_batch_size_per_gpu,
                               config.gradient_accumulation_steps, ndp)
     lines = [f"NeoX: dp = global_num_gpus / (pp * mp) = {neox_world} / ({pp} * {mp}) = {ndp}"]

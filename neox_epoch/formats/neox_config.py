@@ -13,19 +13,13 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
 import yaml
 
-from neox_epoch.batch.check import batch_errors, derive_batch
-from neox_epoch.batch.config import LauncherSettings, neox_launcher
-from neox_epoch.batch.world import NeoxCount, neox_gpu_count, neox_hostfile_path
-from neox_epoch.errors import BatchError, ConfigError, did_you_mean
-from neox_epoch.plan.inputs import NeoxOptions, PlanInput, SourceSpec
-from neox_epoch.plan.schedule import NEOX_DECAY_STYLES, NeoxScheduleKeys
+from neox_epoch.errors import ConfigError, did_you_mean
 from neox_epoch.util.textfile import read_config_text
 
 BLOCK = "neox_epoch"
@@ -279,7 +273,7 @@ def get_bool(cfg: NeoxConfig, key: str, default: bool) -> bool:
     return v
 
 
-def _paths(cfg: NeoxConfig, key: str) -> list[str]:
+def get_paths(cfg: NeoxConfig, key: str) -> list[str]:
     v = cfg.values.get(key)
     if v is None:
         return []
@@ -291,7 +285,7 @@ def _paths(cfg: NeoxConfig, key: str) -> list[str]:
     return list(v)
 
 
-def _weights(cfg: NeoxConfig, key: str, n: int) -> list[float | None]:
+def get_weights(cfg: NeoxConfig, key: str, n: int) -> list[float | None]:
     v = cfg.values.get(key)
     if v is None:
         return [None] * n
@@ -305,190 +299,6 @@ def _weights(cfg: NeoxConfig, key: str, n: int) -> list[float | None]:
         raise ConfigError(f"{cfg.origin.get(key)}: {key}: {v!r}; expected weights >= 0 with a sum > 0 (NeoX stops "
                           "on a sum of 0: \"assert sum_weights > 0.0\"); give each source a weight, 0 to leave it out")
     return weights
-
-
-@dataclass(frozen=True)
-class NeoxBatch:
-    """NeoX's batch numbers for one world, derived as its ``calculate_derived`` derives them."""
-
-    train_batch_size: int
-    """Samples per iteration (NeoX's train_batch_size, given or derived)."""
-    micro_batch_size: int | None
-    """train_micro_batch_size_per_gpu (derived; as written when the world is not needed)."""
-    gradient_accumulation_steps: int | None
-    """gradient_accumulation_steps (derived; as written, default 1, when the world is not needed)."""
-    global_num_gpus: int | None
-    """NeoX's GPU count, None when it was not needed (train_batch_size given and no world known)."""
-    data_parallel_size: int | None
-    """global_num_gpus / (pp * mp), None with global_num_gpus."""
-    basis: str
-    """How the count came about (hostfile, --world-size, global_num_gpus, torch.cuda.device_count())."""
-
-    def describe(self) -> str:
-        """One line for the report: the count, its basis and the batch arithmetic."""
-        if self.global_num_gpus is None:
-            return f"train_batch_size {self.train_batch_size} as written ({self.basis})"
-        return (f"NeoX counts {self.global_num_gpus} GPUs {self.basis}; dp {self.data_parallel_size}: "
-                f"train_batch_size = micro * grad_accum * dp = {self.micro_batch_size} * "
-                f"{self.gradient_accumulation_steps} * {self.data_parallel_size} = {self.train_batch_size}")
-
-
-def _launcher(cfg: NeoxConfig, overrides: LauncherSettings | None) -> LauncherSettings:
-    """The config's launcher keys (hostfile, include, exclude, num_nodes, num_gpus) with flags applied."""
-    return neox_launcher(cfg.values, cfg.origin).overridden_by(overrides or LauncherSettings())
-
-
-def _no_world(why: str) -> ConfigError:
-    return ConfigError(f"train_batch_size: not set, so NeoX derives it as micro * grad_accum * dp, and {why}; give "
-                       "the world: --hostfile FILE (or hostfile: in a config), --world-size N, or set "
-                       "train_batch_size")
-
-
-def neox_count(cfg: NeoxConfig, settings: LauncherSettings, world_size: int | None = None,
-               environ: Mapping[str, str] | None = None) -> NeoxCount:
-    """NeoX's ``global_num_gpus`` for this config: ``world_size`` (``--world-size``) when given, else the
-    config's global_num_gpus, else :func:`~neox_epoch.batch.world.neox_gpu_count` (the hostfile, read
-    without DeepSpeed or torch when no include/exclude is set; ``torch.cuda.device_count()`` without one)."""
-    if world_size is not None:
-        if world_size <= 0:
-            raise ConfigError(f"--world-size: {world_size}; expected a positive number of GPUs")
-        return NeoxCount(count=world_size, basis="from --world-size")
-    given = get_int(cfg, "global_num_gpus")
-    try:
-        count = neox_gpu_count(settings, global_num_gpus=given, environ=environ)
-    except ImportError as err:
-        if settings.include or settings.exclude:
-            raise ConfigError(f"include/exclude: applied with DeepSpeed's own launcher functions, which cannot be "
-                              f"imported here ({err}); install deepspeed, or give the world with --world-size N") from None
-        raise _no_world("there is no hostfile, so NeoX would count torch.cuda.device_count() GPUs, but torch is "
-                        "not installed here") from None
-    if count.count <= 0:
-        raise _no_world(f"NeoX counts 0 GPUs {count.basis}{_ignored_without_hostfile(settings, environ)}")
-    return count
-
-
-def _ignored_without_hostfile(settings: LauncherSettings, environ: Mapping[str, str] | None) -> str:
-    """`` (num_gpus 8 count only with a hostfile ...)`` when such keys are set and there is no hostfile."""
-    ignored = [f"{k} {getattr(settings, k)}" for k in ("num_gpus", "num_nodes") if getattr(settings, k)]
-    if not ignored or neox_hostfile_path(settings, environ) is not None:
-        return ""
-    return f" ({' and '.join(ignored)} count only with a hostfile, in NeoX as here)"
-
-
-def world_needs_device_count(cfg: NeoxConfig, settings: LauncherSettings, world_size: int | None = None,
-                             environ: Mapping[str, str] | None = None) -> bool:
-    """True when NeoX's count would come from ``torch.cuda.device_count()`` (no explicit count, no hostfile
-    file), i.e. when the world is a property of the machine the run starts on."""
-    if world_size is not None or cfg.values.get("global_num_gpus") is not None:
-        return False
-    path = neox_hostfile_path(settings, environ)
-    return path is None or not os.path.isfile(path)
-
-
-def _neox_gas(cfg: NeoxConfig) -> int | None:
-    """gradient_accumulation_steps as NeoX reads it: 1 when absent, None when written as null."""
-    if "gradient_accumulation_steps" not in cfg.values:
-        return 1
-    return get_int(cfg, "gradient_accumulation_steps")
-
-
-def _dp(cfg: NeoxConfig, count: NeoxCount) -> int:
-    """NeoX's dp = (global_num_gpus / pp) / mp with pp, mp below 1 counted as 1; BatchError unless whole."""
-    pp = max(get_int(cfg, "pipe_parallel_size", 1, positive=False) or 0, 1)
-    mp = max(get_int(cfg, "model_parallel_size", 1, positive=False) or 0, 1)
-    g = count.count
-    if g % (pp * mp):
-        raise BatchError(
-            f"dp = global_num_gpus / (pipe_parallel_size * model_parallel_size) = {g} / ({pp} * {mp}) = "
-            f"{g / (pp * mp):g} is not a whole number (NeoX counts {g} GPUs {count.basis}); NeoX stops: "
-            f"'(global_num_gpus / pp_size) / mp_size must be a whole number': run on a multiple of {pp * mp} GPUs "
-            "or change model_parallel_size / pipe_parallel_size"
-        )
-    return g // (pp * mp)
-
-
-def neox_batch(cfg: NeoxConfig, world_size: int | None = None, launcher: LauncherSettings | None = None,
-               environ: Mapping[str, str] | None = None) -> NeoxBatch:
-    """NeoX's train_batch_size (and micro batch, grad accumulation, GPU count) for this config and world.
-
-    The world is NeoX's own count (:func:`neox_count`): ``--world-size``, global_num_gpus, the hostfile
-    of the config or of ``launcher`` (flags win), or ``$DLTS_HOSTFILE``; then dp, the derivation and the
-    checks of NeoX's ``calculate_batch_parameters`` / ``check_batch_parameters``, with NeoX's defaults
-    (gradient_accumulation_steps 1). When train_batch_size is written and the world would need this
-    machine's GPU count, the world is not taken (the plan does not depend on it) and nothing is checked.
-    """
-    settings = _launcher(cfg, launcher)
-    tbs = get_int(cfg, "train_batch_size")
-    mbs = get_int(cfg, "train_micro_batch_size_per_gpu")
-    gas = _neox_gas(cfg)
-    if tbs is not None and world_needs_device_count(cfg, settings, world_size, environ):
-        return NeoxBatch(train_batch_size=tbs, micro_batch_size=mbs, gradient_accumulation_steps=gas,
-                         global_num_gpus=None, data_parallel_size=None,
-                         basis="no world given: the GPU count is not needed for it")
-    count = neox_count(cfg, settings, world_size, environ)
-    dp = _dp(cfg, count)
-    if tbs is None and mbs is None:
-        files = ", ".join(cfg.files) or "the config"
-        raise ConfigError(f"{files}: neither train_batch_size nor train_micro_batch_size_per_gpu is set; NeoX stops: "
-                          "'Either train_batch_size or train_micro_batch_size_per_gpu needs to be provided': set "
-                          "train_micro_batch_size_per_gpu (and gradient_accumulation_steps) or train_batch_size")
-    batch = derive_batch(tbs, mbs, gas, dp)
-    errors = batch_errors(batch, who="NeoX")
-    if errors:
-        raise BatchError(f"with {count.count} GPUs (NeoX counts them {count.basis}) and dp {dp}: {errors[0]}; set "
-                         "train_batch_size = micro * grad_accum * dp, or leave one of the three out for NeoX to derive")
-    return NeoxBatch(train_batch_size=batch.train_batch_size, micro_batch_size=batch.train_micro_batch_size_per_gpu,
-                     gradient_accumulation_steps=batch.gradient_accumulation_steps, global_num_gpus=count.count,
-                     data_parallel_size=dp, basis=count.basis)
-
-
-def global_batch_size(cfg: NeoxConfig, world_size: int | None = None) -> int:
-    """NeoX's train_batch_size: given, or micro * grad_accum * dp with NeoX's GPU count (:func:`neox_batch`)."""
-    return neox_batch(cfg, world_size).train_batch_size
-
-
-def plan_input_from_neox(cfg: NeoxConfig, world_size: int | None = None, gbs_override: int | None = None,
-                         launcher: LauncherSettings | None = None, batch: NeoxBatch | None = None) -> PlanInput:
-    """Build a PlanInput from a merged NeoX config (NeoX semantics, its defaults where keys are absent).
-
-    The batch comes first, as in NeoX (its ``calculate_derived`` runs before any other check): ``batch``
-    when given, else :func:`neox_batch` for ``world_size`` / the launcher keys and ``launcher`` flags;
-    ``gbs_override`` (``--global-batch-size``) replaces train_batch_size without a world.
-    """
-    if batch is None and not gbs_override:
-        batch = neox_batch(cfg, world_size, launcher)
-    check_attention_config(cfg)
-    check_types(cfg)
-    mbs = batch.micro_batch_size if batch else get_int(cfg, "train_micro_batch_size_per_gpu")
-    gas = batch.gradient_accumulation_steps if batch else _neox_gas(cfg)
-    seq = get_int(cfg, "seq_length")
-    if seq is None:
-        raise ConfigError("seq_length: not set in any config file; NeoX requires it")
-    train, valid, test, per_split = _neox_sources(cfg)
-    split = cfg.values.get("split", "969, 30, 1")
-    if not isinstance(split, str):
-        raise ConfigError(f"{cfg.origin.get('split')}: split: expected a string such as \"969,30,1\", found {split!r}")
-    train_iters, warmup_iters = _neox_iters(cfg)
-    pack = cfg.values.get("pack_impl", "packed")
-    if pack != "packed":
-        raise ConfigError(f"{cfg.origin.get('pack_impl')}: pack_impl: {pack!r} is not planned; only \"packed\" is supported")
-    return PlanInput(
-        framework="neox",
-        framework_version="",
-        seq_length=seq,
-        global_batch_size=gbs_override or batch.train_batch_size,  # type: ignore[union-attr]
-        train_sources=train,
-        valid_sources=valid,
-        test_sources=test,
-        per_split_paths=per_split,
-        split=split,
-        train_iters=train_iters,
-        eval_interval=get_int(cfg, "eval_interval", 1000) or 1000,
-        eval_iters=get_int(cfg, "eval_iters", 100, positive=False) or 0,
-        seed=get_int(cfg, "seed", 1234, positive=False) or 0,
-        warmup_iters=warmup_iters,
-        neox=_neox_options(cfg, mbs, gas),
-    )
 
 
 #: NeoX's ATTENTION_TYPE_CHOICES (megatron/neox_arguments/neox_args.py)
@@ -625,91 +435,3 @@ def check_data_keys(cfg: NeoxConfig) -> None:
             f"{cfg.origin.get(pairs[0])}: {pairs[0]}: this config trains with train_impl: {impl} on preference pairs "
             f"(pos_/neg_ paths, dataset_impl: {cfg.values.get('dataset_impl', 'gpt2')}), which neox-epoch does not "
             "plan; it plans pretraining data (data_path or train_data_paths)")
-
-
-def _neox_sources(cfg: NeoxConfig) -> tuple[tuple[SourceSpec, ...], tuple[SourceSpec, ...],
-                                            tuple[SourceSpec, ...], bool]:
-    """The train, valid and test sources, and whether they come per split (train_data_paths) or from data_path."""
-    check_data_keys(cfg)
-    train_paths = _paths(cfg, "train_data_paths")
-    if train_paths:
-        tw = _weights(cfg, "train_data_weights", len(train_paths))
-        vp, tp = _paths(cfg, "valid_data_paths"), _paths(cfg, "test_data_paths")
-        vw, tsw = _weights(cfg, "valid_data_weights", len(vp)), _weights(cfg, "test_data_weights", len(tp))
-        return (tuple(SourceSpec(p, w) for p, w in zip(train_paths, tw)),
-                tuple(SourceSpec(p, w) for p, w in zip(vp, vw)), tuple(SourceSpec(p, w) for p, w in zip(tp, tsw)), True)
-    dp = cfg.values.get("data_path")
-    if not dp:
-        raise ConfigError("data_path: none of data_path or train_data_paths is set; point data_path at a prefix")
-    if not isinstance(dp, str):
-        raise ConfigError(f"{cfg.origin.get('data_path')}: data_path: expected one path prefix string, found {dp!r}")
-    return (SourceSpec(dp),), (), (), False
-
-
-def _neox_iters(cfg: NeoxConfig) -> tuple[int | None, int | None]:
-    """train_iters and the warmup iterations NeoX derives from it (None without train_iters)."""
-    train_iters = get_int(cfg, "train_iters")
-    if train_iters is not None and get_int(cfg, "train_epochs") is not None and cfg.block is None:
-        # NeoX's validate_train_epochs (with the neox_epoch block the plugin clears train_epochs before it runs)
-        raise ConfigError(f"{cfg.origin.get('train_epochs', '<config>')}: train_epochs: given with train_iters "
-                          f"(in {cfg.origin.get('train_iters', '<config>')}); NeoX refuses both (\"Cannot specify both "
-                          "train epochs and train iters simultaneously\"): keep one of them")
-    warm = get_float(cfg, "warmup", 0.01)
-    lr_decay = get_int(cfg, "lr_decay_iters") or train_iters
-    warmup_iters = int(warm * lr_decay) if (warm is not None and lr_decay) else None
-    return train_iters, warmup_iters if train_iters else None
-
-
-def _neox_options(cfg: NeoxConfig, mbs: int | None, gas: int | None) -> NeoxOptions:
-    """The NeoX-only plan options: blending, chopping, train_epochs, the batch split and the neox_epoch block."""
-    bb = cfg.block.blend_buffer if cfg.block else None
-    return NeoxOptions(
-        weight_by_num_documents=get_bool(cfg, "weight_by_num_documents", False),
-        weighted_sampler_alpha=get_float(cfg, "weighted_sampler_alpha", 1.0) or 1.0,
-        blend_buffer=float(bb) if isinstance(bb, (int, float)) else None,
-        allow_chopped=get_bool(cfg, "allow_chopped", True),
-        train_epochs=get_int(cfg, "train_epochs"),
-        micro_batch_size=mbs,
-        gradient_accumulation_steps=gas or 1,
-        separate_epochs=bool(cfg.block and cfg.block.separate_epochs),
-    )
-
-
-def schedule_keys(cfg: NeoxConfig) -> NeoxScheduleKeys:
-    """The learning-rate, checkpoint, evaluation and exit keys a new train_iters touches (NeoX's defaults)."""
-
-    def where(key: str) -> str:
-        return f"{cfg.origin.get(key, '<config>')}: {key}"
-
-    def choice(key: str, default: str, allowed: tuple[str, ...]) -> str:
-        value = cfg.values.get(key)
-        if value is None:
-            return default
-        if value not in allowed:
-            raise ConfigError(f"{where(key)}: {value!r}; expected one of {list(allowed)}")
-        return str(value)
-
-    extra = cfg.values.get("extra_save_iters") or []
-    if not isinstance(extra, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in extra):
-        raise ConfigError(f"{where('extra_save_iters')}: {extra!r}; expected a list of iteration numbers, e.g. [0, 500]")
-    factor = get_float(cfg, "checkpoint_factor")
-    if factor is not None and factor <= 0:
-        raise ConfigError(f"{where('checkpoint_factor')}: {factor}; expected a number > 0")
-    if factor is not None and factor.is_integer():
-        factor = int(factor)
-    return NeoxScheduleKeys(
-        lr_decay_iters=get_int(cfg, "lr_decay_iters"),
-        lr_decay_fraction=get_float(cfg, "lr_decay_fraction"),
-        lr_decay_style=choice("lr_decay_style", "linear", NEOX_DECAY_STYLES),
-        warmup=get_float(cfg, "warmup", 0.01) or 0.0,
-        saves=bool(cfg.values.get("save")),
-        checkpoint_factor=factor,
-        checkpoint_scale=choice("checkpoint_scale", "linear", ("linear", "log")),
-        extra_save_iters=tuple(extra),
-        eval_interval=get_int(cfg, "eval_interval", 1000),
-        eval_iters=get_int(cfg, "eval_iters", 100, positive=False) or 0,
-        exit_interval=get_int(cfg, "exit_interval"),
-        loads=bool(cfg.values.get("load")),
-        use_checkpoint_lr_scheduler=bool(cfg.values.get("use_checkpoint_lr_scheduler", False)),
-        train_epochs=get_int(cfg, "train_epochs"),
-    )

@@ -46,7 +46,7 @@ from neox_epoch.formats.runlog import (
     scalars_writer,
     sources_state,
 )
-from neox_epoch.plan.planner import Plan
+from neox_epoch.plan.model import Plan
 
 log = logging.getLogger("neox_epoch.mcore")
 

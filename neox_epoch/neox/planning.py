@@ -13,7 +13,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from neox_epoch.errors import ConfigError, PlanError
-from neox_epoch.formats.neox_config import EpochBlock, NeoxConfig, plan_input_from_neox, schedule_keys
+from neox_epoch.formats.neox_config import EpochBlock, NeoxConfig
+from neox_epoch.plan.from_neox import plan_input_from_neox, schedule_keys
 from neox_epoch.plan.planner import Plan, PlanInput, SourcePlan, SourceSpec, exact_plan, make_plan, passes_per_source
 from neox_epoch.plan.schedule import Schedule, attach_neox
 

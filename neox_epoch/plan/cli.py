@@ -11,18 +11,11 @@ from dataclasses import replace
 from typing import Any
 
 from neox_epoch.batch.config import LauncherSettings
+from neox_epoch.batch.neox import neox_batch
 from neox_epoch.errors import ConfigError, PlanError
 from neox_epoch.formats import detect
-from neox_epoch.formats.neox_config import (
-    BLOCK,
-    EpochBlock,
-    NeoxConfig,
-    deepy_config_paths,
-    load_neox_configs,
-    neox_batch,
-    plan_input_from_neox,
-    schedule_keys,
-)
+from neox_epoch.formats.neox_config import BLOCK, EpochBlock, NeoxConfig, deepy_config_paths, load_neox_configs
+from neox_epoch.plan.from_neox import plan_input_from_neox, schedule_keys
 from neox_epoch.plan.planner import (
     FRAMEWORKS,
     McoreOptions,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from neox_epoch.formats.megatron_args import Blend, MegatronArgs, MegatronRun, megatron_run, parse_megatron_argv
 from neox_epoch.plan.inputs import McoreOptions, PlanInput, PlanWarning, SourceSpec
-from neox_epoch.plan.planner import Plan
+from neox_epoch.plan.model import Plan
 from neox_epoch.semantics import megatron_lm as mlm
 
 #: neox-epoch's own ``plan`` options (name -> number of values), removed before Megatron-LM parses the rest

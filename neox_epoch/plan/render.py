@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from neox_epoch.plan.planner import Plan
+from neox_epoch.plan.model import Plan
 from neox_epoch.plan.schedule import ScheduleChange
 from neox_epoch.util.text import fmt
 from neox_epoch.util.text import table as text_table

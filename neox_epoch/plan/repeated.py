@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from neox_epoch.plan.planner import Plan, SourcePlan
+    from neox_epoch.plan.model import Plan, SourcePlan
 
 
 def group_repeats(sources: Sequence[SourcePlan]) -> Iterator[tuple[str, list[SourcePlan]]]:

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from neox_epoch.plan.inputs import PlanWarning
 
 if TYPE_CHECKING:
-    from neox_epoch.plan.planner import Plan
+    from neox_epoch.plan.model import Plan
 
 #: what was done with a key
 SET, SCALED, FOLLOWS, KEPT, WARNED = "set", "scaled", "follows", "kept", "warned"

@@ -26,9 +26,10 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from neox_epoch.batch.neox import neox_batch
 from neox_epoch.errors import ConfigError, NeoxEpochError
 from neox_epoch.formats.checkpoint import Checkpoint, read_checkpoint
-from neox_epoch.formats.neox_config import NeoxConfig, get_int, load_neox_configs, neox_batch
+from neox_epoch.formats.neox_config import NeoxConfig, get_int, load_neox_configs
 from neox_epoch.formats.runlog import JSONL_NAME, checkpoint_records, log_file, recorded_at
 from neox_epoch.neox.planning import make_run_plan, values_from_args
 from neox_epoch.neox.resume_state import ResumeState, TrainBuild, decide, read_state, states_from_log
@@ -194,7 +195,7 @@ def new_run(cfg: NeoxConfig, world_size: int | None) -> NewRun:
         plan, weights = rp.plan, rp.weights
         total = rp.train_iters * rp.train_batch_size if rp.exact_targets is not None else None
     else:
-        from neox_epoch.formats.neox_config import plan_input_from_neox
+        from neox_epoch.plan.from_neox import plan_input_from_neox
 
         plan = make_plan(plan_input_from_neox(cfg, world_size, batch=batch))
         blends = [b for b in plan.blends if b.split == "train"]
@@ -216,7 +217,7 @@ def valid_samples_at(cfg: NeoxConfig, world_size: int | None, train_iters: int) 
     """Samples of the validation dataset NeoX builds for the config at ``train_iters``: a resume the hooks make
     exact sets train_iters before NeoX builds its data, and validation keeps NeoX's own build (as stock NeoX plans
     it, with that train_iters)."""
-    from neox_epoch.formats.neox_config import plan_input_from_neox
+    from neox_epoch.plan.from_neox import plan_input_from_neox
 
     cfg = replace(cfg, values={**cfg.values, "train_iters": train_iters, "train_epochs": None}, block=None)
     plan = make_plan(plan_input_from_neox(cfg, world_size, batch=neox_batch(cfg, world_size)))

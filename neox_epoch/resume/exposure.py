@@ -35,7 +35,7 @@ from neox_epoch.semantics.neox_index import build_joint, cache_prefix, save_atom
 from neox_epoch.semantics.orders import seeded_orders
 
 if TYPE_CHECKING:
-    from neox_epoch.plan.planner import SourcePlan
+    from neox_epoch.plan.model import SourcePlan
     from neox_epoch.resume.check import NewRun, SavedBuild, SourceDelta
 
 #: tokens of the documents whose exposures are summed in memory at a time (4 bytes a token): a larger source is
