@@ -29,7 +29,7 @@ COMMANDS: dict[str, str] = {
     "demo": "neox_epoch.demo",
     "launch": "neox_epoch.neox.launch",
     "report": "neox_epoch.run_report.cli",
-    "resume-check": "neox_epoch.resume.check",
+    "resume-check": "neox_epoch.resume.cli",
 }
 
 

@@ -132,7 +132,8 @@ def test_resume_check_finds_a_changed_sequence_length(tmp_path):  # type: ignore
     import yaml
 
     from neox_epoch.formats.corpus import write_random_corpus
-    from neox_epoch.neox.resume_state import ResumeState, TrainBuild, write_state
+    from neox_epoch.neox.resume_state import ResumeState, write_state
+    from neox_epoch.semantics import TrainBuild
 
     tag = tmp_path / "ckpt" / "global_step10"
     tag.mkdir(parents=True)

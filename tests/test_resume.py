@@ -16,7 +16,8 @@ import frameworks
 import pytest
 
 from neox_epoch.errors import ConfigError
-from neox_epoch.neox.resume_state import ResumeState, TrainBuild, decide, read_state, write_state
+from neox_epoch.neox.resume_state import ResumeState, decide, read_state, write_state
+from neox_epoch.semantics import TrainBuild
 from neox_epoch.semantics.loader import LoaderShape, hooked_start, neox_start
 
 HERE = os.path.dirname(os.path.abspath(__file__))

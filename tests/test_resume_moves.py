@@ -20,8 +20,8 @@ import numpy as np
 import optional
 import pytest
 
-from neox_epoch.neox.resume_state import TrainBuild
-from neox_epoch.resume.check import NewRun, SavedBuild, deltas
+from neox_epoch.resume.model import NewRun, SavedBuild, deltas
+from neox_epoch.semantics import TrainBuild
 from neox_epoch.semantics.loader import LoaderShape, ResumeStart
 
 HERE = os.path.dirname(os.path.abspath(__file__))

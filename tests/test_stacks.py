@@ -30,7 +30,8 @@ from neox_epoch.formats.corpus import write_random_corpus
 from neox_epoch.formats.neox_config import EpochBlock
 from neox_epoch.formats.runlog import JsonlSink
 from neox_epoch.neox.planning import make_run_plan
-from neox_epoch.neox.resume_state import ResumeState, TrainBuild
+from neox_epoch.neox.resume_state import ResumeState
+from neox_epoch.semantics import TrainBuild
 
 ROOT = stacks.ROOT
 HERE = os.path.join(ROOT, "tests")

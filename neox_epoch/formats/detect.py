@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import subprocess
 import sys
 from collections.abc import Sequence
 from importlib import metadata
+
+from neox_epoch.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 #: megatron-core versions whose data arithmetic this project's tests check against the real builder
 VERIFIED_MCORE_VERSIONS = ("0.10.0", "0.16.1", "0.19.2")
@@ -64,3 +69,27 @@ def neox_version(neox_dir: str | None = None) -> str:
         except (OSError, subprocess.SubprocessError):
             pass
     return "ea7aefd8"
+
+
+def version_to_mirror(given: str | None, force: bool = False) -> str:
+    """The megatron-core version to mirror: given, or the one ``import megatron.core`` would load (a
+    Megatron-LM checkout on PYTHONPATH first, else the installed package); unverified versions need
+    ``--force-version``."""
+    where = "--framework-version"
+    version = given
+    if not version:
+        found = megatron_core_source()
+        if found is None:
+            raise ConfigError("--framework-version: no megatron-core is installed or on PYTHONPATH; say which version "
+                              "to mirror, e.g. --framework-version 0.16.1")
+        version, where = found
+    if version not in VERIFIED_MCORE_VERSIONS and not force:
+        raise ConfigError(
+            f"megatron-core {version} (from {where}): its data arithmetic is not verified against a real build by "
+            f"this project (verified: {', '.join(VERIFIED_MCORE_VERSIONS)}); pass --force-version to plan it "
+            "with the rules of its version range, or --framework-version with a verified version"
+        )
+    if version not in VERIFIED_MCORE_VERSIONS:
+        log.warning("megatron-core %s is not verified against a real build here; planned with the rules of its "
+                    "version range (--force-version)", version)
+    return str(version)

@@ -49,13 +49,13 @@ from neox_epoch.neox.planning import RunPlan, make_run_plan, values_from_args
 from neox_epoch.neox.resume_state import (
     ResumeDecision,
     ResumeState,
-    TrainBuild,
     checkpoint_tag_to_load,
     decide,
     read_state,
     write_state,
 )
 from neox_epoch.plan.schedule import CODES as SCHEDULE_CODES
+from neox_epoch.semantics import TrainBuild
 from neox_epoch.semantics import neox as neox_sem
 from neox_epoch.semantics import neox_index as sep
 from neox_epoch.semantics.loader import LoaderShape, neox_start

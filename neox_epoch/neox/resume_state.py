@@ -18,21 +18,12 @@ from typing import Any
 
 from neox_epoch.errors import ConfigError
 from neox_epoch.formats.checkpoint import STATE_NAME
+from neox_epoch.semantics import TrainBuild
 from neox_epoch.semantics.loader import LoaderShape, hooked_start
 from neox_epoch.util.atomic import write_text_atomic
 
 #: bump when the JSON layout changes
 VERSION = 1
-
-
-@dataclass(frozen=True)
-class TrainBuild:
-    """How one train dataset was built (NeoX's ``_build_index_mappings`` arguments and result)."""
-
-    num_samples: int | None
-    epochs: int
-    samples_built: int
-    separate_final_epoch: bool = False  # megatron-core's 80% rule (NeoX shuffles its epochs together).
 
 
 @dataclass(frozen=True)

@@ -380,27 +380,8 @@ def mlm_versions() -> tuple[str, ...]:
 
 
 def mcore_version(args: argparse.Namespace) -> str:
-    """The megatron-core version to mirror: given, or the one ``import megatron.core`` would load (a
-    Megatron-LM checkout on PYTHONPATH first, else the installed package); unverified versions need
-    ``--force-version``."""
-    where = "--framework-version"
-    version = args.framework_version
-    if not version:
-        found = detect.megatron_core_source()
-        if found is None:
-            raise ConfigError("--framework-version: no megatron-core is installed or on PYTHONPATH; say which version "
-                              "to mirror, e.g. --framework-version 0.16.1")
-        version, where = found
-    if version not in detect.VERIFIED_MCORE_VERSIONS and not args.force_version:
-        raise ConfigError(
-            f"megatron-core {version} (from {where}): its data arithmetic is not verified against a real build by "
-            f"this project (verified: {', '.join(detect.VERIFIED_MCORE_VERSIONS)}); pass --force-version to plan it "
-            "with the rules of its version range, or --framework-version with a verified version"
-        )
-    if version not in detect.VERIFIED_MCORE_VERSIONS:
-        log.warning("megatron-core %s is not verified against a real build here; planned with the rules of its "
-                    "version range (--force-version)", version)
-    return str(version)
+    """The megatron-core version to mirror for ``--framework-version`` / ``--force-version``."""
+    return detect.version_to_mirror(args.framework_version, args.force_version)
 
 
 def targets_from(args: argparse.Namespace, inp: PlanInput, block: EpochBlock | None) -> dict[str, float] | None:

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import os
 import tempfile
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -30,13 +30,13 @@ from neox_epoch.audit.findings import AuditError
 from neox_epoch.audit.validate import audit_index
 from neox_epoch.errors import NeoxEpochError
 from neox_epoch.formats import idx
+from neox_epoch.resume.model import NewRun, SavedBuild, SourceDelta, SourceExposure
 from neox_epoch.semantics.built import MCORE, index_numbers
 from neox_epoch.semantics.neox_index import build_joint, cache_prefix, save_atomic
 from neox_epoch.semantics.orders import seeded_orders
 
 if TYPE_CHECKING:
     from neox_epoch.plan.model import SourcePlan
-    from neox_epoch.resume.check import NewRun, SavedBuild, SourceDelta
 
 #: tokens of the documents whose exposures are summed in memory at a time (4 bytes a token): a larger source is
 #: summed window by window, each a pass over both indexes
@@ -73,25 +73,6 @@ def from_tokens(exposure: np.ndarray, sizes: np.ndarray, consumed: int) -> Expos
     high = np.maximum.reduceat(exposure, starts) if starts.size else np.zeros(0, np.int32)
     stats = np.array([np.count_nonzero(high == 0), np.count_nonzero(low != high)])
     return from_histograms(np.bincount(exposure), np.bincount(low), stats, consumed)
-
-
-@dataclass(frozen=True)
-class SourceExposure:
-    """One source's token exposure over the whole run, as resumed and as continued unchanged."""
-
-    name: str
-    index: str | None
-    """The train index (NeoX's file stem) the resumed run draws from; None when not computed."""
-    resumed: ExposureReport | None
-    """The saved run's draws plus the resumed run's (the skip or repeat included)."""
-    continued: ExposureReport | None
-    """The saved run's draws plus as many more (as many input tokens) continuing exactly where it stopped."""
-    note: str = ""
-    """Why there are no counts, or what the audit said about the index."""
-
-    def to_json(self) -> dict[str, Any]:
-        return {"index": self.index, "resumed": self.resumed.to_json() if self.resumed else None,
-                "continued": self.continued.to_json() if self.continued else None, "note": self.note}
 
 
 def _key(source: SourcePlan, name: str, num_samples: int | None, seq_length: int, seed: int) -> names.NeoxName:

@@ -29,8 +29,7 @@ from neox_epoch.formats.checkpoint import COUNTERS_KEY as CLIENT_KEY
 from neox_epoch.formats.checkpoint import Checkpoint
 from neox_epoch.formats.runlog import recorded_at
 from neox_epoch.plan.model import Plan
-from neox_epoch.resume.check import NewRun, OldRun, ResumeCheck, SourceDelta
-from neox_epoch.resume.exposure import SourceExposure
+from neox_epoch.resume.model import NewRun, OldRun, ResumeCheck, SourceDelta, SourceExposure
 from neox_epoch.semantics.loader import LoaderShape, ResumeStart
 
 

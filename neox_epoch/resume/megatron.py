@@ -21,21 +21,22 @@ from typing import Any
 from neox_epoch.errors import ConfigError, NeoxEpochError
 from neox_epoch.formats.checkpoint import Checkpoint
 from neox_epoch.formats.megatron_args import PLAN_DESTS, MegatronArgs, flag_table
-from neox_epoch.neox.resume_state import TrainBuild
 from neox_epoch.plan.from_megatron import MegatronInput, megatron_input
 from neox_epoch.plan.planner import Plan, make_plan
-from neox_epoch.resume.check import (
+from neox_epoch.resume.exposure import megatron_exposures
+from neox_epoch.resume.model import (
     NewRun,
     OldRun,
     ResumeCheck,
     SavedBuild,
+    SourceExposure,
     blend_findings,
     build_findings,
     deltas,
     split_samples,
     valid_sources,
 )
-from neox_epoch.resume.exposure import SourceExposure, megatron_exposures
+from neox_epoch.semantics import TrainBuild
 from neox_epoch.semantics import megatron_lm as mlm
 from neox_epoch.semantics.loader import LoaderShape, ResumeStart, ValidStart, end_test, evaluations_after
 

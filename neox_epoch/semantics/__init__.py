@@ -31,5 +31,16 @@ class DatasetBuild:
     """The arithmetic, written out, for traceable output."""
 
 
+@dataclass(frozen=True)
+class TrainBuild:
+    """How one train dataset was built, as a checkpoint records it: the part of a :class:`DatasetBuild` that decides
+    which sample a position names (NeoX's ``_build_index_mappings`` arguments and result)."""
+
+    num_samples: int | None
+    epochs: int
+    samples_built: int
+    separate_final_epoch: bool = False  # megatron-core's 80% rule (NeoX shuffles its epochs together).
+
+
 class Semantics:
     """Common interface of the framework semantics modules (duck-typed; see neox.py, mcore.py, legacy.py)."""
