@@ -1,5 +1,5 @@
 """A pasted command line, wherever its options stand: before the launcher, among torchrun's flags, after the
-script. The README's plan examples run as printed. Other frameworks' command lines are refused once. Every
+script. The plan examples of docs/plan.md run as printed. Other frameworks' command lines are refused once. Every
 command's --help has a description and examples; bare ``neox-epoch`` and bad plan input get one error line."""
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ def test_a_launcher_not_read_needs_world_size() -> None:
 
 @pytest.fixture(scope="module")
 def corpora(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """data/web and data/code (the README's prefixes), the demo corpus and configs/, in one directory."""
+    """data/web and data/code (docs/plan.md's prefixes), the demo corpus and configs/, in one directory."""
     d = tmp_path_factory.mktemp("readme")
     os.makedirs(d / "data")
     write_random_corpus(str(d / "data" / "web"), 1, 7500, 1, 800)
@@ -164,14 +164,15 @@ def test_source_epochs_end_at_the_launcher(corpora: str, capsys: pytest.CaptureF
     assert json.loads(out)["train_iters"] == 77
 
 
-# ------------------------------------------------------------------------------- the README, run as printed
+# ---------------------------------------------------------------- the plan examples (docs/plan.md), run as printed
 
 
 def readme_plan_commands() -> list[str]:
-    """Every command of the README's ``neox-epoch plan`` example block, continuation lines joined."""
-    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+    """Every command of the ``neox-epoch plan`` example block (docs/plan.md, moved there from the README),
+    continuation lines joined."""
+    with open(os.path.join(ROOT, "docs", "plan.md"), encoding="utf-8") as f:
         text = f.read()
-    section = text[text.index("## `neox-epoch plan`"):]
+    section = text[text.index("## Examples"):]
     block = re.search(r"```bash\n(.*?)```", section, re.S)
     assert block is not None
     joined = block.group(1).replace("\\\n", " ")
@@ -179,7 +180,7 @@ def readme_plan_commands() -> list[str]:
 
 
 def runnable(command: str, cwd: str) -> bool:
-    """False for the README's placeholders: ``...``, or a config file that is the reader's own."""
+    """False for the examples' placeholders: ``...``, or a config file that is the reader's own."""
     argv = shlex.split(command, comments=True)
     if "..." in argv or "-d" in argv:
         return False
@@ -188,11 +189,11 @@ def runnable(command: str, cwd: str) -> bool:
 
 @optional.needs("megatron.core")  # the Megatron-LM example mirrors the installed megatron-core, as for its user
 @pytest.mark.skipif(MCORE is not None and MCORE not in VERIFIED_MCORE_VERSIONS,
-                    reason=f"the installed megatron-core {MCORE} is not verified here: plan refuses the README's "
+                    reason=f"the installed megatron-core {MCORE} is not verified here: plan refuses the docs' "
                     "Megatron-LM example without --force-version, as it would for its user")
 def test_readme_plan_examples_run_as_printed(corpora: str, capsys: pytest.CaptureFixture[str],
                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    """The README's plan examples that name real files run as printed (its Megatron-LM example used to exit 2 on
+    """docs/plan.md's plan examples that name real files run as printed (its Megatron-LM example used to exit 2 on
     --source-epochs), with the numbers of these corpora: web 1 pass = 1424 samples, code 2 passes = 960, one
     global batch of 512 -> 2384 // 512 = 4 iterations drawing web 1223, code 825 (the 336-sample remainder off
     both); the demo config: 77 iterations of 16."""

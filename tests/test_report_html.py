@@ -218,7 +218,7 @@ def test_launch_directories_and_file_read_alike(runs: dict[str, str], tmp_path: 
 
 
 def test_json_keys_are_stable(runs: dict[str, str]) -> None:
-    """The --json keys the README documents."""
+    """The --json keys docs/report.md documents."""
     d = _json(runs["blend"])
     assert sorted(d) == ["complete", "exposure", "files", "last_iteration", "launches", "numbers", "resumes",
                          "seq_length", "sources", "stops", "train_iters"]
