@@ -290,14 +290,48 @@ class Framework:
     """What the framework does when a source is drawn past its end, in words."""
     neox_cache_names: bool
     """Its index caches are named like NeoX's (no epochs, split or content hash in the name)."""
+    zero_weight_ok: bool = False
+    """It runs a blend weight of 0 (that source is never drawn); megatron-core is not verified with one."""
+    copies_share_order: bool = False
+    """A prefix listed twice in one blend is built twice with the same seed: the copies share one shuffle."""
+    buffered_requests: Callable[[PlanInput], bool] = lambda inp: False
+    """It multiplies every per-source request by a buffer (NeoX's 1.005 with train_data_paths)."""
+    exact_surplus_zero: bool = False
+    """Exact mode sets ``mid_level_dataset_surplus`` to 0.0 (megatron-core's per-source buffer)."""
+    exact_requests: bool = False
+    """Exact mode hands the hooks per-source requests (the neox_epoch block's targets)."""
+    exact_block: tuple[tuple[str, object], ...] = ()
+    """Settings exact mode writes for a blend beside the weights and targets."""
+    no_weights_fix: str = "change the targets (--source-epochs) or the global batch size"
+    """The fix when no float weights draw the targets."""
+    train_request: Callable[[PlanInput], int | None] = lambda inp: None
+    """Samples the train dataset is asked for, when the framework asks for them itself (JSON samples_requested)."""
+    sampler_ends: Callable[[PlanInput], bool] = lambda inp: False
+    """Past a split's end its sampler ends and the run stops (Megatron-LM), rather than the loader starting over."""
+    predicts_splits: bool = False
+    """:func:`~neox_epoch.plan.planner.predict_splits` mirrors its builder."""
+    version_label: str = "{}"
+    """How its version reads in the report's header (NeoX's is a commit)."""
+
+
+def _mcore_train_request(inp: PlanInput) -> int | None:
+    """Megatron-LM's request (num_samples), or exact mode's train_samples when the batch changes."""
+    if inp.mcore.num_samples:
+        return inp.mcore.num_samples[0]
+    return inp.train_samples if inp.mcore.train_consumed is not None else None
 
 
 FRAMEWORKS: dict[str, Framework] = {
     "neox": Framework("neox", _neox_requests, _neox_builds, eval_consumption, lambda inp: 1, True,
-                      "NeoX silently wraps the index around (idx % len)", True),
+                      "NeoX silently wraps the index around (idx % len)", True,
+                      zero_weight_ok=True, copies_share_order=True, buffered_requests=lambda inp: inp.per_split_paths,
+                      exact_requests=True, exact_block=(("blend_buffer", "exact"),), version_label="commit {}"),
     "megatron-core": Framework("megatron-core", _mcore_requests, _mcore_builds, _mcore_consumption,
                                lambda inp: 1 if inp.mcore.add_extra_token_to_sequence else 0, False,
-                               "megatron-core raises its oversampling IndexError", False),
+                               "megatron-core raises its oversampling IndexError", False,
+                               exact_surplus_zero=True, train_request=_mcore_train_request,
+                               no_weights_fix="use megatron-core's exhaustive blending (weights None) or change targets",
+                               sampler_ends=lambda inp: inp.mcore.num_samples is not None, predicts_splits=True),
     "megatron-legacy": Framework("megatron-legacy", _neox_requests, _legacy_builds, eval_consumption,
                                  lambda inp: 1, False,
                                  "legacy Megatron-LM raises an IndexError", False),

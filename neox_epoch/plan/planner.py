@@ -39,7 +39,7 @@ def _positive_int(value: object, key: str, allow_zero: bool = False) -> None:
 
 
 def _check_input(inp: PlanInput) -> None:
-    framework_of(inp)
+    fw = framework_of(inp)
     for key in ("seq_length", "global_batch_size", "eval_interval"):
         _positive_int(getattr(inp, key), key)
     _positive_int(inp.eval_iters, "eval_iters", allow_zero=True)
@@ -51,7 +51,7 @@ def _check_input(inp: PlanInput) -> None:
         raise PlanError("no train data: set data_path (or train_data_paths / --data-path)")
     for s in (*inp.train_sources, *inp.valid_sources, *inp.test_sources):
         # NeoX runs a weight of 0 (that source is never drawn); megatron-core is not verified with one
-        zero_ok = inp.framework == "neox" and s.weight == 0
+        zero_ok = fw.zero_weight_ok and s.weight == 0
         if s.weight is not None and not (math.isfinite(s.weight) and (s.weight > 0 or zero_ok)):
             raise PlanError(f"weight {s.weight} of {s.prefix}: expected a finite number > 0")
     surplus = inp.mcore.mid_level_dataset_surplus
@@ -161,11 +161,7 @@ def make_plan(inp: PlanInput, targets: Sequence[int] | None = None, cache: Token
             sources.append(_source_plan(inp, d, drawn, a, targets[k] if targets is not None and i == 0 else None))
             warnings.extend(_source_warnings(inp, fw.past_end, d, drawn))
     warnings.extend(_run_warnings(inp, train_iters, sources))
-    requested = None
-    if inp.framework == "megatron-core" and inp.mcore.num_samples:
-        requested = inp.mcore.num_samples[0]
-    elif inp.framework == "megatron-core" and inp.mcore.train_consumed is not None:  # exact mode, a changing batch
-        requested = inp.train_samples
+    requested = fw.train_request(inp)
     return Plan(
         framework=inp.framework, framework_version=inp.framework_version, seq_length=inp.seq_length,
         global_batch_size=gbs, train_iters=train_iters,
@@ -197,7 +193,7 @@ def _consumed_lines(inp: PlanInput, train_iters: int, consumed: Sequence[int]) -
 def _past_end_warning(inp: PlanInput, split: str, consumed: int, size: int, full: str) -> PlanWarning:
     """More samples consumed than the split's dataset offers: NeoX's loader starts over; Megatron-LM's sampler
     ends, and the run stops with an error in that iteration (or evaluation)."""
-    if inp.framework == "megatron-core" and inp.mcore.num_samples is not None:
+    if framework_of(inp).sampler_ends(inp):
         return PlanWarning("runs-out", f"{split}: {consumed} samples consumed but the {split} dataset offers {size}: "
                                        "Megatron-LM's sampler has no batch left and its data iterator stops the run "
                                        "with StopIteration", split)
@@ -262,9 +258,10 @@ def _run_warnings(inp: PlanInput, train_iters: int, sources: list[SourcePlan]) -
             "warmup",
             f"warmup: {inp.warmup_iters} warmup iterations are {inp.warmup_iters / train_iters:.0%} of the "
             f"{train_iters} training iterations (more than {inp.warmup_share_limit:.0%})"))
-    if framework_of(inp).neox_cache_names:
+    fw = framework_of(inp)
+    if fw.neox_cache_names:
         out.extend(_neox_cache_warnings(inp, sources))
-    return out + _repeated_prefix_warnings(sources, inp.framework == "neox")
+    return out + _repeated_prefix_warnings(sources, fw.copies_share_order)
 
 
 def _repeated_prefix_warnings(sources: list[SourcePlan], neox: bool) -> list[PlanWarning]:
@@ -384,7 +381,7 @@ def exact_plan(inp: PlanInput, passes: dict[str, float], search_seeds: int = 200
     plan, settings = _exact_run(inp, iters, labels, final, search_seeds, cache,
                                 consumed if batches is not None else None)
     warnings = [*plan.warnings, *_remainder_warnings(labels, targets, final, inp.seq_length)]
-    if inp.framework == "neox" and inp.per_split_paths:
+    if framework_of(inp).buffered_requests(inp):
         warnings.extend(_without_plugin(inp, iters, cache))
     if settings.get("weight_by_num_documents") is False:
         warnings.append(PlanWarning(
@@ -466,24 +463,24 @@ def _exact_run(inp: PlanInput, iters: int, labels: list[str], final: list[int], 
     of the builder as train_samples), and the settings besides train_iters it needs."""
     settings: dict[str, object] = {}
     exact_inp = replace(inp, train_iters=iters, train_samples=samples)
-    if inp.framework == "megatron-core":
+    fw = framework_of(inp)
+    if fw.exact_surplus_zero:
         exact_inp = replace(exact_inp, mcore=replace(inp.mcore, mid_level_dataset_surplus=0.0, train_consumed=samples))
         settings["mid_level_dataset_surplus"] = 0.0
     if len(final) == 1:
-        if inp.framework == "neox" and inp.per_split_paths:
+        if fw.buffered_requests(inp):
             exact_inp = replace(exact_inp, neox=replace(inp.neox, blend_buffer=1.0))
             settings["blend_buffer"] = 1.0
         plan = make_plan(exact_inp, final, cache)
     else:
-        if inp.framework == "neox" and inp.neox.weight_by_num_documents:
+        if inp.neox.weight_by_num_documents:  # NeoX options; the other frameworks leave them at their defaults
             # NeoX's document-count weights give other draws than the targets: explicit weights replace them
             exact_inp = replace(exact_inp, neox=replace(exact_inp.neox, weight_by_num_documents=False))
             settings["weight_by_num_documents"] = False
         plan, weights = _search_weights(exact_inp, final, search_seeds, cache)
         settings["weights"] = weights
         settings["targets"] = {lab: t for lab, t in zip(labels, final)}
-        if inp.framework == "neox":
-            settings["blend_buffer"] = "exact"
+        settings.update(fw.exact_block)
     drawn = [s.samples_drawn for s in plan.sources if s.split == "train"]
     if drawn != final:
         raise PlanError(f"exact plan: the framework would draw {drawn}, not the targets {final}; "
@@ -526,7 +523,7 @@ def _search_weights(inp: PlanInput, targets: list[int], seeds: int, cache: Token
             rng = np.random.RandomState(k)
             w = [float(t) * (1.0 + float(u)) for t, u in zip(targets, rng.uniform(-1e-9, 1e-9, len(targets)) * k)]
         trial = replace(inp, blend_weights_override=tuple(w),
-                        neox=replace(inp.neox, exact_requests=tuple(targets) if inp.framework == "neox" else None))
+                        neox=replace(inp.neox, exact_requests=tuple(targets) if framework_of(inp).exact_requests else None))
         plan = make_plan(trial, targets, cache)
         drawn = [s.samples_drawn for s in plan.sources if s.split == "train"]
         built_ok = all(s.samples_built >= s.samples_drawn for s in plan.sources if s.split == "train")
@@ -536,8 +533,7 @@ def _search_weights(inp: PlanInput, targets: list[int], seeds: int, cache: Token
     raise PlanError(
         f"exact plan: no float weights found (after {seeds} tries) under which the greedy blend draws exactly "
         f"{targets}; last draws {tried[-1]}: "
-        + ("use megatron-core's exhaustive blending (weights None) or change targets" if inp.framework ==
-           "megatron-core" else "change the targets (--source-epochs) or the global batch size")
+        + framework_of(inp).no_weights_fix
     )
 
 
@@ -561,7 +557,7 @@ def predict_splits(inp: PlanInput, sizes: Sequence[int | None]) -> list[dict[str
 
     The comparison tests check every number here against the real builder.
     """
-    if inp.framework != "megatron-core":
+    if not framework_of(inp).predicts_splits:
         raise PlanError("predict_splits mirrors megatron-core's builder only")
     cache: TokenCache = {}
     out: list[dict[str, object] | None] = []

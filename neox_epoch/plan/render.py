@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from neox_epoch.plan.builds import FRAMEWORKS
 from neox_epoch.plan.model import Plan
 from neox_epoch.plan.schedule import ScheduleChange
 from neox_epoch.util.text import fmt
@@ -58,9 +59,8 @@ def stock_section(stock: object) -> list[str]:
 
 def render(plan: Plan) -> str:
     """The full text report."""
-    ver = f" {plan.framework_version}" if plan.framework_version else ""
-    if plan.framework == "neox" and plan.framework_version:
-        ver = f" commit {plan.framework_version}"
+    label = FRAMEWORKS[plan.framework].version_label if plan.framework in FRAMEWORKS else "{}"
+    ver = " " + label.format(plan.framework_version) if plan.framework_version else ""
     out = [
         f"neox-epoch plan ({plan.framework}{ver} semantics)",
         f"seq_length {plan.seq_length}, global batch {plan.global_batch_size}, train_iters {plan.train_iters:,d} "
