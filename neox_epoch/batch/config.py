@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 from neox_epoch.errors import ConfigError, did_you_mean
 from neox_epoch.util.textfile import read_config_text
+from neox_epoch.util.values import is_whole
 
 Flavor = Literal["neox", "deepspeed"]
 
@@ -239,7 +240,7 @@ def _type_name(value: Any) -> str:
 
 def integer_value(value: Any, key: str, where: str, *, minimum: int | None = 1) -> int:
     """Return ``value`` when it is a real integer >= ``minimum``, else raise ConfigError naming ``key``."""
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not is_whole(value):
         hint = ""
         if isinstance(value, str) and value.strip().lstrip("-").isdigit():
             hint = f"; write {key}: {value.strip()} without quotes"

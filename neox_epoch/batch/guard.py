@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 
 from neox_epoch.errors import BatchError, ConfigError
+from neox_epoch.util.values import is_whole
 
 
 def _env_int(name: str) -> int:
@@ -37,12 +38,12 @@ def check_world(expected_world: int, expected_dp: int | None = None) -> int:
     Raises :class:`BatchError` on a mismatch, :class:`ConfigError` when ``WORLD_SIZE`` is missing or
     the expectations themselves are inconsistent.
     """
-    if isinstance(expected_world, bool) or not isinstance(expected_world, int) or expected_world <= 0:
+    if not is_whole(expected_world, 1):
         raise ConfigError(f"check_world: expected_world is {expected_world!r}; expected a positive integer")
     world = _env_int("WORLD_SIZE")
     rank = os.environ.get("RANK", "?")
     if expected_dp is not None:
-        if isinstance(expected_dp, bool) or not isinstance(expected_dp, int) or expected_dp <= 0:
+        if not is_whole(expected_dp, 1):
             raise ConfigError(f"check_world: expected_dp is {expected_dp!r}; expected a positive integer")
         if expected_world % expected_dp:
             raise ConfigError(

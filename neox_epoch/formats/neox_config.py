@@ -21,6 +21,7 @@ import yaml
 
 from neox_epoch.errors import ConfigError, did_you_mean
 from neox_epoch.util.textfile import read_config_text
+from neox_epoch.util.values import is_number, is_whole
 
 BLOCK = "neox_epoch"
 
@@ -71,13 +72,16 @@ class EpochBlock:
                 raise ConfigError(f"{where}: {BLOCK}.{key}: expected true or false, found {fields[key]!r}")
         tg, wt = fields.get("targets"), fields.get("weights")
         if tg is not None and (not isinstance(tg, dict) or not all(
-                isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in tg.values())):
+                is_whole(v, 1) for v in tg.values())):
             raise ConfigError(f"{where}: {BLOCK}.targets: expected a map of source -> positive integer samples, "
                               f"found {tg!r}; rewrite it with neox-epoch plan --write-config")
         if wt is not None and (not isinstance(wt, list) or not all(
-                isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in wt)):
+                is_number(v) and v > 0 for v in wt)):
             raise ConfigError(f"{where}: {BLOCK}.weights: expected a list of positive numbers, found {wt!r}; "
                               "rewrite it with neox-epoch plan --write-config")
+        if (tg is None) != (wt is None) or (tg is not None and len(wt) != len(tg)):
+            raise ConfigError(f"{where}: {BLOCK}.weights: expected {len(tg or ())} numbers (one per target), found "
+                              f"{wt!r}; rewrite the overlay with neox-epoch plan --write-config")
         if fields.get("log_dir") is not None and not isinstance(fields["log_dir"], str):
             raise ConfigError(f"{where}: {BLOCK}.log_dir: expected a directory path string, found {fields['log_dir']!r}")
         return EpochBlock(**fields)
@@ -322,7 +326,7 @@ def _attention_layers(raw: Any, num_layers: int, where: str) -> list[Any]:
                 raise ConfigError(f"{where}: num_layers {num_layers} is not divisible by the length of the pattern "
                                   f"{item[0]}; NeoX stops there: give a pattern that divides {num_layers}")
             return list(item[0]) * (num_layers // len(item[0]))
-        if isinstance(item[1], bool) or not isinstance(item[1], int):
+        if not is_whole(item[1]):
             raise ConfigError(f"{where}: {item!r}: expected a layer count or \"all\", found {item[1]!r}")
         layers += list(item[0]) * item[1]
     return layers

@@ -47,6 +47,7 @@ from neox_epoch.formats.runlog import (
     sources_state,
 )
 from neox_epoch.plan.model import Plan
+from neox_epoch.util.values import is_whole
 
 log = logging.getLogger("neox_epoch.mcore")
 
@@ -128,7 +129,7 @@ class LiveCounters:
 
     def __init__(self, train_dataset: Any, plan_or_setup: Any, *, log_dir: str | None = None, writer: Any = None,
                  log_interval: int = 100, active: bool | None = None, block: int = 4096) -> None:
-        if isinstance(log_interval, bool) or not isinstance(log_interval, int) or log_interval <= 0:
+        if not is_whole(log_interval, 1):
             raise ConfigError(f"log_interval: {log_interval!r}; expected a positive integer (iterations)")
         plan = _plan_of(plan_or_setup)
         self.plan = plan

@@ -44,6 +44,7 @@ from neox_epoch.plan.planner import (
     exact_plan,
     passes_per_source,
 )
+from neox_epoch.util.values import is_whole
 
 logger = logging.getLogger("neox_epoch.mcore")
 
@@ -117,7 +118,7 @@ def exact_config(
     version = version or megatron_core_version()
     if not version:
         raise ConfigError("megatron-core is not installed and no version was given: pip install megatron-core")
-    if isinstance(global_batch_size, bool) or not isinstance(global_batch_size, int) or global_batch_size <= 0:
+    if not is_whole(global_batch_size, 1):
         raise ConfigError(f"global_batch_size: {global_batch_size!r}; expected a positive integer")
     prefixes, weights, per_split = _train_blend(config)
     specs = _specs(prefixes, weights)

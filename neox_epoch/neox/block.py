@@ -14,7 +14,7 @@ import binascii
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from neox_epoch.errors import ConfigError
@@ -51,17 +51,9 @@ def parse_block(raw: Any, where: str = BLOCK) -> HookBlock:
         return raw
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{where}: expected a mapping such as {{\"epochs\": 1}}, found {raw!r}")
-    user = {k: v for k, v in raw.items() if str(k).replace("-", "_") not in SETTINGS_KEYS}
-    settings = {str(k).replace("-", "_"): v for k, v in raw.items() if str(k).replace("-", "_") in SETTINGS_KEYS}
-    block = EpochBlock.from_mapping(dict(user), where)
-    if settings:
-        targets, weights = settings.get("targets"), settings.get("weights")
-        if not isinstance(targets, Mapping) or not all(isinstance(v, int) and v > 0 for v in targets.values()):
-            raise ConfigError(f"{where}: {BLOCK}.targets: expected a map of source name -> positive integer samples "
-                              f"(as neox-epoch plan --write-config writes it), found {targets!r}")
-        if not isinstance(weights, list) or len(weights) != len(targets):
-            raise ConfigError(f"{where}: {BLOCK}.weights: expected {len(targets)} numbers (one per target), found "
-                              f"{weights!r}; rewrite the overlay with neox-epoch plan --write-config")
+    full = EpochBlock.from_mapping(dict(raw), where)  # the one validation of the block, settings included
+    settings = {k: getattr(full, k) for k in SETTINGS_KEYS if getattr(full, k) is not None}
+    block = replace(full, **{k: None for k in SETTINGS_KEYS})
     return HookBlock(block, settings)
 
 

@@ -21,6 +21,7 @@ from neox_epoch.plan.inputs import McoreOptions, NeoxOptions, PlanInput, PlanWar
 from neox_epoch.plan.model import Plan, SourcePlan, SplitBlend
 from neox_epoch.plan.unseen import expected_unseen, spillover
 from neox_epoch.semantics import blend, mcore
+from neox_epoch.util.values import is_whole
 
 FRAMEWORKS = tuple(_FRAMEWORK_RECORDS)
 __all__ = ["FRAMEWORKS", "McoreOptions", "NeoxOptions", "Plan", "PlanInput", "PlanWarning", "SourcePlan",
@@ -32,7 +33,7 @@ __all__ = ["FRAMEWORKS", "McoreOptions", "NeoxOptions", "Plan", "PlanInput", "Pl
 
 
 def _positive_int(value: object, key: str, allow_zero: bool = False) -> None:
-    ok = isinstance(value, int) and not isinstance(value, bool) and (value >= 0 if allow_zero else value > 0)
+    ok = is_whole(value, 0 if allow_zero else 1)
     if not ok:
         want = "an integer >= 0" if allow_zero else "a positive integer"
         raise PlanError(f"{key}: {value!r}; expected {want}")

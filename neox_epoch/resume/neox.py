@@ -53,11 +53,12 @@ from neox_epoch.semantics.loader import (
     neox_start,
     neox_valid_start,
 )
+from neox_epoch.util.values import is_whole
 
 
 def _int(values: dict[str, Any], key: str, where: str) -> int:
     value = values.get(key)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+    if not is_whole(value, 1):
         raise ConfigError(f"{where}: DeepSpeed's {key} is {value!r}, expected a whole number >= 1; not a DeepSpeed "
                           "checkpoint of a training run")
     return value

@@ -15,6 +15,7 @@ from typing import Any
 
 from neox_epoch.errors import NeoxEpochError
 from neox_epoch.formats.runlog import JSONL_NAME, read_jsonl
+from neox_epoch.util.values import is_whole
 
 #: events the report reads; others (future writers) are skipped
 EVENTS = ("plan", "counters", "pass_start", "resume", "final")
@@ -207,7 +208,7 @@ def _int(obj: Mapping[str, Any], key: str, where: str, optional: bool = False) -
     v = obj.get(key)
     if v is None and optional:
         return None
-    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+    if not is_whole(v, 0):
         raise RunLogError(f"{where}: \"{key}\": expected an integer >= 0, found {_short(v)}")
     return v
 
