@@ -71,3 +71,16 @@ def test_long_runs(n, seed, stop):
     assert blend.greedy_counts(w, stop) == plain(w, 0, [0] * n, stop)[0]
     marks = [(i, max(1, int(stop * w[i] * f))) for i in range(0, n, 5) for f in (0.3, 0.9)]
     assert tuple(blend.advance(w, 0, [0] * n, stop, marks)) == plain(w, 0, [0] * n, stop, marks)
+
+
+def test_one_source_without_replay():
+    """One source draws every step: counts and mark steps come out without a replay, equal to it."""
+    rng = random.Random(11)
+    for _ in range(2_000):
+        stop = rng.randint(0, 300)
+        start = rng.randint(0, stop)
+        c0 = rng.randint(0, 50)
+        marks = [(rng.randint(0, 1), rng.randint(-1, c0 + stop + 2)) for _ in range(rng.randint(0, 4))]
+        w = [rng.choice([1.0, 0.5, 1e-6])]
+        assert tuple(blend.advance(w, start, [c0], stop, marks)) == plain(w, start, [c0], stop, marks)
+    assert blend.greedy_counts([1.0], 1_171_456_000) == [1_171_456_000]  # pythia-14m at 256 GPUs, at once
