@@ -3,9 +3,10 @@
     python bench/greedy_bench.py                    # 2, 8 and 64 sources, 50M draws; plan time 1e6..1e9
     python bench/greedy_bench.py --draws 10000000 --repeat 5 --no-plan
 
-Part 1, ns per draw at 2, 8 and 64 sources (random weights log-uniform in 1e-3..1, and equal weights):
+Part 1, ns per draw at 2, 8 and 64 sources (random weights log-uniform in 1e-6..1, and equal weights):
 ``new`` is ``blend.greedy_counts`` (the jump where its proof applies, else the replay), ``plain`` is the
-C replay ``_greedy.advance`` (the loop every earlier version ran, threaded as before). The two alternate
+scalar C replay ``_greedy.advance_plain`` (the loop every earlier version ran, threaded as before; ``new``
+uses the AVX2 loop at 17 sources and more where the jump does not apply). The two alternate
 ``--repeat`` times, the order flipping each time; each line gives the fastest of each, the ratio
 plain/new of the fastest, and whether the counts are equal (they must be).
 
@@ -49,14 +50,14 @@ def draws_part(draws: int, repeat: int) -> None:
     rng = random.Random(2026)
     for n in (2, 8, 64):
         for kind in ("random", "equal"):
-            raw = [10 ** rng.uniform(-3, 0) for _ in range(n)] if kind == "random" else [1.0] * n
+            raw = [10 ** rng.uniform(-6, 0) for _ in range(n)] if kind == "random" else [1.0] * n
             w = blend.normalize(raw)
             t_new: list[float] = []
             t_plain: list[float] = []
             same = True
             for r in range(repeat):  # the order flips every run: the first of a pair tends to run slower
                 runs = [lambda w=w: blend.greedy_counts(w, draws),
-                        lambda w=w, n=n: list(_greedy.advance(w, 0, [0] * n, draws, [])[0])]
+                        lambda w=w, n=n: list(_greedy.advance_plain(w, 0, [0] * n, draws, [])[0])]
                 outs = [t_new, t_plain]
                 order = (0, 1) if r % 2 == 0 else (1, 0)
                 got = {k: fastest(runs[k], outs[k]) for k in order}

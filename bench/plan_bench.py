@@ -343,6 +343,7 @@ def plan_argv(args: argparse.Namespace, spec: Spec, sources: list[dict[str, Any]
     return [sys.executable, "-m", "neox_epoch.cli", "plan", "--framework", "megatron-core",
             "--framework-version", args.framework_version, "--data-path", *data_path, "--split", args.split,
             "--seq-length", str(args.seq_length), "--global-batch-size", str(args.global_batch_size),
+            "--micro-batch-size", "1", "--lr", "1e-4",
             "--train-samples", str(args.samples), "--eval-iters", str(args.eval_iters),
             "--eval-interval", str(args.eval_interval), "--seed", str(args.seed),
             "--mid-level-dataset-surplus", repr(args.surplus), "--json"]

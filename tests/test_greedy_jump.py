@@ -1,6 +1,6 @@
 """The greedy blend's jump-ahead (blend._jump) gives exactly the plain replay's counts.
 
-The oracle is the plain replay: the C loop ``_greedy.advance`` (itself checked against the Python loop
+The oracle is the plain replay: the scalar C loop ``_greedy.advance_plain`` (itself checked against the Python loop
 ``blend._advance_py`` in test_semantics.py and below). The jump's tuning constants are shrunk so that
 short runs jump too (correctness does not depend on them: they only decide how often the jump is tried
 and how often it succeeds); long runs use the shipped constants. Weights span 1e-6..1, 2 to 64 sources,
@@ -18,7 +18,7 @@ _greedy = pytest.importorskip("neox_epoch._greedy")
 
 
 def plain(w: list[float], start: int, counts: list[int], stop: int) -> list[int]:
-    return list(_greedy.advance(w, start, counts, stop, [])[0])
+    return list(_greedy.advance_plain(w, start, counts, stop, [])[0])
 
 
 def random_weights(rng: random.Random, n: int, low: float) -> list[float]:
@@ -137,7 +137,7 @@ def test_marks_jump_between_them(eager, seed):
         start = rng.randint(0, stop // 3) if rng.random() < 0.3 else 0
         counts = plain(w, 0, [0] * n, start)
         marks = [(rng.randrange(n + 1), rng.randint(0, stop // n + 3)) for _ in range(rng.randint(1, 5))]
-        want = _greedy.advance(w, start, counts, stop, marks)
+        want = _greedy.advance_plain(w, start, counts, stop, marks)
         got = blend.advance(w, start, counts, stop, marks)
         assert (got[0], got[1]) == (list(want[0]), list(want[1])), (w, start, counts, stop, marks)
 
@@ -148,5 +148,5 @@ def test_marks_long_run():
     for n, stop in ((3, 20_000_000), (8, 12_000_000)):
         w = blend.normalize([10 ** rng.uniform(-2, 0) for _ in range(n)])
         marks = [(i, int(stop * w[i] * f)) for i in range(n) for f in (0.1, 0.5, 0.99)] + [(0, 1), (1, 10**9)]
-        want = _greedy.advance(w, 0, [0] * n, stop, marks)
+        want = _greedy.advance_plain(w, 0, [0] * n, stop, marks)
         assert blend.advance(w, 0, [0] * n, stop, marks) == (list(want[0]), list(want[1]))

@@ -250,6 +250,10 @@ def advance(
         raise PlanError(f"a greedy blend of {stop:,d} samples; expected at most {MAX_DRAWS:,d} (the framework's "
                         f"blending index would take {9 * stop / 1e9:,.0f} GB or more): check train_iters, "
                         "eval_interval and eval_iters")
+    if len(weights) == 1:  # one source draws every step, whatever its weight: no replay
+        c0 = int(counts[0])
+        return [c0 + stop - start], [start + k - c0 - 1 if i == 0 and c0 < k <= c0 + stop - start else -1
+                                     for i, k in marks]
     if marks and stop - start >= _JUMP_MIN_STEPS and _greedy is not None:
         return _marked(weights, start, counts, stop, marks)
     if not marks and stop - start >= _JUMP_MIN_STEPS:
