@@ -31,7 +31,7 @@ def main() -> None:
     import numpy as np
     import test_neox_real_configs as real
 
-    from neox_epoch.corpus import write_sized_corpus
+    from neox_epoch.formats.corpus import write_sized_corpus
 
     root = tempfile.mkdtemp(prefix="real-config-bench-")
     os.chdir(root)

@@ -11,7 +11,7 @@ import random
 
 import pytest
 
-from neox_epoch import blend
+from neox_epoch.semantics import blend
 
 _greedy = pytest.importorskip("neox_epoch._greedy")
 
