@@ -1,0 +1,368 @@
+"""Data stages: the blend changes at planned iterations and every source continues where it stopped.
+
+A stage plan is an ordered list of stages. Each stage names per-source pass targets for that stage
+(``{"a": 0.5, "b": 1}``, fractional allowed) or weights with a length (``weights`` and ``iterations`` or
+``samples``). Given each source's samples per epoch (as the framework builds them) and the global batch
+size, :func:`plan_stages` computes per stage and source how many samples are drawn and where they start
+in that source's own order: stage k draws right after what stages 1..k-1 drew, and a source wraps to a
+new pass only once every sample of the current pass was drawn. Stage boundaries fall on whole global
+batches; what cannot be exact (a fractional sample, a stage rounded up to a whole batch) is said in the
+stage's ``notes``. ``max_passes`` refuses targets above a cap before anything is built.
+
+Pure: numpy-free arithmetic on integers and floats; no torch, no framework.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from neox_epoch.errors import ConfigError, PlanError, did_you_mean
+
+_STAGE_KEYS = ("name", "passes", "weights", "iterations", "samples")
+
+
+def _number(where: str, value: Any, *, positive: bool) -> float:
+    """A finite real number (bool refused), > 0 when ``positive`` else >= 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigError(f"{where}: expected a number, got {value!r}")
+    if value < 0 or (positive and value == 0):
+        raise ConfigError(f"{where}: expected a number {'>' if positive else '>='} 0, got {value!r}")
+    return float(value)
+
+
+def _count(where: str, value: Any) -> int:
+    """A positive integer (bool and float refused)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(f"{where}: expected a positive integer, got {value!r}")
+    return value
+
+
+def _per_source(where: str, value: Any, *, positive: bool) -> dict[str, float]:
+    if not isinstance(value, Mapping) or not value:
+        raise ConfigError(f"{where}: expected a non-empty mapping of source name to number, got {value!r}")
+    out = {}
+    for source, number in value.items():
+        if not isinstance(source, str) or not source:
+            raise ConfigError(f"{where}: source names must be non-empty strings, got {source!r}")
+        out[source] = _number(f"{where}.{source}", number, positive=positive)
+    return out
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Stage:
+    """One stage: per-source pass targets, or weights with a length in iterations or samples."""
+
+    name: str
+    """Shown in tables and errors; unique within a plan."""
+    passes: Mapping[str, float] | None = None
+    """Passes over each source this stage draws (0.5 = half of its samples per epoch)."""
+    weights: Mapping[str, float] | None = None
+    """Relative share of each source in the stage's samples (needs ``iterations`` or ``samples``)."""
+    iterations: int | None = None
+    """Length of a weights stage in global batches."""
+    samples: int | None = None
+    """Length of a weights stage in samples (rounded up to whole global batches)."""
+
+    def __post_init__(self) -> None:
+        where = f"stage {self.name!r}"
+        if not isinstance(self.name, str) or not self.name:
+            raise ConfigError(f"stage name: expected a non-empty string, got {self.name!r}")
+        if (self.passes is None) == (self.weights is None):
+            raise ConfigError(f"{where}: give exactly one of 'passes' (per-source pass targets) or 'weights'")
+        if self.passes is not None:
+            if self.iterations is not None or self.samples is not None:
+                raise ConfigError(
+                    f"{where}: 'passes' fixes the stage's length; drop 'iterations'/'samples' or use 'weights'"
+                )
+            passes = _per_source(f"{where}.passes", self.passes, positive=False)
+            if not any(passes.values()):
+                raise ConfigError(f"{where}.passes: every target is 0; give at least one source a pass target > 0")
+            object.__setattr__(self, "passes", passes)
+            return
+        object.__setattr__(self, "weights", _per_source(f"{where}.weights", self.weights, positive=True))
+        if (self.iterations is None) == (self.samples is None):
+            raise ConfigError(f"{where}: a weights stage needs exactly one of 'iterations' or 'samples'")
+        if self.iterations is not None:
+            _count(f"{where}.iterations", self.iterations)
+        if self.samples is not None:
+            _count(f"{where}.samples", self.samples)
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        return tuple(self.passes or self.weights or ())
+
+    @classmethod
+    def from_mapping(cls, data: Any, where: str = "stage") -> Stage:
+        """Build from a config mapping, refusing unknown keys by name."""
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{where}: expected a mapping with keys {', '.join(_STAGE_KEYS)}, got {data!r}")
+        for key in data:
+            if key not in _STAGE_KEYS:
+                raise ConfigError(f"{where}: unknown key {key!r}{did_you_mean(str(key), _STAGE_KEYS)}")
+        if "name" not in data:
+            raise ConfigError(f"{where}: missing 'name'")
+        return cls(**{key: data[key] for key in _STAGE_KEYS if key in data})
+
+    def to_mapping(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name}
+        for key in ("passes", "weights", "iterations", "samples"):
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = dict(value) if isinstance(value, Mapping) else value
+        return out
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StagesConfig:
+    """An ordered stage plan and its repetition cap."""
+
+    stages: tuple[Stage, ...]
+    max_passes: float | Mapping[str, float] | None = None
+    """Cap on a source's total passes over all stages: one number for every source, or per source."""
+
+    def __post_init__(self) -> None:
+        if not self.stages:
+            raise ConfigError("stages: expected at least one stage")
+        names = [stage.name for stage in self.stages]
+        for name in names:
+            if names.count(name) > 1:
+                raise ConfigError(
+                    f"stages: the name {name!r} is used {names.count(name)} times; stage names are unique"
+                )
+        object.__setattr__(self, "stages", tuple(self.stages))
+        if isinstance(self.max_passes, Mapping):
+            object.__setattr__(self, "max_passes", _per_source("max_passes", self.max_passes, positive=True))
+        elif self.max_passes is not None:
+            object.__setattr__(self, "max_passes", _number("max_passes", self.max_passes, positive=True))
+
+    @classmethod
+    def from_mapping(cls, data: Any) -> StagesConfig:
+        """From ``{"stages": [...], "max_passes": 2 | {source: cap}}``."""
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"stage plan: expected a mapping with 'stages' (and 'max_passes'), got {data!r}")
+        for key in data:
+            if key not in ("stages", "max_passes"):
+                raise ConfigError(f"stage plan: unknown key {key!r}{did_you_mean(str(key), ('stages', 'max_passes'))}")
+        stages = data.get("stages")
+        if not isinstance(stages, Sequence) or isinstance(stages, (str, bytes)):
+            raise ConfigError(f"stages: expected a list of stages, got {stages!r}")
+        return cls(
+            stages=tuple(Stage.from_mapping(s, where=f"stages[{i}]") for i, s in enumerate(stages)),
+            max_passes=data.get("max_passes"),
+        )
+
+    def to_mapping(self) -> dict[str, Any]:
+        cap = dict(self.max_passes) if isinstance(self.max_passes, Mapping) else self.max_passes
+        return {"stages": [stage.to_mapping() for stage in self.stages], "max_passes": cap}
+
+    def cap_of(self, source: str) -> float | None:
+        if isinstance(self.max_passes, Mapping):
+            return self.max_passes.get(source)
+        return self.max_passes
+
+
+@dataclass(frozen=True, slots=True)
+class SourceDraw:
+    """What one stage draws from one source, in that source's own order."""
+
+    source: str
+    wanted: float
+    """Samples the stage's target asks for (fractional; includes what earlier stages' rounding owes)."""
+    draws: int
+    """Samples drawn in this stage."""
+    start: int
+    """Draws of this source before the stage: the stage draws positions start .. start + draws - 1."""
+    samples_per_epoch: int
+
+    @property
+    def start_pass(self) -> int:
+        """0-based pass the stage's first draw belongs to."""
+        return self.start // self.samples_per_epoch
+
+    @property
+    def start_offset(self) -> int:
+        """Position of the stage's first draw in that pass's order."""
+        return self.start % self.samples_per_epoch
+
+    @property
+    def cumulative_draws(self) -> int:
+        return self.start + self.draws
+
+    @property
+    def cumulative_passes(self) -> float:
+        return self.cumulative_draws / self.samples_per_epoch
+
+
+@dataclass(frozen=True, slots=True)
+class StageResult:
+    """One planned stage: its boundary in iterations and per-source draws."""
+
+    name: str
+    first_iteration: int
+    """Iterations trained before this stage starts (the stage's first iteration index, 0-based)."""
+    iterations: int
+    samples: int
+    draws: tuple[SourceDraw, ...]
+    notes: tuple[str, ...] = field(default=())
+    """What could not be exact, one sentence each."""
+
+    @property
+    def end_iteration(self) -> int:
+        return self.first_iteration + self.iterations
+
+    def draw_of(self, source: str) -> SourceDraw | None:
+        return next((d for d in self.draws if d.source == source), None)
+
+
+@dataclass(frozen=True, slots=True)
+class StagesPlan:
+    """The whole plan: stages, one train_iters, cumulative passes per source."""
+
+    stages: tuple[StageResult, ...]
+    global_batch_size: int
+    samples_per_epoch: Mapping[str, int]
+
+    @property
+    def train_iters(self) -> int:
+        return self.stages[-1].end_iteration
+
+    @property
+    def train_samples(self) -> int:
+        return self.train_iters * self.global_batch_size
+
+    @property
+    def boundaries(self) -> tuple[int, ...]:
+        """Iterations at which stage 2, 3, ... start."""
+        return tuple(stage.first_iteration for stage in self.stages[1:])
+
+    def total_draws(self) -> dict[str, int]:
+        totals = dict.fromkeys(self.samples_per_epoch, 0)
+        for stage in self.stages:
+            for draw in stage.draws:
+                totals[draw.source] += draw.draws
+        return totals
+
+    def cumulative_passes(self) -> dict[str, float]:
+        return {s: n / self.samples_per_epoch[s] for s, n in self.total_draws().items()}
+
+    def stage_at(self, iteration: int) -> StageResult:
+        """The stage that trains iteration ``iteration`` (0-based); the last one past the end."""
+        for stage in self.stages:
+            if iteration < stage.end_iteration:
+                return stage
+        return self.stages[-1]
+
+
+def _largest_remainder(total: int, wanted: dict[str, float]) -> dict[str, int]:
+    """Split ``total`` into integers proportional to ``wanted``; leftovers to the largest fractions, then
+    to the earliest source (deterministic)."""
+    mass = sum(wanted.values())
+    exact = {s: total * w / mass for s, w in wanted.items()}
+    out = {s: math.floor(x + 1e-9) for s, x in exact.items()}
+    order = sorted(wanted, key=lambda s: -(exact[s] - out[s]))
+    for s in order[: total - sum(out.values())]:
+        out[s] += 1
+    return out
+
+
+def _check_sources(config: StagesConfig, samples_per_epoch: Mapping[str, int]) -> None:
+    for stage in config.stages:
+        for source in stage.sources:
+            if source not in samples_per_epoch:
+                raise ConfigError(
+                    f"stage {stage.name!r}: unknown source {source!r}{did_you_mean(source, list(samples_per_epoch))}; "
+                    f"sources with samples: {', '.join(samples_per_epoch)}"
+                )
+    for source, n in samples_per_epoch.items():
+        _count(f"samples per epoch of source {source!r}", n)
+
+
+def _check_cap(config: StagesConfig, targets: dict[str, list[tuple[str, float]]]) -> None:
+    """Refuse a source whose summed pass targets exceed its cap."""
+    for source, per_stage in targets.items():
+        cap = config.cap_of(source)
+        total = sum(p for _, p in per_stage)
+        if cap is None or total <= cap + 1e-9:
+            continue
+        detail = ", ".join(f"{name}: {p:g}" for name, p in per_stage if p)
+        raise PlanError(
+            f"source {source!r}: the stages ask {total:g} passes ({detail}), over max_passes {cap:g}; "
+            f"lower its pass targets (or weights) or raise max_passes (for this source only: max_passes: {{{source}: {total:g}}})"
+        )
+
+
+def _stage_wanted(
+    stage: Stage, samples_per_epoch: Mapping[str, int], batch: int
+) -> tuple[dict[str, float], int | None]:
+    """Per-source wanted samples and, for a weights stage, its length in samples (whole batches)."""
+    if stage.passes is not None:
+        return {s: p * samples_per_epoch[s] for s, p in stage.passes.items()}, None
+    assert stage.weights is not None
+    length = stage.iterations * batch if stage.iterations is not None else math.ceil(stage.samples / batch) * batch  # type: ignore[operator]
+    mass = sum(stage.weights.values())
+    return {s: length * w / mass for s, w in stage.weights.items()}, length
+
+
+def plan_stages(config: StagesConfig, samples_per_epoch: Mapping[str, int], global_batch_size: int) -> StagesPlan:
+    """Plan every stage: per-source draws and start offsets, boundaries in whole batches, one train_iters.
+
+    Passes stages: each source is owed ``cumulative target x samples per epoch`` minus what it has drawn,
+    so rounding never drifts over stages; the stage's samples are rounded up to whole global batches and
+    the extra samples go to the sources with the largest fractional shares. Weights stages split their
+    length by largest remainder. Raises :class:`ConfigError` on unknown sources and :class:`PlanError`
+    when a source's targets exceed ``max_passes`` (checked before any rounding).
+    """
+    batch = _count("global_batch_size", global_batch_size)
+    _check_sources(config, samples_per_epoch)
+    targets: dict[str, list[tuple[str, float]]] = {s: [] for s in samples_per_epoch}
+    for stage in config.stages:
+        wanted, _ = _stage_wanted(stage, samples_per_epoch, batch)
+        for s, w in wanted.items():
+            targets[s].append((stage.name, w / samples_per_epoch[s]))
+    _check_cap(config, targets)
+
+    drawn = dict.fromkeys(samples_per_epoch, 0)
+    owed = dict.fromkeys(samples_per_epoch, 0.0)  # cumulative wanted samples so far
+    results: list[StageResult] = []
+    first = 0
+    for stage in config.stages:
+        wanted, length = _stage_wanted(stage, samples_per_epoch, batch)
+        notes: list[str] = []
+        if stage.passes is not None:
+            for s, w in wanted.items():
+                owed[s] += w
+            due = {s: max(0.0, owed[s] - drawn[s]) for s in wanted}
+            want_total = sum(due.values())
+            length = math.ceil(round(want_total, 9) / batch) * batch
+            counts = _largest_remainder(length, due) if length else dict.fromkeys(due, 0)
+            if length == 0:
+                notes.append("nothing due: earlier stages' rounding to whole batches already drew this stage's targets")
+            elif abs(length - want_total) > 1e-9:
+                notes.append(
+                    f"{want_total:g} samples wanted, {length} drawn ({length // batch} whole batches of {batch})"
+                )
+        else:
+            assert length is not None
+            due = wanted
+            counts = _largest_remainder(length, wanted)
+            if stage.samples is not None and stage.samples != length:
+                notes.append(
+                    f"{stage.samples} samples asked, {length} drawn ({length // batch} whole batches of {batch})"
+                )
+            for s in wanted:
+                owed[s] += counts[s]
+        for s, n in counts.items():
+            if abs(n - due[s]) > 1e-9:
+                notes.append(f"{s}: {due[s]:g} samples due, {n} drawn")
+        draws = tuple(
+            SourceDraw(source=s, wanted=due[s], draws=counts[s], start=drawn[s], samples_per_epoch=samples_per_epoch[s])
+            for s in wanted
+        )
+        for s, n in counts.items():
+            drawn[s] += n
+        results.append(StageResult(stage.name, first, length // batch, length, draws, tuple(notes)))
+        first += length // batch
+    return StagesPlan(tuple(results), batch, dict(samples_per_epoch))
