@@ -1,4 +1,4 @@
-"""The data fingerprint (neox_epoch.fingerprint): read from real .bin/.idx files, compared field by field."""
+"""The data fingerprint (neox_epoch.formats.fingerprint): read from real .bin/.idx files, compared field by field."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import os
 import pytest
 
 from neox_epoch.errors import ConfigError, IndexFileError
-from neox_epoch.fingerprint import DataFingerprint, SourceFingerprint, compare, fingerprint, message
-from neox_epoch.stages import StagesConfig
+from neox_epoch.formats.fingerprint import DataFingerprint, SourceFingerprint, compare, fingerprint, message
+from neox_epoch.plan.stages import StagesConfig
 
 PLAN = StagesConfig.from_mapping(
     {"stages": [{"name": "s1", "passes": {"a": 1}}, {"name": "s2", "passes": {"a": 0.5, "b": 1}}]}

@@ -1,11 +1,11 @@
-"""The stage planner (neox_epoch.stages) and what Megatron-LM phases really build (megatron-core 0.19.2)."""
+"""The stage planner (neox_epoch.plan.stages) and what Megatron-LM phases really build (megatron-core 0.19.2)."""
 
 from __future__ import annotations
 
 import pytest
 
 from neox_epoch.errors import ConfigError, PlanError
-from neox_epoch.stages import Stage, StagesConfig, plan_stages
+from neox_epoch.plan.stages import Stage, StagesConfig, plan_stages
 
 #: samples per epoch of the corpora below at seq_length 32, as megatron-core 0.19.2 builds them
 #: (write_random_corpus(seed 1, 40 docs), (2, 30), (3, 20); test_megatron_phases_repeat checks them)
@@ -138,7 +138,7 @@ def test_megatron_phases_repeat(tmp_path):
     import torch.distributed as dist
     from mcore_phases import epoch_identities, phase_draws, tokens_of
 
-    from neox_epoch.corpus import write_random_corpus
+    from neox_epoch.formats.corpus import write_random_corpus
 
     prefixes = {}
     for name, seed, docs in (("a", 1, 40), ("b", 2, 30), ("c", 3, 20)):

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from neox_epoch.errors import ConfigError
-from neox_epoch.idx import range_token_sums, read_header
+from neox_epoch.formats.idx import range_token_sums, read_header
 
 #: stored with every fingerprint; bump when a field's meaning changes
-FORMAT = "neox_epoch.fingerprint/1"
+FORMAT = "neox_epoch.formats.fingerprint/1"
 _SOURCE_FIELDS = ("idx_bytes", "documents", "tokens", "dtype")
 
 
