@@ -80,6 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.extra = extra
     args.raw_argv = argv
+    args.main = main  # for a command that runs others as typed (demo)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     if not getattr(args, "func", None):
         print(no_command(parser), file=sys.stderr)

@@ -47,8 +47,7 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from neox_epoch.cli import main
-
+    main = args.main  # neox-epoch's own entry point, handed over by the CLI: each plan runs as typed
     prefixes = write_demo_corpus(args.data_dir)
     print(f"demo corpus: {', '.join(p + '.{bin,idx}' for p in prefixes)}\n")
     code = 0

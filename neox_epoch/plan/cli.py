@@ -104,7 +104,7 @@ def register(sub: Any) -> None:
     e.add_argument("--epochs", type=float, help="exactly N passes over every train source (fractional allowed)")
     e.add_argument("--source-epochs", nargs="+", metavar="NAME=E", action=_NameValues,
                    help="per-source passes, e.g. code=2 web=0.5 (its values end at the first token without '=')")
-    p.add_argument("--json", action="store_true", help="print one JSON object (keys documented in the README)")
+    p.add_argument("--json", action="store_true", help="print one JSON object (keys documented in docs/plan.md)")
     p.add_argument("--write-config", metavar="OUT.yml", help="write a NeoX config overlay with train_iters, the "
                    "schedule keys that follow it and the neox_epoch block (for neox-epoch launch or the patched deepy.py)")
     p.add_argument("--full", action="store_true", help="with --write-config: one complete config, the input files "

@@ -69,7 +69,7 @@ class Plan:
     remainder_tokens: int = 0
 
     def to_json(self) -> dict[str, object]:
-        """The stable JSON form documented in the README."""
+        """The stable JSON form documented in docs/plan.md."""
         return {
             "framework": self.framework,
             "framework_version": self.framework_version,

@@ -49,7 +49,7 @@ def register(sub: Any) -> None:
     p.add_argument("--exposure", action="store_true", help="count each source's input tokens by times seen over the "
                    "whole run, resumed and continued unchanged, with the audit's exposure computation (GPT-NeoX: its "
                    "train index files; Megatron-LM: the orders megatron-core builds; megatron-core: needs --cache)")
-    p.add_argument("--json", action="store_true", help="one JSON object (keys in the README)")
+    p.add_argument("--json", action="store_true", help="one JSON object (keys in docs/resume-check.md)")
     p.set_defaults(func=run, accepts_extra=True)
 
 def _megatron_tokens(args: argparse.Namespace) -> list[str] | None:

@@ -10,7 +10,7 @@ from neox_epoch.resume.model import ResumeCheck, SourceExposure
 
 
 def to_json(rc: ResumeCheck) -> dict[str, Any]:
-    """The machine-readable report (keys documented in the README)."""
+    """The machine-readable report (keys documented in docs/resume-check.md)."""
     seq = rc.new.plan.seq_length
     return {
         "checkpoint": rc.old.checkpoint.directory, "iteration": rc.old.checkpoint.iteration,

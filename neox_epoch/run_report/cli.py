@@ -1,8 +1,8 @@
 """``neox-epoch report RUN_LOG_DIR [--html OUT.html] [--audit AUDIT.json] [--json]``.
 
 Reads the run's ``neox_epoch.jsonl`` (a log directory, a directory of launch directories, or the file) and
-writes one self-contained HTML page (atomically) and/or prints the parsed series as JSON (keys in the
-README). Exit 0, or 2 naming the file and line of a bad record.
+writes one self-contained HTML page (atomically) and/or prints the parsed series as JSON (keys in
+docs/report.md). Exit 0, or 2 naming the file and line of a bad record.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def build(path: str, audit_path: str | None = None) -> tuple[series.Series, list
 
 def to_json(s: series.Series, hists: list[exposure.Histogram], notes: list[str],
             rows: list[series.NumberRow]) -> dict[str, Any]:
-    """The parsed series with stable keys (README: "neox-epoch report")."""
+    """The parsed series with stable keys (docs/report.md)."""
     return {
         "files": list(s.files),
         "complete": s.complete,
