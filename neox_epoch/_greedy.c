@@ -88,6 +88,10 @@ static void next_marks(const problem *p, const int64_t *count, double *dnext) {
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define HAVE_AVX2_KERNEL 1
+/* Lane j of row j is 1: the chosen count is incremented as a whole vector (the other lanes get + 0.0, exact). */
+static const double ONEHOT4[4][4] __attribute__((aligned(32))) = {
+    {1.0, 0.0, 0.0, 0.0}, {0.0, 1.0, 0.0, 0.0}, {0.0, 0.0, 1.0, 0.0}, {0.0, 0.0, 0.0, 1.0}};
+
 /* The same rule with AVX2, for any number of sources: the errors w*x - c (a multiply and a subtract,
  * each rounded: no FMA), their maximum, then the FIRST index holding it (ties to the lowest index, as
  * the strict '>' of the scalar loop). Sources are padded to a multiple of 16 with w = 0, c = 1e300 (an
@@ -126,12 +130,14 @@ __attribute__((target("avx2"))) static int run_avx2(const problem *p, int64_t *c
         __m128d h = _mm_max_pd(_mm256_castpd256_pd128(m), _mm256_extractf128_pd(m, 1));
         h = _mm_max_sd(h, _mm_unpackhi_pd(h, h));
         const __m256d vm = _mm256_set1_pd(_mm_cvtsd_f64(h));
-        int best = 0;
-        for (int k = 0; k < NP; k += 4) {
-            int bits = _mm256_movemask_pd(_mm256_cmp_pd(_mm256_load_pd(err + k), vm, _CMP_EQ_OQ));
-            if (bits) { best = k + __builtin_ctz(bits); break; }
+        int k = 0, lane = 0; /* (0, 0) only if no error equals the maximum: NaN weights, as the scalar loop */
+        for (int j = 0; j < NP; j += 4) {
+            int bits = _mm256_movemask_pd(_mm256_cmp_pd(_mm256_load_pd(err + j), vm, _CMP_EQ_OQ));
+            if (bits) { k = j; lane = __builtin_ctz((unsigned)bits); break; }
         }
-        dcount[best] += 1.0;
+        const int best = k + lane;
+        /* a whole-vector update: a scalar store read back by the next step's vector loads would stall them */
+        _mm256_store_pd(dcount + k, _mm256_add_pd(_mm256_load_pd(dcount + k), _mm256_load_pd(ONEHOT4[lane])));
         if (dcount[best] == dnext[best]) {
             int64_t nx = hit_mark(p, best, (int64_t)dcount[best], s, mpos);
             dnext[best] = nx == INT64_MAX ? 1e300 : (double)nx;
