@@ -6,7 +6,7 @@
 Part 1, ns per draw at 2, 8 and 64 sources (random weights log-uniform in 1e-6..1, and equal weights):
 ``new`` is ``blend.greedy_counts`` (the jump where its proof applies, else the replay), ``plain`` is the
 scalar C replay ``_greedy.advance_plain`` (the loop every earlier version ran, threaded as before; ``new``
-uses the AVX2 loop at 17 sources and more where the jump does not apply). The two alternate
+uses the AVX2 loop at 11 sources and more where the jump does not apply). The two alternate
 ``--repeat`` times, the order flipping each time; each line gives the fastest of each, the ratio
 plain/new of the fastest, and whether the counts are equal (they must be).
 
