@@ -23,20 +23,15 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--world", type=int, default=256)
-    ap.add_argument("--repeat", type=int, default=1)
-    args = ap.parse_args()
+def prepare(root: str, n: int) -> list[tuple[str, list[str]]]:
+    """In ``root`` (the working directory): every real config with its data file and an ``n``-GPU hostfile;
+    (the config's path in the tarball, the files to give ``plan``) per config."""
     import numpy as np
     import test_neox_real_configs as real
 
     from neox_epoch.formats.corpus import write_sized_corpus
 
-    root = tempfile.mkdtemp(prefix="real-config-bench-")
-    os.chdir(root)
     configs = real.extract_configs(root)
-    n = args.world
     with open(f"hostfile_{n}", "w", encoding="utf-8") as f:
         f.write("\n".join(f"node{i} slots=8" for i in range(max(1, n // 8))) + "\n")
     with open(f"world_{n}.yml", "w", encoding="utf-8") as f:
@@ -44,7 +39,7 @@ def main() -> None:
     sizes = [int(x) for x in np.random.RandomState(7).randint(300, 20_000, size=40_000)]
     os.makedirs("corpora")
     write_sized_corpus("corpora/corpus", sizes)
-    worst: dict[str, float] = {}
+    cases = []
     for rel in configs:
         stem = os.path.splitext(os.path.basename(rel))[0]
         own = real.data_file(root, rel)
@@ -56,7 +51,22 @@ def main() -> None:
         with open(f"{stem}_data.yml", "w", encoding="utf-8") as f:
             f.write(json.dumps(own) + "\n")
         path, _ = real.advised_copy(root, rel, [f"{stem}_data.yml", f"world_{n}.yml"])
-        files = [path, f"{stem}_data.yml", f"world_{n}.yml"]
+        cases.append((rel, [path, f"{stem}_data.yml", f"world_{n}.yml"]))
+    return cases
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--world", type=int, default=256)
+    ap.add_argument("--repeat", type=int, default=1)
+    args = ap.parse_args()
+    import test_neox_real_configs as real
+
+    root = tempfile.mkdtemp(prefix="real-config-bench-")
+    os.chdir(root)
+    cases = prepare(root, args.world)
+    worst: dict[str, float] = {}
+    for rel, files in cases:
         cells = []
         for kind, extra in (("plan", []), ("exact", ["--epochs", "1"]), ("1e9", ["--epochs", "1e9"])):
             best, code = float("inf"), 0
@@ -67,7 +77,7 @@ def main() -> None:
             worst[kind] = max(worst.get(kind, 0.0), best)
             cells.append(f"{kind} {best:6.3f} s (exit {code})")
         print(f"  {rel:45s} " + "  ".join(cells), flush=True)
-    print(f"slowest at {n} GPUs: " + ", ".join(f"{k} {v:.3f} s" for k, v in worst.items())
+    print(f"slowest at {args.world} GPUs: " + ", ".join(f"{k} {v:.3f} s" for k, v in worst.items())
           + f"  (target < 1 s: {'PASS' if max(worst.values()) < 1.0 else 'FAIL'})")
 
 

@@ -90,6 +90,17 @@ def test_token_sums_stream_in_chunks(fixed_corpus, monkeypatch):
     """Chunked reading gives the same sums as one pass (chunk forced to 2 entries)."""
     lengths = [3, 1, 4, 1, 5, 9, 2, 6]
     p = fixed_corpus("c", lengths)
-    monkeypatch.setattr(idx, "CHUNK", 2)
+    monkeypatch.setattr(idx, "SUM_CHUNK", 2)
     h = idx.read_header(p)
     assert idx.range_token_sums(h, [(0, 8), (1, 6), (3, 4)]) == [31, 20, 1]
+    assert idx.range_token_sums(h, []) == []
+
+
+def test_token_sums_name_a_negative_size_in_a_later_chunk(fixed_corpus, monkeypatch):
+    """The reused buffer still names the damaged entry by its index in the whole array."""
+    p = fixed_corpus("c", [3, 1, 4, 1, 5, 9, 2, 6])
+    h = idx.read_header(p)
+    _patch(p + ".idx", h.sizes_offset + 4 * 5, struct.pack("<i", -7))
+    monkeypatch.setattr(idx, "SUM_CHUNK", 2)
+    with pytest.raises(IndexFileError, match=r"sizes\[5\] = -7, expected >= 0"):
+        idx.range_token_sums(h, [(0, 8)])

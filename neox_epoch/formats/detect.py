@@ -5,10 +5,8 @@ from __future__ import annotations
 import logging
 import os
 import re
-import subprocess
 import sys
 from collections.abc import Sequence
-from importlib import metadata
 
 from neox_epoch.errors import ConfigError
 
@@ -46,6 +44,8 @@ def megatron_core_source(paths: Sequence[str] | None = None) -> tuple[str, str] 
             version = _package_info_version(os.path.join(base, "package_info.py"))
             if version:
                 return version, os.path.join(entry or ".", "megatron", "core", "package_info.py")
+    from importlib import metadata  # here, not at the top: it imports email, csv and zipfile (~25 ms a plan)
+
     try:
         return metadata.version("megatron-core"), "the installed megatron-core package"
     except metadata.PackageNotFoundError:
@@ -62,6 +62,8 @@ def neox_version(neox_dir: str | None = None) -> str:
     """GPT-NeoX has no package version: the short commit of NEOX_DIR if it is a git checkout, else 'unknown'."""
     root = neox_dir or os.environ.get("NEOX_DIR")
     if root and os.path.isdir(os.path.join(root, ".git")):
+        import subprocess  # only for a GPT-NeoX checkout
+
         try:
             out = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5)
             if out.returncode == 0:

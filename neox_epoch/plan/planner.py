@@ -67,7 +67,11 @@ def _check_input(inp: PlanInput) -> None:
 MAX_BLEND_SAMPLES = blend.MAX_DRAWS
 
 
-def _draws(sb: SplitBuild, consumed: int) -> tuple[list[int], int]:
+#: greedy blend counts by (weights, draws), kept between the plans of one exact-mode search
+DrawsMemo = dict[tuple[tuple[float, ...], int], list[int]]
+
+
+def _draws(sb: SplitBuild, consumed: int, memo: DrawsMemo | None = None) -> tuple[list[int], int]:
     """Per dataset draws among the first ``consumed`` samples of the split (and how many were consumed)."""
     n = min(consumed, sb.size)
     if not sb.blended:
@@ -80,7 +84,12 @@ def _draws(sb: SplitBuild, consumed: int) -> tuple[list[int], int]:
             "(a uint8 and an int64 per sample) and no real run draws that many; check train_iters, eval_interval "
             "and eval_iters"
         )
-    return blend.greedy_counts(list(sb.greedy_weights), n), n
+    if memo is None:
+        return blend.greedy_counts(list(sb.greedy_weights), n), n
+    key = (tuple(sb.greedy_weights), n)
+    if key not in memo:
+        memo[key] = blend.greedy_counts(list(sb.greedy_weights), n)
+    return list(memo[key]), n
 
 
 def _epochs_mode(inp: PlanInput) -> bool:
@@ -118,16 +127,10 @@ def _train_iters(inp: PlanInput, builds: list[SplitBuild | None] | None = None) 
     raise PlanError("train_iters: not set; give train_iters (or --train-samples, or train_epochs), or ask for --epochs N")
 
 
-def make_plan(inp: PlanInput, targets: Sequence[int] | None = None, cache: TokenCache | None = None) -> Plan:
-    """Plan ``inp`` as the framework will run it (train_iters, train_samples or NeoX train_epochs required).
-
-    ``cache`` keeps the token sums of (prefix, first, last sequence) between calls, so the exact-mode
-    search reads each .idx once.
-    """
+def _builds(inp: PlanInput, cache: TokenCache) -> tuple[list[SplitBuild | None], int, str]:
+    """The split builds of ``inp``, its train_iters and the line of arithmetic giving them (checked input)."""
     _check_input(inp)
     fw = framework_of(inp)
-    gbs = inp.global_batch_size
-    cache = {} if cache is None else cache
     builds: list[SplitBuild | None] | None = None
     if _epochs_mode(inp):
         builds = fw.split_builds(inp, fw.requests(inp, 0), cache)
@@ -136,6 +139,44 @@ def make_plan(inp: PlanInput, targets: Sequence[int] | None = None, cache: Token
         raise PlanError(f"train_iters: the run gives {train_iters} iterations; expected at least one ({iters_line})")
     if builds is None:
         builds = fw.split_builds(inp, fw.requests(inp, train_iters), cache)
+    return builds, train_iters, iters_line
+
+
+Built = tuple[list[SplitBuild | None], int, str]
+"""What :func:`_builds` returns: the split builds, train_iters and its line of arithmetic."""
+
+
+def _train_screen(inp: PlanInput, built: Built, memo: DrawsMemo) -> tuple[list[int], bool] | None:
+    """What :func:`make_plan` would find for the train split alone: per-source draws (the same exact greedy
+    replay) and whether each source's build holds its draws. None when the train split is empty (make_plan
+    raises). The valid and test splits, warnings and exposure estimates are left out: the exact-mode search
+    screens its candidates with this and plans only the one that passes."""
+    builds, train_iters, _ = built
+    sb = builds[0]
+    if sb is None:
+        return None
+    consumed = framework_of(inp).consumption(inp, train_iters)[0]
+    limit = sb.size if not _epochs_mode(inp) else sb.size // _loader_batch(inp) * _loader_batch(inp)
+    draws, _ = _draws(sb, min(consumed, limit), memo)
+    return draws, all(d.build.samples_built >= n for d, n in zip(sb.datasets, draws))
+
+
+def make_plan(inp: PlanInput, targets: Sequence[int] | None = None, cache: TokenCache | None = None,
+              memo: DrawsMemo | None = None) -> Plan:
+    """Plan ``inp`` as the framework will run it (train_iters, train_samples or NeoX train_epochs required).
+
+    ``cache`` keeps the token sums of (prefix, first, last sequence) between calls, so the exact-mode
+    search reads each .idx once; ``memo`` the greedy blend counts, so its winner's plan replays none twice.
+    """
+    cache = {} if cache is None else cache
+    return _plan_from(inp, _builds(inp, cache), targets, memo)
+
+
+def _plan_from(inp: PlanInput, built: Built, targets: Sequence[int] | None, memo: DrawsMemo | None) -> Plan:
+    """:func:`make_plan` once the split builds are known."""
+    builds, train_iters, iters_line = built
+    fw = framework_of(inp)
+    gbs = inp.global_batch_size
     consumed = fw.consumption(inp, train_iters)
     sources: list[SourcePlan] = []
     blends: list[SplitBlend] = []
@@ -152,7 +193,7 @@ def make_plan(inp: PlanInput, targets: Sequence[int] | None = None, cache: Token
                 raise PlanError("the train split is empty: check split and data paths")
             continue
         limit = sb.size if loader_batch is None else sb.size // loader_batch * loader_batch
-        draws, n = _draws(sb, min(consumed[i], limit))
+        draws, n = _draws(sb, min(consumed[i], limit), memo)
         if consumed[i] > limit:
             full = f" ({limit} in full loader batches of {loader_batch})" if limit != sb.size else ""
             warnings.append(_past_end_warning(inp, sb.split, consumed[i], sb.size, full))
@@ -513,10 +554,14 @@ def _shave(targets: list[int], remainder: int) -> list[int]:
 
 
 def _search_weights(inp: PlanInput, targets: list[int], seeds: int, cache: TokenCache) -> tuple[Plan, list[float]]:
-    """Float weights under which the framework's greedy draws exactly ``targets`` (tried, then verified)."""
+    """Float weights under which the framework's greedy draws exactly ``targets`` (tried, then verified).
+
+    Each candidate is screened by its train draws alone (:func:`_train_screen`: the exact greedy replay, kept in
+    ``memo``); the full plan is built once, for the candidate that passes, reusing that replay, and checked again."""
     import numpy as np
 
     tried = []
+    memo: DrawsMemo = {}
     for k in range(seeds):
         if k == 0:
             w = [float(t) for t in targets]
@@ -525,7 +570,12 @@ def _search_weights(inp: PlanInput, targets: list[int], seeds: int, cache: Token
             w = [float(t) * (1.0 + float(u)) for t, u in zip(targets, rng.uniform(-1e-9, 1e-9, len(targets)) * k)]
         trial = replace(inp, blend_weights_override=tuple(w),
                         neox=replace(inp.neox, exact_requests=tuple(targets) if framework_of(inp).exact_requests else None))
-        plan = make_plan(trial, targets, cache)
+        built = _builds(trial, cache)
+        screen = _train_screen(trial, built, memo)
+        if screen is not None and screen != (targets, True):
+            tried.append(screen[0])
+            continue
+        plan = _plan_from(trial, built, targets, memo)  # the winner (or an empty train split: make_plan's error)
         drawn = [s.samples_drawn for s in plan.sources if s.split == "train"]
         built_ok = all(s.samples_built >= s.samples_drawn for s in plan.sources if s.split == "train")
         if drawn == targets and built_ok:
