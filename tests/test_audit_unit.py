@@ -173,6 +173,7 @@ SHAPES = [
     ([11, 11, 11, 11], 4, 1, 0.3),
     ([200, 150, 5, 1, 77], 16, 2, 2.6),  # wraps: NeoX index % len
     ([7] * 30, 7, 2, 1.0),  # documents exactly one sample long
+    ([(i * 37) % 61 for i in range(150)], 5, 3, 0.6),  # thousands of samples: the draws' bits span many words
 ]
 
 

@@ -107,8 +107,9 @@ class StreamPass:
         self.position, self.buffer = 0, np.empty(0, np.int64)
         self.exposing = draws is not None and kernel is not None and epochs > 0
         self.draws = draws if self.exposing else None
-        self.samples = 0 if draws is None else draws.shape[0]
-        bins = epochs * (int(draws.max()) if draws is not None and draws.size else 0) + 1
+        self.samples = 0 if draws is None else draws.shape[0] * (64 if draws.dtype == np.uint64 else 1)  # (bits past S: 0)
+        top = 0 if draws is None or not draws.size else int(draws.any()) if draws.dtype == np.uint64 else int(draws.max())
+        bins = epochs * top + 1  # (uint64 draws: one bit per sample)
         self.tokens_hist, self.documents_hist = np.zeros(bins, np.int64), np.zeros(bins, np.int64)
         self.stats = np.zeros(4, np.int64)  # never seen, seen unevenly, the ids' mix sum, exposures off the bins
         documents = sizes.shape[0]
