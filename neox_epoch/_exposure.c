@@ -7,7 +7,8 @@
  *   The sizes are `sizes` (int32, by id - first_id) or, with `draws` (each sample's draw count, uint8/16/32, or
  *   uint64 words of one bit per sample when none is drawn twice: 1/8 of the bytes, random reads from cache),
  *   the first of a document's `epochs` int64 in `records` (one cache line); the others are its earlier copies'
- *   positions + 1 (0: not seen yet). A last copy completes the document's exposure: its copies' step functions
+ *   positions + 1 (0: not seen yet); or, `records` with one column fewer (packed: sizes below 2^24, positions + 1
+ *   below 2^40), the first word the size in its low 24 bits under the first copy's position + 1. A last copy completes the document's exposure: its copies' step functions
  *   (a step at each sample boundary inside a copy) summed into the token and document histograms, stats[0] and
  *   stats[1] (never seen, seen unevenly); stats[3] counts exposures outside the histograms (inconsistent inputs).
  *   `sample_draws` ([S, 2] first/last draw of each sample) and `per_document` ([D, 5] min, max, token
@@ -29,7 +30,7 @@
 #include <stdlib.h>
 
 typedef struct {
-    const int32_t *sizes; int64_t *records, epochs;
+    const int32_t *sizes; int64_t *records, epochs, width; int packed;
     const void *draws; int draw_bytes, shift; int64_t seq_length, samples;
     int64_t *tokens_hist, *documents_hist, *stats, bins;
     const int64_t *sample_draws; int64_t *per_document;
@@ -64,6 +65,17 @@ static inline const char *draw_address(const void *draws, int draw_bytes, int64_
     return (const char *)draws + (draw_bytes == 8 ? sample >> 3 : sample * draw_bytes);
 }
 
+/* A document's record: its size, and the position + 1 of its earlier copy `copy` (0: not seen yet), see above. */
+static inline int64_t *record_of(const Pass *pass, int64_t doc) { return pass->records + doc * pass->width; }
+
+static inline int64_t record_size(const Pass *pass, const int64_t *record) {
+    return pass->packed ? record[0] & 0xffffff : record[0];
+}
+
+static inline int64_t record_seen(const Pass *pass, const int64_t *record, int64_t copy) {
+    return !pass->packed ? record[copy + 1] : copy ? record[copy] : (int64_t)((uint64_t)record[0] >> 24);
+}
+
 /* The first and last draws of the samples of one copy at `start` into *first and *last (the manifest). */
 static void copy_draws(const Pass *pass, int64_t start, int64_t size, int64_t *first, int64_t *last) {
     for (int64_t k = sample_of(pass, start); size > 0 && k * pass->seq_length < start + size && k < pass->samples; k++) {
@@ -79,9 +91,9 @@ static void copy_draws(const Pass *pass, int64_t start, int64_t size, int64_t *f
 static void complete(Pass *pass, int64_t doc, int64_t size, int64_t start) {
     int64_t epochs = pass->epochs, *next = pass->scratch, *sample = next + epochs, *draw = sample + epochs;
     int64_t value = 0, first = -1, last = -1;
-    const int64_t *earlier = pass->records + doc * epochs + 1;
+    const int64_t *record = record_of(pass, doc);
     for (int64_t copy = 0; copy < epochs; copy++) {
-        int64_t at = copy + 1 < epochs ? earlier[copy] - 1 : start, k = sample_of(pass, at), i = copy;
+        int64_t at = copy + 1 < epochs ? record_seen(pass, record, copy) - 1 : start, k = sample_of(pass, at), i = copy;
         int64_t boundary = (k + 1) * pass->seq_length - at, count = draw_count(pass, k);
         if (pass->sample_draws) copy_draws(pass, at, size, &first, &last);
         for (; i > 0 && next[i - 1] > boundary; i--)
@@ -124,10 +136,11 @@ static void complete(Pass *pass, int64_t doc, int64_t size, int64_t start) {
 
 /* One copy of document `doc` at `position` with draws: an earlier copy's position kept, or the exposure. */
 static void expose(Pass *pass, int64_t doc, int64_t size, int64_t position) {
-    int64_t *words = pass->records + doc * pass->epochs + 1;
+    int64_t *record = record_of(pass, doc);
     for (int64_t copy = 0; copy + 1 < pass->epochs; copy++)
-        if (!words[copy]) {
-            words[copy] = position + 1;
+        if (!record_seen(pass, record, copy)) {
+            if (pass->packed && !copy) record[0] |= (int64_t)((uint64_t)(position + 1) << 24);
+            else record[copy + !pass->packed] = position + 1;
             return;
         }
     complete(pass, doc, size, position);
@@ -160,7 +173,8 @@ static PyObject *stream(PyObject *self, PyObject *args) {
     if (buffers(objects, views, data, writable, 12)) return NULL;
     const void *draws = data[3];
     int shift = seq_length > 0 && !(seq_length & (seq_length - 1)) ? __builtin_ctzll((unsigned long long)seq_length) : -1;
-    Pass pass = {data[1], data[2], epochs, draws, draws ? (int)views[3].itemsize : 0,
+    int64_t width = views[2].obj && views[2].ndim == 2 ? views[2].shape[1] : 1;
+    Pass pass = {data[1], data[2], epochs, width, width < epochs, draws, draws ? (int)views[3].itemsize : 0,
                  shift, seq_length, samples, data[5], data[6], data[7], draws ? views[5].len / 8 : 0, data[8],
                  data[9], data[10], data[11], malloc((size_t)(epochs > 0 ? 3 * epochs : 1) * sizeof(int64_t))};
     if (!pass.scratch) return release(views, 12), PyErr_NoMemory();
@@ -170,15 +184,15 @@ static PyObject *stream(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     for (int64_t j = 0; j < count; j++) {
         if (j + 64 < count) {
-            if (pass.records) __builtin_prefetch(pass.records + (documents[j + 64] - first_id) * epochs, 1);
+            if (pass.records) __builtin_prefetch(record_of(&pass, documents[j + 64] - first_id), 1);
             else __builtin_prefetch(pass.sizes + documents[j + 64] - first_id);
         }
         if (pass.records && j + 16 < count) {  /* a last copy 16 ahead: the draws at its earlier copies' positions */
-            const int64_t *ahead = pass.records + (documents[j + 16] - first_id) * epochs + 1;
-            for (int64_t copy = 0; copy + 1 < epochs && ahead[epochs - 2]; copy++)
-                __builtin_prefetch(draw_address(draws, pass.draw_bytes, sample_of(&pass, ahead[copy] - 1)));
+            const int64_t *ahead = record_of(&pass, documents[j + 16] - first_id);
+            for (int64_t copy = 0; copy + 1 < epochs && record_seen(&pass, ahead, epochs - 2); copy++)
+                __builtin_prefetch(draw_address(draws, pass.draw_bytes, sample_of(&pass, record_seen(&pass, ahead, copy) - 1)));
         }
-        int64_t doc = documents[j] - first_id, size = pass.records ? pass.records[doc * epochs] : pass.sizes[doc];
+        int64_t doc = documents[j] - first_id, size = pass.records ? record_size(&pass, record_of(&pass, doc)) : pass.sizes[doc];
         id_sum += mix((uint64_t)(int64_t)documents[j]);
         positions[j] = position;
         if (draws) expose(&pass, doc, size, position);
