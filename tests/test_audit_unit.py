@@ -174,6 +174,8 @@ SHAPES = [
     ([200, 150, 5, 1, 77], 16, 2, 2.6),  # wraps: NeoX index % len
     ([7] * 30, 7, 2, 1.0),  # documents exactly one sample long
     ([(i * 37) % 61 for i in range(150)], 5, 3, 0.6),  # thousands of samples: the draws' bits span many words
+    ([3, 9, 1, 6, 12, 2, 5, 8] * 6, 8, 1, 0.6),  # one epoch, documents shorter and longer than a sample
+    ([3, 9, 1, 6, 12, 2, 5, 8] * 6, 8, 2, 1.7),  # two epochs, drawn up to twice (draws as bytes)
 ]
 
 
