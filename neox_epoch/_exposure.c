@@ -4,9 +4,11 @@
  *        documents_hist, stats, sample_draws, per_document, tokens_out, token_starts) -> position
  *   positions[j] = the stream position of entry j of `documents` (int32 ids of a chunk of the document index);
  *   stats[2] += mix(id), checked against mixed(first, stop) x epochs (nothing kept per document to count copies).
- *   The sizes are `sizes` (int32, by id - first_id) or, with `draws` (each sample's draw count, uint8/16/32),
+ *   The sizes are `sizes` (int32, by id - first_id) or, with `draws` (each sample's draw count, uint8/16/32, or
+ *   uint64 words of one bit per sample when none is drawn twice: 1/8 of the bytes, random reads from cache),
  *   the first of a document's `epochs` int64 in `records` (one cache line); the others are its earlier copies'
- *   positions + 1 (0: not seen yet). A last copy completes the document's exposure: its copies' step functions
+ *   positions + 1 (0: not seen yet); or, `records` with one column fewer (packed: sizes below 2^24, positions + 1
+ *   below 2^40), the first word the size in its low 24 bits under the first copy's position + 1. A last copy completes the document's exposure: its copies' step functions
  *   (a step at each sample boundary inside a copy) summed into the token and document histograms, stats[0] and
  *   stats[1] (never seen, seen unevenly); stats[3] counts exposures outside the histograms (inconsistent inputs).
  *   `sample_draws` ([S, 2] first/last draw of each sample) and `per_document` ([D, 5] min, max, token
@@ -16,6 +18,9 @@
  * rows(positions, rows, start, first_row, seq_length, samples) -> the first row i of `rows` (a chunk of the
  *   sample index, int32/int64 [n, 2]: entry, offset) not at positions[entry - start] + offset inside that copy
  *   and at (first_row + i) * seq_length (but row `samples`, whose end the caller checks), or -1.
+ * scatter(ids, store, value, bound) -> (position, mix sum): store[id] = value (a zero value: nothing written) for each
+ *   id of `ids` (uint32 or int64) up to the first outside [0, bound), that id's position (-1: none) and the sum of mix
+ *   over the ids before it (as mixed(ids)); store: zeros, uint8/16/32 by id, or uint64 words of one bit per id.
  * mixed(first, stop) -> the sum (mod 2^64) of mix(x) over x in [first, stop); mixed(ids) -> the same over the ids
  *   (uint32 or int64, >= 0).
  */
@@ -24,15 +29,13 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-typedef struct { int64_t offset, change; } Step;
-
 typedef struct {
-    const int32_t *sizes; int64_t *records, epochs;
+    const int32_t *sizes; int64_t *records, epochs, width; int packed;
     const void *draws; int draw_bytes, shift; int64_t seq_length, samples;
     int64_t *tokens_hist, *documents_hist, *stats, bins;
     const int64_t *sample_draws; int64_t *per_document;
     int32_t *tokens_out; const int64_t *token_starts;
-    Step *steps; int64_t capacity;
+    int64_t *scratch;  /* 3 x epochs: each copy's next boundary (document offset), its sample there, that draw count */
 } Pass;
 
 static inline uint64_t mix(uint64_t x) {  /* splitmix64's finalizer */
@@ -52,81 +55,73 @@ static inline int64_t draw_count(const Pass *pass, int64_t sample) {
     switch (pass->draw_bytes) {
         case 1: return ((const uint8_t *)pass->draws)[sample];
         case 2: return ((const uint16_t *)pass->draws)[sample];
-        default: return ((const uint32_t *)pass->draws)[sample];
+        case 4: return ((const uint32_t *)pass->draws)[sample];
+        default: return (((const uint64_t *)pass->draws)[sample >> 6] >> (sample & 63)) & 1;
     }
 }
 
-static int add_step(Pass *pass, int64_t *count, int64_t offset, int64_t change) {
-    if (*count == pass->capacity) {
-        int64_t grown = pass->capacity ? 2 * pass->capacity : 64;
-        Step *steps = realloc(pass->steps, (size_t)grown * sizeof(Step));
-        if (!steps) return -1;
-        pass->steps = steps, pass->capacity = grown;
-    }
-    pass->steps[(*count)++] = (Step){offset, change};
-    return 0;
+/* Where a sample's draw count is (to prefetch it). */
+static inline const char *draw_address(const void *draws, int draw_bytes, int64_t sample) {
+    return (const char *)draws + (draw_bytes == 8 ? sample >> 3 : sample * draw_bytes);
 }
 
-static int by_offset(const void *left, const void *right) {
-    int64_t a = ((const Step *)left)->offset, b = ((const Step *)right)->offset;
-    return (a > b) - (a < b);
+/* A document's record: its size, and the position + 1 of its earlier copy `copy` (0: not seen yet), see above. */
+static inline int64_t *record_of(const Pass *pass, int64_t doc) { return pass->records + doc * pass->width; }
+
+static inline int64_t record_size(const Pass *pass, const int64_t *record) {
+    return pass->packed ? record[0] & 0xffffff : record[0];
 }
 
-/* The steps of one copy at stream position `start`; adds its first value to *base and its samples'
- * first and last draws to *first and *last. */
-static int copy_steps(Pass *pass, int64_t start, int64_t size, int64_t *base, int64_t *count, int64_t *first,
-                      int64_t *last) {
-    int64_t sample = sample_of(pass, start), end = start + size;
-    *base += draw_count(pass, sample);
-    for (int64_t k = sample; size > 0 && pass->sample_draws && k * pass->seq_length < end && k < pass->samples; k++) {
+static inline int64_t record_seen(const Pass *pass, const int64_t *record, int64_t copy) {
+    return !pass->packed ? record[copy + 1] : copy ? record[copy] : (int64_t)((uint64_t)record[0] >> 24);
+}
+
+/* The first and last draws of the samples of one copy at `start` into *first and *last (the manifest). */
+static void copy_draws(const Pass *pass, int64_t start, int64_t size, int64_t *first, int64_t *last) {
+    for (int64_t k = sample_of(pass, start); size > 0 && k * pass->seq_length < start + size && k < pass->samples; k++) {
         int64_t f = pass->sample_draws[2 * k], l = pass->sample_draws[2 * k + 1];
         if (f >= 0 && (*first < 0 || f < *first)) *first = f;
         if (l > *last) *last = l;
     }
-    for (int64_t boundary = (sample + 1) * pass->seq_length; boundary < end; boundary += pass->seq_length) {
-        sample++;
-        int64_t change = draw_count(pass, sample) - draw_count(pass, sample - 1);
-        if (change && add_step(pass, count, boundary - start, change)) return -1;
-    }
-    return 0;
 }
 
-/* The steps in offset order: a few by insertion, more by qsort. */
-static void sort_steps(Step *steps, int64_t count) {
-    if (count > 16) {
-        qsort(steps, (size_t)count, sizeof(Step), by_offset);
-        return;
+/* The exposure of document `doc` (size `size`), its last copy at `start`: histograms and stats. A copy's boundaries
+ * are seq_length apart from its first, so the copies' boundaries in offset order are, period after period, the copies
+ * in the order of their first boundaries (no sort of the boundaries); the value between two is the draws summed. */
+static void complete(Pass *pass, int64_t doc, int64_t size, int64_t start) {
+    int64_t epochs = pass->epochs, *next = pass->scratch, *sample = next + epochs, *draw = sample + epochs;
+    int64_t value = 0, first = -1, last = -1;
+    const int64_t *record = record_of(pass, doc);
+    for (int64_t copy = 0; copy < epochs; copy++) {
+        int64_t at = copy + 1 < epochs ? record_seen(pass, record, copy) - 1 : start, k = sample_of(pass, at), i = copy;
+        int64_t boundary = (k + 1) * pass->seq_length - at, count = draw_count(pass, k);
+        if (pass->sample_draws) copy_draws(pass, at, size, &first, &last);
+        for (; i > 0 && next[i - 1] > boundary; i--)
+            next[i] = next[i - 1], sample[i] = sample[i - 1], draw[i] = draw[i - 1];
+        next[i] = boundary, sample[i] = k, draw[i] = count;
+        value += count;
     }
-    for (int64_t i = 1; i < count; i++)
-        for (int64_t k = i; k > 0 && steps[k - 1].offset > steps[k].offset; k--) {
-            Step swap = steps[k];
-            steps[k] = steps[k - 1], steps[k - 1] = swap;
+    int64_t low = INT64_MAX, high = -1, total = 0, done = 0;
+    for (int64_t period = 0; done < size; period += pass->seq_length) {
+        for (int64_t copy = 0; copy < epochs && done < size; copy++) {
+            int64_t until = next[copy] + period < size ? next[copy] + period : size;
+            if (until > done) {
+                if (value < 0 || value >= pass->bins) {
+                    pass->stats[3]++;
+                    return;
+                }
+                pass->tokens_hist[value] += until - done;
+                total += value * (until - done);
+                for (int64_t t = done; pass->tokens_out && pass->token_starts[doc] >= 0 && t < until; t++)
+                    pass->tokens_out[pass->token_starts[doc] + t] += (int32_t)value;
+                low = value < low ? value : low;
+                high = value > high ? value : high;
+                done = until;
+            }
+            int64_t count = draw_count(pass, ++sample[copy]);
+            value += count - draw[copy];
+            draw[copy] = count;
         }
-}
-
-/* The exposure of document `doc` (size `size`), its last copy at `start`: histograms and stats. */
-static int complete(Pass *pass, int64_t doc, int64_t size, int64_t start) {
-    int64_t base = 0, count = 0, first = -1, last = -1;
-    const int64_t *earlier = pass->records + doc * pass->epochs + 1;
-    for (int64_t copy = 0; copy < pass->epochs; copy++) {
-        int64_t at = copy + 1 < pass->epochs ? earlier[copy] - 1 : start;
-        if (copy_steps(pass, at, size, &base, &count, &first, &last)) return -1;
-    }
-    sort_steps(pass->steps, count);
-    int64_t value = base, low = INT64_MAX, high = -1, total = 0, done = 0;
-    for (int64_t i = 0; i <= count; i++) {
-        int64_t until = i < count ? pass->steps[i].offset : size;
-        if (until > done) {
-            if (value < 0 || value >= pass->bins) return pass->stats[3]++, 0;
-            pass->tokens_hist[value] += until - done;
-            total += value * (until - done);
-            for (int64_t t = done; pass->tokens_out && pass->token_starts[doc] >= 0 && t < until; t++)
-                pass->tokens_out[pass->token_starts[doc] + t] += (int32_t)value;
-            low = value < low ? value : low;
-            high = value > high ? value : high;
-            done = until;
-        }
-        if (i < count) value += pass->steps[i].change;
     }
     if (size > 0) {
         pass->documents_hist[low]++;
@@ -137,15 +132,18 @@ static int complete(Pass *pass, int64_t doc, int64_t size, int64_t start) {
         int64_t *row = pass->per_document + 5 * doc;
         row[0] = size > 0 ? low : 0, row[1] = size > 0 ? high : 0, row[2] = total, row[3] = first, row[4] = last;
     }
-    return 0;
 }
 
 /* One copy of document `doc` at `position` with draws: an earlier copy's position kept, or the exposure. */
-static int expose(Pass *pass, int64_t doc, int64_t size, int64_t position) {
-    int64_t *words = pass->records + doc * pass->epochs + 1;
+static void expose(Pass *pass, int64_t doc, int64_t size, int64_t position) {
+    int64_t *record = record_of(pass, doc);
     for (int64_t copy = 0; copy + 1 < pass->epochs; copy++)
-        if (!words[copy]) return words[copy] = position + 1, 0;
-    return complete(pass, doc, size, position);
+        if (!record_seen(pass, record, copy)) {
+            if (pass->packed && !copy) record[0] |= (int64_t)((uint64_t)(position + 1) << 24);
+            else record[copy + !pass->packed] = position + 1;
+            return;
+        }
+    complete(pass, doc, size, position);
 }
 
 static void release(Py_buffer *views, int count) {
@@ -175,34 +173,35 @@ static PyObject *stream(PyObject *self, PyObject *args) {
     if (buffers(objects, views, data, writable, 12)) return NULL;
     const void *draws = data[3];
     int shift = seq_length > 0 && !(seq_length & (seq_length - 1)) ? __builtin_ctzll((unsigned long long)seq_length) : -1;
-    Pass pass = {data[1], data[2], epochs, draws, draws ? (int)views[3].itemsize : 0,
+    int64_t width = views[2].obj && views[2].ndim == 2 ? views[2].shape[1] : 1;
+    Pass pass = {data[1], data[2], epochs, width, width < epochs, draws, draws ? (int)views[3].itemsize : 0,
                  shift, seq_length, samples, data[5], data[6], data[7], draws ? views[5].len / 8 : 0, data[8],
-                 data[9], data[10], data[11], NULL, 0};
+                 data[9], data[10], data[11], malloc((size_t)(epochs > 0 ? 3 * epochs : 1) * sizeof(int64_t))};
+    if (!pass.scratch) return release(views, 12), PyErr_NoMemory();
     const int32_t *documents = data[0];
-    int64_t *positions = data[4], count = views[0].len / 4, status = 0;
+    int64_t *positions = data[4], count = views[0].len / 4;
     uint64_t id_sum = 0;
     Py_BEGIN_ALLOW_THREADS
     for (int64_t j = 0; j < count; j++) {
         if (j + 64 < count) {
-            if (pass.records) __builtin_prefetch(pass.records + (documents[j + 64] - first_id) * epochs, 1);
+            if (pass.records) __builtin_prefetch(record_of(&pass, documents[j + 64] - first_id), 1);
             else __builtin_prefetch(pass.sizes + documents[j + 64] - first_id);
         }
         if (pass.records && j + 16 < count) {  /* a last copy 16 ahead: the draws at its earlier copies' positions */
-            const int64_t *ahead = pass.records + (documents[j + 16] - first_id) * epochs + 1;
-            for (int64_t copy = 0; copy + 1 < epochs && ahead[epochs - 2]; copy++)
-                __builtin_prefetch((const char *)draws + sample_of(&pass, ahead[copy] - 1) * pass.draw_bytes);
+            const int64_t *ahead = record_of(&pass, documents[j + 16] - first_id);
+            for (int64_t copy = 0; copy + 1 < epochs && record_seen(&pass, ahead, epochs - 2); copy++)
+                __builtin_prefetch(draw_address(draws, pass.draw_bytes, sample_of(&pass, record_seen(&pass, ahead, copy) - 1)));
         }
-        int64_t doc = documents[j] - first_id, size = pass.records ? pass.records[doc * epochs] : pass.sizes[doc];
+        int64_t doc = documents[j] - first_id, size = pass.records ? record_size(&pass, record_of(&pass, doc)) : pass.sizes[doc];
         id_sum += mix((uint64_t)(int64_t)documents[j]);
         positions[j] = position;
-        if (draws && expose(&pass, doc, size, position)) status = -1;
+        if (draws) expose(&pass, doc, size, position);
         position += size;
     }
     Py_END_ALLOW_THREADS
     pass.stats[2] = (int64_t)((uint64_t)pass.stats[2] + id_sum);
-    free(pass.steps);
+    free(pass.scratch);
     release(views, 12);
-    if (status) return PyErr_NoMemory();
     return PyLong_FromLongLong(position);
 }
 
@@ -232,6 +231,44 @@ static PyObject *rows(PyObject *self, PyObject *args) {
     return PyLong_FromLongLong(bad);
 }
 
+static PyObject *scatter(PyObject *self, PyObject *args) {
+    PyObject *objects[2];
+    Py_buffer views[2] = {{0}};
+    long long value, bound;
+    if (!PyArg_ParseTuple(args, "OOLL", &objects[0], &objects[1], &value, &bound)) return NULL;
+    static const int writable[2] = {0, 1};
+    void *data[2];
+    if (buffers(objects, views, data, writable, 2)) return NULL;
+    int wide = views[0].itemsize == 8, bytes = (int)views[1].itemsize;
+    int64_t count = views[0].len / views[0].itemsize, bad = -1;
+    uint64_t sum = 0;
+    const uint32_t *narrow_ids = data[0];
+    const int64_t *wide_ids = data[0];
+    char *store = data[1];
+    if (bound > (bytes == 8 ? views[1].len * 8 : views[1].len / bytes)) bound = -1;  /* (a caller's error: no write) */
+    Py_BEGIN_ALLOW_THREADS
+    for (int64_t i = 0; i < count; i++) {
+        int64_t ahead = i + 32 < count && value ? (wide ? wide_ids[i + 32] : narrow_ids[i + 32]) : -1;
+        if (ahead >= 0 && ahead < bound) __builtin_prefetch(draw_address(store, bytes, ahead), 1);
+        int64_t id = wide ? wide_ids[i] : narrow_ids[i];
+        if (id < 0 || id >= bound) {
+            bad = i;
+            break;
+        }
+        sum += mix((uint64_t)id);
+        if (!value) continue;
+        switch (bytes) {
+            case 1: ((uint8_t *)store)[id] = (uint8_t)value; break;
+            case 2: ((uint16_t *)store)[id] = (uint16_t)value; break;
+            case 4: ((uint32_t *)store)[id] = (uint32_t)value; break;
+            default: ((uint64_t *)store)[id >> 6] |= (uint64_t)1 << (id & 63);
+        }
+    }
+    Py_END_ALLOW_THREADS
+    release(views, 2);
+    return Py_BuildValue("LK", (long long)bad, (unsigned long long)sum);
+}
+
 static PyObject *mixed(PyObject *self, PyObject *args) {
     long long first = 0, stop = 0;
     PyObject *ids = NULL;
@@ -253,6 +290,7 @@ static PyObject *mixed(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"stream", stream, METH_VARARGS, "The stream pass over a chunk of a document index (see the module comment)."},
     {"rows", rows, METH_VARARGS, "The first sample row off its boundary, or -1 (see the module comment)."},
+    {"scatter", scatter, METH_VARARGS, "Draw counts into a store by sample id (see the module comment)."},
     {"mixed", mixed, METH_VARARGS, "The sum of mix(x) over a range of ids or an array (see the module comment)."},
     {NULL, NULL, 0, NULL},
 };

@@ -173,12 +173,18 @@ SHAPES = [
     ([11, 11, 11, 11], 4, 1, 0.3),
     ([200, 150, 5, 1, 77], 16, 2, 2.6),  # wraps: NeoX index % len
     ([7] * 30, 7, 2, 1.0),  # documents exactly one sample long
+    ([(i * 37) % 61 for i in range(150)], 5, 3, 0.6),  # thousands of samples: the draws' bits span many words
+    ([3, 9, 1, 6, 12, 2, 5, 8] * 6, 8, 1, 0.6),  # one epoch, documents shorter and longer than a sample
+    ([3, 9, 1, 6, 12, 2, 5, 8] * 6, 8, 2, 1.7),  # two epochs, drawn up to twice (draws as bytes)
 ]
 
 
+@pytest.mark.parametrize("packed", [True, False])
 @pytest.mark.parametrize("shape", SHAPES)
-def test_exposure_equals_brute_force(tmp_path, shape):
+def test_exposure_equals_brute_force(tmp_path, monkeypatch, shape, packed):
     lengths, seq, epochs, frac = shape
+    if not packed:  # the stream pass's records as for documents of 2^24 tokens and more: a word per copy
+        monkeypatch.setattr("neox_epoch.audit.exposure.PACKED", 0)
     _, arr = write_neox_index(str(tmp_path), "c", lengths, seq, epochs)
     length = arr["S"] - 1
     consumed = max(1, int(frac * length))

@@ -198,7 +198,8 @@ class Draws:
     """The shuffle pass: a permutation, and each sample's draw count."""
 
     counts: np.ndarray | None
-    """Draw count per sample (None: no consumption, or the shuffle index is not a permutation)."""
+    """Draw count per sample, or uint64 words of one bit per sample (the kernel's, at most one draw each); None: no
+    consumption, or the shuffle index is not a permutation."""
     sample_draws: np.ndarray | None  # `[S, 2]` first and last global draw position of each sample (manifest only).
     first_block_max: int  # The largest id among the first `first_block` entries (-1: not asked).
     findings: tuple[Finding, ...] = ()
@@ -206,38 +207,43 @@ class Draws:
 
 def count_draws(reader: NpyReader, samples: int, consumption: Consumption | None, first_block: int,
                 manifest: bool, progress: Progress, exact: bool = False) -> Draws:
-    """Each id in ``[0, S)`` once; ``counts[shuffle[j]]`` = the draws of dataset index ``j``. Without a consumption
-    the ids' mix sum (the kernel's ``mixed``) says whether they are a permutation; the ``exact`` pass, which counts
-    every id, only runs to say which are missing."""
+    """Each id in ``[0, S)`` once; ``counts[shuffle[j]]`` = the draws of dataset index ``j``. The ids' mix sum (the
+    kernel's ``mixed``) says whether they are a permutation (each count then written once); the ``exact`` pass, which
+    counts every id, runs without the kernel or to say which are missing."""
     path = reader.info.path
     if reader.info.rows != samples:
         return Draws(None, None, -1, (finding(path, "shuffle index length", f"{samples} (rows of the sample index - 1)",
                                               reader.info.rows, MIXED),))
     top = consumption.max_count if consumption is not None else 0
-    hashing = consumption is None and kernel is not None and reader.info.dtype.itemsize in (4, 8) and not exact
-    store = None if hashing else zeros(samples, np.uint8 if top < 254 else np.uint16 if top < 65534 else np.uint32)
+    hashing = kernel is not None and not exact
+    # with the kernel, one bit per sample when none is drawn twice (the stream pass reads them at random: from cache;
+    # not for the manifest, whose sample_draws the kernel reads up to the draws' length)
+    dtype = np.uint64 if hashing and top <= 1 and not manifest else np.uint8 if top < 254 else np.uint16 if top < 65534 else np.uint32
+    store = None if hashing and consumption is None else zeros(-(-samples // 64) if dtype == np.uint64 else samples, dtype)
     sample_draws = np.full((samples, 2), -1, np.int64) if manifest and consumption is not None else None
-    block_max, mix_sum, index = -1, 0, np.empty(STREAM_CHUNK, np.intp)  # numpy scatters twice as fast with intp indices
+    block_max, mix_sum = -1, 0
     for start, ids in reader.chunks(rows=STREAM_CHUNK, progress=progress, label="shuffle"):
-        if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= samples):
+        stop, bad = start + ids.shape[0], -1
+        if ids.size and (kernel is None or store is None) and (int(ids.min()) < 0 or int(ids.max()) >= samples):
             bad = int(np.argmax((ids < 0) | (ids >= samples)))
+        if bad < 0 and store is not None:
+            pieces = consumption.segments(start, stop) if consumption is not None else [(start, stop, 0)]
+            bad, mix = _scatter(store, ids, start, pieces, 0 if hashing else 1, samples)
+        else:
+            mix = kernel.mixed(ids) if hashing and bad < 0 else 0
+        if bad >= 0:
             return Draws(None, None, -1, (finding(path, "shuffle entry", f"sample ids in [0, {samples})",
                                                   f"{int(ids[bad])} at position {start + bad}", MIXED),))
         if start < first_block:
             block_max = max(block_max, int(ids[: first_block - start].max()))
-        if hashing:
-            mix_sum += kernel.mixed(ids)
-            continue
-        stop, chunk = start + ids.shape[0], index[: ids.shape[0]]
-        chunk[...] = ids
-        for lo, hi, count in consumption.segments(start, stop) if consumption is not None else [(start, stop, 0)]:
-            store[chunk[lo - start : hi - start]] = count + 1
+        mix_sum += mix
         if sample_draws is not None and consumption is not None:
-            sample_draws[chunk, 0], sample_draws[chunk, 1] = consumption.first_last(start, stop)
-    if store is None:
+            sample_draws[ids, 0], sample_draws[ids, 1] = consumption.first_last(start, stop)
+    if hashing:
         if mix_sum % (1 << 64) == kernel.mixed(0, samples):
-            return Draws(None, None, block_max)
+            return Draws(store, sample_draws, block_max)
         return count_draws(reader, samples, None, first_block, manifest, progress, exact=True)
+    assert store is not None
     if not store.all():  # (no temporary array of S flags)
         missing = np.flatnonzero(store == 0)
         return Draws(None, None, -1, (finding(
@@ -248,6 +254,24 @@ def count_draws(reader: NpyReader, samples: int, consumption: Consumption | None
     return Draws(store if consumption is not None else None, sample_draws, block_max)
 
 
+def _scatter(store: np.ndarray, ids: np.ndarray, start: int, pieces: list[tuple[int, int, int]], offset: int,
+             samples: int) -> tuple[int, int]:
+    """``store[ids] = draws + offset`` (zeros not written), piece by piece (the kernel's ``scatter``; numpy, with intp
+    indices, the ids checked before): the position in ``ids`` of the first id outside the store (-1: none), and the
+    ids' mix sum (the kernel's; 0 without it)."""
+    mix = 0
+    for lo, hi, count in pieces:
+        part = ids[lo - start : hi - start]
+        if kernel is None:
+            store[part.astype(np.intp)] = count + offset
+            continue
+        bad, part_mix = kernel.scatter(part, store, count + offset, samples)
+        mix += part_mix
+        if bad >= 0:
+            return lo - start + bad, mix
+    return -1, mix
+
+
 class SampleRows:
     """The sample index's rows in order, read in chunks (:func:`check_rows` checks them)."""
 
@@ -255,22 +279,22 @@ class SampleRows:
         self.reader, self.next_row, self.first_row, self.previous = reader, 0, 0, 0
         self.pending = np.zeros((0, 2), np.int64)
 
-    def upto(self, stop: int) -> tuple[int, int, np.ndarray]:
-        """(first row, the document position of the row before it, the next rows whose document position is below
-        ``stop``; rows out of order are cut anywhere, and :func:`check_rows` finds them)."""
-        first, previous, parts = self.first_row, self.previous, []
+    def upto(self, stop: int) -> list[tuple[int, int, np.ndarray]]:
+        """The next rows whose document position is below ``stop``, as pieces (first row, the document position of
+        the row before it, rows), views of the chunks read (rows out of order are cut anywhere: check_rows finds them)."""
+        pieces = []
         while self.pending.shape[0] or self.next_row < self.reader.info.rows:
             if not self.pending.shape[0]:
                 self.pending = self.reader.read(self.next_row, self.next_row + STREAM_CHUNK)
                 self.next_row += self.pending.shape[0]
             cut = bisect_left(self.pending[:, 0], stop)  # (np.searchsorted would copy the strided column)
-            parts.append(self.pending[:cut])
+            if cut:
+                pieces.append((self.first_row, self.previous, self.pending[:cut]))
+                self.previous = int(self.pending[cut - 1, 0])
             self.pending, self.first_row = self.pending[cut:], self.first_row + cut
             if self.pending.shape[0]:
                 break
-        rows = parts[0] if len(parts) == 1 else np.concatenate(parts or [self.pending[:0]])
-        self.previous = int(rows[-1, 0]) if rows.shape[0] else previous
-        return first, previous, rows
+        return pieces
 
     def leftover(self, entries: int) -> Finding | None:
         """A row still unread once the document index ran out."""
@@ -352,11 +376,12 @@ def walk_stream(doc_r: NpyReader, sample_r: NpyReader, walker: StreamPass, sampl
         positions = walker.advance(ids)
         if tail is not None and tail_from is not None and start + ids.shape[0] > tail_from:
             tail[ids[max(0, tail_from - start) :] - walker.first_id] = True
-        if problem is None:
-            first_row, previous, block = rows.upto(start + ids.shape[0])
+        for first_row, previous, block in rows.upto(start + ids.shape[0]) if problem is None else []:
             found_last, problem = check_rows(sample_r.info.path, first_row, previous, block, start, positions, samples,
                                              walker.seq_length)
             last = found_last if found_last is not None else last
+            if problem is not None:
+                break
     problem = problem or rows.leftover(doc_r.info.rows)
     copies = None
     if not walker.copies_match():  # the mix sum says they are not all `epochs` (or there is no kernel): count them
