@@ -158,3 +158,32 @@ def test_phase_plans_equal_megatron_lm_0_19(data: dict[str, str], tmp_path: Any)
     # the real numbers of docs/stages-research.md: requests 124, 144, 236; b trained again in phase 3
     assert [truth[f"issue-phase-{k}"]["num_samples"][0] for k in (1, 2, 3)] == [124, 144, 236]
     assert json.dumps(truth["exact-phase-3"]["draws_at"]) == "[82, 152]"
+
+
+@pytest.mark.megatron_lm
+@frameworks.needs_stack("today")
+def test_resume_check_into_the_next_phase(data: dict[str, str], tmp_path: Any) -> None:
+    """A checkpoint Megatron-LM 0.19's own code saved at the transition (iteration 15 of 30, global batch 4),
+    resumed into phase 2 with the same --data-path: phase 2 trains phase 1's 60 samples of a again, in the same
+    order, from its own dataset's sample 0 (not consumed_train_samples 60), and 63 of a's 123 are never reached."""
+    import os
+    import subprocess
+    import sys
+
+    phased = line("--train-samples", "120", "--phase-transition-iterations", "15", "--data-path", data["a"])
+    save = str(tmp_path / "ckpt")
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "megatron_lm_checkpoint.py")
+    made = subprocess.run([sys.executable, script, save, "15", "1", *phased], env=frameworks.megatron_lm_today_env(),
+                          capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0, made.stderr[-3000:]
+    r = subprocess.run([sys.executable, "-m", "neox_epoch.cli", "resume-check", save, *phased, "--world-size", "1",
+                        "--json"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1, r.stderr
+    out = json.loads(r.stdout)
+    assert (out["consumed_samples"], out["start_sample"]) == (60, 0)
+    assert out["findings"] == [
+        "phase-repeat: a: phase 2 trains 60 of its 60 draws again: phase 1's first 60 samples, in the same order (same "
+        "--seed, documents and epochs built; Megatron-LM starts each phase at its sample 0); a continuation would "
+        "start at its draw 60 (pass 1, sample 60)",
+        "phase-never: a: after phase 2, 63 of its 123 samples are trained by no phase (each drew its first 60 at most)"]
+    assert out["notes"][0] == "phase 2 of 2: iterations 15..29, the last phase"
