@@ -172,7 +172,7 @@ def _order(sp: SourcePlan, mi: MegatronInput) -> tuple[object, ...]:
             sp.separate_final_epoch, a.split if not mi.inp.per_split_paths else None)
 
 
-def _phase_input(mi: MegatronInput, first: int, end: int) -> MegatronInput:
+def phase_input(mi: MegatronInput, first: int, end: int) -> MegatronInput:
     """The phase's plan input: the builder asked what Megatron-LM asks at ``first``, the phase trains its samples."""
     a, run = mi.args, mi.run
     g = run.global_batch_size
@@ -231,7 +231,7 @@ def plan_phases(base: Sequence[str], groups: Mapping[int, Sequence[str]], versio
     drawn: dict[str, list[PhaseSource]] = {}
     for k, mi in enumerate(lines):
         start, end = bounds[k], bounds[k + 1]
-        pmi = _phase_input(mi, start, end)
+        pmi = phase_input(mi, start, end)
         plan = make_plan(pmi.inp)
         rows = []
         for sp in (s for s in plan.sources if s.split == "train"):
@@ -382,7 +382,6 @@ def _check_whole_batches(out: Sequence[ExactPhase], per_phase: Sequence[dict[str
     global batches leaves a remainder undrawn, which the next phase (starting at sample 0) never reaches."""
     import math
 
-    later = {name for targets in per_phase[1:] for name, p in targets.items() if p}
     totals = []
     for k, p in enumerate(out):
         wanted = {s.name: round(p.targets.get(s.name, p.targets.get(s.prefix, 0)) * s.samples_per_epoch)
@@ -392,7 +391,6 @@ def _check_whole_batches(out: Sequence[ExactPhase], per_phase: Sequence[dict[str
                  and any(per_phase[j].get(s.name) for j in range(k + 1, len(per_phase)))]
         if short:
             totals.append((k, sum(wanted.values()), short))
-    del later
     if not totals:
         return
     k, total, short = totals[0]

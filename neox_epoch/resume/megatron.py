@@ -262,7 +262,7 @@ def phase_check(ckpt: Checkpoint, argv: list[str], version: str, new_mi: Megatro
     batch``, not at consumed_train_samples. Entering a new phase, each source starts at its sample 0: findings name
     the samples of each source that the phase trains again (an earlier phase's first ones, same order) and those
     no phase has reached; the earlier phases are planned with the checkpoint's saved command line."""
-    from neox_epoch.plan.phases import _phase_input, plan_phases
+    from neox_epoch.plan.phases import phase_input, plan_phases
 
     g = new_mi.run.global_batch_size
     transitions = list(new_mi.args.phase_transition_iterations or ())
@@ -270,7 +270,7 @@ def phase_check(ckpt: Checkpoint, argv: list[str], version: str, new_mi: Megatro
     first = max(b for b in bounds[:-1] if b <= it)
     end = min((b for b in bounds[1:] if b > it), default=bounds[-1])
     number = bounds.index(first) + 1
-    pmi = _phase_input(new_mi, first, end)
+    pmi = phase_input(new_mi, first, end)
     plan = make_plan(pmi.inp)
     follows = any(bool(t.lstrip("-").replace("-", "_") in SCHEDULER_FLAGS) for t in argv)
     new = _new_run(pmi, plan, follows)
