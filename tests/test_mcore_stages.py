@@ -97,8 +97,8 @@ def _span(start_draws: tuple[int, int]) -> tuple[int, int]:
     return start, start + draws
 
 
-def test_counters_show_stage_and_cumulative_passes_and_guard_the_fingerprint(corpora: dict[str, str],
-                                                                            tmp_path: Path) -> None:
+def test_counters_show_stage_and_cumulative_passes_and_guard_the_fingerprint(
+        corpora: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     init_gloo()
     config = gpt_config([corpora[n] for n in "abc"], str(tmp_path / "cache"))
     setup = exact_stages(config, ISSUE, GBS)
@@ -127,6 +127,13 @@ def test_counters_show_stage_and_cumulative_passes_and_guard_the_fingerprint(cor
     assert ("neox_epoch/stage", 2.0, 32) in scalars
     # a's pass 2 starts at its 124th draw, the last sample of stage 1 (blend position 123)
     assert ("a", 2, 123) in c.pass_starts()
+    # the report page shows the stage (and its JSON lists it)
+    from neox_epoch.cli import main
+
+    assert main(["report", str(run), "--json", "--html", str(tmp_path / "report.html")]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["stages"] == [{"launch": 1, "stage": "s2", "iteration": 32, "planned_iteration": 31}]
+    assert "<h2>Data stages</h2>" in (tmp_path / "report.html").read_text()
 
     # resume on the same data: exact continuation through the end; cumulative passes = the plan
     again = live_counters(staged, setup, active=False)
