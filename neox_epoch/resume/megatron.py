@@ -306,8 +306,12 @@ def _phase_entry(ckpt: Checkpoint, argv: list[str], version: str, number: int, p
     except NeoxEpochError as err:
         return [], [f"the phases before {number} are not compared: the checkpoint's saved args do not plan as a "
                     f"phased run ({err})"]
-    notes = [f"phases 1..{number - 1} planned with the checkpoint's saved command line (a checkpoint keeps only its "
-             "last launch's args)"]
+    from neox_epoch.plan.phases import source_line
+
+    earlier = "phase 1" if number == 2 else f"phases 1..{number - 1}"
+    notes = [f"{earlier} planned with the checkpoint's saved command line (a checkpoint keeps only its last launch's "
+             "args)"]
+    notes += [f"phase {number}: {source_line(s)}" for s in pp.phases[number - 1].sources]
     findings: list[str] = []
     upto = pp.phases[:number]
     for s in pp.phases[number - 1].sources:
@@ -324,9 +328,6 @@ def _phase_entry(ckpt: Checkpoint, argv: list[str], version: str, number: int, p
                 f"phase-reorder: {s.name}: phase {number} draws it in another order than the earlier phases (seed or "
                 f"epochs built differ): its {s.draws} draws overlap the {at} samples of pass {done + 1} already "
                 "trained at random, not a continuation")
-        elif s.earlier_draws:
-            notes.append(f"{s.name}: earlier phases drew exactly {done} whole pass(es); phase {number} starts pass "
-                         f"{done + 1} at its sample 0: a continuation")
         rows = [r for ph in upto for r in ph.sources if r.name == s.name and r.draws]
         if len(rows) > 1 and len({r.order for r in rows}) == 1 and all(r.draws <= n and r.epochs_built == 1
                                                                       for r in rows):
