@@ -178,3 +178,20 @@ def test_errors_are_one_line(corpora: dict[str, str], tmp_path: Path) -> None:
         exact_stages(config, {"stages": [{"name": "x", "passes": {"d": 1}}]}, GBS)
     with pytest.raises(PlanError, match=r"^source 'a': the stages ask 1.5 passes \(s1: 1, s2: 0.5\), over max_passes 1; "):
         exact_stages(config, {**ISSUE, "max_passes": 1}, GBS)
+
+
+def test_blend_per_split_builds_the_same_stages(corpora: dict[str, str], tmp_path: Path) -> None:
+    """A config with blend_per_split (train entry only) plans and builds the same stages as blend + split 100,0,0."""
+    from megatron.core.datasets.gpt_dataset import GPTDatasetConfig
+
+    init_gloo()
+    config = GPTDatasetConfig(random_seed=1234, sequence_length=32, blend_per_split=[([corpora[n] for n in "abc"], None),
+                                                                                     None, None],
+                              path_to_cache=str(tmp_path / "cache"), tokenizer=null_tokenizer(), reset_position_ids=False,
+                              reset_attention_mask=False, eod_mask_loss=False, create_attention_mask=False)
+    per_split = build_stages(exact_stages(config, ISSUE, GBS))
+    plain = build_stages(exact_stages(gpt_config([corpora[n] for n in "abc"], str(tmp_path / "cache2")), ISSUE, GBS))
+    assert np.array_equal(per_split.dataset_index, plain.dataset_index)
+    assert np.array_equal(per_split.dataset_sample_index, plain.dataset_sample_index)
+    for i in (0, 200, 503):
+        assert np.array_equal(per_split[i]["tokens"], plain[i]["tokens"])

@@ -136,7 +136,7 @@ def exact_stages(config: Any, stages: StagesConfig | Mapping[str, Any], global_b
     naming a source outside the blend and :class:`~neox_epoch.errors.PlanError` for targets over ``max_passes``
     (before anything is built)."""
     stages = _stages_config(stages)
-    version, inp, _specs, prefixes, _per_split = plan_input(config, global_batch_size, version=version)
+    version, inp, _specs, prefixes, per_split = plan_input(config, global_batch_size, version=version)
     base = make_plan(dataclasses.replace(inp, train_iters=1))
     train = [s for s in base.sources if s.split == "train"]
     names = _source_names(train, stages)
@@ -155,8 +155,12 @@ def exact_stages(config: Any, stages: StagesConfig | Mapping[str, Any], global_b
         arithmetic=(), settings={"targets": [totals[s.name] for s in train], "stages": renamed.to_mapping()},
         remainder_samples=0, remainder_tokens=0)
     base_config = _with_fields(config, mid_level_dataset_surplus=0.0)
-    source_configs = tuple(_with_fields(base_config, blend=([prefixes[k]], None), blend_per_split=None)
-                           for k in range(len(train)))
+    if per_split:  # the train entry alone, the whole prefix (as blend_per_split reads it)
+        source_configs = tuple(_with_fields(base_config, blend=None, blend_per_split=[([prefixes[k]], None), None, None])
+                               for k in range(len(train)))
+    else:
+        source_configs = tuple(_with_fields(base_config, blend=([prefixes[k]], None), blend_per_split=None)
+                               for k in range(len(train)))
     return StagesSetup(config=base_config, stages=renamed, stages_plan=plan, plan=counted,
                        source_configs=source_configs, version=version)
 
