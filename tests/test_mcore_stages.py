@@ -159,8 +159,26 @@ def test_counters_show_stage_and_cumulative_passes_and_guard_the_fingerprint(
     assert str(err.value).startswith("counters state: the data changed since the checkpoint: stage 2 ")
     assert "\n" not in str(err.value)
 
+    # resume-check prints the fingerprint comparison (from the run log's checkpoint record, the run's cache)
+    from neox_epoch.resume.mcore import fingerprint_lines
+
+    cache = str(tmp_path / "cache")
+    assert fingerprint_lines(state, cache) == ([], ["data fingerprint: unchanged since the checkpoint (sources a, b, c, "
+                                                    "seq_length 32, seed 1234, 3 stages)"])
+    ds_config = tmp_path / "ds.json"
+    ds_config.write_text(json.dumps({"train_batch_size": 4, "train_micro_batch_size_per_gpu": 4,
+                                     "gradient_accumulation_steps": 1}))
+
     # another corpus under the same name: refused, naming the source and the numbers
     write_random_corpus(corpora["b"], 9, 30)
+    assert fingerprint_lines(state, cache) == (["data-changed: the data changed since the checkpoint: source 'b' tokens "
+                                                "2,639 -> 3,465 (the counters refuse this resume unless "
+                                                "data_change_intended)"], [])
+    capsys.readouterr()
+    assert main(["resume-check", str(run), str(ds_config), "--world-size", "1", "--cache", cache, "--json"]) == 1
+    checked = json.loads(capsys.readouterr().out)
+    assert checked["findings"][0].startswith("data-changed: the data changed since the checkpoint: source 'b' tokens")
+    assert checked["notes"][-1].startswith("a staged run (saved in stage s2)")
     setup4 = exact_stages(config, ISSUE, GBS)
     with pytest.raises(CountersStateError) as err:
         live_counters(staged, setup4, active=False).load_state_dict(state)
