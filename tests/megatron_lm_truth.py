@@ -19,6 +19,8 @@ Each case runs in a forked worker (Megatron-LM is imported once, before forking)
    ``BlendedMegatronDatasetBuilder(GPTDataset, sizes, is_built_on_rank, config).build()``;
 7. with a batch-size ramp or a step schedule, the training loop's ``update_num_microbatches(consumed,
    consistency_check=True)`` (and, for the schedule, its check that microbatches never decrease);
+(5. with ``"iteration": I``: the launch that resumes at iteration I, e.g. a phase's at its transition; with
+``"draws_at": N`` the per-source draws among the train split's first N positions are recorded as ``draws_at``.)
 8. with ``"resume_at": C, "resume_iteration": I`` in the case, a resume of this build at C consumed samples
    after iteration I: Megatron-LM's own ``MegatronPretrainingSampler`` from C for every data-parallel rank,
    its micro batches taken for the iterations up to ``train_iters`` (or until it runs out), and the blend's
@@ -365,6 +367,14 @@ def _record(ds: Any) -> Any:
     return _gpt_record(ds)
 
 
+def _draws_at(train: Any, n: int) -> list[int]:
+    """Per source, the samples among the train dataset's first ``n`` positions (what a phase trains from sample 0)."""
+    if type(train).__name__ != "BlendedDataset":
+        return [min(n, len(train))]
+    index = np.asarray(train.dataset_index[:n], dtype=np.int64)
+    return np.bincount(index, minlength=len(train.datasets)).tolist()
+
+
 def _run_case(case: dict[str, Any]) -> dict[str, Any]:
     """All stages of one case; the first refusal ends it."""
     import torch.distributed as dist
@@ -383,7 +393,9 @@ def _run_case(case: dict[str, Any]) -> dict[str, Any]:
         _stage("num_microbatches_calculator", _init_calculator, args)
         out["scheduler"] = _stage("get_optimizer_param_scheduler", _scheduler, args)
         out["train_iters"] = args.train_iters
-        args.iteration = 0  # a new run: pretrain() sets it to 0 when no checkpoint is loaded
+        # a new run: pretrain() sets it to 0 when no checkpoint is loaded; "iteration": I is a launch resumed at I (a
+        # phase's launch at its transition: load_checkpoint sets args.iteration)
+        args.iteration = int(case.get("iteration", 0))
         sizes = _stage("get_train_valid_test_num_samples", M["training"].get_train_valid_test_num_samples)
         out["num_samples"] = list(sizes)
         config = _stage("core_gpt_dataset_config_from_args", M["pretrain_gpt"].core_gpt_dataset_config_from_args, args)
@@ -404,6 +416,8 @@ def _run_case(case: dict[str, Any]) -> dict[str, Any]:
         out["splits"] = {name: _record(ds) for name, ds in zip(SPLITS, datasets)}
         _stage("train", _train_consistency, args)
         _record_consumed(args, out)
+        if "draws_at" in case:
+            out["draws_at"] = _draws_at(datasets[0], int(case["draws_at"]))
         if "resume_at" in case:
             out["resume"] = _resume(args, datasets[0], int(case["resume_at"]), int(case["resume_iteration"]),
                                     os.path.join(case["cache_dir"], f"tokens-{case['id']}") if case.get("tokens") else "")

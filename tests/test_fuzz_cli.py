@@ -146,3 +146,26 @@ def test_pasted_lines_never_traceback(data_dir, capsys, pieces, split_at):
     argv = ["plan", "--framework-version", "0.16.1", *tokens[:split_at], *flags, *tokens[split_at:]]
     rc, err = _run(argv, capsys)
     _assert_clean(rc, err, argv)
+
+
+#: pieces of a phased command line: phase groups (good and bad), transitions, lengths and per-phase passes
+PHASE_PIECES = [["--phase", "2"], ["--phase", "3"], ["--phase", "x"], ["--phase"], ["--phase", "0"],
+                ["--phase-transition-iterations", "5"], ["--phase-transition-iterations", "5,8"],
+                ["--phase-transition-iterations", "x"], ["--train-samples", "40"], ["--train-samples", "8"],
+                ["--train-iters", "10"], ["--source-epochs", "good=1"], ["--source-epochs", "good=0.5"],
+                ["--epochs", "1"], ["--epochs", "-1"], ["--data-path", "GOOD"], ["--data-path", "1", "GOOD"],
+                ["--global-batch-size", "3"], ["--seed", "7"], ["--json"]]
+
+
+@SETTINGS
+@given(pieces=st.lists(st.sampled_from(PHASE_PIECES), max_size=7))
+def test_phased_lines_never_traceback(data_dir, capsys, pieces):
+    """--phase groups and --phase-transition-iterations in any order and any count after valid Megatron-LM flags:
+    a plan (0) or one line (2), never a traceback."""
+    good = os.path.join(data_dir, "good")
+    flags = ["--data-path", good, "--micro-batch-size", "1", "--lr", "1e-4", "--eval-interval", "10", "--seq-length",
+             "64", "--global-batch-size", "4", "--train-samples", "40", "--phase-transition-iterations", "5"]
+    tokens = [good if t == "GOOD" else t for piece in pieces for t in piece]
+    argv = ["plan", "--framework-version", "0.19.2", *flags, *tokens]
+    rc, err = _run(argv, capsys)
+    _assert_clean(rc, err, argv)

@@ -12,9 +12,17 @@ a change at a resume) got it there. Which source each position comes from is wha
   logging step, the counts at ``consumed_samples`` = the row of the block below it plus a ``bincount``
   of at most ``block`` entries.
 
-The state is ``consumed_samples`` and the per-source draws; :meth:`LiveCounters.load_state_dict` checks the
-saved draws against the dataset at the saved position, so a resume whose dataset was built differently
-(another blend, or a plan made for another global batch) fails in one line instead of counting wrong.
+The state is ``consumed_samples``, the per-source draws and the data fingerprint
+(:mod:`neox_epoch.formats.fingerprint`: per source name, .idx size, documents, tokens, dtype; seq_length,
+seed and the stage plan); :meth:`LiveCounters.load_state_dict` refuses a fingerprint that differs (a stage
+plan changed only after the saved stage is fine) and checks the saved draws against the dataset at the saved
+position, so a resume whose dataset was built differently (another corpus, another blend, or a plan made for
+another global batch) fails in one line instead of counting wrong. States saved before the fingerprint
+(the same format, ``"neox_epoch.mcore.counters/1"``, without its key) are still read.
+
+Over the staged dataset of :func:`neox_epoch.mcore.stages.build_stages` the counters also show the stage (a
+``stage_start`` record and log line at each boundary, ``stage`` in every counters record, the scalar
+``neox_epoch/stage``) and count passes past the one epoch built (pass 2 replays pass 1's order).
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from neox_epoch.errors import ConfigError, NeoxEpochError
+from neox_epoch.formats.fingerprint import DataFingerprint, compare, fingerprint, message
 from neox_epoch.formats.runlog import (
     JsonlSink,
     Marker,
@@ -148,11 +157,19 @@ class LiveCounters:
         self._counts: BlendCounts | DirectCounts = (
             BlendCounts(train_dataset.dataset_index, len(train), self.size, block) if blended
             else DirectCounts(self.size))
+        self.stages = getattr(plan_or_setup, "stages_plan", None)
+        """The :class:`~neox_epoch.plan.stages.StagesPlan` of a staged dataset (None: no stages)."""
+
+        def passes_counted(sp: Any) -> int:  # a staged source replays its one epoch: count its draws' passes
+            return max(sp.epochs_built, 1) if self.stages is None else -(-sp.samples_drawn // sp.samples_per_epoch)
+
         self.sources = tuple(
             SourceCounter(sp.name, sp.samples_per_epoch,
-                          tuple(k * sp.samples_per_epoch for k in range(1, max(sp.epochs_built, 1))),
+                          tuple(k * sp.samples_per_epoch for k in range(1, passes_counted(sp))),
                           float(sp.passes))
             for sp in train)
+        self.fingerprint = _fingerprint_of(plan, plan_or_setup, datasets)
+        """The data fingerprint saved in the state (None when the seed is unknown)."""
         starts: list[tuple[int, int, int]] = []  # (blend position, source, pass number)
         for i, s in enumerate(self.sources):
             for j, b in enumerate(s.boundaries):
@@ -171,6 +188,7 @@ class LiveCounters:
         self.iteration = 0
         self.consumed_samples = 0
         self._next = 0
+        self._stage = 0  # index of the stage the last step trained in (staged datasets)
         self._began = False
         self.global_batch_size: int | None = None
         """The samples of the last iteration stepped (the global batch training draws; None: not seen yet)."""
@@ -229,8 +247,35 @@ class LiveCounters:
         self.iteration, self.consumed_samples = int(iteration), c
         if self._next < len(self._start_positions) and self._start_positions[self._next] < c:
             self._fire()
+        if self.stages is not None:
+            self._stage_step()
         if self.active and self.iteration % self.log_interval == 0:
             self._record()
+
+    def stage_at(self, consumed_samples: int) -> int:
+        """0-based index of the stage that trained the last of ``consumed_samples`` samples (0 before any)."""
+        assert self.stages is not None
+        last = max(int(consumed_samples) - 1, 0)
+        return next((k for k, st in enumerate(self.stages.stages)
+                     if last < (st.first_iteration + st.iterations) * self.stages.global_batch_size),
+                    len(self.stages.stages) - 1)
+
+    def _stage_step(self) -> None:
+        assert self.stages is not None
+        now = self.stage_at(self.consumed_samples)
+        while self._stage < now:
+            self._stage += 1
+            st = self.stages.stages[self._stage]
+            if not self.active:
+                continue
+            state = self.passes_at(st.first_iteration * self.stages.global_batch_size)
+            log.info("neox_epoch: stage %s starts at iteration %d (planned %d); cumulative passes: %s", st.name,
+                     self.iteration, st.first_iteration, fmt(state))
+            self.sink.write({"event": "stage_start", "iteration": self.iteration, "stage": st.name,
+                             "planned_iteration": st.first_iteration, "consumed_samples": self.consumed_samples,
+                             "sources": state})
+            if self._write is not None:
+                self._write({"neox_epoch/stage": float(self._stage + 1)}, self.iteration)
 
     def _fire(self) -> None:
         while self._next < len(self._start_positions) and self._start_positions[self._next] < self.consumed_samples:
@@ -249,9 +294,14 @@ class LiveCounters:
     def _record(self) -> None:
         state = self.passes_at(self.consumed_samples)
         self._last_record = self.iteration
-        self.sink.write(counters_record(self.iteration, self.consumed_samples, state))
+        record = counters_record(self.iteration, self.consumed_samples, state)
+        scalars = counter_scalars(state)
+        if self.stages is not None:
+            record["stage"] = self.stages.stages[self._stage].name
+            scalars["neox_epoch/stage"] = float(self._stage + 1)
+        self.sink.write(record)
         if self._write is not None:
-            self._write(counter_scalars(state), self.iteration)
+            self._write(scalars, self.iteration)
 
     # ------------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -262,20 +312,28 @@ class LiveCounters:
                  "samples": dict(zip((s.name for s in self.sources), self.counts_at(self.consumed_samples))),
                  "global_batch_size_planned": int(self.plan.global_batch_size), "dataset_size": self.size,
                  "global_batch_size": self.global_batch_size}
+        if self.fingerprint is not None:
+            state["fingerprint"] = self.fingerprint.to_dict()
+        if self.stages is not None:
+            state["stage"] = self.stages.stages[self.stage_at(self.consumed_samples)].name
         if self.active:
             self.sink.write({"event": "checkpoint", "iteration": self.iteration, "counters": state})
         return state
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+    def load_state_dict(self, state: Mapping[str, Any], *, data_change_intended: bool = False) -> None:
         """Continue from a checkpoint's :meth:`state_dict` (the global batch may differ from the saved run's).
 
-        The saved per-source draws must equal this dataset's draws at the saved ``consumed_samples``; else
-        :class:`CountersStateError` names the source and both numbers."""
+        A saved data fingerprint that differs from this run's stops the resume with one line naming what changed
+        (a stage plan changed only after the saved stage is not a change of what was trained), unless
+        ``data_change_intended``. The saved per-source draws must equal this dataset's draws at the saved
+        ``consumed_samples``; else :class:`CountersStateError` names the source and both numbers."""
         if not isinstance(state, Mapping) or state.get("format") != STATE_FORMAT:
             got = state.get("format") if isinstance(state, Mapping) else type(state).__name__
             raise CountersStateError(f"counters state: format {got!r}, expected {STATE_FORMAT!r}; pass what "
                                      "LiveCounters.state_dict() returned")
         c, it = int(state["consumed_samples"]), int(state["iteration"])
+        if not data_change_intended:
+            self._check_fingerprint(state, c)
         saved: Mapping[str, int] = state["samples"]
         names = [s.name for s in self.sources]
         if sorted(saved) != sorted(names):
@@ -294,6 +352,7 @@ class LiveCounters:
                     "and epochs) or start the counters without the state")
         self.iteration, self.consumed_samples = it, c
         self._next = bisect.bisect_left(self._start_positions, c)
+        self._stage = self.stage_at(c) if self.stages is not None else 0
         self._last_record = None
         self._began = False
         self._begin(it)
@@ -303,6 +362,22 @@ class LiveCounters:
             self._resumed = {"event": "resume", "iteration": it, "consumed_samples": c, "sources": st,
                              "global_batch_size_planned": state.get("global_batch_size_planned"),
                              "saved_global_batch_size": state.get("global_batch_size")}
+
+    def _check_fingerprint(self, state: Mapping[str, Any], consumed: int) -> None:
+        saved = state.get("fingerprint")
+        if saved is None or self.fingerprint is None:
+            return  # a state saved before fingerprints (or a run whose seed is unknown): the draws check remains
+        try:
+            old = DataFingerprint.from_dict(saved)
+        except (ConfigError, KeyError, TypeError, ValueError) as err:
+            raise CountersStateError(f"counters state: fingerprint unreadable ({err}); pass what "
+                                     "LiveCounters.state_dict() returned") from err
+        diffs = compare(old, self.fingerprint)
+        done = self.stage_at(consumed) + 1 if self.stages is not None else 0
+        kept = [d for d in diffs if not (d.what.startswith("stage ") and d.what[6:].isdigit() and int(d.what[6:]) > done)]
+        if kept:
+            raise CountersStateError(f"counters state: {message(kept)}; resume on the data the checkpoint trained on, "
+                                     "or load_state_dict(state, data_change_intended=True) if the change is intended")
 
     def _write_resume(self) -> None:
         """The resume record, once the first step after it showed the global batch training now draws: a
@@ -334,6 +409,22 @@ class LiveCounters:
             log_final(log, report)
             self.sink.write(report)
         return report
+
+
+def _fingerprint_of(plan: Plan, plan_or_setup: Any, datasets: list[Any]) -> DataFingerprint | None:
+    """The run's data fingerprint: the train prefixes, seq_length, the seed (the setup's config, else the built
+    dataset's) and the stage plan; None when no seed is known."""
+    config = getattr(plan_or_setup, "config", None) or getattr(datasets[0] if datasets else None, "config", None)
+    seed = getattr(config, "random_seed", None)
+    if seed is None:
+        return None
+    stages = plan.settings.get("stages")
+    try:
+        return fingerprint([sp.prefix for sp in plan.sources if sp.split == "train"], int(plan.seq_length), int(seed),
+                           stages if isinstance(stages, Mapping) else None)
+    except NeoxEpochError as err:  # e.g. two prefixes with the same last path component: the draws check remains
+        log.warning("neox_epoch: no data fingerprint in the counters' state: %s", err)
+        return None
 
 
 def live_counters(train_dataset: Any, plan_or_setup: Any, *, log_dir: str | None = None, writer: Any = None,

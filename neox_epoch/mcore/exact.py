@@ -99,22 +99,10 @@ def _with_fields(config: Any, **changes: Any) -> Any:
     return dataclasses.replace(config, **{k: v for k, v in changes.items() if k in names})
 
 
-def exact_config(
-    config: Any,
-    epochs: float | Mapping[str, float],
-    global_batch_size: int,
-    *,
-    eval_interval: int = 1000,
-    eval_iters: int = 0,
-    version: str | None = None,
-) -> ExactSetup:
-    """Plan exactly ``epochs`` passes over the train split of ``config`` (a megatron-core GPTDatasetConfig).
-
-    ``epochs`` is one number for every source or ``{name: epochs}`` (name = the prefix's basename, or the
-    prefix itself); fractions are allowed. ``eval_interval``/``eval_iters`` size the valid and test splits
-    as Megatron-LM does (``eval_iters=0``: no evaluation). ``version`` overrides the installed
-    megatron-core version. Raises :class:`PlanError` when the passes cannot be exact.
-    """
+def plan_input(config: Any, global_batch_size: int, *, eval_interval: int = 1000, eval_iters: int = 0,
+               version: str | None = None) -> tuple[str, PlanInput, tuple[SourceSpec, ...], list[str], bool]:
+    """(version, plan input, train specs, train prefixes, per-split?) of a GPTDatasetConfig, as megatron-core
+    ``version`` (default: the installed one) builds it."""
     version = version or megatron_core_version()
     if not version:
         raise ConfigError("megatron-core is not installed and no version was given: pip install megatron-core")
@@ -138,6 +126,27 @@ def exact_config(
             renormalize_blend_weights=bool(getattr(config, "renormalize_blend_weights", False)),
         ),
     )
+    return version, inp, specs, prefixes, per_split
+
+
+def exact_config(
+    config: Any,
+    epochs: float | Mapping[str, float],
+    global_batch_size: int,
+    *,
+    eval_interval: int = 1000,
+    eval_iters: int = 0,
+    version: str | None = None,
+) -> ExactSetup:
+    """Plan exactly ``epochs`` passes over the train split of ``config`` (a megatron-core GPTDatasetConfig).
+
+    ``epochs`` is one number for every source or ``{name: epochs}`` (name = the prefix's basename, or the
+    prefix itself); fractions are allowed. ``eval_interval``/``eval_iters`` size the valid and test splits
+    as Megatron-LM does (``eval_iters=0``: no evaluation). ``version`` overrides the installed
+    megatron-core version. Raises :class:`PlanError` when the passes cannot be exact.
+    """
+    version, inp, specs, prefixes, per_split = plan_input(config, global_batch_size, eval_interval=eval_interval,
+                                                         eval_iters=eval_iters, version=version)
     passes = passes_per_source(epochs, specs)
     plan = exact_plan(inp, passes)
     _check_no_spillover(plan, specs, passes)

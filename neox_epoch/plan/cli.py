@@ -283,6 +283,8 @@ def run_megatron(args: argparse.Namespace) -> int:
     if args.configs and any(c.endswith((".yml", ".yaml")) for c in args.configs):
         raise ConfigError("give NeoX config files or Megatron-LM flags (--data-path ...), not both")
     version = mcore_version(args)
+    if _phased(_plan_argv(args)):
+        return run_phases(args, version)
     argv = mp.megatron_argv(_plan_argv(args))
     wants_exact = args.epochs is not None or bool(args.source_epochs)
     if wants_exact and not any(t.partition("=")[0] in ("--train-iters", "--train-samples") for t in argv):
@@ -326,6 +328,51 @@ def run_megatron(args: argparse.Namespace) -> int:
         print(f"note: {note}")
     if targets:
         print(f"\nflags for exact passes (paste after your command line; the last one wins):\n  {plan.settings['megatron_flags']}")
+    return 0
+
+
+def _phased(tokens: list[str]) -> bool:
+    """A command line with ``--phase K`` groups or ``--phase-transition-iterations``: planned phase by phase."""
+    from neox_epoch.plan.phases import PHASE_OPTION
+
+    return any(t.partition("=")[0] in (PHASE_OPTION, "--phase-transition-iterations") for t in tokens)
+
+
+def run_phases(args: argparse.Namespace, version: str) -> int:
+    """A phased Megatron-LM command line: every phase as Megatron-LM builds it; with passes, each phase's flags."""
+    from neox_epoch.plan import from_megatron as mp
+    from neox_epoch.plan import phases as ph
+
+    base, raw_groups = ph.split_phase_groups(_plan_argv(args))
+    targets: dict[int, dict[str, float]] = {}
+    base_targets, base_rest = ph.phase_targets(base)
+    if base_targets is not None:
+        targets[1] = base_targets
+    groups: dict[int, list[str]] = {}
+    for k, tokens in raw_groups.items():
+        own, rest = ph.phase_targets(tokens)
+        if own is not None:
+            targets[k] = own
+        groups[k] = mp.megatron_argv(rest)
+    argv = mp.megatron_argv(base_rest)
+    if args.write_config:
+        raise ConfigError("--write-config: writes a NeoX config; for Megatron-LM paste the flags exact mode prints")
+    exact: list[ph.ExactPhase] = []
+    if targets:
+        exact, pp = ph.exact_phases(argv, groups, version, targets)
+    else:
+        pp = ph.plan_phases(argv, groups, version)
+    if args.json:
+        print(json.dumps(ph.phases_json(pp, exact), indent=1, sort_keys=False))
+        return 0
+    print("\n".join(ph.phase_report(pp)))
+    for p in exact:
+        print(f"\nphase {p.number} ({', '.join(f'{k}={v:g}' for k, v in p.targets.items())}: {p.iterations} iterations, "
+              f"{p.samples} samples; remainder {p.plan.remainder_samples} samples not drawn): flags for its launch "
+              f"(paste after that phase's command line; the last one wins):\n  {p.flags}")
+    if exact:
+        print("\nexact: every phase draws whole passes of each source it continues (Megatron-LM starts each phase at "
+              "its sources' sample 0, so only a source's last phase may draw part of a pass)")
     return 0
 
 

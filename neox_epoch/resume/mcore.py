@@ -110,6 +110,55 @@ def exposures(group: names.CacheGroup, sources: list[str], resumed: int, continu
                                                                  blends[continued].sources))
 
 
+def _cached_sources(cache: str) -> dict[str, dict[str, Any]]:
+    """Per source name (the prefix's last path component), the description of a train GPTDataset in ``cache``."""
+    out: dict[str, dict[str, Any]] = {}
+    for group in names.discover([cache]):
+        if group.kind != names.MCORE or group.is_blend or names.DESCRIPTION not in group.files:
+            continue
+        with open(group.files[names.DESCRIPTION], encoding="utf-8") as f:
+            described = json.load(f)
+        path = described.get("dataset_path")
+        if isinstance(path, str):
+            out.setdefault(os.path.basename(path), described)
+    return out
+
+
+def fingerprint_lines(state: dict[str, Any], cache: str | None) -> tuple[list[str], list[str]]:
+    """(findings, notes): the checkpoint's data fingerprint against the data its cache's datasets were built from
+    now (``data-changed`` naming what changed), or what it holds when there is nothing to compare with."""
+    from neox_epoch.errors import NeoxEpochError
+    from neox_epoch.formats.fingerprint import DataFingerprint, compare, fingerprint, message
+
+    saved = state.get("fingerprint")
+    if not isinstance(saved, dict):
+        return [], []  # a state saved before the fingerprint: nothing to compare
+    try:
+        old = DataFingerprint.from_dict(saved)
+    except (NeoxEpochError, KeyError, TypeError, ValueError) as err:
+        return [], [f"the counters' data fingerprint is unreadable ({err})"]
+    held = (f"sources {', '.join(x.name for x in old.sources)}, seq_length {old.seq_length}, seed {old.seed}"
+            + (f", {len((old.stages or {}).get('stages') or [])} stages" if old.stages else ""))
+    if cache is None:
+        return [], [f"the checkpoint's data fingerprint ({held}); give --cache to compare it with the data now"]
+    described = _cached_sources(cache)
+    missing = [x.name for x in old.sources if x.name not in described]
+    if missing:
+        return [], [f"the checkpoint's data fingerprint ({held}) not compared: {cache} has no train GPTDataset of "
+                    f"{', '.join(missing)}"]
+    first = described[old.sources[0].name]
+    try:
+        now = fingerprint([str(described[x.name]["dataset_path"]) for x in old.sources],
+                          int(first.get("sequence_length", old.seq_length)), int(first.get("random_seed", old.seed)),
+                          old.stages)
+    except NeoxEpochError as err:  # e.g. a relative dataset_path read from elsewhere: nothing known to compare
+        return [], [f"the checkpoint's data fingerprint ({held}) not compared: {err}"]
+    diffs = compare(old, now)
+    if diffs:
+        return [f"data-changed: {message(diffs)} (the counters refuse this resume unless data_change_intended)"], []
+    return [], [f"data fingerprint: unchanged since the checkpoint ({held})"]
+
+
 def check(ckpt: Checkpoint, ds_config: str, world_size: int | None, cache: str | None,
           exposure: bool = False) -> ResumeCheck:
     """resume-check of a megatron-core run's DeepSpeed checkpoint resumed with the DeepSpeed config ``ds_config``."""
@@ -131,10 +180,17 @@ def check(ckpt: Checkpoint, ds_config: str, world_size: int | None, cache: str |
                         f"(({size} - {consumed}) % {batch}); a global batch dividing {left} draws them all")
     source_names = list(saved)
     seq_length, found = 0, ()
-    if cache is None:
+    more_findings, more_notes = fingerprint_lines(state, cache)
+    findings += more_findings
+    notes += more_notes
+    if cache is not None and "stage" in state:
+        notes.append(f"a staged run (saved in stage {state['stage']}): its per-source draws come from the stage plan "
+                     "(neox_epoch.mcore.build_stages), not from a cached blend; they are not compared here")
+        sources: tuple[SourceDelta, ...] = ()
+    elif cache is None:
         notes.append("per-source draws after the resume need the blend's dataset_index: give --cache (the run's "
                      "path_to_cache)")
-        sources: tuple[SourceDelta, ...] = ()
+        sources = ()
     else:
         group, index, seq_length = _blend(cache, size, source_names)
         before = np.bincount(index[:consumed], minlength=len(source_names))

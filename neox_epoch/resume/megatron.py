@@ -210,6 +210,8 @@ def check(ckpt: Checkpoint, argv: Sequence[str], version: str, exposure: bool = 
     if consumed == 0 and it > 0 and not saved_args.get("train_samples"):
         consumed, how = it * gbs, f"consumed = iteration * global_batch_size = {it} * {gbs} = {it * gbs} (none saved)"
     new_mi = megatron_input(list(argv), version)
+    if new_mi.args.phase_transition_iterations and new_mi.args.train_samples:
+        return phase_check(ckpt, list(argv), version, new_mi, it, consumed, how)
     overridden: list[str] = []
     if new_mi.args.override_ckpt_iteration is not None:
         it, consumed, how, overridden = override_iteration(new_mi, gbs, consumed)
@@ -248,3 +250,89 @@ def check(ckpt: Checkpoint, argv: Sequence[str], version: str, exposure: bool = 
                        tuple(notes), consumed, semantics=f"Megatron-LM {new_mi.args.megatron_lm_version}", valid=valid,
                        test=end_test(new_mi.args.eval_iters, new_mi.run.global_batch_size,
                                      split_samples(new.plan, "test"), "Megatron-LM"), exposures=found)
+
+
+# ------------------------------------------------------------------------------------------------ phases
+
+
+def phase_check(ckpt: Checkpoint, argv: list[str], version: str, new_mi: MegatronInput, it: int, consumed: int,
+                how: str) -> ResumeCheck:
+    """A resume with --phase-transition-iterations (Megatron-LM 0.19, docs/stages-research.md): the launch builds
+    the current phase's train dataset only and starts its loader at ``(iteration - last transition) x global
+    batch``, not at consumed_train_samples. Entering a new phase, each source starts at its sample 0: findings name
+    the samples of each source that the phase trains again (an earlier phase's first ones, same order) and those
+    no phase has reached; the earlier phases are planned with the checkpoint's saved command line."""
+    from neox_epoch.plan.phases import phase_input, plan_phases
+
+    g = new_mi.run.global_batch_size
+    transitions = list(new_mi.args.phase_transition_iterations or ())
+    bounds = [0, *transitions, int(new_mi.args.train_samples or 0) // g]
+    first = max(b for b in bounds[:-1] if b <= it)
+    end = min((b for b in bounds[1:] if b > it), default=bounds[-1])
+    number = bounds.index(first) + 1
+    pmi = phase_input(new_mi, first, end)
+    plan = make_plan(pmi.inp)
+    follows = any(bool(t.lstrip("-").replace("-", "_") in SCHEDULER_FLAGS) for t in argv)
+    new = _new_run(pmi, plan, follows)
+    at = (it - first) * g
+    requested = int(pmi.inp.mcore.num_samples[0] or 0) if pmi.inp.mcore.num_samples else 0
+    start = ResumeStart(at, at, f"start = (iteration - last transition) * global_batch_size = ({it} - {first}) * {g} = "
+                                f"{at} in phase {number}'s own train dataset ({requested} samples asked of the builder), "
+                                f"not consumed_train_samples {consumed} (Megatron-LM "
+                                f"{new_mi.args.megatron_lm_version}, --phase-transition-iterations)")
+    old = OldRun(ckpt, g, consumed, how, None)
+    notes = [f"phase {number} of {len(bounds) - 1}: iterations {first}..{end - 1}; this launch saves and exits at "
+             f"iteration {end}" if end < bounds[-1] else f"phase {number} of {len(bounds) - 1}: iterations "
+             f"{first}..{end - 1}, the last phase"]
+    findings: list[str] = []
+    if number > 1 and it == first:
+        found, more = _phase_entry(ckpt, argv, version, number, plan_phases)
+        findings += found
+        notes += more
+    elif it != first:
+        notes.append(f"a resume inside phase {number}: Megatron-LM rebuilds the phase's whole dataset and starts at "
+                     f"its sample {at}; with the command line the phase started with, it continues exactly")
+    valid, valid_findings = valid_start(ckpt.values, it, new_mi, new.plan)
+    return ResumeCheck(old, new, start, "Megatron-LM", (), tuple(findings + valid_findings), tuple(notes), consumed,
+                       semantics=f"Megatron-LM {new_mi.args.megatron_lm_version}", valid=valid,
+                       test=end_test(new_mi.args.eval_iters, g, split_samples(new.plan, "test"), "Megatron-LM"))
+
+
+def _phase_entry(ckpt: Checkpoint, argv: list[str], version: str, number: int, plan_phases: Any,
+                 ) -> tuple[list[str], list[str]]:
+    """(findings, notes) for a launch entering phase ``number``: per source, what it trains again and never reaches."""
+    try:
+        pp = plan_phases(argv_from_args(ckpt.values, version), {number: argv}, version)
+    except NeoxEpochError as err:
+        return [], [f"the phases before {number} are not compared: the checkpoint's saved args do not plan as a "
+                    f"phased run ({err})"]
+    from neox_epoch.plan.phases import source_line
+
+    earlier = "phase 1" if number == 2 else f"phases 1..{number - 1}"
+    notes = [f"{earlier} planned with the checkpoint's saved command line (a checkpoint keeps only its last launch's "
+             "args)"]
+    notes += [f"phase {number}: {source_line(s)}" for s in pp.phases[number - 1].sources]
+    findings: list[str] = []
+    upto = pp.phases[:number]
+    for s in pp.phases[number - 1].sources:
+        n = s.samples_per_epoch
+        done, at = divmod(s.earlier_draws, n)
+        if s.again and at:
+            findings.append(
+                f"phase-repeat: {s.name}: phase {number} trains {s.again} of its {s.draws} draws again: phase "
+                f"{s.again_phase}'s first {s.again} samples, in the same order (same --seed, documents and epochs "
+                f"built; Megatron-LM starts each phase at its sample 0); a continuation would start at its draw "
+                f"{s.earlier_draws} (pass {done + 1}, sample {at})")
+        elif s.other_order and at:
+            findings.append(
+                f"phase-reorder: {s.name}: phase {number} draws it in another order than the earlier phases (seed or "
+                f"epochs built differ): its {s.draws} draws overlap the {at} samples of pass {done + 1} already "
+                "trained at random, not a continuation")
+        rows = [r for ph in upto for r in ph.sources if r.name == s.name and r.draws]
+        if len(rows) > 1 and len({r.order for r in rows}) == 1 and all(r.draws <= n and r.epochs_built == 1
+                                                                      for r in rows):
+            never = n - max(r.draws for r in rows)
+            if never and at:
+                findings.append(f"phase-never: {s.name}: after phase {number}, {never} of its {n} samples are "
+                                f"trained by no phase (each drew its first {max(r.draws for r in rows)} at most)")
+    return findings, notes

@@ -93,13 +93,20 @@ def run(args: argparse.Namespace) -> int:
     if not args.html and not args.json:
         raise log.RunLogError("report: nothing to write; give --html OUT.html and/or --json")
     s, hists, notes, rows = build(args.run, args.audit)
+    launches = log.read_run(args.run).launches
     if args.html:
-        write_text_atomic(args.html, page.render(s, hists, notes, rows, args.title or "neox-epoch run report"))
+        write_text_atomic(args.html, page.render(s, hists, notes, rows, args.title or "neox-epoch run report",
+                                                 launches))
         _readable(args.html)
         if not args.json:
             print(f"neox-epoch report: wrote {args.html} ({len(s.launches)} launches, {len(s.sources)} sources, "
                   f"last iteration {s.last_iteration} of {s.train_iters})")
     if args.json:
-        json.dump(to_json(s, hists, notes, rows), sys.stdout, indent=1)
+        out = to_json(s, hists, notes, rows)
+        stages = [{"launch": k, "stage": st.stage, "iteration": st.iteration, "planned_iteration": st.planned_iteration}
+                  for k, la in enumerate(launches, start=1) for st in la.stage_starts]
+        if stages:  # staged runs only (megatron-core stages)
+            out["stages"] = stages
+        json.dump(out, sys.stdout, indent=1)
         sys.stdout.write("\n")
     return 0

@@ -18,7 +18,7 @@ from neox_epoch.formats.runlog import JSONL_NAME, read_jsonl
 from neox_epoch.util.values import is_whole
 
 #: events the report reads; others (future writers) are skipped
-EVENTS = ("plan", "counters", "pass_start", "resume", "final")
+EVENTS = ("plan", "counters", "pass_start", "resume", "final", "stage_start")
 
 
 class RunLogError(NeoxEpochError):
@@ -79,6 +79,16 @@ class PassStart:
 
 
 @dataclass(frozen=True)
+class StageStart:
+    """A data stage starting (megatron-core staged datasets: neox_epoch.mcore.stages)."""
+
+    line: int
+    iteration: int
+    stage: str
+    planned_iteration: int
+
+
+@dataclass(frozen=True)
 class Resume:
     line: int
     iteration: int
@@ -119,6 +129,7 @@ class Launch:
     pass_starts: tuple[PassStart, ...]
     resume: Resume | None
     final: Final | None
+    stage_starts: tuple[StageStart, ...] = ()
 
     def source(self, name: str) -> PlanSource | None:
         return next((s for s in self.sources if s.name == name), None)
@@ -283,6 +294,7 @@ class _Builder:
         self.names = {s.name for s in plan["sources"]}
         self.counters: list[Snapshot] = []
         self.pass_starts: list[PassStart] = []
+        self.stage_starts: list[StageStart] = []
         self.resume: Resume | None = None
         self.final: Final | None = None
 
@@ -300,6 +312,13 @@ class _Builder:
                                   f"({sorted(self.names)})")
             self.pass_starts.append(PassStart(number, _int(obj, "iteration", at), src, _int(obj, "pass", at),
                                               _int(obj, "sample", at)))
+        elif event == "stage_start":
+            at = f"{where}: stage_start"
+            stage = obj.get("stage")
+            if not isinstance(stage, str) or not stage:
+                raise RunLogError(f"{at}: \"stage\": expected the stage's name, found {_short(stage)}")
+            self.stage_starts.append(StageStart(number, _int(obj, "iteration", at), stage,
+                                                _int(obj, "planned_iteration", at)))
         elif event == "resume":
             if self.resume is not None or self.counters:
                 raise RunLogError(f"{where}: a second \"resume\" or one after counters in the same launch (plan at "
@@ -329,4 +348,4 @@ class _Builder:
         iters = r.train_iters if r is not None and r.train_iters is not None else p["train_iters"]
         return Launch(self.path, self.line, p["iteration"], iters, batch or p["train_batch_size"], p["seq_length"],
                       p["mode"], p["separate_epochs"], p["weights"], p["sources"], tuple(self.counters),
-                      tuple(self.pass_starts), self.resume, self.final)
+                      tuple(self.pass_starts), self.resume, self.final, tuple(self.stage_starts))

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from html import escape
 
 from neox_epoch.run_report.exposure import AUDIT, ESTIMATED, Histogram
+from neox_epoch.run_report.log import Launch
 from neox_epoch.run_report.series import NumberRow, Series, short_path
 from neox_epoch.run_report.svg import colour, histogram_plot, passes_plot
 
@@ -104,7 +106,19 @@ def _histograms(hists: list[Histogram], names: list[str], notes: list[str]) -> s
     return f"<div class=hists>{plots}</div>{table}{how}{warn}"
 
 
-def render(series: Series, hists: list[Histogram], notes: list[str], rows: list[NumberRow], title: str) -> str:
+def _stages(launches: Sequence[Launch]) -> str:
+    """The data stages that started (staged megatron-core runs), or nothing."""
+    rows = [f"<tr><td>{k}</td><td class=l>{_e(st.stage)}</td><td>{st.iteration:,d}</td><td>{st.planned_iteration:,d}"
+            f"</td></tr>" for k, la in enumerate(launches, start=1) for st in la.stage_starts]
+    if not rows:
+        return ""
+    return ("<h2>Data stages</h2><p class=note>Each stage_start record: the iteration whose samples begin the stage "
+            "(the first logged step past its first sample) and the planned boundary.</p><table><tr><th>launch</th>"
+            f"<th class=l>stage</th><th>started at iteration</th><th>planned</th></tr>{''.join(rows)}</table>")
+
+
+def render(series: Series, hists: list[Histogram], notes: list[str], rows: list[NumberRow], title: str,
+           launches: Sequence[Launch] = ()) -> str:
     names = [s.name for s in series.sources]
     status = ("trained to its end" if series.complete
               else "<span class=warn>not trained to its end</span>")
@@ -122,6 +136,7 @@ def render(series: Series, hists: list[Histogram], notes: list[str], rows: list[
         "resumes with what changed (dashed), early stops (red), the planned train_iters (dotted). Hover for the "
         "numbers.</p>"
         f"{passes_plot(series)}"
+        f"{_stages(launches)}"
         "<h2>Resumes and stops</h2>"
         f"{_marks(series)}"
         f"{_launch_table(series)}"
