@@ -79,6 +79,8 @@ def to_json(s: series.Series, hists: list[exposure.Histogram], notes: list[str],
                      "planned_passes": r.planned_passes, "tokens": r.tokens, "input_tokens": r.input_tokens,
                      "arithmetic": r.arithmetic()} for r in rows],
         "exposure": {"sources": {h.source: h.to_json() for h in hists}, "notes": list(notes)},
+        **({"stages": {**s.stages, "started": [{"iteration": it, "stage": k, "name": n}
+                                               for it, k, n in s.stage_starts]}} if s.stages else {}),
     }
 
 
