@@ -178,7 +178,8 @@ def test_stages_counters_and_tensorboard_equal_the_recorded_draws(staged: tuple[
         (10, "one"), (20, "one"), (30, "two"), (40, "two"), (50, "two"), (60, "three"), (70, "three"), (80, "three"),
         (90, "three"), (92, "three")]
     starts = [(r["iteration"], r["stage"], r["name"]) for r in records if r["event"] == "stage_start"]
-    assert starts == [(25, 2, "two"), (53, 3, "three")]  # stage 2 in the first launch, stage 3 after the resume
+    # stages 1 and 2 start in the first launch, stage 3 after the resume (at iteration 40)
+    assert starts == [(1, 1, "one"), (25, 2, "two"), (53, 3, "three")]
     passes = [(r["source"], r["pass"], r["iteration"]) for r in records if r["event"] == "pass_start"]
     # a's pass 2 starts with stage 2 (iteration 25); b's pass 2 and c's with stage 3 (c's pass 2 inside it)
     assert passes[:1] == [("a", 2, 25)] and ("b", 2, 53) in passes
@@ -189,7 +190,7 @@ def test_stages_counters_and_tensorboard_equal_the_recorded_draws(staged: tuple[
         assert [(s, int(v)) for s, v in tb[f"neox_epoch/samples/{name}"]] == [(i, int(cum[name][i])) for i in steps]
     assert [(s, int(v)) for s, v in tb["neox_epoch/stage"]] == [
         (10, 1), (20, 1), (30, 2), (40, 2), (50, 2), (60, 3), (70, 3), (80, 3), (90, 3), (92, 3)]
-    assert tb["neox_epoch/stage_start"] == [[25, 2.0], [53, 3.0]]
+    assert tb["neox_epoch/stage_start"] == [[1, 1.0], [25, 2.0], [53, 3.0]]
 
 
 def test_stages_resume_on_a_changed_corpus_stops_with_the_fingerprint_line(staged: tuple[Run, Any]) -> None:
@@ -206,3 +207,42 @@ def test_stages_resume_on_a_changed_corpus_stops_with_the_fingerprint_line(stage
         state = json.load(f)
     assert [s["name"] for s in state["fingerprint"]["sources"]] == ["a", "b", "c"]
     assert state["stage_boundaries"] == [0, 24, 52]
+
+
+def test_resume_check_prints_the_fingerprint_comparison(staged: tuple[Run, Any]) -> None:
+    import subprocess
+    import sys
+
+    run, _ = staged
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
+
+    def check(config: str) -> dict[str, Any]:
+        r = subprocess.run([sys.executable, "-m", "neox_epoch.cli", "resume-check", run.path("ckpt-at-stop"),
+                            run.path(config), "--json"], capture_output=True, text=True, env=env, timeout=300)
+        assert r.returncode in (0, 1), r.stderr
+        return dict(json.loads(r.stdout))
+
+    same = check("resumed.yml")  # the config the resumed launch used: nothing changed
+    assert same["findings"] == [] and "data fingerprint: unchanged since the checkpoint" in same["notes"]
+    changed = check("changed.yml")
+    (finding,) = [f for f in changed["findings"] if f.startswith("data-changed:")]
+    assert "source 'c' tokens 6,205 -> 6,215" in finding and "source 'a'" not in finding
+
+
+def test_report_page_shows_the_stages(staged: tuple[Run, Any]) -> None:
+    import subprocess
+    import sys
+
+    run, _ = staged
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
+    html = run.path("report.html")
+    r = subprocess.run([sys.executable, "-m", "neox_epoch.cli", "report", run.path("logs", "epoch"), "--html", html,
+                        "--json"], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    stages = json.loads(r.stdout)["stages"]
+    assert stages["boundaries"] == [24, 52]
+    assert stages["started"] == [{"iteration": 1, "stage": 1, "name": "one"}, {"iteration": 25, "stage": 2, "name": "two"},
+                                 {"iteration": 53, "stage": 3, "name": "three"}]
+    with open(html, encoding="utf-8") as f:
+        page = f.read()
+    assert "<h2>Stages</h2>" in page and "<td class=l>three</td><td>53..92</td><td>53</td>" in page

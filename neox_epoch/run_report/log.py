@@ -18,7 +18,7 @@ from neox_epoch.formats.runlog import JSONL_NAME, read_jsonl
 from neox_epoch.util.values import is_whole
 
 #: events the report reads; others (future writers) are skipped
-EVENTS = ("plan", "counters", "pass_start", "resume", "final")
+EVENTS = ("plan", "counters", "pass_start", "stage_start", "resume", "final")
 
 
 class RunLogError(NeoxEpochError):
