@@ -220,3 +220,24 @@ def test_fingerprint_allows_changes_to_stages_not_started(staged_config):  # typ
     assert fp.message(diffs).startswith("the data changed since the checkpoint: source 'c' idx_bytes")
     assert "source 'c' tokens 6,205 -> 6,215" in fp.message(diffs)
     assert os.path.isfile(str(tmp / "c.idx"))
+
+
+def test_changing_later_stages_keeps_every_draw_before_them():
+    """A resume after the plan of later stages changed: the draws of the started stages are the same samples at
+    the same positions (stage order and each source's own order), so the resume stays exact."""
+    from neox_epoch.plan.stages import StagesConfig, plan_stages
+
+    spe = {"a": 96, "b": 64, "c": 48}
+
+    def order(stages):  # type: ignore[no-untyped-def]
+        plan = plan_stages(StagesConfig.from_mapping({"stages": stages}), spe, 4)
+        counts = [[st.draw_of(s).draws if st.draw_of(s) else 0 for s in spe] for st in plan.stages]
+        starts = [[st.draw_of(s).start if st.draw_of(s) else 0 for s in spe] for st in plan.stages]
+        return plan, draw_order(counts, starts)
+
+    plan, (which, where) = order(STAGES)
+    later, (which2, where2) = order([*STAGES[:2], {"name": "three", "passes": {"b": 0.5, "c": 3, "a": 0.25}}])
+    assert plan.boundaries == later.boundaries == (24, 52)
+    cut = 52 * 4  # everything stages one and two draw
+    assert which[:cut].tolist() == which2[:cut].tolist() and where[:cut].tolist() == where2[:cut].tolist()
+    assert (plan.train_iters, later.train_iters) == (92, 52 + (32 + 144 + 24) // 4)
