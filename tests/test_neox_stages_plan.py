@@ -65,6 +65,12 @@ def test_plan_prints_each_stage_and_the_cumulative_passes(staged_config, capsys)
     assert "stage 2 'two': iterations 24..52 (28 x 4 = 112 samples)" in out
     assert "  a                         144 samples of 96 per pass = 1.5000 passes (2 built)" in out
     assert "train_iters: (not set) -> 92 (set)" in out  # one train_iters, the schedule over the whole run
+    # the train rows as the hooks build them: whole passes, each on its own (no spillover warning)
+    rows = [line.split() for line in out.splitlines() if line.startswith("train ")]
+    assert [r[1:3] + r[6:11] for r in rows] == [
+        ["a", "115", "2", "(sep.)", "192", "144", "1.5000"], ["b", "75", "2", "(sep.)", "128", "128", "2.0000"],
+        ["c", "59", "2", "(sep.)", "96", "96", "2.0000"]]
+    assert "spillover" not in out and "each pass of a source built and shuffled on its own" in out
 
 
 def test_plan_json_stage_keys(staged_config, capsys):  # type: ignore[no-untyped-def]

@@ -574,7 +574,8 @@ def block_line(block: EpochBlock | None) -> str:
         return ""
     parts = [f"epochs {block.epochs}" if block.epochs is not None else
              f"{len(block.stages)} stages" if block.stages is not None else "no epochs (observe only)"]
-    parts.append("separate_epochs: each epoch shuffled on its own" if block.separate_epochs
+    parts.append("each pass of a source built and shuffled on its own" if block.stages is not None
+                 else "separate_epochs: each epoch shuffled on its own" if block.separate_epochs
                  else "epochs shuffled jointly (NeoX's way)")
     parts.append("enforce: a run that cannot be exact stops" if block.enforce else "enforce off: problems are warnings")
     return "neox_epoch block: " + "; ".join(parts)

@@ -76,9 +76,35 @@ def plan_staged(inp: PlanInput, config: StagesConfig) -> StagedRun:
     plan = replace(plan, settings={"train_iters": stages.train_iters, "train_samples": stages.train_samples,
                                    **settings},
                    arithmetic=tuple(arithmetic) + plan.arithmetic)
+    plan = _as_staged_builds(plan, stages, labels, inp.seq_length)
     if plan.train_iters != stages.train_iters:  # pragma: no cover - _exact_run keeps the iterations asked
         raise PlanError(f"stages: the run plan has {plan.train_iters} iterations, the stages {stages.train_iters}")
     return StagedRun(stages, plan, labels, config)
+
+
+def _as_staged_builds(plan: Plan, stages: StagesPlan, labels: tuple[str, ...], seq_length: int) -> Plan:
+    """The train rows as the hooks build them (whole passes, each on its own: no cross-epoch spillover, so its
+    warnings go), with the expected unseen tokens: a full pass leaves its stream's tail (under one sample) unseen,
+    a token misses every full pass with probability ``r`` (the tail's share) and a partial pass drawing ``f`` of
+    its samples with ``1 - f (1 - r)``."""
+    drawn, spe = stages.total_draws(), stages.samples_per_epoch
+    rows = []
+    for s in plan.sources:
+        if s.split != "train" or s.name not in drawn:
+            rows.append(s)
+            continue
+        n, t = spe[s.name], drawn[s.name]
+        passes = -(-t // n)
+        r = max(0.0, (s.tokens - n * seq_length) / s.tokens)
+        full, frac = divmod(t, n)
+        unseen = s.tokens * r ** full * (1 - frac / n * (1 - r)) if frac else s.tokens * r ** full
+        rows.append(replace(s, epochs_built=passes, samples_built=passes * n, length=passes * n,
+                            separate_final_epoch=True, tokens_unseen=round(unseen),
+                            tokens_unseen_exact=full == 1 and not frac,
+                            formula=f"staged: {passes} passes of (tokens - 1) // seq_length = {n} samples, each "
+                                    "pass built on its own (neox_epoch.semantics.stage_order)"))
+    warnings = tuple(w for w in plan.warnings if not (w.split == "train" and w.code == "spillover"))
+    return replace(plan, sources=tuple(rows), warnings=warnings)
 
 
 def stages_json(run: StagedRun) -> dict[str, Any]:
