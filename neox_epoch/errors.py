@@ -39,3 +39,7 @@ def did_you_mean(word: str, choices: list[str] | tuple[str, ...] | set[str]) -> 
 
     close = difflib.get_close_matches(word, sorted(choices), n=1, cutoff=0.6)
     return f' (did you mean "{close[0]}"?)' if close else ""
+
+
+class DataChangedError(PlanError):
+    """A resume finds other data than the checkpoint was trained on (its data fingerprint differs)."""

@@ -120,10 +120,11 @@ def test_counters_show_stage_and_cumulative_passes_and_guard_the_fingerprint(
     assert [s["name"] for s in fp["sources"]] == ["a", "b", "c"] and fp["seed"] == 1234 and fp["seq_length"] == 32
     recs = [json.loads(line) for line in (run / JSONL_NAME).read_text().splitlines()]
     starts = [r for r in recs if r["event"] == "stage_start"]
-    assert [(r["stage"], r["iteration"], r["planned_iteration"], r["consumed_samples"]) for r in starts] == [
-        ("s2", 32, 31, 128)]
+    assert [(r["stage"], r["name"], r["iteration"], r["planned_iteration"], r["consumed_samples"]) for r in starts] == [
+        (2, "s2", 32, 31, 128)]
     assert starts[0]["sources"]["a"] == {"samples": 124, "passes": round(124 / 123, 6), "pass": 2}
-    assert [r["stage"] for r in recs if r["event"] == "counters"] == ["s1", "s1", "s1", "s2"]
+    assert [(r["stage"], r["stage_name"]) for r in recs if r["event"] == "counters"] == [
+        (1, "s1"), (1, "s1"), (1, "s1"), (2, "s2")]
     assert ("neox_epoch/stage", 2.0, 32) in scalars
     # a's pass 2 starts at its 124th draw, the last sample of stage 1 (blend position 123)
     assert ("a", 2, 123) in c.pass_starts()
@@ -132,8 +133,8 @@ def test_counters_show_stage_and_cumulative_passes_and_guard_the_fingerprint(
 
     assert main(["report", str(run), "--json", "--html", str(tmp_path / "report.html")]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["stages"] == [{"launch": 1, "stage": "s2", "iteration": 32, "planned_iteration": 31}]
-    assert "<h2>Data stages</h2>" in (tmp_path / "report.html").read_text()
+    assert report["stages"] == {"started": [{"iteration": 32, "stage": 2, "name": "s2"}]}
+    assert "<h2>Stages</h2>" in (tmp_path / "report.html").read_text()
 
     # resume on the same data: exact continuation through the end; cumulative passes = the plan
     again = live_counters(staged, setup, active=False)

@@ -44,6 +44,13 @@ class EpochBlock:
     """Written by ``plan --write-config`` for blends: exact samples per source (re-checked when used)."""
     weights: list[float] | None = None
     """Written by ``plan --write-config`` for blends: the blend weights verified to draw the targets."""
+    stages: list[dict[str, Any]] | None = None
+    """Data stages, in order: ``{"name", "passes": {source: passes}}`` or ``{"name", "weights", "iterations" |
+    "samples"}`` (neox_epoch.plan.stages); each source continues where the earlier stages left it."""
+    max_passes: float | dict[str, float] | None = None
+    """Cap on a source's passes over the whole run (one number, or per source): a plan above it is refused."""
+    allow_data_change: bool = False
+    """Resume although the data fingerprint saved with the checkpoint differs (the change is intended)."""
 
     @staticmethod
     def from_mapping(raw: Any, where: str) -> EpochBlock:
@@ -66,7 +73,7 @@ class EpochBlock:
             _number(bb, f"{where}: {BLOCK}.blend_buffer", positive=True)
             if float(bb) < 1.0:
                 raise ConfigError(f"{where}: {BLOCK}.blend_buffer: {bb} is below 1.0; expected >= 1.0 or \"exact\"")
-        for key in ("separate_epochs", "enforce"):
+        for key in ("separate_epochs", "enforce", "allow_data_change"):
             if key in fields and not isinstance(fields[key], bool):
                 raise ConfigError(f"{where}: {BLOCK}.{key}: expected true or false, found {fields[key]!r}")
         tg, wt = fields.get("targets"), fields.get("weights")
@@ -83,10 +90,38 @@ class EpochBlock:
                               f"{wt!r}; rewrite the overlay with neox-epoch plan --write-config")
         if fields.get("log_dir") is not None and not isinstance(fields["log_dir"], str):
             raise ConfigError(f"{where}: {BLOCK}.log_dir: expected a directory path string, found {fields['log_dir']!r}")
+        _check_stages(fields, where)
         return EpochBlock(**fields)
+
+    def stages_config(self) -> Any:
+        """The validated :class:`~neox_epoch.plan.stages.StagesConfig` of ``stages`` (None without stages)."""
+        if self.stages is None:
+            return None
+        from neox_epoch.plan.stages import StagesConfig  # pure, torch-free; the planner owns the type
+
+        return StagesConfig.from_mapping({"stages": self.stages, "max_passes": self.max_passes})
 
     def to_mapping(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v is not None and v is not False}
+
+
+def _check_stages(fields: dict[str, Any], where: str) -> None:
+    """``stages`` and ``max_passes``: validated here, once, by the stage planner's own types."""
+    from neox_epoch.plan.stages import StagesConfig, _number, _per_source  # pure validators (no torch, no numpy)
+
+    stages, cap = fields.get("stages"), fields.get("max_passes")
+    try:
+        if stages is not None:
+            if fields.get("epochs") is not None:
+                raise ConfigError("epochs and stages: give one of them; with stages, each stage's passes are the "
+                                  "targets (remove epochs)")
+            StagesConfig.from_mapping({"stages": stages, "max_passes": cap})
+        elif isinstance(cap, dict):
+            _per_source("max_passes", cap, positive=True)
+        elif cap is not None:
+            _number("max_passes", cap, positive=True)
+    except ConfigError as err:
+        raise ConfigError(f"{where}: {BLOCK}.{err}") from None
 
 
 #: NeoX config keys removed or renamed upstream: key -> (replacement, what happened and what to write)

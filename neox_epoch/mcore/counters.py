@@ -271,8 +271,8 @@ class LiveCounters:
             state = self.passes_at(st.first_iteration * self.stages.global_batch_size)
             log.info("neox_epoch: stage %s starts at iteration %d (planned %d); cumulative passes: %s", st.name,
                      self.iteration, st.first_iteration, fmt(state))
-            self.sink.write({"event": "stage_start", "iteration": self.iteration, "stage": st.name,
-                             "planned_iteration": st.first_iteration, "consumed_samples": self.consumed_samples,
+            self.sink.write({"event": "stage_start", "iteration": self.iteration, "stage": self._stage + 1,
+                             "name": st.name, "planned_iteration": st.first_iteration, "consumed_samples": self.consumed_samples,
                              "sources": state})
             if self._write is not None:
                 self._write({"neox_epoch/stage": float(self._stage + 1)}, self.iteration)
@@ -297,7 +297,8 @@ class LiveCounters:
         record = counters_record(self.iteration, self.consumed_samples, state)
         scalars = counter_scalars(state)
         if self.stages is not None:
-            record["stage"] = self.stages.stages[self._stage].name
+            record["stage"] = self._stage + 1  # the same keys as the NeoX hooks' counters records
+            record["stage_name"] = self.stages.stages[self._stage].name
             scalars["neox_epoch/stage"] = float(self._stage + 1)
         self.sink.write(record)
         if self._write is not None:

@@ -51,10 +51,15 @@ class PassCounters:
     sample_offset: int = 0
     """Samples drawn after iteration ``k`` are ``k * train_batch_size + sample_offset``: 0 unless the run resumed
     with another global batch (then the consumed samples at the resume minus resume iteration x new batch)."""
+    draw_index: np.ndarray | None = None
+    """A staged run: the source of every train sample, in draw order (replaces the greedy replay)."""
+    stages: tuple[tuple[str, int, int], ...] = ()
+    """A staged run: (name, first iteration, end iteration) of each stage."""
     _iters: np.ndarray = field(init=False, repr=False)
     _counts: np.ndarray = field(init=False, repr=False)
     markers: list[Marker] = field(init=False)
     _next: int = field(init=False, default=0)
+    _next_stage: int = field(init=False, default=0)
     start_iteration: int = field(init=False, default=0)
     setup_seconds: float = field(init=False, default=0.0)
 
@@ -62,7 +67,7 @@ class PassCounters:
         t0 = time.perf_counter()
         if self.weights is not None and len(self.weights) != len(self.sources):
             raise ValueError(f"{len(self.weights)} weights for {len(self.sources)} sources")
-        if self.weights is None and len(self.sources) != 1:
+        if self.weights is None and len(self.sources) != 1 and self.draw_index is None:
             raise ValueError("a direct dataset has exactly one source")
         li = max(1, int(self.log_interval))
         iters = sorted({*range(li, self.train_iters + 1, li), self.train_iters, 0})
@@ -71,7 +76,13 @@ class PassCounters:
         n = len(self.sources)
         tbs = self.train_batch_size
         off = int(self.sample_offset)
-        if self.weights is None:
+        if self.draw_index is not None:
+            di = np.asarray(self.draw_index, dtype=np.int64)
+            self._counts = np.asarray([np.bincount(di[: max(0, int(k) * tbs + off)], minlength=n) for k in iters],
+                                      dtype=np.int64).reshape(len(iters), n)
+            where = [np.flatnonzero(di == i) for i in range(n)]
+            positions = [int(where[i][k - 1]) if k - 1 < where[i].shape[0] else -1 for i, k in marks]
+        elif self.weights is None:
             self._counts = np.maximum(self._iters * tbs + off, 0).reshape(-1, 1)
             positions = [k - 1 for _, k in marks]
         else:
@@ -95,9 +106,19 @@ class PassCounters:
         if it0 == iteration:
             return base
         tbs, off = self.train_batch_size, self.sample_offset
+        if self.draw_index is not None:
+            di = np.asarray(self.draw_index[: max(0, iteration * tbs + off)], dtype=np.int64)
+            return [int(x) for x in np.bincount(di, minlength=len(self.sources))]
         if self.weights is None:
             return [max(0, iteration * tbs + off)]
         return blend.advance(list(self.weights), max(0, it0 * tbs + off), base, max(0, iteration * tbs + off))[0]
+
+    def stage_at(self, iteration: int) -> tuple[int, str] | None:
+        """(1-based index, name) of the stage that trains iteration ``iteration`` (1-based); None without stages."""
+        for k, (name, _, end) in enumerate(self.stages):
+            if iteration <= end or k == len(self.stages) - 1:
+                return k + 1, name
+        return None
 
     def passes_at(self, iteration: int) -> dict[str, dict[str, float | int]]:
         """Per source: samples drawn, fractional passes, and the pass in progress (1-based)."""
@@ -116,6 +137,7 @@ class PassCounters:
         run that saved the checkpoint (key -> [old, new]), written into the resume record."""
         self.start_iteration = int(iteration)
         self._next = bisect.bisect_right([m.iteration for m in self.markers], self.start_iteration)
+        self._next_stage = sum(1 for _, first, _ in self.stages if first + 1 <= self.start_iteration)
         if not self.active:
             return
         if iteration > 0:
@@ -129,10 +151,23 @@ class PassCounters:
         """Call once per iteration (after it finished); O(1) unless a record is due."""
         if not self.active:
             return
+        while self._next_stage < len(self.stages) and self.stages[self._next_stage][1] + 1 <= iteration:
+            self._stage_start(self._next_stage)
         if self._next < len(self.markers) and self.markers[self._next].iteration <= iteration:
             self._fire(iteration)
         if iteration % self.log_interval == 0 or iteration == self.train_iters:
             self._record(iteration)
+
+    def _stage_start(self, k: int) -> None:
+        name, first, end = self.stages[k]
+        self._next_stage = k + 1
+        state = self.passes_at(first)
+        log.info("neox_epoch: stage %d %r starts at iteration %d (iterations %d..%d): %s", k + 1, name, first + 1,
+                 first + 1, end, _fmt(state))
+        self.sink.write({"event": "stage_start", "iteration": first + 1, "stage": k + 1, "name": name,
+                         "first_iteration": first, "end_iteration": end, "sources": state})
+        if self.scalar is not None:
+            self.scalar("neox_epoch/stage_start", float(k + 1), first + 1)
 
     def _fire(self, iteration: int) -> None:
         while self._next < len(self.markers) and self.markers[self._next].iteration <= iteration:
@@ -147,8 +182,12 @@ class PassCounters:
 
     def _record(self, iteration: int) -> None:
         state = self.passes_at(iteration)
+        stage = self.stage_at(int(iteration))
         self.sink.write({"event": "counters", "iteration": int(iteration),
-                         "consumed_samples": int(iteration) * self.train_batch_size + self.sample_offset, "sources": state})
+                         "consumed_samples": int(iteration) * self.train_batch_size + self.sample_offset, "sources": state,
+                         **({"stage": stage[0], "stage_name": stage[1]} if stage else {})})
+        if self.scalar is not None and stage:
+            self.scalar("neox_epoch/stage", float(stage[0]), int(iteration))
         if self.scalar is not None:
             for name, v in state.items():
                 self.scalar(f"neox_epoch/passes/{name}", float(v["passes"]), int(iteration))

@@ -42,7 +42,8 @@ from typing import Any
 
 import numpy as np
 
-from neox_epoch.errors import NeoxEpochError, PlanError
+from neox_epoch.errors import DataChangedError, NeoxEpochError, PlanError
+from neox_epoch.formats import fingerprint as fp
 from neox_epoch.neox.block import HookBlock
 from neox_epoch.neox.counters import JsonlSink, PassCounters, SourceCounter
 from neox_epoch.neox.planning import RunPlan, make_run_plan, values_from_args
@@ -51,11 +52,13 @@ from neox_epoch.neox.resume_state import (
     ResumeState,
     checkpoint_tag_to_load,
     decide,
+    fingerprint_changes,
     read_state,
     write_state,
 )
 from neox_epoch.plan.schedule import CODES as SCHEDULE_CODES
-from neox_epoch.semantics import TrainBuild
+from neox_epoch.plan.staged import StagedRun, stages_json
+from neox_epoch.semantics import TrainBuild, stage_order
 from neox_epoch.semantics import neox as neox_sem
 from neox_epoch.semantics import neox_index as sep
 from neox_epoch.semantics.loader import LoaderShape, neox_start
@@ -123,6 +126,8 @@ class State:
     iteration_base: int = 0
     valid_samples: int = 0
     """len of the validation dataset NeoX built (0: none), recorded with each checkpoint's state."""
+    fingerprint: fp.DataFingerprint | None = None
+    """The run's data fingerprint (computed once, saved with every checkpoint state)."""
 
     @property
     def block(self) -> Any:
@@ -167,6 +172,8 @@ def _resumed(state: State, neox_args: Any, rp: RunPlan) -> RunPlan:
     saved = state.saved
     if saved is None:
         return rp
+    state.run = rp
+    _check_fingerprint(state, neox_args, tag or "")
     if saved.seq_length and saved.seq_length != rp.plan.seq_length:
         msg = (f"seq_length {saved.seq_length} -> {rp.plan.seq_length} since the checkpoint: NeoX cuts the documents "
                "into other samples, so the positions drawn before and after the resume are other token spans "
@@ -178,6 +185,11 @@ def _resumed(state: State, neox_args: Any, rp: RunPlan) -> RunPlan:
     shape = loader_shape(neox_args)
     if (shape.train_batch_size, shape.loader_batch) == (saved.train_batch_size, saved.loader_batch):
         return rp
+    if rp.staged is not None:
+        raise PlanError(f"neox_epoch.stages: resuming iteration {saved.iteration} with train_batch_size "
+                        f"{saved.train_batch_size} -> {shape.train_batch_size} (loader batch {saved.loader_batch} -> "
+                        f"{shape.loader_batch}): stage boundaries are whole global batches of the saved run; resume "
+                        "with its batch (micro batch x data parallel x gradient accumulation)")
     decision = decide(saved, shape)
     state.resume = decision
     if rank() == 0:
@@ -193,6 +205,52 @@ def _resumed(state: State, neox_args: Any, rp: RunPlan) -> RunPlan:
             log.warning("neox_epoch: resume: %s", finding)
     weights = tuple(saved.greedy_weights) if saved.greedy_weights else rp.weights
     return replace(rp, plan=replace(rp.plan, train_iters=decision.train_iters), weights=weights)
+
+
+def data_fingerprint(state: State, neox_args: Any) -> fp.DataFingerprint:
+    """The run's data fingerprint (computed once per process): its train sources, seq_length, seed, stage plan."""
+    if state.fingerprint is None:
+        rp = state.run
+        assert rp is not None
+        stages = rp.staged.config.to_mapping() if rp.staged is not None else None
+        state.fingerprint = fp.fingerprint([s.prefix for s in rp.train], rp.plan.seq_length,
+                                           int(getattr(neox_args, "seed", 1234) or 0), stages)
+    return state.fingerprint
+
+
+def _fingerprint_or_none(state: State, neox_args: Any) -> dict[str, Any] | None:
+    """The fingerprint to save; None (logged) when the sources cannot be told apart by name (a prefix listed twice)."""
+    try:
+        return data_fingerprint(state, neox_args).to_dict()
+    except NeoxEpochError as err:
+        if state.run is not None and state.run.staged is not None:
+            raise
+        if rank() == 0:
+            log.info("neox_epoch: no data fingerprint saved: %s", err)
+        return None
+
+
+def _check_fingerprint(state: State, neox_args: Any, tag: str) -> None:
+    """Stop before anything is built when the data differs from the checkpoint's (unless allow_data_change)."""
+    saved = state.saved
+    if saved is None or saved.fingerprint is None:
+        return
+    diffs, note = fingerprint_changes(saved, data_fingerprint(state, neox_args))
+    if note and rank() == 0:
+        log.warning("neox_epoch: resume: %s", note)
+    if not diffs:
+        return
+    line = f"neox_epoch: {fp.message(diffs)} ({os.path.basename(tag)})"
+    if state.block.allow_data_change:
+        if rank() == 0:
+            log.warning("%s; allow_data_change is set: resuming anyway", line)
+        return
+    if state.run is not None and state.run.staged is None:  # runs without stages: warned, as before stages existed
+        if rank() == 0:
+            log.warning("%s; set allow_data_change: true in the neox_epoch block if this is intended", line)
+        return
+    raise DataChangedError(f"{line}; resume on the data the checkpoint was trained on, or set \"allow_data_change\": "
+                           "true in the neox_epoch block if the change is intended")
 
 
 def _check_lr_schedule(neox_args: Any, saved: ResumeState, train_iters: int) -> None:
@@ -298,6 +356,9 @@ def _build_wrappers(state: State) -> dict[tuple[str, str], Any]:
         tokens = int(np.sum(sizes[documents], dtype=np.int64))
         if state.resume is not None and str(a["name"]) in state.resume.state.builds:
             a["num_samples"] = state.resume.state.builds[str(a["name"])].num_samples  # the saved run's indices
+        staged = state.run.staged if state.run is not None else None
+        if staged is not None and str(a["name"]).startswith("train_"):
+            return _staged_index(state, staged, a, documents, sizes, tokens, real_index)
         epochs = a["num_epochs"] or neox_sem.num_epochs(tokens, a["seq_length"], a["num_samples"])
         separated = bool(state.block.separate_epochs and a["packing_impl"] == "packed"
                          and str(a["name"]).startswith("train") and epochs > 1)
@@ -452,6 +513,53 @@ def _prebuild_separated(state: State, a: dict[str, Any], documents: np.ndarray, 
              a["name"], epochs)
 
 
+def _staged_index(state: State, staged: StagedRun, a: dict[str, Any], documents: np.ndarray, sizes: np.ndarray,
+                  tokens: int, real_index: Any) -> Any:
+    """A staged run's train source: its own order, pass by pass (:mod:`neox_epoch.semantics.stage_order`), written
+    as NeoX's three index files (named ``train_k-stages``) and loaded by NeoX's own ``_build_index_mappings``."""
+    k = int(str(a["name"]).split("_")[1])
+    label = staged.labels[k]
+    passes = staged.passes_built()[label]
+    per_pass = stage_order.samples_per_pass(tokens, a["seq_length"])
+    if per_pass != staged.stages.samples_per_epoch[label]:
+        raise PlanError(f"neox_epoch.stages: {label}: NeoX's train documents give {per_pass} samples per pass, the "
+                        f"plan {staged.stages.samples_per_epoch[label]}; the data changed since the plan: replan")
+    a["name"] = str(a["name"]) + stage_order.STAGES_SUFFIX
+    stem = sep.cache_prefix(a["data_prefix"], a["name"], a["num_samples"], a["seq_length"], a["seed"],
+                            a["packing_impl"], a["allow_chopped"])
+    files = [stem + f"_{kind}_idx.npy" for kind in ("doc", "sample", "shuffle")]
+    builder = int(os.environ.get("LOCAL_RANK", "0")) == 0 if not a["use_shared_fs"] else rank() == 0
+    if builder and not all(os.path.isfile(f) for f in files):
+        arrays = stage_order.build_passes(documents, sizes, passes, a["seq_length"], a["seed"])
+        for f, arr in zip(files, arrays):
+            sep.save_atomic(f, arr)
+        log.info("neox_epoch: built %s's own order: %d passes of %d samples, each pass on its own", label, passes,
+                 per_pass)
+    out = real_index(**a)
+    state.builds.append(DatasetRecord(
+        name=str(a["name"]), prefix=str(a["data_prefix"]), documents=int(documents.shape[0]), tokens=tokens,
+        num_samples=a["num_samples"], epochs=passes, samples_built=passes * per_pass, separated=True))
+    return out
+
+
+def _staged_draws(state: State, staged: StagedRun, ds: Any, problems: list[str]) -> None:
+    """Replace the train blend's draw order with the stages': stage k draws each source from where stages 1..k-1
+    left it, its batches from its planned first iteration on."""
+    index = {s: k for k, s in enumerate(staged.labels)}
+    counts, starts = [], []
+    for st in staged.stages.stages:
+        c, f = [0] * len(index), [0] * len(index)
+        for d in st.draws:
+            c[index[d.source]], f[index[d.source]] = d.draws, d.start
+        counts.append(c)
+        starts.append(f)
+    which, position = stage_order.draw_order(counts, starts)
+    for k, (label, total) in enumerate(zip(staged.labels, staged.totals)):
+        if len(ds.datasets[k]) < total:
+            problems.append(f"{label}: NeoX's dataset has {len(ds.datasets[k])} samples, the stages draw {total}")
+    ds.dataset_index, ds.dataset_sample_index, ds.size = which, position, int(which.shape[0])
+
+
 def _gas(neox_args: Any) -> int:
     """NeoX's gradient_accumulation_steps: loader batches per iteration."""
     return int(getattr(neox_args, "gradient_accumulation_steps", 1) or 1)
@@ -522,7 +630,7 @@ def _enforce_wrappers(state: State) -> dict[tuple[str, str], Any]:
 
 def _rows(state: State, rp: RunPlan, problems: list[str]) -> list[dict[str, Any]]:
     """The per-source table rows; a build that differs from the plan (or the saved run) is added to ``problems``."""
-    builds = {b.name.replace(sep.NAME_SUFFIX, ""): b for b in state.builds}
+    builds = {_base_name(b.name): b for b in state.builds}
     rows = []
     for k, s in enumerate(rp.train):
         name = f"train_{k}" if rp.blended else "train"
@@ -542,6 +650,11 @@ def _rows(state: State, rp: RunPlan, problems: list[str]) -> list[dict[str, Any]
     return rows
 
 
+def _base_name(name: str) -> str:
+    """NeoX's dataset name without the suffix of an epoch-separated or staged index."""
+    return name.replace(sep.NAME_SUFFIX, "").replace(stage_order.STAGES_SUFFIX, "")
+
+
 def after_build(state: State, rp: RunPlan, neox_args: Any, loaders: Any) -> None:
     problems: list[str] = []
     rows = _rows(state, rp, problems)
@@ -557,7 +670,9 @@ def after_build(state: State, rp: RunPlan, neox_args: Any, loaders: Any) -> None
             raise WrapError(f"neox_epoch: train_iters {rp.train_iters}: at {msg} (enforce is on)")
         if rank() == 0:
             log.warning("neox_epoch: train_iters %d: at %s", rp.train_iters, msg)
-    if ds is not None and hasattr(ds, "dataset_index") and rp.blended:
+    if ds is not None and hasattr(ds, "dataset_index") and rp.staged is not None:
+        _staged_draws(state, rp.staged, ds, problems)
+    elif ds is not None and hasattr(ds, "dataset_index") and rp.blended:
         n = resume.state.samples_total if resume else rp.train_iters * rp.train_batch_size
         got = np.bincount(np.asarray(ds.dataset_index[:n]), minlength=len(rp.train)).tolist()
         want = list(resume.state.drawn) if resume and resume.state.drawn else [s.samples_drawn for s in rp.train]
@@ -595,6 +710,7 @@ def after_build(state: State, rp: RunPlan, neox_args: Any, loaders: Any) -> None
         "mode": "exact" if rp.targets is not None else "observe", "blended": rp.blended,
         "separate_epochs": rp.separate_epochs, "settings": rp.settings(), "sources": rows,
         "remainder": {"samples": rp.plan.remainder_samples, "tokens": rp.plan.remainder_tokens}, "eval_splits": EVAL_NOTE,
+        **({"stages": stages_json(rp.staged)} if rp.staged is not None else {}),
         "warnings": [w.to_json() for w in rp.plan.warnings], "problems": problems,
         **({"resume": {"changed": resume.changed, "start_sample": resume.start, "findings": list(resume.findings),
                        "consumed_samples": resume.state.consumed_samples}} if resume else {}),
@@ -607,6 +723,11 @@ def _expected_build(state: State, name: str, s: Any) -> TrainBuild:
     batch shape (the same indices), else the plan's."""
     if state.resume is not None and name in state.resume.state.builds:
         return state.resume.state.builds[name]
+    staged = state.run.staged if state.run is not None else None
+    if staged is not None:
+        label = staged.labels[int(name.split("_")[1])]
+        passes = staged.passes_built()[label]
+        return TrainBuild(s.samples_requested, passes, passes * staged.stages.samples_per_epoch[label])
     return TrainBuild(s.samples_requested, s.epochs_built, s.samples_built)
 
 
@@ -621,7 +742,7 @@ def save_state(state: State, neox_args: Any, iteration: int) -> None:
         return  # NeoX saved nothing there (e.g. a non-DeepSpeed checkpoint layout)
     shape = loader_shape(neox_args)
     saved = state.saved
-    builds = {b.name.replace(sep.NAME_SUFFIX, ""): TrainBuild(b.num_samples, b.epochs, b.samples_built)
+    builds = {_base_name(b.name): TrainBuild(b.num_samples, b.epochs, b.samples_built)
               for b in state.builds if b.name.startswith("train")}
     saved_state = ResumeState(
         iteration=int(iteration),
@@ -633,7 +754,8 @@ def save_state(state: State, neox_args: Any, iteration: int) -> None:
         blend_samples=list(state.blend_request[1]) if state.blend_request else [],
         greedy_weights=list(rp.weights or []), seq_length=rp.plan.seq_length,
         eval_interval=int(getattr(neox_args, "eval_interval", 0) or 0), eval_iters=int(getattr(neox_args, "eval_iters", 0) or 0),
-        valid_samples=state.valid_samples)
+        valid_samples=state.valid_samples, fingerprint=_fingerprint_or_none(state, neox_args),
+        stage_boundaries=[st.first_iteration for st in rp.staged.stages.stages] if rp.staged else [])
     write_state(tag_dir, saved_state)
     # the same record in the run's JSONL: resume-check can plan a resume from the log alone
     state.sink.write({"event": "checkpoint", "iteration": int(iteration), "tag": os.path.basename(tag_dir),
@@ -650,9 +772,26 @@ def build_counters(state: State, rp: RunPlan, neox_args: Any, active: bool) -> P
     scalar = _scalar_writer(state, neox_args) if active else None
     resume = state.resume
     offset = resume.state.consumed_samples - resume.state.iteration * rp.train_batch_size if resume else 0
+    if rp.staged is not None:
+        return _staged_counters(state, rp, rp.staged, neox_args, scalar, active)
     return PassCounters(tuple(srcs), rp.weights if rp.blended else None, rp.train_batch_size, rp.train_iters,
                         int(getattr(neox_args, "log_interval", None) or 100), sink=state.sink, scalar=scalar,
                         active=active, sample_offset=offset)
+
+
+def _staged_counters(state: State, rp: RunPlan, staged: StagedRun, neox_args: Any, scalar: Any,
+                     active: bool) -> PassCounters:
+    """Counters of a staged run: the stages' draw order, passes of exactly samples-per-pass draws, the stages."""
+    spe = staged.stages.samples_per_epoch
+    srcs = [SourceCounter(label, spe[label], tuple(k * spe[label] for k in range(1, staged.passes_built()[label])),
+                          float(staged.passes()[label])) for label in staged.labels]
+    counts = [[st.draw_of(s).draws if st.draw_of(s) else 0 for s in staged.labels] for st in staged.stages.stages]
+    starts = [[st.draw_of(s).start if st.draw_of(s) else 0 for s in staged.labels] for st in staged.stages.stages]
+    which, _ = stage_order.draw_order(counts, starts)
+    stages = tuple((st.name, st.first_iteration, st.end_iteration) for st in staged.stages.stages)
+    return PassCounters(tuple(srcs), None, rp.train_batch_size, rp.train_iters,
+                        int(getattr(neox_args, "log_interval", None) or 100), sink=state.sink, scalar=scalar,
+                        active=active, draw_index=which, stages=stages)
 
 
 def _scalar_writer(state: State, neox_args: Any) -> Any:

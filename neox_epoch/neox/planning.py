@@ -17,6 +17,8 @@ from neox_epoch.formats.neox_config import EpochBlock, NeoxConfig
 from neox_epoch.plan.from_neox import plan_input_from_neox, schedule_keys
 from neox_epoch.plan.planner import Plan, PlanInput, SourcePlan, SourceSpec, exact_plan, make_plan, passes_per_source
 from neox_epoch.plan.schedule import Schedule, attach_neox
+from neox_epoch.plan.staged import StagedRun, plan_staged
+from neox_epoch.plan.stages import refuse_over_cap
 
 #: NeoX argument names the planner reads (NeoXArgs attributes / merged YAML keys)
 PLAN_KEYS = (
@@ -56,6 +58,9 @@ class RunPlan:
     """Sources whose index is drawn partly across jointly shuffled epochs (fractional passes > 1)."""
     schedule: Schedule = field(default_factory=lambda: Schedule((), ()))
     """train_iters and the learning-rate/checkpoint/eval keys that follow it (neox_epoch.plan.schedule)."""
+    staged: StagedRun | None = None
+    """The stage plan (None without ``stages`` in the block): the hooks build each source pass by pass and draw
+    the stages in order."""
 
     @property
     def train_iters(self) -> int:
@@ -116,9 +121,15 @@ def make_run_plan(values: Mapping[str, Any], block: EpochBlock, settings: Mappin
     inp: PlanInput = plan_input_from_neox(cfg)
     inp = replace(inp, framework_version="neox-hooks", warmup_iters=None)
     labels = [s.label for s in inp.train_sources]
-    targets = _targets(block, labels, [s.prefix for s in inp.train_sources], train_epochs)
+    staged = plan_staged(inp, block.stages_config()) if block.stages is not None else None
+    targets = staged.passes() if staged else _targets(block, labels, [s.prefix for s in inp.train_sources],
+                                                       train_epochs)
     blended = inp.per_split_paths
-    if targets is not None:
+    if targets is not None and block.max_passes is not None and staged is None:
+        refuse_over_cap(block.max_passes, targets)
+    if staged is not None:
+        plan, buffer = staged.plan, None
+    elif targets is not None:
         plan, buffer = _epochs_plan(inp, block, targets, len(labels))
     else:
         plan, buffer = _iters_plan(inp, block, given_iters, len(labels))
@@ -129,7 +140,8 @@ def make_run_plan(values: Mapping[str, Any], block: EpochBlock, settings: Mappin
     plan, schedule = attach_neox(plan, keys, _old_train_iters(inp, given_iters, train_epochs), targets)
     rp = RunPlan(plan=plan, train=train, targets=targets, blended=blended, weights=weights, buffer=buffer,
                  exact_targets=exact_targets, separate_epochs=block.separate_epochs,
-                 spillover=_spillover(train, targets, block.separate_epochs), schedule=schedule)
+                 spillover=_spillover(train, targets, block.separate_epochs or staged is not None), schedule=schedule,
+                 staged=staged)
     _check_settings(rp, settings)
     _check_enforced(rp, block, given_iters, settings)
     return rp

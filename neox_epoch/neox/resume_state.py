@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from neox_epoch.errors import ConfigError
+from neox_epoch.formats import fingerprint as fp
 from neox_epoch.formats.checkpoint import STATE_NAME
 from neox_epoch.semantics import TrainBuild
 from neox_epoch.semantics.loader import LoaderShape, hooked_start
@@ -58,6 +59,10 @@ class ResumeState:
     """The run's eval_iters (0: not recorded)."""
     valid_samples: int = 0
     """Samples of the run's validation dataset, where its evaluations wrap (0: not recorded)."""
+    fingerprint: dict[str, Any] | None = None
+    """The data fingerprint (:mod:`neox_epoch.formats.fingerprint`): train sources, seq_length, seed, stage plan."""
+    stage_boundaries: list[int] = field(default_factory=list)
+    """A staged run's first iteration of each stage (empty without stages)."""
     version: int = VERSION
 
     def to_json(self) -> str:
@@ -164,3 +169,30 @@ def decide(state: ResumeState, shape: LoaderShape) -> ResumeDecision:
                         f"samples are not drawn: {left} left after iteration {state.iteration} is not a whole number "
                         f"of batches of {shape.train_batch_size}; choose a global batch that divides {left}")
     return ResumeDecision(state, shape, start.start, train_iters, tuple(findings))
+
+
+def started_stages(boundaries: list[int], iteration: int) -> int:
+    """Stages a run saved at ``iteration`` had started (stage 1 always; stage k+1 once ``iteration`` passed its
+    first iteration ``boundaries[k]``): a resume exactly at a boundary has not started the next stage."""
+    return 1 + sum(1 for b in boundaries[1:] if iteration > b)
+
+
+def fingerprint_changes(saved: ResumeState, new: fp.DataFingerprint) -> tuple[list[fp.Difference], str]:
+    """What differs from the checkpoint's data, and a note on stage changes that are allowed: a stage the saved run
+    had not started yet (or only max_passes) may change; a started one may not."""
+    if saved.fingerprint is None:
+        return [], ""
+    old = fp.DataFingerprint.from_dict(saved.fingerprint)
+    diffs = fp.compare(old, new)
+    if old.stages is None or new.stages is None:
+        return diffs, ""
+    started = started_stages(saved.stage_boundaries or [0], saved.iteration)
+    before, after = list(old.stages.get("stages") or []), list(new.stages.get("stages") or [])
+    if before[:started] != after[:started]:
+        return diffs, ""
+    kept = [d for d in diffs if not (d.what.startswith("stage ") or d.what == "max_passes")]
+    note = ""
+    if len(kept) != len(diffs):
+        note = (f"the stages after stage {started} changed since the checkpoint (iteration {saved.iteration}); the "
+                f"{started} started stage(s) are unchanged, so the resume stays exact")
+    return kept, note

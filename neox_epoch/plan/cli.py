@@ -29,6 +29,8 @@ from neox_epoch.plan.planner import (
 from neox_epoch.plan.render import render
 from neox_epoch.plan.repeated import merge_repeated
 from neox_epoch.plan.schedule import McoreScheduleKeys, Schedule, attach_mcore, attach_neox
+from neox_epoch.plan.staged import plan_staged, render_stages, stages_json
+from neox_epoch.plan.stages import refuse_over_cap
 from neox_epoch.plan.stock import stock_neox_exact
 from neox_epoch.util.config_out import check_output_path, write_config_text, yaml_config_text
 from neox_epoch.util.helptext import examples
@@ -443,7 +445,9 @@ def targets_from(args: argparse.Namespace, inp: PlanInput, block: EpochBlock | N
     if args.source_epochs:
         return parse_source_epochs(args.source_epochs)
     if block is not None and block.epochs is not None:
-        return passes_per_source(block.epochs, inp.train_sources)
+        targets = passes_per_source(block.epochs, inp.train_sources)
+        refuse_over_cap(block.max_passes, targets)
+        return targets
     return None
 
 
@@ -453,7 +457,8 @@ def overlay(plan: Plan, block: EpochBlock | None, targets: dict[str, float],
     neox_epoch block (train_epochs is cleared by the hooks, so it is not written)."""
     b: dict[str, Any] = dict(block.to_mapping()) if block else {}
     values = {_plain(v) for v in targets.values()}
-    b["epochs"] = next(iter(values)) if len(values) == 1 else {k: _plain(v) for k, v in targets.items()}
+    if block is None or block.stages is None:  # with stages, the stages are the targets
+        b["epochs"] = next(iter(values)) if len(values) == 1 else {k: _plain(v) for k, v in targets.items()}
     b.setdefault("blend_buffer", plan.settings.get("blend_buffer", 1.0))
     if "targets" in plan.settings:
         b["targets"] = plan.settings["targets"]
@@ -614,8 +619,10 @@ def block_line(block: EpochBlock | None) -> str:
     """One line saying what the neox_epoch block changes about how the run is built and checked."""
     if block is None:
         return ""
-    parts = [f"epochs {block.epochs}" if block.epochs is not None else "no epochs (observe only)"]
-    parts.append("separate_epochs: each epoch shuffled on its own" if block.separate_epochs
+    parts = [f"epochs {block.epochs}" if block.epochs is not None else
+             f"{len(block.stages)} stages" if block.stages is not None else "no epochs (observe only)"]
+    parts.append("each pass of a source built and shuffled on its own" if block.stages is not None
+                 else "separate_epochs: each epoch shuffled on its own" if block.separate_epochs
                  else "epochs shuffled jointly (NeoX's way)")
     parts.append("enforce: a run that cannot be exact stops" if block.enforce else "enforce off: problems are warnings")
     return "neox_epoch block: " + "; ".join(parts)
@@ -634,6 +641,8 @@ def run(args: argparse.Namespace) -> int:
     inp, cfg = build_input(args)
     check_write_request(args, cfg)
     block = cfg.block if cfg is not None else None
+    if block is not None and block.stages is not None and cfg is not None:
+        return run_staged(args, inp, cfg, block)
     targets = targets_from(args, inp, block)
     if args.write_config and not targets:
         raise ConfigError(f"{_write_label(args)}: writes the config of an exact plan; add --epochs N (or a neox_epoch "
@@ -657,6 +666,37 @@ def run(args: argparse.Namespace) -> int:
         if notes:
             print("\nconfig:")
             print("\n".join(f"  - {n}" for n in notes))
+        if args.write_config:
+            print(f"\nwrote {args.write_config}" + (" (complete merged config)" if args.full else " (overlay)"))
+    stops = enforce_findings(plan, block)
+    for line in stops:
+        print(f"neox-epoch plan: {line}", file=sys.stderr)
+    return 1 if stops else 0
+
+
+def run_staged(args: argparse.Namespace, inp: PlanInput, cfg: NeoxConfig, block: EpochBlock) -> int:
+    """``plan`` on a NeoX config whose neox_epoch block has stages: a table per stage, cumulative passes, one
+    train_iters and the schedule over the whole run (warmup once)."""
+    if args.epochs is not None or args.source_epochs:
+        raise ConfigError("--epochs/--source-epochs: the neox_epoch block has stages, whose passes are the targets; "
+                          "drop the flag (or the stages)")
+    staged = plan_staged(inp, block.stages_config())
+    targets = staged.passes()
+    plan, schedule = attach_neox(staged.plan, schedule_keys(cfg), _old_neox_iters(inp), targets,
+                                 inp.warmup_share_limit)
+    if args.write_config:
+        _write(args, cfg, plan, targets, schedule)
+    if args.json:
+        out = plan.to_json()
+        out["enforce_findings"] = enforce_findings(plan, block)
+        out["config_notes"] = list(getattr(args, "config_notes", []))
+        out["settings"]["neox_overlay"] = overlay(plan, block, targets, schedule)  # type: ignore[index]
+        out["stages"] = stages_json(staged)
+        print(json.dumps(out, indent=1, sort_keys=False))
+    else:
+        print(block_line(block))
+        print(render(plan))
+        print("\n" + render_stages(staged))
         if args.write_config:
             print(f"\nwrote {args.write_config}" + (" (complete merged config)" if args.full else " (overlay)"))
     stops = enforce_findings(plan, block)

@@ -294,6 +294,16 @@ def _check_cap(config: StagesConfig, targets: dict[str, list[tuple[str, float]]]
         )
 
 
+def refuse_over_cap(max_passes: float | Mapping[str, float] | None, targets: Mapping[str, float]) -> None:
+    """``max_passes`` with plain ``epochs`` (no stages): refuse a source's target above its cap, before anything
+    is built."""
+    for source, passes in targets.items():
+        cap = max_passes.get(source) if isinstance(max_passes, Mapping) else max_passes
+        if cap is not None and passes > float(cap) + 1e-9:
+            raise PlanError(f"source {source!r}: epochs asks {passes:g} passes, over max_passes {cap:g}; lower its "
+                            f"epochs or raise max_passes (for this source only: max_passes: {{{source}: {passes:g}}})")
+
+
 def _stage_wanted(
     stage: Stage, samples_per_epoch: Mapping[str, int], batch: int
 ) -> tuple[dict[str, float], int | None]:

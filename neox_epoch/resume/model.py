@@ -72,6 +72,9 @@ class NewRun:
     """(eval_interval, eval_iters): NeoX evaluates every eval_interval iterations (0: not known)."""
     valid_samples: int = 0
     """Samples of the validation dataset NeoX's validation loader runs over."""
+    staged: Any = None
+    """A staged run's :class:`~neox_epoch.plan.staged.StagedRun` (None without stages): its draw order replaces the
+    greedy blend's."""
 
 @dataclass(frozen=True)
 class SavedBuild:

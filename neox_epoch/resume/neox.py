@@ -26,11 +26,12 @@ from typing import Any
 
 from neox_epoch.batch.neox import neox_batch
 from neox_epoch.errors import ConfigError, NeoxEpochError
+from neox_epoch.formats import fingerprint as fp
 from neox_epoch.formats.checkpoint import Checkpoint, read_checkpoint
 from neox_epoch.formats.neox_config import NeoxConfig, get_int, load_neox_configs
 from neox_epoch.formats.runlog import JSONL_NAME, checkpoint_records, log_file, recorded_at
 from neox_epoch.neox.planning import make_run_plan, values_from_args
-from neox_epoch.neox.resume_state import decide, read_state, states_from_log
+from neox_epoch.neox.resume_state import decide, fingerprint_changes, read_state, states_from_log
 from neox_epoch.plan.planner import make_plan
 from neox_epoch.resume.exposure import source_exposures
 from neox_epoch.resume.model import (
@@ -38,6 +39,7 @@ from neox_epoch.resume.model import (
     OldRun,
     ResumeCheck,
     SavedBuild,
+    SourceDelta,
     blend_findings,
     build_findings,
     deltas,
@@ -47,6 +49,7 @@ from neox_epoch.resume.model import (
 from neox_epoch.semantics import TrainBuild
 from neox_epoch.semantics.loader import (
     LoaderShape,
+    ResumeStart,
     ValidStart,
     end_test,
     hooked_start,
@@ -130,7 +133,8 @@ def new_run(cfg: NeoxConfig, world_size: int | None) -> NewRun:
     evaluation = (get_int(cfg, "eval_interval", 1000) or 0, get_int(cfg, "eval_iters", 100, positive=False) or 0)
     return NewRun(shape, plan, tuple(s.name for s in train), weights if blended else None, builds, dataset,
                   cfg.block is not None, lr, get_int(cfg, "seed", 1234, positive=False) or 0, evaluation,
-                  sum(s.length for s in plan.sources if s.split == "valid"))
+                  sum(s.length for s in plan.sources if s.split == "valid"),
+                  rp.staged if cfg.block is not None else None)
 
 def valid_samples_at(cfg: NeoxConfig, world_size: int | None, train_iters: int) -> int:
     """Samples of the validation dataset NeoX builds for the config at ``train_iters``: a resume the hooks make
@@ -226,6 +230,53 @@ def _valid_notes(valid: ValidStart | None) -> list[str]:
                      f"0..{lo - 1}")
     return notes
 
+def staged_deltas(new: NewRun, consumed: int, start: ResumeStart, iterations_left: int) -> tuple[SourceDelta, ...]:
+    """Per source of a staged run: the stages' draw order (each source drawn in its own order) before the saved
+    run's consumed samples, and from the resumed run's start to its end."""
+    import numpy as np
+
+    from neox_epoch.semantics.stage_order import draw_order
+
+    staged = new.staged
+    counts = [[st.draw_of(s).draws if st.draw_of(s) else 0 for s in staged.labels] for st in staged.stages.stages]
+    starts = [[st.draw_of(s).start if st.draw_of(s) else 0 for s in staged.labels] for st in staged.stages.stages]
+    which, _ = draw_order(counts, starts)
+    n = len(staged.labels)
+
+    def upto(p: int) -> list[int]:
+        return [int(x) for x in np.bincount(which[: max(0, p)].astype(np.int64), minlength=n)]
+
+    before, first = upto(consumed), upto(start.start)
+    last = upto(start.start + iterations_left * new.shape.train_batch_size)
+    return tuple(SourceDelta(name, max(0, first[k] - before[k]), max(0, min(before[k], last[k]) - first[k]),
+                             last[k] - first[k], before[k], first[k]) for k, name in enumerate(staged.labels))
+
+
+def data_change(old: OldRun, cfg: NeoxConfig, new: NewRun) -> tuple[str, str]:
+    """(finding, note) of the data fingerprint saved with the checkpoint against the new config's data; ("", "")
+    when the checkpoint has no fingerprint. A staged run stops on a difference; others are only warned."""
+    state = old.state
+    if state is None or state.fingerprint is None:
+        return "", ""
+    prefixes = [s.prefix for s in new.plan.sources if s.split == "train"]
+    stages = cfg.block.stages_config() if cfg.block is not None and cfg.block.stages is not None else None
+    try:
+        current = fp.fingerprint(prefixes, new.plan.seq_length, get_int(cfg, "seed", 1234, positive=False) or 0,
+                                 stages.to_mapping() if stages is not None else None)
+    except NeoxEpochError as err:
+        return "", f"data fingerprint: not compared ({err})"
+    diffs, allowed = fingerprint_changes(state, current)
+    if not diffs:
+        return "", ("data fingerprint: unchanged since the checkpoint" + (f"; {allowed}" if allowed else ""))
+    line = fp.message(diffs)
+    if cfg.block is not None and cfg.block.allow_data_change:
+        return "", f"data fingerprint: {line} (allow_data_change: the hooks resume anyway)"
+    if stages is None and not state.stage_boundaries:
+        return "", f"data fingerprint: {line} (the hooks warn; a staged run would stop)"
+    return (f"data-changed: {line}; the hooks stop before the first step: resume on the data the checkpoint was "
+            "trained on, or set \"allow_data_change\": true in the neox_epoch block"), ""
+
+
 def check(checkpoint: str, configs: list[str], world_size: int | None = None, exposure: bool = False,
           iteration: int | None = None, records: list[tuple[int, dict[str, Any]]] | None = None) -> ResumeCheck:
     """``checkpoint``: the checkpoint directory, or the run's JSONL (``iteration``: which checkpoint record;
@@ -273,7 +324,11 @@ def check(checkpoint: str, configs: list[str], world_size: int | None = None, ex
     if new.hooks and counters != old.consumed:
         findings.append(f"counters: the counters will say {counters} samples consumed at iteration {it} "
                         f"(iteration * new train_batch_size), {old.consumed} were")
-    sources = deltas(new, saved, old.consumed, start, max(0, end - it))
+    finding, note = data_change(old, cfg, new)
+    findings += [finding] if finding else []
+    notes += [note] if note else []
+    sources = (staged_deltas(new, old.consumed, start, max(0, end - it)) if new.staged is not None
+               else deltas(new, saved, old.consumed, start, max(0, end - it)))
     test = end_test(new.evaluation[1], new.shape.train_batch_size, split_samples(new.plan, "test"), "GPT-NeoX")
     return ResumeCheck(old, new, start, who, sources, tuple(findings), tuple(notes), counters,
                        exposures=source_exposures(new, sources, saved) if exposure else (), valid=valid, test=test)

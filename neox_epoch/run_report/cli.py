@@ -79,6 +79,9 @@ def to_json(s: series.Series, hists: list[exposure.Histogram], notes: list[str],
                      "planned_passes": r.planned_passes, "tokens": r.tokens, "input_tokens": r.input_tokens,
                      "arithmetic": r.arithmetic()} for r in rows],
         "exposure": {"sources": {h.source: h.to_json() for h in hists}, "notes": list(notes)},
+        **({"stages": {**(s.stages or {}), "started": [{"iteration": it, "stage": k, "name": n}
+                                                        for it, k, n in s.stage_starts]}}
+           if s.stages or s.stage_starts else {}),
     }
 
 
@@ -93,20 +96,13 @@ def run(args: argparse.Namespace) -> int:
     if not args.html and not args.json:
         raise log.RunLogError("report: nothing to write; give --html OUT.html and/or --json")
     s, hists, notes, rows = build(args.run, args.audit)
-    launches = log.read_run(args.run).launches
     if args.html:
-        write_text_atomic(args.html, page.render(s, hists, notes, rows, args.title or "neox-epoch run report",
-                                                 launches))
+        write_text_atomic(args.html, page.render(s, hists, notes, rows, args.title or "neox-epoch run report"))
         _readable(args.html)
         if not args.json:
             print(f"neox-epoch report: wrote {args.html} ({len(s.launches)} launches, {len(s.sources)} sources, "
                   f"last iteration {s.last_iteration} of {s.train_iters})")
     if args.json:
-        out = to_json(s, hists, notes, rows)
-        stages = [{"launch": k, "stage": st.stage, "iteration": st.iteration, "planned_iteration": st.planned_iteration}
-                  for k, la in enumerate(launches, start=1) for st in la.stage_starts]
-        if stages:  # staged runs only (megatron-core stages)
-            out["stages"] = stages
-        json.dump(out, sys.stdout, indent=1)
+        json.dump(to_json(s, hists, notes, rows), sys.stdout, indent=1)
         sys.stdout.write("\n")
     return 0

@@ -18,7 +18,7 @@ from neox_epoch.formats.runlog import JSONL_NAME, read_jsonl
 from neox_epoch.util.values import is_whole
 
 #: events the report reads; others (future writers) are skipped
-EVENTS = ("plan", "counters", "pass_start", "resume", "final", "stage_start")
+EVENTS = ("plan", "counters", "pass_start", "stage_start", "resume", "final")
 
 
 class RunLogError(NeoxEpochError):
@@ -79,16 +79,6 @@ class PassStart:
 
 
 @dataclass(frozen=True)
-class StageStart:
-    """A data stage starting (megatron-core staged datasets: neox_epoch.mcore.stages)."""
-
-    line: int
-    iteration: int
-    stage: str
-    planned_iteration: int
-
-
-@dataclass(frozen=True)
 class Resume:
     line: int
     iteration: int
@@ -129,7 +119,10 @@ class Launch:
     pass_starts: tuple[PassStart, ...]
     resume: Resume | None
     final: Final | None
-    stage_starts: tuple[StageStart, ...] = ()
+    stages: dict[str, Any] | None = None
+    """A staged run: the plan record's ``stages`` (the keys of ``plan --json``), else None."""
+    stage_starts: tuple[tuple[int, int, str], ...] = ()
+    """A staged run: (iteration, stage number, name) of each ``stage_start`` record of this launch."""
 
     def source(self, name: str) -> PlanSource | None:
         return next((s for s in self.sources if s.name == name), None)
@@ -266,7 +259,8 @@ def _plan(obj: Mapping[str, Any], where: str) -> dict[str, Any]:
     return {"iteration": _int(obj, "iteration", f"{where}: plan", True) or 0,
             "train_iters": _int(obj, "train_iters", f"{where}: plan"), "train_batch_size": tbs,
             "seq_length": _int(obj, "seq_length", f"{where}: plan", True), "mode": obj.get("mode"),
-            "separate_epochs": obj.get("separate_epochs"), "weights": weights, "sources": tuple(sources)}
+            "separate_epochs": obj.get("separate_epochs"), "weights": weights, "sources": tuple(sources),
+            "stages": obj["stages"] if isinstance(obj.get("stages"), dict) else None}
 
 
 def _snapshot(obj: Mapping[str, Any], number: int, where: str, names: set[str], final: bool = False) -> Snapshot:
@@ -294,9 +288,9 @@ class _Builder:
         self.names = {s.name for s in plan["sources"]}
         self.counters: list[Snapshot] = []
         self.pass_starts: list[PassStart] = []
-        self.stage_starts: list[StageStart] = []
         self.resume: Resume | None = None
         self.final: Final | None = None
+        self.stage_starts: list[tuple[int, int, str]] = []
 
     def add(self, event: str, obj: Mapping[str, Any], number: int, where: str) -> None:
         if self.final is not None:
@@ -304,6 +298,9 @@ class _Builder:
                               "and no new \"plan\" between them; lines of two runs mixed in one file?")
         if event == "counters":
             self.counters.append(_snapshot(obj, number, where, self.names))
+        elif event == "stage_start":
+            at = f"{where}: stage_start"
+            self.stage_starts.append((_int(obj, "iteration", at), _int(obj, "stage", at), str(obj.get("name", ""))))
         elif event == "pass_start":
             at = f"{where}: pass_start"
             src = obj.get("source")
@@ -312,13 +309,6 @@ class _Builder:
                                   f"({sorted(self.names)})")
             self.pass_starts.append(PassStart(number, _int(obj, "iteration", at), src, _int(obj, "pass", at),
                                               _int(obj, "sample", at)))
-        elif event == "stage_start":
-            at = f"{where}: stage_start"
-            stage = obj.get("stage")
-            if not isinstance(stage, str) or not stage:
-                raise RunLogError(f"{at}: \"stage\": expected the stage's name, found {_short(stage)}")
-            self.stage_starts.append(StageStart(number, _int(obj, "iteration", at), stage,
-                                                _int(obj, "planned_iteration", at)))
         elif event == "resume":
             if self.resume is not None or self.counters:
                 raise RunLogError(f"{where}: a second \"resume\" or one after counters in the same launch (plan at "
@@ -348,4 +338,4 @@ class _Builder:
         iters = r.train_iters if r is not None and r.train_iters is not None else p["train_iters"]
         return Launch(self.path, self.line, p["iteration"], iters, batch or p["train_batch_size"], p["seq_length"],
                       p["mode"], p["separate_epochs"], p["weights"], p["sources"], tuple(self.counters),
-                      tuple(self.pass_starts), self.resume, self.final, tuple(self.stage_starts))
+                      tuple(self.pass_starts), self.resume, self.final, p.get("stages"), tuple(self.stage_starts))

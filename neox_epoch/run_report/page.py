@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from html import escape
 
 from neox_epoch.run_report.exposure import AUDIT, ESTIMATED, Histogram
-from neox_epoch.run_report.log import Launch
 from neox_epoch.run_report.series import NumberRow, Series, short_path
 from neox_epoch.run_report.svg import colour, histogram_plot, passes_plot
 
@@ -106,19 +104,32 @@ def _histograms(hists: list[Histogram], names: list[str], notes: list[str]) -> s
     return f"<div class=hists>{plots}</div>{table}{how}{warn}"
 
 
-def _stages(launches: Sequence[Launch]) -> str:
-    """The data stages that started (staged megatron-core runs), or nothing."""
-    rows = [f"<tr><td>{k}</td><td class=l>{_e(st.stage)}</td><td>{st.iteration:,d}</td><td>{st.planned_iteration:,d}"
-            f"</td></tr>" for k, la in enumerate(launches, start=1) for st in la.stage_starts]
-    if not rows:
+def _stages(series: Series) -> str:
+    """A staged run: per stage its iterations, draws and cumulative passes per source, and where it started."""
+    st = series.stages
+    if not st and series.stage_starts:  # stage_start records without the plan's stages (megatron-core stages)
+        rows = "".join(f"<tr><td>{k}</td><td class=l>{_e(n)}</td><td>{it:,d}</td></tr>" for it, k, n in series.stage_starts)
+        return ("<h2>Stages</h2><p class=note>The stage_start records: the iteration whose samples begin each stage."
+                f"</p><table><tr><th>stage</th><th class=l>name</th><th>started at iteration</th></tr>{rows}</table>")
+    if not st:
         return ""
-    return ("<h2>Data stages</h2><p class=note>Each stage_start record: the iteration whose samples begin the stage "
-            "(the first logged step past its first sample) and the planned boundary.</p><table><tr><th>launch</th>"
-            f"<th class=l>stage</th><th>started at iteration</th><th>planned</th></tr>{''.join(rows)}</table>")
+    started = {k: it for it, k, _ in series.stage_starts}
+    names = list(st.get("samples_per_pass") or {})
+    head = ("<tr><th>stage</th><th class=l>name</th><th>iterations</th><th>started at</th>"
+            + "".join(f"<th>{_e(n)} draws</th><th>{_e(n)} cumulative passes</th>" for n in names) + "</tr>")
+    rows = []
+    for s in st.get("stages", []):
+        cells = "".join(f"<td>{s['draws'].get(n, {}).get('draws', 0):,d}</td><td>{s['cumulative_passes'].get(n, 0):.4f}</td>"
+                        for n in names)
+        at = started.get(s["index"], 1 if s["index"] == 1 else None)
+        rows.append(f"<tr><td>{s['index']}</td><td class=l>{_e(s['name'])}</td><td>{s['first_iteration'] + 1:,d}.."
+                    f"{s['end_iteration']:,d}</td><td>{'-' if at is None else f'{at:,d}'}</td>{cells}</tr>")
+    return ("<h2>Stages</h2><p class=note>Each source continues where the earlier stages left it. Boundaries (first "
+            f"iteration of each later stage, 0-based): {_e(st.get('boundaries'))}; started at: the stage_start records "
+            "(1-based iteration).</p>" f"<table>{head}{''.join(rows)}</table>")
 
 
-def render(series: Series, hists: list[Histogram], notes: list[str], rows: list[NumberRow], title: str,
-           launches: Sequence[Launch] = ()) -> str:
+def render(series: Series, hists: list[Histogram], notes: list[str], rows: list[NumberRow], title: str) -> str:
     names = [s.name for s in series.sources]
     status = ("trained to its end" if series.complete
               else "<span class=warn>not trained to its end</span>")
@@ -136,7 +147,7 @@ def render(series: Series, hists: list[Histogram], notes: list[str], rows: list[
         "resumes with what changed (dashed), early stops (red), the planned train_iters (dotted). Hover for the "
         "numbers.</p>"
         f"{passes_plot(series)}"
-        f"{_stages(launches)}"
+        f"{_stages(series)}"
         "<h2>Resumes and stops</h2>"
         f"{_marks(series)}"
         f"{_launch_table(series)}"

@@ -150,6 +150,10 @@ class Series:
     """The last launch's train_iters."""
     last_iteration: int
     complete: bool
+    stages: dict[str, Any] | None = None
+    """The last launch's stage plan (None without stages)."""
+    stage_starts: tuple[tuple[int, int, str], ...] = ()
+    """(iteration, stage, name) of every stage_start record, launches in order."""
 
 
 def _show(v: Any) -> str:
@@ -267,7 +271,8 @@ def compute(run: RunLog) -> Series:
     end_snap = last_snapshot(last)
     last_iteration = end_snap.iteration if end_snap else 0
     return Series(run.files, tuple(rows), tuple(sources), tuple(resumes), tuple(stops), last.seq_length,
-                  last.train_iters, last_iteration, bool(last.final and last.final.complete))
+                  last.train_iters, last_iteration, bool(last.final and last.final.complete), last.stages,
+                  tuple(x for launch in run.launches for x in launch.stage_starts))
 
 
 # ---------------------------------------------------------------------------------------------------------
