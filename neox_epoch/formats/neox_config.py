@@ -19,6 +19,8 @@ from typing import Any
 import yaml
 
 from neox_epoch.errors import ConfigError, did_you_mean
+from neox_epoch.formats.stage_config import StagesConfig, per_source
+from neox_epoch.formats.stage_config import number as stage_number
 from neox_epoch.util.textfile import read_config_text
 from neox_epoch.util.values import is_number, is_whole
 
@@ -94,11 +96,9 @@ class EpochBlock:
         return EpochBlock(**fields)
 
     def stages_config(self) -> Any:
-        """The validated :class:`~neox_epoch.plan.stages.StagesConfig` of ``stages`` (None without stages)."""
+        """The validated :class:`~neox_epoch.formats.stage_config.StagesConfig` of ``stages`` (None without stages)."""
         if self.stages is None:
             return None
-        from neox_epoch.plan.stages import StagesConfig  # pure, torch-free; the planner owns the type
-
         return StagesConfig.from_mapping({"stages": self.stages, "max_passes": self.max_passes})
 
     def to_mapping(self) -> dict[str, Any]:
@@ -107,8 +107,6 @@ class EpochBlock:
 
 def _check_stages(fields: dict[str, Any], where: str) -> None:
     """``stages`` and ``max_passes``: validated here, once, by the stage planner's own types."""
-    from neox_epoch.plan.stages import StagesConfig, _number, _per_source  # pure validators (no torch, no numpy)
-
     stages, cap = fields.get("stages"), fields.get("max_passes")
     try:
         if stages is not None:
@@ -117,9 +115,9 @@ def _check_stages(fields: dict[str, Any], where: str) -> None:
                                   "targets (remove epochs)")
             StagesConfig.from_mapping({"stages": stages, "max_passes": cap})
         elif isinstance(cap, dict):
-            _per_source("max_passes", cap, positive=True)
+            per_source("max_passes", cap, positive=True)
         elif cap is not None:
-            _number("max_passes", cap, positive=True)
+            stage_number("max_passes", cap, positive=True)
     except ConfigError as err:
         raise ConfigError(f"{where}: {BLOCK}.{err}") from None
 

@@ -1,0 +1,155 @@
+"""What a config says about data stages: an ordered list of stages (a name and per-source pass targets, or weights
+with a length in iterations or samples) and ``max_passes``, validated once when built (:class:`StagesConfig`).
+The arithmetic over them is :mod:`neox_epoch.plan.stages`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from neox_epoch.errors import ConfigError, did_you_mean
+
+_STAGE_KEYS = ("name", "passes", "weights", "iterations", "samples")
+
+
+def number(where: str, value: Any, *, positive: bool) -> float:
+    """A finite real number (bool refused), > 0 when ``positive`` else >= 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigError(f"{where}: expected a number, got {value!r}")
+    if value < 0 or (positive and value == 0):
+        raise ConfigError(f"{where}: expected a number {'>' if positive else '>='} 0, got {value!r}")
+    return float(value)
+
+
+def count(where: str, value: Any) -> int:
+    """A positive integer (bool and float refused)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(f"{where}: expected a positive integer, got {value!r}")
+    return value
+
+
+def per_source(where: str, value: Any, *, positive: bool) -> dict[str, float]:
+    if not isinstance(value, Mapping) or not value:
+        raise ConfigError(f"{where}: expected a non-empty mapping of source name to number, got {value!r}")
+    out = {}
+    for source, raw in value.items():
+        if not isinstance(source, str) or not source:
+            raise ConfigError(f"{where}: source names must be non-empty strings, got {source!r}")
+        out[source] = number(f"{where}.{source}", raw, positive=positive)
+    return out
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Stage:
+    """One stage: per-source pass targets, or weights with a length in iterations or samples."""
+
+    name: str
+    """Shown in tables and errors; unique within a plan."""
+    passes: Mapping[str, float] | None = None
+    """Passes over each source this stage draws (0.5 = half of its samples per epoch)."""
+    weights: Mapping[str, float] | None = None
+    """Relative share of each source in the stage's samples (needs ``iterations`` or ``samples``)."""
+    iterations: int | None = None
+    """Length of a weights stage in global batches."""
+    samples: int | None = None
+    """Length of a weights stage in samples (rounded up to whole global batches)."""
+
+    def __post_init__(self) -> None:
+        where = f"stage {self.name!r}"
+        if not isinstance(self.name, str) or not self.name:
+            raise ConfigError(f"stage name: expected a non-empty string, got {self.name!r}")
+        if (self.passes is None) == (self.weights is None):
+            raise ConfigError(f"{where}: give exactly one of 'passes' (per-source pass targets) or 'weights'")
+        if self.passes is not None:
+            if self.iterations is not None or self.samples is not None:
+                raise ConfigError(
+                    f"{where}: 'passes' fixes the stage's length; drop 'iterations'/'samples' or use 'weights'"
+                )
+            passes = per_source(f"{where}.passes", self.passes, positive=False)
+            if not any(passes.values()):
+                raise ConfigError(f"{where}.passes: every target is 0; give at least one source a pass target > 0")
+            object.__setattr__(self, "passes", passes)
+            return
+        object.__setattr__(self, "weights", per_source(f"{where}.weights", self.weights, positive=True))
+        if (self.iterations is None) == (self.samples is None):
+            raise ConfigError(f"{where}: a weights stage needs exactly one of 'iterations' or 'samples'")
+        if self.iterations is not None:
+            count(f"{where}.iterations", self.iterations)
+        if self.samples is not None:
+            count(f"{where}.samples", self.samples)
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        return tuple(self.passes or self.weights or ())
+
+    @classmethod
+    def from_mapping(cls, data: Any, where: str = "stage") -> Stage:
+        """Build from a config mapping, refusing unknown keys by name."""
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{where}: expected a mapping with keys {', '.join(_STAGE_KEYS)}, got {data!r}")
+        for key in data:
+            if key not in _STAGE_KEYS:
+                raise ConfigError(f"{where}: unknown key {key!r}{did_you_mean(str(key), _STAGE_KEYS)}")
+        if "name" not in data:
+            raise ConfigError(f"{where}: missing 'name'")
+        return cls(**{key: data[key] for key in _STAGE_KEYS if key in data})
+
+    def to_mapping(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name}
+        for key in ("passes", "weights", "iterations", "samples"):
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = dict(value) if isinstance(value, Mapping) else value
+        return out
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StagesConfig:
+    """An ordered stage plan and its repetition cap."""
+
+    stages: tuple[Stage, ...]
+    max_passes: float | Mapping[str, float] | None = None
+    """Cap on a source's total passes over all stages: one number for every source, or per source."""
+
+    def __post_init__(self) -> None:
+        if not self.stages:
+            raise ConfigError("stages: expected at least one stage")
+        names = [stage.name for stage in self.stages]
+        for name in names:
+            if names.count(name) > 1:
+                raise ConfigError(
+                    f"stages: the name {name!r} is used {names.count(name)} times; stage names are unique"
+                )
+        object.__setattr__(self, "stages", tuple(self.stages))
+        if isinstance(self.max_passes, Mapping):
+            object.__setattr__(self, "max_passes", per_source("max_passes", self.max_passes, positive=True))
+        elif self.max_passes is not None:
+            object.__setattr__(self, "max_passes", number("max_passes", self.max_passes, positive=True))
+
+    @classmethod
+    def from_mapping(cls, data: Any) -> StagesConfig:
+        """From ``{"stages": [...], "max_passes": 2 | {source: cap}}``."""
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"stage plan: expected a mapping with 'stages' (and 'max_passes'), got {data!r}")
+        for key in data:
+            if key not in ("stages", "max_passes"):
+                raise ConfigError(f"stage plan: unknown key {key!r}{did_you_mean(str(key), ('stages', 'max_passes'))}")
+        stages = data.get("stages")
+        if not isinstance(stages, Sequence) or isinstance(stages, (str, bytes)):
+            raise ConfigError(f"stages: expected a list of stages, got {stages!r}")
+        return cls(
+            stages=tuple(Stage.from_mapping(s, where=f"stages[{i}]") for i, s in enumerate(stages)),
+            max_passes=data.get("max_passes"),
+        )
+
+    def to_mapping(self) -> dict[str, Any]:
+        cap = dict(self.max_passes) if isinstance(self.max_passes, Mapping) else self.max_passes
+        return {"stages": [stage.to_mapping() for stage in self.stages], "max_passes": cap}
+
+    def cap_of(self, source: str) -> float | None:
+        if isinstance(self.max_passes, Mapping):
+            return self.max_passes.get(source)
+        return self.max_passes
