@@ -263,7 +263,7 @@ def exact_flags(args: MegatronArgs, plan: Plan, schedule: dict[str, object] | No
     return " ".join(flags)
 
 
-def _without(argv: Sequence[str], flags: Sequence[str]) -> list[str]:
+def without(argv: Sequence[str], flags: Sequence[str]) -> list[str]:
     """``argv`` with ``flags`` and their values (up to the next option) removed."""
     out: list[str] = []
     skipping = False
@@ -287,7 +287,7 @@ def verify_exact(argv: Sequence[str], flags: str, plan: Plan, version: str) -> M
     replaced += [t for t in shlex.split(flags) if t.startswith("--")]
     if "--data-path" in flags or "--train-data-path" in flags:
         replaced += ["--data-path", "--train-data-path"] if "--data-path" in flags else ["--train-data-path"]
-    again = megatron_input(_without(argv, replaced) + shlex.split(flags), version)
+    again = megatron_input(without(argv, replaced) + shlex.split(flags), version)
     check = make_plan(again.inp)
     want = [(s.split, s.prefix, s.samples_drawn) for s in plan.sources]
     got = [(s.split, s.prefix, s.samples_drawn) for s in check.sources]

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from neox_epoch.errors import ConfigError, PlanError
-from neox_epoch.plan.from_megatron import MegatronInput, exact_flags, megatron_input
+from neox_epoch.plan.from_megatron import MegatronInput, exact_flags, megatron_input, without
 from neox_epoch.plan.model import Plan, SourcePlan
 from neox_epoch.plan.planner import exact_plan, make_plan
 from neox_epoch.semantics import megatron_lm as mlm
@@ -131,20 +131,6 @@ def split_phase_groups(argv: Sequence[str]) -> tuple[list[str], dict[int, list[s
 
 def _flags_of(tokens: Sequence[str]) -> list[str]:
     return [t.partition("=")[0] for t in tokens if t.startswith("--")]
-
-
-def without(argv: Sequence[str], flags: Sequence[str]) -> list[str]:
-    """``argv`` with ``flags`` and their values (up to the next option) removed."""
-    out: list[str] = []
-    skipping = False
-    for tok in argv:
-        if tok.startswith("--"):
-            skipping = tok.partition("=")[0] in flags
-            if skipping:
-                continue
-        if not skipping:
-            out.append(tok)
-    return out
 
 
 def phase_lines(base: Sequence[str], groups: Mapping[int, Sequence[str]], count: int) -> list[list[str]]:
