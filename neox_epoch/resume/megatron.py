@@ -34,9 +34,9 @@ from neox_epoch.resume.model import (
     build_findings,
     deltas,
     split_samples,
+    train_builds,
     valid_sources,
 )
-from neox_epoch.semantics import TrainBuild
 from neox_epoch.semantics import megatron_lm as mlm
 from neox_epoch.semantics.loader import LoaderShape, ResumeStart, ValidStart, end_test, evaluations_after
 
@@ -75,8 +75,7 @@ def _new_run(mi: MegatronInput, plan: Plan, lr_follows: bool) -> NewRun:
     blends = [b for b in plan.blends if b.split == "train"]
     weights = tuple(float(w) for w in (blends[0].weights or ())) if blends and blends[0].weights else None
     blended = len(train) > 1 or weights is not None
-    builds = {(f"train_{k}" if blended else "train"): TrainBuild(s.samples_requested, s.epochs_built, s.samples_built,
-                                                                  s.separate_final_epoch) for k, s in enumerate(train)}
+    builds = train_builds(train, blended, separation=True)
     length = split_samples(plan, "train")
     shape = LoaderShape(args.micro_batch_size, args.data_parallel_size,
                         run.global_batch_size // (args.micro_batch_size * args.data_parallel_size))

@@ -4,13 +4,14 @@ megatron-core checkers."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from neox_epoch.audit.exposure import ExposureReport
 from neox_epoch.formats.checkpoint import Checkpoint
 from neox_epoch.neox.resume_state import ResumeState
-from neox_epoch.plan.model import Plan
+from neox_epoch.plan.model import Plan, SourcePlan
 from neox_epoch.semantics import TrainBuild, blend
 from neox_epoch.semantics.loader import (
     EndTest,
@@ -219,3 +220,11 @@ def build_findings(old: OldRun, saved: SavedBuild | None, new: NewRun) -> list[s
                        f"{epochs(was)} for {was.num_samples} in the saved run: a new index, shuffled anew, so "
                        "positions before and after the resume name different samples")
     return out
+
+
+def train_builds(train: Sequence[SourcePlan], blended: bool, separation: bool = False) -> dict[str, TrainBuild]:
+    """Per train dataset name (``train``, or ``train_0``, ``train_1``, ... in a blend), how the plan builds it;
+    ``separation``: record whether the final epoch is shuffled on its own (megatron-core's builds say it)."""
+    return {(f"train_{k}" if blended else "train"): TrainBuild(s.samples_requested, s.epochs_built, s.samples_built,
+                                                               s.separate_final_epoch and separation)
+            for k, s in enumerate(train)}

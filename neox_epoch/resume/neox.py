@@ -44,9 +44,9 @@ from neox_epoch.resume.model import (
     build_findings,
     deltas,
     split_samples,
+    train_builds,
     valid_sources,
 )
-from neox_epoch.semantics import TrainBuild
 from neox_epoch.semantics.loader import (
     LoaderShape,
     ResumeStart,
@@ -126,8 +126,7 @@ def new_run(cfg: NeoxConfig, world_size: int | None) -> NewRun:
         total = None
     train = [s for s in plan.sources if s.split == "train"]
     blended = len(train) > 1 or bool(weights)
-    builds = {(f"train_{k}" if blended else "train"): TrainBuild(s.samples_requested, s.epochs_built, s.samples_built)
-              for k, s in enumerate(train)}
+    builds = train_builds(train, blended)
     dataset = total if total is not None else sum(s.length for s in train)
     lr = any(bool(cfg.values.get(k)) for k in ("override_lr_scheduler", "use_checkpoint_lr_scheduler", "lr_decay_iters"))
     evaluation = (get_int(cfg, "eval_interval", 1000) or 0, get_int(cfg, "eval_iters", 100, positive=False) or 0)
