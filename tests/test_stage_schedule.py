@@ -11,6 +11,7 @@ global batch 4: stages 0..31, 31..67, 67..126)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 from pathlib import Path
@@ -167,3 +168,41 @@ def test_mcore_wsd_from_a_stage_equals_megatron_lm(tmp_path: Path) -> None:
         for key in ("lr_warmup_steps", "lr_decay_steps", "wsd_decay_steps"):
             assert real["scheduler"][key] == sched.scheduler[key], (label, key)
         assert real["scheduler"]["lr_at"] == {str(it): lr for _, it, lr in sched.points}, label
+
+
+@frameworks.needs_stack("today")
+def test_megatron_lm_phases_decay_from_a_phase_equals_megatron_lm(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Exact phases (the issue's passes, global batch 3: phases of 41, 68, 78 iterations) with --decay-from-phase 3:
+    every phase's flags carry one WSD schedule in samples; phase 3's launch line, run through Megatron-LM's own
+    get_optimizer_param_scheduler, gives the plan's rate at each phase's first iteration."""
+    import megatron_lm_env as env
+    from test_megatron_phases import line
+
+    from neox_epoch.formats.corpus import write_random_corpus
+    from neox_epoch.plan.phases import exact_phases, without
+
+    monkeypatch.chdir(tmp_path)
+    for name, seed, docs in (("a", 1, 40), ("b", 2, 30), ("c", 3, 20)):
+        write_random_corpus(str(tmp_path / name), seed, docs)
+    d = {n: str(tmp_path / n) for n in "abc"}
+    version = "0.19.2"
+    base = line("--train-samples", "504", "--phase-transition-iterations", "31,67", "--data-path", d["a"],
+                "--lr-warmup-samples", "9", "--lr-wsd-decay-style", "cosine", gbs=3)
+    exact, _ = exact_phases(base, {2: ["--data-path", d["a"], d["b"]], 3: ["--data-path", d["b"], d["c"]]}, version,
+                            {1: {"a": 1.0}, 2: {"a": 1.0, "b": 1.0}, 3: {"b": 1.0, "c": 2.0}}, {"from": 3})
+    sched = exact[0].lr_schedule
+    assert sched is not None and all(p.lr_schedule == sched for p in exact)
+    wanted = ("--lr-decay-samples 561 --lr-decay-style WSD --lr-wsd-decay-samples 234 --lr-wsd-decay-style cosine")
+    assert all(wanted in p.flags for p in exact)
+    last = 0.5 * (math.cos(math.pi * 231 / 234) + 1.0) * 1e-4  # 186 * 3 = 558 samples, 231 into the 234 of WSD
+    assert [(it, lr) for _, it, lr in sched.points] == [(0, 0.0), (41, 1e-4), (109, 1e-4), (186, last)]
+    phase3 = without(base, ["--data-path"]) + exact[2].flags.split()
+    phase3 = [t.replace("82.0", "82").replace("152.0", "152") for t in phase3]
+    case = {"id": "phase-3", "argv": phase3, "world_size": 1, "cache_dir": str(tmp_path), "build": False,
+            "lr_at": [it for _, it, _ in sched.points]}
+    real = env.run_truth([case], str(tmp_path / "work"), timeout=300)["cases"][0]
+    assert real["refusal"] is None, real["refusal"]
+    assert real["scheduler"]["lr_decay_steps"] == 561 and real["scheduler"]["wsd_decay_steps"] == 234
+    assert real["scheduler"]["lr_warmup_steps"] == 9
+    assert real["scheduler"]["lr_at"] == {str(it): lr for _, it, lr in sched.points}

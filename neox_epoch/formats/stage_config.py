@@ -170,10 +170,10 @@ class StagesConfig:
         if isinstance(self.decay, Mapping):
             object.__setattr__(self, "decay", StageDecay.from_mapping(self.decay))
         if self.decay is not None:
-            self._check_decay(self.decay, names)
+            self.check_decay(self.decay, names)
 
     @staticmethod
-    def _check_decay(decay: StageDecay, names: list[str]) -> None:
+    def check_decay(decay: StageDecay, names: list[str]) -> None:
         for key in _DECAY_KEYS:
             value = getattr(decay, key)
             if value is not None and value not in names:

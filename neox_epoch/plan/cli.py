@@ -354,6 +354,7 @@ def run_phases(args: argparse.Namespace, version: str) -> int:
 
     base, raw_groups = ph.split_phase_groups(_plan_argv(args))
     targets: dict[int, dict[str, float]] = {}
+    decay, base = ph.phase_decay(base)
     base_targets, base_rest = ph.phase_targets(base)
     if base_targets is not None:
         targets[1] = base_targets
@@ -367,8 +368,11 @@ def run_phases(args: argparse.Namespace, version: str) -> int:
     if args.write_config:
         raise ConfigError("--write-config: writes a NeoX config; for Megatron-LM paste the flags exact mode prints")
     exact: list[ph.ExactPhase] = []
+    if decay and not targets:
+        raise ConfigError(f"{' / '.join(ph.DECAY_OPTIONS)}: place the decay in exact mode's flags; give each phase's "
+                          "passes (--epochs E or --source-epochs NAME=E in its --phase K group)")
     if targets:
-        exact, pp = ph.exact_phases(argv, groups, version, targets)
+        exact, pp = ph.exact_phases(argv, groups, version, targets, decay)
     else:
         pp = ph.plan_phases(argv, groups, version)
     if args.json:
@@ -379,6 +383,8 @@ def run_phases(args: argparse.Namespace, version: str) -> int:
         print(f"\nphase {p.number} ({', '.join(f'{k}={v:g}' for k, v in p.targets.items())}: {p.iterations} iterations, "
               f"{p.samples} samples; remainder {p.plan.remainder_samples} samples not drawn): flags for its launch "
               f"(paste after that phase's command line; the last one wins):\n  {p.flags}")
+    if exact and exact[0].lr_schedule is not None:
+        print("\n" + "\n".join(exact[0].lr_schedule.lines()))
     if exact:
         print("\nexact: every phase draws whole passes of each source it continues (Megatron-LM starts each phase at "
               "its sources' sample 0, so only a source's last phase may draw part of a pass)")

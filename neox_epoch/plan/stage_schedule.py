@@ -134,7 +134,7 @@ class StageSchedule:
                 "notes": list(self.notes)}
 
     def lines(self) -> list[str]:
-        head = (f"learning-rate schedule over the stages ({self.framework}, {self.style}): warmup once, "
+        head = (f"learning-rate schedule over the run ({self.framework}, {self.style}): warmup once, "
                 f"{self.warmup_iters:g} iterations; decay from iteration {self.decay_start:g} to {self.decay_end}")
         if self.settings:
             head += "; " + ", ".join(f"{k} {v}" for k, v in self.settings.items())
@@ -157,8 +157,11 @@ def decay_window(plan: StagesPlan, decay: StageDecay | None) -> tuple[int | None
 
 
 def _points(plan: StagesPlan, decay_end: int, rate: Any) -> tuple[tuple[str, int, float], ...]:
-    out = [(f"stage {k + 1} {st.name!r} starts" if k else f"stage 1 {st.name!r} starts (first step)", st.first_iteration,
-            rate(st.first_iteration)) for k, st in enumerate(plan.stages)]
+    def label(k: int, name: str) -> str:
+        what = name if name.startswith("phase ") else f"stage {k + 1} {name!r}"
+        return f"{what} starts" + ("" if k else " (first step)")
+
+    out = [(label(k, st.name), st.first_iteration, rate(st.first_iteration)) for k, st in enumerate(plan.stages)]
     if decay_end < plan.train_iters and decay_end not in {it for _, it, _ in out}:
         out.append(("the decay ends", decay_end, rate(decay_end)))
     out.append(("last step", plan.train_iters - 1, rate(plan.train_iters - 1)))
@@ -209,10 +212,10 @@ def mcore_stage_schedule(plan: StagesPlan, decay: StageDecay | None, *, style: s
                          wsd_style: str = "exponential", lr_decay_iters: int | None = None,
                          lr_wsd_decay_iters: int | None = None, warmup_iters: int = 0,
                          warmup_fraction: float | None = None, lr: float | None = None, min_lr: float = 0.0,
-                         init_lr: float = 0.0) -> StageSchedule:
+                         init_lr: float = 0.0, warmup_samples: int | None = None) -> StageSchedule:
     """Megatron-LM's one OptimizerParamScheduler over the staged run (iteration-based flags, as Megatron-LM's
     get_optimizer_param_scheduler turns them into steps of samples); with ``decay``, the flags that put it on the
-    asked boundaries."""
+    asked boundaries. ``warmup_samples``: a sample-based run's --lr-warmup-samples (instead of ``warmup_iters``)."""
     if wsd_style not in WSD_STYLES:
         raise ConfigError(f"--lr-wsd-decay-style {wsd_style!r}: expected one of {', '.join(WSD_STYLES)}")
     g = plan.global_batch_size
@@ -230,7 +233,8 @@ def mcore_stage_schedule(plan: StagesPlan, decay: StageDecay | None, *, style: s
     if style == "WSD" and wsd_iters is None:
         raise ConfigError("--lr-decay-style WSD: needs --lr-wsd-decay-iters (or decay.from_stage in the stage plan)")
     decay_steps = decay_iters * g
-    warmup_steps = warmup_fraction * decay_steps if warmup_fraction is not None else warmup_iters * g
+    warmup_steps = (warmup_fraction * decay_steps if warmup_fraction is not None
+                    else warmup_samples if warmup_samples is not None else warmup_iters * g)
     wsd_steps = wsd_iters * g if wsd_iters is not None else None
     if warmup_steps >= decay_steps:
         raise ConfigError(f"the warmup ({warmup_steps / g:g} iterations) is not shorter than the decay ({decay_iters} "
