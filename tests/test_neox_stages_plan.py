@@ -80,7 +80,7 @@ def test_plan_json_stage_keys(staged_config, capsys):  # type: ignore[no-untyped
     st = data["stages"]
     assert code == 0 and data["train_iters"] == 92
     assert list(st) == ["train_iters", "global_batch_size", "boundaries", "samples_per_pass", "total_draws",
-                        "cumulative_passes", "passes_built", "max_passes", "stages"]
+                        "cumulative_passes", "passes_built", "max_passes", "stages", "lr_schedule"]
     assert st["boundaries"] == [24, 52] and st["total_draws"] == {"a": 144, "b": 128, "c": 96}
     assert st["stages"][1] == {
         "index": 2, "name": "two", "first_iteration": 24, "end_iteration": 52, "iterations": 28, "samples": 112,
