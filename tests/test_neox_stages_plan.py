@@ -247,3 +247,38 @@ def test_changing_later_stages_keeps_every_draw_before_them():
     cut = 52 * 4  # everything stages one and two draw
     assert which[:cut].tolist() == which2[:cut].tolist() and where[:cut].tolist() == where2[:cut].tolist()
     assert (plan.train_iters, later.train_iters) == (92, 52 + (32 + 144 + 24) // 4)
+
+
+def test_hooks_stop_a_resume_without_stages_on_changed_data(tmp_path, caplog):  # type: ignore[no-untyped-def]
+    """The fingerprint check of the hooks (neox_epoch.neox.hooks._check_fingerprint) for a run WITHOUT stages: a
+    changed seed stops it in one line naming the change, the checkpoint and the fix; allow_data_change lets it
+    through with a logged line; a state saved without a fingerprint resumes with a note."""
+    import logging
+    from types import SimpleNamespace
+
+    from neox_epoch.errors import DataChangedError
+    from neox_epoch.neox import hooks
+
+    _corpus(str(tmp_path / "a"), 11, 96)
+    saved_fp = fp.fingerprint([str(tmp_path / "a")], 128, 1234)
+    now = fp.fingerprint([str(tmp_path / "a")], 128, 4321)
+
+    def state(block: dict, fingerprint: dict | None) -> hooks.State:  # type: ignore[type-arg]
+        st = hooks.State(hook=SimpleNamespace(block=EpochBlock.from_mapping(block, "x.yml")), modules={})  # type: ignore[arg-type]
+        st.saved = ResumeState(iteration=60, consumed_samples=240, train_batch_size=4, loader_batch=4,
+                               samples_total=400, train_iters=100, fingerprint=fingerprint)
+        st.fingerprint = now
+        return st
+
+    with pytest.raises(DataChangedError) as err:
+        hooks._check_fingerprint(state({"epochs": 1}, saved_fp.to_dict()), SimpleNamespace(), "ckpt/global_step60")
+    assert str(err.value) == ("neox_epoch: the data changed since the checkpoint: seed 1,234 -> 4,321 (global_step60); "
+                              "resume on the data the checkpoint was trained on, or set \"allow_data_change\": true in "
+                              "the neox_epoch block if the change is intended")
+    with caplog.at_level(logging.WARNING, logger="neox_epoch"):
+        hooks._check_fingerprint(state({"epochs": 1, "allow_data_change": True}, saved_fp.to_dict()),
+                                 SimpleNamespace(), "ckpt/global_step60")
+        hooks._check_fingerprint(state({"epochs": 1}, None), SimpleNamespace(), "ckpt/global_step60")
+    text = caplog.text
+    assert "seed 1,234 -> 4,321 (global_step60); allow_data_change is set: resuming anyway" in text
+    assert "the checkpoint's state (global_step60) holds no data fingerprint" in text

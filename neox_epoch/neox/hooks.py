@@ -231,9 +231,16 @@ def _fingerprint_or_none(state: State, neox_args: Any) -> dict[str, Any] | None:
 
 
 def _check_fingerprint(state: State, neox_args: Any, tag: str) -> None:
-    """Stop before anything is built when the data differs from the checkpoint's (unless allow_data_change)."""
+    """Stop before anything is built when the data differs from the checkpoint's (unless allow_data_change), staged
+    or not; a state saved without a fingerprint resumes with a note."""
     saved = state.saved
-    if saved is None or saved.fingerprint is None:
+    if saved is None:
+        return
+    if saved.fingerprint is None:
+        if rank() == 0:
+            log.warning("neox_epoch: resume: the checkpoint's state (%s) holds no data fingerprint (saved before "
+                        "neox-epoch recorded one, or its sources were named alike): the data is not compared; the "
+                        "next checkpoint carries one", os.path.basename(tag))
         return
     diffs, note = fingerprint_changes(saved, data_fingerprint(state, neox_args))
     if note and rank() == 0:
@@ -244,10 +251,6 @@ def _check_fingerprint(state: State, neox_args: Any, tag: str) -> None:
     if state.block.allow_data_change:
         if rank() == 0:
             log.warning("%s; allow_data_change is set: resuming anyway", line)
-        return
-    if state.run is not None and state.run.staged is None:  # runs without stages: warned, as before stages existed
-        if rank() == 0:
-            log.warning("%s; set allow_data_change: true in the neox_epoch block if this is intended", line)
         return
     raise DataChangedError(f"{line}; resume on the data the checkpoint was trained on, or set \"allow_data_change\": "
                            "true in the neox_epoch block if the change is intended")
