@@ -282,3 +282,24 @@ def test_hooks_stop_a_resume_without_stages_on_changed_data(tmp_path, caplog):  
     text = caplog.text
     assert "seed 1,234 -> 4,321 (global_step60); allow_data_change is set: resuming anyway" in text
     assert "the checkpoint's state (global_step60) holds no data fingerprint" in text
+
+
+def test_hooks_refuse_a_later_stage_change_that_moves_the_schedule_end():  # type: ignore[no-untyped-def]
+    """A staged resume whose later stages changed train_iters (92 -> 80): NeoX's AnnealingLR would assert on the
+    checkpoint's other warmup/total iterations, so the hooks stop first, in one line with the three fixes."""
+    from types import SimpleNamespace
+
+    from neox_epoch.errors import PlanError
+    from neox_epoch.neox import hooks
+
+    saved = ResumeState(iteration=52, consumed_samples=208, train_batch_size=4, loader_batch=4, samples_total=368,
+                        train_iters=92)
+    args = SimpleNamespace(lr_decay_iters=None, train_batch_size=4)
+    with pytest.raises(PlanError) as err:
+        hooks._check_lr_schedule(args, saved, 80, "with the stages after the checkpoint's changed")
+    assert str(err.value) == (
+        "neox_epoch: resuming iteration 52 with the stages after the checkpoint's changed moves the end of the run from "
+        "iteration 92 to 80, and NeoX's learning-rate scheduler refuses a checkpoint saved for other total/warmup "
+        "iterations; set override_lr_scheduler: true (the schedule ends with the data at 80), "
+        "use_checkpoint_lr_scheduler: true (keep the saved one, ending at 92), or lr_decay_iters: N")
+    hooks._check_lr_schedule(SimpleNamespace(**vars(args), override_lr_scheduler=True), saved, 80, "x")

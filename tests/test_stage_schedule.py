@@ -206,3 +206,19 @@ def test_megatron_lm_phases_decay_from_a_phase_equals_megatron_lm(tmp_path: Path
     assert real["scheduler"]["lr_decay_steps"] == 561 and real["scheduler"]["wsd_decay_steps"] == 234
     assert real["scheduler"]["lr_warmup_steps"] == 9
     assert real["scheduler"]["lr_at"] == {str(it): lr for _, it, lr in sched.points}
+
+
+def test_hooks_set_lr_decay_iters_on_the_boundary(tmp_path: Path) -> None:
+    """The hooks' plan (neox_epoch.neox.planning.make_run_plan, from NeoX's parsed values) with decay until stage
+    'two': train_iters 92 and lr_decay_iters 52 among the keys they set on NeoX's args before its scheduler is
+    built, as plan --write-config writes them."""
+    from neox_epoch.neox.planning import make_run_plan
+
+    path = _neox_config(tmp_path, {"until_stage": "two"}, warmup=0.1)
+    cfg = json.loads(path.read_text())
+    block = EpochBlock.from_mapping(cfg.pop("neox_epoch"), str(path))
+    values = {**cfg, "train_batch_size": 4}
+    rp = make_run_plan(values, block)
+    assert rp.overwrite()["train_iters"] == 92 and rp.overwrite()["lr_decay_iters"] == 52
+    plain = make_run_plan(values, EpochBlock.from_mapping({"stages": STAGES}, str(path)))
+    assert "lr_decay_iters" not in plain.overwrite()
