@@ -4,8 +4,9 @@ model trained on.
 Three stages (1: a 1 pass; 2: a 0.5, b 1; 3: b 1, c 2) on tiny corpora cut so that every stage is a whole
 number of global batches (a: 96 samples per pass, b: 64, c: 48; global batch 4): 24 + 28 + 40 = 92
 iterations. The first launch stops at iteration 40 (in stage 2) after a checkpoint; the second resumes it to
-the end; a third resumes the same checkpoint on a changed corpus c and must stop before its first step
-with the fingerprint line. The recorder (tests/neox_cpu/batch_recorder.py) keeps the tokens of every
+the end (also saving at iteration 52, the stage 2 / stage 3 boundary); a third resumes the same checkpoint on a
+changed corpus c and must stop before its first step with the fingerprint line; a fourth resumes the checkpoint
+of iteration 52 with stage 3 changed (b 1, c 1) and trains exactly the new stage to iteration 80. The recorder (tests/neox_cpu/batch_recorder.py) keeps the tokens of every
 trained sample; each is mapped to its position in its source's own order through the index files the
 hooks wrote (``train_k-stages``).
 """
