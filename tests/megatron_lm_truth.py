@@ -143,12 +143,24 @@ def _parse(argv: list[str], world_size: int) -> Any:
     return M["arguments"].parse_args()
 
 
-def _scheduler(args: Any) -> dict[str, Any]:
-    """get_optimizer_param_scheduler with a parameter-less optimizer (test-side: the scheduler only sets lr
-    on optimizer.param_groups; no model is built)."""
-    sched = M["training"].get_optimizer_param_scheduler(types.SimpleNamespace(param_groups=[]))
-    return {"lr_warmup_steps": sched.lr_warmup_steps, "lr_decay_steps": sched.lr_decay_steps,
-            "wd_incr_steps": sched.wd_incr_steps, "wsd_decay_steps": sched.wsd_decay_steps}
+def _scheduler(args: Any, lr_at: list[int] | None = None) -> dict[str, Any]:
+    """get_optimizer_param_scheduler with a one-group optimizer of no parameters (test-side: the scheduler only
+    sets lr on optimizer.param_groups; no model is built). ``lr_at``: the iterations (0-based) at which to record
+    the learning rate the group holds, stepping the scheduler by the global batch per iteration as train_step
+    does (``opt_param_scheduler.step(increment=global_batch_size)``)."""
+    group: dict[str, Any] = {"params": []}
+    sched = M["training"].get_optimizer_param_scheduler(types.SimpleNamespace(param_groups=[group]))
+    out = {"lr_warmup_steps": sched.lr_warmup_steps, "lr_decay_steps": sched.lr_decay_steps,
+           "wd_incr_steps": sched.wd_incr_steps, "wsd_decay_steps": sched.wsd_decay_steps}
+    if lr_at:
+        lrs, done = {}, 0
+        for it in sorted(set(lr_at)):
+            for _ in range(it - done):
+                sched.step(increment=args.global_batch_size)
+            done = it
+            lrs[str(it)] = float(group["lr"])
+        out["lr_at"] = lrs
+    return out
 
 
 def _train_consistency(args: Any) -> None:
@@ -391,7 +403,7 @@ def _run_case(case: dict[str, Any]) -> dict[str, Any]:
                    global_batch_size=args.global_batch_size)
         M["global_vars"].set_args(args)
         _stage("num_microbatches_calculator", _init_calculator, args)
-        out["scheduler"] = _stage("get_optimizer_param_scheduler", _scheduler, args)
+        out["scheduler"] = _stage("get_optimizer_param_scheduler", _scheduler, args, case.get("lr_at"))
         out["train_iters"] = args.train_iters
         # a new run: pretrain() sets it to 0 when no checkpoint is loaded; "iteration": I is a launch resumed at I (a
         # phase's launch at its transition: load_checkpoint sets args.iteration)

@@ -4,8 +4,9 @@ model trained on.
 Three stages (1: a 1 pass; 2: a 0.5, b 1; 3: b 1, c 2) on tiny corpora cut so that every stage is a whole
 number of global batches (a: 96 samples per pass, b: 64, c: 48; global batch 4): 24 + 28 + 40 = 92
 iterations. The first launch stops at iteration 40 (in stage 2) after a checkpoint; the second resumes it to
-the end; a third resumes the same checkpoint on a changed corpus c and must stop before its first step
-with the fingerprint line. The recorder (tests/neox_cpu/batch_recorder.py) keeps the tokens of every
+the end (also saving at iteration 52, the stage 2 / stage 3 boundary); a third resumes the same checkpoint on a
+changed corpus c and must stop before its first step with the fingerprint line; a fourth resumes the checkpoint
+of iteration 52 with stage 3 changed (b 1, c 1) and trains exactly the new stage to iteration 80. The recorder (tests/neox_cpu/batch_recorder.py) keeps the tokens of every
 trained sample; each is mapped to its position in its source's own order through the index files the
 hooks wrote (``train_k-stages``).
 """
@@ -34,6 +35,9 @@ STAGES = [{"name": "one", "passes": {"a": 1}}, {"name": "two", "passes": {"a": 0
           {"name": "three", "passes": {"b": 1, "c": 2}}]
 STOP = 40
 TRAIN_ITERS = 92
+#: the stage 2 / stage 3 boundary: the resumed launch also saves there; a fourth launch resumes it with stage 3 changed
+BOUNDARY = 52
+CHANGED_THREE = {"name": "three", "passes": {"b": 1, "c": 1}}
 
 
 def _sized_corpus(prefix: str, seed: int, per_pass: int, tail: int = 60) -> None:
@@ -79,7 +83,7 @@ def staged(tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, Any]:
     cfg = _config(run.root, ["a", "b", "c"], block, checkpoint_factor=STOP)
     _ok(_launch(run, {**cfg, "exit_interval": STOP}, "first", frameworks.neox_dir()))
     shutil.copytree(run.path("ckpt"), run.path("ckpt-at-stop"))
-    _ok(_launch(run, cfg, "resumed", frameworks.neox_dir()))
+    _ok(_launch(run, {**cfg, "extra_save_iters": [BOUNDARY]}, "resumed", frameworks.neox_dir()))
     # the same checkpoint resumed on a changed corpus c (a and b unchanged)
     os.makedirs(run.path("data2"))
     for name in "ab":
@@ -89,6 +93,21 @@ def staged(tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, Any]:
     changed = {**cfg, "train_data_paths": [run.path("data2", n) for n in "abc"], "load": run.path("ckpt-at-stop"),
                "save": run.path("ckpt-changed")}
     rc = _launch(run, changed, "changed", frameworks.neox_dir())
+    # the checkpoint saved exactly at the stage 2 / stage 3 boundary resumed with a changed stage 3 (c 1 pass, not
+    # 2), on copies of the corpora (its index files apart) with its own logs: the later stage may change
+    os.makedirs(run.path("data3"))
+    for name in "abc":
+        for ext in (".bin", ".idx"):
+            shutil.copy(run.path("data", name + ext), run.path("data3", name + ext))
+    later = [*STAGES[:2], CHANGED_THREE]
+    tag = f"global_step{BOUNDARY}"  # NeoX loads the newest tag its load directory's "latest" names
+    shutil.copytree(run.path("ckpt", tag), run.path("ckpt-at-boundary", tag))
+    with open(run.path("ckpt-at-boundary", "latest"), "w", encoding="utf-8") as f:
+        f.write(tag)
+    boundary = {**cfg, "train_data_paths": [run.path("data3", n) for n in "abc"], "load": run.path("ckpt-at-boundary"),
+                "save": run.path("ckpt-boundary"), "override_lr_scheduler": True, "tensorboard_dir": run.path("tb-boundary"),
+                "neox_epoch": {**cfg["neox_epoch"], "stages": later, "log_dir": run.path("logs", "boundary")}}
+    _ok(_launch(run, boundary, "boundary", frameworks.neox_dir()))
     return run, rc
 
 
@@ -246,3 +265,55 @@ def test_report_page_shows_the_stages(staged: tuple[Run, Any]) -> None:
     with open(html, encoding="utf-8") as f:
         page = f.read()
     assert "<h2>Stages</h2>" in page and "<td class=l>three</td><td>53..92</td><td>53</td>" in page
+
+
+def test_resume_exactly_at_a_boundary_with_a_changed_later_stage(staged: tuple[Run, Any]) -> None:
+    """The checkpoint of iteration 52 (stages 1 and 2 done, stage 3 not started) resumed with stage 3 changed to
+    b 1, c 1: the hooks note the change and keep the started stages; the run ends at 52 + (64 + 48) / 4 = 80.
+    Its recorded rows are exactly the new stage 3's draws, iteration by iteration: b's positions 64..127 of its
+    own order (its pass 2, continuing where stage 2 left it), c's 0..47 (one pass, every sample once)."""
+    run, _ = staged
+    k = run.launches.index("boundary")
+    out = run.outputs[k]
+    assert "the stages after stage 2 changed since the checkpoint (iteration 52); the 2 started stage(s) are " \
+           "unchanged, so the resume stays exact" in out
+    with open(run.path("logs", "boundary", "neox_epoch.jsonl"), encoding="utf-8") as f:
+        records = [json.loads(line) for line in f]
+    plan = next(r for r in records if r["event"] == "plan")
+    st = plan["stages"]
+    assert plan["train_iters"] == 80 and st["boundaries"] == [24, 52]
+    assert [{n: (d["draws"], d["start"]) for n, d in s["draws"].items()} for s in st["stages"]] == [
+        {"a": (96, 0)}, {"a": (48, 96), "b": (64, 0)}, {"b": (64, 64), "c": (48, 0)}]
+    rec = run.recorded()
+    mine = rec.launches == k
+    iterations, texts = rec.iterations[mine], rec.texts[mine]
+    assert np.bincount(iterations, minlength=81)[BOUNDARY + 1:].tolist() == [4] * 28 and iterations.min() == 53
+    lookup: dict[bytes, list[tuple[int, int]]] = {}
+    for j, name in enumerate("abc"):
+        for pos, text in enumerate(_order_texts(run.path("data3", name), f"train_{j}")):
+            lookup.setdefault(text, []).append((j, pos))
+    # a text found twice (the same span in two passes) is taken in training order: first the history this resume
+    # continues (the first two launches' iterations 1..52), then its own rows
+    used: dict[bytes, int] = {}
+    before = (rec.launches < 2) & (rec.iterations <= BOUNDARY)
+    for row in np.argsort(rec.iterations[before], kind="stable"):
+        key = rec.texts[before][row].tobytes()
+        used[key] = used.get(key, 0) + 1
+    rows = []
+    for row in np.argsort(iterations, kind="stable"):
+        key = texts[row].tobytes()
+        hits = lookup.get(key)
+        assert hits, f"recorded row of iteration {int(iterations[row])} is at no position of any source's order"
+        rows.append((int(iterations[row]), *hits[used.get(key, 0)]))
+        used[key] = used.get(key, 0) + 1
+    assert sorted(p for _, s, p in rows if s == 1) == list(range(64, 128))
+    assert sorted(p for _, s, p in rows if s == 2) == list(range(48))
+    assert not [r for r in rows if r[1] == 0]
+    which, where = draw_order([[0, 64, 48]], [[0, 64, 0]])
+    for i in range(BOUNDARY + 1, 81):
+        got = sorted((s, p) for it, s, p in rows if it == i)
+        j = i - BOUNDARY - 1
+        assert got == sorted(zip(which[j * 4: (j + 1) * 4].tolist(), where[j * 4: (j + 1) * 4].tolist())), i
+    final = [r for r in records if r["event"] == "final"][-1]
+    assert final["iteration"] == 80 and {n: v["samples"] for n, v in final["sources"].items()} == {
+        "a": 144, "b": 128, "c": 48}

@@ -787,7 +787,37 @@ def epochs_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
                   valid_data_weights=None, test_data_weights=None, checkpoint_factor=60)
     _ok(_launch(run, {**cfg, "exit_interval": 60}, "first", frameworks.neox_dir()))
     _ok(_launch(run, cfg, "resumed", frameworks.neox_dir()))
+    # its last checkpoint resumed with another seed (a setting the data fingerprint holds), logs and saves apart
+    _launch(run, {**cfg, "seed": 4321, "save": run.path("ckpt-reseeded"), "tensorboard_dir": run.path("tb-reseeded"),
+                  "neox_epoch": {**cfg["neox_epoch"], "log_dir": run.path("logs", "reseeded")}}, "reseeded",
+            frameworks.neox_dir())
     return run
+
+
+def test_a_resume_without_stages_on_changed_data_settings_stops(epochs_run: Run) -> None:
+    """No stages: a resume whose data fingerprint differs (seed 1234 -> 4321) stops before its first step with one
+    line naming the change, the checkpoint and the fix (allow_data_change); nothing is trained."""
+    k = epochs_run.launches.index("reseeded")
+    out = epochs_run.outputs[k]
+    lines = [ln for ln in out.splitlines() if "the data changed since the checkpoint" in ln]
+    assert lines, out[-4000:]
+    assert "the data changed since the checkpoint: seed 1,234 -> 4,321 (global_step97); resume on the data the " \
+           "checkpoint was trained on, or set \"allow_data_change\": true" in lines[0]
+    assert "Traceback" not in lines[0]
+    rec = epochs_run.recorded()
+    assert int(np.sum(rec.launches == k)) == 0
+    # resume-check on the same checkpoint and config says so first: a data-changed finding (and, on the config the
+    # run was trained with, the comparison as a note)
+    def check(name: str) -> dict[str, Any]:
+        r = subprocess.run([sys.executable, "-m", "neox_epoch.cli", "resume-check", epochs_run.path("ckpt"),
+                            epochs_run.path(f"{name}.yml"), "--json"], capture_output=True, text=True, timeout=300)
+        assert r.returncode in (0, 1), r.stderr
+        return dict(json.loads(r.stdout))
+
+    (finding,) = [f for f in check("reseeded")["findings"] if f.startswith("data-changed:")]
+    assert finding.startswith("data-changed: the data changed since the checkpoint: seed 1,234 -> 4,321; the hooks "
+                              "stop before the first step")
+    assert "data fingerprint: unchanged since the checkpoint" in check("resumed")["notes"]
 
 
 def test_train_epochs_each_epoch_shuffled_on_its_own_across_a_resume(epochs_run: Run) -> None:

@@ -53,6 +53,9 @@ class EpochBlock:
     """Cap on a source's passes over the whole run (one number, or per source): a plan above it is refused."""
     allow_data_change: bool = False
     """Resume although the data fingerprint saved with the checkpoint differs (the change is intended)."""
+    decay: dict[str, str] | None = None
+    """With stages: where the learning-rate decay ends (``until_stage``) or starts (``from_stage``, WSD: not in
+    NeoX's scheduler), by stage name (neox_epoch.formats.stage_config.StageDecay)."""
 
     @staticmethod
     def from_mapping(raw: Any, where: str) -> EpochBlock:
@@ -99,7 +102,7 @@ class EpochBlock:
         """The validated :class:`~neox_epoch.formats.stage_config.StagesConfig` of ``stages`` (None without stages)."""
         if self.stages is None:
             return None
-        return StagesConfig.from_mapping({"stages": self.stages, "max_passes": self.max_passes})
+        return StagesConfig.from_mapping({"stages": self.stages, "max_passes": self.max_passes, "decay": self.decay})
 
     def to_mapping(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v is not None and v is not False}
@@ -107,13 +110,16 @@ class EpochBlock:
 
 def _check_stages(fields: dict[str, Any], where: str) -> None:
     """``stages`` and ``max_passes``: validated here, once, by the stage planner's own types."""
-    stages, cap = fields.get("stages"), fields.get("max_passes")
+    stages, cap, decay = fields.get("stages"), fields.get("max_passes"), fields.get("decay")
     try:
+        if decay is not None and stages is None:
+            raise ConfigError("decay: places the learning-rate decay on stage boundaries; it needs stages (add them, "
+                              "or remove decay and set lr_decay_iters)")
         if stages is not None:
             if fields.get("epochs") is not None:
                 raise ConfigError("epochs and stages: give one of them; with stages, each stage's passes are the "
                                   "targets (remove epochs)")
-            StagesConfig.from_mapping({"stages": stages, "max_passes": cap})
+            StagesConfig.from_mapping({"stages": stages, "max_passes": cap, "decay": decay})
         elif isinstance(cap, dict):
             per_source("max_passes", cap, positive=True)
         elif cap is not None:

@@ -106,6 +106,43 @@ class Stage:
         return out
 
 
+_DECAY_KEYS = ("from_stage", "until_stage")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StageDecay:
+    """Where the learning-rate decay sits on the stage boundaries (the warmup happens once, at the run's start).
+
+    ``{"from_stage": "s3"}``: the learning rate stays at its peak until stage s3 starts, then decays until the end
+    (a WSD schedule: megatron-core only). ``{"until_stage": "s2"}``: the decay ends where stage s2 ends. Neither:
+    the decay ends with the last stage. Not part of the data fingerprint (it changes no sample)."""
+
+    from_stage: str | None = None
+    """The decay starts at this stage's first iteration (None: right after the warmup)."""
+    until_stage: str | None = None
+    """The decay ends at this stage's last iteration (None: the last stage's)."""
+
+    def __post_init__(self) -> None:
+        for key in _DECAY_KEYS:
+            value = getattr(self, key)
+            if value is not None and (not isinstance(value, str) or not value):
+                raise ConfigError(f"decay.{key}: expected a stage name (a non-empty string), got {value!r}")
+
+    @classmethod
+    def from_mapping(cls, data: Any) -> StageDecay:
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"decay: expected a mapping with keys {', '.join(_DECAY_KEYS)} (stage names), got "
+                              f"{data!r}; e.g. {{\"from_stage\": \"s3\"}}")
+        for key in data:
+            if key not in _DECAY_KEYS:
+                raise ConfigError(f"decay: unknown key {key!r}{did_you_mean(str(key), _DECAY_KEYS)}; known keys: "
+                                  f"{', '.join(_DECAY_KEYS)}")
+        return cls(**{key: data[key] for key in _DECAY_KEYS if key in data})
+
+    def to_mapping(self) -> dict[str, str]:
+        return {key: getattr(self, key) for key in _DECAY_KEYS if getattr(self, key) is not None}
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class StagesConfig:
     """An ordered stage plan and its repetition cap."""
@@ -113,6 +150,8 @@ class StagesConfig:
     stages: tuple[Stage, ...]
     max_passes: float | Mapping[str, float] | None = None
     """Cap on a source's total passes over all stages: one number for every source, or per source."""
+    decay: StageDecay | None = None
+    """Where the learning-rate decay starts and ends, by stage (None: the framework's own schedule keys)."""
 
     def __post_init__(self) -> None:
         if not self.stages:
@@ -128,24 +167,43 @@ class StagesConfig:
             object.__setattr__(self, "max_passes", per_source("max_passes", self.max_passes, positive=True))
         elif self.max_passes is not None:
             object.__setattr__(self, "max_passes", number("max_passes", self.max_passes, positive=True))
+        if isinstance(self.decay, Mapping):
+            object.__setattr__(self, "decay", StageDecay.from_mapping(self.decay))
+        if self.decay is not None:
+            self.check_decay(self.decay, names)
+
+    @staticmethod
+    def check_decay(decay: StageDecay, names: list[str]) -> None:
+        for key in _DECAY_KEYS:
+            value = getattr(decay, key)
+            if value is not None and value not in names:
+                raise ConfigError(f"decay.{key}: {value!r} is not a stage{did_you_mean(value, names)}; the stages are "
+                                  f"{', '.join(names)}")
+        if decay.from_stage is not None and decay.until_stage is not None and \
+                names.index(decay.from_stage) > names.index(decay.until_stage):
+            raise ConfigError(f"decay: from_stage {decay.from_stage!r} comes after until_stage {decay.until_stage!r}; "
+                              "the decay must start at or before the stage it ends with")
 
     @classmethod
     def from_mapping(cls, data: Any) -> StagesConfig:
-        """From ``{"stages": [...], "max_passes": 2 | {source: cap}}``."""
+        """From ``{"stages": [...], "max_passes": 2 | {source: cap}, "decay": {"from_stage": name}}``."""
         if not isinstance(data, Mapping):
             raise ConfigError(f"stage plan: expected a mapping with 'stages' (and 'max_passes'), got {data!r}")
+        keys = ("stages", "max_passes", "decay")
         for key in data:
-            if key not in ("stages", "max_passes"):
-                raise ConfigError(f"stage plan: unknown key {key!r}{did_you_mean(str(key), ('stages', 'max_passes'))}")
+            if key not in keys:
+                raise ConfigError(f"stage plan: unknown key {key!r}{did_you_mean(str(key), keys)}")
         stages = data.get("stages")
         if not isinstance(stages, Sequence) or isinstance(stages, (str, bytes)):
             raise ConfigError(f"stages: expected a list of stages, got {stages!r}")
         return cls(
             stages=tuple(Stage.from_mapping(s, where=f"stages[{i}]") for i, s in enumerate(stages)),
             max_passes=data.get("max_passes"),
+            decay=StageDecay.from_mapping(data["decay"]) if data.get("decay") is not None else None,
         )
 
     def to_mapping(self) -> dict[str, Any]:
+        """The stages and the cap (what the data fingerprint holds; the decay is :attr:`decay`)."""
         cap = dict(self.max_passes) if isinstance(self.max_passes, Mapping) else self.max_passes
         return {"stages": [stage.to_mapping() for stage in self.stages], "max_passes": cap}
 

@@ -41,6 +41,7 @@ from neox_epoch.formats.runlog import is_logging_rank
 from neox_epoch.mcore.exact import BuildMismatchError, _with_fields, plan_input
 from neox_epoch.plan.model import Plan, SourcePlan
 from neox_epoch.plan.planner import make_plan
+from neox_epoch.plan.stage_schedule import StageSchedule, mcore_stage_schedule
 from neox_epoch.plan.stages import StagesConfig, StagesPlan, plan_stages
 
 logger = logging.getLogger("neox_epoch.mcore")
@@ -81,6 +82,18 @@ class StagesSetup:
     def boundaries(self) -> tuple[int, ...]:
         """Iterations at which stage 2, 3, ... start."""
         return self.stages_plan.boundaries
+
+    def lr_schedule(self, *, lr: float | None = None, min_lr: float = 0.0, warmup_iters: int = 0,
+                    warmup_fraction: float | None = None, style: str = "linear",
+                    wsd_style: str = "exponential", init_lr: float = 0.0) -> StageSchedule:
+        """The learning-rate schedule over the stages: warmup once, the decay where the stage plan's ``decay``
+        puts it. ``.settings`` are the Megatron-LM flags (``--lr-decay-iters``; with ``from_stage``
+        ``--lr-decay-style WSD --lr-wsd-decay-iters --lr-wsd-decay-style``); ``.scheduler`` the keyword arguments of
+        megatron-core's ``OptimizerParamScheduler`` (steps in samples; step it by the global batch per iteration);
+        ``.points`` the rate at each stage's first iteration. ``style`` etc. are the run's own flags."""
+        return mcore_stage_schedule(self.stages_plan, self.stages.decay, style=style, wsd_style=wsd_style,
+                                    warmup_iters=warmup_iters, warmup_fraction=warmup_fraction, lr=lr, min_lr=min_lr,
+                                    init_lr=init_lr)
 
     def sizes(self, k: int) -> list[int]:
         """``[train, valid, test]`` for source k's build: its samples per epoch (exactly one epoch), no eval."""
@@ -123,7 +136,7 @@ def _renamed(stages: StagesConfig, by: Mapping[str, str]) -> StagesConfig:
     cap = stages.max_passes
     if isinstance(cap, Mapping):
         cap = {by.get(s, s): v for s, v in cap.items()}
-    return StagesConfig(stages=tuple(out), max_passes=cap)
+    return StagesConfig(stages=tuple(out), max_passes=cap, decay=stages.decay)
 
 
 def exact_stages(config: Any, stages: StagesConfig | Mapping[str, Any], global_batch_size: int, *,

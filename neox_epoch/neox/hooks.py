@@ -184,6 +184,8 @@ def _resumed(state: State, neox_args: Any, rp: RunPlan) -> RunPlan:
             log.warning("neox_epoch: resume: %s", msg)
     shape = loader_shape(neox_args)
     if (shape.train_batch_size, shape.loader_batch) == (saved.train_batch_size, saved.loader_batch):
+        if rp.staged is not None:  # later stages changed: the run's end moved, and NeoX's scheduler checks it
+            _check_lr_schedule(neox_args, saved, rp.plan.train_iters, "with the stages after the checkpoint's changed")
         return rp
     if rp.staged is not None:
         raise PlanError(f"neox_epoch.stages: resuming iteration {saved.iteration} with train_batch_size "
@@ -231,9 +233,16 @@ def _fingerprint_or_none(state: State, neox_args: Any) -> dict[str, Any] | None:
 
 
 def _check_fingerprint(state: State, neox_args: Any, tag: str) -> None:
-    """Stop before anything is built when the data differs from the checkpoint's (unless allow_data_change)."""
+    """Stop before anything is built when the data differs from the checkpoint's (unless allow_data_change), staged
+    or not; a state saved without a fingerprint resumes with a note."""
     saved = state.saved
-    if saved is None or saved.fingerprint is None:
+    if saved is None:
+        return
+    if saved.fingerprint is None:
+        if rank() == 0:
+            log.warning("neox_epoch: resume: the checkpoint's state (%s) holds no data fingerprint (saved before "
+                        "neox-epoch recorded one, or its sources were named alike): the data is not compared; the "
+                        "next checkpoint carries one", os.path.basename(tag))
         return
     diffs, note = fingerprint_changes(saved, data_fingerprint(state, neox_args))
     if note and rank() == 0:
@@ -245,25 +254,24 @@ def _check_fingerprint(state: State, neox_args: Any, tag: str) -> None:
         if rank() == 0:
             log.warning("%s; allow_data_change is set: resuming anyway", line)
         return
-    if state.run is not None and state.run.staged is None:  # runs without stages: warned, as before stages existed
-        if rank() == 0:
-            log.warning("%s; set allow_data_change: true in the neox_epoch block if this is intended", line)
-        return
     raise DataChangedError(f"{line}; resume on the data the checkpoint was trained on, or set \"allow_data_change\": "
                            "true in the neox_epoch block if the change is intended")
 
 
-def _check_lr_schedule(neox_args: Any, saved: ResumeState, train_iters: int) -> None:
+def _check_lr_schedule(neox_args: Any, saved: ResumeState, train_iters: int, why: str = "") -> None:
     """NeoX's AnnealingLR refuses (an assertion) a checkpoint saved for other total or warmup iterations unless
-    told which schedule to keep: say so in one line before NeoX builds anything."""
+    told which schedule to keep: say so in one line before NeoX builds anything. ``why``: what moved the end (default:
+    the changed batch)."""
     if train_iters == saved.train_iters or getattr(neox_args, "lr_decay_iters", None):
         return
     if getattr(neox_args, "use_checkpoint_lr_scheduler", False) or getattr(neox_args, "override_lr_scheduler", False):
         return
+    detail = "" if why else " (the same samples in other batches)"
+    why = why or f"with train_batch_size {saved.train_batch_size} -> {neox_args.train_batch_size}"
     raise PlanError(
-        f"neox_epoch: resuming iteration {saved.iteration} with train_batch_size {saved.train_batch_size} -> "
-        f"{neox_args.train_batch_size} moves the end of the run from iteration {saved.train_iters} to {train_iters} (the "
-        "same samples in other batches), and NeoX's learning-rate scheduler refuses a checkpoint saved for other "
+        f"neox_epoch: resuming iteration {saved.iteration} {why} moves the end of the run from iteration "
+        f"{saved.train_iters} to {train_iters}{detail}, and NeoX's learning-rate scheduler refuses a checkpoint saved "
+        "for other "
         "total/warmup iterations; set override_lr_scheduler: true (the schedule ends with the data at "
         f"{train_iters}), use_checkpoint_lr_scheduler: true (keep the saved one, ending at {saved.train_iters}), or "
         "lr_decay_iters: N")

@@ -17,6 +17,7 @@ from neox_epoch.formats.neox_config import EpochBlock, NeoxConfig
 from neox_epoch.plan.from_neox import plan_input_from_neox, schedule_keys
 from neox_epoch.plan.planner import Plan, PlanInput, SourcePlan, SourceSpec, exact_plan, make_plan, passes_per_source
 from neox_epoch.plan.schedule import Schedule, attach_neox
+from neox_epoch.plan.stage_schedule import neox_lr_schedule, with_stage_decay
 from neox_epoch.plan.staged import StagedRun, plan_staged
 from neox_epoch.plan.stages import refuse_over_cap
 
@@ -138,6 +139,9 @@ def make_run_plan(values: Mapping[str, Any], block: EpochBlock, settings: Mappin
                               else (None, None))
     keys = replace(schedule_keys(cfg), train_epochs=int(train_epochs) if train_epochs else None)
     plan, schedule = attach_neox(plan, keys, _old_train_iters(inp, given_iters, train_epochs), targets)
+    if staged is not None and staged.config.decay is not None:  # lr_decay_iters on the asked stage boundary
+        plan, schedule = with_stage_decay(plan, schedule, keys, neox_lr_schedule(cfg, keys, staged),
+                                          inp.warmup_share_limit)
     rp = RunPlan(plan=plan, train=train, targets=targets, blended=blended, weights=weights, buffer=buffer,
                  exact_targets=exact_targets, separate_epochs=block.separate_epochs,
                  spillover=_spillover(train, targets, block.separate_epochs or staged is not None), schedule=schedule,

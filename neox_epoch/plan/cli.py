@@ -14,7 +14,13 @@ from neox_epoch.batch.config import LauncherSettings
 from neox_epoch.batch.neox import neox_batch
 from neox_epoch.errors import ConfigError, PlanError
 from neox_epoch.formats import detect
-from neox_epoch.formats.neox_config import BLOCK, EpochBlock, NeoxConfig, deepy_config_paths, load_neox_configs
+from neox_epoch.formats.neox_config import (
+    BLOCK,
+    EpochBlock,
+    NeoxConfig,
+    deepy_config_paths,
+    load_neox_configs,
+)
 from neox_epoch.plan.from_neox import plan_input_from_neox, schedule_keys
 from neox_epoch.plan.planner import (
     FRAMEWORKS,
@@ -29,6 +35,7 @@ from neox_epoch.plan.planner import (
 from neox_epoch.plan.render import render
 from neox_epoch.plan.repeated import merge_repeated
 from neox_epoch.plan.schedule import McoreScheduleKeys, Schedule, attach_mcore, attach_neox
+from neox_epoch.plan.stage_schedule import neox_lr_schedule, with_stage_decay
 from neox_epoch.plan.staged import plan_staged, render_stages, stages_json
 from neox_epoch.plan.stages import refuse_over_cap
 from neox_epoch.plan.stock import stock_neox_exact
@@ -347,6 +354,7 @@ def run_phases(args: argparse.Namespace, version: str) -> int:
 
     base, raw_groups = ph.split_phase_groups(_plan_argv(args))
     targets: dict[int, dict[str, float]] = {}
+    decay, base = ph.phase_decay(base)
     base_targets, base_rest = ph.phase_targets(base)
     if base_targets is not None:
         targets[1] = base_targets
@@ -360,8 +368,11 @@ def run_phases(args: argparse.Namespace, version: str) -> int:
     if args.write_config:
         raise ConfigError("--write-config: writes a NeoX config; for Megatron-LM paste the flags exact mode prints")
     exact: list[ph.ExactPhase] = []
+    if decay and not targets:
+        raise ConfigError(f"{' / '.join(ph.DECAY_OPTIONS)}: place the decay in exact mode's flags; give each phase's "
+                          "passes (--epochs E or --source-epochs NAME=E in its --phase K group)")
     if targets:
-        exact, pp = ph.exact_phases(argv, groups, version, targets)
+        exact, pp = ph.exact_phases(argv, groups, version, targets, decay)
     else:
         pp = ph.plan_phases(argv, groups, version)
     if args.json:
@@ -372,6 +383,8 @@ def run_phases(args: argparse.Namespace, version: str) -> int:
         print(f"\nphase {p.number} ({', '.join(f'{k}={v:g}' for k, v in p.targets.items())}: {p.iterations} iterations, "
               f"{p.samples} samples; remainder {p.plan.remainder_samples} samples not drawn): flags for its launch "
               f"(paste after that phase's command line; the last one wins):\n  {p.flags}")
+    if exact and exact[0].lr_schedule is not None:
+        print("\n" + "\n".join(exact[0].lr_schedule.lines()))
     if exact:
         print("\nexact: every phase draws whole passes of each source it continues (Megatron-LM starts each phase at "
               "its sources' sample 0, so only a source's last phase may draw part of a pass)")
@@ -682,8 +695,11 @@ def run_staged(args: argparse.Namespace, inp: PlanInput, cfg: NeoxConfig, block:
                           "drop the flag (or the stages)")
     staged = plan_staged(inp, block.stages_config())
     targets = staged.passes()
-    plan, schedule = attach_neox(staged.plan, schedule_keys(cfg), _old_neox_iters(inp), targets,
-                                 inp.warmup_share_limit)
+    keys = schedule_keys(cfg)
+    plan, schedule = attach_neox(staged.plan, keys, _old_neox_iters(inp), targets, inp.warmup_share_limit)
+    lr_schedule = neox_lr_schedule(cfg, keys, staged)
+    if staged.config.decay is not None:
+        plan, schedule = with_stage_decay(plan, schedule, keys, lr_schedule, inp.warmup_share_limit)
     if args.write_config:
         _write(args, cfg, plan, targets, schedule)
     if args.json:
@@ -692,14 +708,17 @@ def run_staged(args: argparse.Namespace, inp: PlanInput, cfg: NeoxConfig, block:
         out["config_notes"] = list(getattr(args, "config_notes", []))
         out["settings"]["neox_overlay"] = overlay(plan, block, targets, schedule)  # type: ignore[index]
         out["stages"] = stages_json(staged)
+        out["stages"]["lr_schedule"] = lr_schedule.to_json()
         print(json.dumps(out, indent=1, sort_keys=False))
     else:
         print(block_line(block))
         print(render(plan))
         print("\n" + render_stages(staged))
+        print("\n" + "\n".join(lr_schedule.lines()))
         if args.write_config:
             print(f"\nwrote {args.write_config}" + (" (complete merged config)" if args.full else " (overlay)"))
     stops = enforce_findings(plan, block)
     for line in stops:
         print(f"neox-epoch plan: {line}", file=sys.stderr)
     return 1 if stops else 0
+

@@ -29,6 +29,8 @@ from neox_epoch.errors import ConfigError, PlanError
 from neox_epoch.plan.from_megatron import MegatronInput, exact_flags, megatron_input, without
 from neox_epoch.plan.model import Plan, SourcePlan
 from neox_epoch.plan.planner import exact_plan, make_plan
+from neox_epoch.plan.stage_schedule import StageSchedule, mcore_stage_schedule
+from neox_epoch.plan.stages import StageDecay, StageResult, StagesConfig, StagesPlan
 from neox_epoch.semantics import megatron_lm as mlm
 
 #: the option that starts a phase's own flags in ``neox-epoch plan``
@@ -343,6 +345,72 @@ class ExactPhase:
     targets: dict[str, float]
     plan: Plan
     flags: str
+    lr_schedule: StageSchedule | None = None
+    """With ``--decay-from-phase`` / ``--decay-until-phase``: the one scheduler over every phase (same in each)."""
+
+
+#: neox-epoch's options placing the learning-rate decay on phase boundaries (exact mode, outside the groups)
+DECAY_OPTIONS = ("--decay-from-phase", "--decay-until-phase")
+
+
+def phase_decay(tokens: Sequence[str]) -> tuple[dict[str, int], list[str]]:
+    """``--decay-from-phase K`` / ``--decay-until-phase K`` (``{"from": K, "until": K}``) and the other tokens."""
+    out: dict[str, int] = {}
+    rest: list[str] = []
+    i = 0
+    while i < len(tokens):
+        flag, eq, inline = tokens[i].partition("=")
+        if flag in DECAY_OPTIONS:
+            value = inline if eq else (tokens[i + 1] if i + 1 < len(tokens) else "")
+            i += 1 if eq else 2
+            if not value.isdigit() or int(value) < 1:
+                raise ConfigError(f"{flag} {value!r}: expected a phase number (1, 2, ...)")
+            out["from" if flag == DECAY_OPTIONS[0] else "until"] = int(value)
+            continue
+        rest.append(tokens[i])
+        i += 1
+    return out, rest
+
+
+def _wsd_style(tokens: Sequence[str]) -> str:
+    """The line's --lr-wsd-decay-style (the last one given), else Megatron-LM's default exponential."""
+    style = "exponential"
+    for i, t in enumerate(tokens):
+        flag, eq, inline = t.partition("=")
+        if flag == "--lr-wsd-decay-style":
+            style = inline if eq else (tokens[i + 1] if i + 1 < len(tokens) else style)
+    return style
+
+
+def phases_lr_schedule(out: Sequence[ExactPhase], decay: Mapping[str, int], mi: MegatronInput,
+                       tokens: Sequence[str]) -> tuple[StageSchedule, str]:
+    """The one scheduler over the phases with the decay on the asked phase boundaries, and its flags in samples
+    (the exact phases run sample-based: --lr-decay-samples, --lr-wsd-decay-samples)."""
+    g = mi.run.global_batch_size
+    for key, k in decay.items():
+        if k > len(out):
+            raise ConfigError(f"--decay-{key}-phase {k}: the run has {len(out)} phases; give 1..{len(out)}")
+    stages, first = [], 0
+    for p in out:
+        stages.append(StageResult(f"phase {p.number}", first, p.iterations, p.iterations * g, ()))
+        first += p.iterations
+    names = [s.name for s in stages]
+    sd = StageDecay(from_stage=f"phase {decay['from']}" if "from" in decay else None,
+                    until_stage=f"phase {decay['until']}" if "until" in decay else None)
+    try:
+        StagesConfig.check_decay(sd, names)
+    except ConfigError as err:
+        raise ConfigError(f"--decay-from-phase/--decay-until-phase: {err}") from None
+    a = mi.args
+    sched = mcore_stage_schedule(StagesPlan(tuple(stages), g, {}), sd, style=a.lr_decay_style,
+                                 wsd_style=_wsd_style(tokens), warmup_fraction=a.lr_warmup_fraction,
+                                 warmup_samples=a.lr_warmup_samples, lr=a.lr, min_lr=a.min_lr, init_lr=a.lr_warmup_init)
+    settings: dict[str, object] = {}
+    for key, value in sched.settings.items():
+        if key.endswith("-iters"):
+            key, value = key[: -len("iters")] + "samples", value * g
+        settings[key] = value
+    return replace(sched, settings=settings), " ".join(f"{k} {v}" for k, v in settings.items())
 
 
 def _check_whole(per_phase: Sequence[dict[str, float]]) -> None:
@@ -390,10 +458,12 @@ def _check_whole_batches(out: Sequence[ExactPhase], per_phase: Sequence[dict[str
 
 
 def exact_phases(base: Sequence[str], groups: Mapping[int, Sequence[str]], version: str,
-                 targets: Mapping[int, Mapping[str, float]]) -> tuple[list[ExactPhase], PhasesPlan]:
+                 targets: Mapping[int, Mapping[str, float]],
+                 decay: Mapping[str, int] | None = None) -> tuple[list[ExactPhase], PhasesPlan]:
     """Per phase: the exact plan of its ``targets`` (phase -> passes per source, ``{"*": E}`` for every source) and
     the flags to paste into that phase's launch; the phase plan of the lines with those flags (checked: every phase
-    draws its targets)."""
+    draws its targets). ``decay`` (``{"from": K, "until": K}``): the learning-rate decay on those phase boundaries,
+    its flags in every phase's (one scheduler, restored from each checkpoint, so the same flags in each)."""
     first = megatron_input(base, version)
     transitions = first.args.phase_transition_iterations or ()
     count = len(transitions) + 1
@@ -422,13 +492,17 @@ def exact_phases(base: Sequence[str], groups: Mapping[int, Sequence[str]], versi
     bounds = [sum(iters[:k]) for k in range(1, len(iters))]
     total = sum(iters) * g
     fixed = f"--train-samples {total} --phase-transition-iterations {','.join(map(str, bounds))}"
+    lr_schedule = None
+    if decay:
+        lr_schedule, lr_flags = phases_lr_schedule(out, decay, first, base)
+        fixed += f" {lr_flags}"
     final: list[ExactPhase] = []
     new_groups: dict[int, list[str]] = {}
     for p, mi_line in zip(out, lines):
         mi = megatron_input(mi_line, version)
         data = exact_flags(mi.args, p.plan, {"--train-samples": total})
         flags = f"{fixed} " + data.replace(f"--train-samples {total} ", "", 1)
-        final.append(replace(p, flags=flags))
+        final.append(replace(p, flags=flags, lr_schedule=lr_schedule))
         new_groups[p.number] = shlex.split(flags)
     def pasted(k: int) -> list[str]:  # phase k's own line with its flags pasted in (the data flags as a whole)
         replaced = _flags_of(new_groups[k]) + ["--train-iters"]
@@ -461,6 +535,8 @@ def phases_json(pp: PhasesPlan, exact: Sequence[ExactPhase] = ()) -> dict[str, o
                          "other_order": s.other_order} for s in ph.sources],
             **({"targets": flags[ph.number].targets, "megatron_flags": flags[ph.number].flags}
                if ph.number in flags else {}),
+            **({"lr_schedule": flags[ph.number].lr_schedule.to_json()}  # type: ignore[union-attr]
+               if ph.number in flags and flags[ph.number].lr_schedule is not None else {}),
             "plan": ph.plan.to_json()} for ph in pp.phases],
         "never_reached": pp.never_reached(),
     }

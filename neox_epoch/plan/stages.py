@@ -19,9 +19,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from neox_epoch.errors import ConfigError, PlanError, did_you_mean
-from neox_epoch.formats.stage_config import Stage, StagesConfig, count
+from neox_epoch.formats.stage_config import Stage, StageDecay, StagesConfig, count
 
-__all__ = ["SourceDraw", "Stage", "StageResult", "StagesConfig", "StagesPlan", "plan_stages", "refuse_over_cap"]
+__all__ = ["SourceDraw", "Stage", "StageDecay", "StageResult", "StagesConfig", "StagesPlan", "plan_stages",
+           "refuse_over_cap"]
 
 @dataclass(frozen=True, slots=True)
 class SourceDraw:

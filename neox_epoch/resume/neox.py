@@ -253,7 +253,8 @@ def staged_deltas(new: NewRun, consumed: int, start: ResumeStart, iterations_lef
 
 def data_change(old: OldRun, cfg: NeoxConfig, new: NewRun) -> tuple[str, str]:
     """(finding, note) of the data fingerprint saved with the checkpoint against the new config's data; ("", "")
-    when the checkpoint has no fingerprint. A staged run stops on a difference; others are only warned."""
+    when the checkpoint has no fingerprint. The hooks stop any run with the neox_epoch block on a difference, staged
+    or not, unless the block allows the change."""
     state = old.state
     if state is None or state.fingerprint is None:
         return "", ""
@@ -270,8 +271,8 @@ def data_change(old: OldRun, cfg: NeoxConfig, new: NewRun) -> tuple[str, str]:
     line = fp.message(diffs)
     if cfg.block is not None and cfg.block.allow_data_change:
         return "", f"data fingerprint: {line} (allow_data_change: the hooks resume anyway)"
-    if stages is None and not state.stage_boundaries:
-        return "", f"data fingerprint: {line} (the hooks warn; a staged run would stop)"
+    if cfg.block is None:
+        return "", f"data fingerprint: {line} (no neox_epoch block: no hooks, nothing stops the run)"
     return (f"data-changed: {line}; the hooks stop before the first step: resume on the data the checkpoint was "
             "trained on, or set \"allow_data_change\": true in the neox_epoch block"), ""
 
