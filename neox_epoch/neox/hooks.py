@@ -663,6 +663,19 @@ def _base_name(name: str) -> str:
     return name.replace(sep.NAME_SUFFIX, "").replace(stage_order.STAGES_SUFFIX, "")
 
 
+def _log_plan(rp: RunPlan, rows: Any) -> None:
+    """The per-source table and the plan's warnings that concern training, on the logging rank."""
+    log.info("%s", render_table(rp, rows))
+    for w in rp.plan.warnings:
+        if rp.separate_epochs and w.code == "spillover":
+            continue  # the separated index has no cross-epoch spillover
+        if w.split == "train" or w.code in ("exact-remainder", "without-plugin", *SCHEDULE_CODES):
+            log.warning("neox_epoch: %s", w)
+    for name in rp.spillover:
+        log.warning("neox_epoch: %s: fractional passes over jointly shuffled epochs (spillover); set "
+                    "separate_epochs: true", name)
+
+
 def after_build(state: State, rp: RunPlan, neox_args: Any, loaders: Any) -> None:
     problems: list[str] = []
     rows = _rows(state, rp, problems)
@@ -703,15 +716,7 @@ def after_build(state: State, rp: RunPlan, neox_args: Any, loaders: Any) -> None
             raise PlanError(msg + " (enforce is on)")
         log.warning(msg) if top else None
     if top:
-        log.info("%s", render_table(rp, rows))
-        for w in rp.plan.warnings:
-            if rp.separate_epochs and w.code == "spillover":
-                continue  # the separated index has no cross-epoch spillover
-            if w.split == "train" or w.code in ("exact-remainder", "without-plugin", *SCHEDULE_CODES):
-                log.warning("neox_epoch: %s", w)
-        for name in rp.spillover:
-            log.warning("neox_epoch: %s: fractional passes over jointly shuffled epochs (spillover); set "
-                        "separate_epochs: true", name)
+        _log_plan(rp, rows)
     sink.write({
         "event": "plan", "iteration": int(getattr(neox_args, "iteration", 0) or 0), "train_iters": rp.train_iters,
         "train_batch_size": rp.train_batch_size, "seq_length": rp.plan.seq_length,

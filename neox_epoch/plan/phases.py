@@ -457,6 +457,22 @@ def _check_whole_batches(out: Sequence[ExactPhase], per_phase: Sequence[dict[str
                     f"(--global-batch-size {fit}), or give {name} its last passes in one phase")
 
 
+def _phase_targets(lines: Sequence[Sequence[str]], targets: Mapping[int, Mapping[str, float]],
+                   version: str) -> list[dict[str, float]]:
+    """Passes per source for each phase's line (``{"*": E}``: every source of that phase)."""
+    per_phase: list[dict[str, float]] = []
+    for k in range(1, len(lines) + 1):
+        given = targets.get(k)
+        if given is None:
+            raise ConfigError(f"--phase {k}: exact mode needs each phase's passes; add --source-epochs NAME=E ... (or "
+                              f"--epochs E) to --phase {k}")
+        if "*" in given:
+            mi = megatron_input(list(lines[k - 1]), version)
+            given = {s.label: given["*"] for s in mi.inp.train_sources}
+        per_phase.append(dict(given))
+    return per_phase
+
+
 def exact_phases(base: Sequence[str], groups: Mapping[int, Sequence[str]], version: str,
                  targets: Mapping[int, Mapping[str, float]],
                  decay: Mapping[str, int] | None = None) -> tuple[list[ExactPhase], PhasesPlan]:
@@ -465,19 +481,8 @@ def exact_phases(base: Sequence[str], groups: Mapping[int, Sequence[str]], versi
     draws its targets). ``decay`` (``{"from": K, "until": K}``): the learning-rate decay on those phase boundaries,
     its flags in every phase's (one scheduler, restored from each checkpoint, so the same flags in each)."""
     first = megatron_input(base, version)
-    transitions = first.args.phase_transition_iterations or ()
-    count = len(transitions) + 1
-    per_phase: list[dict[str, float]] = []
-    lines = phase_lines(base, groups, count)
-    for k in range(1, count + 1):
-        given = targets.get(k)
-        if given is None:
-            raise ConfigError(f"--phase {k}: exact mode needs each phase's passes; add --source-epochs NAME=E ... (or "
-                              f"--epochs E) to --phase {k}")
-        if "*" in given:
-            mi = megatron_input(lines[k - 1], version)
-            given = {s.label: given["*"] for s in mi.inp.train_sources}
-        per_phase.append(dict(given))
+    lines = phase_lines(base, groups, len(first.args.phase_transition_iterations or ()) + 1)
+    per_phase = _phase_targets(lines, targets, version)
     _check_whole(per_phase)
     out: list[ExactPhase] = []
     g = first.run.global_batch_size
