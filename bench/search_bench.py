@@ -38,16 +38,11 @@ TRIES = {"n": 0}
 
 def full_plan_per_candidate(inp: PlanInput, targets: list[int], seeds: int, cache: TokenCache) -> tuple[Plan, list[float]]:
     """The search before screening: one full plan (every split, greedy replays included) per candidate."""
-    import numpy as np
 
     tried = []
     for k in range(seeds):
         TRIES["n"] = k + 1
-        if k == 0:
-            w = [float(t) for t in targets]
-        else:
-            rng = np.random.RandomState(k)
-            w = [float(t) * (1.0 + float(u)) for t, u in zip(targets, rng.uniform(-1e-9, 1e-9, len(targets)) * k)]
+        w = planner.candidate_weights(targets, k)
         trial = replace(inp, blend_weights_override=tuple(w),
                         neox=replace(inp.neox, exact_requests=tuple(targets) if framework_of(inp).exact_requests else None))
         plan = planner.make_plan(trial, targets, cache)

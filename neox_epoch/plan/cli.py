@@ -681,6 +681,11 @@ def run(args: argparse.Namespace) -> int:
             print("\n".join(f"  - {n}" for n in notes))
         if args.write_config:
             print(f"\nwrote {args.write_config}" + (" (complete merged config)" if args.full else " (overlay)"))
+    return _exit_code(plan, block)
+
+
+def _exit_code(plan: Plan, block: EpochBlock | None) -> int:
+    """What would stop the run with ``enforce`` on: one stderr line each, and exit 1 (else 0)."""
     stops = enforce_findings(plan, block)
     for line in stops:
         print(f"neox-epoch plan: {line}", file=sys.stderr)
@@ -717,8 +722,5 @@ def run_staged(args: argparse.Namespace, inp: PlanInput, cfg: NeoxConfig, block:
         print("\n" + "\n".join(lr_schedule.lines()))
         if args.write_config:
             print(f"\nwrote {args.write_config}" + (" (complete merged config)" if args.full else " (overlay)"))
-    stops = enforce_findings(plan, block)
-    for line in stops:
-        print(f"neox-epoch plan: {line}", file=sys.stderr)
-    return 1 if stops else 0
+    return _exit_code(plan, block)
 

@@ -553,21 +553,26 @@ def _shave(targets: list[int], remainder: int) -> list[int]:
     return [t - c for t, c in zip(out, cut)]
 
 
+def candidate_weights(targets: Sequence[int], k: int) -> list[float]:
+    """The k-th weights the exact search tries: the targets themselves, then seeded perturbations of 1e-9 * k."""
+    import numpy as np
+
+    if k == 0:
+        return [float(t) for t in targets]
+    rng = np.random.RandomState(k)
+    return [float(t) * (1.0 + float(u)) for t, u in zip(targets, rng.uniform(-1e-9, 1e-9, len(targets)) * k)]
+
+
 def _search_weights(inp: PlanInput, targets: list[int], seeds: int, cache: TokenCache) -> tuple[Plan, list[float]]:
     """Float weights under which the framework's greedy draws exactly ``targets`` (tried, then verified).
 
     Each candidate is screened by its train draws alone (:func:`_train_screen`: the exact greedy replay, kept in
     ``memo``); the full plan is built once, for the candidate that passes, reusing that replay, and checked again."""
-    import numpy as np
 
     tried = []
     memo: DrawsMemo = {}
     for k in range(seeds):
-        if k == 0:
-            w = [float(t) for t in targets]
-        else:
-            rng = np.random.RandomState(k)
-            w = [float(t) * (1.0 + float(u)) for t, u in zip(targets, rng.uniform(-1e-9, 1e-9, len(targets)) * k)]
+        w = candidate_weights(targets, k)
         trial = replace(inp, blend_weights_override=tuple(w),
                         neox=replace(inp.neox, exact_requests=tuple(targets) if framework_of(inp).exact_requests else None))
         built = _builds(trial, cache)
