@@ -5,8 +5,10 @@
 
 Part 1, ns per draw at 2, 8 and 64 sources (random weights log-uniform in 1e-6..1, and equal weights):
 ``new`` is ``blend.greedy_counts`` (the jump where its proof applies, else the replay), ``plain`` is the
-scalar C replay ``_greedy.advance_plain`` (the loop every earlier version ran, threaded as before; ``new``
-uses the AVX2 loop at 11 sources and more where the jump does not apply). The two alternate
+scalar C replay ``_greedy.advance_plain`` (the loop every earlier version ran, threaded as before: up to 16
+sources; ``new`` uses the AVX2 loop at 11 sources and more where the jump does not apply, and past 16 sources
+the hot/cold loop where a trial finds it faster, split over the cores like the small blends). The CPU ratio
+(process time, all threads) is printed beside the wall-time ratio. The two alternate
 ``--repeat`` times, the order flipping each time; each line gives the fastest of each, the ratio
 plain/new of the fastest, and whether the counts are equal (they must be).
 
@@ -38,10 +40,12 @@ from neox_epoch.semantics import blend  # noqa: E402
 _greedy = blend._greedy
 
 
-def fastest(fn: Callable[[], object], out: list[float]) -> object:
-    t = time.perf_counter()
+def fastest(fn: Callable[[], object], out: list[float], cpu: list[float] | None = None) -> object:
+    t, c = time.perf_counter(), time.process_time()
     r = fn()
     out.append(time.perf_counter() - t)
+    if cpu is not None:
+        cpu.append(time.process_time() - c)
     return r
 
 
@@ -54,17 +58,19 @@ def draws_part(draws: int, repeat: int) -> None:
             w = blend.normalize(raw)
             t_new: list[float] = []
             t_plain: list[float] = []
+            c_new: list[float] = []
+            c_plain: list[float] = []
             same = True
             for r in range(repeat):  # the order flips every run: the first of a pair tends to run slower
                 runs = [lambda w=w: blend.greedy_counts(w, draws),
                         lambda w=w, n=n: list(_greedy.advance_plain(w, 0, [0] * n, draws, [])[0])]
-                outs = [t_new, t_plain]
+                outs = [(t_new, c_new), (t_plain, c_plain)]
                 order = (0, 1) if r % 2 == 0 else (1, 0)
-                got = {k: fastest(runs[k], outs[k]) for k in order}
+                got = {k: fastest(runs[k], *outs[k]) for k in order}
                 same = same and got[0] == got[1]
             new, plain = min(t_new), min(t_plain)
             print(f"  {n:2d} sources {kind:6s}: new {new / draws * 1e9:8.3f} ns  plain {plain / draws * 1e9:7.3f} ns"
-                  f"  ratio {plain / new:10.1f}x  equal={same}")
+                  f"  ratio {plain / new:10.1f}x  (CPU {min(c_plain) / min(c_new):7.1f}x)  equal={same}")
 
 
 def plan_once(config: str, epochs: str) -> float:

@@ -4,13 +4,15 @@
     python bench/greedy_verify.py --draws 100000000 --blends 2
 
 Too slow for the test suite (10^9 plain draws at 64 sources take about a minute). Each blend is run
-in four segments (mid-run starts), with one mark per tenth source, by both loops; counts and mark steps
+in four segments (mid-run starts), by both loops, once with one mark per tenth source (the AVX2 scan) and
+once without marks (past 16 sources, the hot/cold loop wherever its trial wins); counts and mark steps
 must be equal at every segment end. Prints one line per blend and exits 1 on any difference.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import random
 import sys
@@ -44,9 +46,9 @@ def main() -> int:
     if _greedy is None:
         raise SystemExit("neox_epoch._greedy is not built: python setup.py build_ext --inplace")
     bad = 0
-    for name, w, share in blends(random.Random(args.seed))[: args.blends]:
+    for (name, w, share), marked in itertools.product(blends(random.Random(args.seed))[: args.blends], (True, False)):
         n, stop = len(w), int(args.draws * share)
-        marks = [(i, max(1, int(stop * w[i] * 0.7))) for i in range(0, n, 10)]
+        marks = [(i, max(1, int(stop * w[i] * 0.7))) for i in range(0, n, 10)] if marked else []
         ends = [stop // 7, stop // 3, (2 * stop) // 3, stop]
         results = []
         for fn in (_greedy.advance, _greedy.advance_plain):
@@ -61,7 +63,7 @@ def main() -> int:
             results.append((states, time.process_time() - t))
         same = results[0][0] == results[1][0]
         bad += not same
-        print(f"{name:24s} {stop:>13,d} draws: equal={same}  advance {results[0][1]:6.1f} s  "
+        print(f"{name:24s} {'marks' if marked else 'no marks':8s} {stop:>13,d} draws: equal={same}  advance {results[0][1]:6.1f} s  "
               f"plain {results[1][1]:6.1f} s (cpu)", flush=True)
     return 1 if bad else 0
 

@@ -84,3 +84,62 @@ def test_one_source_without_replay():
         w = [rng.choice([1.0, 0.5, 1e-6])]
         assert tuple(blend.advance(w, start, [c0], stop, marks)) == plain(w, start, [c0], stop, marks)
     assert blend.greedy_counts([1.0], 1_171_456_000) == [1_171_456_000]  # pythia-14m at 256 GPUs, at once
+
+
+def _off_band(rng: random.Random, n: int) -> tuple[list[float], list[int], int, int]:
+    """Unnormalized weights (1e-9 .. 1e6 in scale) and a start state the greedy never reaches."""
+    scale = rng.choice([1e-3, 1.0, 7.0, 1e6])
+    w = [scale * 10 ** rng.uniform(-6, 0) for _ in range(n)]
+    stop = rng.randint(5_000, 60_000)
+    start = rng.randint(1, stop // 2)
+    return w, [rng.randint(0, 3 * start // n + 5) for _ in range(n)], start, stop
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_hot_cold_kernel(seed):
+    """The many-source kernel (the 16 or 32 heaviest sources every step, the others only when their error bound
+    reaches the maximum) and the AVX2 scan, each forced, and the timed choice, equal the plain replay: 2 x 150
+    blends of 17-200 sources (log-uniform, equal, thirds, small integers, some zero weights), 4,096-150,000
+    steps (past 2^16 the forced runs are split over threads), a third from mid-run states."""
+    rng = random.Random(900 + seed)
+    for _ in range(150):
+        n = rng.choice([17, 18, 20, 24, 31, 33, 40, 48, 64, 100, 200])
+        w = weights(rng, n)
+        if rng.random() < 0.1:
+            w = blend.normalize([0.0 if rng.random() < 0.3 else x for x in w])
+        stop = rng.randint(4_096, 150_000)
+        start = rng.randint(0, stop // 2) if rng.random() < 0.3 else 0
+        counts = plain(w, 0, [0] * n, start)[0]
+        want = plain(w, start, counts, stop)[0]
+        for hot in (0, 16, 32, -1):
+            assert list(_greedy.advance_kernel(w, start, counts, stop, [], hot)[0]) == want, (hot, w, start, stop)
+
+
+def test_hot_cold_kernel_off_band():
+    """Its error bound holds for unnormalized weights and start states the greedy never reaches (120 runs)."""
+    rng = random.Random(31)
+    for _ in range(40):
+        w, counts, start, stop = _off_band(rng, rng.choice([17, 24, 33, 64]))
+        want = plain(w, start, counts, stop)[0]
+        for hot in (0, 16, 32):
+            assert list(_greedy.advance_kernel(w, start, counts, stop, [], hot)[0]) == want, (hot, w, start, stop)
+
+
+@pytest.mark.parametrize("threads", ["1", "2", "3"])
+def test_many_sources_long_run_over_threads(monkeypatch, threads):
+    """64 log-uniform sources, 9,000,017 draws (past the 8M-step split): the chosen kernel over 1-3 threads, each
+    later chunk started from a guessed state and joined where it meets the true one, equals the plain replay."""
+    monkeypatch.setenv("NEOX_EPOCH_THREADS", threads)
+    rng = random.Random(64)
+    w = blend.normalize([10 ** rng.uniform(-6, 0) for _ in range(64)])
+    assert list(_greedy.advance(w, 0, [0] * 64, 9_000_017, [])[0]) == plain(w, 0, [0] * 64, 9_000_017)[0]
+
+
+def test_non_finite_weights_take_the_plain_loop():
+    """A NaN or infinite weight: the plain loop's comparisons decide (NaN at source 0 wins every step there,
+    where a vector max would skip it)."""
+    for w in ([float("nan")] + [1.0] * 20, [1.0] * 5 + [float("nan")] + [1.0] * 20, [float("inf")] + [1.0] * 30):
+        n = len(w)
+        for stop in (100_000, 9_000_000):
+            assert list(_greedy.advance(w, 0, [0] * n, stop, [])[0]) == plain(w, 0, [0] * n, stop)[0]
+    assert list(_greedy.advance([float("nan")] + [1.0] * 20, 0, [0] * 21, 9_000_000, [])[0])[0] == 9_000_000
