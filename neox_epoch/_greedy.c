@@ -58,15 +58,19 @@ typedef struct {
     long long parallel_min; /* runs this long are split over threads */
 } problem;
 
-/* Record the step of every mark (source, count) just reached; return the source's next mark count. */
-static int64_t hit_mark(const problem *p, int best, int64_t cnt, long long s, long long *mpos) {
+/* After source best drew at step s: if its count reached its next mark, record the step of every mark
+ * (best, count) and move dnext[best] to its next mark count (1e300: none). */
+static inline void note_marks(const problem *p, int best, const double *dcount, double *dnext, long long s,
+                              long long *mpos) {
+    if (dcount[best] != dnext[best]) return;
+    const int64_t cnt = (int64_t)dcount[best];
     int64_t nxt = INT64_MAX;
     for (Py_ssize_t k = 0; k < p->nm; k++) {
         if (p->msrc[k] != best) continue;
         if (p->mcnt[k] == cnt) mpos[k] = s;
         else if (p->mcnt[k] > cnt && p->mcnt[k] < nxt) nxt = p->mcnt[k];
     }
-    return nxt;
+    dnext[best] = nxt == INT64_MAX ? 1e300 : (double)nxt;
 }
 
 static void next_marks(const problem *p, const int64_t *count, double *dnext) {
@@ -91,10 +95,7 @@ static void next_marks(const problem *p, const int64_t *count, double *dnext) {
                 if (err > best_err) { best_err = err; best = i; }                               \
             }                                                                                   \
             dcount[best] += 1.0;                                                                \
-            if (dcount[best] == dnext[best]) {                                                  \
-                int64_t nx = hit_mark(p, best, (int64_t)dcount[best], s, mpos);                 \
-                dnext[best] = nx == INT64_MAX ? 1e300 : (double)nx;                             \
-            }                                                                                   \
+            note_marks(p, best, dcount, dnext, s, mpos);                                        \
         }                                                                                       \
         break;
 
@@ -151,10 +152,7 @@ __attribute__((target("avx2"))) static int run_avx2(const problem *p, int64_t *c
         const int best = k + lane;
         /* a whole-vector update: a scalar store read back by the next step's vector loads would stall them */
         _mm256_store_pd(dcount + k, _mm256_add_pd(_mm256_load_pd(dcount + k), _mm256_load_pd(ONEHOT4[lane])));
-        if (dcount[best] == dnext[best]) {
-            int64_t nx = hit_mark(p, best, (int64_t)dcount[best], s, mpos);
-            dnext[best] = nx == INT64_MAX ? 1e300 : (double)nx;
-        }
+        note_marks(p, best, dcount, dnext, s, mpos);
     }
     for (int i = 0; i < N; i++) count[i] = (int64_t)dcount[i];
     free(buf);
@@ -332,10 +330,7 @@ static int run_generic(const problem *p, int64_t *count, long long s0, long long
             if (err > best_err) { best_err = err; best = i; }
         }
         dcount[best] += 1.0;
-        if (dcount[best] == dnext[best]) {
-            int64_t nx = hit_mark(p, best, (int64_t)dcount[best], s, mpos);
-            dnext[best] = nx == INT64_MAX ? 1e300 : (double)nx;
-        }
+        note_marks(p, best, dcount, dnext, s, mpos);
     }
     for (int i = 0; i < N; i++) count[i] = (int64_t)dcount[i];
     free(buf);
