@@ -179,12 +179,15 @@ SHAPES = [
 ]
 
 
+@pytest.mark.parametrize("split", [False, True])
 @pytest.mark.parametrize("packed", [True, False])
 @pytest.mark.parametrize("shape", SHAPES)
-def test_exposure_equals_brute_force(tmp_path, monkeypatch, shape, packed):
+def test_exposure_equals_brute_force(tmp_path, monkeypatch, shape, packed, split):
     lengths, seq, epochs, frac = shape
     if not packed:  # the stream pass's records as for documents of 2^24 tokens and more: a word per copy
         monkeypatch.setattr("neox_epoch.audit.exposure.PACKED", 0)
+    if split:  # the kernel's second thread on these few copies (from 2^16 copies a chunk otherwise)
+        monkeypatch.setattr("neox_epoch.audit.validate.SPLIT_MIN", 2)
     _, arr = write_neox_index(str(tmp_path), "c", lengths, seq, epochs)
     length = arr["S"] - 1
     consumed = max(1, int(frac * length))
@@ -206,6 +209,39 @@ def test_exposure_equals_brute_force(tmp_path, monkeypatch, shape, packed):
     assert e.second_pass_sample == (per if consumed > per else None)
     if e.second_pass_sample is not None:
         assert e.second_pass_iteration == per // 3 + 1
+
+
+@pytest.mark.parametrize("damage", [None, "split row", "early row", "late row", "absent", "irregular", "shuffle"])
+def test_two_threads_find_what_one_finds(tmp_path, monkeypatch, damage):
+    """The stream pass split between two threads at a sample row gives the same report as one thread, also when
+    that row (or another) is off its boundary: the second part's positions are moved to follow the first."""
+    lengths = [(i * 29) % 53 + 1 for i in range(40)]
+    _, arr = write_neox_index(str(tmp_path), "t", lengths, 16, 2)
+    sample, doc, shuffle = arr["sample"].copy(), arr["doc"].copy(), arr["shuffle"].copy()
+    rows = {"split row": sample.shape[0] // 2, "early row": 3, "late row": sample.shape[0] - 5}  # (_split: the middle)
+    if damage in rows:
+        sample[rows[damage], 1] += 1
+    elif damage == "absent":
+        doc[doc == 7] = 9
+    elif damage == "irregular":
+        doc[int(np.flatnonzero(doc == 7)[0])] = 9
+    elif damage == "shuffle":
+        shuffle[4] = shuffle[5]
+    for role, array in (("sample", sample), ("doc", doc), ("shuffle", shuffle)):
+        np.save(arr["base"] + f"_{role}_idx.npy", array)
+
+    def audit() -> dict:
+        return run_audit(names.discover([str(tmp_path)]), AuditOptions(consumed=arr["S"] // 2)).to_json()
+
+    one = audit()
+    monkeypatch.setattr("neox_epoch.audit.validate.SPLIT_MIN", 2)
+    assert audit() == one
+    assert (one["indexes"][0]["exposure"] is None) == (damage is not None)
+    if damage is None:
+        counts, _ = brute_force(arr, 16, arr["S"] // 2)
+        assert one["indexes"][0]["exposure"]["tokens"] == {str(k): v for k, v in hist(counts).items()}
+    elif damage in rows:
+        assert [f["what"] for f in one["findings"]] == ["sample boundary"]
 
 
 def test_manifest_rows_equal_brute_force(tmp_path):

@@ -21,7 +21,7 @@ import numpy as np
 from neox_epoch.audit import names
 from neox_epoch.audit.consumption import Consumption
 from neox_epoch.audit.descriptions import read_legacy_description, read_mcore_description
-from neox_epoch.audit.exposure import ExposureReport, ManifestChunk, StreamPass, kernel, zeros
+from neox_epoch.audit.exposure import SPLIT_MIN, ExposureReport, ManifestChunk, StreamPass, kernel, zeros
 from neox_epoch.audit.findings import FileProblem, Finding, JsonFields, finding
 from neox_epoch.audit.npy import NpyInfo, NpyReader, Progress, read_header
 from neox_epoch.errors import IndexFileError
@@ -365,6 +365,20 @@ class Stream:
     findings: tuple[Finding, ...]
 
 
+def _split(pieces: list[tuple[int, int, np.ndarray]], start: int, count: int, seq_length: int,
+           samples: int) -> tuple[int, int]:
+    """Where a second thread starts on the chunk of ``count`` copies at ``start``: the entry of a sample row near the
+    middle of its rows ``pieces`` and the stream position the row says it is at ((-1, 0): one thread). A wrong one
+    is that row off its boundary: check_rows finds it (the kernel keeps the positions exact)."""
+    if count < SPLIT_MIN or not pieces:
+        return -1, 0
+    first_row, _, block = max(pieces, key=lambda piece: piece[2].shape[0])
+    row = block.shape[0] // 2
+    entry, offset = int(block[row, 0]) - start, int(block[row, 1])
+    base = (first_row + row) * seq_length - offset
+    return (entry, base) if 0 < entry < count and offset >= 0 and base >= 0 and first_row + row < samples else (-1, 0)
+
+
 def walk_stream(doc_r: NpyReader, sample_r: NpyReader, walker: StreamPass, samples: int, tail_from: int | None,
                 progress: Progress) -> Stream:
     """One pass over doc_idx with sample_idx alongside (see :class:`StreamPass` for the exposure)."""
@@ -373,10 +387,11 @@ def walk_stream(doc_r: NpyReader, sample_r: NpyReader, walker: StreamPass, sampl
     last: int | None = None
     tail = np.zeros(walker.sizes.shape[0], bool) if tail_from is not None else None
     for start, ids in doc_r.chunks(rows=STREAM_CHUNK, progress=progress, label="stream"):
-        positions = walker.advance(ids)
+        pieces = rows.upto(start + ids.shape[0]) if problem is None else []
+        positions = walker.advance(ids, _split(pieces, start, ids.shape[0], walker.seq_length, samples))
         if tail is not None and tail_from is not None and start + ids.shape[0] > tail_from:
             tail[ids[max(0, tail_from - start) :] - walker.first_id] = True
-        for first_row, previous, block in rows.upto(start + ids.shape[0]) if problem is None else []:
+        for first_row, previous, block in pieces:
             found_last, problem = check_rows(sample_r.info.path, first_row, previous, block, start, positions, samples,
                                              walker.seq_length)
             last = found_last if found_last is not None else last
