@@ -387,3 +387,43 @@ def test_without_the_kernel_the_checks_are_the_same(tmp_path, monkeypatch, damag
         assert with_kernel["exposure"] is not None and not with_kernel["findings"]
     else:
         assert {"boundary": "sample boundary"}.get(damage, "epochs") in {f["what"] for f in with_kernel["findings"]}
+
+
+def _mix(x: int) -> int:
+    """The kernel's mix (splitmix64's finalizer) in Python."""
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) % (1 << 64)
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) % (1 << 64)
+    return x ^ (x >> 31)
+
+
+@pytest.mark.parametrize("dtype", [np.uint32, np.int64])
+def test_kernel_mix_sums_and_scatter(dtype):
+    """The kernel's hash sums (SIMD clones where the CPU has them) over a range and over ids, and its scatter: bits
+    set and the sum up to the first id outside the store (an id past it, a negative one), against Python."""
+    kernel = pytest.importorskip("neox_epoch._exposure")
+    ids = ((np.arange(37) * 7) % 41).astype(dtype)  # (37: the vector loops and their remainder)
+    assert kernel.mixed(3, 40) == sum(_mix(x) for x in range(3, 40)) % (1 << 64)
+    assert kernel.mixed(ids) == sum(_mix(int(x)) for x in ids) % (1 << 64)
+    for bad, value in [(-1, 0), (20, 41), (9, -1)]:
+        if value < 0 and dtype == np.uint32:
+            continue
+        damaged, store = ids.copy(), np.zeros(1, np.uint64)
+        if bad >= 0:
+            damaged[bad] = value
+        good = damaged[: bad if bad >= 0 else None]
+        assert kernel.scatter(damaged, store, 1, 41) == (bad, sum(_mix(int(x)) for x in good) % (1 << 64))
+        assert int(store[0]) == sum(1 << int(x) for x in set(good.tolist()))
+
+
+@pytest.mark.parametrize("consumed", [None, 10, 40])
+@pytest.mark.parametrize("wide", [False, True])
+def test_shuffle_id_outside_the_samples(tmp_path, consumed, wide):
+    """A shuffle id past the samples (or negative, int64) is the 'shuffle entry' finding at its position, with or
+    without a consumption (the kernel's scatter stops there)."""
+    _, arr = write_neox_index(str(tmp_path), "o", [50, 7, 33, 12, 90, 5, 41, 64, 3, 22], 8, 2)
+    shuffle = arr["shuffle"].astype(np.int64 if wide else np.uint32)
+    shuffle[25] = -4 if wide else arr["S"] + 3
+    np.save(arr["base"] + "_shuffle_idx.npy", shuffle)
+    res = run_audit(names.discover([str(tmp_path)]), AuditOptions(consumed=consumed))
+    assert [(f.what, f.found) for f in res.findings] == [("shuffle entry", f"{shuffle[25]} at position 25")]
+    assert res.indexes[0].exposure is None
