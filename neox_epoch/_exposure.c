@@ -4,8 +4,7 @@
  *        documents_hist, stats, sample_draws, per_document, tokens_out, token_starts[, split_at, split_base]) -> position
  *   With split_at in (0, len(documents)) (not with sample_draws or tokens_out) the entries from split_at are walked on
  *   a second thread from stream position split_base (see walk_split).
- *   positions[j] = the stream position of entry j of `documents` (int32 ids of a chunk of the document index);
- *   stats[2] += mix(id), checked against mixed(first, stop) x epochs (nothing kept per document to count copies).
+ *   positions[j] = the stream position of entry j of `documents` (int32 ids of a chunk of the document index).
  *   The sizes are `sizes` (int32, by id - first_id) or, with `draws` (each sample's draw count, uint8/16/32, or
  *   uint64 words of one bit per sample when none is drawn twice: 1/8 of the bytes, random reads from cache),
  *   the first of a document's `epochs` int64 in `records` (one cache line); the others are its earlier copies'
@@ -26,6 +25,8 @@
  *   over the ids before it (as mixed(ids)); store: zeros, uint8/16/32 by id, or uint64 words of one bit per id.
  * mixed(first, stop) -> the sum (mod 2^64) of mix(x) over x in [first, stop); mixed(ids) -> the same over the ids
  *   (uint32 or int64, >= 0).
+ * scan(ids) -> (smallest, largest, the sum of mix over the ids as int64) of int32 or int64 ids (a chunk of the
+ *   document index: its ids' mix sum is checked against mixed(first, stop) x epochs, nothing kept per document).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -232,7 +233,6 @@ typedef struct {
     Pass pass;
     const int32_t *documents;
     int64_t first_id, j0, j1, position, *positions;
-    uint64_t id_sum;
     int shared;
 } Part;
 
@@ -241,19 +241,17 @@ static void *walk(void *arg) {
     Pass *pass = &part->pass;
     const int32_t *documents = part->documents;
     int64_t first_id = part->first_id, position = part->position, *positions = part->positions, j1 = part->j1;
-    uint64_t id_sum = 0;
     for (int64_t j = part->j0; j < j1; j++) {
         if (j + 64 < j1) {
             if (pass->records) __builtin_prefetch(record_of(pass, documents[j + 64] - first_id), 1);
             else __builtin_prefetch(pass->sizes + documents[j + 64] - first_id);
         }
         int64_t doc = documents[j] - first_id, size = pass->records ? record_size(pass, record_of(pass, doc)) : pass->sizes[doc];
-        id_sum += mix((uint64_t)(int64_t)documents[j]);
         positions[j] = position;
         if (pass->draws) expose(pass, doc, size, position, part->shared);
         position += size;
     }
-    part->position = position, part->id_sum = id_sum;
+    part->position = position;
     return NULL;
 }
 
@@ -280,7 +278,7 @@ static void walk_split(Part *first, int64_t split_at, int64_t split_base, int64_
     pthread_join(thread, NULL);
     int64_t moved = first->position - split_base;
     for (int64_t j = split_at; moved && j < count; j++) first->positions[j] += moved;
-    first->position = second.position + moved, first->id_sum += second.id_sum;
+    first->position = second.position + moved;
     for (int64_t v = 0; v < bins; v++)
         first->pass.tokens_hist[v] += own[v], first->pass.documents_hist[v] += own[bins + v];
     for (int k = 0; k < 4; k++) first->pass.stats[k] += own[2 * bins + k];
@@ -304,14 +302,13 @@ static PyObject *stream(PyObject *self, PyObject *args) {
     Part part = {{data[1], data[2], epochs, width, width < epochs, draws, draws ? (int)views[3].itemsize : 0,
                   shift, seq_length, samples, data[5], data[6], data[7], draws ? views[5].len / 8 : 0, data[8],
                   data[9], data[10], data[11], malloc((size_t)(epochs > 0 ? 3 * epochs : 1) * sizeof(int64_t))},
-                 data[0], first_id, 0, count, position, data[4], 0, 0};
+                 data[0], first_id, 0, count, position, data[4], 0};
     if (!part.pass.scratch) return release(views, 12), PyErr_NoMemory();
     if (part.pass.sample_draws || part.pass.tokens_out) split_at = -1;  /* (the manifest and tokens_out: one thread) */
     part.pass.steps = part.pass.packed && epochs == 2 && draws && !part.pass.per_document && !part.pass.tokens_out;
     Py_BEGIN_ALLOW_THREADS
     walk_split(&part, split_at, split_base, count);
     Py_END_ALLOW_THREADS
-    part.pass.stats[2] = (int64_t)((uint64_t)part.pass.stats[2] + part.id_sum);
     free(part.pass.scratch);
     release(views, 12);
     return PyLong_FromLongLong(part.position);
@@ -423,11 +420,37 @@ static PyObject *mixed(PyObject *self, PyObject *args) {
     return PyLong_FromUnsignedLongLong(sum);
 }
 
+SIMD_CLONES
+static uint64_t scan_ids(const void *ids, int wide, int64_t count, int64_t *low, int64_t *high) {
+    uint64_t sum = 0;
+    int64_t least = INT64_MAX, most = INT64_MIN;
+    for (int64_t i = 0; i < count; i++) {
+        int64_t id = wide ? ((const int64_t *)ids)[i] : ((const int32_t *)ids)[i];
+        sum += mix((uint64_t)id), least = id < least ? id : least, most = id > most ? id : most;
+    }
+    *low = least, *high = most;
+    return sum;
+}
+
+static PyObject *scan(PyObject *self, PyObject *args) {
+    PyObject *ids;
+    Py_buffer view = {0};
+    int64_t low, high;
+    uint64_t sum;
+    if (!PyArg_ParseTuple(args, "O", &ids) || PyObject_GetBuffer(ids, &view, PyBUF_C_CONTIGUOUS)) return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    sum = view.itemsize == 8 ? scan_ids(view.buf, 1, view.len / 8, &low, &high) : scan_ids(view.buf, 0, view.len / 4, &low, &high);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    return Py_BuildValue("LLL", (long long)low, (long long)high, (long long)(int64_t)sum);
+}
+
 static PyMethodDef methods[] = {
     {"stream", stream, METH_VARARGS, "The stream pass over a chunk of a document index (see the module comment)."},
     {"rows", rows, METH_VARARGS, "The first sample row off its boundary, or -1 (see the module comment)."},
     {"scatter", scatter, METH_VARARGS, "Draw counts into a store by sample id (see the module comment)."},
     {"mixed", mixed, METH_VARARGS, "The sum of mix(x) over a range of ids or an array (see the module comment)."},
+    {"scan", scan, METH_VARARGS, "The smallest, largest and mix sum of int32/int64 ids (see the module comment)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -115,7 +115,7 @@ class StreamPass:
         top = 0 if draws is None or not draws.size else int(draws.any()) if draws.dtype == np.uint64 else int(draws.max())
         bins = epochs * top + 1  # (uint64 draws: one bit per sample)
         self.tokens_hist, self.documents_hist = np.zeros(bins, np.int64), np.zeros(bins, np.int64)
-        self.stats = np.zeros(4, np.int64)  # never seen, seen unevenly, the ids' mix sum, exposures off the bins
+        self.stats = np.zeros(4, np.int64)  # never seen, seen unevenly, (unused), exposures off the bins
         documents = sizes.shape[0]
         # fresh pages cost as much as the pass itself: only what is needed, on huge pages (one TLB entry per 2 MB)
         # size and the earlier copies' positions in one row per document (zero: not seen), or the sizes alone; packed
@@ -161,12 +161,12 @@ class StreamPass:
         self.position = int(positions[-1])
         return positions
 
-    def copies_match(self) -> bool:
-        """Every document seen ``epochs`` times, by the ids' mix sum (False without the kernel: count them)."""
-        if kernel is None or self.epochs <= 0:
+    def copies_match(self, ids_mix: int | None) -> bool:
+        """Every document seen ``epochs`` times, by the ids' mix sum (None, without the kernel: count them)."""
+        if kernel is None or self.epochs <= 0 or ids_mix is None:
             return False
         expected = self.epochs * kernel.mixed(self.first_id, self.first_id + self.sizes.shape[0])
-        return int(self.stats[2]) % (1 << 64) == expected % (1 << 64)
+        return ids_mix % (1 << 64) == expected % (1 << 64)
 
     def report(self, consumed: int) -> ExposureReport:
         """The exposure once every copy was seen (each document exactly ``epochs`` times)."""
