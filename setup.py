@@ -22,7 +22,8 @@ setup(
         Extension(
             "neox_epoch._exposure",
             sources=["neox_epoch/_exposure.c"],
-            extra_compile_args=["-O3"],
+            extra_compile_args=["-O3", "-pthread"],
+            extra_link_args=["-pthread"],
             optional=True,
         ),
     ],

@@ -1,14 +1,16 @@
 /* The audit's stream pass over a document index, in one sequential walk (neox_epoch.audit.exposure).
  *
  * stream(documents, first_id, sizes, records, position, epochs, draws, seq_length, samples, positions, tokens_hist,
- *        documents_hist, stats, sample_draws, per_document, tokens_out, token_starts) -> position
- *   positions[j] = the stream position of entry j of `documents` (int32 ids of a chunk of the document index);
- *   stats[2] += mix(id), checked against mixed(first, stop) x epochs (nothing kept per document to count copies).
+ *        documents_hist, stats, sample_draws, per_document, tokens_out, token_starts[, split_at, split_base]) -> position
+ *   With split_at in (0, len(documents)) (not with sample_draws or tokens_out) the entries from split_at are walked on
+ *   a second thread from stream position split_base (see walk_split).
+ *   positions[j] = the stream position of entry j of `documents` (int32 ids of a chunk of the document index).
  *   The sizes are `sizes` (int32, by id - first_id) or, with `draws` (each sample's draw count, uint8/16/32, or
  *   uint64 words of one bit per sample when none is drawn twice: 1/8 of the bytes, random reads from cache),
  *   the first of a document's `epochs` int64 in `records` (one cache line); the others are its earlier copies'
  *   positions + 1 (0: not seen yet); or, `records` with one column fewer (packed: sizes below 2^24, positions + 1
- *   below 2^40), the first word the size in its low 24 bits under the first copy's position + 1. A last copy completes the document's exposure: its copies' step functions
+ *   below 2^39), the first word the size in its low 24 bits under the first copy's position + 1 (or its STEPS). A last
+ *   copy completes the document's exposure: its copies' step functions
  *   (a step at each sample boundary inside a copy) summed into the token and document histograms, stats[0] and
  *   stats[1] (never seen, seen unevenly); stats[3] counts exposures outside the histograms (inconsistent inputs).
  *   `sample_draws` ([S, 2] first/last draw of each sample) and `per_document` ([D, 5] min, max, token
@@ -23,9 +25,12 @@
  *   over the ids before it (as mixed(ids)); store: zeros, uint8/16/32 by id, or uint64 words of one bit per id.
  * mixed(first, stop) -> the sum (mod 2^64) of mix(x) over x in [first, stop); mixed(ids) -> the same over the ids
  *   (uint32 or int64, >= 0).
+ * scan(ids) -> (smallest, largest, the sum of mix over the ids as int64) of int32 or int64 ids (a chunk of the
+ *   document index: its ids' mix sum is checked against mixed(first, stop) x epochs, nothing kept per document).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -36,7 +41,14 @@ typedef struct {
     const int64_t *sample_draws; int64_t *per_document;
     int32_t *tokens_out; const int64_t *token_starts;
     int64_t *scratch;  /* 3 x epochs: each copy's next boundary (document offset), its sample there, that draw count */
+    int steps;  /* packed records of two copies, no manifest or tokens_out: a first copy may keep its steps (STEPS) */
 } Pass;
+
+/* In a packed record, the first copy's draw counts instead of its position + 1 (< 2^39): STEPS, its first sample
+ * boundary b (< 2^24) in bits 24-47 and the counts (< 32) on [0, b), [b, b + L) and [b + L, size) in 5 bits each
+ * from bit 48, for a document of at most 2L + 1 tokens (at most two boundaries inside a copy): its last copy then
+ * reads no draw count at random (stream pass x0.5 of the same with positions kept, 30M samples, half drawn). */
+#define STEPS ((uint64_t)1 << 63)
 
 static inline uint64_t mix(uint64_t x) {  /* splitmix64's finalizer */
     x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -85,10 +97,65 @@ static void copy_draws(const Pass *pass, int64_t start, int64_t size, int64_t *f
     }
 }
 
+/* The first sample boundary of a copy at `position` of at most 2L + 1 tokens (> 0, maybe past its end) and the draw
+ * counts on [0, b), [b, b + L) and [b + L, size) into `counts` (of the samples there, past its end too). */
+static int64_t copy_steps(const Pass *pass, int64_t position, int64_t *counts) {
+    int64_t k = sample_of(pass, position);
+    if (pass->draw_bytes == 8 && k + 2 < pass->samples) {  /* bits from their words (no bound or size: x0.93 stream) */
+        const uint64_t *words = pass->draws;
+        for (int i = 0; i < 3; i++) counts[i] = (int64_t)(words[(k + i) >> 6] >> ((k + i) & 63) & 1);
+    } else {
+        counts[0] = draw_count(pass, k), counts[1] = draw_count(pass, k + 1), counts[2] = draw_count(pass, k + 2);
+    }
+    return (k + 1) * pass->seq_length - position;
+}
+
+/* A first copy's record bits (above the size): its steps when they fit (see STEPS), else its position + 1. */
+static uint64_t first_copy(const Pass *pass, int64_t position, int64_t size) {
+    int64_t counts[3], b = pass->steps && size > 0 && size <= 2 * pass->seq_length + 1 ? copy_steps(pass, position, counts) : -1;
+    if (b < 0 || b >= 1 << 24 || counts[0] >= 32 || counts[1] >= 32 || counts[2] >= 32)
+        return (uint64_t)(position + 1) << 24;
+    return STEPS | (uint64_t)b << 24 | (uint64_t)counts[0] << 48 | (uint64_t)counts[1] << 53 | (uint64_t)counts[2] << 58;
+}
+
+/* The exposure of a document of two copies of at most 2L + 1 tokens (most documents), the first as its record word
+ * keeps it and the last at `last`: the copies' boundaries merged by a sorting network, as complete() would (no
+ * branch on the data; with STEPS, stream pass x0.85 of the previous kernel's, 30M samples, half drawn). 0 when it
+ * does not apply. */
+static int complete_pair(Pass *pass, int64_t size, uint64_t word, int64_t last) {
+    int64_t L = pass->seq_length, counts[2][3], ends[2][2], first, values[5], least = INT64_MAX, most = -1, top = 0;
+    if (size <= 0 || size > 2 * L + 1) return 0;
+    if (word & STEPS)
+        first = (int64_t)(word >> 24 & 0xffffff), counts[0][0] = word >> 48 & 31, counts[0][1] = word >> 53 & 31,
+        counts[0][2] = word >> 58 & 31;
+    else
+        first = copy_steps(pass, (int64_t)(word >> 24) - 1, counts[0]);
+    int64_t b[2] = {first, copy_steps(pass, last, counts[1])};
+    for (int copy = 0; copy < 2; copy++)
+        ends[copy][0] = b[copy] < size ? b[copy] : size, ends[copy][1] = b[copy] + L < size ? b[copy] + L : size;
+    int64_t inner = ends[0][0] > ends[1][0] ? ends[0][0] : ends[1][0], outer = ends[0][1] < ends[1][1] ? ends[0][1] : ends[1][1];
+    int64_t points[6] = {0, ends[0][0] < ends[1][0] ? ends[0][0] : ends[1][0], inner < outer ? inner : outer,
+                         inner < outer ? outer : inner, ends[0][1] > ends[1][1] ? ends[0][1] : ends[1][1], size};
+    for (int step = 0; step < 5; step++) {
+        int64_t at = points[step], length = points[step + 1] - at;
+        values[step] = counts[0][(at >= ends[0][0]) + (at >= ends[0][1])] + counts[1][(at >= ends[1][0]) + (at >= ends[1][1])];
+        least = length && values[step] < least ? values[step] : least;
+        most = length && values[step] > most ? values[step] : most;
+        top = values[step] > top ? values[step] : top;
+    }
+    if (top >= pass->bins) return pass->stats[3]++, 1;
+    for (int step = 0; step < 5; step++) pass->tokens_hist[values[step]] += points[step + 1] - points[step];
+    pass->documents_hist[least]++;
+    pass->stats[0] += most == 0;
+    pass->stats[1] += least != most;
+    return 1;
+}
+
 /* The exposure of document `doc` (size `size`), its last copy at `start`: histograms and stats. A copy's boundaries
  * are seq_length apart from its first, so the copies' boundaries in offset order are, period after period, the copies
  * in the order of their first boundaries (no sort of the boundaries); the value between two is the draws summed. */
 static void complete(Pass *pass, int64_t doc, int64_t size, int64_t start) {
+    if (pass->steps && complete_pair(pass, size, (uint64_t)*record_of(pass, doc), start)) return;
     int64_t epochs = pass->epochs, *next = pass->scratch, *sample = next + epochs, *draw = sample + epochs;
     int64_t value = 0, first = -1, last = -1;
     const int64_t *record = record_of(pass, doc);
@@ -134,15 +201,21 @@ static void complete(Pass *pass, int64_t doc, int64_t size, int64_t start) {
     }
 }
 
-/* One copy of document `doc` at `position` with draws: an earlier copy's position kept, or the exposure. */
-static void expose(Pass *pass, int64_t doc, int64_t size, int64_t position) {
+/* One copy of document `doc` at `position` with draws: an earlier copy's position kept, or the exposure. `shared`
+ * (two threads on one records array): a slot is taken by compare-and-swap, a slot the other thread took meanwhile
+ * is an earlier copy, and the copy that finds every slot taken completes the document. */
+static void expose(Pass *pass, int64_t doc, int64_t size, int64_t position, int shared) {
     int64_t *record = record_of(pass, doc);
-    for (int64_t copy = 0; copy + 1 < pass->epochs; copy++)
-        if (!record_seen(pass, record, copy)) {
-            if (pass->packed && !copy) record[0] |= (int64_t)((uint64_t)(position + 1) << 24);
-            else record[copy + !pass->packed] = position + 1;
+    for (int64_t copy = 0; copy + 1 < pass->epochs; copy++) {
+        int64_t *slot = record + copy + !pass->packed, old = shared ? __atomic_load_n(slot, __ATOMIC_RELAXED) : *slot;
+        if (pass->packed && !copy ? (uint64_t)old >> 24 : (uint64_t)old) continue;
+        int64_t value = pass->packed && !copy ? (int64_t)((uint64_t)old | first_copy(pass, position, size)) : position + 1;
+        if (!shared) {
+            *slot = value;
             return;
         }
+        if (__atomic_compare_exchange_n(slot, &old, value, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) return;
+    }
     complete(pass, doc, size, position);
 }
 
@@ -160,49 +233,90 @@ static int buffers(PyObject **objects, Py_buffer *views, void **data, const int 
     return 0;
 }
 
+/* The copies [j0, j1) of a chunk from stream position `position`, on one thread (`shared`: beside another). */
+typedef struct {
+    Pass pass;
+    const int32_t *documents;
+    int64_t first_id, j0, j1, position, *positions;
+    int shared;
+} Part;
+
+static void *walk(void *arg) {
+    Part *part = arg;
+    Pass *pass = &part->pass;
+    const int32_t *documents = part->documents;
+    int64_t first_id = part->first_id, position = part->position, *positions = part->positions, j1 = part->j1;
+    for (int64_t j = part->j0; j < j1; j++) {
+        if (j + 64 < j1) {
+            if (pass->records) __builtin_prefetch(record_of(pass, documents[j + 64] - first_id), 1);
+            else __builtin_prefetch(pass->sizes + documents[j + 64] - first_id);
+        }
+        int64_t doc = documents[j] - first_id, size = pass->records ? record_size(pass, record_of(pass, doc)) : pass->sizes[doc];
+        positions[j] = position;
+        if (pass->draws) expose(pass, doc, size, position, part->shared);
+        position += size;
+    }
+    part->position = position;
+    return NULL;
+}
+
+/* With split_at in (0, count): copies [split_at, count) walked on a second thread from position split_base (the
+ * sample index's word for it), into histograms of its own added after; if the first part does not end there, the
+ * second part's positions are moved to follow it (exact; its exposure is then wrong, and withheld by the caller,
+ * which finds that sample row off its boundary). One thread when there is no split or no second thread. */
+static void walk_split(Part *first, int64_t split_at, int64_t split_base, int64_t count) {
+    int64_t bins = first->pass.bins, epochs = first->pass.epochs > 0 ? first->pass.epochs : 1, *own = NULL;
+    Part second = *first;
+    pthread_t thread;
+    if (split_at > 0 && split_at < count && (own = calloc((size_t)(2 * bins + 4 + 3 * epochs), 8))) {
+        second.pass.tokens_hist = own, second.pass.documents_hist = own + bins, second.pass.stats = own + 2 * bins;
+        second.pass.scratch = own + 2 * bins + 4, second.j0 = split_at, second.position = split_base;
+        first->shared = second.shared = 1;
+    }
+    if (!own || pthread_create(&thread, NULL, walk, &second)) {
+        first->shared = 0;
+        walk(first);
+        return free(own);
+    }
+    first->j1 = split_at;
+    walk(first);
+    pthread_join(thread, NULL);
+    int64_t moved = first->position - split_base;
+    for (int64_t j = split_at; moved && j < count; j++) first->positions[j] += moved;
+    first->position = second.position + moved;
+    for (int64_t v = 0; v < bins; v++)
+        first->pass.tokens_hist[v] += own[v], first->pass.documents_hist[v] += own[bins + v];
+    for (int k = 0; k < 4; k++) first->pass.stats[k] += own[2 * bins + k];
+    free(own);
+}
+
 static PyObject *stream(PyObject *self, PyObject *args) {
     PyObject *objects[12];
     Py_buffer views[12] = {{0}};
-    long long first_id, position, epochs, seq_length, samples;
-    if (!PyArg_ParseTuple(args, "OLOOLLOLLOOOOOOOO", &objects[0], &first_id, &objects[1], &objects[2], &position,
+    long long first_id, position, epochs, seq_length, samples, split_at = -1, split_base = 0;
+    if (!PyArg_ParseTuple(args, "OLOOLLOLLOOOOOOOO|LL", &objects[0], &first_id, &objects[1], &objects[2], &position,
                           &epochs, &objects[3], &seq_length, &samples, &objects[4], &objects[5], &objects[6],
-                          &objects[7], &objects[8], &objects[9], &objects[10], &objects[11]))
+                          &objects[7], &objects[8], &objects[9], &objects[10], &objects[11], &split_at, &split_base))
         return NULL;
     static const int writable[12] = {0, 0, 1, 0, 1, 1, 1, 1, 0, 1, 1, 0};
     void *data[12];
     if (buffers(objects, views, data, writable, 12)) return NULL;
     const void *draws = data[3];
     int shift = seq_length > 0 && !(seq_length & (seq_length - 1)) ? __builtin_ctzll((unsigned long long)seq_length) : -1;
-    int64_t width = views[2].obj && views[2].ndim == 2 ? views[2].shape[1] : 1;
-    Pass pass = {data[1], data[2], epochs, width, width < epochs, draws, draws ? (int)views[3].itemsize : 0,
-                 shift, seq_length, samples, data[5], data[6], data[7], draws ? views[5].len / 8 : 0, data[8],
-                 data[9], data[10], data[11], malloc((size_t)(epochs > 0 ? 3 * epochs : 1) * sizeof(int64_t))};
-    if (!pass.scratch) return release(views, 12), PyErr_NoMemory();
-    const int32_t *documents = data[0];
-    int64_t *positions = data[4], count = views[0].len / 4;
-    uint64_t id_sum = 0;
+    int64_t width = views[2].obj && views[2].ndim == 2 ? views[2].shape[1] : 1, count = views[0].len / 4;
+    Part part = {{data[1], data[2], epochs, width, width < epochs, draws, draws ? (int)views[3].itemsize : 0,
+                  shift, seq_length, samples, data[5], data[6], data[7], draws ? views[5].len / 8 : 0, data[8],
+                  data[9], data[10], data[11], malloc((size_t)(epochs > 0 ? 3 * epochs : 1) * sizeof(int64_t))},
+                 data[0], first_id, 0, count, position, data[4], 0};
+    if (!part.pass.scratch) return release(views, 12), PyErr_NoMemory();
+    if (part.pass.sample_draws || part.pass.tokens_out) split_at = -1;  /* (the manifest and tokens_out: one thread) */
+    part.pass.steps = part.pass.packed && epochs == 2 && draws && !part.pass.per_document && !part.pass.tokens_out;
     Py_BEGIN_ALLOW_THREADS
-    for (int64_t j = 0; j < count; j++) {
-        if (j + 64 < count) {
-            if (pass.records) __builtin_prefetch(record_of(&pass, documents[j + 64] - first_id), 1);
-            else __builtin_prefetch(pass.sizes + documents[j + 64] - first_id);
-        }
-        if (pass.records && j + 16 < count) {  /* a last copy 16 ahead: the draws at its earlier copies' positions */
-            const int64_t *ahead = record_of(&pass, documents[j + 16] - first_id);
-            for (int64_t copy = 0; copy + 1 < epochs && record_seen(&pass, ahead, epochs - 2); copy++)
-                __builtin_prefetch(draw_address(draws, pass.draw_bytes, sample_of(&pass, record_seen(&pass, ahead, copy) - 1)));
-        }
-        int64_t doc = documents[j] - first_id, size = pass.records ? record_size(&pass, record_of(&pass, doc)) : pass.sizes[doc];
-        id_sum += mix((uint64_t)(int64_t)documents[j]);
-        positions[j] = position;
-        if (draws) expose(&pass, doc, size, position);
-        position += size;
-    }
+    walk_split(&part, split_at, split_base, count);
     Py_END_ALLOW_THREADS
-    pass.stats[2] = (int64_t)((uint64_t)pass.stats[2] + id_sum);
-    free(pass.scratch);
+    free(part.pass.scratch);
     release(views, 12);
-    return PyLong_FromLongLong(position);
+    return PyLong_FromLongLong(part.position);
 }
 
 static PyObject *rows(PyObject *self, PyObject *args) {
@@ -231,6 +345,34 @@ static PyObject *rows(PyObject *self, PyObject *args) {
     return PyLong_FromLongLong(bad);
 }
 
+#if defined(__x86_64__) && defined(__GLIBC__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
+#define SIMD_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define SIMD_CLONES
+#endif
+
+/* The sum of mix over `count` ids (uint32, or int64 when `wide`; NULL: first, first + 1, ...) and into *top the
+ * largest as unsigned (a negative id is past any bound), in SIMD clones chosen at load time (AVX-512: mixed x0.25
+ * and the shuffle's scatter x0.65 at 30M ids). */
+SIMD_CLONES
+static uint64_t mix_sum(const void *ids, int wide, int64_t first, int64_t count, uint64_t *top) {
+    uint64_t sum = 0, most = 0;
+    if (!ids)
+        for (int64_t i = 0; i < count; i++) sum += mix((uint64_t)(first + i));
+    else if (wide)
+        for (int64_t i = 0; i < count; i++) {
+            uint64_t id = ((const uint64_t *)ids)[i];
+            sum += mix(id), most = id > most ? id : most;
+        }
+    else
+        for (int64_t i = 0; i < count; i++) {
+            uint64_t id = ((const uint32_t *)ids)[i];
+            sum += mix(id), most = id > most ? id : most;
+        }
+    *top = most;
+    return sum;
+}
+
 static PyObject *scatter(PyObject *self, PyObject *args) {
     PyObject *objects[2];
     Py_buffer views[2] = {{0}};
@@ -241,22 +383,21 @@ static PyObject *scatter(PyObject *self, PyObject *args) {
     if (buffers(objects, views, data, writable, 2)) return NULL;
     int wide = views[0].itemsize == 8, bytes = (int)views[1].itemsize;
     int64_t count = views[0].len / views[0].itemsize, bad = -1;
-    uint64_t sum = 0;
+    uint64_t sum, top;
     const uint32_t *narrow_ids = data[0];
     const int64_t *wide_ids = data[0];
     char *store = data[1];
     if (bound > (bytes == 8 ? views[1].len * 8 : views[1].len / bytes)) bound = -1;  /* (a caller's error: no write) */
     Py_BEGIN_ALLOW_THREADS
-    for (int64_t i = 0; i < count; i++) {
-        int64_t ahead = i + 32 < count && value ? (wide ? wide_ids[i + 32] : narrow_ids[i + 32]) : -1;
+    sum = mix_sum(data[0], wide, 0, count, &top);
+    if (count && (bound < 0 || top >= (uint64_t)bound)) {  /* the first id outside, and the sum before it */
+        for (sum = 0, bad = 0; (wide ? wide_ids[bad] : narrow_ids[bad]) >= 0 && (wide ? wide_ids[bad] : narrow_ids[bad]) < bound; bad++)
+            sum += mix((uint64_t)(wide ? wide_ids[bad] : narrow_ids[bad]));
+    }
+    for (int64_t i = 0; value && i < (bad < 0 ? count : bad); i++) {
+        int64_t ahead = i + 32 < count ? (wide ? wide_ids[i + 32] : narrow_ids[i + 32]) : -1;
         if (ahead >= 0 && ahead < bound) __builtin_prefetch(draw_address(store, bytes, ahead), 1);
         int64_t id = wide ? wide_ids[i] : narrow_ids[i];
-        if (id < 0 || id >= bound) {
-            bad = i;
-            break;
-        }
-        sum += mix((uint64_t)id);
-        if (!value) continue;
         switch (bytes) {
             case 1: ((uint8_t *)store)[id] = (uint8_t)value; break;
             case 2: ((uint16_t *)store)[id] = (uint16_t)value; break;
@@ -273,18 +414,40 @@ static PyObject *mixed(PyObject *self, PyObject *args) {
     long long first = 0, stop = 0;
     PyObject *ids = NULL;
     Py_buffer view = {0};
-    uint64_t sum = 0;
+    uint64_t sum, top;
     if (PyTuple_GET_SIZE(args) == 1 ? !PyArg_ParseTuple(args, "O", &ids) || PyObject_GetBuffer(ids, &view, PyBUF_C_CONTIGUOUS)
                                     : !PyArg_ParseTuple(args, "LL", &first, &stop))
         return NULL;
-    int64_t count = ids ? view.len / view.itemsize : stop - first;
     Py_BEGIN_ALLOW_THREADS
-    for (int64_t i = 0; i < count; i++)
-        sum += mix(!ids ? (uint64_t)(first + i) : view.itemsize == 4 ? ((const uint32_t *)view.buf)[i]
-                                                                      : (uint64_t)((const int64_t *)view.buf)[i]);
+    sum = mix_sum(ids ? view.buf : NULL, ids && view.itemsize == 8, first, ids ? view.len / view.itemsize : stop - first, &top);
     Py_END_ALLOW_THREADS
     if (ids) PyBuffer_Release(&view);
     return PyLong_FromUnsignedLongLong(sum);
+}
+
+SIMD_CLONES
+static uint64_t scan_ids(const void *ids, int wide, int64_t count, int64_t *low, int64_t *high) {
+    uint64_t sum = 0;
+    int64_t least = INT64_MAX, most = INT64_MIN;
+    for (int64_t i = 0; i < count; i++) {
+        int64_t id = wide ? ((const int64_t *)ids)[i] : ((const int32_t *)ids)[i];
+        sum += mix((uint64_t)id), least = id < least ? id : least, most = id > most ? id : most;
+    }
+    *low = least, *high = most;
+    return sum;
+}
+
+static PyObject *scan(PyObject *self, PyObject *args) {
+    PyObject *ids;
+    Py_buffer view = {0};
+    int64_t low, high;
+    uint64_t sum;
+    if (!PyArg_ParseTuple(args, "O", &ids) || PyObject_GetBuffer(ids, &view, PyBUF_C_CONTIGUOUS)) return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    sum = view.itemsize == 8 ? scan_ids(view.buf, 1, view.len / 8, &low, &high) : scan_ids(view.buf, 0, view.len / 4, &low, &high);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    return Py_BuildValue("LLL", (long long)low, (long long)high, (long long)(int64_t)sum);
 }
 
 static PyMethodDef methods[] = {
@@ -292,6 +455,7 @@ static PyMethodDef methods[] = {
     {"rows", rows, METH_VARARGS, "The first sample row off its boundary, or -1 (see the module comment)."},
     {"scatter", scatter, METH_VARARGS, "Draw counts into a store by sample id (see the module comment)."},
     {"mixed", mixed, METH_VARARGS, "The sum of mix(x) over a range of ids or an array (see the module comment)."},
+    {"scan", scan, METH_VARARGS, "The smallest, largest and mix sum of int32/int64 ids (see the module comment)."},
     {NULL, NULL, 0, NULL},
 };
 

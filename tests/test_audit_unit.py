@@ -179,12 +179,15 @@ SHAPES = [
 ]
 
 
+@pytest.mark.parametrize("split", [False, True])
 @pytest.mark.parametrize("packed", [True, False])
 @pytest.mark.parametrize("shape", SHAPES)
-def test_exposure_equals_brute_force(tmp_path, monkeypatch, shape, packed):
+def test_exposure_equals_brute_force(tmp_path, monkeypatch, shape, packed, split):
     lengths, seq, epochs, frac = shape
     if not packed:  # the stream pass's records as for documents of 2^24 tokens and more: a word per copy
         monkeypatch.setattr("neox_epoch.audit.exposure.PACKED", 0)
+    if split:  # the kernel's second thread on these few copies (from 2^16 copies a chunk otherwise)
+        monkeypatch.setattr("neox_epoch.audit.validate.SPLIT_MIN", 2)
     _, arr = write_neox_index(str(tmp_path), "c", lengths, seq, epochs)
     length = arr["S"] - 1
     consumed = max(1, int(frac * length))
@@ -206,6 +209,39 @@ def test_exposure_equals_brute_force(tmp_path, monkeypatch, shape, packed):
     assert e.second_pass_sample == (per if consumed > per else None)
     if e.second_pass_sample is not None:
         assert e.second_pass_iteration == per // 3 + 1
+
+
+@pytest.mark.parametrize("damage", [None, "split row", "early row", "late row", "absent", "irregular", "shuffle"])
+def test_two_threads_find_what_one_finds(tmp_path, monkeypatch, damage):
+    """The stream pass split between two threads at a sample row gives the same report as one thread, also when
+    that row (or another) is off its boundary: the second part's positions are moved to follow the first."""
+    lengths = [(i * 29) % 53 + 1 for i in range(40)]
+    _, arr = write_neox_index(str(tmp_path), "t", lengths, 16, 2)
+    sample, doc, shuffle = arr["sample"].copy(), arr["doc"].copy(), arr["shuffle"].copy()
+    rows = {"split row": sample.shape[0] // 2, "early row": 3, "late row": sample.shape[0] - 5}  # (_split: the middle)
+    if damage in rows:
+        sample[rows[damage], 1] += 1
+    elif damage == "absent":
+        doc[doc == 7] = 9
+    elif damage == "irregular":
+        doc[int(np.flatnonzero(doc == 7)[0])] = 9
+    elif damage == "shuffle":
+        shuffle[4] = shuffle[5]
+    for role, array in (("sample", sample), ("doc", doc), ("shuffle", shuffle)):
+        np.save(arr["base"] + f"_{role}_idx.npy", array)
+
+    def audit() -> dict:
+        return run_audit(names.discover([str(tmp_path)]), AuditOptions(consumed=arr["S"] // 2)).to_json()
+
+    one = audit()
+    monkeypatch.setattr("neox_epoch.audit.validate.SPLIT_MIN", 2)
+    assert audit() == one
+    assert (one["indexes"][0]["exposure"] is None) == (damage is not None)
+    if damage is None:
+        counts, _ = brute_force(arr, 16, arr["S"] // 2)
+        assert one["indexes"][0]["exposure"]["tokens"] == {str(k): v for k, v in hist(counts).items()}
+    elif damage in rows:
+        assert [f["what"] for f in one["findings"]] == ["sample boundary"]
 
 
 def test_manifest_rows_equal_brute_force(tmp_path):
@@ -351,3 +387,43 @@ def test_without_the_kernel_the_checks_are_the_same(tmp_path, monkeypatch, damag
         assert with_kernel["exposure"] is not None and not with_kernel["findings"]
     else:
         assert {"boundary": "sample boundary"}.get(damage, "epochs") in {f["what"] for f in with_kernel["findings"]}
+
+
+def _mix(x: int) -> int:
+    """The kernel's mix (splitmix64's finalizer) in Python."""
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) % (1 << 64)
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) % (1 << 64)
+    return x ^ (x >> 31)
+
+
+@pytest.mark.parametrize("dtype", [np.uint32, np.int64])
+def test_kernel_mix_sums_and_scatter(dtype):
+    """The kernel's hash sums (SIMD clones where the CPU has them) over a range and over ids, and its scatter: bits
+    set and the sum up to the first id outside the store (an id past it, a negative one), against Python."""
+    kernel = pytest.importorskip("neox_epoch._exposure")
+    ids = ((np.arange(37) * 7) % 41).astype(dtype)  # (37: the vector loops and their remainder)
+    assert kernel.mixed(3, 40) == sum(_mix(x) for x in range(3, 40)) % (1 << 64)
+    assert kernel.mixed(ids) == sum(_mix(int(x)) for x in ids) % (1 << 64)
+    for bad, value in [(-1, 0), (20, 41), (9, -1)]:
+        if value < 0 and dtype == np.uint32:
+            continue
+        damaged, store = ids.copy(), np.zeros(1, np.uint64)
+        if bad >= 0:
+            damaged[bad] = value
+        good = damaged[: bad if bad >= 0 else None]
+        assert kernel.scatter(damaged, store, 1, 41) == (bad, sum(_mix(int(x)) for x in good) % (1 << 64))
+        assert int(store[0]) == sum(1 << int(x) for x in set(good.tolist()))
+
+
+@pytest.mark.parametrize("consumed", [None, 10, 40])
+@pytest.mark.parametrize("wide", [False, True])
+def test_shuffle_id_outside_the_samples(tmp_path, consumed, wide):
+    """A shuffle id past the samples (or negative, int64) is the 'shuffle entry' finding at its position, with or
+    without a consumption (the kernel's scatter stops there)."""
+    _, arr = write_neox_index(str(tmp_path), "o", [50, 7, 33, 12, 90, 5, 41, 64, 3, 22], 8, 2)
+    shuffle = arr["shuffle"].astype(np.int64 if wide else np.uint32)
+    shuffle[25] = -4 if wide else arr["S"] + 3
+    np.save(arr["base"] + "_shuffle_idx.npy", shuffle)
+    res = run_audit(names.discover([str(tmp_path)]), AuditOptions(consumed=consumed))
+    assert [(f.what, f.found) for f in res.findings] == [("shuffle entry", f"{shuffle[25]} at position 25")]
+    assert res.indexes[0].exposure is None

@@ -80,6 +80,7 @@ class ManifestChunk:
 
 
 PACKED = 1 << 24  # Documents below this size share a word of the stream pass's records with a position (see below).
+SPLIT_MIN = 1 << 16  # Chunks of the document index with fewer entries are walked on one thread (tests lower it).
 
 
 def zeros(shape: int | tuple[int, ...], dtype: type) -> np.ndarray:
@@ -114,13 +115,13 @@ class StreamPass:
         top = 0 if draws is None or not draws.size else int(draws.any()) if draws.dtype == np.uint64 else int(draws.max())
         bins = epochs * top + 1  # (uint64 draws: one bit per sample)
         self.tokens_hist, self.documents_hist = np.zeros(bins, np.int64), np.zeros(bins, np.int64)
-        self.stats = np.zeros(4, np.int64)  # never seen, seen unevenly, the ids' mix sum, exposures off the bins
+        self.stats = np.zeros(4, np.int64)  # never seen, seen unevenly, (unused), exposures off the bins
         documents = sizes.shape[0]
         # fresh pages cost as much as the pass itself: only what is needed, on huge pages (one TLB entry per 2 MB)
         # size and the earlier copies' positions in one row per document (zero: not seen), or the sizes alone; packed
-        # (one word fewer: half the memory at 2 epochs) when the size fits in 24 bits and a position + 1 in 40
+        # (one word fewer: half the memory at 2 epochs) when the size fits in 24 bits and a position + 1 in 39
         packed = self.exposing and epochs > 1 and documents > 0 and 0 <= int(sizes.min()) <= int(sizes.max()) < PACKED \
-            and epochs * int(sizes.sum(dtype=np.int64)) < (1 << 40) - 1
+            and epochs * int(sizes.sum(dtype=np.int64)) < (1 << 39) - 1
         self.records = np.empty((documents, epochs - packed), np.int64) if self.exposing else None
         if self.records is not None:  # (np.empty: on huge pages, each page written once below)
             self.records[:, 0], self.records[:, 1:] = sizes, 0
@@ -141,8 +142,9 @@ class StreamPass:
             raise AuditError(f"tokens_out: int32, one per token of the documents, expected; got {tokens_out.dtype} "
                              f"{tokens_out.shape}")
 
-    def advance(self, documents: np.ndarray) -> np.ndarray:
-        """The stream positions of the copies ``documents`` (the document index's next chunk) and where it ends."""
+    def advance(self, documents: np.ndarray, split: tuple[int, int] = (-1, 0)) -> np.ndarray:
+        """The stream positions of the copies ``documents`` (the document index's next chunk) and where it ends;
+        ``split``: (entry, its position by the sample index) where a second thread starts (the kernel's)."""
         if self.buffer.shape[0] <= documents.shape[0]:
             self.buffer = np.empty(documents.shape[0] + 1, np.int64)
         positions = self.buffer[: documents.shape[0] + 1]  # one buffer for every chunk (no fresh pages each time)
@@ -155,16 +157,16 @@ class StreamPass:
             positions[-1] = kernel.stream(
                 ids, self.first_id, sizes, self.records, self.position, self.epochs, self.draws, self.seq_length,
                 self.samples, positions, self.tokens_hist, self.documents_hist, self.stats, self.sample_draws,
-                self.per_document, self.tokens_out, self.token_starts)
+                self.per_document, self.tokens_out, self.token_starts, *split)
         self.position = int(positions[-1])
         return positions
 
-    def copies_match(self) -> bool:
-        """Every document seen ``epochs`` times, by the ids' mix sum (False without the kernel: count them)."""
-        if kernel is None or self.epochs <= 0:
+    def copies_match(self, ids_mix: int | None) -> bool:
+        """Every document seen ``epochs`` times, by the ids' mix sum (None, without the kernel: count them)."""
+        if kernel is None or self.epochs <= 0 or ids_mix is None:
             return False
         expected = self.epochs * kernel.mixed(self.first_id, self.first_id + self.sizes.shape[0])
-        return int(self.stats[2]) % (1 << 64) == expected % (1 << 64)
+        return ids_mix % (1 << 64) == expected % (1 << 64)
 
     def report(self, consumed: int) -> ExposureReport:
         """The exposure once every copy was seen (each document exactly ``epochs`` times)."""

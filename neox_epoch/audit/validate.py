@@ -21,7 +21,7 @@ import numpy as np
 from neox_epoch.audit import names
 from neox_epoch.audit.consumption import Consumption
 from neox_epoch.audit.descriptions import read_legacy_description, read_mcore_description
-from neox_epoch.audit.exposure import ExposureReport, ManifestChunk, StreamPass, kernel, zeros
+from neox_epoch.audit.exposure import SPLIT_MIN, ExposureReport, ManifestChunk, StreamPass, kernel, zeros
 from neox_epoch.audit.findings import FileProblem, Finding, JsonFields, finding
 from neox_epoch.audit.npy import NpyInfo, NpyReader, Progress, read_header
 from neox_epoch.errors import IndexFileError
@@ -180,17 +180,21 @@ def check_headers(group: names.CacheGroup, packed: bool) -> tuple[list[NpyInfo |
 # ---- stage 3: the passes ---------------------------------------------------------------------------------
 
 def scan_documents(reader: NpyReader, sequences: int, idx_path: str,
-                   progress: Progress) -> tuple[int, int, Finding | None]:
-    """(the smallest document id, the largest + 1, a problem): the ids must be inside the .idx."""
-    bounds = [(int(ids.min()), int(ids.max())) for _, ids in reader.chunks(progress=progress, label="documents")]
-    if not bounds:
-        return 0, 0, finding(reader.info.path, "document index", "at least one document", "an empty array")
-    low, high = min(pair[0] for pair in bounds), max(pair[1] for pair in bounds)
+                   progress: Progress) -> tuple[int, int, Finding | None, int | None]:
+    """(the smallest document id, the largest + 1, a problem, the ids' mix sum: the kernel's scan, None without it
+    or for other dtypes than int32/int64): the ids must be inside the .idx."""
+    fast = kernel is not None and reader.info.dtype in (np.dtype(np.int32), np.dtype(np.int64))
+    scans = [kernel.scan(ids) if fast else (int(ids.min()), int(ids.max()), 0)
+             for _, ids in reader.chunks(progress=progress, label="documents")]
+    mix = sum(scan[2] for scan in scans) % (1 << 64) if fast else None
+    if not scans:
+        return 0, 0, finding(reader.info.path, "document index", "at least one document", "an empty array"), mix
+    low, high = min(scan[0] for scan in scans), max(scan[1] for scan in scans)
     if low < 0 or high >= sequences:
         return low, high + 1, finding(
             reader.info.path, "document ids", f"ids in [0, {sequences}) (sequences of {idx_path})",
-            f"id {low if low < 0 else high}", "the index belongs to another (larger) corpus: " + STALE_HINT)
-    return low, high + 1, None
+            f"id {low if low < 0 else high}", "the index belongs to another (larger) corpus: " + STALE_HINT), mix
+    return low, high + 1, None, mix
 
 
 @dataclass(frozen=True)
@@ -365,18 +369,34 @@ class Stream:
     findings: tuple[Finding, ...]
 
 
+def _split(pieces: list[tuple[int, int, np.ndarray]], start: int, count: int, seq_length: int,
+           samples: int) -> tuple[int, int]:
+    """Where a second thread starts on the chunk of ``count`` copies at ``start``: the entry of a sample row near the
+    middle of its rows ``pieces`` and the stream position the row says it is at ((-1, 0): one thread). A wrong one
+    is that row off its boundary: check_rows finds it (the kernel keeps the positions exact)."""
+    if count < SPLIT_MIN or not pieces:
+        return -1, 0
+    first_row, _, block = max(pieces, key=lambda piece: piece[2].shape[0])
+    row = block.shape[0] // 2
+    entry, offset = int(block[row, 0]) - start, int(block[row, 1])
+    base = (first_row + row) * seq_length - offset
+    return (entry, base) if 0 < entry < count and offset >= 0 and base >= 0 and first_row + row < samples else (-1, 0)
+
+
 def walk_stream(doc_r: NpyReader, sample_r: NpyReader, walker: StreamPass, samples: int, tail_from: int | None,
-                progress: Progress) -> Stream:
-    """One pass over doc_idx with sample_idx alongside (see :class:`StreamPass` for the exposure)."""
+                progress: Progress, ids_mix: int | None = None) -> Stream:
+    """One pass over doc_idx with sample_idx alongside (see :class:`StreamPass` for the exposure); ``ids_mix``: the
+    ids' mix sum (scan_documents') that says the copies are all there."""
     rows = SampleRows(sample_r)
     problem: Finding | None = None
     last: int | None = None
     tail = np.zeros(walker.sizes.shape[0], bool) if tail_from is not None else None
     for start, ids in doc_r.chunks(rows=STREAM_CHUNK, progress=progress, label="stream"):
-        positions = walker.advance(ids)
+        pieces = rows.upto(start + ids.shape[0]) if problem is None else []
+        positions = walker.advance(ids, _split(pieces, start, ids.shape[0], walker.seq_length, samples))
         if tail is not None and tail_from is not None and start + ids.shape[0] > tail_from:
             tail[ids[max(0, tail_from - start) :] - walker.first_id] = True
-        for first_row, previous, block in rows.upto(start + ids.shape[0]) if problem is None else []:
+        for first_row, previous, block in pieces:
             found_last, problem = check_rows(sample_r.info.path, first_row, previous, block, start, positions, samples,
                                              walker.seq_length)
             last = found_last if found_last is not None else last
@@ -384,7 +404,7 @@ def walk_stream(doc_r: NpyReader, sample_r: NpyReader, walker: StreamPass, sampl
                 break
     problem = problem or rows.leftover(doc_r.info.rows)
     copies = None
-    if not walker.copies_match():  # the mix sum says they are not all `epochs` (or there is no kernel): count them
+    if not walker.copies_match(ids_mix):  # the mix sum says they are not all `epochs` (or no kernel): count them
         copies = np.zeros(walker.sizes.shape[0], np.int64)
         for _, ids in doc_r.chunks(rows=STREAM_CHUNK):
             copies += np.bincount(ids - walker.first_id, minlength=copies.shape[0])
@@ -565,7 +585,7 @@ def _run_passes(report: IndexReport, setting: Setting, consumption_for: Consumpt
     kind, samples, sequences = setting.group.kind, setting.samples, setting.header.sequence_count
     doc_info, sample_info, shuffle_info = setting.infos
     with NpyReader(doc_info) as doc_r, NpyReader(sample_info) as sample_r, NpyReader(shuffle_info) as shuffle_r:
-        first_id, stop_id, problem = scan_documents(doc_r, sequences, setting.header.prefix + ".idx", progress)
+        first_id, stop_id, problem, ids_mix = scan_documents(doc_r, sequences, setting.header.prefix + ".idx", progress)
         if problem is not None:
             report.findings.append(problem)
             return
@@ -592,7 +612,7 @@ def _run_passes(report: IndexReport, setting: Setting, consumption_for: Consumpt
         walker = StreamPass(sizes, first_id, epochs, draws.counts, setting.seq_length, draws.sample_draws,
                             *((consumption.tokens_out, consumption.tokens_window) if consumption else ()))
         tail_from = (epochs - 1) * documents if separate and epochs > 1 else None
-        stream = walk_stream(doc_r, sample_r, walker, samples, tail_from, progress)
+        stream = walk_stream(doc_r, sample_r, walker, samples, tail_from, progress, ids_mix)
         report.findings.extend(stream.findings)
         copies, final_ok = _conclude(report, setting, stream, sizes, tokens, first_id, separate)
         trusted = not draws.findings and not stream.findings and final_ok
