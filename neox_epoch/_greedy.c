@@ -227,44 +227,38 @@ static __attribute__((always_inline, target("avx2"))) inline void hc_loop(const 
             q[k] = _mm256_cmp_pd(e[k], m, _CMP_EQ_OQ);
             bits |= (unsigned)_mm256_movemask_pd(q[k]) << (4 * k);
         }
-        const __m256d slack = _mm256_set1_pd(EPS_BOUND * p->wmax * x);
-        unsigned cold = 0;
-        for (int g = 0; g < GP; g += 4) {
-            __m256d d = _mm256_mul_pd(_mm256_load_pd(h->wg + g), _mm256_sub_pd(vx, _mm256_load_pd(h->xg + g)));
-            __m256d b = _mm256_add_pd(_mm256_add_pd(_mm256_load_pd(h->mg + g), d), slack);
-            cold |= (unsigned)_mm256_movemask_pd(_mm256_cmp_pd(b, m, _CMP_NLT_UQ)) << g; /* >=, or NaN */
-        }
-        if (__builtin_expect(bits != 0 && (bits & (bits - 1)) == 0, 1)) {
-            int bj = __builtin_ctz(bits);
-            if (__builtin_expect(cold == 0, 1)) {
-                for (int k = 0; k < H / 4; k++) c[k] = _mm256_add_pd(c[k], _mm256_and_pd(q[k], one));
-                continue;
-            }
-            double bv = _mm256_cvtsd_f64(m);
-            int bo = h->orig[bj];
-            while (cold) { /* scan the groups that might reach the hot maximum */
-                const int g = __builtin_ctz(cold), b = H + 4 * g;
-                cold &= cold - 1;
-                for (int k = 0; k < 4; k++) {
-                    double ek = h->ws[b + k] * x - h->cs[b + k];
-                    if (ek > bv || (ek == bv && h->orig[b + k] < bo)) { bv = ek; bo = h->orig[b + k]; bj = b + k; }
-                }
-                hc_bound(h, H, g, x);
-            }
-            if (bj < H) {
-                for (int k = 0; k < H / 4; k++) c[k] = _mm256_add_pd(c[k], _mm256_and_pd(q[k], one));
-            } else {
-                h->cs[bj] += 1.0;
-                hc_bound(h, H, (bj - H) / 4, x);
-            }
+        if (__builtin_expect(bits == 0 || (bits & (bits - 1)) != 0, 0)) {
+            /* a tie among the hot sources: the exact scan of every source */
+            for (int k = 0; k < H / 4; k++) _mm256_store_pd(h->cs + 4 * k, c[k]);
+            const int bj = hc_pick_all(h, x);
+            h->cs[bj] += 1.0;
+            if (bj >= H) hc_bound(h, H, (bj - H) / 4, x);
+            for (int k = 0; k < H / 4; k++) c[k] = _mm256_load_pd(h->cs + 4 * k);
             continue;
         }
-        /* a tie among the hot sources, or a non-finite error: the exact scan of every source */
-        for (int k = 0; k < H / 4; k++) _mm256_store_pd(h->cs + 4 * k, c[k]);
-        const int bj = hc_pick_all(h, x);
-        h->cs[bj] += 1.0;
-        if (bj >= H) hc_bound(h, H, (bj - H) / 4, x);
-        for (int k = 0; k < H / 4; k++) c[k] = _mm256_load_pd(h->cs + 4 * k);
+        int bj = __builtin_ctz(bits), bo = h->orig[bj];
+        double bv = _mm256_cvtsd_f64(m);
+        const __m256d slack = _mm256_set1_pd(EPS_BOUND * p->wmax * x);
+        for (int g = 0; g < GP; g += 4) { /* the bounds of 4 groups at a time */
+            __m256d d = _mm256_mul_pd(_mm256_load_pd(h->wg + g), _mm256_sub_pd(vx, _mm256_load_pd(h->xg + g)));
+            __m256d b = _mm256_add_pd(_mm256_add_pd(_mm256_load_pd(h->mg + g), d), slack);
+            unsigned cold = (unsigned)_mm256_movemask_pd(_mm256_cmp_pd(b, m, _CMP_NLT_UQ)); /* >=, or NaN */
+            while (__builtin_expect(cold != 0, 0)) { /* scan a group that might reach the hot maximum */
+                const int gg = g + __builtin_ctz(cold), first = H + 4 * gg;
+                cold &= cold - 1;
+                for (int k = first; k < first + 4; k++) {
+                    double ek = h->ws[k] * x - h->cs[k];
+                    if (ek > bv || (ek == bv && h->orig[k] < bo)) { bv = ek; bo = h->orig[k]; bj = k; }
+                }
+                hc_bound(h, H, gg, x);
+            }
+        }
+        if (bj < H) { /* the hot winner: its lane of q is the only one set */
+            for (int k = 0; k < H / 4; k++) c[k] = _mm256_add_pd(c[k], _mm256_and_pd(q[k], one));
+        } else {
+            h->cs[bj] += 1.0;
+            hc_bound(h, H, (bj - H) / 4, x);
+        }
     }
     for (int k = 0; k < H / 4; k++) _mm256_store_pd(h->cs + 4 * k, c[k]);
 }

@@ -143,3 +143,14 @@ def test_non_finite_weights_take_the_plain_loop():
         for stop in (100_000, 9_000_000):
             assert list(_greedy.advance(w, 0, [0] * n, stop, [])[0]) == plain(w, 0, [0] * n, stop)[0]
     assert list(_greedy.advance([float("nan")] + [1.0] * 20, 0, [0] * 21, 9_000_000, [])[0])[0] == 9_000_000
+
+
+@pytest.mark.parametrize("n", [150, 300, 1000])
+def test_hot_cold_kernel_past_32_groups(n):
+    """Past 144 sources the cold groups outnumber a 32-bit mask: every group's bound is still looked at. Weights
+    alike (uniform in 0.5..1), so the lightest groups win often: 50,000 draws equal the plain replay."""
+    rng = random.Random(5)
+    w = blend.normalize([rng.uniform(0.5, 1.0) for _ in range(n)])
+    want = plain(w, 0, [0] * n, 50_000)[0]
+    for hot in (0, 16, 32):
+        assert list(_greedy.advance_kernel(w, 0, [0] * n, 50_000, [], hot)[0]) == want, hot
