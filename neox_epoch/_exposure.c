@@ -12,7 +12,7 @@
  *   below 2^39), the first word the size in its low 24 bits under the first copy's position + 1 (or its STEPS). A last
  *   copy completes the document's exposure: its copies' step functions
  *   (a step at each sample boundary inside a copy) summed into the token and document histograms, stats[0] and
- *   stats[1] (never seen, seen unevenly); stats[3] counts exposures outside the histograms (inconsistent inputs).
+ *   stats[1] (never seen, seen unevenly); stats[2] counts exposures outside the histograms (inconsistent inputs).
  *   `sample_draws` ([S, 2] first/last draw of each sample) and `per_document` ([D, 5] min, max, token
  *   exposures, first and last draw) are for the manifest; with `tokens_out` (int32, one per token of some
  *   documents) and `token_starts` (int64, a document's first token there, -1: not there) each token's exposure is
@@ -143,7 +143,7 @@ static int complete_pair(Pass *pass, int64_t size, uint64_t word, int64_t last) 
         most = length && values[step] > most ? values[step] : most;
         top = values[step] > top ? values[step] : top;
     }
-    if (top >= pass->bins) return pass->stats[3]++, 1;
+    if (top >= pass->bins) return pass->stats[2]++, 1;
     for (int step = 0; step < 5; step++) pass->tokens_hist[values[step]] += points[step + 1] - points[step];
     pass->documents_hist[least]++;
     pass->stats[0] += most == 0;
@@ -174,7 +174,7 @@ static void complete(Pass *pass, int64_t doc, int64_t size, int64_t start) {
             int64_t until = next[copy] + period < size ? next[copy] + period : size;
             if (until > done) {
                 if (value < 0 || value >= pass->bins) {
-                    pass->stats[3]++;
+                    pass->stats[2]++;
                     return;
                 }
                 pass->tokens_hist[value] += until - done;
@@ -268,9 +268,9 @@ static void walk_split(Part *first, int64_t split_at, int64_t split_base, int64_
     int64_t bins = first->pass.bins, epochs = first->pass.epochs > 0 ? first->pass.epochs : 1, *own = NULL;
     Part second = *first;
     pthread_t thread;
-    if (split_at > 0 && split_at < count && (own = calloc((size_t)(2 * bins + 4 + 3 * epochs), 8))) {
+    if (split_at > 0 && split_at < count && (own = calloc((size_t)(2 * bins + 3 + 3 * epochs), 8))) {
         second.pass.tokens_hist = own, second.pass.documents_hist = own + bins, second.pass.stats = own + 2 * bins;
-        second.pass.scratch = own + 2 * bins + 4, second.j0 = split_at, second.position = split_base;
+        second.pass.scratch = own + 2 * bins + 3, second.j0 = split_at, second.position = split_base;
         first->shared = second.shared = 1;
     }
     if (!own || pthread_create(&thread, NULL, walk, &second)) {
@@ -286,7 +286,7 @@ static void walk_split(Part *first, int64_t split_at, int64_t split_base, int64_
     first->position = second.position + moved;
     for (int64_t v = 0; v < bins; v++)
         first->pass.tokens_hist[v] += own[v], first->pass.documents_hist[v] += own[bins + v];
-    for (int k = 0; k < 4; k++) first->pass.stats[k] += own[2 * bins + k];
+    for (int k = 0; k < 3; k++) first->pass.stats[k] += own[2 * bins + k];
     free(own);
 }
 

@@ -115,7 +115,7 @@ class StreamPass:
         top = 0 if draws is None or not draws.size else int(draws.any()) if draws.dtype == np.uint64 else int(draws.max())
         bins = epochs * top + 1  # (uint64 draws: one bit per sample)
         self.tokens_hist, self.documents_hist = np.zeros(bins, np.int64), np.zeros(bins, np.int64)
-        self.stats = np.zeros(4, np.int64)  # never seen, seen unevenly, (unused), exposures off the bins
+        self.stats = np.zeros(3, np.int64)  # never seen, seen unevenly, exposures off the bins
         documents = sizes.shape[0]
         # fresh pages cost as much as the pass itself: only what is needed, on huge pages (one TLB entry per 2 MB)
         # size and the earlier copies' positions in one row per document (zero: not seen), or the sizes alone; packed
@@ -170,7 +170,7 @@ class StreamPass:
 
     def report(self, consumed: int) -> ExposureReport:
         """The exposure once every copy was seen (each document exactly ``epochs`` times)."""
-        if self.stats[3]:
+        if self.stats[2]:
             raise AuditError("the stream pass found an exposure outside its histograms (inconsistent inputs)")
         return from_histograms(self.tokens_hist, self.documents_hist, self.stats, consumed)
 
