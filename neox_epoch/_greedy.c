@@ -182,15 +182,24 @@ typedef struct {
     double *mg, *xg, *wg;
 } hotcold;
 
-static void hc_bound(const hotcold *h, int hot, int g, double x) {
+/* Group g's errors at step x: its bound taken from them, and the best (value bv, source bo, slot bj) updated
+ * with them (the largest error, ties to the lowest source). */
+static void hc_scan(const hotcold *h, int hot, int g, double x, double *bv, int *bo, int *bj) {
     const int b = hot + 4 * g;
     double m = -INFINITY;
-    for (int k = 0; k < 4; k++) {
-        double e = h->ws[b + k] * x - h->cs[b + k];
+    for (int k = b; k < b + 4; k++) {
+        double e = h->ws[k] * x - h->cs[k];
         if (e > m) m = e;
+        if (e > *bv || (e == *bv && h->orig[k] < *bo)) { *bv = e; *bo = h->orig[k]; *bj = k; }
     }
     h->mg[g] = m + EPS_BOUND * (fabs(m) + 1.0);
     h->xg[g] = x;
+}
+
+static void hc_bound(const hotcold *h, int hot, int g, double x) {
+    double bv = INFINITY;
+    int bo = 0, bj = 0;
+    hc_scan(h, hot, g, x, &bv, &bo, &bj);
 }
 
 /* The exact step over every slot (hot counts stored first): the largest error, ties to the lowest source. */
@@ -244,13 +253,8 @@ static __attribute__((always_inline, target("avx2"))) inline void hc_loop(const 
             __m256d b = _mm256_add_pd(_mm256_add_pd(_mm256_load_pd(h->mg + g), d), slack);
             unsigned cold = (unsigned)_mm256_movemask_pd(_mm256_cmp_pd(b, m, _CMP_NLT_UQ)); /* >=, or NaN */
             while (__builtin_expect(cold != 0, 0)) { /* scan a group that might reach the hot maximum */
-                const int gg = g + __builtin_ctz(cold), first = H + 4 * gg;
+                hc_scan(h, H, g + __builtin_ctz(cold), x, &bv, &bo, &bj);
                 cold &= cold - 1;
-                for (int k = first; k < first + 4; k++) {
-                    double ek = h->ws[k] * x - h->cs[k];
-                    if (ek > bv || (ek == bv && h->orig[k] < bo)) { bv = ek; bo = h->orig[k]; bj = k; }
-                }
-                hc_bound(h, H, gg, x);
             }
         }
         if (bj < H) { /* the hot winner: its lane of q is the only one set */
@@ -584,12 +588,13 @@ static int read_ll_pair(PyObject *pair, long long *a, long long *b) {
     return PyErr_Occurred() ? -1 : 0;
 }
 
-/* simd 0: the plain replay. force -1: choose the kernel; 0, 16, 32: that one (tests), threads from 2^16 steps. */
-static PyObject *advance_impl(PyObject *args, int simd) {
+/* simd 0: the plain replay. forced: the hot count comes last in args (-1: chosen; 0, 16, 32: that loop, for
+ * tests), runs split over threads from 2^16 steps. */
+static PyObject *advance_impl(PyObject *args, int simd, int forced) {
     PyObject *weights_obj, *counts_obj, *marks_obj;
     long long start, stop;
     int force = -1;
-    if (!PyArg_ParseTuple(args, simd == 2 ? "OLOLOi" : "OLOLO", &weights_obj, &start, &counts_obj, &stop, &marks_obj,
+    if (!PyArg_ParseTuple(args, forced ? "OLOLOi" : "OLOLO", &weights_obj, &start, &counts_obj, &stop, &marks_obj,
                           &force))
         return NULL;
 
@@ -633,7 +638,7 @@ static PyObject *advance_impl(PyObject *args, int simd) {
     p.hot = 0;
     p.perm = NULL;
     p.wmax = 0.0;
-    p.parallel_min = force >= 0 ? 1LL << 16 : PARALLEL_MIN_STEPS;
+    p.parallel_min = forced ? 1LL << 16 : PARALLEL_MIN_STEPS;
     if (force >= 0 && force != 0 && force != 16 && force != 32) {
         PyErr_SetString(PyExc_ValueError, "hot must be -1, 0, 16 or 32");
         failed = 1;
@@ -658,11 +663,11 @@ static PyObject *advance_impl(PyObject *args, int simd) {
     return Py_BuildValue("(NN)", out_counts, positions);
 }
 
-static PyObject *advance(PyObject *self, PyObject *args) { return advance_impl(args, 1); }
+static PyObject *advance(PyObject *self, PyObject *args) { return advance_impl(args, 1, 0); }
 
-static PyObject *advance_plain(PyObject *self, PyObject *args) { return advance_impl(args, 0); }
+static PyObject *advance_plain(PyObject *self, PyObject *args) { return advance_impl(args, 0, 0); }
 
-static PyObject *advance_kernel(PyObject *self, PyObject *args) { return advance_impl(args, 2); }
+static PyObject *advance_kernel(PyObject *self, PyObject *args) { return advance_impl(args, 1, 1); }
 
 static PyMethodDef methods[] = {
     {"advance", advance, METH_VARARGS, "advance(weights, start, counts, stop, marks) -> (counts, positions)"},
