@@ -211,6 +211,30 @@ def test_exposure_equals_brute_force(tmp_path, monkeypatch, shape, packed, split
         assert e.second_pass_iteration == per // 3 + 1
 
 
+@pytest.mark.parametrize("split", [False, True])
+@pytest.mark.parametrize("seq,frac,seed", [(8, 0.5, 0), (8, 0.93, 1), (7, 0.5, 2), (7, 0.31, 3), (16, 0.72, 4)])
+def test_two_copies_by_pairs_equal_brute_force(tmp_path, monkeypatch, seq, frac, seed, split):
+    """The kernel's pairs (two copies, each drawn at most once: counts from the copies' segments, no histogram walk)
+    on documents of every length from empty to past 2 x seq_length + 1 (where a first copy keeps its position), a
+    seq_length that is not a power of two among them."""
+    if split:
+        monkeypatch.setattr("neox_epoch.audit.validate.SPLIT_MIN", 2)
+    lengths = [int(n) for n in np.random.RandomState(seed).randint(0, 2 * seq + 4, size=120)]
+    lengths += [seq, 2 * seq, 2 * seq + 1, 2 * seq + 2, 1, 0]
+    _, arr = write_neox_index(str(tmp_path), "p", lengths, seq, 2)
+    consumed = max(1, int(frac * (arr["S"] - 1)))
+    report = run_audit(names.discover([str(tmp_path)]), AuditOptions(consumed=consumed)).indexes[0]
+    assert not report.findings, [str(f) for f in report.findings]
+    counts, _ = brute_force(arr, seq, consumed)
+    withtok = [c for c in counts.values() if c.size]
+    e = report.exposure
+    assert e is not None and e.tokens == hist(counts)
+    assert e.documents == {times: sum(1 for c in withtok if c.min() == times) for times in (0, 1, 2)
+                           if any(c.min() == times for c in withtok)}
+    assert e.documents_unseen == sum(1 for c in withtok if c.max() == 0)
+    assert e.documents_partial == sum(1 for c in withtok if c.min() != c.max())
+
+
 @pytest.mark.parametrize("damage", [None, "split row", "early row", "late row", "absent", "irregular", "shuffle"])
 def test_two_threads_find_what_one_finds(tmp_path, monkeypatch, damage):
     """The stream pass split between two threads at a sample row gives the same report as one thread, also when
