@@ -21,7 +21,7 @@ import numpy as np
 from neox_epoch.audit import names
 from neox_epoch.audit.consumption import Consumption
 from neox_epoch.audit.descriptions import read_legacy_description, read_mcore_description
-from neox_epoch.audit.exposure import SPLIT_MIN, ExposureReport, ManifestChunk, StreamPass, kernel, zeros
+from neox_epoch.audit.exposure import SPLIT_MIN, ExposureReport, ManifestChunk, StreamPass, kernel, size_stats, zeros
 from neox_epoch.audit.findings import FileProblem, Finding, JsonFields, finding
 from neox_epoch.audit.npy import NpyInfo, NpyReader, Progress, read_header
 from neox_epoch.errors import IndexFileError
@@ -31,7 +31,7 @@ from neox_epoch.semantics.built import IndexNumbers, extra_token_from_files, ind
 from neox_epoch.semantics.orders import seeded_orders
 
 #: entries of doc_idx (and rows of sample_idx) per chunk
-STREAM_CHUNK = 1 << 18
+STREAM_CHUNK = 1 << 20
 #: regenerate doc_idx/shuffle_idx from the seed when they hold at most this many entries together
 REGEN_LIMIT = 1 << 23
 STALE_HINT = ("the cache was built from another version of the corpus or with another seq_length/split: "
@@ -598,7 +598,8 @@ def _run_passes(report: IndexReport, setting: Setting, consumption_for: Consumpt
         sizes = _sizes(setting.header, first_id, stop_id)
         documents = stop_id - first_id
         epochs = doc_r.info.rows // documents if doc_r.info.rows % documents == 0 else 0
-        tokens = int(sizes.sum(dtype=np.int64))
+        stats = size_stats(sizes)
+        tokens = stats[2]
         numbers = index_numbers(kind, tokens, setting.seq_length, epochs, report.num_samples_requested,
                                 report.add_extra_token or 1)
         packed = report.pack_impl in (None, "packed")
@@ -610,7 +611,8 @@ def _run_passes(report: IndexReport, setting: Setting, consumption_for: Consumpt
         if not packed:
             return
         walker = StreamPass(sizes, first_id, epochs, draws.counts, setting.seq_length, draws.sample_draws,
-                            *((consumption.tokens_out, consumption.tokens_window) if consumption else ()))
+                            *((consumption.tokens_out, consumption.tokens_window) if consumption else (None, None)),
+                            stats=stats)
         tail_from = (epochs - 1) * documents if separate and epochs > 1 else None
         stream = walk_stream(doc_r, sample_r, walker, samples, tail_from, progress, ids_mix)
         report.findings.extend(stream.findings)
