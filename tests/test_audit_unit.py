@@ -21,6 +21,7 @@ import pytest
 from neox_epoch.audit import names
 from neox_epoch.audit.audit import AuditOptions, run_audit
 from neox_epoch.audit.consumption import Consumption
+from neox_epoch.audit.exposure import PIECES
 from neox_epoch.audit.findings import AuditError
 from neox_epoch.audit.report import TtyProgress, render_text
 from neox_epoch.cli import main
@@ -237,12 +238,14 @@ def test_two_copies_by_pairs_equal_brute_force(tmp_path, monkeypatch, seq, frac,
 
 @pytest.mark.parametrize("damage", [None, "split row", "early row", "late row", "absent", "irregular", "shuffle"])
 def test_two_threads_find_what_one_finds(tmp_path, monkeypatch, damage):
-    """The stream pass split between two threads at a sample row gives the same report as one thread, also when
-    that row (or another) is off its boundary: the second part's positions are moved to follow the first."""
+    """The stream pass cut into pieces for two threads at sample rows gives the same report as one thread, also when
+    such a row (or another) is off its boundary: the later pieces' positions are moved to follow the earlier."""
     lengths = [(i * 29) % 53 + 1 for i in range(40)]
     _, arr = write_neox_index(str(tmp_path), "t", lengths, 16, 2)
     sample, doc, shuffle = arr["sample"].copy(), arr["doc"].copy(), arr["shuffle"].copy()
-    rows = {"split row": sample.shape[0] // 2, "early row": 3, "late row": sample.shape[0] - 5}  # (_split: the middle)
+    # the row where the kernel's middle piece starts (_splits: the first row at or past entry k x count / PIECES)
+    cut = int(np.searchsorted(sample[:, 0], doc.shape[0] * (PIECES // 2) // PIECES))
+    rows = {"split row": cut, "early row": 3, "late row": sample.shape[0] - 5}
     if damage in rows:
         sample[rows[damage], 1] += 1
     elif damage == "absent":

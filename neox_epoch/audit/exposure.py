@@ -82,6 +82,7 @@ class ManifestChunk:
 
 PACKED = 1 << 24  # Documents below this size share a word of the stream pass's records with a position (see below).
 SPLIT_MIN = 1 << 16  # Chunks of the document index with fewer entries are walked on one thread (tests lower it).
+PIECES = 16  # Pieces of a chunk for the kernel's two threads.
 
 
 SIZE_CHUNK = 1 << 22  # Sizes read (and their pages released) at a time.
@@ -176,9 +177,10 @@ class StreamPass:
             raise AuditError(f"tokens_out: int32, one per token of the documents, expected; got {tokens_out.dtype} "
                              f"{tokens_out.shape}")
 
-    def advance(self, documents: np.ndarray, split: tuple[int, int] = (-1, 0)) -> np.ndarray:
+    def advance(self, documents: np.ndarray, splits: np.ndarray | None = None) -> np.ndarray:
         """The stream positions of the copies ``documents`` (the document index's next chunk) and where it ends;
-        ``split``: (entry, its position by the sample index) where a second thread starts (the kernel's)."""
+        ``splits``: int64 ``(entry, its position by the sample index)`` rows where the kernel's two threads may start a
+        piece of the chunk."""
         if self.buffer.shape[0] <= documents.shape[0]:
             self.buffer = np.empty(documents.shape[0] + 1, np.int64)
         positions = self.buffer[: documents.shape[0] + 1]  # one buffer for every chunk (no fresh pages each time)
@@ -191,7 +193,7 @@ class StreamPass:
             positions[-1] = kernel.stream(
                 ids, self.first_id, sizes, self.records, self.position, self.epochs, self.draws, self.seq_length,
                 self.samples, positions, self.tokens_hist, self.documents_hist, self.stats, self.sample_draws,
-                self.per_document, self.tokens_out, self.token_starts, *split)
+                self.per_document, self.tokens_out, self.token_starts, splits)
         self.position = int(positions[-1])
         return positions
 

@@ -21,7 +21,16 @@ import numpy as np
 from neox_epoch.audit import names
 from neox_epoch.audit.consumption import Consumption
 from neox_epoch.audit.descriptions import read_legacy_description, read_mcore_description
-from neox_epoch.audit.exposure import SPLIT_MIN, ExposureReport, ManifestChunk, StreamPass, kernel, size_stats, zeros
+from neox_epoch.audit.exposure import (
+    PIECES,
+    SPLIT_MIN,
+    ExposureReport,
+    ManifestChunk,
+    StreamPass,
+    kernel,
+    size_stats,
+    zeros,
+)
 from neox_epoch.audit.findings import FileProblem, Finding, JsonFields, finding
 from neox_epoch.audit.npy import NpyInfo, NpyReader, Progress, read_header
 from neox_epoch.errors import IndexFileError
@@ -369,18 +378,27 @@ class Stream:
     findings: tuple[Finding, ...]
 
 
-def _split(pieces: list[tuple[int, int, np.ndarray]], start: int, count: int, seq_length: int,
-           samples: int) -> tuple[int, int]:
-    """Where a second thread starts on the chunk of ``count`` copies at ``start``: the entry of a sample row near the
-    middle of its rows ``pieces`` and the stream position the row says it is at ((-1, 0): one thread). A wrong one
-    is that row off its boundary: check_rows finds it (the kernel keeps the positions exact)."""
+def _splits(pieces: list[tuple[int, int, np.ndarray]], start: int, count: int, seq_length: int,
+            samples: int) -> np.ndarray | None:
+    """Where the kernel's two threads may start a piece of the chunk of ``count`` copies at ``start``: ``PIECES - 1``
+    sample rows about evenly apart among its rows ``pieces``, each as (its entry, the stream position the row says it is
+    at) (None: one thread). A wrong one is that row off its boundary: check_rows finds it (the kernel keeps the
+    positions exact)."""
     if count < SPLIT_MIN or not pieces:
-        return -1, 0
-    first_row, _, block = max(pieces, key=lambda piece: piece[2].shape[0])
-    row = block.shape[0] // 2
-    entry, offset = int(block[row, 0]) - start, int(block[row, 1])
-    base = (first_row + row) * seq_length - offset
-    return (entry, base) if 0 < entry < count and offset >= 0 and base >= 0 and first_row + row < samples else (-1, 0)
+        return None
+    cuts: list[tuple[int, int]] = []
+    for k in range(1, PIECES):
+        target = start + k * count // PIECES
+        for first_row, _, block in pieces:
+            if not block.shape[0] or block[-1, 0] < target:
+                continue
+            row = bisect_left(block[:, 0], target)  # (np.searchsorted would copy the strided column)
+            entry, offset = int(block[row, 0]) - start, int(block[row, 1])
+            base = (first_row + row) * seq_length - offset
+            if (cuts[-1][0] if cuts else 0) < entry < count and offset >= 0 and base >= 0 and first_row + row < samples:
+                cuts.append((entry, base))
+            break
+    return np.array(cuts, np.int64) if cuts else None
 
 
 def walk_stream(doc_r: NpyReader, sample_r: NpyReader, walker: StreamPass, samples: int, tail_from: int | None,
@@ -393,7 +411,7 @@ def walk_stream(doc_r: NpyReader, sample_r: NpyReader, walker: StreamPass, sampl
     tail = np.zeros(walker.sizes.shape[0], bool) if tail_from is not None else None
     for start, ids in doc_r.chunks(rows=STREAM_CHUNK, progress=progress, label="stream"):
         pieces = rows.upto(start + ids.shape[0]) if problem is None else []
-        positions = walker.advance(ids, _split(pieces, start, ids.shape[0], walker.seq_length, samples))
+        positions = walker.advance(ids, _splits(pieces, start, ids.shape[0], walker.seq_length, samples))
         if tail is not None and tail_from is not None and start + ids.shape[0] > tail_from:
             tail[ids[max(0, tail_from - start) :] - walker.first_id] = True
         for first_row, previous, block in pieces:
