@@ -22,6 +22,7 @@ from neox_epoch.audit import names
 from neox_epoch.audit.audit import AuditOptions, run_audit
 from neox_epoch.audit.consumption import Consumption
 from neox_epoch.audit.exposure import PIECES
+from neox_epoch.audit.validate import _splits
 from neox_epoch.audit.findings import AuditError
 from neox_epoch.audit.report import TtyProgress, render_text
 from neox_epoch.cli import main
@@ -243,8 +244,11 @@ def test_two_threads_find_what_one_finds(tmp_path, monkeypatch, damage):
     lengths = [(i * 29) % 53 + 1 for i in range(40)]
     _, arr = write_neox_index(str(tmp_path), "t", lengths, 16, 2)
     sample, doc, shuffle = arr["sample"].copy(), arr["doc"].copy(), arr["shuffle"].copy()
-    # the row where the kernel's middle piece starts (_splits: the first row at or past entry k x count / PIECES)
-    cut = int(np.searchsorted(sample[:, 0], doc.shape[0] * (PIECES // 2) // PIECES))
+    cut = (PIECES // 2) * sample.shape[0] // PIECES  # where the kernel's middle piece starts:
+    with monkeypatch.context() as patch:
+        patch.setattr("neox_epoch.audit.validate.SPLIT_MIN", 2)
+        cuts = _splits([(0, 0, sample)], 0, doc.shape[0], 16, arr["S"])
+    assert cuts is not None and [sample[cut, 0], cut * 16 - sample[cut, 1]] in cuts.tolist()
     rows = {"split row": cut, "early row": 3, "late row": sample.shape[0] - 5}
     if damage in rows:
         sample[rows[damage], 1] += 1

@@ -381,23 +381,22 @@ class Stream:
 def _splits(pieces: list[tuple[int, int, np.ndarray]], start: int, count: int, seq_length: int,
             samples: int) -> np.ndarray | None:
     """Where the kernel's two threads may start a piece of the chunk of ``count`` copies at ``start``: ``PIECES - 1``
-    sample rows about evenly apart among its rows ``pieces``, each as (its entry, the stream position the row says it is
-    at) (None: one thread). A wrong one is that row off its boundary: check_rows finds it (the kernel keeps the
-    positions exact)."""
-    if count < SPLIT_MIN or not pieces:
+    of its sample rows ``pieces``, evenly apart (rows are seq_length tokens apart: the pieces hold about as many
+    tokens), each as (its entry, the stream position the row says it is at) (None: one thread). A wrong one is that
+    row off its boundary: check_rows finds it (the kernel keeps the positions exact)."""
+    total = sum(block.shape[0] for _, _, block in pieces)
+    if count < SPLIT_MIN or not total:
         return None
     cuts: list[tuple[int, int]] = []
-    for k in range(1, PIECES):
-        target = start + k * count // PIECES
-        for first_row, _, block in pieces:
-            if not block.shape[0] or block[-1, 0] < target:
-                continue
-            row = bisect_left(block[:, 0], target)  # (np.searchsorted would copy the strided column)
+    wanted, seen = [k * total // PIECES for k in range(1, PIECES)], 0
+    for first_row, _, block in pieces:
+        while wanted and wanted[0] < seen + block.shape[0]:
+            row = wanted.pop(0) - seen
             entry, offset = int(block[row, 0]) - start, int(block[row, 1])
             base = (first_row + row) * seq_length - offset
             if (cuts[-1][0] if cuts else 0) < entry < count and offset >= 0 and base >= 0 and first_row + row < samples:
                 cuts.append((entry, base))
-            break
+        seen += block.shape[0]
     return np.array(cuts, np.int64) if cuts else None
 
 
