@@ -22,9 +22,9 @@ from neox_epoch.audit import names
 from neox_epoch.audit.audit import AuditOptions, run_audit
 from neox_epoch.audit.consumption import Consumption
 from neox_epoch.audit.exposure import PIECES
-from neox_epoch.audit.validate import _splits
 from neox_epoch.audit.findings import AuditError
 from neox_epoch.audit.report import TtyProgress, render_text
+from neox_epoch.audit.validate import _splits
 from neox_epoch.cli import main
 from neox_epoch.formats.corpus import write_corpus
 

@@ -132,12 +132,32 @@ def from_histograms(tokens_hist: np.ndarray, documents_hist: np.ndarray, stats: 
         tokens_unseen=tokens.get(0, 0), token_exposures=sum(times * count for times, count in tokens.items()))
 
 
+def packs(epochs: int, stats: tuple[int, int, int]) -> bool:
+    """Whether an exposing pass packs its records (one word fewer: half the memory at 2 epochs): every size, (smallest,
+    largest, sum) ``stats``, in 24 bits and a position + 1 in 39."""
+    low, high, total = stats
+    return epochs > 1 and 0 <= low <= high < PACKED and epochs * total < (1 << 39) - 1
+
+
+def fill_records(sizes: np.ndarray, epochs: int, stats: tuple[int, int, int]) -> np.ndarray:
+    """An exposing pass's records: a document's size and its earlier copies' positions + 1 (zero: not seen) in one row
+    (packed: see :func:`packs`), on huge pages (one TLB entry per 2 MB), each page written once, the sizes' pages
+    released as they are copied. (Fresh pages cost as much as the pass itself: only what is needed.)"""
+    records = np.empty((sizes.shape[0], epochs - packs(epochs, stats)), np.int64)
+    for start in range(0, sizes.shape[0], SIZE_CHUNK):
+        stop = start + SIZE_CHUNK
+        records[start:stop, 0], records[start:stop, 1:] = sizes[start:stop], 0
+        release(sizes, start, stop)
+    return records
+
+
 class StreamPass:
     """The walk over the document index, chunk by chunk: copy positions, the copies' check and the exposure."""
 
     def __init__(self, sizes: np.ndarray, first_id: int, epochs: int, draws: np.ndarray | None,
                  seq_length: int, sample_draws: np.ndarray | None = None, tokens_out: np.ndarray | None = None,
-                 tokens_window: tuple[int, int] | None = None, stats: tuple[int, int, int] | None = None) -> None:
+                 tokens_window: tuple[int, int] | None = None, stats: tuple[int, int, int] | None = None,
+                 records: np.ndarray | None = None) -> None:
         self.first_id, self.epochs, self.seq_length = first_id, epochs, seq_length
         self.position, self.buffer = 0, np.empty(0, np.int64)
         self.exposing = draws is not None and kernel is not None and epochs > 0
@@ -148,17 +168,11 @@ class StreamPass:
         self.tokens_hist, self.documents_hist = np.zeros(bins, np.int64), np.zeros(bins, np.int64)
         self.stats = np.zeros(3, np.int64)  # never seen, seen unevenly, exposures off the bins
         documents = sizes.shape[0]
-        # fresh pages cost as much as the pass itself: only what is needed, on huge pages (one TLB entry per 2 MB)
-        # size and the earlier copies' positions in one row per document (zero: not seen), or the sizes alone; packed
-        # (one word fewer: half the memory at 2 epochs) when the size fits in 24 bits and a position + 1 in 39
-        low, high, total = stats or (size_stats(sizes) if documents else (0, 0, 0))
-        packed = self.exposing and epochs > 1 and documents > 0 and 0 <= low <= high < PACKED \
-            and epochs * total < (1 << 39) - 1
-        self.records = np.empty((documents, epochs - packed), np.int64) if self.exposing else None
-        for start in range(0, documents if self.records is not None else 0, SIZE_CHUNK):
-            stop = start + SIZE_CHUNK  # (np.empty: on huge pages, each page written once here)
-            self.records[start:stop, 0], self.records[start:stop, 1:] = sizes[start:stop], 0
-            release(sizes, start, stop)
+        stats = stats or (size_stats(sizes) if documents else (0, 0, 0))
+        if self.exposing and (records is None or records.shape != (documents, epochs - packs(epochs, stats))):
+            records = fill_records(sizes, epochs, stats)
+        self.records = records if self.exposing else None
+        packed = self.records is not None and epochs > 1 and self.records.shape[1] == epochs - 1
         self.sizes = sizes if packed else np.empty(documents, np.int32) if self.records is None else self.records[:, 0]
         if self.records is None:
             self.sizes[...] = sizes
