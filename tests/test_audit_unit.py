@@ -446,6 +446,27 @@ def test_kernel_mix_sums_and_scatter(dtype):
         assert int(store[0]) == sum(1 << int(x) for x in set(good.tolist()))
 
 
+@pytest.mark.parametrize("wide", [False, True])
+@pytest.mark.parametrize("damaged", [(), (5,), (70_000,), (70_000, 100_000), (40_000, 90_000), (139_999,)])
+def test_kernel_rows_on_two_threads(wide, damaged):
+    """The kernel's sample-row check (from 2^16 rows its two threads take a half each) gives the first row off its
+    boundary, in either half or both, or -1, as a row-by-row check does."""
+    kernel = pytest.importorskip("neox_epoch._exposure")
+    seq, sizes = 8, np.random.RandomState(7).randint(1, 20, size=120_000)
+    positions = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    samples = int(positions[-1] - 1) // seq
+    boundary = np.arange(samples + 1, dtype=np.int64) * seq
+    entry = np.searchsorted(positions, boundary, side="right") - 1
+    rows = np.stack([entry, boundary - positions[entry]], axis=1).astype(np.int64 if wide else np.int32)
+    assert rows.shape[0] > 140_000 and kernel.rows(positions, rows, 0, 0, seq, samples) == -1
+    for row in damaged:
+        rows[row, 1] += 1
+    expected = min(damaged) if damaged else -1
+    assert kernel.rows(positions, rows, 0, 0, seq, samples) == expected
+    one_thread = kernel.rows(positions, rows[:1000], 0, 0, seq, samples)  # (one thread under 2^16 rows)
+    assert one_thread == (expected if 0 <= expected < 1000 else -1)
+
+
 @pytest.mark.parametrize("consumed", [None, 10, 40])
 @pytest.mark.parametrize("wide", [False, True])
 def test_shuffle_id_outside_the_samples(tmp_path, consumed, wide):
