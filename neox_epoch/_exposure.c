@@ -20,9 +20,10 @@
  * rows(positions, rows, start, first_row, seq_length, samples) -> the first row i of `rows` (a chunk of the
  *   sample index, int32/int64 [n, 2]: entry, offset) not at positions[entry - start] + offset inside that copy
  *   and at (first_row + i) * seq_length (but row `samples`, whose end the caller checks), or -1.
- * scatter(ids, store, value, bound) -> (position, mix sum): store[id] = value (a zero value: nothing written) for each
- *   id of `ids` (uint32 or int64) up to the first outside [0, bound), that id's position (-1: none) and the sum of mix
- *   over the ids before it (as mixed(ids)); store: zeros, uint8/16/32 by id, or uint64 words of one bit per id.
+ * scatter(ids, store, value, bound) -> (position, mix sum, largest): store[id] = value (a zero value: nothing written)
+ *   for each id of `ids` (uint32 or int64) up to the first outside [0, bound), that id's position (-1: none), the sum
+ *   of mix over the ids before it (as mixed(ids)) and the largest id (as unsigned); store: zeros, uint8/16/32 by id, or
+ *   uint64 words of one bit per id.
  * mixed(first, stop) -> the sum (mod 2^64) of mix(x) over x in [first, stop); mixed(ids) -> the same over the ids
  *   (uint32 or int64, >= 0).
  * scan(ids) -> (smallest, largest, the sum of mix over the ids as int64) of int32 or int64 ids (a chunk of the
@@ -544,7 +545,7 @@ static PyObject *scatter(PyObject *self, PyObject *args) {
     }
     Py_END_ALLOW_THREADS
     release(views, 2);
-    return Py_BuildValue("LK", (long long)bad, (unsigned long long)sum);
+    return Py_BuildValue("LKK", (long long)bad, (unsigned long long)sum, (unsigned long long)top);
 }
 
 static PyObject *mixed(PyObject *self, PyObject *args) {

@@ -18,11 +18,12 @@ import sys
 import numpy as np
 import pytest
 
-from neox_epoch.audit import names
+from neox_epoch.audit import names, validate
 from neox_epoch.audit.audit import AuditOptions, run_audit
 from neox_epoch.audit.consumption import Consumption
 from neox_epoch.audit.exposure import PIECES
 from neox_epoch.audit.findings import AuditError
+from neox_epoch.audit.npy import NpyReader, Progress, read_header
 from neox_epoch.audit.report import TtyProgress, render_text
 from neox_epoch.audit.validate import _splits
 from neox_epoch.cli import main
@@ -430,7 +431,8 @@ def _mix(x: int) -> int:
 @pytest.mark.parametrize("dtype", [np.uint32, np.int64])
 def test_kernel_mix_sums_and_scatter(dtype):
     """The kernel's hash sums (SIMD clones where the CPU has them) over a range and over ids, and its scatter: bits
-    set and the sum up to the first id outside the store (an id past it, a negative one), against Python."""
+    set, the sum up to the first id outside the store (an id past it, a negative one) and the largest id, against
+    Python."""
     kernel = pytest.importorskip("neox_epoch._exposure")
     ids = ((np.arange(37) * 7) % 41).astype(dtype)  # (37: the vector loops and their remainder)
     assert kernel.mixed(3, 40) == sum(_mix(x) for x in range(3, 40)) % (1 << 64)
@@ -442,7 +444,9 @@ def test_kernel_mix_sums_and_scatter(dtype):
         if bad >= 0:
             damaged[bad] = value
         good = damaged[: bad if bad >= 0 else None]
-        assert kernel.scatter(damaged, store, 1, 41) == (bad, sum(_mix(int(x)) for x in good) % (1 << 64))
+        bad_at, mix, largest = kernel.scatter(damaged, store, 1, 41)
+        assert (bad_at, mix) == (bad, sum(_mix(int(x)) for x in good) % (1 << 64))
+        assert largest == int(damaged.astype(np.uint64).max())  # (a negative id: past any bound, as unsigned)
         assert int(store[0]) == sum(1 << int(x) for x in set(good.tolist()))
 
 
@@ -465,6 +469,23 @@ def test_kernel_rows_on_two_threads(wide, damaged):
     assert kernel.rows(positions, rows, 0, 0, seq, samples) == expected
     one_thread = kernel.rows(positions, rows[:1000], 0, 0, seq, samples)  # (one thread under 2^16 rows)
     assert one_thread == (expected if 0 <= expected < 1000 else -1)
+
+
+@pytest.mark.parametrize("consumed", [None, 30])
+def test_first_block_max_from_the_pieces(tmp_path, monkeypatch, consumed):
+    """The shuffle pass keeps each piece's largest id (it runs before the first block's end is known): the largest id
+    of any first block, from pieces wholly inside it and the piece across its end read again, equals numpy's."""
+    monkeypatch.setattr("neox_epoch.audit.validate.STREAM_CHUNK", 7)
+    rng = np.random.RandomState(3)
+    shuffle = np.concatenate([rng.permutation(40), 40 + rng.permutation(20)]).astype(np.uint32)  # blocks of 40 and 20
+    np.save(tmp_path / "s.npy", shuffle)
+    with NpyReader(read_header(str(tmp_path / "s.npy"))) as reader:
+        draws = validate.count_draws(reader, 60, Consumption.prefix(59, consumed) if consumed else None, False,
+                                     Progress())
+        assert not draws.findings and len(draws.tops) >= 60 // 7
+        for first_block in (0, 1, 6, 7, 8, 39, 40, 41, 59, 60):
+            expected = int(shuffle[:first_block].max()) if first_block else -1
+            assert draws.first_block_max(reader, first_block) == expected
 
 
 @pytest.mark.parametrize("consumed", [None, 10, 40])

@@ -216,18 +216,27 @@ class Draws:
     """Draw count per sample, or uint64 words of one bit per sample (the kernel's, at most one draw each); None: no
     consumption, or the shuffle index is not a permutation."""
     sample_draws: np.ndarray | None  # `[S, 2]` first and last global draw position of each sample (manifest only).
-    first_block_max: int  # The largest id among the first `first_block` entries (-1: not asked).
+    tops: tuple[tuple[int, int, int], ...] = ()  # (start, stop, largest id) of the pieces read, in order.
     findings: tuple[Finding, ...] = ()
 
+    def first_block_max(self, reader: NpyReader, first_block: int) -> int:
+        """The largest id among the first ``first_block`` entries (-1: none), from the pieces' (the one across the
+        block's end read again)."""
+        largest = -1
+        for start, stop, top in self.tops:
+            if start < first_block:
+                largest = max(largest, top if stop <= first_block else int(reader.read(start, first_block).max()))
+        return largest
 
-def count_draws(reader: NpyReader, samples: int, consumption: Consumption | None, first_block: int,
-                manifest: bool, progress: Progress, exact: bool = False) -> Draws:
+
+def count_draws(reader: NpyReader, samples: int, consumption: Consumption | None, manifest: bool, progress: Progress,
+                exact: bool = False) -> Draws:
     """Each id in ``[0, S)`` once; ``counts[shuffle[j]]`` = the draws of dataset index ``j``. The ids' mix sum (the
     kernel's ``mixed``) says whether they are a permutation (each count then written once); the ``exact`` pass, which
     counts every id, runs without the kernel or to say which are missing."""
     path = reader.info.path
     if reader.info.rows != samples:
-        return Draws(None, None, -1, (finding(path, "shuffle index length", f"{samples} (rows of the sample index - 1)",
+        return Draws(None, None, (), (finding(path, "shuffle index length", f"{samples} (rows of the sample index - 1)",
                                               reader.info.rows, MIXED),))
     top = consumption.max_count if consumption is not None else 0
     hashing = kernel is not None and not exact
@@ -236,55 +245,61 @@ def count_draws(reader: NpyReader, samples: int, consumption: Consumption | None
     dtype = np.uint64 if hashing and top <= 1 and not manifest else np.uint8 if top < 254 else np.uint16 if top < 65534 else np.uint32
     store = None if hashing and consumption is None else zeros(-(-samples // 64) if dtype == np.uint64 else samples, dtype)
     sample_draws = np.full((samples, 2), -1, np.int64) if manifest and consumption is not None else None
-    block_max, mix_sum = -1, 0
+    tops: list[tuple[int, int, int]] = []
+    mix_sum = 0
     for start, ids in reader.chunks(rows=STREAM_CHUNK, progress=progress, label="shuffle"):
         stop, bad = start + ids.shape[0], -1
-        if ids.size and (kernel is None or store is None) and (int(ids.min()) < 0 or int(ids.max()) >= samples):
+        largest = int(ids.max()) if ids.size and (kernel is None or store is None) else -1
+        if ids.size and (kernel is None or store is None) and (int(ids.min()) < 0 or largest >= samples):
             bad = int(np.argmax((ids < 0) | (ids >= samples)))
         if bad < 0 and store is not None:
             pieces = consumption.segments(start, stop) if consumption is not None else [(start, stop, 0)]
-            bad, mix = _scatter(store, ids, start, pieces, 0 if hashing else 1, samples)
+            bad, mix, piece_tops = _scatter(store, ids, start, pieces, 0 if hashing else 1, samples)
+            tops += piece_tops
         else:
             mix = kernel.mixed(ids) if hashing and bad < 0 else 0
+            tops.append((start, stop, largest))
         if bad >= 0:
-            return Draws(None, None, -1, (finding(path, "shuffle entry", f"sample ids in [0, {samples})",
+            return Draws(None, None, (), (finding(path, "shuffle entry", f"sample ids in [0, {samples})",
                                                   f"{int(ids[bad])} at position {start + bad}", MIXED),))
-        if start < first_block:
-            block_max = max(block_max, int(ids[: first_block - start].max()))
         mix_sum += mix
         if sample_draws is not None and consumption is not None:
             sample_draws[ids, 0], sample_draws[ids, 1] = consumption.first_last(start, stop)
     if hashing:
         if mix_sum % (1 << 64) == kernel.mixed(0, samples):
-            return Draws(store, sample_draws, block_max)
-        return count_draws(reader, samples, None, first_block, manifest, progress, exact=True)
+            return Draws(store, sample_draws, tuple(tops))
+        return count_draws(reader, samples, None, manifest, progress, exact=True)
     assert store is not None
     if not store.all():  # (no temporary array of S flags)
         missing = np.flatnonzero(store == 0)
-        return Draws(None, None, -1, (finding(
+        return Draws(None, None, (), (finding(
             path, "shuffle permutation", f"each sample id in [0, {samples}) exactly once",
             f"{missing.size} ids missing (first: {int(missing[0])}), so others repeat",
             "the shuffle index is damaged or from another build: " + STALE_HINT),))
     store -= 1
-    return Draws(store if consumption is not None else None, sample_draws, block_max)
+    return Draws(store if consumption is not None else None, sample_draws, tuple(tops))
 
 
 def _scatter(store: np.ndarray, ids: np.ndarray, start: int, pieces: list[tuple[int, int, int]], offset: int,
-             samples: int) -> tuple[int, int]:
+             samples: int) -> tuple[int, int, list[tuple[int, int, int]]]:
     """``store[ids] = draws + offset`` (zeros not written), piece by piece (the kernel's ``scatter``; numpy, with intp
-    indices, the ids checked before): the position in ``ids`` of the first id outside the store (-1: none), and the
-    ids' mix sum (the kernel's; 0 without it)."""
-    mix = 0
+    indices, the ids checked before): the position in ``ids`` of the first id outside the store (-1: none), the
+    ids' mix sum (the kernel's; 0 without it) and each piece's (start, stop, largest id)."""
+    mix, tops = 0, []
     for lo, hi, count in pieces:
         part = ids[lo - start : hi - start]
+        if not part.size:
+            continue
         if kernel is None:
             store[part.astype(np.intp)] = count + offset
+            tops.append((lo, hi, int(part.max())))
             continue
-        bad, part_mix = kernel.scatter(part, store, count + offset, samples)
+        bad, part_mix, top = kernel.scatter(part, store, count + offset, samples)
         mix += part_mix
+        tops.append((lo, hi, top))
         if bad >= 0:
-            return lo - start + bad, mix
-    return -1, mix
+            return lo - start + bad, mix, tops
+    return -1, mix, tops
 
 
 class SampleRows:
@@ -610,10 +625,10 @@ def _sizes(header: idxmod.IdxHeader, first_id: int, stop_id: int) -> np.ndarray:
         return reader.read(first_id, stop_id)
 
 
-def _separation(path: str, numbers: IndexNumbers, draws: Draws, samples: int) -> tuple[bool, list[Finding]]:
-    """Whether the last epoch is shuffled on its own: the 80% rule against the shuffle index's blocks."""
-    in_files = (draws.first_block_max < numbers.first_block
-                if not draws.findings and 0 < numbers.first_block < samples else None)
+def _separation(path: str, numbers: IndexNumbers, draws: Draws, block_max: int, samples: int) -> tuple[bool, list[Finding]]:
+    """Whether the last epoch is shuffled on its own: the 80% rule against the shuffle index's blocks (``block_max``:
+    the largest id among the first block's entries)."""
+    in_files = block_max < numbers.first_block if not draws.findings and 0 < numbers.first_block < samples else None
     if numbers.separate is None or in_files is None or in_files == numbers.separate:
         return bool(numbers.separate if numbers.separate is not None else in_files), []
     return numbers.separate, [finding(
@@ -624,53 +639,67 @@ def _separation(path: str, numbers: IndexNumbers, draws: Draws, samples: int) ->
 
 def _run_passes(report: IndexReport, setting: Setting, consumption_for: ConsumptionFor | None,
                 manifest: ManifestSink | None, progress: Progress, iteration_of: IterationOf | None) -> None:
-    kind, samples, sequences = setting.group.kind, setting.samples, setting.header.sequence_count
     doc_info, sample_info, shuffle_info = setting.infos
+    packed = report.pack_impl in (None, "packed")
+    consumption = consumption_for(report.split, report.length or 0) if consumption_for and packed else None
     with NpyReader(doc_info) as doc_r, NpyReader(sample_info) as sample_r, NpyReader(shuffle_info) as shuffle_r:
-        first_id, stop_id, problem, ids_mix = scan_documents(doc_r, sequences, setting.header.prefix + ".idx", progress)
-        if problem is not None:
-            report.findings.append(problem)
-            return
-        report.document_range = [first_id, stop_id]
-        expected = mcore_sem.split_range(setting.bookends, sequences) if setting.bookends is not None else None
-        if expected is not None and expected[1] > expected[0] and (first_id, stop_id) != expected:
-            report.findings.append(finding(
-                doc_info.path, "document range", f"[{expected[0]}, {expected[1]}) from split_matrix and {sequences} "
-                "sequences", f"[{first_id}, {stop_id})", "the corpus or split changed since the build: " + STALE_HINT))
-        sizes = _sizes(setting.header, first_id, stop_id)
-        documents = stop_id - first_id
-        epochs = doc_r.info.rows // documents if doc_r.info.rows % documents == 0 else 0
-        stats = size_stats(sizes)
-        tokens = stats[2]
-        numbers = index_numbers(kind, tokens, setting.seq_length, epochs, report.num_samples_requested,
-                                report.add_extra_token or 1)
-        packed = report.pack_impl in (None, "packed")
-        consumption = consumption_for(report.split, report.length or 0) if consumption_for and packed else None
-        # the shuffle pass on a second thread beside the records' fresh pages (their first touch costs 0.02-0.25 s at
-        # 30M samples, as the machine gives them)
-        shuffle_pass = Beside(count_draws, shuffle_r, samples, consumption, numbers.first_block if epochs > 1 else 0,
-                              manifest is not None, progress)
-        exposing = kernel is not None and consumption is not None and epochs > 0 and packed
-        records = fill_records(sizes, epochs, stats) if exposing else None
-        draws = shuffle_pass.result()
-        separate, found = _separation(shuffle_info.path, numbers, draws, samples)
-        report.findings.extend(draws.findings + tuple(found))
-        if not packed:
-            return
-        walker = StreamPass(sizes, first_id, epochs, draws.counts, setting.seq_length, draws.sample_draws,
-                            *((consumption.tokens_out, consumption.tokens_window) if consumption else (None, None)),
-                            stats=stats, records=records)
-        tail_from = (epochs - 1) * documents if separate and epochs > 1 else None
-        stream = walk_stream(doc_r, sample_r, walker, samples, tail_from, progress, ids_mix)
-        report.findings.extend(stream.findings)
-        copies, final_ok = _conclude(report, setting, stream, sizes, tokens, first_id, separate)
-        trusted = not draws.findings and not stream.findings and final_ok
-        small = doc_r.info.rows + samples <= REGEN_LIMIT
-        if small and trusted and not copies.findings and copies.epochs > 0 and (report.seed or -1) >= 0:
-            report.findings.extend(seed_findings(doc_r, shuffle_r, int(report.seed or 0), first_id, stop_id,
-                                                 copies.epochs, numbers.first_block if separate else None))
-        if consumption is not None:
-            _expose(report, walker, consumption, trusted and not copies.findings, manifest, iteration_of)
+        # the shuffle pass on a second thread (its progress not shown) beside the documents' scan and the records'
+        # fresh pages, whose first touch costs 0.02-0.25 s at 30M samples as the machine gives them
+        shuffle_pass = Beside(count_draws, shuffle_r, setting.samples, consumption, manifest is not None, Progress())
+        try:
+            _stream_passes(report, setting, consumption, manifest, progress, iteration_of, (doc_r, sample_r, shuffle_r),
+                           shuffle_pass)
+        finally:
+            shuffle_pass.thread.join()  # (its reader is closed below)
+
+
+def _stream_passes(report: IndexReport, setting: Setting, consumption: Consumption | None, manifest: ManifestSink | None,
+                   progress: Progress, iteration_of: IterationOf | None, readers: tuple[NpyReader, NpyReader, NpyReader],
+                   shuffle_pass: Beside) -> None:
+    """The passes of :func:`_run_passes` with its readers, the shuffle pass running on its own thread."""
+    kind, samples, sequences = setting.group.kind, setting.samples, setting.header.sequence_count
+    doc_info, _, shuffle_info = setting.infos
+    doc_r, sample_r, shuffle_r = readers
+    packed = report.pack_impl in (None, "packed")
+    first_id, stop_id, problem, ids_mix = scan_documents(doc_r, sequences, setting.header.prefix + ".idx", progress)
+    if problem is not None:
+        report.findings.append(problem)
+        return
+    report.document_range = [first_id, stop_id]
+    expected = mcore_sem.split_range(setting.bookends, sequences) if setting.bookends is not None else None
+    if expected is not None and expected[1] > expected[0] and (first_id, stop_id) != expected:
+        report.findings.append(finding(
+            doc_info.path, "document range", f"[{expected[0]}, {expected[1]}) from split_matrix and {sequences} "
+            "sequences", f"[{first_id}, {stop_id})", "the corpus or split changed since the build: " + STALE_HINT))
+    sizes = _sizes(setting.header, first_id, stop_id)
+    documents = stop_id - first_id
+    epochs = doc_r.info.rows // documents if doc_r.info.rows % documents == 0 else 0
+    stats = size_stats(sizes)
+    tokens = stats[2]
+    numbers = index_numbers(kind, tokens, setting.seq_length, epochs, report.num_samples_requested,
+                            report.add_extra_token or 1)
+    exposing = kernel is not None and consumption is not None and epochs > 0 and packed
+    records = fill_records(sizes, epochs, stats) if exposing else None
+    draws = shuffle_pass.result()
+    block_max = draws.first_block_max(shuffle_r, numbers.first_block if epochs > 1 else 0)
+    separate, found = _separation(shuffle_info.path, numbers, draws, block_max, samples)
+    report.findings.extend(draws.findings + tuple(found))
+    if not packed:
+        return
+    walker = StreamPass(sizes, first_id, epochs, draws.counts, setting.seq_length, draws.sample_draws,
+                        *((consumption.tokens_out, consumption.tokens_window) if consumption else (None, None)),
+                        stats=stats, records=records)
+    tail_from = (epochs - 1) * documents if separate and epochs > 1 else None
+    stream = walk_stream(doc_r, sample_r, walker, samples, tail_from, progress, ids_mix)
+    report.findings.extend(stream.findings)
+    copies, final_ok = _conclude(report, setting, stream, sizes, tokens, first_id, separate)
+    trusted = not draws.findings and not stream.findings and final_ok
+    small = doc_r.info.rows + samples <= REGEN_LIMIT
+    if small and trusted and not copies.findings and copies.epochs > 0 and (report.seed or -1) >= 0:
+        report.findings.extend(seed_findings(doc_r, shuffle_r, int(report.seed or 0), first_id, stop_id,
+                                             copies.epochs, numbers.first_block if separate else None))
+    if consumption is not None:
+        _expose(report, walker, consumption, trusted and not copies.findings, manifest, iteration_of)
 
 
 def _conclude(report: IndexReport, setting: Setting, stream: Stream, sizes: np.ndarray, tokens: int, first_id: int,
