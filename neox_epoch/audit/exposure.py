@@ -91,7 +91,7 @@ SIZE_CHUNK = 1 << 22  # Sizes read (and their pages released) at a time.
 def release(view: np.ndarray, start: int = 0, stop: int | None = None) -> None:
     """Drop the pages of rows ``[start, stop)`` of a view of a mapped file window from this process (they are read
     again from the page cache if touched again): the .idx sizes, once copied into the records, do not stay resident
-    beside them (peak RSS x0.8 at 30M samples). Nothing for an array in memory."""
+    beside them (with 2^20-entry chunks, peak RSS x0.83 at 30M samples). Nothing for an array in memory."""
     base = view.base.obj if isinstance(view.base, memoryview) else view.base
     if not isinstance(base, mmap.mmap) or not hasattr(mmap, "MADV_DONTNEED") or view.ndim != 1 or not view.size:
         return
