@@ -83,8 +83,6 @@ class ManifestChunk:
 PACKED = 1 << 24  # Documents below this size share a word of the stream pass's records with a position (see below).
 SPLIT_MIN = 1 << 16  # Chunks of the document index with fewer entries are walked on one thread (tests lower it).
 PIECES = 16  # Pieces of a chunk for the kernel's two threads.
-
-
 SIZE_CHUNK = 1 << 22  # Sizes read (and their pages released) at a time.
 
 

@@ -11,9 +11,9 @@ damaged file is a finding, never a traceback.
 
 from __future__ import annotations
 
-import threading
 from bisect import bisect_left
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -446,29 +446,6 @@ def walk_stream(doc_r: NpyReader, sample_r: NpyReader, walker: StreamPass, sampl
                   (problem,) if problem is not None else ())
 
 
-class Beside:
-    """``function(*args)`` on a thread of its own; :meth:`result` waits for it (and raises what it raised)."""
-
-    def __init__(self, function: Callable[..., Any], *args: Any) -> None:
-        self.value: Any = None
-        self.error: BaseException | None = None
-
-        def run() -> None:
-            try:
-                self.value = function(*args)
-            except BaseException as error:  # handed to the caller of result()
-                self.error = error
-
-        self.thread = threading.Thread(target=run, daemon=True)
-        self.thread.start()
-
-    def result(self) -> Any:
-        self.thread.join()
-        if self.error is not None:
-            raise self.error
-        return self.value
-
-
 # ---- stage 4: what the files say against what the framework builds ---------------------------------------
 
 @dataclass(frozen=True)
@@ -642,20 +619,19 @@ def _run_passes(report: IndexReport, setting: Setting, consumption_for: Consumpt
     doc_info, sample_info, shuffle_info = setting.infos
     packed = report.pack_impl in (None, "packed")
     consumption = consumption_for(report.split, report.length or 0) if consumption_for and packed else None
-    with NpyReader(doc_info) as doc_r, NpyReader(sample_info) as sample_r, NpyReader(shuffle_info) as shuffle_r:
+    # (the pool's exit, first, waits for its thread before the readers close)
+    with NpyReader(doc_info) as doc_r, NpyReader(sample_info) as sample_r, NpyReader(shuffle_info) as shuffle_r, \
+            ThreadPoolExecutor(1) as side:
         # the shuffle pass on a second thread (its progress not shown) beside the documents' scan and the records'
         # fresh pages, whose first touch costs 0.02-0.25 s at 30M samples as the machine gives them
-        shuffle_pass = Beside(count_draws, shuffle_r, setting.samples, consumption, manifest is not None, Progress())
-        try:
-            _stream_passes(report, setting, consumption, manifest, progress, iteration_of, (doc_r, sample_r, shuffle_r),
-                           shuffle_pass)
-        finally:
-            shuffle_pass.thread.join()  # (its reader is closed below)
+        shuffle_pass = side.submit(count_draws, shuffle_r, setting.samples, consumption, manifest is not None, Progress())
+        _stream_passes(report, setting, consumption, manifest, progress, iteration_of, (doc_r, sample_r, shuffle_r),
+                       shuffle_pass)
 
 
 def _stream_passes(report: IndexReport, setting: Setting, consumption: Consumption | None, manifest: ManifestSink | None,
                    progress: Progress, iteration_of: IterationOf | None, readers: tuple[NpyReader, NpyReader, NpyReader],
-                   shuffle_pass: Beside) -> None:
+                   shuffle_pass: Future[Draws]) -> None:
     """The passes of :func:`_run_passes` with its readers, the shuffle pass running on its own thread."""
     kind, samples, sequences = setting.group.kind, setting.samples, setting.header.sequence_count
     doc_info, _, shuffle_info = setting.infos
