@@ -26,8 +26,9 @@
  *   uint64 words of one bit per id.
  * mixed(first, stop) -> the sum (mod 2^64) of mix(x) over x in [first, stop); mixed(ids) -> the same over the ids
  *   (uint32 or int64, >= 0).
- * scan(ids) -> (smallest, largest, the sum of mix over the ids as int64) of int32 or int64 ids (a chunk of the
- *   document index: its ids' mix sum is checked against mixed(first, stop) x epochs, nothing kept per document).
+ * scan(ids) -> (smallest, largest, the sum of mix over the ids as int64, their sum mod 2^64 as int64) of int32 or
+ *   int64 ids (a chunk of the document index: its ids' mix sum is checked against mixed(first, stop) x epochs, nothing
+ *   kept per document; or of the .idx sizes, one pass for their range and sum).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -564,14 +565,14 @@ static PyObject *mixed(PyObject *self, PyObject *args) {
 }
 
 SIMD_CLONES
-static uint64_t scan_ids(const void *ids, int wide, int64_t count, int64_t *low, int64_t *high) {
-    uint64_t sum = 0;
+static uint64_t scan_ids(const void *ids, int wide, int64_t count, int64_t *low, int64_t *high, uint64_t *total) {
+    uint64_t sum = 0, plain = 0;
     int64_t least = INT64_MAX, most = INT64_MIN;
     for (int64_t i = 0; i < count; i++) {
         int64_t id = wide ? ((const int64_t *)ids)[i] : ((const int32_t *)ids)[i];
-        sum += mix((uint64_t)id), least = id < least ? id : least, most = id > most ? id : most;
+        sum += mix((uint64_t)id), plain += (uint64_t)id, least = id < least ? id : least, most = id > most ? id : most;
     }
-    *low = least, *high = most;
+    *low = least, *high = most, *total = plain;
     return sum;
 }
 
@@ -579,13 +580,13 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     PyObject *ids;
     Py_buffer view = {0};
     int64_t low, high;
-    uint64_t sum;
+    uint64_t sum, total;
     if (!PyArg_ParseTuple(args, "O", &ids) || PyObject_GetBuffer(ids, &view, PyBUF_C_CONTIGUOUS)) return NULL;
     Py_BEGIN_ALLOW_THREADS
-    sum = view.itemsize == 8 ? scan_ids(view.buf, 1, view.len / 8, &low, &high) : scan_ids(view.buf, 0, view.len / 4, &low, &high);
+    sum = scan_ids(view.buf, view.itemsize == 8, view.len / view.itemsize, &low, &high, &total);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
-    return Py_BuildValue("LLL", (long long)low, (long long)high, (long long)(int64_t)sum);
+    return Py_BuildValue("LLLL", (long long)low, (long long)high, (long long)(int64_t)sum, (long long)(int64_t)total);
 }
 
 static PyMethodDef methods[] = {
@@ -593,7 +594,7 @@ static PyMethodDef methods[] = {
     {"rows", rows, METH_VARARGS, "The first sample row off its boundary, or -1 (see the module comment)."},
     {"scatter", scatter, METH_VARARGS, "Draw counts into a store by sample id (see the module comment)."},
     {"mixed", mixed, METH_VARARGS, "The sum of mix(x) over a range of ids or an array (see the module comment)."},
-    {"scan", scan, METH_VARARGS, "The smallest, largest and mix sum of int32/int64 ids (see the module comment)."},
+    {"scan", scan, METH_VARARGS, "The smallest, largest, mix sum and sum of int32/int64 ids (see the module comment)."},
     {NULL, NULL, 0, NULL},
 };
 

