@@ -418,9 +418,9 @@ def _splits(pieces: list[tuple[int, int, np.ndarray]], start: int, count: int, s
 
 
 def walk_stream(doc_r: NpyReader, sample_r: NpyReader, walker: StreamPass, samples: int, tail_from: int | None,
-                progress: Progress, ids_mix: int | None = None) -> Stream:
+                progress: Progress, ids_mix: int | None = None, range_mix: int | None = None) -> Stream:
     """One pass over doc_idx with sample_idx alongside (see :class:`StreamPass` for the exposure); ``ids_mix``: the
-    ids' mix sum (scan_documents') that says the copies are all there."""
+    ids' mix sum (scan_documents') that says the copies are all there (``range_mix``: the split's, if known)."""
     rows = SampleRows(sample_r)
     problem: Finding | None = None
     last: int | None = None
@@ -438,7 +438,7 @@ def walk_stream(doc_r: NpyReader, sample_r: NpyReader, walker: StreamPass, sampl
                 break
     problem = problem or rows.leftover(doc_r.info.rows)
     copies = None
-    if not walker.copies_match(ids_mix):  # the mix sum says they are not all `epochs` (or no kernel): count them
+    if not walker.copies_match(ids_mix, range_mix):  # the mix sum says they are not all `epochs` (or no kernel): count them
         copies = np.zeros(walker.sizes.shape[0], np.int64)
         for _, ids in doc_r.chunks(rows=STREAM_CHUNK):
             copies += np.bincount(ids - walker.first_id, minlength=copies.shape[0])
@@ -626,13 +626,13 @@ def _run_passes(report: IndexReport, setting: Setting, consumption_for: Consumpt
         # fresh pages, whose first touch costs 0.02-0.25 s at 30M samples as the machine gives them
         shuffle_pass = side.submit(count_draws, shuffle_r, setting.samples, consumption, manifest is not None, Progress())
         _stream_passes(report, setting, consumption, manifest, progress, iteration_of, (doc_r, sample_r, shuffle_r),
-                       shuffle_pass)
+                       shuffle_pass, side)
 
 
 def _stream_passes(report: IndexReport, setting: Setting, consumption: Consumption | None, manifest: ManifestSink | None,
                    progress: Progress, iteration_of: IterationOf | None, readers: tuple[NpyReader, NpyReader, NpyReader],
-                   shuffle_pass: Future[Draws]) -> None:
-    """The passes of :func:`_run_passes` with its readers, the shuffle pass running on its own thread."""
+                   shuffle_pass: Future[Draws], side: ThreadPoolExecutor) -> None:
+    """The passes of :func:`_run_passes` with its readers, the shuffle pass running on the thread of ``side``."""
     kind, samples, sequences = setting.group.kind, setting.samples, setting.header.sequence_count
     doc_info, _, shuffle_info = setting.infos
     doc_r, sample_r, shuffle_r = readers
@@ -647,6 +647,8 @@ def _stream_passes(report: IndexReport, setting: Setting, consumption: Consumpti
         report.findings.append(finding(
             doc_info.path, "document range", f"[{expected[0]}, {expected[1]}) from split_matrix and {sequences} "
             "sequences", f"[{first_id}, {stop_id})", "the corpus or split changed since the build: " + STALE_HINT))
+    # the mix sum the copies' must equal, on the side thread once the shuffle pass is done (off the stream's end)
+    range_mix = side.submit(kernel.mixed, first_id, stop_id) if kernel is not None else None
     sizes = _sizes(setting.header, first_id, stop_id)
     documents = stop_id - first_id
     epochs = doc_r.info.rows // documents if doc_r.info.rows % documents == 0 else 0
@@ -666,7 +668,8 @@ def _stream_passes(report: IndexReport, setting: Setting, consumption: Consumpti
                         *((consumption.tokens_out, consumption.tokens_window) if consumption else (None, None)),
                         stats=stats, records=records)
     tail_from = (epochs - 1) * documents if separate and epochs > 1 else None
-    stream = walk_stream(doc_r, sample_r, walker, samples, tail_from, progress, ids_mix)
+    stream = walk_stream(doc_r, sample_r, walker, samples, tail_from, progress, ids_mix,
+                         range_mix.result() if range_mix is not None else None)
     report.findings.extend(stream.findings)
     copies, final_ok = _conclude(report, setting, stream, sizes, tokens, first_id, separate)
     trusted = not draws.findings and not stream.findings and final_ok
