@@ -483,9 +483,9 @@ def test_size_stats_in_one_pass(monkeypatch):
 
 
 @pytest.mark.parametrize("consumed", [None, 30])
-def test_first_block_max_from_the_pieces(tmp_path, monkeypatch, consumed):
-    """The shuffle pass keeps each piece's largest id (it runs before the first block's end is known): the largest id
-    of any first block, from pieces wholly inside it and the piece across its end read again, equals numpy's."""
+def test_first_block_max_from_the_chunks(tmp_path, monkeypatch, consumed):
+    """The shuffle pass keeps each chunk's largest id (it runs before the first block's end is known): the largest id
+    of any first block, from chunks wholly inside it and the chunk across its end read again, equals numpy's."""
     monkeypatch.setattr("neox_epoch.audit.validate.STREAM_CHUNK", 7)
     rng = np.random.RandomState(3)
     shuffle = np.concatenate([rng.permutation(40), 40 + rng.permutation(20)]).astype(np.uint32)  # blocks of 40 and 20

@@ -216,11 +216,11 @@ class Draws:
     """Draw count per sample, or uint64 words of one bit per sample (the kernel's, at most one draw each); None: no
     consumption, or the shuffle index is not a permutation."""
     sample_draws: np.ndarray | None  # `[S, 2]` first and last global draw position of each sample (manifest only).
-    tops: tuple[tuple[int, int, int], ...] = ()  # (start, stop, largest id) of the pieces read, in order.
+    tops: tuple[tuple[int, int, int], ...] = ()  # (start, stop, largest id) of the chunks read, in order.
     findings: tuple[Finding, ...] = ()
 
     def first_block_max(self, reader: NpyReader, first_block: int) -> int:
-        """The largest id among the first ``first_block`` entries (-1: none), from the pieces' (the one across the
+        """The largest id among the first ``first_block`` entries (-1: none), from the chunks' (the one across the
         block's end read again)."""
         largest = -1
         for start, stop, top in self.tops:
@@ -254,11 +254,11 @@ def count_draws(reader: NpyReader, samples: int, consumption: Consumption | None
             bad = int(np.argmax((ids < 0) | (ids >= samples)))
         if bad < 0 and store is not None:
             pieces = consumption.segments(start, stop) if consumption is not None else [(start, stop, 0)]
-            bad, mix, piece_tops = _scatter(store, ids, start, pieces, 0 if hashing else 1, samples)
-            tops += piece_tops
+            bad, mix, top = _scatter(store, ids, start, pieces, 0 if hashing else 1, samples)
+            largest = top if kernel is not None else largest
         else:
             mix = kernel.mixed(ids) if hashing and bad < 0 else 0
-            tops.append((start, stop, largest))
+        tops.append((start, stop, largest))
         if bad >= 0:
             return Draws(None, None, (), (finding(path, "shuffle entry", f"sample ids in [0, {samples})",
                                                   f"{int(ids[bad])} at position {start + bad}", MIXED),))
@@ -281,25 +281,21 @@ def count_draws(reader: NpyReader, samples: int, consumption: Consumption | None
 
 
 def _scatter(store: np.ndarray, ids: np.ndarray, start: int, pieces: list[tuple[int, int, int]], offset: int,
-             samples: int) -> tuple[int, int, list[tuple[int, int, int]]]:
+             samples: int) -> tuple[int, int, int]:
     """``store[ids] = draws + offset`` (zeros not written), piece by piece (the kernel's ``scatter``; numpy, with intp
     indices, the ids checked before): the position in ``ids`` of the first id outside the store (-1: none), the
-    ids' mix sum (the kernel's; 0 without it) and each piece's (start, stop, largest id)."""
-    mix, tops = 0, []
+    ids' mix sum and their largest id (the kernel's; 0 and -1 without it)."""
+    mix, largest = 0, -1
     for lo, hi, count in pieces:
         part = ids[lo - start : hi - start]
-        if not part.size:
-            continue
         if kernel is None:
             store[part.astype(np.intp)] = count + offset
-            tops.append((lo, hi, int(part.max())))
             continue
         bad, part_mix, top = kernel.scatter(part, store, count + offset, samples)
-        mix += part_mix
-        tops.append((lo, hi, top))
+        mix, largest = mix + part_mix, max(largest, top) if part.size else largest
         if bad >= 0:
-            return lo - start + bad, mix, tops
-    return -1, mix, tops
+            return lo - start + bad, mix, largest
+    return -1, mix, largest
 
 
 class SampleRows:
