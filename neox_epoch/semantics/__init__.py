@@ -6,7 +6,10 @@ One module per framework; each function names the framework function it mirrors.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 
 @dataclass(frozen=True)
@@ -44,3 +47,9 @@ class TrainBuild:
 
 class Semantics:
     """Common interface of the framework semantics modules (duck-typed; see neox.py, mcore.py, legacy.py)."""
+
+
+def normalize(weights: Sequence[float]) -> list[float]:
+    """float64 ``w / sum(w)`` with numpy, as megatron-core's ``utils.normalize`` and NeoX's blend do."""
+    w = np.asarray(weights, dtype=np.float64)
+    return (w / np.sum(w)).tolist()

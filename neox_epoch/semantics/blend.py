@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from neox_epoch.errors import PlanError
+from neox_epoch.semantics import normalize  # noqa: F401 - the blends' normalization, here with them
 
 try:  # the C extension is optional; the Python loop gives identical answers, only slower
     from neox_epoch import _greedy  # type: ignore[attr-defined]
@@ -53,12 +54,6 @@ _JUMP_MAX_STATES = 250_000
 """Largest candidate set ``A(b)`` replayed; past it (many sources) the plain replay is cheaper."""
 _JUMP_STEPS_PER_STATE = 20_000
 """A candidate state costs about as much as this many replayed draws of one source (enumeration, first round)."""
-
-
-def normalize(weights: Sequence[float]) -> list[float]:
-    """float64 ``w / sum(w)`` with numpy, as megatron-core's ``utils.normalize`` and NeoX's blend do."""
-    w = np.asarray(weights, dtype=np.float64)
-    return (w / np.sum(w)).tolist()
 
 
 def _advance_py(

@@ -13,8 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from neox_epoch.errors import PlanError
-from neox_epoch.semantics import DatasetBuild
-from neox_epoch.semantics.blend import normalize  # megatron-core's utils.normalize: float64 w / sum(w)
+from neox_epoch.semantics import DatasetBuild, normalize  # megatron-core's utils.normalize: float64 w / sum(w)
 
 FRAMEWORK = "megatron-core"
 DEFAULT_SURPLUS = 0.005

@@ -9,8 +9,7 @@ import math
 from collections.abc import Sequence
 
 from neox_epoch.errors import PlanError
-from neox_epoch.semantics import DatasetBuild
-from neox_epoch.semantics.blend import greedy_counts, greedy_draws, normalize
+from neox_epoch.semantics import DatasetBuild, normalize
 
 FRAMEWORK = "neox"
 #: the buffer NeoX multiplies every per-source request by in train_data_paths mode
@@ -146,6 +145,8 @@ def blend_weights(weights: Sequence[float]) -> list[float]:
 def blend_passes(weights: Sequence[float], lengths: Sequence[int], consumed: int) -> tuple[int, list[int], list[int]]:
     """``BlendableDataset`` read for ``consumed`` samples (``index % size`` wraps the blend): the whole passes, each
     source's draws in one whole pass, and in the partial last one."""
+    from neox_epoch.semantics.blend import greedy_counts  # (its replay: only for blends)
+
     size, weights = blend_size(lengths), blend_weights(weights)
     passes, rest = divmod(consumed, size)
     return (passes, greedy_counts(weights, size) if passes else [0] * len(lengths),
@@ -156,6 +157,8 @@ def blend_positions(weights: Sequence[float], lengths: Sequence[int], draws: Seq
                     consumed: int) -> list[int | None]:
     """The blend position of each source's draw number ``draws[i]`` (0-based) within the first blend pass and
     the first ``consumed`` samples (None: not there)."""
+    from neox_epoch.semantics.blend import greedy_draws  # (its replay: only for blends)
+
     marks = [(i, int(k) + 1) for i, k in enumerate(draws) if k is not None]
     stop = min(consumed, blend_size(lengths))
     out: list[int | None] = [None] * len(lengths)
