@@ -39,6 +39,7 @@ import json
 import os
 import resource
 import shutil
+import statistics
 import struct
 import subprocess
 import sys
@@ -156,7 +157,7 @@ def _child(mode: str, base: str, consumed: int) -> None:
             hwm = next(int(x.split()[1]) * 1024 for x in f if x.startswith("VmHWM:"))
     except (OSError, StopIteration):
         pass
-    print(json.dumps({"mode": mode, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "peak_rss_bytes": rss, "vmhwm_bytes": hwm, **extra}))
+    print(json.dumps({"mode": mode, "wall_s": round(wall, 4), "cpu_s": round(cpu, 3), "peak_rss_bytes": rss, "vmhwm_bytes": hwm, **extra}))
 
 
 def _versus(out: dict[str, dict[str, object]], label: str) -> str:
@@ -234,11 +235,14 @@ def main() -> None:
         for tree in (here, *([args.old] if args.old else [])):
             subprocess.run([sys.executable, "-m", "compileall", "-q", os.path.join(tree, "neox_epoch")], check=True)
         results: dict[str, list[dict[str, object]]] = {label: [] for label, _ in runs}
+        # every child in the environment `neox-epoch` gives its commands (cli.quiet_blas): numpy's OpenBLAS pool to one
+        # thread, or its threads spin for about 0.1 s after numpy's import beside the audit's two
+        child_env = {**os.environ, "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS", "1")}
         for _ in range(args.repeat):
             for label, consumed in runs:
                 old = label.endswith(" old")
                 script = os.path.join(args.old, "bench", "audit_bench.py") if old else __file__
-                env = {**os.environ, "PYTHONPATH": args.old} if old else None
+                env = {**child_env, "PYTHONPATH": args.old} if old else child_env
                 proc = subprocess.run([sys.executable, script, "--child", label.split("@")[0].split()[0],
                                        str(info["base"]), str(consumed)], capture_output=True, text=True, check=True,
                                       env=env)
@@ -247,12 +251,14 @@ def main() -> None:
         gb = 1e9
         out = {label: min(rs, key=lambda r: float(r["wall_s"])) for label, rs in results.items()}  # type: ignore[arg-type]
         read = max(float(out["read"]["wall_s"]), 0.01)  # type: ignore[arg-type]
+        read_median = statistics.median(float(x["wall_s"]) for x in results["read"])  # type: ignore[arg-type]
         for label, r in out.items():
             ratio = float(r["wall_s"]) / read  # type: ignore[arg-type]
             hwm = r.get("vmhwm_bytes")
             walls = [float(x["wall_s"]) for x in results[label]]  # type: ignore[arg-type]
-            spread = f" (of {'/'.join(f'{w:.2f}' for w in walls)})" if len(walls) > 1 else ""
-            print(f"{label:13s} wall {r['wall_s']:>7} s{spread}  ({ratio:5.2f}x read)  cpu {r['cpu_s']:>6} s  peak RSS {int(r['peak_rss_bytes']) / gb:5.2f} GB"  # type: ignore[call-overload]
+            spread = f" (of {'/'.join(f'{w:.3f}' for w in walls)})" if len(walls) > 1 else ""
+            spread += f", median {statistics.median(walls) / read_median:.2f}x read's" if len(walls) > 1 else ""
+            print(f"{label:13s} wall {float(r['wall_s']):7.3f} s{spread}  ({ratio:5.3f}x read)  cpu {r['cpu_s']:>6} s  peak RSS {int(r['peak_rss_bytes']) / gb:5.2f} GB"  # type: ignore[call-overload]
                   + (f" (VmHWM {int(hwm) / gb:5.2f} GB)" if hwm else "")  # type: ignore[call-overload]
                   + (f"  findings {len(r['findings'])}" if "findings" in r else "")  # type: ignore[arg-type]
                   + _versus(out, label)

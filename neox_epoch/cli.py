@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -31,6 +32,17 @@ COMMANDS: dict[str, str] = {
     "report": "neox_epoch.run_report.cli",
     "resume-check": "neox_epoch.resume.cli",
 }
+
+#: commands that start other programs: they keep the environment as it is (see :func:`quiet_blas`)
+STARTS_PROGRAMS = ("launch",)
+
+
+def quiet_blas(argv: Sequence[str]) -> None:
+    """numpy's OpenBLAS pool to one thread unless the user chose (``OPENBLAS_NUM_THREADS``), before numpy's import:
+    no command uses BLAS, and its threads spin on the other core for about 0.1 s after the import, beside the audit's
+    two (its wall x0.95 at 30M samples, ``bench/audit_bench.py``)."""
+    if not any(arg in STARTS_PROGRAMS for arg in argv) and "numpy" not in sys.modules:
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 def one_line(message: str) -> str:
@@ -74,6 +86,7 @@ def no_command(parser: argparse.ArgumentParser) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    quiet_blas(argv)
     parser = build_parser(argv)
     args, extra = parser.parse_known_args(argv)
     if extra and not getattr(args, "accepts_extra", False):

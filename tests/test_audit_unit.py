@@ -21,7 +21,7 @@ import pytest
 from neox_epoch.audit import names, validate
 from neox_epoch.audit.audit import AuditOptions, run_audit
 from neox_epoch.audit.consumption import Consumption
-from neox_epoch.audit.exposure import PIECES, size_stats
+from neox_epoch.audit.exposure import PIECES, read_sizes
 from neox_epoch.audit.findings import AuditError
 from neox_epoch.audit.npy import NpyReader, Progress, read_header
 from neox_epoch.audit.report import TtyProgress, render_text
@@ -471,13 +471,20 @@ def test_kernel_rows_on_two_threads(wide, damaged):
     assert one_thread == (expected if 0 <= expected < 1000 else -1)
 
 
-def test_size_stats_in_one_pass(monkeypatch):
+@pytest.mark.parametrize("high", [1 << 24, 1 << 30])
+def test_sizes_read_in_one_pass(monkeypatch, high):
     """The sizes' range and sum from the kernel's scan (one pass), chunk by chunk, as numpy's: a negative size (a
-    damaged .idx) included; int64 sizes take numpy's."""
+    damaged .idx) included; int64 sizes take numpy's. The records copy them, packed (one column fewer) when every size
+    is below 2^24, else filled again unpacked."""
     monkeypatch.setattr("neox_epoch.audit.exposure.SIZE_CHUNK", 1000)
-    sizes = np.random.RandomState(5).randint(0, 1 << 30, size=4321).astype(np.int32)
+    sizes = np.random.RandomState(5).randint(0, high, size=4321).astype(np.int32)
     for array in (sizes, np.concatenate([sizes, [-7]]).astype(np.int32), sizes.astype(np.int64)):
-        assert size_stats(array) == (int(array.min()), int(array.max()), int(array.sum(dtype=np.int64)))
+        assert read_sizes(array)[1] == (int(array.min()), int(array.max()), int(array.sum(dtype=np.int64)))
+        for epochs in (1, 2, 3):
+            records, stats = read_sizes(array, epochs)
+            packed = epochs > 1 and high == 1 << 24 and array.min() >= 0
+            assert records.shape == (array.shape[0], epochs - packed) and stats == read_sizes(array)[1]
+            assert np.array_equal(records[:, 0], array) and not records[:, 1:].any()
     kernel = pytest.importorskip("neox_epoch._exposure")
     assert kernel.scan(sizes)[3] == int(sizes.sum(dtype=np.int64)) and kernel.scan(sizes)[:2] == (sizes.min(), sizes.max())
 
@@ -511,3 +518,18 @@ def test_shuffle_id_outside_the_samples(tmp_path, consumed, wide):
     res = run_audit(names.discover([str(tmp_path)]), AuditOptions(consumed=consumed))
     assert [(f.what, f.found) for f in res.findings] == [("shuffle entry", f"{shuffle[25]} at position 25")]
     assert res.indexes[0].exposure is None
+
+
+@pytest.mark.parametrize(("argv", "preset", "expected"), [
+    (["audit", "--help"], None, "1"),  # numpy's OpenBLAS pool kept to one thread before numpy's import
+    (["plan", "--help"], None, "1"),
+    (["audit", "--help"], "4", "4"),  # the user's choice stays
+    (["launch", "--help"], None, "None"),  # a command that starts the training processes leaves their environment
+])
+def test_cli_keeps_openblas_to_one_thread(argv, preset, expected):
+    code = ("import os, sys\nfrom neox_epoch.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+            "import numpy\nprint('OPENBLAS', os.environ.get('OPENBLAS_NUM_THREADS'))")
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    env.update({"OPENBLAS_NUM_THREADS": preset} if preset else {})
+    out = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.strip().splitlines()[-1] == f"OPENBLAS {expected}"

@@ -83,7 +83,7 @@ class ManifestChunk:
 PACKED = 1 << 24  # Documents below this size share a word of the stream pass's records with a position (see below).
 SPLIT_MIN = 1 << 16  # Chunks of the document index with fewer entries are walked on one thread (tests lower it).
 PIECES = 16  # Pieces of a chunk for the kernel's two threads.
-SIZE_CHUNK = 1 << 22  # Sizes read (and their pages released) at a time.
+SIZE_CHUNK = 1 << 18  # Sizes read, copied while in cache and their pages released, at a time.
 
 
 def release(view: np.ndarray, start: int = 0, stop: int | None = None) -> None:
@@ -99,19 +99,6 @@ def release(view: np.ndarray, start: int = 0, stop: int | None = None) -> None:
     high = min(len(base), view.ctypes.data + stop * view.strides[0] - origin)
     if high > low >= 0:
         base.madvise(mmap.MADV_DONTNEED, low, high - low)
-
-
-def size_stats(sizes: np.ndarray) -> tuple[int, int, int]:
-    """(smallest, largest, sum) of the int32 sizes, chunk by chunk (the kernel's ``scan``: one pass, x0.4 numpy's
-    three), each chunk's pages released after (:func:`release`)."""
-    low, high, total = 0, 0, 0
-    for start in range(0, sizes.shape[0], SIZE_CHUNK):
-        part = sizes[start : start + SIZE_CHUNK]
-        least, most, _, plain = kernel.scan(part) if kernel is not None and part.dtype == np.int32 else \
-            (int(part.min()), int(part.max()), 0, int(part.sum(dtype=np.int64)))
-        low, high, total = min(low, least) if start else least, max(high, most), total + plain
-        release(sizes, start, start + SIZE_CHUNK)
-    return low, high, total
 
 
 def zeros(shape: int | tuple[int, ...], dtype: type) -> np.ndarray:
@@ -139,16 +126,26 @@ def packs(epochs: int, stats: tuple[int, int, int]) -> bool:
     return epochs > 1 and 0 <= low <= high < PACKED and epochs * total < (1 << 39) - 1
 
 
-def fill_records(sizes: np.ndarray, epochs: int, stats: tuple[int, int, int]) -> np.ndarray:
-    """An exposing pass's records: a document's size and its earlier copies' positions + 1 (zero: not seen) in one row
-    (packed: see :func:`packs`), on huge pages (one TLB entry per 2 MB), each page written once, the sizes' pages
-    released as they are copied. (Fresh pages cost as much as the pass itself: only what is needed.)"""
-    records = np.empty((sizes.shape[0], epochs - packs(epochs, stats)), np.int64)
+def read_sizes(sizes: np.ndarray, epochs: int = 0) -> tuple[np.ndarray | None, tuple[int, int, int]]:
+    """The sizes' (smallest, largest, sum) and, for an exposing pass over ``epochs`` (> 0), its records: a document's
+    size and its earlier copies' positions + 1 (zero: not seen) in one row, packed when they fit (:func:`packs`:
+    assumed, then filled again if not), on huge pages (one TLB entry per 2 MB), each page written once. One pass: a
+    piece at a time scanned (the kernel's ``scan``, x0.4 numpy's three passes), copied while in cache and its pages
+    released (:func:`release`; x0.8 a scan, then a copy, 30M samples). (Fresh pages cost: only what is needed.)"""
+    records = np.empty((sizes.shape[0], epochs - (epochs > 1)), np.int64) if epochs > 0 else None
+    low, high, total = 0, 0, 0
     for start in range(0, sizes.shape[0], SIZE_CHUNK):
-        stop = start + SIZE_CHUNK
-        records[start:stop, 0], records[start:stop, 1:] = sizes[start:stop], 0
-        release(sizes, start, stop)
-    return records
+        part = sizes[start : start + SIZE_CHUNK]
+        least, most, _, plain = kernel.scan(part) if kernel is not None and part.dtype == np.int32 else \
+            (int(part.min()), int(part.max()), 0, int(part.sum(dtype=np.int64)))
+        low, high, total = min(low, least) if start else least, max(high, most), total + plain
+        if records is not None:
+            records[start : start + SIZE_CHUNK, 0], records[start : start + SIZE_CHUNK, 1:] = part, 0
+        release(sizes, start, start + SIZE_CHUNK)
+    if records is not None and records.shape[1] != epochs - packs(epochs, (low, high, total)):  # (2^24 tokens or more)
+        records = np.empty((sizes.shape[0], epochs), np.int64)
+        records[:, 0], records[:, 1:] = sizes, 0
+    return records, (low, high, total)
 
 
 class StreamPass:
@@ -168,9 +165,9 @@ class StreamPass:
         self.tokens_hist, self.documents_hist = np.zeros(bins, np.int64), np.zeros(bins, np.int64)
         self.stats = np.zeros(3, np.int64)  # never seen, seen unevenly, exposures off the bins
         documents = sizes.shape[0]
-        stats = stats or (size_stats(sizes) if documents else (0, 0, 0))
-        if self.exposing and (records is None or records.shape != (documents, epochs - packs(epochs, stats))):
-            records = fill_records(sizes, epochs, stats)
+        if self.exposing and records is None:
+            records, stats = read_sizes(sizes, epochs)
+        stats = stats or read_sizes(sizes)[1]
         self.records = records if self.exposing else None
         packed = self.records is not None and epochs > 1 and self.records.shape[1] == epochs - 1
         self.sizes = sizes if packed else np.empty(documents, np.int32) if self.records is None else self.records[:, 0]

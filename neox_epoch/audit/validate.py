@@ -28,9 +28,8 @@ from neox_epoch.audit.exposure import (
     ExposureReport,
     ManifestChunk,
     StreamPass,
-    fill_records,
     kernel,
-    size_stats,
+    read_sizes,
     zeros,
 )
 from neox_epoch.audit.findings import FileProblem, Finding, JsonFields, finding
@@ -622,13 +621,13 @@ def _run_passes(report: IndexReport, setting: Setting, consumption_for: Consumpt
         # fresh pages, whose first touch costs 0.02-0.25 s at 30M samples as the machine gives them
         shuffle_pass = side.submit(count_draws, shuffle_r, setting.samples, consumption, manifest is not None, Progress())
         _stream_passes(report, setting, consumption, manifest, progress, iteration_of, (doc_r, sample_r, shuffle_r),
-                       shuffle_pass, side)
+                       shuffle_pass)
 
 
 def _stream_passes(report: IndexReport, setting: Setting, consumption: Consumption | None, manifest: ManifestSink | None,
                    progress: Progress, iteration_of: IterationOf | None, readers: tuple[NpyReader, NpyReader, NpyReader],
-                   shuffle_pass: Future[Draws], side: ThreadPoolExecutor) -> None:
-    """The passes of :func:`_run_passes` with its readers, the shuffle pass running on the thread of ``side``."""
+                   shuffle_pass: Future[Draws]) -> None:
+    """The passes of :func:`_run_passes` with its readers, the shuffle pass running on another thread."""
     kind, samples, sequences = setting.group.kind, setting.samples, setting.header.sequence_count
     doc_info, _, shuffle_info = setting.infos
     doc_r, sample_r, shuffle_r = readers
@@ -643,17 +642,15 @@ def _stream_passes(report: IndexReport, setting: Setting, consumption: Consumpti
         report.findings.append(finding(
             doc_info.path, "document range", f"[{expected[0]}, {expected[1]}) from split_matrix and {sequences} "
             "sequences", f"[{first_id}, {stop_id})", "the corpus or split changed since the build: " + STALE_HINT))
-    # the mix sum the copies' must equal, on the side thread once the shuffle pass is done (off the stream's end)
-    range_mix = side.submit(kernel.mixed, first_id, stop_id) if kernel is not None else None
+    range_mix = kernel.mixed(first_id, stop_id) if kernel is not None else None  # (the copies' mix sum must equal it)
     sizes = _sizes(setting.header, first_id, stop_id)
     documents = stop_id - first_id
     epochs = doc_r.info.rows // documents if doc_r.info.rows % documents == 0 else 0
-    stats = size_stats(sizes)
+    exposing = kernel is not None and consumption is not None and epochs > 0 and packed
+    records, stats = read_sizes(sizes, epochs if exposing else 0)
     tokens = stats[2]
     numbers = index_numbers(kind, tokens, setting.seq_length, epochs, report.num_samples_requested,
                             report.add_extra_token or 1)
-    exposing = kernel is not None and consumption is not None and epochs > 0 and packed
-    records = fill_records(sizes, epochs, stats) if exposing else None
     draws = shuffle_pass.result()
     block_max = draws.first_block_max(shuffle_r, numbers.first_block if epochs > 1 else 0)
     separate, found = _separation(shuffle_info.path, numbers, draws, block_max, samples)
@@ -664,8 +661,7 @@ def _stream_passes(report: IndexReport, setting: Setting, consumption: Consumpti
                         *((consumption.tokens_out, consumption.tokens_window) if consumption else (None, None)),
                         stats=stats, records=records)
     tail_from = (epochs - 1) * documents if separate and epochs > 1 else None
-    stream = walk_stream(doc_r, sample_r, walker, samples, tail_from, progress, ids_mix,
-                         range_mix.result() if range_mix is not None else None)
+    stream = walk_stream(doc_r, sample_r, walker, samples, tail_from, progress, ids_mix, range_mix)
     report.findings.extend(stream.findings)
     copies, final_ok = _conclude(report, setting, stream, sizes, tokens, first_id, separate)
     trusted = not draws.findings and not stream.findings and final_ok
