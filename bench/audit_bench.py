@@ -141,7 +141,7 @@ def _child(mode: str, base: str, consumed: int) -> None:
         extra = {"checksum": total}
     else:
         from neox_epoch.audit.audit import AuditOptions, run_audit
-        from neox_epoch.audit.names import discover
+        from neox_epoch.formats.cache_names import discover
 
         res = run_audit(discover([f"{base}_{r}_idx.npy" for r in ("doc", "sample", "shuffle")]),
                         AuditOptions(consumed=consumed if mode == "exposure" else None))

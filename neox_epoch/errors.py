@@ -21,6 +21,19 @@ class IndexFileError(NeoxEpochError):
     """A .bin/.idx pair (MMIDIDX) is missing, truncated or inconsistent."""
 
 
+class AuditError(NeoxEpochError):
+    """A usage error of ``neox-epoch audit`` (bad path, bad option, missing optional dependency)."""
+
+
+class FileProblem(NeoxEpochError):
+    """A cache file that cannot be read as expected (the audit of one index turns it into a finding and goes on to
+    the others): the file, the check, what was expected and found, and what it probably means."""
+
+    def __init__(self, path: str, what: str, expected: str, found: str, hint: str = "") -> None:
+        super().__init__(f"{path}: {what}: expected {expected}, found {found}")
+        self.path, self.what, self.expected, self.found, self.hint = path, what, expected, found, hint
+
+
 class PlanError(NeoxEpochError):
     """The requested plan cannot be computed (empty split, impossible exact target, ...)."""
 

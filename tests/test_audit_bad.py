@@ -18,8 +18,8 @@ import pytest
 from test_audit_unit import write_neox_index
 
 from neox_epoch.audit.audit import AuditOptions, run_audit
-from neox_epoch.audit.names import discover
 from neox_epoch.cli import main
+from neox_epoch.formats.cache_names import discover
 from neox_epoch.formats.corpus import write_random_corpus
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -233,8 +233,8 @@ def test_usage_errors_exit_2(tmp_path, capsys, argv, message):
 
 def test_file_truncated_after_its_header_was_checked(tmp_path):
     """A file that shrinks between the header check and a read is a finding, not a crash of the mapped read."""
-    from neox_epoch.audit.findings import FileProblem
-    from neox_epoch.audit.npy import NpyReader, read_header
+    from neox_epoch.errors import FileProblem
+    from neox_epoch.formats.npy import NpyReader, read_header
 
     path = str(tmp_path / "a.npy")
     np.save(path, np.arange(10_000, dtype=np.int32))
@@ -245,7 +245,7 @@ def test_file_truncated_after_its_header_was_checked(tmp_path):
     assert int(r.read(0, 5_000)[-1]) == 4_999  # why: the part still there is read
     with pytest.raises(FileProblem) as err:
         r.read(4_000, 6_000)
-    assert "shrank" in str(err.value.finding.found)
+    assert "shrank" in str(err.value.found)
     r.close()
 
 
@@ -254,7 +254,7 @@ def test_npy_header_of_every_format_version(tmp_path, version):
     """Headers of .npy format 1.0, 2.0 and 3.0 (numpy's public writer) read without numpy's private reader."""
     from numpy.lib import format as npformat
 
-    from neox_epoch.audit.npy import NpyReader, read_header
+    from neox_epoch.formats.npy import NpyReader, read_header
 
     path = str(tmp_path / "a.npy")
     with open(path, "wb") as f:
@@ -270,7 +270,7 @@ def test_npy_header_in_utf8():
     """A field name outside latin-1 makes numpy write format 3.0 (a UTF-8 header): it is decoded as UTF-8."""
     from numpy.lib import format as npformat
 
-    from neox_epoch.audit.npy import parse_header
+    from neox_epoch.formats.npy import parse_header
 
     f = io.BytesIO()
     with pytest.warns(UserWarning, match="format 3.0"):
@@ -313,21 +313,21 @@ def _npy_with_header(path: str, header: bytes, version: tuple[int, int] = (1, 0)
 
 def test_damaged_npy_headers(tmp_path, header, version, length, found):
     """Each damaged header is a FileProblem naming numpy's complaint; nothing in a header is ever executed."""
-    from neox_epoch.audit.findings import FileProblem
-    from neox_epoch.audit.npy import read_header
+    from neox_epoch.errors import FileProblem
+    from neox_epoch.formats.npy import read_header
 
     path = str(tmp_path / "a.npy")
     _npy_with_header(path, header, version, length)
     with pytest.raises(FileProblem) as err:
         read_header(path)
-    assert (err.value.finding.what, err.value.finding.found) == ("header", found)
-    assert "delete it so the framework rebuilds it" in err.value.finding.hint
+    assert (err.value.what, err.value.found) == ("header", found)
+    assert "delete it so the framework rebuilds it" in err.value.hint
 
 
 def test_npy_header_with_a_dimension_past_int64(tmp_path):
     """A header whose shape is larger than any file (2^70 elements) is a size finding, not an integer overflow."""
-    from neox_epoch.audit.findings import FileProblem
-    from neox_epoch.audit.npy import read_header
+    from neox_epoch.errors import FileProblem
+    from neox_epoch.formats.npy import read_header
 
     path = str(tmp_path / "a.npy")
     _npy_with_header(path, b"{'descr': '<i4', 'fortran_order': False, 'shape': (0, 1180591620717411303424), }\n")
@@ -337,5 +337,5 @@ def test_npy_header_with_a_dimension_past_int64(tmp_path):
     with pytest.raises(FileProblem) as err:
         read_header(path)
     offset = 10 + len(header)  # magic 6, version 2, length 2, then the header; 64 bytes follow it
-    assert (err.value.finding.what, err.value.finding.expected, err.value.finding.found) == (
+    assert (err.value.what, err.value.expected, err.value.found) == (
         "size", f"{offset + 4 * 2**70} bytes for shape (1180591620717411303424,) of int32", f"{offset + 64} bytes")

@@ -26,8 +26,8 @@ from exposure_util import check_tokens, count_gpt_exposure, histogram  # noqa: E
 from mcore_live import build  # noqa: E402
 
 from neox_epoch.audit.audit import AuditOptions, run_audit  # noqa: E402
-from neox_epoch.audit.names import discover  # noqa: E402
 from neox_epoch.cli import main  # noqa: E402
+from neox_epoch.formats.cache_names import discover  # noqa: E402
 from neox_epoch.resume.exposure import mcore_orders  # noqa: E402
 from neox_epoch.semantics import mcore as mcore_sem  # noqa: E402
 

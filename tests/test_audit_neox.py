@@ -17,15 +17,15 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from neox_epoch.audit import names
 from neox_epoch.audit.audit import AuditOptions, run_audit
-from neox_epoch.audit.consumption import Consumption
 from neox_epoch.audit.exposure import ExposureReport
-from neox_epoch.audit.names import discover
 from neox_epoch.audit.validate import audit_index
 from neox_epoch.cli import main
+from neox_epoch.formats import cache_names as names
 from neox_epoch.formats import idx
+from neox_epoch.formats.cache_names import discover
 from neox_epoch.resume.exposure import from_tokens, windows
+from neox_epoch.semantics.consumption import Consumption
 from neox_epoch.semantics.neox_index import build_joint
 
 HERE = os.path.dirname(os.path.abspath(__file__))

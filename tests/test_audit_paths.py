@@ -7,8 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from neox_epoch.audit import exposure, names
+from neox_epoch.audit import exposure
 from neox_epoch.audit.audit import AuditOptions, run_audit
+from neox_epoch.formats import cache_names as names
 from tests.test_audit_unit import brute_force, hist, write_neox_index
 
 pytestmark = pytest.mark.skipif(exposure.kernel is None, reason="neox_epoch._exposure is not built")

@@ -18,16 +18,17 @@ import sys
 import numpy as np
 import pytest
 
-from neox_epoch.audit import names, validate
+from neox_epoch.audit import validate
 from neox_epoch.audit.audit import AuditOptions, run_audit
-from neox_epoch.audit.consumption import Consumption
 from neox_epoch.audit.exposure import PIECES, read_sizes
-from neox_epoch.audit.findings import AuditError
-from neox_epoch.audit.npy import NpyReader, Progress, read_header
 from neox_epoch.audit.report import TtyProgress, render_text
 from neox_epoch.audit.validate import _splits
 from neox_epoch.cli import main
+from neox_epoch.errors import AuditError
+from neox_epoch.formats import cache_names as names
 from neox_epoch.formats.corpus import write_corpus
+from neox_epoch.formats.npy import NpyReader, Progress, read_header
+from neox_epoch.semantics.consumption import Consumption
 
 
 def write_neox_index(directory: str, stem: str, lengths: list[int], seq: int, epochs: int, seed: int = 1234,

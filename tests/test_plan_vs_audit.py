@@ -23,7 +23,7 @@ from mcore_env import installed_version  # noqa: E402
 from mcore_live import build  # noqa: E402
 
 from neox_epoch.audit.audit import AuditOptions, run_audit  # noqa: E402
-from neox_epoch.audit.names import discover  # noqa: E402
+from neox_epoch.formats.cache_names import discover  # noqa: E402
 from neox_epoch.plan.planner import McoreOptions, PlanInput, SourceSpec, make_plan  # noqa: E402
 
 VERSION = installed_version() or "0.16.1"  # the megatron-core that builds: 0.16.1 (neox stack), 0.19.2 (today)

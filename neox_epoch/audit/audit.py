@@ -16,15 +16,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from neox_epoch.audit import names
-from neox_epoch.audit.consumption import Consumption
 from neox_epoch.audit.exposure import ExposureReport
-from neox_epoch.audit.findings import FileProblem, Finding, finding
-from neox_epoch.audit.npy import read_header
+from neox_epoch.audit.findings import Finding, finding
 from neox_epoch.audit.validate import ConsumptionFor, IndexReport, IterationOf, ManifestSink, Progress, audit_index
-from neox_epoch.errors import IndexFileError
+from neox_epoch.errors import FileProblem, IndexFileError
+from neox_epoch.formats import cache_names as names
 from neox_epoch.formats import idx as idxmod
+from neox_epoch.formats.npy import read_header
 from neox_epoch.semantics import neox as neox_sem
+from neox_epoch.semantics.consumption import Consumption
 
 if TYPE_CHECKING:  # (blends imported where there is one: a NeoX index's audit starts 2 ms sooner)
     from neox_epoch.audit.blends import BlendReport

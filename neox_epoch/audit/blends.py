@@ -16,12 +16,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from neox_epoch.audit import names
-from neox_epoch.audit.descriptions import child_digest, read_mcore_description
 from neox_epoch.audit.exposure import ExposureReport
-from neox_epoch.audit.findings import FileProblem, Finding, JsonFields, finding
-from neox_epoch.audit.npy import NpyInfo, NpyReader, read_header
+from neox_epoch.audit.findings import Finding, JsonFields, finding
 from neox_epoch.audit.validate import STALE_HINT, Progress
+from neox_epoch.errors import FileProblem
+from neox_epoch.formats import cache_names as names
+from neox_epoch.formats.cache_descriptions import child_digest, read_mcore_description
+from neox_epoch.formats.npy import NpyInfo, NpyReader, read_header
 from neox_epoch.semantics import blend as greedy
 from neox_epoch.semantics import neox as neox_sem
 
@@ -85,7 +86,7 @@ def _read_sources(rep: BlendReport, group: names.CacheGroup) -> bool:
     try:
         description = read_mcore_description(path)
     except FileProblem as problem:
-        rep.findings.append(problem.finding)
+        rep.findings.append(Finding.of(problem))
         return False
     if description.digest != group.digest:
         rep.findings.append(finding(path, "description md5", f"{group.digest} (the hash in the file names)",
@@ -185,7 +186,7 @@ def _blend_headers(rep: BlendReport, group: names.CacheGroup) -> tuple[NpyInfo, 
     try:
         infos = (read_header(group.files[names.DATASET]), read_header(group.files[names.DATASET_SAMPLE]))
     except FileProblem as problem:
-        rep.findings.append(problem.finding)
+        rep.findings.append(Finding.of(problem))
         rep.dataset_index_ok = False
         return None
     for info, allowed in zip(infos, ("int16", "int64")):
@@ -241,7 +242,7 @@ def neox_draws(weights: list[float], lengths: list[int],
                consumed: int) -> tuple[list[int], list[list[tuple[int, int]]]]:
     """NeoX's blend read for ``consumed`` samples (:func:`neox_epoch.semantics.neox.blend_passes`); a source index
     past its length wraps modulo that length. Returns (draws, per source the ``(prefix, passes)`` it draws, as
-    :meth:`~neox_epoch.audit.consumption.Consumption.from_prefixes` takes them)."""
+    :meth:`~neox_epoch.semantics.consumption.Consumption.from_prefixes` takes them)."""
     if sum(lengths) <= 0:
         return [0] * len(lengths), [[] for _ in lengths]
     passes, full, rest = neox_sem.blend_passes(weights, lengths, consumed)

@@ -10,7 +10,7 @@ import argparse
 import sys
 from typing import IO, TYPE_CHECKING, Any
 
-from neox_epoch.audit.findings import AuditError
+from neox_epoch.errors import AuditError
 from neox_epoch.util.helptext import examples
 
 if TYPE_CHECKING:
@@ -97,7 +97,7 @@ def _neox_blend_settings(cfg: Any) -> dict[str, Any]:
 def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
     from neox_epoch.audit import report
     from neox_epoch.audit.audit import AuditResult, run_audit
-    from neox_epoch.audit.names import discover
+    from neox_epoch.formats.cache_names import discover
 
     out = out or sys.stdout
     options = _options(args)

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from neox_epoch.audit.findings import AuditError
+from neox_epoch.errors import AuditError
 
 kernel: ModuleType | None
 try:

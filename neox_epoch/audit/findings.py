@@ -5,20 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from neox_epoch.errors import NeoxEpochError
-
-
-class AuditError(NeoxEpochError):
-    """A usage error of ``neox-epoch audit`` (bad path, bad option, missing optional dependency): exit 2."""
-
-
-class FileProblem(NeoxEpochError):
-    """Raised inside the audit of one index when a file cannot be read as expected; caught and turned
-    into a :class:`Finding` so that the audit of the other indexes goes on."""
-
-    def __init__(self, path: str, what: str, expected: str, found: str, hint: str = "") -> None:
-        super().__init__(f"{path}: {what}: expected {expected}, found {found}")
-        self.finding = Finding(path=path, what=what, expected=expected, found=found, hint=hint)
+from neox_epoch.errors import FileProblem
 
 
 class JsonFields:
@@ -44,6 +31,10 @@ class Finding(JsonFields):
     expected: str  # What a consistent cache would have.
     found: str  # What the file has.
     hint: str = ""  # What it probably means and what to do about it.
+
+    @staticmethod
+    def of(problem: FileProblem) -> Finding:
+        return Finding(problem.path, problem.what, problem.expected, problem.found, problem.hint)
 
     def __str__(self) -> str:
         tail = f" ({self.hint})" if self.hint else ""

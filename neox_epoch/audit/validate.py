@@ -19,9 +19,6 @@ from typing import Any
 
 import numpy as np
 
-from neox_epoch.audit import names
-from neox_epoch.audit.consumption import Consumption
-from neox_epoch.audit.descriptions import read_legacy_description, read_mcore_description
 from neox_epoch.audit.exposure import (
     PIECES,
     SPLIT_MIN,
@@ -32,12 +29,15 @@ from neox_epoch.audit.exposure import (
     read_sizes,
     zeros,
 )
-from neox_epoch.audit.findings import FileProblem, Finding, JsonFields, finding
-from neox_epoch.audit.npy import NpyInfo, NpyReader, Progress, read_header
-from neox_epoch.errors import IndexFileError
+from neox_epoch.audit.findings import Finding, JsonFields, finding
+from neox_epoch.errors import FileProblem, IndexFileError
+from neox_epoch.formats import cache_names as names
 from neox_epoch.formats import idx as idxmod
+from neox_epoch.formats.cache_descriptions import read_legacy_description, read_mcore_description
+from neox_epoch.formats.npy import NpyInfo, NpyReader, Progress, read_header
 from neox_epoch.semantics import mcore as mcore_sem
 from neox_epoch.semantics.built import IndexNumbers, extra_token_from_files, index_numbers
+from neox_epoch.semantics.consumption import Consumption
 from neox_epoch.semantics.orders import seeded_orders
 
 #: entries of doc_idx (and rows of sample_idx) per chunk
@@ -548,7 +548,7 @@ def audit_index(group: names.CacheGroup, resolve_prefix: Callable[[str | None], 
         if setting is not None:
             _run_passes(report, setting, consumption_for, manifest, progress or Progress(), iteration_of)
     except FileProblem as problem:
-        report.findings.append(problem.finding)
+        report.findings.append(Finding.of(problem))
         report.exposure = None
     return report
 

@@ -226,8 +226,8 @@ def cache_warnings(args: MegatronArgs, plan: Plan) -> list[PlanWarning]:
     if not path or not os.path.isdir(path) or not os.listdir(path):
         return []  # none yet (an empty one is a note of megatron_input: the first launch builds them there)
     from neox_epoch.audit.audit import AuditOptions, run_audit
-    from neox_epoch.audit.names import discover
     from neox_epoch.errors import NeoxEpochError
+    from neox_epoch.formats.cache_names import discover
 
     try:
         res = run_audit(discover([path]), AuditOptions())

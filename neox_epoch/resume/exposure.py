@@ -23,15 +23,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from neox_epoch.audit import names
-from neox_epoch.audit.consumption import Consumption
 from neox_epoch.audit.exposure import ExposureReport, StreamPass, from_histograms, kernel
-from neox_epoch.audit.findings import AuditError
 from neox_epoch.audit.validate import audit_index
-from neox_epoch.errors import NeoxEpochError
+from neox_epoch.errors import AuditError, NeoxEpochError
+from neox_epoch.formats import cache_names as names
 from neox_epoch.formats import idx
 from neox_epoch.resume.model import NewRun, SavedBuild, SourceDelta, SourceExposure
 from neox_epoch.semantics.built import MCORE, index_numbers
+from neox_epoch.semantics.consumption import Consumption
 from neox_epoch.semantics.neox_index import build_joint, cache_prefix, save_atomic
 from neox_epoch.semantics.orders import seeded_orders
 

@@ -21,10 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from neox_epoch.audit import names
 from neox_epoch.batch.check import batch_errors, data_parallel_size, derive_batch
 from neox_epoch.batch.config import read_config
 from neox_epoch.errors import ConfigError
+from neox_epoch.formats import cache_names as names
 from neox_epoch.formats.checkpoint import COUNTERS_KEY as CLIENT_KEY
 from neox_epoch.formats.checkpoint import Checkpoint
 from neox_epoch.formats.runlog import recorded_at

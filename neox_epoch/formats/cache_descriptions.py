@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from neox_epoch.audit.findings import FileProblem
+from neox_epoch.errors import FileProblem
 
 #: largest description read (a blend of many sources is a few hundred kB)
 MAX_DESCRIPTION_BYTES = 64 << 20

@@ -2,7 +2,7 @@
 
 Index arrays reach gigabytes, and a memory map of a whole file keeps every page it touched resident, so each
 read maps just the pages of its rows (read-only; ``np.fromfile`` where a file cannot be mapped). A truncated
-file or a pickled object array becomes a :class:`~neox_epoch.audit.findings.FileProblem`, never a traceback.
+file or a pickled object array becomes a :class:`~neox_epoch.errors.FileProblem`, never a traceback.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import IO
 import numpy as np
 from numpy.lib import format as npformat
 
-from neox_epoch.audit.findings import FileProblem
+from neox_epoch.errors import FileProblem
 
 #: rows per chunk when streaming: 4M rows of an int64 [N, 2] array is 64 MiB
 CHUNK_ROWS = 1 << 22

@@ -19,7 +19,7 @@ import os
 import re
 from dataclasses import dataclass, replace
 
-from neox_epoch.audit.findings import AuditError
+from neox_epoch.errors import AuditError
 from neox_epoch.semantics.built import LEGACY, MCORE, NEOX  # noqa: F401 - the kinds of index, by framework
 
 #: roles of the files of one GPT index (all schemes) and of one megatron-core blend
