@@ -41,7 +41,8 @@ def quiet_blas(argv: Sequence[str]) -> None:
     """numpy's OpenBLAS pool to one thread unless the user chose (``OPENBLAS_NUM_THREADS``), before numpy's import:
     no command uses BLAS, and its threads spin on the other core for about 0.1 s after the import, beside the audit's
     two (its wall x0.95 at 30M samples, ``bench/audit_bench.py``)."""
-    if not any(arg in STARTS_PROGRAMS for arg in argv) and "numpy" not in sys.modules:
+    command = next((arg for arg in argv if arg in COMMANDS), None)  # (as build_parser finds it)
+    if command not in STARTS_PROGRAMS and "numpy" not in sys.modules:
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 

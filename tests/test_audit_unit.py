@@ -526,6 +526,7 @@ def test_shuffle_id_outside_the_samples(tmp_path, consumed, wide):
     (["plan", "--help"], None, "1"),
     (["audit", "--help"], "4", "4"),  # the user's choice stays
     (["launch", "--help"], None, "None"),  # a command that starts the training processes leaves their environment
+    (["audit", "launch", "--help"], None, "1"),  # (a path named like a command is not the command)
 ])
 def test_cli_keeps_openblas_to_one_thread(argv, preset, expected):
     code = ("import os, sys\nfrom neox_epoch.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
