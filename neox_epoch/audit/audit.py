@@ -153,9 +153,12 @@ def _route_mcore_blends(groups: list[names.CacheGroup], gpt: list[names.CacheGro
     """megatron-core blends: check the pair, route the consumed draws to the sources (found beside the blend)."""
     found: list[BlendReport] = []
     stems = {g.stem for g in gpt}
-    for group in [g for g in groups if g.kind == names.MCORE and g.is_blend]:
-        from neox_epoch.audit import blends
+    pairs = [g for g in groups if g.kind == names.MCORE and g.is_blend]
+    if not pairs:
+        return found
+    from neox_epoch.audit import blends
 
+    for group in pairs:
         progress.describe(os.path.basename(group.stem))
         blend = blends.read_mcore_blend(group)
         consumed = options.consumed if options.consumed is not None and _is_train(group.split) else None

@@ -208,15 +208,12 @@ class StreamPass:
         self.position = int(positions[-1])
         return positions
 
-    def copies_match(self, ids_mix: int | None, range_mix: int | None = None) -> bool:
-        """Every document seen ``epochs`` times, by the ids' mix sum (None, without the kernel: count them) against the
-        documents' (``range_mix``, or computed here)."""
-        if kernel is None or self.epochs <= 0 or ids_mix is None:
+    def copies_match(self, ids_mix: int | None, range_mix: int | None) -> bool:
+        """Every document seen ``epochs`` times: the ids' mix sum against ``epochs`` times the split's (``range_mix``,
+        the kernel's ``mixed`` over its ids; either None, without the kernel: count them)."""
+        if self.epochs <= 0 or ids_mix is None or range_mix is None:
             return False
-        if range_mix is None:
-            range_mix = kernel.mixed(self.first_id, self.first_id + self.sizes.shape[0])
-        expected = self.epochs * range_mix
-        return ids_mix % (1 << 64) == expected % (1 << 64)
+        return ids_mix % (1 << 64) == self.epochs * range_mix % (1 << 64)
 
     def report(self, consumed: int) -> ExposureReport:
         """The exposure once every copy was seen (each document exactly ``epochs`` times)."""

@@ -413,9 +413,9 @@ def _splits(pieces: list[tuple[int, int, np.ndarray]], start: int, count: int, s
 
 
 def walk_stream(doc_r: NpyReader, sample_r: NpyReader, walker: StreamPass, samples: int, tail_from: int | None,
-                progress: Progress, ids_mix: int | None = None, range_mix: int | None = None) -> Stream:
+                progress: Progress, ids_mix: int | None, range_mix: int | None) -> Stream:
     """One pass over doc_idx with sample_idx alongside (see :class:`StreamPass` for the exposure); ``ids_mix``: the
-    ids' mix sum (scan_documents') that says the copies are all there (``range_mix``: the split's, if known)."""
+    ids' mix sum (scan_documents') that says the copies are all there against ``range_mix``, the split's."""
     rows = SampleRows(sample_r)
     problem: Finding | None = None
     last: int | None = None
@@ -642,7 +642,7 @@ def _stream_passes(report: IndexReport, setting: Setting, consumption: Consumpti
         report.findings.append(finding(
             doc_info.path, "document range", f"[{expected[0]}, {expected[1]}) from split_matrix and {sequences} "
             "sequences", f"[{first_id}, {stop_id})", "the corpus or split changed since the build: " + STALE_HINT))
-    range_mix = kernel.mixed(first_id, stop_id) if kernel is not None else None  # (the copies' mix sum must equal it)
+    range_mix = kernel.mixed(first_id, stop_id) if kernel is not None else None  # (the shuffle pass still runs)
     sizes = _sizes(setting.header, first_id, stop_id)
     documents = stop_id - first_id
     epochs = doc_r.info.rows // documents if doc_r.info.rows % documents == 0 else 0
