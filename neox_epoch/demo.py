@@ -29,7 +29,7 @@ def write_demo_corpus(directory: str) -> list[str]:
     for name, (seed, docs, lo, hi) in CORPUS.items():
         prefix = os.path.join(directory, f"{name}_text_document")
         if not (os.path.isfile(prefix + ".idx") and os.path.isfile(prefix + ".bin")):
-            write_random_corpus(prefix, seed, docs, lo, hi)
+            write_random_corpus(prefix, seed, docs, lo, hi, option="--data-dir")
         prefixes.append(prefix)
     return prefixes
 

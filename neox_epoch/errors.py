@@ -34,6 +34,11 @@ class FileProblem(NeoxEpochError):
         self.path, self.what, self.expected, self.found, self.hint = path, what, expected, found, hint
 
 
+class OutputError(NeoxEpochError):
+    """A file a command was asked to write cannot or may not be written (an input, data, a special file, a
+    full or read-only disk): neox_epoch.util.output."""
+
+
 class PlanError(NeoxEpochError):
     """The requested plan cannot be computed (empty split, impossible exact target, ...)."""
 

@@ -12,6 +12,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from neox_epoch.errors import AuditError
 from neox_epoch.util.helptext import examples
+from neox_epoch.util.output import Input, Output, check_output, write_output
 
 if TYPE_CHECKING:
     from neox_epoch.audit.audit import AuditOptions
@@ -109,15 +110,33 @@ def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
     if args.manifest and options.consumed is None:
         raise AuditError("--manifest needs a consumption: --consumed, --train-iters with --global-batch-size, or --config")
     groups = discover(list(args.paths))
+    inputs = _inputs(args, groups)
+    for written in _outputs(args):
+        check_output(written, inputs)  # before the audit: a refused path costs nothing
+    if args.plot:
+        report.check_plot_format(args.plot)
     progress = report.TtyProgress(enabled=False if args.no_progress else None)
     results: list[AuditResult] = []
     if args.manifest:
-        from neox_epoch.util.atomic import write_atomic
-
-        write_atomic(args.manifest, lambda f: results.append(
-            run_audit(groups, options, progress, report.ManifestWriter(f, options.global_batch_size))))
+        write_output(Output(args.manifest, "--manifest", example="manifest.csv"), lambda f: results.append(
+            run_audit(groups, options, progress, report.ManifestWriter(f, options.global_batch_size))), inputs)
     res = results[0] if results else run_audit(groups, options, progress)
     out.write(report.render_json(res) if args.json else report.render_text(res))
     if args.plot:
-        report.plot(res, args.plot)
+        report.plot(res, Output(args.plot, "--plot", example="exposure.png"), inputs)
     return 1 if res.findings else 0
+
+
+def _outputs(args: argparse.Namespace) -> list[Output]:
+    """The files this run writes (--manifest, --plot)."""
+    return ([Output(args.manifest, "--manifest", example="manifest.csv")] if args.manifest else []) + \
+        ([Output(args.plot, "--plot", example="exposure.png")] if args.plot else [])
+
+
+def _inputs(args: argparse.Namespace, groups: list[Any]) -> list[Input]:
+    """Every file the audit reads (never written over by --manifest or --plot)."""
+    found: list[Input] = [(path, "an audited path") for path in args.paths]
+    found += [(path, "the --config input") for path in args.config or []]
+    found += [(p + ext, "--data-prefix data") for p in args.data_prefix for ext in (".idx", ".bin")]
+    found += [(path, "an audited cache file") for group in groups for path in group.files.values()]
+    return found

@@ -6,6 +6,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Sequence
 from typing import IO, Any
 
 from neox_epoch.audit.audit import AuditResult
@@ -13,6 +14,7 @@ from neox_epoch.audit.blends import BlendReport
 from neox_epoch.audit.exposure import ManifestChunk
 from neox_epoch.audit.validate import IndexReport, Progress
 from neox_epoch.errors import AuditError
+from neox_epoch.util.output import Input, Output, write_output
 from neox_epoch.util.text import fmt as _fmt
 from neox_epoch.util.text import table
 
@@ -133,8 +135,7 @@ def _csv(s: str) -> str:
     return '"' + s.replace('"', '""') + '"' if any(c in s for c in ',"\n') else s
 
 
-def plot(res: AuditResult, path: str) -> None:
-    """Bar chart of the token exposure histogram of each index (and blend), written atomically."""
+def _pyplot(path: str) -> Any:
     try:
         import matplotlib
 
@@ -143,8 +144,24 @@ def plot(res: AuditResult, path: str) -> None:
     except ImportError as err:
         raise AuditError(f"--plot {path}: matplotlib is not installed; pip install matplotlib "
                          "(or pip install 'neox-epoch[plot]')") from err
-    from neox_epoch.util.atomic import write_atomic
+    return plt
 
+
+def check_plot_format(path: str) -> None:
+    """Refuse a --plot name whose extension matplotlib does not write (no extension: png)."""
+    plt = _pyplot(path)
+    ext = os.path.splitext(path)[1].lstrip(".").lower()
+    known = plt.figure().canvas.get_supported_filetypes()
+    plt.close("all")
+    if ext and ext not in known:
+        raise AuditError(f'--plot "{path}": matplotlib cannot write .{ext} files; use one of the extensions '
+                         f"{', '.join('.' + k for k in sorted(known))}, e.g. exposure.png")
+
+
+def plot(res: AuditResult, out: Output, inputs: Sequence[Input] = ()) -> None:
+    """Bar chart of the token exposure histogram of each index (and blend), written through the output policy."""
+    path = out.path
+    plt = _pyplot(path)
     series = [(os.path.basename(r.path), r.exposure) for r in res.indexes if r.exposure is not None]
     series += [(f"blend {os.path.basename(b.path)}", b.exposure) for b in res.blends if b.exposure is not None]
     if not series:
@@ -159,5 +176,5 @@ def plot(res: AuditResult, path: str) -> None:
     ax.set(xlabel="times seen as an input token", ylabel="% of the split's tokens", title="Token exposure")
     ax.legend(fontsize="small")
     fig.tight_layout()
-    write_atomic(path, lambda f: fig.savefig(f, format=os.path.splitext(path)[1].lstrip(".") or "png"))
+    write_output(out, lambda f: fig.savefig(f, format=os.path.splitext(path)[1].lstrip(".").lower() or "png"), inputs)
     plt.close(fig)

@@ -107,8 +107,14 @@ def run(args: argparse.Namespace) -> int:
     """Run check-batch; see the module docstring for exit codes."""
     from neox_epoch.batch.fix import plan_fix, write_fixed_config
     from neox_epoch.batch.preflight import preflight
+    from neox_epoch.batch.world import neox_hostfile_path
 
     overrides = _overrides(args)
+    if args.fix is not None:  # refused before DeepSpeed is imported; checked again with every file read
+        from neox_epoch.util.config_out import config_inputs, config_output
+        from neox_epoch.util.output import check_output
+
+        check_output(config_output(args.fix, "--fix"), config_inputs(args.configs, [(args.hostfile or "", "the hostfile")]))
     result = preflight(args.configs, overrides)
     if args.json:
         print(json.dumps(result.to_json(), indent=2, sort_keys=False))
@@ -121,7 +127,9 @@ def run(args: argparse.Namespace) -> int:
     if result.fix is None and result.fix_error is not None:
         raise BatchError(f"--fix cannot keep train_batch_size: {result.fix_error}")
     fix = result.fix if result.fix is not None else plan_fix(result.config, result.report)
-    write_fixed_config(result.config, fix, args.fix, overrides if result.config.flavor == "neox" else None)
+    read = [(path, "the hostfile") for path in (result.launch.hostfile, result.settings.hostfile,
+                                                neox_hostfile_path(result.settings)) if path]
+    write_fixed_config(result.config, fix, args.fix, overrides if result.config.flavor == "neox" else None, read)
     recheck = preflight([args.fix], overrides)
     if not recheck.consistent:  # a bug, not bad input: say so plainly
         raise BatchError(f"the fixed config {args.fix} is still inconsistent: {'; '.join(recheck.report.findings)}; "

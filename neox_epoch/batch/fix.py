@@ -12,14 +12,21 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from neox_epoch.batch.check import BatchReport
 from neox_epoch.batch.config import BatchConfig, LauncherSettings
 from neox_epoch.errors import BatchError
-from neox_epoch.util.config_out import check_output_path, write_config_text, yaml_config_text
+from neox_epoch.util.config_out import (
+    Input,
+    check_output_path,
+    config_inputs,
+    config_output,
+    write_config_text,
+    yaml_config_text,
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -138,13 +145,15 @@ def render(config: BatchConfig, data: Mapping[str, Any], fix: BatchFix, out_path
     return yaml_config_text(header, data)
 
 
-def write_fixed_config(config: BatchConfig, fix: BatchFix, out_path: str,
-                       launcher: LauncherSettings | None = None) -> str:
-    """Write the fixed config to ``out_path`` atomically (never over an input file); return the text."""
-    label = f'--fix output "{out_path}"'
+def write_fixed_config(config: BatchConfig, fix: BatchFix, out_path: str, launcher: LauncherSettings | None = None,
+                       read: Sequence[Input] = ()) -> str:
+    """Write the fixed config to ``out_path`` through the output policy (never over an input file: the configs
+    and the other files ``read``, such as the hostfile); return the text."""
+    out = config_output(out_path, "--fix")
+    inputs = config_inputs(config.paths, read)
     neox = config.flavor != "deepspeed"
-    check_output_path(out_path, config.paths, label, extensions=(".yml", ".yaml") if neox else (".json",),
+    check_output_path(out, inputs, extensions=(".yml", ".yaml") if neox else (".json",),
                       kind="NeoX YAML" if neox else "DeepSpeed JSON")
     text = render(config, fixed_config(config, fix, launcher), fix, out_path)
-    write_config_text(out_path, text, label)
+    write_config_text(out, text, inputs)
     return text

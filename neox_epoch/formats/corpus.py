@@ -7,18 +7,27 @@ The files are byte-compatible with what NeoX's and megatron-core's ``preprocess_
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import IO
 
 import numpy as np
 
 from neox_epoch.formats.idx import DTYPE_CODES, MAGIC
-from neox_epoch.util.atomic import write_atomic
+from neox_epoch.util.output import Output, write_output
 
 _CODE_OF = {np.dtype(t).name: c for c, t in DTYPE_CODES.items()}
 
 
-def write_corpus(prefix: str, documents: Sequence[np.ndarray], dtype: str = "uint16") -> None:
-    """Write ``prefix.bin`` and ``prefix.idx`` holding ``documents`` (each a 1-D token array)."""
+def _write_pair(prefix: str, write_bin: Callable[[IO[bytes]], None], write_idx: Callable[[IO[bytes]], None],
+                option: str) -> None:
+    """``prefix.bin`` then ``prefix.idx`` through the output policy (their own kinds: .bin and .idx)."""
+    for ext, write in ((".bin", write_bin), (".idx", write_idx)):
+        write_output(Output(prefix + ext, option, example="corpus" + ext, own=(".bin", ".idx")), write)
+
+
+def write_corpus(prefix: str, documents: Sequence[np.ndarray], dtype: str = "uint16", option: str = "corpus") -> None:
+    """Write ``prefix.bin`` and ``prefix.idx`` holding ``documents`` (each a 1-D token array); ``option``: how
+    messages name the output (the command's option)."""
     dt = np.dtype(dtype)
     sizes = np.array([len(d) for d in documents], dtype=np.int32)
     pointers = np.zeros(len(documents), dtype=np.int64)
@@ -40,8 +49,7 @@ def write_corpus(prefix: str, documents: Sequence[np.ndarray], dtype: str = "uin
         f.write(pointers.tobytes())
         f.write(doc_idx.tobytes())
 
-    write_atomic(prefix + ".bin", write_bin)
-    write_atomic(prefix + ".idx", write_idx)
+    _write_pair(prefix, write_bin, write_idx, option)
 
 
 def write_sized_corpus(prefix: str, sizes: Sequence[int], dtype: str = "uint16") -> None:
@@ -63,8 +71,7 @@ def write_sized_corpus(prefix: str, sizes: Sequence[int], dtype: str = "uint16")
         f.write(struct.pack("<Q", len(lengths)) + struct.pack("<Q", len(doc_idx)))
         f.write(lengths.tobytes() + pointers.tobytes() + doc_idx.tobytes())
 
-    write_atomic(prefix + ".bin", write_bin)
-    write_atomic(prefix + ".idx", write_idx)
+    _write_pair(prefix, write_bin, write_idx, "corpus")
 
 
 def random_documents(
@@ -76,6 +83,7 @@ def random_documents(
     return [rng.randint(0, vocab, size=int(n)).astype(np.int64) for n in lengths]
 
 
-def write_random_corpus(prefix: str, seed: int, num_documents: int, min_len: int = 1, max_len: int = 200) -> None:
+def write_random_corpus(prefix: str, seed: int, num_documents: int, min_len: int = 1, max_len: int = 200,
+                        option: str = "corpus") -> None:
     """Write a deterministic random corpus of ``num_documents`` documents (uint16 tokens)."""
-    write_corpus(prefix, random_documents(seed, num_documents, min_len, max_len), dtype="uint16")
+    write_corpus(prefix, random_documents(seed, num_documents, min_len, max_len), dtype="uint16", option=option)

@@ -47,8 +47,8 @@ import yaml
 from neox_epoch.errors import BatchError, ConfigError, NeoxEpochError
 from neox_epoch.formats.neox_config import BLOCK, load_neox_configs
 from neox_epoch.neox.block import ENV_VAR, EXPORT_PREFIX, HookBlock, parse_block
-from neox_epoch.util.atomic import write_text_atomic
 from neox_epoch.util.helptext import examples
+from neox_epoch.util.output import Output, write_output_text
 from neox_epoch.util.textfile import read_config_text
 
 if TYPE_CHECKING:
@@ -138,7 +138,8 @@ def clean_configs(paths: list[str], workdir: str) -> tuple[list[str], HookBlock 
         dst = os.path.join(workdir, os.path.basename(path))
         if os.path.exists(dst):
             raise ConfigError(f"{path}: two config files named {os.path.basename(path)}; NeoX requires unique names")
-        write_text_atomic(dst, cleaned)
+        write_output_text(Output(dst, "launch's cleaned config copy", example=os.path.basename(path)), cleaned,
+                          [(p, "the input config") for p in paths])
         out.append(dst)
     if len(found) > 1:
         raise ConfigError(f"{BLOCK}: given in {[p for p, _ in found]}; keep it in one file")

@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from neox_epoch.util.output import Output, write_output_text
+
 PATH_FIELDS = [f"{pre}{split}{kind}_data_paths" for pre in ("", "pos_", "neg_") for split in ("train", "valid", "test")
                for kind in ("", "_label")] + [f"{split}_reward_data_paths" for split in ("train", "valid", "test")]
 
@@ -167,8 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         case = json.load(f)
     with tempfile.TemporaryDirectory(prefix="neox_probe_") as work:
         result = run(case, a.neox_dir, work)
-    with open(a.out, "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=1)
+    write_output_text(Output(a.out, "--out", example="probe.json"), json.dumps(result, indent=1), [a.case])
     return 0
 
 

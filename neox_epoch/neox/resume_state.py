@@ -21,7 +21,7 @@ from neox_epoch.formats import fingerprint as fp
 from neox_epoch.formats.checkpoint import STATE_NAME
 from neox_epoch.semantics import TrainBuild
 from neox_epoch.semantics.loader import LoaderShape, hooked_start
-from neox_epoch.util.atomic import write_text_atomic
+from neox_epoch.util.output import Output, write_output_text
 
 #: bump when the JSON layout changes
 VERSION = 1
@@ -126,7 +126,8 @@ def states_from_log(path: str, records: list[tuple[int, dict[str, Any]]]) -> dic
 
 def write_state(tag_dir: str, state: ResumeState) -> None:
     """Write ``state`` into ``tag_dir`` atomically."""
-    write_text_atomic(os.path.join(tag_dir, STATE_NAME), state.to_json())
+    write_output_text(Output(os.path.join(tag_dir, STATE_NAME), "the hooks' resume state", example=STATE_NAME),
+                      state.to_json())
 
 
 @dataclass(frozen=True)

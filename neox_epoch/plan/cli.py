@@ -39,7 +39,13 @@ from neox_epoch.plan.stage_schedule import neox_lr_schedule, with_stage_decay
 from neox_epoch.plan.staged import plan_staged, render_stages, stages_json
 from neox_epoch.plan.stages import refuse_over_cap
 from neox_epoch.plan.stock import stock_neox_exact
-from neox_epoch.util.config_out import check_output_path, write_config_text, yaml_config_text
+from neox_epoch.util.config_out import (
+    check_output_path,
+    config_inputs,
+    config_output,
+    write_config_text,
+    yaml_config_text,
+)
 from neox_epoch.util.helptext import examples
 
 #: Megatron-LM schedule flags (exact mode adjusts them like Megatron-LM's get_optimizer_param_scheduler reads them)
@@ -523,7 +529,8 @@ def check_write_request(args: argparse.Namespace, cfg: NeoxConfig | None) -> Non
             name = "--" + flag.replace("_", "-")
             raise ConfigError(f"{_write_label(args)}: {name} {getattr(args, flag)} overrides the config files, and the "
                               f"written file would not carry it; set it in a config file instead of {name}")
-    check_output_path(args.write_config, list(cfg.files), _write_label(args), unique_name=True, existing_dir=True)
+    check_output_path(config_output(args.write_config, "--write-config"), config_inputs(cfg.files), unique_name=True,
+                      existing_dir=True)
 
 
 def overlay_spelling(cfg: NeoxConfig, data: dict[str, Any], label: str) -> dict[str, Any]:
@@ -576,7 +583,8 @@ def _write(args: argparse.Namespace, cfg: NeoxConfig, plan: Plan, targets: dict[
         data = full_config(cfg, plan, cfg.block, targets, schedule)
     else:
         data = overlay_spelling(cfg, overlay(plan, cfg.block, targets, schedule), _write_label(args))
-    write_config_text(args.write_config, yaml_config_text(_header(args, cfg, schedule), data), _write_label(args))
+    write_config_text(config_output(args.write_config, "--write-config"),
+                      yaml_config_text(_header(args, cfg, schedule), data), config_inputs(cfg.files))
 
 
 def _old_neox_iters(inp: PlanInput) -> int | None:

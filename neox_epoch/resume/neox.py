@@ -56,6 +56,7 @@ from neox_epoch.semantics.loader import (
     neox_start,
     neox_valid_start,
 )
+from neox_epoch.util.output import Output, write_output_text
 from neox_epoch.util.values import is_whole
 
 
@@ -152,8 +153,7 @@ def _config_files(ckpt: Checkpoint) -> Iterator[list[str]]:
         paths = []
         for name, text in ckpt.config_files.items():
             paths.append(os.path.join(directory, os.path.basename(name)))
-            with open(paths[-1], "w", encoding="utf-8") as f:
-                f.write(text)
+            write_output_text(Output(paths[-1], "the copy of a checkpoint config", example="config.yml"), text)
         yield paths
 
 def saved_run(old: OldRun) -> tuple[NewRun | None, str | None]:

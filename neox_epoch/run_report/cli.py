@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from typing import Any
 
 from neox_epoch.run_report import exposure, log, page, series
-from neox_epoch.util.atomic import write_text_atomic
 from neox_epoch.util.helptext import examples
+from neox_epoch.util.output import Output, check_output, write_output_text
 
 
 def register(subparsers: Any) -> None:
@@ -85,20 +84,17 @@ def to_json(s: series.Series, hists: list[exposure.Histogram], notes: list[str],
     }
 
 
-def _readable(path: str) -> None:
-    """The page gets the mode of a file created normally (umask), not the temporary file's 0600: it is shared."""
-    mask = os.umask(0)
-    os.umask(mask)
-    os.chmod(path, 0o666 & ~mask)
-
-
 def run(args: argparse.Namespace) -> int:
     if not args.html and not args.json:
         raise log.RunLogError("report: nothing to write; give --html OUT.html and/or --json")
+    out = Output(args.html, "--html", example="report.html") if args.html else None
+    inputs = [(args.run, "the run log"), (args.audit or "", "the --audit input")]
+    if out is not None:
+        check_output(out, inputs)  # before reading: a refused path costs nothing
     s, hists, notes, rows = build(args.run, args.audit)
-    if args.html:
-        write_text_atomic(args.html, page.render(s, hists, notes, rows, args.title or "neox-epoch run report"))
-        _readable(args.html)
+    if out is not None:
+        text = page.render(s, hists, notes, rows, args.title or "neox-epoch run report")
+        write_output_text(out, text, inputs + [(path, "the run log") for path in s.files])
         if not args.json:
             print(f"neox-epoch report: wrote {args.html} ({len(s.launches)} launches, {len(s.sources)} sources, "
                   f"last iteration {s.last_iteration} of {s.train_iters})")

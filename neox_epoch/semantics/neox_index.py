@@ -95,7 +95,9 @@ def build_joint(documents: np.ndarray, sizes: np.ndarray, epochs: int, seq_lengt
 
 
 def save_atomic(path: str, array: np.ndarray) -> None:
-    """``np.save`` to a temporary name beside ``path``, then rename (readers never see half a file)."""
-    tmp = f"{path}.{os.getpid()}.tmp.npy"
-    np.save(tmp, array, allow_pickle=True)
-    os.replace(tmp, path)
+    """``np.save`` to ``path`` through the output policy (atomic: readers never see half a file; never over a
+    special file; the umask's mode)."""
+    from neox_epoch.util.output import Output, write_output
+
+    write_output(Output(path, "the index cache", example=os.path.basename(path), own=(".npy",)),
+                 lambda f: np.save(f, array, allow_pickle=True))

@@ -1,8 +1,9 @@
 """Writing a config file a command was asked for (``check-batch --fix``, ``plan --write-config``).
 
-One writer for both: the output path is checked before anything is written (never one of the input
-files, never a directory; optionally never an input's file name, which NeoX refuses, and never into a
-directory that does not exist), and the text is written atomically (``neox_epoch.util.atomic``).
+One writer for both, through the one output policy (:mod:`neox_epoch.util.output`: never an input, a data or
+index file, a directory or a special file; atomic, with the umask's mode), plus what config files need: the
+suffix they are read back by, optionally never an input's file name (which NeoX refuses), and never into a
+directory that does not exist.
 """
 
 from __future__ import annotations
@@ -12,13 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from neox_epoch.errors import ConfigError
-from neox_epoch.util.atomic import write_text_atomic
-
-
-def _same_file(a: str, b: str) -> bool:
-    if os.path.realpath(a) == os.path.realpath(b):
-        return True
-    return os.path.exists(a) and os.path.exists(b) and os.path.samefile(a, b)
+from neox_epoch.util.output import Input, Output, check_output, write_output_text
 
 
 def suggested_name(out_path: str, suffix: str = "_exact") -> str:
@@ -27,33 +22,34 @@ def suggested_name(out_path: str, suffix: str = "_exact") -> str:
     return f"{stem}{suffix}{ext or '.yml'}"
 
 
-def check_output_path(out_path: str, inputs: Sequence[str], label: str, *, extensions: Sequence[str] = (),
-                      kind: str = "", unique_name: bool = False, existing_dir: bool = False) -> None:
-    """Raise :class:`ConfigError` (one line: the path, why, the fix) when ``out_path`` cannot be written.
+def config_output(out_path: str, option: str) -> Output:
+    """The :class:`Output` of a config writer: ``option`` (``--write-config``) names ``out_path``."""
+    return Output(out_path, option, example=os.path.basename(suggested_name(out_path)))
 
-    Always refused: a directory, and one of ``inputs`` (same real path or same file). ``extensions``: the
-    name must end in one of them (read back as ``kind``). ``unique_name``: refuse an input's file name (NeoX
+
+def config_inputs(paths: Sequence[str], others: Sequence[Input] = ()) -> list[Input]:
+    """The input configs (named so in messages) and the other files the command read."""
+    return [(path, "the input config") for path in paths] + list(others)
+
+
+def check_output_path(out: Output, inputs: Sequence[Input], *, extensions: Sequence[str] = (), kind: str = "",
+                      unique_name: bool = False, existing_dir: bool = False) -> None:
+    """Raise a one-line error (the path, why, the fix) when ``out`` cannot be written.
+
+    Always refused: what the output policy refuses (:func:`neox_epoch.util.output.check_output`). ``extensions``:
+    the name must end in one of them (read back as ``kind``). ``unique_name``: refuse an input's file name (NeoX
     refuses two config files with the same name). ``existing_dir``: refuse a directory that does not exist.
     """
-    if os.path.isdir(out_path):
-        raise ConfigError(f"{label} is a directory; expected a file path, e.g. {os.path.join(out_path, 'exact.yml')}")
-    for path in inputs:
-        if _same_file(out_path, path):
-            raise ConfigError(f"{label} is the input config {path}; writing it would overwrite that file; expected a "
-                              f"new path: write to another file, e.g. {suggested_name(out_path)}")
+    check_output(out, inputs, existing_dir=existing_dir)
+    label = out.label
     if unique_name:
-        for path in inputs:
-            if os.path.basename(path) == os.path.basename(out_path):
+        for path in (item if isinstance(item, str) else item[0] for item in inputs):
+            if os.path.basename(path) == os.path.basename(out.path):
                 raise ConfigError(
                     f"{label} has the same file name as the input config {path}; NeoX refuses two config files with "
                     "the same name (it saves them side by side with the checkpoint); choose another name, e.g. "
-                    f"{suggested_name(out_path)}")
-    if existing_dir:
-        parent = os.path.dirname(os.path.abspath(out_path))
-        if not os.path.isdir(parent):
-            raise ConfigError(f"{label}: its directory {os.path.dirname(out_path) or parent} does not exist; "
-                              "create it first or write to an existing directory")
-    if extensions and not out_path.lower().endswith(tuple(extensions)):
+                    f"{suggested_name(out.path)}")
+    if extensions and not out.path.lower().endswith(tuple(extensions)):
         raise ConfigError(f"{label} must end in {' or '.join(extensions)} to be read back as a {kind} config; "
                           "rename it")
 
@@ -66,9 +62,6 @@ def yaml_config_text(header: Sequence[str], data: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n" + yaml.safe_dump(dict(data), sort_keys=False, default_flow_style=False)
 
 
-def write_config_text(out_path: str, text: str, label: str) -> None:
-    """Write ``text`` to ``out_path`` atomically; an OS error becomes a one-line :class:`ConfigError`."""
-    try:
-        write_text_atomic(out_path, text)
-    except OSError as err:
-        raise ConfigError(f"{label} cannot be written ({err.strerror}); choose a writable path") from None
+def write_config_text(out: Output, text: str, inputs: Sequence[Input] = ()) -> None:
+    """Write ``text`` to ``out`` through the output policy (atomic, umask's mode; errors in one line)."""
+    write_output_text(out, text, inputs)
