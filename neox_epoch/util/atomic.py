@@ -167,10 +167,14 @@ def write_atomic(path: str, write: Callable[[IO[bytes]], None], mode: int | None
         fd, unnamed = _open_temp(directory, named)
     linked = not unnamed
     try:
-        with os.fdopen(fd, "wb", closefd=False) as f:
+        f = os.fdopen(fd, "wb", closefd=False)
+        try:
             write(_Output(f))  # type: ignore[arg-type]
             with _failures():
                 f.flush()
+        finally:
+            with contextlib.suppress(OSError):  # after a failed write: the buffer's flush fails again
+                f.close()
         with _failures():
             _keep_owner(fd, old)
             os.fchmod(fd, mode)
