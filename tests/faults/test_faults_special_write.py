@@ -151,3 +151,36 @@ def test_a_directory_as_out_is_exit_2(work: dict[str, str], tmp_path: Any) -> No
         refused(cli([a.format(out=str(tmp_path), **work) for a in args]), command, option,
                 "is a directory; expected a file path")
     assert snap(str(tmp_path)) is not None and os.listdir(tmp_path) == []
+
+
+def test_permission_denied_is_exit_2() -> None:
+    """OUT in a directory the user may not write: exit 2 naming --html and the fix. As root (who may write
+    anywhere) the CLI runs as the unprivileged uid 65534 through setpriv, on inputs in a world-readable folder."""
+    import tempfile
+
+    d = tempfile.mkdtemp(prefix="neox_epoch_faults_")
+    try:
+        os.chmod(d, 0o755)
+        log = run_log(d)
+        locked = os.path.join(d, "locked")
+        os.mkdir(locked, 0o555)
+        os.chmod(locked, 0o555)
+        args = [sys.executable, "-m", "neox_epoch.cli", "report", log, "--html", os.path.join(locked, "run.html")]
+        if os.geteuid() == 0:
+            if shutil.which("setpriv") is None:
+                pytest.skip("root without setpriv (util-linux): cannot drop privileges to meet EACCES")
+            args = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *args]
+        for root, dirs, files in os.walk(d):
+            for name in dirs + files:
+                os.chmod(os.path.join(root, name), 0o555 if name in dirs else 0o644)
+        before = tree(d)
+        p = subprocess.run(args, cwd=d, env={**os.environ, "PYTHONPATH": ROOT}, capture_output=True, text=True,
+                           timeout=60)
+        refused((p.returncode, p.stdout, p.stderr), "report", "--html", "Permission denied",
+                "write to a directory you may write to")
+        assert tree(d) == before
+    finally:
+        for root, dirs, _ in os.walk(d):
+            for name in dirs:
+                os.chmod(os.path.join(root, name), 0o755)
+        shutil.rmtree(d)
