@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
         from neox_epoch.util.config_out import config_inputs, config_output
         from neox_epoch.util.output import check_output
 
-        check_output(config_output(args.fix, "--fix"), config_inputs(args.configs, [(args.hostfile or "", "the hostfile")]))
+        check_output(config_output(args.fix, "--fix", ".fixed"), config_inputs(args.configs, [(args.hostfile or "", "the hostfile")]))
     result = preflight(args.configs, overrides)
     if args.json:
         print(json.dumps(result.to_json(), indent=2, sort_keys=False))

@@ -149,7 +149,7 @@ def write_fixed_config(config: BatchConfig, fix: BatchFix, out_path: str, launch
                        read: Sequence[Input] = ()) -> str:
     """Write the fixed config to ``out_path`` through the output policy (never over an input file: the configs
     and the other files ``read``, such as the hostfile); return the text."""
-    out = config_output(out_path, "--fix")
+    out = config_output(out_path, "--fix", ".fixed")
     inputs = config_inputs(config.paths, read)
     neox = config.flavor != "deepspeed"
     check_output_path(out, inputs, extensions=(".yml", ".yaml") if neox else (".json",),

@@ -56,9 +56,10 @@ def current_umask() -> int:
 
 
 def temp_name(path: str, pid: int | None = None) -> str:
-    """The temporary name beside ``path`` this process uses while renaming onto it."""
+    """The temporary name beside ``path`` this process uses while renaming onto it (a long name is cut: the
+    temporary name stays within the 255 bytes a file name may have)."""
     directory, base = os.path.split(path)
-    return os.path.join(directory, f".{base}.neox-epoch-{os.getpid() if pid is None else pid}-{_HOST}.tmp")
+    return os.path.join(directory, f".{base[:180]}.neox-epoch-{os.getpid() if pid is None else pid}-{_HOST}.tmp")
 
 
 def _alive(pid: int) -> bool:

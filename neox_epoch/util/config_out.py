@@ -22,9 +22,10 @@ def suggested_name(out_path: str, suffix: str = "_exact") -> str:
     return f"{stem}{suffix}{ext or '.yml'}"
 
 
-def config_output(out_path: str, option: str) -> Output:
-    """The :class:`Output` of a config writer: ``option`` (``--write-config``) names ``out_path``."""
-    return Output(out_path, option, example=os.path.basename(suggested_name(out_path)))
+def config_output(out_path: str, option: str, suffix: str = "_exact") -> Output:
+    """The :class:`Output` of a config writer: ``option`` (``--write-config``) names ``out_path``; the name
+    suggested instead carries ``suffix``."""
+    return Output(out_path, option, example=os.path.basename(suggested_name(out_path, suffix)))
 
 
 def config_inputs(paths: Sequence[str], others: Sequence[Input] = ()) -> list[Input]:

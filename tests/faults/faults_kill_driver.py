@@ -127,6 +127,8 @@ def run_writer(writer: dict[str, Any], runs: int, rng: random.Random) -> dict[st
 
 
 def run(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    if spec.get("no_tmpfile"):  # as on a filesystem without O_TMPFILE: the temporary file is named from the start
+        del os.O_TMPFILE
     rng = random.Random(spec["seed"])
     return [run_writer(writer, spec["runs"], rng) for writer in spec["writers"]]
 
