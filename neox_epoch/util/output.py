@@ -54,8 +54,12 @@ class Output:
         return f'{self.option} "{self.path}"'
 
     def elsewhere(self) -> str:
-        """``dir/example``: a path beside this one to suggest."""
-        return os.path.join(os.path.dirname(self.path), self.example)
+        """``dir/example``: a path beside this one to suggest (never this one)."""
+        name = self.example
+        if name == os.path.basename(self.path):
+            stem, ext = os.path.splitext(name)
+            name = f"{stem}_new{ext}"
+        return os.path.join(os.path.dirname(self.path), name)
 
 
 Input = str | tuple[str, str]
