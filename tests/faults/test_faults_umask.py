@@ -92,8 +92,7 @@ def test_new_files_get_the_umask_mode(work: dict[str, str], tmp_path: Any, write
         assert temps(str(out)) == []
 
 
-@pytest.mark.parametrize("writer", ["plan --write-config", "audit --manifest", "report --html",
-                                    "hooks resume state", "check-batch --fix"])
+@pytest.mark.parametrize("writer", ["plan --write-config", "audit --manifest", "report --html", "hooks resume state"])
 def test_an_existing_file_keeps_its_mode(work: dict[str, str], tmp_path: Any, writer: str) -> None:
     """0644 stays 0644 under umask 077, 0600 stays 0600 under umask 022 (the content is replaced)."""
     (name,) = WRITERS[writer][1]
