@@ -153,33 +153,47 @@ def test_a_directory_as_out_is_exit_2(work: dict[str, str], tmp_path: Any) -> No
     assert snap(str(tmp_path)) is not None and os.listdir(tmp_path) == []
 
 
+def _unprivileged(args: list[str], locked: str) -> tuple[list[str], str, bool]:
+    """How to meet a permission error writing into ``locked``: (command, the error's words, chattr used). As a
+    user: the directory's mode 0555. As root (who writes anywhere): the CLI as uid 65534 through setpriv when
+    this interpreter runs as that user, else the directory made immutable (chattr +i: EPERM even for root)."""
+    if os.geteuid() != 0:
+        return args, "Permission denied", False
+    drop = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    if shutil.which("setpriv"):
+        probe = subprocess.run([*drop, sys.executable, "-c", "import numpy"], capture_output=True, text=True)
+        if probe.returncode == 0:
+            return [*drop, *args], "Permission denied", False
+    if shutil.which("chattr") and subprocess.run(["chattr", "+i", locked], capture_output=True).returncode == 0:
+        return args, "Operation not permitted", True
+    pytest.skip("root, and neither setpriv to uid 65534 nor chattr +i works here: no permission error to meet")
+
+
 def test_permission_denied_is_exit_2() -> None:
-    """OUT in a directory the user may not write: exit 2 naming --html and the fix. As root (who may write
-    anywhere) the CLI runs as the unprivileged uid 65534 through setpriv, on inputs in a world-readable folder."""
+    """OUT in a directory the user may not write: exit 2 naming --html and the fix; inputs in a world-readable
+    folder (for uid 65534), nothing changed."""
     import tempfile
 
     d = tempfile.mkdtemp(prefix="neox_epoch_faults_")
+    locked = os.path.join(d, "locked")
+    immutable = False
     try:
         os.chmod(d, 0o755)
         log = run_log(d)
-        locked = os.path.join(d, "locked")
-        os.mkdir(locked, 0o555)
-        os.chmod(locked, 0o555)
-        args = [sys.executable, "-m", "neox_epoch.cli", "report", log, "--html", os.path.join(locked, "run.html")]
-        if os.geteuid() == 0:
-            if shutil.which("setpriv") is None:
-                pytest.skip("root without setpriv (util-linux): cannot drop privileges to meet EACCES")
-            args = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *args]
+        os.mkdir(locked)
         for root, dirs, files in os.walk(d):
             for name in dirs + files:
                 os.chmod(os.path.join(root, name), 0o555 if name in dirs else 0o644)
+        args = [sys.executable, "-m", "neox_epoch.cli", "report", log, "--html", os.path.join(locked, "run.html")]
+        args, words, immutable = _unprivileged(args, locked)
         before = tree(d)
         p = subprocess.run(args, cwd=d, env={**os.environ, "PYTHONPATH": ROOT}, capture_output=True, text=True,
                            timeout=60)
-        refused((p.returncode, p.stdout, p.stderr), "report", "--html", "Permission denied",
-                "write to a directory you may write to")
+        refused((p.returncode, p.stdout, p.stderr), "report", "--html", words, "write to a directory you may write to")
         assert tree(d) == before
     finally:
+        if immutable:
+            subprocess.run(["chattr", "-i", locked], check=True)
         for root, dirs, _ in os.walk(d):
             for name in dirs:
                 os.chmod(os.path.join(root, name), 0o755)
