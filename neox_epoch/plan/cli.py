@@ -441,6 +441,15 @@ def mlm_versions() -> tuple[str, ...]:
     return table_versions()
 
 
+def _table_version(args: argparse.Namespace) -> str | None:
+    """The megatron-core version whose Megatron-LM option table decides which ``*.py`` token is the script (a
+    ``.py`` value of that version's flag is not): the one the plan mirrors (None: not known yet, the default's)."""
+    if args.framework_version:
+        return str(args.framework_version)
+    found = detect.megatron_core_source()
+    return found[0] if found is not None else None
+
+
 def mcore_version(args: argparse.Namespace) -> str:
     """The megatron-core version to mirror for ``--framework-version`` / ``--force-version``."""
     return detect.version_to_mirror(args.framework_version, args.force_version)
@@ -646,7 +655,7 @@ def run(args: argparse.Namespace) -> int:
     from neox_epoch.plan.from_megatron import is_megatron_argv, megatron_argv
 
     args.configs = [*args.configs, *getattr(args, "source_epochs_rest", [])]
-    check_foreign(megatron_argv(_plan_argv(args)))
+    check_foreign(megatron_argv(_plan_argv(args)), _table_version(args))
     if (args.framework in (None, "megatron-core")) and is_megatron_argv(_plan_argv(args)):
         return run_megatron(args)
     if args.configs:
