@@ -320,7 +320,7 @@ def run_megatron(args: argparse.Namespace) -> int:
         mi = replace(mi, warnings=mp.verify_exact(argv, flags, plan, version).warnings)  # the exact run's
         plan = replace(plan, settings={**plan.settings, "megatron_flags": flags})
     else:
-        plan = make_plan(mi.inp)
+        plan = merge_repeated(make_plan(mi.inp))  # a prefix listed twice: one row, as NeoX's plan
     plan = replace(plan, warnings=plan.warnings + mi.warnings + tuple(mp.cache_warnings(mi.args, plan)))
     if args.write_config:
         raise ConfigError("--write-config: writes a NeoX config; for Megatron-LM paste the flags exact mode prints")
