@@ -10,6 +10,9 @@ Run with the Megatron-LM tree first on PYTHONPATH (its megatron.core shadows the
 
     MEGATRON_LM_DIR=<Megatron-LM tree> python scripts/megatron_flags.py [OUT.json]
 
+``python scripts/megatron_flags.py --modelopt TABLE.json TREE`` adds the ModelOpt options of the tree's
+``megatron/post_training/arguments.py`` to a table (``modelopt_options``).
+
 Without OUT.json the table goes to ``neox_epoch/data/megatron_flags/<version>.json``. On Python >= 3.12 the
 megatron-core wheel carries ``megatron/training`` itself (0.19.2): run it there without MEGATRON_LM_DIR.
 
@@ -118,9 +121,42 @@ def package_version(tree: str) -> str:
     return f"{parts['MAJOR']}.{parts['MINOR']}.{parts['PATCH']}{parts.get('PRE_RELEASE', '')}"
 
 
+def modelopt_records(tree: str) -> list[dict[str, Any]]:
+    """The options of ``megatron/post_training/arguments.py``'s ``add_modelopt_args`` in the Megatron-LM ``tree``
+    (pretrain_gpt.py passes it to parse_args only when nvidia-modelopt imports): the module is plain argparse, run
+    on a bare parser."""
+    import importlib.util
+
+    path = os.path.join(tree, "megatron", "post_training", "arguments.py")
+    spec = importlib.util.spec_from_file_location("_modelopt_arguments", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    parser = argparse.ArgumentParser(add_help=False)
+    module.add_modelopt_args(parser)
+    return sorted((action_record(a) for a in parser._actions if a.option_strings), key=lambda a: a["options"][0])
+
+
+def add_modelopt(table_path: str, tree: str) -> int:
+    """Write ``modelopt_options`` (see :func:`modelopt_records`) of ``tree`` into the table at ``table_path``."""
+    with open(table_path, encoding="utf-8") as f:
+        table = json.load(f)
+    table["modelopt_options"] = modelopt_records(tree)
+    table["modelopt_source"] = ("megatron/post_training/arguments.py add_modelopt_args(): options pretrain_gpt.py "
+                                "adds when nvidia-modelopt is installed")
+    with open(table_path, "w", encoding="utf-8") as f:
+        json.dump(table, f, indent=0, sort_keys=True)
+        f.write("\n")
+    return len(table["modelopt_options"])
+
+
 def main(argv: list[str] | None = None) -> int:
     """Write the table; the Megatron-LM tree comes from MEGATRON_LM_DIR or the imported megatron package."""
-    given = (argv or sys.argv[1:] or [None])[0]
+    args = argv or sys.argv[1:]
+    if args[:1] == ["--modelopt"]:  # --modelopt TABLE.json TREE: add the ModelOpt options of TREE to TABLE
+        print(f"{add_modelopt(args[1], args[2])} ModelOpt options written to {args[1]}")
+        return 0
+    given = (args or [None])[0]
     tree = os.environ.get("MEGATRON_LM_DIR")
     if tree and tree not in sys.path:
         sys.path.insert(0, tree)

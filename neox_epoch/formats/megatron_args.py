@@ -4,7 +4,7 @@
 argparse parser rebuilt from ``neox_epoch/data/megatron_flags/<version>.json`` (every option of that
 Megatron-LM version's ``parse_args``: names, nargs, types, defaults; see scripts/megatron_flags.py; the
 version is the one :func:`neox_epoch.semantics.megatron_lm.rules_for` gives for the megatron-core version
-planned: 0.16.1 or 0.19.2), so ``--flag=value``,
+planned: 0.16.1 or 0.19.2; plus the ModelOpt options, known as not changing the data), so ``--flag=value``,
 repeated flags (the last wins), nargs and Megatron-LM's defaults behave as in Megatron-LM. It then runs
 the checks Megatron-LM makes before it builds data (``validate_args``, the num-microbatches calculator)
 on the flags that matter to a plan, in Megatron-LM's order, and returns a frozen :class:`MegatronArgs`.
@@ -105,9 +105,19 @@ def _add_option(parser: argparse.ArgumentParser, spec: dict[str, Any]) -> None:
 
 
 @functools.cache
+def modelopt_specs(version: str = DEFAULT_VERSION) -> dict[str, dict[str, Any]]:
+    """Option string -> table entry of the ModelOpt options (``add_modelopt_args``, which pretrain_gpt.py adds to
+    parse_args when nvidia-modelopt is installed: ``--enable-gpt-oss``, the ``--export-kd-*`` distillation
+    flags ...). None of them changes what is built or drawn; a name the main table has is left to it."""
+    main = {o for spec in flag_table(version)["options"] for o in spec["options"]}
+    return {o: spec for spec in flag_table(version).get("modelopt_options", ())
+            for o in spec["options"] if not set(spec["options"]) & main}
+
+
+@functools.cache
 def _option_specs(version: str = DEFAULT_VERSION) -> dict[str, dict[str, Any]]:
-    """Option string -> table entry."""
-    return {o: spec for spec in flag_table(version)["options"] for o in spec["options"]}
+    """Option string -> table entry (Megatron-LM's parse_args options, then the ModelOpt ones)."""
+    return {**modelopt_specs(version), **{o: spec for spec in flag_table(version)["options"] for o in spec["options"]}}
 
 
 def build_parser(version: str = DEFAULT_VERSION) -> argparse.ArgumentParser:
@@ -115,6 +125,8 @@ def build_parser(version: str = DEFAULT_VERSION) -> argparse.ArgumentParser:
     world flags."""
     parser = _Parser(prog="pretrain_gpt.py", allow_abbrev=False, add_help=False)
     for spec in flag_table(version)["options"]:
+        _add_option(parser, spec)
+    for spec in {id(s): s for s in modelopt_specs(version).values()}.values():
         _add_option(parser, spec)
     clash = [f for f in WORLD_FLAGS if f in _option_specs(version)]
     if clash:

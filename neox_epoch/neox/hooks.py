@@ -44,6 +44,7 @@ import numpy as np
 
 from neox_epoch.errors import DataChangedError, NeoxEpochError, PlanError
 from neox_epoch.formats import fingerprint as fp
+from neox_epoch.neox import run_table
 from neox_epoch.neox.block import HookBlock
 from neox_epoch.neox.counters import JsonlSink, PassCounters, SourceCounter
 from neox_epoch.neox.planning import RunPlan, make_run_plan, values_from_args
@@ -825,17 +826,5 @@ def _scalar_writer(state: State, neox_args: Any) -> Any:
 
 
 def render_table(rp: RunPlan, rows: list[dict[str, Any]]) -> str:
-    """The per-source table logged at build time."""
-    head = (f"neox_epoch: {'exact' if rp.targets is not None else 'observed'} plan: train_iters={rp.train_iters} "
-            f"train_batch_size={rp.train_batch_size} seq_length={rp.plan.seq_length}"
-            f"{' separate_epochs' if rp.separate_epochs else ''}")
-    cols = ("source", "tokens", "samples/epoch", "requested", "epochs built", "drawn", "passes", "target")
-    lines = [head, "  " + "  ".join(f"{c:>14}" for c in cols)]
-    for r in rows:
-        vals = (r["name"][:14], r["tokens"], r["samples_per_epoch"], r["samples_requested"], r["epochs_built"],
-                r["samples_drawn"], f"{r['passes']:.6f}", "-" if r["target_passes"] is None else r["target_passes"])
-        lines.append("  " + "  ".join(f"{str(v):>14}" for v in vals))
-    lines.append(f"  remainder: {rp.plan.remainder_samples} samples ({rp.plan.remainder_tokens} tokens) under one "
-                 "global batch are not drawn")
-    lines.append(f"  valid/test: {EVAL_NOTE}")
-    return "\n".join(lines)
+    """The per-source table logged at build time (:mod:`neox_epoch.neox.run_table`)."""
+    return run_table.render_table(rp, rows, EVAL_NOTE)

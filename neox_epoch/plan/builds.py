@@ -293,7 +293,8 @@ class Framework:
     zero_weight_ok: bool = False
     """It runs a blend weight of 0 (that source is never drawn); megatron-core is not verified with one."""
     copies_share_order: bool = False
-    """A prefix listed twice in one blend is built twice with the same seed: the copies share one shuffle."""
+    """A prefix listed twice in one blend is built twice with the same seed: the copies share one shuffle (NeoX:
+    scripts/neox_repeated_prefix.py; megatron-core: equal index hashes, tests/test_mcore_repeated_prefix.py)."""
     buffered_requests: Callable[[PlanInput], bool] = lambda inp: False
     """It multiplies every per-source request by a buffer (NeoX's 1.005 with train_data_paths)."""
     exact_surplus_zero: bool = False
@@ -329,7 +330,7 @@ FRAMEWORKS: dict[str, Framework] = {
     "megatron-core": Framework("megatron-core", _mcore_requests, _mcore_builds, _mcore_consumption,
                                lambda inp: 1 if inp.mcore.add_extra_token_to_sequence else 0, False,
                                "megatron-core raises its oversampling IndexError", False,
-                               exact_surplus_zero=True, train_request=_mcore_train_request,
+                               exact_surplus_zero=True, train_request=_mcore_train_request, copies_share_order=True,
                                no_weights_fix="use megatron-core's exhaustive blending (weights None) or change targets",
                                sampler_ends=lambda inp: inp.mcore.num_samples is not None, predicts_splits=True),
     "megatron-legacy": Framework("megatron-legacy", _neox_requests, _legacy_builds, eval_consumption,

@@ -326,7 +326,7 @@ def run_megatron(args: argparse.Namespace) -> int:
         mi = replace(mi, warnings=mp.verify_exact(argv, flags, plan, version).warnings)  # the exact run's
         plan = replace(plan, settings={**plan.settings, "megatron_flags": flags})
     else:
-        plan = make_plan(mi.inp)
+        plan = merge_repeated(make_plan(mi.inp))  # a prefix listed twice: one row, as NeoX's plan
     plan = replace(plan, warnings=plan.warnings + mi.warnings + tuple(mp.cache_warnings(mi.args, plan)))
     if args.write_config:
         raise ConfigError("--write-config: writes a NeoX config; for Megatron-LM paste the flags exact mode prints")
@@ -445,6 +445,15 @@ def mlm_versions() -> tuple[str, ...]:
     from neox_epoch.formats.megatron_args import table_versions
 
     return table_versions()
+
+
+def _table_version(args: argparse.Namespace) -> str | None:
+    """The megatron-core version whose Megatron-LM option table decides which ``*.py`` token is the script (a
+    ``.py`` value of that version's flag is not): the one the plan mirrors (None: not known yet, the default's)."""
+    if args.framework_version:
+        return str(args.framework_version)
+    found = detect.megatron_core_source()
+    return found[0] if found is not None else None
 
 
 def mcore_version(args: argparse.Namespace) -> str:
@@ -654,7 +663,7 @@ def run(args: argparse.Namespace) -> int:
     from neox_epoch.plan.from_megatron import is_megatron_argv, megatron_argv
 
     args.configs = [*args.configs, *getattr(args, "source_epochs_rest", [])]
-    check_foreign(megatron_argv(_plan_argv(args)))
+    check_foreign(megatron_argv(_plan_argv(args)), _table_version(args))
     if (args.framework in (None, "megatron-core")) and is_megatron_argv(_plan_argv(args)):
         return run_megatron(args)
     if args.configs:

@@ -303,27 +303,29 @@ def _run_warnings(inp: PlanInput, train_iters: int, sources: list[SourcePlan]) -
     fw = framework_of(inp)
     if fw.neox_cache_names:
         out.extend(_neox_cache_warnings(inp, sources))
-    return out + _repeated_prefix_warnings(sources, fw.copies_share_order)
+    who = "NeoX" if fw.name == "neox" else fw.name
+    return out + _repeated_prefix_warnings(sources, fw.copies_share_order, who)
 
 
-def _repeated_prefix_warnings(sources: list[SourcePlan], neox: bool) -> list[PlanWarning]:
-    """A prefix listed more than once in one split's blend: NeoX builds one dataset per listing (same seed, same
-    documents), so copies built for the same epochs share one shuffle and the later draws repeat the earlier's."""
+def _repeated_prefix_warnings(sources: list[SourcePlan], shared: bool, who: str = "NeoX") -> list[PlanWarning]:
+    """A prefix listed more than once in one split's blend: NeoX and megatron-core (``who``) build one dataset per
+    listing (same seed, same documents), so copies built for the same epochs share one shuffle and the later draws
+    repeat the earlier's."""
     from neox_epoch.plan.repeated import group_repeats, merged_distinct
 
     out = []
     for prefix, same in group_repeats(sources):
         drawn = sum(s.samples_drawn for s in same)
         distinct = merged_distinct(same)
-        if not neox:
+        if not shared:
             what = f"built as {len(same)} datasets, {drawn} samples drawn in all"
         elif distinct is not None:
-            what = (f"NeoX builds {len(same)} datasets with the same shuffle, so the later copies re-train the first "
+            what = (f"{who} builds {len(same)} datasets with the same shuffle, so the later copies re-train the first "
                     f"samples: {distinct} distinct of {drawn} drawn ({distinct / max(1, same[0].samples_per_epoch):.4f}"
                     f" of {drawn / max(1, same[0].samples_per_epoch):.4f} passes)")
         else:
             epochs = ", ".join(str(s.epochs_built) for s in same)
-            what = (f"NeoX builds {len(same)} datasets for {epochs} epochs, each its own shuffle: {drawn} samples "
+            what = (f"{who} builds {len(same)} datasets for {epochs} epochs, each its own shuffle: {drawn} samples "
                     f"drawn ({drawn / max(1, same[0].samples_per_epoch):.4f} passes), overlapping by chance")
         out.append(PlanWarning(
             "repeated-prefix",
