@@ -45,7 +45,7 @@ setup_core() {
 setup_neox() {
   [ -x .venv/bin/python ] || "${PYTHON:-python3}" -m venv .venv
   . .venv/bin/activate
-  if [ ! -f .venv/.neox-epoch-setup-v3 ]; then
+  if [ ! -f .venv/.neox-epoch-setup-v4 ]; then
     base_tools
     python -m pip install -q torch==2.13.0
     python -m pip install -q "numpy<2" packaging pyyaml pytest ruff matplotlib hypothesis
@@ -54,7 +54,9 @@ setup_neox() {
     # Megatron-LM's training side (tests/frameworks.py, megatron_lm_*) imports these beyond megatron-core.
     # triton 3.9.0 is the large one: a 286 MB wheel, about 1 GB installed.
     python -m pip install -q six regex triton==3.9.0 pydantic
-    touch .venv/.neox-epoch-setup-v3
+    # Megatron-LM's own TensorBoard writer (--tensorboard-dir), which the Megatron-LM hooks write through
+    python -m pip install -q tensorboard
+    touch .venv/.neox-epoch-setup-v4
   fi
   install_self
   deactivate
@@ -67,13 +69,13 @@ setup_today() {
     "$py" -m venv .venv-today
   fi
   . .venv-today/bin/activate
-  if [ ! -f .venv-today/.neox-epoch-setup-v1 ]; then
+  if [ ! -f .venv-today/.neox-epoch-setup-v2 ]; then
     base_tools
     python -m pip install -q torch==2.14.1
     python -m pip install -q "numpy>=2" packaging pyyaml pytest ruff matplotlib hypothesis
     python -m pip install -q megatron-core==0.19.2 deepspeed==0.19.8
-    python -m pip install -q six regex pydantic
-    touch .venv-today/.neox-epoch-setup-v1
+    python -m pip install -q six regex pydantic tensorboard
+    touch .venv-today/.neox-epoch-setup-v2
   fi
   install_self
   deactivate
