@@ -30,8 +30,10 @@ from typing import Any
 
 log = logging.getLogger("neox_epoch.sink")
 
-#: records kept in memory while the file cannot be written (about 1 kB each for a few sources)
+#: records kept in memory while the file cannot be written (about 1 kB each for a few sources); the environment
+#: variable sets another bound for a run
 MAX_PENDING = 4096
+QUEUE_VAR = "NEOX_EPOCH_LOG_QUEUE"
 #: events a reader needs first: kept when the queue is full, and written again into a file that was replaced
 HEADER_EVENTS = ("plan", "resume")
 #: the record that says what is missing
@@ -78,10 +80,10 @@ class _Gap:
 class LineSink:
     """Appends one JSON object per line to ``path`` (None: writes nothing); never raises for an OSError."""
 
-    def __init__(self, path: str | None, *, max_pending: int = MAX_PENDING,
+    def __init__(self, path: str | None, *, max_pending: int | None = None,
                  header_events: tuple[str, ...] = HEADER_EVENTS) -> None:
         self.path = path
-        self.max_pending = max(1, int(max_pending))
+        self.max_pending = max(1, int(max_pending or _queue_bound()))
         self.header_events = header_events
         self.pending: deque[_Line | _Gap] = deque()
         self.headers: list[_Line] = []
@@ -168,7 +170,7 @@ class LineSink:
                      "written to it are not in it); writing goes on into the new file, with the plan again and a %s "
                      "record", path, self.written, GAP_EVENT)
         queued = {id(e) for e in self.pending}
-        self.pending.extendleft([gap, *[h for h in self.headers if id(h) not in queued]][::-1])
+        self.pending.extendleft(reversed([*[h for h in self.headers if id(h) not in queued], gap]))
         self.written = 0
         self._identity = None
 
@@ -201,6 +203,12 @@ class LineSink:
             self.pending = deque(entries)
             self.dropped += 1
             lines -= 1
+
+
+def _queue_bound() -> int:
+    """``$NEOX_EPOCH_LOG_QUEUE`` (records kept in memory while the log cannot be written), else MAX_PENDING."""
+    raw = os.environ.get(QUEUE_VAR, "")
+    return int(raw) if raw.strip().isdigit() and int(raw) > 0 else MAX_PENDING
 
 
 def _line(record: dict[str, Any]) -> bytes:
