@@ -198,7 +198,8 @@ def test_a_line_torn_by_a_crash_is_closed_and_named(tmp_path: Any, capsys: pytes
     (missing,) = json.loads(capsys.readouterr().out)["missing"]
     assert missing["events"] == {"counters": {"records": 1, "iterations": [11, 11]}}
     # an older writer appended the next record to the torn line: both are read
-    text = open(path, encoding="utf-8").read().splitlines()
+    with open(path, encoding="utf-8") as f:
+        text = f.read().splitlines()
     joined = tmp_path / "joined.jsonl"
     joined.write_text("\n".join(text[:11] + [text[11] + text[12]] + text[13:]) + "\n")
     rl = run_log.read_run(str(joined))
