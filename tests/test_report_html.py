@@ -220,8 +220,9 @@ def test_launch_directories_and_file_read_alike(runs: dict[str, str], tmp_path: 
 def test_json_keys_are_stable(runs: dict[str, str]) -> None:
     """The --json keys docs/report.md documents."""
     d = _json(runs["blend"])
-    assert sorted(d) == ["complete", "exposure", "files", "last_iteration", "launches", "numbers", "resumes",
-                         "seq_length", "sources", "stops", "train_iters"]
+    assert sorted(d) == ["complete", "exposure", "files", "last_iteration", "launches", "missing", "numbers",
+                         "resumes", "seq_length", "sources", "stops", "train_iters"]
+    assert d["missing"] == []  # a log written whole lacks nothing
     assert sorted(d["launches"][0]) == ["file", "from_iteration", "launch", "line", "mode", "seq_length", "status",
                                         "to_iteration", "train_batch_size", "train_iters"]
     assert sorted(d["sources"][0]) == ["name", "pass_starts", "planned_passes", "points", "prefix",
@@ -285,9 +286,13 @@ def test_bad_input_exits_2_with_one_line(runs: dict[str, str], tmp_path: Any,
     bad = tmp_path / "bad.jsonl"
     bad.write_text("\n".join(real[:3] + ['{"event": "counters", "iteration": 5'] + real[3:]) + "\n")
     assert re.search(r"bad\.jsonl:4: not JSON", _fails(capsys, str(bad), "--json"))
-    cut = tmp_path / "cut.jsonl"  # a crash in the middle of the last write
+    cut = tmp_path / "cut.jsonl"  # a crash in the middle of the last write: read, and named as a missing record
     cut.write_text("\n".join(real) + "\n" + real[2][:40])
-    assert "cut short by a crash" in _fails(capsys, str(cut), "--json")
+    capsys.readouterr()
+    assert main(["report", str(cut), "--json"]) == 0
+    (torn,) = json.loads(capsys.readouterr().out)["missing"]
+    assert (torn["line"], torn["kind"], torn["records"]) == (len(real) + 1, "torn_line", 1)
+    assert torn["label"].startswith(f"cut.jsonl:{len(real) + 1}: a record cut short by a crash")
     noplan = tmp_path / "noplan.jsonl"
     noplan.write_text("\n".join(x for x in real if json.loads(x)["event"] != "plan") + "\n")
     assert 'noplan.jsonl:1: a "counters" event before any "plan" event' in _fails(capsys, str(noplan), "--json")

@@ -17,6 +17,9 @@ JSONL, one object per line in ``<log_dir>/neox_epoch.jsonl`` (every record also 
   into the checkpoint, ``neox_epoch_state.json``; ``neox-epoch resume-check`` reads it from the log)
 * ``{"event": "checkpoint", "iteration", "counters": {...}}`` (megatron-core: what ``LiveCounters.state_dict()``
   returned for the checkpoint being saved; ``resume-check`` reads it from the log as from the checkpoint)
+* ``{"event": "log_gap", "file", "error", "since", "until", "missing", "missing_events": {event: {"records",
+  "iterations": [first, last]}}, "lost"}``: the log could not be written for a while (full, read-only, removed);
+  written where the records are missing (``missing`` 0: none, they were written late). Training went on.
 
 Scalars (TensorBoard tag / W&B key), logged at the record's iteration:
 ``neox_epoch/passes/<source>`` (fractional passes), ``neox_epoch/samples/<source>`` (samples drawn),
@@ -31,20 +34,30 @@ import json
 import logging
 import os
 import sys
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from neox_epoch.errors import ConfigError, NeoxEpochError
+from neox_epoch.util.sink import GAP_EVENT, LineSink, guarded
 
 #: JSONL file name inside ``log_dir``
 JSONL_NAME = "neox_epoch.jsonl"
 
 
+#: how every record the sink writes starts (``"time"`` first)
+RECORD_START = '{"time": '
+#: the sink's record of what is missing (see :mod:`neox_epoch.util.sink`)
+LOG_GAP = GAP_EVENT
+#: the event :func:`read_jsonl` gives a torn line (a record cut short by a crash or a full disk)
+TORN_EVENT = "torn_line"
+
+
 def read_jsonl(path: str, error: type[NeoxEpochError] = ConfigError) -> list[tuple[int, Any]]:
     """Every non-empty line of a run's JSONL parsed, with its line number; a file that cannot be read, or a line
-    that is not JSON, raises ``error`` naming it."""
+    that is not JSON, raises ``error`` naming it. A torn record (a line the sink began, ``{"time": ...``, cut
+    short by a crash) is ``{"event": "torn_line", "text": its start}`` (readers say a record is missing there),
+    and a record an older writer appended to it, on the same line, is read as its own."""
     try:
         with open(path, encoding="utf-8") as f:
             lines = f.read().splitlines()
@@ -57,10 +70,25 @@ def read_jsonl(path: str, error: type[NeoxEpochError] = ConfigError) -> list[tup
         try:
             found.append((number, json.loads(line)))
         except ValueError as err:
-            last = " (the last line: cut short by a crash while writing? delete it)" if number == len(lines) else ""
-            raise error(f"{path}:{number}: not JSON ({err}){last}; every line of {JSONL_NAME} is one JSON object "
-                        "written by the plugin") from None
+            if not line.startswith(RECORD_START):
+                last = " (the last line: cut short by a crash while writing? delete it)" if number == len(lines) else ""
+                raise error(f"{path}:{number}: not JSON ({err}){last}; every line of {JSONL_NAME} is one JSON object "
+                            "written by the plugin") from None
+            found.extend((number, r) for r in _torn(line))
     return found
+
+
+def _torn(line: str) -> list[dict[str, Any]]:
+    """A torn record, and the record appended to it on the same line if there is one."""
+    k = line.find(RECORD_START, 1)
+    while k > 0:
+        try:
+            tail = json.loads(line[k:])
+        except ValueError:
+            k = line.find(RECORD_START, k + 1)
+            continue
+        return [{"event": TORN_EVENT, "text": line[:min(k, 120)]}, tail]
+    return [{"event": TORN_EVENT, "text": line[:120]}]
 
 
 def checkpoint_records(path: str) -> list[tuple[int, dict[str, Any]]]:
@@ -116,19 +144,14 @@ class Marker:
     """Blend position (0-based) of the pass's first sample."""
 
 
-class JsonlSink:
-    """Appends one JSON object per line to ``log_dir/neox_epoch.jsonl`` (opened per write: crash-safe)."""
+class JsonlSink(LineSink):
+    """Appends one JSON object per line to ``log_dir/neox_epoch.jsonl`` (None: nowhere). Never stops training: a
+    write that fails is logged once, the records wait in memory and are written when writing works again, a
+    ``log_gap`` record says what is missing (:mod:`neox_epoch.util.sink`). ``write(record)``; ``close()`` at the
+    end of a launch says what could not be written."""
 
-    def __init__(self, log_dir: str | None) -> None:
-        self.path = os.path.join(log_dir, JSONL_NAME) if log_dir else None
-        if self.path:
-            os.makedirs(log_dir, exist_ok=True)  # type: ignore[arg-type]
-
-    def write(self, record: dict[str, Any]) -> None:
-        if self.path is None:
-            return
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps({"time": round(time.time(), 3), **record}, sort_keys=False) + "\n")
+    def __init__(self, log_dir: str | None, **kwargs: Any) -> None:
+        super().__init__(os.path.join(log_dir, JSONL_NAME) if log_dir else None, **kwargs)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -215,13 +238,13 @@ def scalars_writer(writer: Any) -> ScalarsWriter | None:
             for tag, value in scalars.items():
                 add_scalar(tag, value, step)
 
-        return write_tb
+        return guarded(write_tb, "TensorBoard")
     log_fn = getattr(writer, "log", None)
     if callable(log_fn):
         def write_wandb(scalars: dict[str, float], step: int) -> None:
             log_fn(dict(scalars), step=step)
 
-        return write_wandb
+        return guarded(write_wandb, "W&B")
     raise ConfigError(f"writer: {type(writer).__name__} has neither add_scalar(tag, value, step) (TensorBoard) nor "
                       "log(dict, step=) (W&B); pass a torch.utils.tensorboard.SummaryWriter, a wandb run or None")
 

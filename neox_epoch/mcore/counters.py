@@ -409,6 +409,7 @@ class LiveCounters:
                 self._record()
             log_final(log, report)
             self.sink.write(report)
+            self.sink.close()
         return report
 
 

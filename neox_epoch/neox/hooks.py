@@ -63,6 +63,7 @@ from neox_epoch.semantics import TrainBuild, stage_order
 from neox_epoch.semantics import neox as neox_sem
 from neox_epoch.semantics import neox_index as sep
 from neox_epoch.semantics.loader import LoaderShape, neox_start
+from neox_epoch.util.sink import guarded
 
 log = logging.getLogger("neox_epoch.neox")
 
@@ -419,6 +420,7 @@ def _loop_wrappers(state: State) -> dict[tuple[str, str], Any]:
         finally:  # also when NeoX stops at exit_interval (sys.exit inside its loop); NeoX keeps neox_args.iteration
             if c is not None:
                 c.final(int(getattr(neox_args, "iteration", 0) or 0))
+            state.sink.close()  # the log never stops training; what it could not write is named here
 
     def shift_and_wrap_data_loaders(*args: Any, **kwargs: Any) -> Any:
         call = shift_sig.bind(*args, **kwargs)
@@ -822,7 +824,7 @@ def _scalar_writer(state: State, neox_args: Any) -> Any:
     def scalar(key: str, value: float, iteration: int) -> None:
         tb_wandb_log(key, value, iteration, use_wandb=wandb_on, tensorboard_writer=tb, comet_experiment=comet)
 
-    return scalar
+    return guarded(scalar, "TensorBoard/W&B")
 
 
 def render_table(rp: RunPlan, rows: list[dict[str, Any]]) -> str:

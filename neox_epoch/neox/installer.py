@@ -100,14 +100,19 @@ def current() -> State | None:
 
 
 def _ensure_log_handler() -> None:
-    """NeoX workers configure no logging: give ours a stdout handler so the INFO table is printed."""
+    """NeoX workers configure no logging: give ours a stdout handler so the INFO table is printed, and a stderr
+    handler for warnings (e.g. a run log that cannot be written: stderr is what schedulers keep apart)."""
     logger = logging.getLogger("neox_epoch")
     if logger.handlers or logging.getLogger().handlers:
         if logger.level == logging.NOTSET:
             logger.setLevel(logging.INFO)
         return
     handler = logging.StreamHandler(sys.stdout)
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    logger.addHandler(handler)
+    handler.addFilter(lambda record: record.levelno < logging.WARNING)
+    warnings = logging.StreamHandler(sys.stderr)
+    warnings.setLevel(logging.WARNING)
+    for h in (handler, warnings):
+        h.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(h)
     logger.setLevel(logging.INFO)
     logger.propagate = False  # NeoX/DeepSpeed may configure the root logger later: print once

@@ -78,6 +78,9 @@ def to_json(s: series.Series, hists: list[exposure.Histogram], notes: list[str],
                      "planned_passes": r.planned_passes, "tokens": r.tokens, "input_tokens": r.input_tokens,
                      "arithmetic": r.arithmetic()} for r in rows],
         "exposure": {"sources": {h.source: h.to_json() for h in hists}, "notes": list(notes)},
+        "missing": [{"file": m.file, "line": m.line, "launch": m.launch, "kind": m.kind, "records": m.records,
+                     "events": {e: {"records": n, "iterations": [a, b]} for e, n, a, b in m.events}, "lost": m.lost,
+                     "error": m.error, "seconds": m.seconds, "label": m.label()} for m in s.missing],
         **({"stages": {**(s.stages or {}), "started": [{"iteration": it, "stage": k, "name": n}
                                                         for it, k, n in s.stage_starts]}}
            if s.stages or s.stage_starts else {}),
@@ -98,6 +101,11 @@ def run(args: argparse.Namespace) -> int:
         if not args.json:
             print(f"neox-epoch report: wrote {args.html} ({len(s.launches)} launches, {len(s.sources)} sources, "
                   f"last iteration {s.last_iteration} of {s.train_iters})")
+    if s.missing and not args.json:
+        print(f"neox-epoch report: the run log lacks records in {len(s.missing)} place"
+              f"{'s' if len(s.missing) > 1 else ''} (the curves join the records around them):")
+        for m in s.missing:
+            print(f"  launch {m.launch}: {m.label()}")
     if args.json:
         json.dump(to_json(s, hists, notes, rows), sys.stdout, indent=1)
         sys.stdout.write("\n")

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from neox_epoch.errors import NeoxEpochError
-from neox_epoch.formats.runlog import JSONL_NAME, read_jsonl
+from neox_epoch.formats.runlog import JSONL_NAME, LOG_GAP, TORN_EVENT, read_jsonl
 from neox_epoch.util.values import is_whole
 
 #: events the report reads; others (future writers) are skipped
@@ -129,9 +130,55 @@ class Launch:
 
 
 @dataclass(frozen=True)
+class Missing:
+    """Where the log lacks records: a ``log_gap`` record of the sink (the log could not be written for a while) or
+    a torn line (a record cut short by a crash)."""
+
+    file: str
+    line: int
+    launch: int
+    """1-based launch whose records precede it (1 when it comes before the first plan)."""
+    kind: str
+    """``log_gap`` or ``torn_line``."""
+    records: int
+    """Records missing here (a torn line: 1; a gap: those dropped from the full queue)."""
+    events: tuple[tuple[str, int, int | None, int | None], ...] = ()
+    """(event, records, first iteration, last iteration) of the missing records, when known."""
+    lost: int = 0
+    """A gap: records written earlier into a file that was removed or replaced (not in this file)."""
+    error: str = ""
+    seconds: float | None = None
+    """A gap: how long the log could not be written."""
+
+    def label(self) -> str:
+        where = f"{os.path.basename(self.file)}:{self.line}"
+        what = "; ".join(f"{n} {e} record{'s' if n != 1 else ''}" + _iterations(a, b) for e, n, a, b in self.events)
+        if self.kind == TORN_EVENT:
+            return f"{where}: a record cut short by a crash or a full disk ({what or 'event unknown'})"
+        parts = []
+        if self.records:
+            parts.append(f"{self.records} records missing ({what})")
+        if self.lost:
+            parts.append(f"the {self.lost} records written before it are not in this file (it was removed or "
+                         "replaced during the run)")
+        if not parts:
+            parts.append("no record missing (written late)")
+        took = "" if self.seconds is None else f" for {self.seconds:.0f} s"
+        return f"{where}: {'; '.join(parts)}; the log could not be written{took} ({self.error}); training went on"
+
+
+def _iterations(first: int | None, last: int | None) -> str:
+    if first is None:
+        return ""
+    return f" at iteration {first}" if first == last else f" at iterations {first}..{last}"
+
+
+@dataclass(frozen=True)
 class RunLog:
     files: tuple[str, ...]
     launches: tuple[Launch, ...]
+    missing: tuple[Missing, ...] = ()
+    """Where records are missing (log_gap records, torn lines), in file order."""
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -171,19 +218,27 @@ def read_run(path: str) -> RunLog:
     """Every launch in the run log(s) at ``path``."""
     files = find_logs(path)
     launches: list[Launch] = []
+    missing: list[Missing] = []
     for f in files:
-        launches.extend(read_log(f))
-    return RunLog(tuple(files), tuple(launches))
+        found: list[Missing] = []
+        more = read_log(f, found)
+        missing += [Missing(**{**m.__dict__, "launch": m.launch + len(launches)}) for m in found]
+        launches.extend(more)
+    return RunLog(tuple(files), tuple(launches), tuple(missing))
 
 
-def read_log(path: str) -> list[Launch]:
-    """The launches of one JSONL file."""
+def read_log(path: str, missing: list[Missing] | None = None) -> list[Launch]:
+    """The launches of one JSONL file; where records are missing is added to ``missing``."""
     builders: list[_Builder] = []
     for number, obj in read_jsonl(path, RunLogError):
         where = f"{path}:{number}"
         if not isinstance(obj, dict) or not isinstance(obj.get("event"), str):
             raise RunLogError(f"{where}: expected a JSON object with an \"event\" name, found {_short(obj)}")
         event = obj["event"]
+        if event in (LOG_GAP, TORN_EVENT):
+            if missing is not None:
+                missing.append(_missing(obj, path, number, max(1, len(builders))))
+            continue
         if event not in EVENTS:
             continue
         if event == "plan":
@@ -278,6 +333,28 @@ def _snapshot(obj: Mapping[str, Any], number: int, where: str, names: set[str], 
                                       _num(v, "planned_passes", at, True) if final else None)))
     return Snapshot(number, _int(obj, "iteration", f"{where}: {event}"), tuple(out),
                     _int(obj, "consumed_samples", f"{where}: {event}", True))
+
+
+def _missing(obj: Mapping[str, Any], path: str, number: int, launch: int) -> Missing:
+    """A log_gap record or a torn line (its event and iteration read from its start when they are there)."""
+    if obj["event"] == TORN_EVENT:
+        text = str(obj.get("text", ""))
+        ev, it = re.search(r'"event": "(\w+)"', text), re.search(r'"iteration": (\d+)[,}]', text)
+        events = ((ev.group(1), 1, int(it.group(1)), int(it.group(1))),) if ev and it else (
+            ((ev.group(1), 1, None, None),) if ev else ())
+        return Missing(path, number, launch, TORN_EVENT, 1, events)
+    raw = obj.get("missing_events") if isinstance(obj.get("missing_events"), dict) else {}
+    events = []
+    for name, v in raw.items():
+        its = v.get("iterations") if isinstance(v, dict) and isinstance(v.get("iterations"), list) else [None, None]
+        first, last = (its + [None, None])[:2]
+        events.append((str(name), _int(v, "records", f"{path}:{number}: {LOG_GAP}: {name}"),
+                       first if is_whole(first, 0) else None, last if is_whole(last, 0) else None))
+    since, until = obj.get("since"), obj.get("until")
+    seconds = float(until) - float(since) if all(isinstance(t, (int, float)) for t in (since, until)) else None
+    return Missing(path, number, launch, LOG_GAP, _int(obj, "missing", f"{path}:{number}: {LOG_GAP}", True) or 0,
+                   tuple(events), _int(obj, "lost", f"{path}:{number}: {LOG_GAP}", True) or 0, str(obj.get("error", "")),
+                   seconds)
 
 
 class _Builder:

@@ -129,6 +129,17 @@ def _stages(series: Series) -> str:
             "(1-based iteration).</p>" f"<table>{head}{''.join(rows)}</table>")
 
 
+def _missing(series: Series) -> str:
+    """Where the run log lacks records: the sink's log_gap records and torn lines."""
+    if not series.missing:
+        return ""
+    items = "".join(f"<li class=warn>launch {m.launch}: {_e(m.label())}</li>" for m in series.missing)
+    return ("<h2>Missing records</h2><p class=note>The log could not be written for a while (a full or read-only "
+            "disk, its directory removed) or a record was cut short by a crash; training went on. The curves join "
+            "the records on either side; the counters records are cumulative, so the numbers after a gap are whole."
+            f"</p><ul>{items}</ul>")
+
+
 def render(series: Series, hists: list[Histogram], notes: list[str], rows: list[NumberRow], title: str) -> str:
     names = [s.name for s in series.sources]
     status = ("trained to its end" if series.complete
@@ -141,6 +152,7 @@ def render(series: Series, hists: list[Histogram], notes: list[str], rows: list[
         f"<p>{len(series.launches)} launch{'es' if len(series.launches) > 1 else ''}, {len(names)} train "
         f"source{'s' if len(names) > 1 else ''}; last record at iteration {series.last_iteration:,d} of "
         f"{series.train_iters:,d}: {status}. Read from {files}.</p>"
+        f"{_missing(series)}"
         "<h2>Passes over iterations</h2>"
         "<p class=note>Solid: passes drawn from each source as the counters logged them (one segment per launch). "
         "Dashed: the planned passes. Diamonds: where a source starts its next pass (pass_start). Vertical lines: "

@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from neox_epoch.run_report.log import Launch, RunLog, Snapshot
+from neox_epoch.run_report.log import Launch, Missing, RunLog, Snapshot
 
 #: plan values compared between two launches when the resume event does not say what changed
 PLAN_KEYS = ("train_batch_size", "train_iters", "seq_length", "mode", "separate_epochs", "weights")
@@ -154,6 +154,8 @@ class Series:
     """The last launch's stage plan (None without stages)."""
     stage_starts: tuple[tuple[int, int, str], ...] = ()
     """(iteration, stage, name) of every stage_start record, launches in order."""
+    missing: tuple[Missing, ...] = ()
+    """Where the log lacks records (log_gap records, torn lines)."""
 
 
 def _show(v: Any) -> str:
@@ -272,7 +274,7 @@ def compute(run: RunLog) -> Series:
     last_iteration = end_snap.iteration if end_snap else 0
     return Series(run.files, tuple(rows), tuple(sources), tuple(resumes), tuple(stops), last.seq_length,
                   last.train_iters, last_iteration, bool(last.final and last.final.complete), last.stages,
-                  tuple(x for launch in run.launches for x in launch.stage_starts))
+                  tuple(x for launch in run.launches for x in launch.stage_starts), run.missing)
 
 
 # ---------------------------------------------------------------------------------------------------------
