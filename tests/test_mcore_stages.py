@@ -64,12 +64,12 @@ def test_stages_are_the_planned_ranges_of_the_real_per_source_datasets(corpora: 
     names = ["a", "b", "c"]
     setup = exact_stages(gpt_config([corpora[n] for n in names], str(tmp_path / "cache")), ISSUE, GBS)
     assert [s.samples_per_epoch for s in setup.plan.sources] == [123, 82, 76]
-    assert (setup.train_iters, setup.train_samples, setup.boundaries) == (126, 504, (31, 67))
+    assert (setup.train_iters, setup.train_samples, setup.boundaries) == (125, 500, (31, 67))
     staged = build_stages(setup)
-    assert len(staged) == 504 and [len(d) for d in staged.datasets] == [123, 82, 76]
+    assert len(staged) == 500 and [len(d) for d in staged.datasets] == [123, 82, 76]
     refs = [reference(corpora[n], str(tmp_path / f"ref-{n}")) for n in names]
     planned = {  # stage -> source -> (first draw, draws): tests/test_stages.py's plan of the same stages
-        "s1": {"a": (0, 124)}, "s2": {"a": (124, 61), "b": (0, 83)}, "s3": {"b": (83, 82), "c": (0, 154)}}
+        "s1": {"a": (0, 124)}, "s2": {"a": (124, 60), "b": (0, 84)}, "s3": {"b": (84, 80), "c": (0, 152)}}
     first = 0
     for stage in setup.stages_plan.stages:
         rows = range(first, first + stage.samples)
@@ -86,10 +86,16 @@ def test_stages_are_the_planned_ranges_of_the_real_per_source_datasets(corpora: 
         first += stage.samples
     # every sample of a source once before any twice: a's 123 then sample 0 again (stage 1's 124th draw)
     a_order = staged.draw_index[staged.dataset_index == 0]
-    assert a_order.tolist() == list(range(185))
+    assert a_order.tolist() == list(range(184))
     assert sorted(np.asarray(staged.dataset_sample_index)[staged.dataset_index == 0][:123].tolist()) == list(range(123))
     c_order = np.asarray(staged.dataset_sample_index)[staged.dataset_index == 2]
-    assert np.bincount(c_order, minlength=76).tolist() == [3, 3] + [2] * 74  # 154 = 2 x 76 + 2
+    # no sample past its passes (issue 35: c drew 154 = 2 x 76 + 2, samples 0 and 1 a third time): c 2 passes,
+    # b 2 passes, a 1.5 passes = 184 whole samples (123 + 61: none three times)
+    assert np.bincount(c_order, minlength=76).tolist() == [2] * 76
+    b_order = np.asarray(staged.dataset_sample_index)[staged.dataset_index == 1]
+    assert np.bincount(b_order, minlength=82).tolist() == [2] * 82
+    a_counts = np.bincount(np.asarray(staged.dataset_sample_index)[staged.dataset_index == 0], minlength=123)
+    assert a_counts.max() == 2 and a_counts.sum() == 184
 
 
 def _span(start_draws: tuple[int, int]) -> tuple[int, int]:
@@ -115,7 +121,7 @@ def test_counters_show_stage_and_cumulative_passes_and_guard_the_fingerprint(
         c.step(it, it * GBS)
     state = json.loads(json.dumps(c.state_dict()))
     assert state["format"] == "neox_epoch.mcore.counters/1" and state["stage"] == "s2"
-    assert state["samples"] == {"a": 124 + 15, "b": 21, "c": 0}  # 36 samples into s2: 61:83 of a and b
+    assert state["samples"] == {"a": 124 + 15, "b": 21, "c": 0}  # 36 samples into s2: 60:84 of a and b
     fp = state["fingerprint"]
     assert [s["name"] for s in fp["sources"]] == ["a", "b", "c"] and fp["seed"] == 1234 and fp["seq_length"] == 32
     recs = [json.loads(line) for line in (run / JSONL_NAME).read_text().splitlines()]
@@ -139,12 +145,12 @@ def test_counters_show_stage_and_cumulative_passes_and_guard_the_fingerprint(
     # resume on the same data: exact continuation through the end; cumulative passes = the plan
     again = live_counters(staged, setup, active=False)
     again.load_state_dict(state)
-    for it in range(41, 127):
+    for it in range(41, 126):
         again.step(it, it * GBS)
     final = again.final()
-    assert {k: v["samples"] for k, v in final["sources"].items()} == {"a": 185, "b": 165, "c": 154}
-    assert {k: v["passes"] for k, v in final["sources"].items()} == {"a": round(185 / 123, 6),
-                                                                     "b": round(165 / 82, 6), "c": round(154 / 76, 6)}
+    assert {k: v["samples"] for k, v in final["sources"].items()} == {"a": 184, "b": 164, "c": 152}
+    assert {k: v["passes"] for k, v in final["sources"].items()} == {"a": round(184 / 123, 6),
+                                                                     "b": 2.0, "c": 2.0}
     assert final["complete"] is True
 
     # a later stage changed (s3: c 1 instead of 2): not what the checkpoint trained, the resume goes on
@@ -212,5 +218,5 @@ def test_blend_per_split_builds_the_same_stages(corpora: dict[str, str], tmp_pat
     plain = build_stages(exact_stages(gpt_config([corpora[n] for n in "abc"], str(tmp_path / "cache2")), ISSUE, GBS))
     assert np.array_equal(per_split.dataset_index, plain.dataset_index)
     assert np.array_equal(per_split.dataset_sample_index, plain.dataset_sample_index)
-    for i in (0, 200, 503):
+    for i in (0, 200, 499):
         assert np.array_equal(per_split[i]["tokens"], plain[i]["tokens"])

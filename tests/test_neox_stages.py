@@ -111,14 +111,14 @@ def staged(tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, Any]:
     return run, rc
 
 
-def _draws(run: Run) -> tuple[dict[str, Any], np.ndarray, np.ndarray, np.ndarray]:
+def _draws(run: Run, names: Any = "abc") -> tuple[dict[str, Any], np.ndarray, np.ndarray, np.ndarray]:
     """The plan's stages, and per recorded row (first two launches): iteration, source index, position in its order."""
     stages = next(r for r in run.jsonl() if r["event"] == "plan")["stages"]
     rec = run.recorded()
     keep = rec.launches < 2
     iterations, texts = rec.iterations[keep], rec.texts[keep]
     lookup: dict[bytes, list[tuple[int, int]]] = {}
-    for k, name in enumerate("abc"):
+    for k, name in enumerate(names):
         for pos, text in enumerate(_order_texts(run.path("data", name), f"train_{k}")):
             lookup.setdefault(text, []).append((k, pos))
     order = np.argsort(iterations, kind="stable")
@@ -317,3 +317,37 @@ def test_resume_exactly_at_a_boundary_with_a_changed_later_stage(staged: tuple[R
     final = [r for r in records if r["event"] == "final"][-1]
     assert final["iteration"] == 80 and {n: v["samples"] for n, v in final["sources"].items()} == {
         "a": 144, "b": 128, "c": 48}
+
+
+#: issue 37: a staged config the one-blend weight search refused (tests/test_neox_stages_plan.py); per-pass samples
+#: 196, 116, 154; totals whole passes (196, 232, 308 = 184 batches of 4)
+ISSUE_37_PER_PASS = {"src0": 196, "src1": 116, "src2": 154}
+ISSUE_37 = [{"name": "warm", "passes": {"src0": 0.5, "src1": 0.5}}, {"name": "main", "passes": {"src0": 0.5, "src2": 1}},
+            {"name": "anneal", "passes": {"src1": 1.5, "src2": 1}}]
+
+
+@pytest.fixture(scope="module")
+def issue_37(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    run = _new_run(tmp_path_factory, "stages-37")
+    for k, (name, n) in enumerate(ISSUE_37_PER_PASS.items()):
+        _sized_corpus(run.path("data", name), 21 + k, n)
+    cfg = _config(run.root, list(ISSUE_37_PER_PASS), {"stages": ISSUE_37})
+    _ok(_launch(run, cfg, "first", frameworks.neox_dir()))
+    return run
+
+
+def test_issue_37_trains_each_stage_exactly_in_neox(issue_37: Run) -> None:
+    """The config plans and NeoX trains it exactly: each iteration only its stage's sources, each source's order
+    position once (no token above its passes), a pass complete before the next starts."""
+    stages, iterations, source, position = _draws(issue_37, list(ISSUE_37_PER_PASS))
+    assert stages["train_iters"] == 184 and stages["boundaries"] == [39, 102]
+    assert stages["total_draws"] == {"src0": 196, "src1": 232, "src2": 308}
+    assert np.bincount(iterations)[1:].tolist() == [4] * 184
+    for k, (name, n) in enumerate(ISSUE_37_PER_PASS.items()):
+        pos, its = position[source == k], iterations[source == k]
+        assert np.sort(pos).tolist() == list(range(stages["total_draws"][name])), name
+        for p in range(1, -(-len(pos) // n)):
+            assert its[pos < p * n].max() <= its[pos >= p * n].min(), (name, p)
+    assert sorted(set(source[iterations <= 39].tolist())) == [0, 1]
+    assert sorted(set(source[(iterations > 39) & (iterations <= 102)].tolist())) == [0, 2]
+    assert sorted(set(source[iterations > 102].tolist())) == [1, 2]

@@ -303,3 +303,48 @@ def test_hooks_refuse_a_later_stage_change_that_moves_the_schedule_end():  # typ
         "iterations; set override_lr_scheduler: true (the schedule ends with the data at 80), "
         "use_checkpoint_lr_scheduler: true (keep the saved one, ending at 92), or lr_decay_iters: N")
     hooks._check_lr_schedule(SimpleNamespace(**vars(args), override_lr_scheduler=True), saved, 80, "x")
+
+
+#: issue 37: three sources of 196, 116 and 154 samples per pass at seq_length 64, global batch 4 (2 x 2 ranks)
+ISSUE_37 = [{"name": "warm", "passes": {"src0": 0.5, "src1": 0.5}}, {"name": "main", "passes": {"src0": 0.5, "src2": 1}},
+            {"name": "anneal", "passes": {"src1": 1.5, "src2": 1}}]
+
+
+def test_issue_37_staged_config_plans_without_one_blend_over_the_run(tmp_path, capsys):  # type: ignore[no-untyped-def]
+    """Whole-pass totals (196, 232, 308 = 184 batches of 4) plan; one float-weight blend over those totals (the old
+    requirement, which the hooks never draw from) finds no weights on these corpora."""
+    from dataclasses import replace
+
+    from neox_epoch.errors import PlanError
+    from neox_epoch.formats.neox_config import NeoxConfig
+    from neox_epoch.plan.from_neox import plan_input_from_neox
+    from neox_epoch.plan.planner import _exact_run
+
+    for k, n in enumerate([196, 116, 154]):
+        total = n * 64 + 1 + 30
+        docs, have = [], 0
+        for d in random_documents(10 + k, total // 10, 20, 180, vocab=500):
+            docs.append(d[: total - have])
+            have += len(docs[-1])
+            if have == total:
+                break
+        write_corpus(str(tmp_path / f"src{k}"), docs, dtype="uint16")
+    paths = [str(tmp_path / f"src{k}") for k in range(3)]
+    cfg = {"seq_length": 64, "train_micro_batch_size_per_gpu": 2, "global_num_gpus": 2, "num_gpus": 2,
+           "train_data_paths": paths, "train_data_weights": [1, 1, 1], "valid_data_paths": paths[:1],
+           "test_data_paths": paths[:1], "valid_data_weights": [1], "test_data_weights": [1], "eval_interval": 1000,
+           "eval_iters": 2, "neox_epoch": {"stages": ISSUE_37}}
+    (tmp_path / "staged.yml").write_text(json.dumps(cfg))
+    code, out, err = _run(["plan", str(tmp_path / "staged.yml"), "--json"], capsys)
+    assert code == 0, err
+    st = json.loads(out)["stages"]
+    assert st["train_iters"] == 184 and st["boundaries"] == [39, 102]
+    assert st["total_draws"] == {"src0": 196, "src1": 232, "src2": 308}
+    assert st["cumulative_passes"] == {"src0": 1.0, "src1": 2.0, "src2": 2.0}
+    assert all(s["notes"] == [] for s in st["stages"])
+    block = EpochBlock.from_mapping({"stages": ISSUE_37}, "neox_epoch")
+    inp = plan_input_from_neox(NeoxConfig(values={k: v for k, v in cfg.items() if k != "neox_epoch"}, origin={},
+                                          block=block))
+    with pytest.raises(PlanError, match=r"no float weights found .* exactly \[196, 232, 308\]"):
+        _exact_run(replace(inp, train_iters=None, train_samples=None), 184, ["src0", "src1", "src2"], [196, 232, 308],
+                   200, {})

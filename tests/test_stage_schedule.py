@@ -6,7 +6,7 @@ Megatron-LM's ``get_optimizer_param_scheduler`` / megatron-core's ``OptimizerPar
 
 NeoX corpora as tests/test_neox_stages_plan.py (a 96, b 64, c 48 samples per pass, global batch 4: stages
 0..24, 24..52, 52..92); megatron-core corpora as tests/test_mcore_stages.py (a 123, b 82, c 76 samples per epoch,
-global batch 4: stages 0..31, 31..67, 67..126)."""
+global batch 4: stages 0..31, 31..67, 67..125)."""
 
 from __future__ import annotations
 
@@ -155,12 +155,12 @@ def test_mcore_wsd_from_a_stage_equals_megatron_lm(tmp_path: Path) -> None:
         argv = [*model, "--train-iters", str(setup.train_iters), "--data-path", *prefixes, *own, *flags]
         cases.append({"id": label, "argv": argv, "world_size": 1, "cache_dir": str(tmp_path), "build": False,
                       "lr_at": [it for _, it, _ in sched.points]})
-    assert schedules["wsd"].settings == {"--lr-decay-iters": 126, "--lr-decay-style": "WSD",
-                                         "--lr-wsd-decay-iters": 59, "--lr-wsd-decay-style": "linear"}
+    assert schedules["wsd"].settings == {"--lr-decay-iters": 125, "--lr-decay-style": "WSD",
+                                         "--lr-wsd-decay-iters": 58, "--lr-wsd-decay-style": "linear"}
     assert [(it, lr) for _, it, lr in schedules["wsd"].points] == [
-        (0, 0.0), (31, 0.001), (67, 0.001), (125, 1e-05 + (1 - 58 / 59) * (0.001 - 1e-05))]
+        (0, 0.0), (31, 0.001), (67, 0.001), (124, 1e-05 + (1 - 57 / 58) * (0.001 - 1e-05))]
     assert schedules["until"].settings == {"--lr-decay-iters": 67}
-    assert [it for _, it, _ in schedules["until"].points] == [0, 31, 67, 125]
+    assert [it for _, it, _ in schedules["until"].points] == [0, 31, 67, 124]
     truth = {c["id"]: c for c in env.run_truth(cases, str(tmp_path / "work"), timeout=300)["cases"]}
     for label, sched in schedules.items():
         real = truth[label]

@@ -33,23 +33,28 @@ def _rows(plan):
 
 def test_issue_example_exact_numbers():
     """Stage k continues each source after what earlier stages drew; boundaries on whole batches of 4;
-    what rounding adds is said per stage. a: 124 = 123 + 1 (31 batches), so stage 2 starts a's pass 2 at 1."""
+    what rounding adds is said per stage. a: 124 = 123 + 1 (31 batches; a draws again in s2), so stage 2 starts
+    a's pass 2 at 1. No source is drawn past its total target (issue 35): a asks 1.5 passes = 184.5 samples and
+    draws 184; s2's extra goes to b (drawn again in s3, which owes that much less); s3, the last, is not rounded
+    up (it was 59 iterations with c drawn 154 times for 152 asked)."""
     plan = plan_stages(StagesConfig.from_mapping(ISSUE_EXAMPLE), EPOCH, 4)
     assert _rows(plan) == [
         ("s1", 0, 31, [("a", 124, 0, 0)]),
-        ("s2", 31, 36, [("a", 61, 1, 1), ("b", 83, 0, 0)]),
-        ("s3", 67, 59, [("b", 82, 1, 1), ("c", 154, 0, 0)]),
+        ("s2", 31, 36, [("a", 60, 1, 1), ("b", 84, 0, 0)]),
+        ("s3", 67, 58, [("b", 80, 1, 2), ("c", 152, 0, 0)]),
     ]
-    assert plan.train_iters == 126 and plan.train_samples == 504
+    assert plan.train_iters == 125 and plan.train_samples == 500
     assert plan.boundaries == (31, 67)
-    assert plan.total_draws() == {"a": 185, "b": 165, "c": 154}
-    assert plan.stage_at(30).name == "s1" and plan.stage_at(31).name == "s2" and plan.stage_at(125).name == "s3"
+    assert plan.total_draws() == {"a": 184, "b": 164, "c": 152}
+    assert plan.stage_at(30).name == "s1" and plan.stage_at(31).name == "s2" and plan.stage_at(124).name == "s3"
     assert plan.stages[0].notes == (
-        "123 samples wanted, 124 drawn (31 whole batches of 4)",
+        "123 samples wanted, 124 drawn (31 whole batches of 4; rounded up, the extra drawn from sources a later "
+        "stage draws again)",
         "a: 123 samples due, 124 drawn",
     )
     # the owed half sample of stage 2 (60.5 after stage 1's extra sample) is carried, not lost
     assert plan.stages[1].draw_of("a").wanted == 60.5
+    assert plan.stages[2].notes == ()
 
 
 def test_exact_when_everything_divides():
@@ -95,7 +100,7 @@ def test_max_passes_refuses_before_planning():
     per_source = StagesConfig.from_mapping({**ISSUE_EXAMPLE, "max_passes": {"c": 1.5}})
     with pytest.raises(PlanError, match=r"source 'c': the stages ask 2 passes \(s3: 2\), over max_passes 1.5"):
         plan_stages(per_source, EPOCH, 4)
-    assert plan_stages(StagesConfig.from_mapping({**ISSUE_EXAMPLE, "max_passes": 2}), EPOCH, 4).train_iters == 126
+    assert plan_stages(StagesConfig.from_mapping({**ISSUE_EXAMPLE, "max_passes": 2}), EPOCH, 4).train_iters == 125
 
 
 @pytest.mark.parametrize(

@@ -569,6 +569,10 @@ def _staged_draws(state: State, staged: StagedRun, ds: Any, problems: list[str])
         if len(ds.datasets[k]) < total:
             problems.append(f"{label}: NeoX's dataset has {len(ds.datasets[k])} samples, the stages draw {total}")
     ds.dataset_index, ds.dataset_sample_index, ds.size = which, position, int(which.shape[0])
+    if rank() == 0:  # what a stage boundary could not make exact (a remainder, a stage rounded up), as the plan says
+        for st in staged.stages.stages:
+            for note in st.notes:
+                log.info("neox_epoch: stage %s: note: %s", st.name, note)
 
 
 def _gas(neox_args: Any) -> int:

@@ -2,8 +2,10 @@
 
 Each train source's samples per pass are ``(T - 1) // seq_length`` (the hooks build every pass of a staged
 source on its own: :mod:`neox_epoch.semantics.stage_order`). :func:`plan_staged` plans the stages, then the
-one run NeoX is asked for: ``train_iters`` the stages' total and, per source, exactly its total draws
-(NeoX's train blend built for those targets). :func:`stages_json` is the ``stages`` key of
+one run NeoX is asked for: ``train_iters`` the stages' total and, per source, exactly its total draws (the sum
+of each stage's draws). NeoX's train blend is built with those totals as its weights and requests, but never
+drawn from: the hooks replace its order by the stages' (each stage with its own blend), so no one blend over
+the whole run has to draw the totals exactly. :func:`stages_json` is the ``stages`` key of
 ``neox-epoch plan --json`` and of the hooks' JSONL plan record; :func:`render_stages` its text.
 """
 
@@ -13,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from neox_epoch.errors import ConfigError, PlanError
+from neox_epoch.plan.builds import framework_of
 from neox_epoch.plan.inputs import PlanInput
 from neox_epoch.plan.model import Plan
 from neox_epoch.plan.planner import _exact_run, make_plan
@@ -68,9 +71,7 @@ def plan_staged(inp: PlanInput, config: StagesConfig) -> StagedRun:
     if idle:
         raise ConfigError(f"neox_epoch.stages: train source(s) {idle} are in train_data_paths but no stage draws them; "
                           "give them a target in a stage, or remove them from train_data_paths")
-    totals = [drawn[s] for s in labels]
-    exact_inp = replace(inp, train_iters=None, train_samples=None)
-    plan, settings = _exact_run(exact_inp, stages.train_iters, list(labels), totals, 200, {})
+    plan, settings = _stage_run(inp, stages.train_iters, labels, [drawn[s] for s in labels])
     arithmetic = [f"stages: {len(stages.stages)}; train_iters = sum of the stages' whole global batches = "
                   f"{' + '.join(str(r.iterations) for r in stages.stages)} = {stages.train_iters}"]
     plan = replace(plan, settings={"train_iters": stages.train_iters, "train_samples": stages.train_samples,
@@ -80,6 +81,24 @@ def plan_staged(inp: PlanInput, config: StagesConfig) -> StagedRun:
     if plan.train_iters != stages.train_iters:  # pragma: no cover - _exact_run keeps the iterations asked
         raise PlanError(f"stages: the run plan has {plan.train_iters} iterations, the stages {stages.train_iters}")
     return StagedRun(stages, plan, labels, config)
+
+
+def _stage_run(inp: PlanInput, iters: int, labels: tuple[str, ...], totals: list[int]) -> tuple[Plan, dict[str, Any]]:
+    """NeoX's one run for the stages: ``iters`` iterations, its train blend weighted and requested by each source's
+    total draws (exact mode's settings), no weight search: the stages' draws replace the blend's order."""
+    if len(totals) == 1:  # one source: its exact run (no blend to weigh)
+        return _exact_run(replace(inp, train_iters=None, train_samples=None), iters, list(labels), totals, 1, {})
+    fw = framework_of(inp)
+    settings: dict[str, Any] = {}
+    neox = replace(inp.neox, exact_requests=tuple(totals) if fw.exact_requests else None)
+    if inp.neox.weight_by_num_documents:  # document-count weights would replace the totals
+        neox = replace(neox, weight_by_num_documents=False)
+        settings["weight_by_num_documents"] = False
+    weights = [float(t) for t in totals]
+    run = replace(inp, train_iters=iters, train_samples=None, blend_weights_override=tuple(weights), neox=neox)
+    plan = make_plan(run)
+    settings.update({"weights": weights, "targets": dict(zip(labels, totals)), **dict(fw.exact_block)})
+    return plan, settings
 
 
 def _as_staged_builds(plan: Plan, stages: StagesPlan, labels: tuple[str, ...], seq_length: int) -> Plan:
@@ -98,7 +117,7 @@ def _as_staged_builds(plan: Plan, stages: StagesPlan, labels: tuple[str, ...], s
         r = max(0.0, (s.tokens - n * seq_length) / s.tokens)
         full, frac = divmod(t, n)
         unseen = s.tokens * r ** full * (1 - frac / n * (1 - r)) if frac else s.tokens * r ** full
-        rows.append(replace(s, epochs_built=passes, samples_built=passes * n, length=passes * n,
+        rows.append(replace(s, samples_drawn=t, target_samples=t, epochs_built=passes, samples_built=passes * n, length=passes * n,
                             separate_final_epoch=True, tokens_unseen=round(unseen),
                             tokens_unseen_exact=full == 1 and not frac,
                             formula=f"staged: {passes} passes of (tokens - 1) // seq_length = {n} samples, each "

@@ -6,8 +6,9 @@ A stage plan is an ordered list of stages. Each stage names per-source pass targ
 size, :func:`plan_stages` computes per stage and source how many samples are drawn and where they start
 in that source's own order: stage k draws right after what stages 1..k-1 drew, and a source wraps to a
 new pass only once every sample of the current pass was drawn. Stage boundaries fall on whole global
-batches; what cannot be exact (a fractional sample, a stage rounded up to a whole batch) is said in the
-stage's ``notes``. ``max_passes`` refuses targets above a cap before anything is built.
+batches, rounded so that no source is drawn past its total target (a stage is rounded up only onto sources
+a later stage draws again, else down: the shortfall is a named remainder in the stage's ``notes``).
+``max_passes`` refuses targets above a cap before anything is built.
 
 Pure: numpy-free arithmetic on integers and floats; no torch, no framework.
 """
@@ -176,14 +177,72 @@ def _stage_wanted(
     return {s: length * w / mass for s, w in stage.weights.items()}, length
 
 
+def _caps(config: StagesConfig, samples_per_epoch: Mapping[str, int], batch: int) -> dict[str, int]:
+    """Each source's total target in whole samples (the sum of what every stage wants of it, rounded down)."""
+    total = dict.fromkeys(samples_per_epoch, 0.0)
+    for stage in config.stages:
+        for s, w in _stage_wanted(stage, samples_per_epoch, batch)[0].items():
+            total[s] += w
+    return {s: math.floor(t + 1e-9) for s, t in total.items()}
+
+
+def _fit(length: int, due: dict[str, float], room: dict[str, int]) -> dict[str, int]:
+    """``length`` samples split over ``due`` (largest remainder), none above its ``room``: a source's excess goes
+    to the sources furthest below their share that still have room (the caller checks the room suffices)."""
+    counts = _largest_remainder(length, due) if length else dict.fromkeys(due, 0)
+    spare = 0
+    for s in counts:
+        if counts[s] > room[s]:
+            spare += counts[s] - room[s]
+            counts[s] = room[s]
+    for s in sorted(due, key=lambda s: (-(due[s] - counts[s]), list(due).index(s))):
+        give = min(spare, room[s] - counts[s])
+        counts[s] += give
+        spare -= give
+    return counts
+
+
+def _passes_stage(due: dict[str, float], room: dict[str, int], batch: int, last: bool) -> tuple[int, dict[str, int]]:
+    """A passes stage's length (whole batches) and draws: rounded up when that pushes no source past its total
+    target (the extra goes to sources that draw again later; the later stage owes that much less), else down."""
+    want = sum(due.values())
+    room = {s: room[s] if due[s] > 0 else 0 for s in due}
+    up = math.ceil(round(want, 9) / batch) * batch
+    if not last and up <= sum(room.values()):
+        return up, _fit(up, due, room)
+    near = {s: min(room[s], math.ceil(due[s] - 1e-9)) for s in due}
+    length = math.floor(round(min(want, sum(near.values())), 9) / batch) * batch
+    return length, _fit(length, due, near)
+
+
+def _rounding_notes(name: str, due: dict[str, float], counts: dict[str, int], batch: int) -> list[str]:
+    want, length = sum(due.values()), sum(counts.values())
+    notes: list[str] = []
+    if length == 0 and want > 1e-9:
+        notes.append(f"remainder: nothing drawn in stage {name!r}: its {want:g} samples are under one global batch "
+                     f"of {batch} that no source may exceed its passes for")
+    elif length == 0:
+        notes.append("nothing due: earlier stages' rounding to whole batches already drew this stage's targets")
+    elif length > want + 1e-9:
+        notes.append(f"{want:g} samples wanted, {length} drawn ({length // batch} whole batches of {batch}; rounded up, "
+                     "the extra drawn from sources a later stage draws again)")
+    elif length < want - 1e-9:
+        short = ", ".join(f"{s}: {due[s] - counts[s]:g}" for s in due if due[s] - counts[s] > 1e-9)
+        notes.append(f"remainder: {want:g} samples wanted, {length} drawn ({length // batch} whole batches of {batch}; "
+                     f"rounded down, no source may exceed its passes): not drawn here {short}")
+    return notes
+
+
 def plan_stages(config: StagesConfig, samples_per_epoch: Mapping[str, int], global_batch_size: int) -> StagesPlan:
     """Plan every stage: per-source draws and start offsets, boundaries in whole batches, one train_iters.
 
     Passes stages: each source is owed ``cumulative target x samples per epoch`` minus what it has drawn,
-    so rounding never drifts over stages; the stage's samples are rounded up to whole global batches and
-    the extra samples go to the sources with the largest fractional shares. Weights stages split their
-    length by largest remainder. Raises :class:`ConfigError` on unknown sources and :class:`PlanError`
-    when a source's targets exceed ``max_passes`` (checked before any rounding).
+    so rounding never drifts over stages. A stage is rounded up to whole global batches only when the extra
+    samples can go to sources that draw again in a later stage (which then owe that much less); otherwise,
+    and always for the last stage, it is rounded down and the shortfall is a named remainder (the stage's
+    notes). No source is drawn past its total target. Weights stages split their length by largest remainder.
+    Raises :class:`ConfigError` on unknown sources and :class:`PlanError` when a source's targets exceed
+    ``max_passes`` (checked before any rounding).
     """
     batch = count("global_batch_size", global_batch_size)
     _check_sources(config, samples_per_epoch)
@@ -193,27 +252,22 @@ def plan_stages(config: StagesConfig, samples_per_epoch: Mapping[str, int], glob
         for s, w in wanted.items():
             targets[s].append((stage.name, w / samples_per_epoch[s]))
     _check_cap(config, targets)
+    caps = _caps(config, samples_per_epoch, batch)
 
     drawn = dict.fromkeys(samples_per_epoch, 0)
     owed = dict.fromkeys(samples_per_epoch, 0.0)  # cumulative wanted samples so far
     results: list[StageResult] = []
     first = 0
-    for stage in config.stages:
+    for k, stage in enumerate(config.stages):
         wanted, length = _stage_wanted(stage, samples_per_epoch, batch)
         notes: list[str] = []
         if stage.passes is not None:
             for s, w in wanted.items():
                 owed[s] += w
             due = {s: max(0.0, owed[s] - drawn[s]) for s in wanted}
-            want_total = sum(due.values())
-            length = math.ceil(round(want_total, 9) / batch) * batch
-            counts = _largest_remainder(length, due) if length else dict.fromkeys(due, 0)
-            if length == 0:
-                notes.append("nothing due: earlier stages' rounding to whole batches already drew this stage's targets")
-            elif abs(length - want_total) > 1e-9:
-                notes.append(
-                    f"{want_total:g} samples wanted, {length} drawn ({length // batch} whole batches of {batch})"
-                )
+            room = {s: max(0, caps[s] - drawn[s]) for s in wanted}
+            length, counts = _passes_stage(due, room, batch, k == len(config.stages) - 1)
+            notes += _rounding_notes(stage.name, due, counts, batch)
         else:
             assert length is not None
             due = wanted
