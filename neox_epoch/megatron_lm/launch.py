@@ -1,0 +1,139 @@
+"""``neox-epoch launch [--epochs N | --source-epochs NAME=E ...] torchrun ... pretrain_gpt.py FLAGS``.
+
+The user's Megatron-LM line as they run it. In order:
+
+1. our options are split off (they never reach Megatron-LM's argparse: :mod:`neox_epoch.megatron_lm.line`),
+2. with passes asked, the line is planned by the planner ``neox-epoch plan`` uses on a pasted line (the same
+   source names) and its exact flags (``settings.megatron_flags``: train iterations or samples, data-path
+   weights, surplus 0, the LR lengths) are appended after the script's flags (argparse: the last one wins);
+   each change is printed on stderr before the start, with the plan's warnings (a remainder, ...),
+3. the launch's decisions go to every rank in ``$NEOX_EPOCH_MEGATRON_LM`` (the environment is otherwise passed
+   unchanged),
+4. the script is replaced by ``-m neox_epoch.megatron_lm.worker pretrain_gpt.py`` (torchrun's ``-m``, or
+   python's) and the launcher runs as a subprocess: its exit code is returned, SIGINT/SIGTERM are forwarded.
+
+Without passes the line runs as given and the hooks only observe. ``--dry-run`` prints the argv and the
+environment value as one JSON line instead of starting.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from neox_epoch.errors import ConfigError
+from neox_epoch.megatron_lm.line import LaunchOptions, changes, cut_line, split_options, worker_argv
+from neox_epoch.megatron_lm.payload import ENV_VAR, Payload
+
+
+def plan_exact(opts: LaunchOptions, line: Sequence[str]) -> dict[str, Any]:
+    """The exact plan of ``line`` as ``neox-epoch plan --json`` computes it (the same parser and planner)."""
+    from neox_epoch import cli
+
+    argv = ["plan", "--json"]
+    if opts.epochs is not None:
+        argv += ["--epochs", opts.epochs]
+    if opts.source_epochs:
+        argv += ["--source-epochs", *opts.source_epochs]
+    if opts.framework_version:
+        argv += ["--framework-version", opts.framework_version]
+    argv += list(line)
+    parser = cli.build_parser(argv)
+    args, extra = parser.parse_known_args(argv)
+    args.extra, args.raw_argv, args.main = extra, argv, cli.main
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        args.func(args)
+    return dict(json.loads(out.getvalue()))
+
+
+def mirror_version(opts: LaunchOptions) -> str:
+    from neox_epoch.formats import detect
+
+    return detect.version_to_mirror(opts.framework_version, False)
+
+
+def prepare(tokens: Sequence[str], python: str | None = None) -> tuple[list[str], Payload, list[str]]:
+    """(the argv to run, the payload for the ranks, the lines to show on stderr) for ``tokens`` after ``launch``."""
+    opts, line = split_options(tokens)
+    if not line:
+        raise ConfigError("launch: no command line after the options; usage: neox-epoch launch [--epochs N] torchrun "
+                          "... pretrain_gpt.py FLAGS")
+    if opts.stages is not None:
+        raise ConfigError("launch: --stages: not supported for Megatron-LM lines yet; give --epochs or "
+                          "--source-epochs (neox-epoch plan --stages shows a staged plan)")
+    if opts.epochs is not None and opts.source_epochs:
+        raise ConfigError("launch: give --epochs or --source-epochs, not both")
+    cut = cut_line(line)
+    shown: list[str] = []
+    if opts.epochs is None and not opts.source_epochs:
+        payload = Payload(mode="observe", version=mirror_version(opts), log_dir=opts.log_dir, enforce=opts.enforce,
+                          log_interval=opts.log_interval)
+        shown.append("neox_epoch: no passes asked (--epochs / --source-epochs): the line runs as given; the hooks "
+                      "only observe and log")
+        return worker_argv(cut, python or sys.executable), payload, shown
+    plan = plan_exact(opts, line)
+    settings = dict(plan.get("settings") or {})
+    flags = str(settings.get("megatron_flags") or "")
+    if not flags:
+        raise ConfigError("launch: the plan has no exact flags for this line (a phased line?); run neox-epoch plan "
+                          "on it to see why")
+    import shlex
+
+    new_flags = [*cut.flags, *shlex.split(flags)]
+    why = {str(e.get("key")): str(e.get("why", "")) for e in settings.get("schedule") or [] if isinstance(e, dict)}
+    for change in changes(cut.flags, flags):
+        name = change.split(" ", 1)[0]
+        shown.append(f"neox_epoch: {change}" + (f": {why[name]}" if why.get(name) else ""))
+    warnings = [str(w.get("text", w)) for w in plan.get("warnings") or [] if isinstance(w, dict)]
+    shown += [f"neox_epoch: warning: {w}" for w in warnings]
+    payload = Payload(mode="exact", version=str(plan.get("framework_version") or mirror_version(opts)),
+                      settings=settings, log_dir=opts.log_dir, enforce=opts.enforce, log_interval=opts.log_interval,
+                      warnings=warnings)
+    cut = type(cut)(cut.launcher, cut.script, new_flags)
+    return worker_argv(cut, python or sys.executable), payload, shown
+
+
+def run_subprocess(argv: list[str], env: dict[str, str]) -> int:
+    """Run the launcher; forward SIGINT/SIGTERM to it; its exit code (128 + signal when it was killed)."""
+    try:
+        proc = subprocess.Popen(argv, env=env)
+    except OSError as err:
+        raise ConfigError(f"launch: cannot start {argv[0]!r} ({err}); is it on PATH?") from err
+    previous: dict[int, Any] = {}
+
+    def forward(signum: int, _frame: Any) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signum)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        previous[sig] = signal.signal(sig, forward)
+    try:
+        rc = proc.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 128 - rc if rc < 0 else rc
+
+
+def run(tokens: Sequence[str]) -> int:
+    """``neox-epoch launch`` on a Megatron-LM line (``tokens``: what follows ``launch``)."""
+    argv, payload, shown = prepare(tokens)
+    opts, _ = split_options(tokens)
+    for line in shown:
+        print(line, file=sys.stderr, flush=True)
+    value = payload.encode()
+    if opts.dry_run:
+        print(json.dumps({"argv": argv, "env": {ENV_VAR: value}, "mode": payload.mode,
+                          "settings": payload.settings, "changes": shown}), flush=True)
+        return 0
+    env = dict(os.environ)
+    env[ENV_VAR] = value
+    return run_subprocess(argv, env)
