@@ -72,6 +72,9 @@ class Hooks:
         if not rank0:
             logging.getLogger("neox_epoch.mcore").addFilter(lambda _record: False)
         self.limit = _limit(self.counters, self.plan)
+        resume = self.payload.settings.get("resume")
+        if resume:
+            self.counters.train_iters = int(resume["train_iters"])
         if rank0:
             log.info("neox_epoch: the build matches the plan (%d train sources, %d samples); logging to %s",
                      len(self.counters.sources), self.counters.size, self.log_dir or "(no log dir)")
@@ -95,6 +98,21 @@ class Hooks:
         from neox_epoch.mcore.counters import STATE_FORMAT
 
         return STATE_FORMAT
+
+    def request(self, training: Any, a: tuple[Any, ...], kw: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """A resume with another global batch: the train split is requested for the plan's samples (what the
+        checkpoint's run was built for), not for the new train_iters x global batch."""
+        resume = self.payload.settings.get("resume") if self.payload.mode == "exact" else None
+        if not resume:
+            return a, kw
+        nums = kw.get("train_valid_test_num_samples", a[1] if len(a) > 1 else None)
+        if nums is None:
+            nums = training.get_train_valid_test_num_samples()
+        nums = [int(resume["train_request"]), *list(nums)[1:]]
+        if is_logging_rank():
+            log.info("neox_epoch: train split requested for %d samples (the plan's): %s", nums[0], resume["why"])
+        kw = {k: v for k, v in kw.items() if k != "train_valid_test_num_samples"}
+        return (a[0], nums), kw
 
     # -------------------------------------------------------------------------------------------- steps
     def after_step(self, iteration: int) -> None:
@@ -170,6 +188,7 @@ def install(payload: Payload, plan: Plan | None) -> Hooks:
 
     def build(real: Any) -> Any:
         def wrapper(*a: Any, **kw: Any) -> Any:
+            a, kw = hooks.request(training, a, kw)
             result = real(*a, **kw)
             hooks.after_build(result[0] if isinstance(result, (tuple, list)) and result else None)
             return result

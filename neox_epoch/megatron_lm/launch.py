@@ -87,11 +87,13 @@ def prepare(tokens: Sequence[str], python: str | None = None) -> tuple[list[str]
                           "on it to see why")
     import shlex
 
+    flags = _resumed(cut.flags, flags, plan, shown, settings)
     new_flags = [*cut.flags, *shlex.split(flags)]
     why = {str(e.get("key")): str(e.get("why", "")) for e in settings.get("schedule") or [] if isinstance(e, dict)}
     for change in changes(cut.flags, flags):
         name = change.split(" ", 1)[0]
-        shown.append(f"neox_epoch: {change}" + (f": {why[name]}" if why.get(name) else ""))
+        if not change.startswith("--use-checkpoint-opt") and (name != "--train-iters" or "resume" not in settings):
+            shown.append(f"neox_epoch: {change}" + (f": {why[name]}" if why.get(name) else ""))
     warnings = [str(w.get("text", w)) for w in plan.get("warnings") or [] if isinstance(w, dict)]
     shown += [f"neox_epoch: warning: {w}" for w in warnings]
     payload = Payload(mode="exact", version=str(plan.get("framework_version") or mirror_version(opts)),
@@ -99,6 +101,33 @@ def prepare(tokens: Sequence[str], python: str | None = None) -> tuple[list[str]
                       warnings=warnings)
     cut = type(cut)(cut.launcher, cut.script, new_flags)
     return worker_argv(cut, python or sys.executable), payload, shown
+
+
+def _resumed(line_flags: list[str], flags: str, plan: dict[str, Any], shown: list[str],
+             settings: dict[str, Any]) -> str:
+    """The exact flags for a launch that resumes from a checkpoint carrying neox-epoch's state: train_iters
+    counted from its consumed samples with this launch's global batch (:mod:`neox_epoch.megatron_lm.resuming`)."""
+    import shlex
+
+    from neox_epoch.megatron_lm.resuming import resume_point, resumed_iters
+
+    tokens = shlex.split(flags)
+    point = resume_point([*line_flags, *tokens])
+    if point is None or "--train-iters" not in tokens:
+        return flags
+    iters, why = resumed_iters(point, int(plan["train_samples"]), int(plan["global_batch_size"]))
+    planned = int(tokens[tokens.index("--train-iters") + 1])
+    if iters == planned:
+        return flags
+    tokens[tokens.index("--train-iters") + 1] = str(iters)
+    shown.append(f"neox_epoch: resume: --train-iters {planned} -> {iters}: {why}; the train split is still built "
+                 f"for the plan's {plan['train_samples']} samples (the hooks pass that request to the builder)")
+    if not any(t.startswith("--override-opt") or t.startswith("--use-checkpoint-opt") for t in line_flags):
+        tokens.append("--use-checkpoint-opt_param-scheduler")
+        shown.append("neox_epoch: resume: --use-checkpoint-opt_param-scheduler (not given) -> set: the LR and weight "
+                     "decay schedules stay the checkpoint's, counted in samples (the global batch changed)")
+    settings["resume"] = {"train_iters": iters, "train_request": int(plan["train_samples"]), "why": why}
+    return shlex.join(tokens)
 
 
 def run_subprocess(argv: list[str], env: dict[str, str]) -> int:

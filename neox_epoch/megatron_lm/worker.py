@@ -27,6 +27,8 @@ def plan_flags(flags: list[str], payload: Payload) -> Plan:
     from neox_epoch.plan.planner import make_plan
 
     argv = megatron_argv(flags)
+    if payload.settings.get("resume"):  # a resume with another batch: the split is built for the plan's request
+        argv += ["--train-iters", str(payload.settings["train_iters"])]
     world = os.environ.get("WORLD_SIZE")
     if world and not any(t.partition("=")[0] == "--world-size" for t in argv):
         argv += ["--world-size", world]
