@@ -109,11 +109,17 @@ def _resumed(line_flags: list[str], flags: str, plan: dict[str, Any], shown: lis
     counted from its consumed samples with this launch's global batch (:mod:`neox_epoch.megatron_lm.resuming`)."""
     import shlex
 
-    from neox_epoch.megatron_lm.resuming import resume_point, resumed_iters
+    from neox_epoch.megatron_lm.line import values_of
+    from neox_epoch.megatron_lm.resuming import check_data, resume_point, resumed_iters
 
     tokens = shlex.split(flags)
     point = resume_point([*line_flags, *tokens])
-    if point is None or "--train-iters" not in tokens:
+    if point is None:
+        return flags
+    train = [s for s in plan.get("sources") or [] if s.get("split") == "train"]
+    seed = (values_of([*line_flags, *tokens], "--seed") or ["1234"])[-1]
+    check_data(point, [str(s["prefix"]) for s in train], int(plan["seq_length"]), int(seed))
+    if "--train-iters" not in tokens:
         return flags
     iters, why = resumed_iters(point, int(plan["train_samples"]), int(plan["global_batch_size"]))
     planned = int(tokens[tokens.index("--train-iters") + 1])

@@ -12,11 +12,18 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from neox_epoch.errors import NeoxEpochError
+from neox_epoch.formats.fingerprint import DataFingerprint, compare, fingerprint, message
 from neox_epoch.megatron_lm import state_file
 from neox_epoch.megatron_lm.line import values_of
 
 TRACKER = "latest_checkpointed_iteration.txt"
+
+
+class ChangedData(NeoxEpochError):
+    """The data a resume would train on differs from the data the checkpoint trained on."""
 
 
 @dataclass(frozen=True)
@@ -24,6 +31,8 @@ class ResumePoint:
     iteration: int
     consumed_samples: int
     global_batch_size: int | None
+    fingerprint: dict[str, Any] | None = None
+    path: str = ""
 
 
 def resume_point(flags: Sequence[str]) -> ResumePoint | None:
@@ -41,7 +50,21 @@ def resume_point(flags: Sequence[str]) -> ResumePoint | None:
     if state is None or "consumed_samples" not in state:
         return None
     gbs = state.get("global_batch_size")
-    return ResumePoint(iteration, int(state["consumed_samples"]), int(gbs) if gbs else None)
+    fp = state.get("fingerprint")
+    return ResumePoint(iteration, int(state["consumed_samples"]), int(gbs) if gbs else None,
+                       fp if isinstance(fp, dict) else None,
+                       os.path.join(state_file.iteration_dir(load, iteration), state_file.STATE_NAME))
+
+
+def check_data(point: ResumePoint, prefixes: Sequence[str], seq_length: int, seed: int) -> None:
+    """Stop (before anything starts) when the train data differs from the checkpoint's fingerprint."""
+    if point.fingerprint is None:
+        return
+    saved = DataFingerprint.from_dict(point.fingerprint)
+    diffs = compare(saved, fingerprint(list(prefixes), int(seq_length), int(seed), saved.stages))
+    if diffs:
+        raise ChangedData(f"{point.path}: {message(diffs)}; resume on the data the checkpoint trained on, or "
+                          "start a new run (another --save / no --load)")
 
 
 def resumed_iters(point: ResumePoint, train_samples: int, global_batch_size: int) -> tuple[int, str]:
