@@ -18,6 +18,7 @@ environment value as one JSON line instead of starting.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import json
@@ -31,6 +32,32 @@ from typing import Any
 from neox_epoch.errors import ConfigError
 from neox_epoch.megatron_lm.line import LaunchOptions, changes, cut_line, split_options, worker_argv
 from neox_epoch.megatron_lm.payload import ENV_VAR, Payload
+
+
+def register(sub: Any) -> None:
+    """The ``launch`` command: NeoX's (deepy form) plus the Megatron-LM line, told apart by :func:`dispatch`."""
+    from neox_epoch.neox import launch as neox_launch
+
+    neox_launch.register(sub)
+    parser = sub.choices["launch"]
+    parser.epilog = (parser.epilog or "") + ("\nMegatron-LM: neox-epoch launch [--epochs N | --source-epochs NAME=E ...] "
+                                             "[--log-dir DIR] [--no-enforce] [--dry-run] torchrun ... pretrain_gpt.py "
+                                             "FLAGS (docs/megatron-lm.md)")
+    parser.set_defaults(func=dispatch, accepts_extra=True)
+
+
+def dispatch(args: argparse.Namespace) -> int:
+    """A Megatron-LM line goes to :func:`run`; anything else to NeoX's launch, unchanged."""
+    from neox_epoch.megatron_lm.line import is_megatron_line
+    from neox_epoch.neox import launch as neox_launch
+
+    raw = list(getattr(args, "raw_argv", None) or [])
+    tokens = raw[raw.index("launch") + 1:] if "launch" in raw else []
+    if is_megatron_line(split_options(tokens)[1]):
+        return run(tokens)
+    if getattr(args, "extra", None):
+        raise ConfigError(f"launch: unrecognized arguments: {' '.join(args.extra)}")
+    return neox_launch.run(args)
 
 
 def plan_exact(opts: LaunchOptions, line: Sequence[str]) -> dict[str, Any]:

@@ -77,9 +77,8 @@ def register(sub: Any) -> None:
     p.add_argument("--dry-run", action="store_true", help="instead of launching, print the launcher argv, worker "
                    "environment and worker config as one JSON line (the last line of stdout; NeoX prints its args before)")
     p.add_argument("deepy_args", nargs=argparse.REMAINDER, metavar="train.py CONFIG.yml ...",
-                   help="deepy.py's arguments, unchanged; or a Megatron-LM line: [--epochs N | --source-epochs NAME=E ...] "
-                        "torchrun ... pretrain_gpt.py FLAGS (docs/megatron-lm.md)")
-    p.set_defaults(func=run, accepts_extra=True)
+                   help="deepy.py's arguments, unchanged")
+    p.set_defaults(func=run)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -267,16 +266,6 @@ def _load_deepy(neox_dir: str) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    raw = list(getattr(args, "raw_argv", None) or [])
-    tokens = raw[raw.index("launch") + 1:] if "launch" in raw else []
-    from neox_epoch.megatron_lm.line import is_megatron_line, split_options
-
-    if is_megatron_line(split_options(tokens)[1]):
-        from neox_epoch.megatron_lm.launch import run as run_megatron_lm
-
-        return run_megatron_lm(tokens)
-    if getattr(args, "extra", None):
-        raise ConfigError(f"launch: unrecognized arguments: {' '.join(args.extra)}")
     deepy_args = [a for a in args.deepy_args if a != "--"]
     if not deepy_args:
         raise ConfigError("launch: no arguments; usage: neox-epoch launch train.py config.yml ...")
