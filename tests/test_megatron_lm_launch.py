@@ -145,3 +145,33 @@ def test_state_file_round_trip(tmp_path: object) -> None:
         f.write("{cut")
     with pytest.raises(ConfigError, match=state_file.STATE_NAME):
         state_file.read(root, 7)
+
+
+def _checkpoint(root: str, iteration: int, state: dict[str, object]) -> None:
+    os.makedirs(state_file.iteration_dir(root, iteration))
+    with open(os.path.join(root, "latest_checkpointed_iteration.txt"), "w", encoding="utf-8") as f:
+        f.write(str(iteration))
+    state_file.write(root, iteration, state)
+
+
+def test_resume_with_another_batch_and_a_rewritten_corpus(tmp_path: object) -> None:
+    from neox_epoch.formats.fingerprint import fingerprint
+    from neox_epoch.megatron_lm.resuming import ChangedData, check_data, resume_point, resumed_iters
+
+    d = str(tmp_path)
+    a, b = os.path.join(d, "a_text_document"), os.path.join(d, "b_text_document")
+    write_random_corpus(a, 1, 40, 20, 200)
+    write_random_corpus(b, 2, 30, 20, 200)
+    root = os.path.join(d, "ckpt")
+    fp = fingerprint([a, b], 64, 1234).to_dict()
+    _checkpoint(root, 20, {"consumed_samples": 80, "global_batch_size": 4, "fingerprint": fp})
+    assert resume_point(["--save", os.path.join(d, "none")]) is None
+    point = resume_point(["--lr", "1", "--load", root])
+    assert point is not None and (point.iteration, point.consumed_samples, point.global_batch_size) == (20, 80, 4)
+    assert resumed_iters(point, 168, 8)[0] == 31  # 20 + (168 - 80) // 8
+    iters, why = resumed_iters(point, 170, 8)
+    assert iters == 31 and "the last 2 samples" in why
+    check_data(point, [a, b], 64, 1234)  # the same data: nothing
+    write_random_corpus(b, 7, 30, 20, 200)
+    with pytest.raises(ChangedData, match="source 'b_text_document' tokens"):
+        check_data(point, [a, b], 64, 1234)
