@@ -66,9 +66,13 @@ class Hooks:
         rank0 = is_logging_rank()
         self.writers = MegatronWriters.from_megatron()
         interval = self.payload.log_interval or int(getattr(args, "log_interval", 100) or 100)
-        self.counters = LiveCounters(train_ds, self.plan, log_dir=self.log_dir if rank0 else None,
-                                     writer=self.writers.scalar_writer(self), log_interval=interval,
-                                     active=rank0 or self.writers.has_any)
+        kwargs = {"writer": self.writers.scalar_writer(self), "log_interval": interval,
+                  "active": rank0 or self.writers.has_any}
+        try:
+            self.counters = LiveCounters(train_ds, self.plan, log_dir=self.log_dir if rank0 else None, **kwargs)
+        except OSError as err:  # the log dir cannot be made: count and show without the JSONL
+            log.warning("neox_epoch: cannot write to %s (%s); no run log, training continues", self.log_dir, err)
+            self.counters = LiveCounters(train_ds, self.plan, log_dir=None, **kwargs)
         if not rank0:
             logging.getLogger("neox_epoch.mcore").addFilter(lambda _record: False)
         self.limit = _limit(self.counters, self.plan)
@@ -138,13 +142,13 @@ class Hooks:
     def after_save(self, iteration: int) -> None:
         if self.counters is None:
             return
-        state = self.counters.state_dict()
         args = _args()
-        if is_logging_rank():
-            try:
+        try:
+            state = self.counters.state_dict()
+            if is_logging_rank():
                 state_file.write(getattr(args, "save", None), int(iteration), state)
-            except OSError as err:
-                log.warning("neox_epoch: could not write %s (%s); training continues", state_file.STATE_NAME, err)
+        except OSError as err:
+            log.warning("neox_epoch: could not write %s (%s); training continues", state_file.STATE_NAME, err)
 
     def after_pretrain(self) -> None:
         if self.counters is not None:
