@@ -57,8 +57,11 @@ class Hooks:
     def after_build(self, train_ds: Any) -> None:
         if train_ds is None or self.plan is None:
             return
-        if self.payload.mode == "exact":
+        found = build_check.differences(self.plan, train_ds)
+        if found and self.payload.mode == "exact":
             build_check.check(self.plan, train_ds)
+        for line in found:  # observing: said, never stopped
+            log.warning("neox_epoch: the build differs from the plan of this line: %s", line)
         args = _args()
         from neox_epoch.mcore.counters import LiveCounters
 
@@ -79,7 +82,7 @@ class Hooks:
         resume = self.payload.settings.get("resume")
         if resume:
             self.counters.train_iters = int(resume["train_iters"])
-        if rank0:
+        if rank0 and not found:
             log.info("neox_epoch: the build matches the plan (%d train sources, %d samples); logging to %s",
                      len(self.counters.sources), self.counters.size, self.log_dir or "(no log dir)")
         consumed = int(getattr(args, "consumed_train_samples", 0) or 0)
