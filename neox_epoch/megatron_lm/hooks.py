@@ -76,9 +76,14 @@ class Hooks:
         except OSError as err:  # the log dir cannot be made: count and show without the JSONL
             log.warning("neox_epoch: cannot write to %s (%s); no run log, training continues", self.log_dir, err)
             self.counters = LiveCounters(train_ds, self.plan, log_dir=None, **kwargs)
+        except NeoxEpochError as err:
+            if self.payload.mode == "exact":
+                raise
+            log.warning("neox_epoch: no counters for this build (%s); training continues", err)
+            return
         if not rank0:
             logging.getLogger("neox_epoch.mcore").addFilter(lambda _record: False)
-        self.limit = _limit(self.counters, self.plan)
+        self.limit = _limit(self.counters, self.plan) if self.payload.mode == "exact" else None
         resume = self.payload.settings.get("resume")
         if resume:
             self.counters.train_iters = int(resume["train_iters"])
