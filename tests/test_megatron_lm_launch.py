@@ -175,3 +175,30 @@ def test_resume_with_another_batch_and_a_rewritten_corpus(tmp_path: object) -> N
     write_random_corpus(b, 7, 30, 20, 200)
     with pytest.raises(ChangedData, match="source 'b_text_document' tokens"):
         check_data(point, [a, b], 64, 1234)
+
+
+class _Recorder:
+    """Stands in for TensorBoard's SummaryWriter (tensorboard is not installed on the test stacks) and W&B."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[object, ...]] = []
+
+    def add_scalar(self, tag: str, value: float, step: int) -> None:
+        self.calls.append((tag, value, step))
+
+    def log(self, data: dict[str, float], step: int) -> None:
+        self.calls.append((dict(data), step))
+
+
+def test_scalars_keyed_on_consumed_samples() -> None:
+    from types import SimpleNamespace
+
+    from neox_epoch.megatron_lm.writers import CONSUMED_KEY, MegatronWriters
+
+    tb, wb = _Recorder(), _Recorder()
+    hooks = SimpleNamespace(counters=SimpleNamespace(consumed_samples=88))
+    writer = MegatronWriters(tb, wb).scalar_writer(hooks)
+    writer.add_scalar("neox_epoch/passes/a", 0.5, 21)  # the counters' step is the iteration
+    assert tb.calls == [("neox_epoch/passes/a", 0.5, 88)]
+    assert wb.calls == [({"neox_epoch/passes/a": 0.5, CONSUMED_KEY: 88}, 21)]
+    assert MegatronWriters().scalar_writer(hooks) is None
