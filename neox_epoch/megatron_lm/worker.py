@@ -32,7 +32,12 @@ def plan_flags(flags: list[str], payload: Payload) -> Plan:
     world = os.environ.get("WORLD_SIZE")
     if world and not any(t.partition("=")[0] == "--world-size" for t in argv):
         argv += ["--world-size", world]
-    mi = megatron_input(argv, payload.version)
+    version = payload.version
+    if not version:  # started without neox-epoch launch: mirror the megatron-core this process imports
+        from neox_epoch.formats.detect import version_to_mirror
+
+        version = version_to_mirror(None, False)
+    mi = megatron_input(argv, version)
     plan = make_plan(mi.inp)
     return plan
 
