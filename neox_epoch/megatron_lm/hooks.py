@@ -222,7 +222,11 @@ def install(payload: Payload, plan: Plan | None) -> Hooks:
 
     def pretrain(real: Any) -> Any:
         def wrapper(*a: Any, **kw: Any) -> Any:
-            result = real(*a, **kw)
+            try:
+                result = real(*a, **kw)
+            except SystemExit:  # --exit-interval / --exit-duration / a signal: Megatron-LM leaves by sys.exit
+                hooks.after_pretrain()
+                raise
             hooks.after_pretrain()
             return result
         return wrapper

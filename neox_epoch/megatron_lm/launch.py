@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from neox_epoch.errors import ConfigError
-from neox_epoch.megatron_lm.line import LaunchOptions, changes, cut_line, split_options, worker_argv
+from neox_epoch.megatron_lm.line import LaunchOptions, changes, cut_line, split_options, values_of, worker_argv
 from neox_epoch.megatron_lm.payload import ENV_VAR, Payload
 
 
@@ -106,7 +106,7 @@ def prepare(tokens: Sequence[str], python: str | None = None) -> tuple[list[str]
         shown.append("neox_epoch: no passes asked (--epochs / --source-epochs): the line runs as given; the hooks "
                       "only observe and log")
         return worker_argv(cut, python or sys.executable), payload, shown
-    plan = plan_exact(opts, line)
+    plan = plan_exact(opts, _planned_line(line, cut.flags))
     settings = dict(plan.get("settings") or {})
     flags = str(settings.get("megatron_flags") or "")
     if not flags:
@@ -130,13 +130,25 @@ def prepare(tokens: Sequence[str], python: str | None = None) -> tuple[list[str]
     return worker_argv(cut, python or sys.executable), payload, shown
 
 
+def _planned_line(line: list[str], flags: list[str]) -> list[str]:
+    """The line to plan: a resume from a checkpoint planned with another global batch keeps that plan's data (the
+    same targets, weights and split: the same blend), so it is planned at the checkpoint's global batch; only the
+    iterations follow this launch's batch (:func:`_resumed`)."""
+    from neox_epoch.megatron_lm.resuming import resume_point
+
+    point = resume_point(flags)
+    gbs = values_of(flags, "--global-batch-size")
+    if point is None or not point.planned_global_batch_size or not gbs or gbs[-1] == str(point.planned_global_batch_size):
+        return line
+    return [*line, "--global-batch-size", str(point.planned_global_batch_size)]
+
+
 def _resumed(line_flags: list[str], flags: str, plan: dict[str, Any], shown: list[str],
              settings: dict[str, Any]) -> str:
     """The exact flags for a launch that resumes from a checkpoint carrying neox-epoch's state: train_iters
     counted from its consumed samples with this launch's global batch (:mod:`neox_epoch.megatron_lm.resuming`)."""
     import shlex
 
-    from neox_epoch.megatron_lm.line import values_of
     from neox_epoch.megatron_lm.resuming import check_data, resume_point, resumed_iters
 
     tokens = shlex.split(flags)
@@ -148,18 +160,21 @@ def _resumed(line_flags: list[str], flags: str, plan: dict[str, Any], shown: lis
     check_data(point, [str(s["prefix"]) for s in train], int(plan["seq_length"]), int(seed))
     if "--train-iters" not in tokens:
         return flags
-    iters, why = resumed_iters(point, int(plan["train_samples"]), int(plan["global_batch_size"]))
+    request = point.dataset_size or int(plan["train_samples"])  # the split the checkpoint's run built
+    gbs = values_of(line_flags, "--global-batch-size")
+    iters, why = resumed_iters(point, request, int(gbs[-1]) if gbs else int(plan["global_batch_size"]))
     planned = int(tokens[tokens.index("--train-iters") + 1])
     if iters == planned:
         return flags
     tokens[tokens.index("--train-iters") + 1] = str(iters)
     shown.append(f"neox_epoch: resume: --train-iters {planned} -> {iters}: {why}; the train split is still built "
-                 f"for the plan's {plan['train_samples']} samples (the hooks pass that request to the builder)")
+                 f"for the checkpoint's {request} samples (the hooks pass that request to the builder)")
     if not any(t.startswith("--override-opt") or t.startswith("--use-checkpoint-opt") for t in line_flags):
         tokens.append("--use-checkpoint-opt_param-scheduler")
         shown.append("neox_epoch: resume: --use-checkpoint-opt_param-scheduler (not given) -> set: the LR and weight "
                      "decay schedules stay the checkpoint's, counted in samples (the global batch changed)")
-    settings["resume"] = {"train_iters": iters, "train_request": int(plan["train_samples"]), "why": why}
+    settings["resume"] = {"train_iters": iters, "train_request": request, "why": why,
+                          "planned_global_batch_size": point.planned_global_batch_size}
     return shlex.join(tokens)
 
 

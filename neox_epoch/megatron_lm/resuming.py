@@ -33,6 +33,10 @@ class ResumePoint:
     global_batch_size: int | None
     fingerprint: dict[str, Any] | None = None
     path: str = ""
+    dataset_size: int | None = None
+    """Samples of the train split the checkpoint's run built (its request): the resumed run asks for the same."""
+    planned_global_batch_size: int | None = None
+    """The global batch the checkpoint's run was planned with."""
 
 
 def resume_point(flags: Sequence[str]) -> ResumePoint | None:
@@ -53,7 +57,12 @@ def resume_point(flags: Sequence[str]) -> ResumePoint | None:
     fp = state.get("fingerprint")
     return ResumePoint(iteration, int(state["consumed_samples"]), int(gbs) if gbs else None,
                        fp if isinstance(fp, dict) else None,
-                       os.path.join(state_file.iteration_dir(load, iteration), state_file.STATE_NAME))
+                       os.path.join(state_file.iteration_dir(load, iteration), state_file.STATE_NAME),
+                       _whole(state.get("dataset_size")), _whole(state.get("global_batch_size_planned")))
+
+
+def _whole(value: Any) -> int | None:
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def check_data(point: ResumePoint, prefixes: Sequence[str], seq_length: int, seed: int) -> None:

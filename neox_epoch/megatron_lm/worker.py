@@ -27,8 +27,13 @@ def plan_flags(flags: list[str], payload: Payload) -> Plan:
     from neox_epoch.plan.planner import make_plan
 
     argv = megatron_argv(flags)
-    if payload.settings.get("resume"):  # a resume with another batch: the split is built for the plan's request
-        argv += ["--train-iters", str(payload.settings["train_iters"])]
+    resume = payload.settings.get("resume")
+    if resume:  # a resume with another batch: the split is built as the checkpoint's run built it
+        gbs = resume.get("planned_global_batch_size")
+        if gbs and int(resume["train_request"]) % int(gbs) == 0:
+            argv += ["--global-batch-size", str(gbs), "--train-iters", str(int(resume["train_request"]) // int(gbs))]
+        else:
+            argv += ["--train-iters", str(payload.settings["train_iters"])]
     world = os.environ.get("WORLD_SIZE")
     if world and not any(t.partition("=")[0] == "--world-size" for t in argv):
         argv += ["--world-size", world]
