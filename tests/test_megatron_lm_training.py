@@ -30,7 +30,8 @@ PASSES = {"a": 1, "b": 2}
 STOP = 4
 
 
-def stack_setup() -> tuple[str, dict[str, str]]:
+@pytest.fixture(scope="module")
+def mlm_stack() -> tuple[str, dict[str, str]]:
     """This stack's pretrain_gpt.py and the environment that imports its Megatron-LM."""
     tree = frameworks.megatron_lm_019_dir()
     return os.path.join(tree, "pretrain_gpt.py"), frameworks.megatron_lm_today_env()
@@ -41,9 +42,9 @@ def _ok(proc: subprocess.CompletedProcess[str]) -> None:
 
 
 @pytest.fixture(scope="module")
-def first(tmp_path_factory: pytest.TempPathFactory) -> harness.Run:
+def first(mlm_stack: tuple[str, dict[str, str]], tmp_path_factory: pytest.TempPathFactory) -> harness.Run:
     """The launch that stops at the checkpoint of iteration 4 (--exit-interval, --save-interval)."""
-    script, env = stack_setup()
+    script, env = mlm_stack
     run = harness.new_run(str(tmp_path_factory.mktemp("mlm") / "first"), script, env)
     _ok(run.launch(4, "--save-interval", str(STOP), "--exit-interval", str(STOP)))
     return run

@@ -19,6 +19,7 @@ torch.compile (fused bias-dropout)                ``TORCH_COMPILE_DISABLE=1``
 model-parallel groups / seed need a device count  ``device_count()`` = local world size, ``set_device`` no-op
 ``compile_helpers()`` runs ``make`` in the tree   no-op (the wheel ships the compiled helpers)
 the tree's scripts shadow the wheel's megatron    ``helpers_cpp`` found in the installed wheel's datasets dir
+0.16.1: ``fused_kernels.load`` runs nvcc         no-op (fp32 with --transformer-impl local never calls them)
 ================================================  ==============================================================
 
 The tests pass ``--clip-grad 0.0`` (clip_grads asserts ``torch.cuda.FloatTensor``). When
@@ -138,6 +139,11 @@ def _patch_dataset_utils(module: Any) -> None:
     module.compile_helpers = lambda: None
 
 
+def _patch_fused_kernels(module: Any) -> None:
+    """core_v0.16.1's initialize always JIT-builds the CUDA softmax kernels (nvcc); fp32 runs never use them."""
+    module.load = lambda *args, **kwargs: None
+
+
 def _patch_datasets(module: Any) -> None:
     """Running the tree's script puts the tree's megatron first; its datasets package has no compiled helpers,
     so the installed megatron-core wheel's directory (which has them) is searched after it."""
@@ -158,6 +164,7 @@ def _install() -> None:
         "megatron.training.initialize": _patch_initialize,
         "megatron.core.datasets.utils": _patch_dataset_utils,
         "megatron.core.datasets": _patch_datasets,
+        "megatron.legacy.fused_kernels": _patch_fused_kernels,
     }
     if os.environ.get("NEOX_EPOCH_MEGATRON_RECORD_DIR"):
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
