@@ -23,7 +23,8 @@ the tree's scripts shadow the wheel's megatron    ``helpers_cpp`` found in the i
 ================================================  ==============================================================
 
 The tests pass ``--clip-grad 0.0`` (clip_grads asserts ``torch.cuda.FloatTensor``). When
-``NEOX_EPOCH_MEGATRON_RECORD_DIR`` is set, the recorder (``recorder.py`` beside this file) is attached too.
+``NEOX_EPOCH_MEGATRON_RECORD_DIR`` is set, the recorder (``recorder.py`` beside this file) is attached too;
+when ``NEOX_EPOCH_MEGATRON_HOOK_TIMES`` is set, the hook timer (``hook_timer.py``, for the bench).
 """
 
 from __future__ import annotations
@@ -171,6 +172,11 @@ def _install() -> None:
         import recorder
 
         patches.update(recorder.patches())
+    if os.environ.get("NEOX_EPOCH_MEGATRON_HOOK_TIMES"):
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import hook_timer
+
+        patches["neox_epoch.megatron_lm.hooks"] = hook_timer.patch
     sys.meta_path.insert(0, _AfterImport(patches))
 
 
