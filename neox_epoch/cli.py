@@ -28,7 +28,7 @@ COMMANDS: dict[str, str] = {
     "audit": "neox_epoch.audit.cli",
     "check-batch": "neox_epoch.batch.cli",
     "demo": "neox_epoch.demo",
-    "launch": "neox_epoch.neox.launch",
+    "launch": "neox_epoch.megatron_lm.launch",
     "report": "neox_epoch.run_report.cli",
     "resume-check": "neox_epoch.resume.cli",
 }

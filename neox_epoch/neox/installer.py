@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import importlib
 import logging
-import sys
 from collections.abc import Mapping
 from typing import Any
 
 from neox_epoch.errors import ConfigError
 from neox_epoch.neox.block import HookBlock, from_environ, parse_block
 from neox_epoch.neox.hooks import State, make_wrappers, rank
+from neox_epoch.util.loghandler import ensure_log_handler as _ensure_log_handler
 
 log = logging.getLogger("neox_epoch.neox")
 
@@ -97,22 +97,3 @@ def uninstall() -> None:
 def current() -> State | None:
     """The installed state (None when not installed)."""
     return _state
-
-
-def _ensure_log_handler() -> None:
-    """NeoX workers configure no logging: give ours a stdout handler so the INFO table is printed, and a stderr
-    handler for warnings (e.g. a run log that cannot be written: stderr is what schedulers keep apart)."""
-    logger = logging.getLogger("neox_epoch")
-    if logger.handlers or logging.getLogger().handlers:
-        if logger.level == logging.NOTSET:
-            logger.setLevel(logging.INFO)
-        return
-    handler = logging.StreamHandler(sys.stdout)
-    handler.addFilter(lambda record: record.levelno < logging.WARNING)
-    warnings = logging.StreamHandler(sys.stderr)
-    warnings.setLevel(logging.WARNING)
-    for h in (handler, warnings):
-        h.setFormatter(logging.Formatter("%(message)s"))
-        logger.addHandler(h)
-    logger.setLevel(logging.INFO)
-    logger.propagate = False  # NeoX/DeepSpeed may configure the root logger later: print once

@@ -88,6 +88,24 @@ CHECKERS: dict[str, Callable[[Checkpoint, argparse.Namespace, list[str] | None,
     "neox": _neox, "megatron": _megatron, "megatron-core": _mcore}
 
 
+def _megatron_checkpoint_of(path: str, records: list[tuple[int, dict[str, Any]]], tokens: list[str],
+                            iteration: int | None) -> str:
+    """The iteration directory a Megatron-LM run's log (written under ``neox-epoch launch``) names: the resumed
+    line's ``--load`` (else ``--save``) and the recorded iteration (``--iteration``, default the last)."""
+    from neox_epoch.megatron_lm.line import values_of
+    from neox_epoch.megatron_lm.state_file import iteration_dir
+
+    root = (values_of(tokens, "--load") or values_of(tokens, "--save") or [None])[-1]
+    if not root:
+        raise ConfigError(f"{path}: a Megatron-LM run's log: give its checkpoint directory, or --load in the resumed "
+                          "command line")
+    done = sorted({int(r.get("iteration", 0)) for _, r in records})
+    at = done[-1] if iteration is None else iteration
+    if at not in done:
+        raise ConfigError(f"{path}: no checkpoint record for iteration {at}; recorded: {done}")
+    return iteration_dir(root, at)
+
+
 def run(args: argparse.Namespace) -> int:
     tokens = _megatron_tokens(args)
     if tokens is None:
@@ -101,6 +119,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--iteration {args.iteration}: only with a run's neox_epoch.jsonl; a checkpoint "
                           "directory resumes from its 'latest' (or give the global_stepN tag itself)")
     records = checkpoint_records(log_file(args.checkpoint)) if is_run_log(args.checkpoint) else None
+    if records is not None and tokens is not None:  # a Megatron-LM run's log (neox-epoch launch): its checkpoint
+        args.checkpoint, records = _megatron_checkpoint_of(args.checkpoint, records, tokens, args.iteration), None
     if records is not None:  # a run's JSONL: the live counters' records make it a megatron-core run's
         from neox_epoch.resume.mcore import checkpoint_from_log
 

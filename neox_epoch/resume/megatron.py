@@ -228,7 +228,7 @@ def check(ckpt: Checkpoint, argv: Sequence[str], version: str, exposure: bool = 
     left = max(0, new_mi.run.train_iters - it)
     findings += blend_findings(new, saved, consumed, start, left)
     valid, valid_findings = valid_start(saved_args, it, new_mi, new.plan)
-    findings += valid_findings
+    findings += valid_findings + data_findings(ckpt, it, new.plan, new_mi.inp.seed)
     if old_mi is not None and not follows:
         findings += _scheduler_findings(old_mi, new_mi)
     notes = [source if old_mi is None else f"the saved run's build from {source}"]
@@ -249,6 +249,26 @@ def check(ckpt: Checkpoint, argv: Sequence[str], version: str, exposure: bool = 
                        tuple(notes), consumed, semantics=f"Megatron-LM {new_mi.args.megatron_lm_version}", valid=valid,
                        test=end_test(new_mi.args.eval_iters, new_mi.run.global_batch_size,
                                      split_samples(new.plan, "test"), "Megatron-LM"), exposures=found)
+
+
+def data_findings(ckpt: Checkpoint, iteration: int, plan: Plan, seed: int | None) -> list[str]:
+    """A checkpoint saved under ``neox-epoch launch`` (``neox_epoch_state.json`` in its iteration directory): its
+    data fingerprint against the resumed line's train data; one finding naming what changed."""
+    import os
+
+    from neox_epoch.formats.fingerprint import DataFingerprint, compare, fingerprint, message
+    from neox_epoch.megatron_lm import state_file
+
+    roots = [ckpt.directory, os.path.dirname(os.path.normpath(ckpt.directory))]
+    state = next((st for st in (state_file.read(r, iteration) for r in roots) if st is not None), None)
+    saved = state.get("fingerprint") if state else None
+    if not isinstance(saved, dict):
+        return []
+    old = DataFingerprint.from_dict(saved)
+    prefixes = [s.prefix for s in plan.sources if s.split == "train"]
+    new = fingerprint(prefixes, int(plan.seq_length), int(seed if seed is not None else old.seed), old.stages)
+    diffs = compare(old, new)
+    return [f"{state_file.STATE_NAME}: {message(diffs)}; the resumed run would train on other data"] if diffs else []
 
 
 # ------------------------------------------------------------------------------------------------ phases
