@@ -30,14 +30,14 @@ from neox_epoch.audit.exposure import (
     zeros,
 )
 from neox_epoch.audit.findings import Finding, JsonFields, finding
-from neox_epoch.errors import FileProblem, IndexFileError
+from neox_epoch.errors import AuditError, FileProblem, IndexFileError
 from neox_epoch.formats import cache_names as names
 from neox_epoch.formats import idx as idxmod
 from neox_epoch.formats.cache_descriptions import read_legacy_description, read_mcore_description
 from neox_epoch.formats.npy import NpyInfo, NpyReader, Progress, read_header
 from neox_epoch.semantics import mcore as mcore_sem
 from neox_epoch.semantics.built import IndexNumbers, extra_token_from_files, index_numbers
-from neox_epoch.semantics.consumption import Consumption
+from neox_epoch.semantics.consumption import FOLD_FROM, Consumption
 from neox_epoch.semantics.orders import seeded_orders
 
 #: entries of doc_idx (and rows of sample_idx) per chunk
@@ -619,14 +619,18 @@ def _run_passes(report: IndexReport, setting: Setting, consumption_for: Consumpt
             ThreadPoolExecutor(1) as side:
         # the shuffle pass on a second thread (its progress not shown) beside the documents' scan and the records'
         # fresh pages, whose first touch costs 0.02-0.25 s at 30M samples as the machine gives them
-        shuffle_pass = side.submit(count_draws, shuffle_r, setting.samples, consumption, manifest is not None, Progress())
+        def shuffle_pass(drawn: Consumption | None) -> Future[Draws]:
+            return side.submit(count_draws, shuffle_r, setting.samples, drawn, manifest is not None, Progress())
+
+        # (a consumption folded for many draws waits for the copies' count: Consumption.fold)
+        folds = consumption is not None and consumption.max_count >= FOLD_FROM
         _stream_passes(report, setting, consumption, manifest, progress, iteration_of, (doc_r, sample_r, shuffle_r),
-                       shuffle_pass)
+                       shuffle_pass if folds else shuffle_pass(consumption))
 
 
 def _stream_passes(report: IndexReport, setting: Setting, consumption: Consumption | None, manifest: ManifestSink | None,
                    progress: Progress, iteration_of: IterationOf | None, readers: tuple[NpyReader, NpyReader, NpyReader],
-                   shuffle_pass: Future[Draws]) -> None:
+                   shuffle_pass: Future[Draws] | Callable[[Consumption | None], Future[Draws]]) -> None:
     """The passes of :func:`_run_passes` with its readers, the shuffle pass running on another thread."""
     kind, samples, sequences = setting.group.kind, setting.samples, setting.header.sequence_count
     doc_info, _, shuffle_info = setting.infos
@@ -649,6 +653,12 @@ def _stream_passes(report: IndexReport, setting: Setting, consumption: Consumpti
     exposing = kernel is not None and consumption is not None and epochs > 0 and packed
     records, stats = read_sizes(sizes, epochs if exposing else 0)
     tokens = stats[2]
+    if not isinstance(shuffle_pass, Future):
+        try:
+            consumption = consumption.fold(epochs, manifest is not None) if consumption is not None else None
+        except ValueError as err:
+            raise AuditError(f"{doc_info.path}: {err}: audit without --manifest, or a smaller --consumed") from None
+        shuffle_pass = shuffle_pass(consumption)
     numbers = index_numbers(kind, tokens, setting.seq_length, epochs, report.num_samples_requested,
                             report.add_extra_token or 1)
     draws = shuffle_pass.result()
@@ -716,7 +726,7 @@ def _expose(report: IndexReport, walker: StreamPass, consumption: Consumption, t
                             "(install a C compiler and run pip install -e . again: docs/audit.md, Cost)")
     if not walker.exposing or not trusted:
         return
-    exposure = walker.report(consumption.consumed)
+    exposure = walker.report(consumption.consumed, consumption.folded)
     per_epoch, positions = report.samples_per_epoch, consumption.positions
     if per_epoch and consumption.consumed > per_epoch:  # the global position of draw number per_epoch (0-based)
         if positions is not None:
