@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from neox_epoch.errors import ConfigError, NeoxEpochError
+from neox_epoch.util.inputs import RUN_LOG_BYTES, open_input
 
 #: JSONL file name inside ``log_dir``
 JSONL_NAME = "neox_epoch.jsonl"
@@ -46,7 +47,7 @@ def read_jsonl(path: str, error: type[NeoxEpochError] = ConfigError) -> list[tup
     """Every non-empty line of a run's JSONL parsed, with its line number; a file that cannot be read, or a line
     that is not JSON, raises ``error`` naming it."""
     try:
-        with open(path, encoding="utf-8") as f:
+        with open_input(path, "run log (JSONL)", RUN_LOG_BYTES, error, encoding="utf-8") as f:
             lines = f.read().splitlines()
     except (OSError, UnicodeDecodeError) as err:
         raise error(f"{path}: cannot read it ({err})") from None
