@@ -118,19 +118,22 @@ def _describe_mcore(group: names.CacheGroup, report: IndexReport, path: str, fie
         found.append(finding(path, "description index_split", f"{group.split} (from the file names)",
                              fields.get("index_split")))
     numbers = {}
-    for key in ("sequence_length", "random_seed"):
+    for key, (low, high) in (("sequence_length", (1, 1 << 31)), ("random_seed", (0, 1 << 32))):  # (numpy's seeds)
         value = fields.get(key)
-        numbers[key] = value if isinstance(value, int) and not isinstance(value, bool) else None
+        numbers[key] = value if isinstance(value, int) and not isinstance(value, bool) and low <= value < high else None
         if numbers[key] is None:
-            found.append(finding(path, f"description {key}", "an integer", repr(value)))
+            found.append(finding(path, f"description {key}", f"an integer in [{low}, {high})", repr(value)))
     matrix = fields.get("split_matrix")
     position = mcore_sem.SPLITS.index(group.split) if group.split in mcore_sem.SPLITS else -1
     bookends = (0.0, 1.0) if matrix is None else None
     if isinstance(matrix, list) and 0 <= position < len(matrix):
-        if matrix[position] is None:
-            found.append(finding(path, "description split_matrix", f"bookends for the {group.split} split", "null"))
+        pair = matrix[position]
+        if not (isinstance(pair, list) and len(pair) == 2 and all(type(v) in (int, float) and 0 <= v <= 1 for v in pair)
+                and pair[0] <= pair[1]):  # (NaN fails 0 <= v)
+            found.append(finding(path, "description split_matrix", f"bookends 0 <= start <= end <= 1 for the "
+                                 f"{group.split} split", repr(pair)))
         else:
-            bookends = (float(matrix[position][0]), float(matrix[position][1]))
+            bookends = (float(pair[0]), float(pair[1]))
         found.extend(_split_findings(path, fields.get("split"), matrix))
     requested, prefix = fields.get("num_samples"), fields.get("dataset_path")
     report.seq_length, report.seed = numbers["sequence_length"], numbers["random_seed"]
@@ -151,7 +154,8 @@ def _split_findings(path: str, split: Any, matrix: list[Any]) -> list[Finding]:
     def same(ours: Any, theirs: Any) -> bool:
         if ours is None or theirs is None:
             return ours is None and theirs is None
-        return abs(ours[0] - theirs[0]) <= 1e-9 and abs(ours[1] - theirs[1]) <= 1e-9
+        return isinstance(theirs, list) and len(theirs) == 2 and all(
+            type(t) in (int, float) and abs(o - t) <= 1e-9 for o, t in zip(ours, theirs))
 
     if mine is not None and all(same(a, b) for a, b in zip(mine, matrix)):
         return []
