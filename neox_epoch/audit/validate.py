@@ -39,6 +39,8 @@ from neox_epoch.semantics import mcore as mcore_sem
 from neox_epoch.semantics.built import IndexNumbers, extra_token_from_files, index_numbers
 from neox_epoch.semantics.consumption import FOLD_FROM, Consumption
 from neox_epoch.semantics.orders import seeded_orders
+from neox_epoch.util.inputs import changed_files, file_states
+from neox_epoch.util.mapguard import guarded
 
 #: entries of doc_idx (and rows of sample_idx) per chunk
 STREAM_CHUNK = 1 << 20
@@ -547,12 +549,23 @@ def audit_index(group: names.CacheGroup, resolve_prefix: Callable[[str | None], 
     """Audit one GPT index; never raises for a damaged file (findings instead)."""
     report = IndexReport(kind=group.kind, path=group.stem, split=group.split, files=dict(group.files),
                          digest=group.digest)
-    try:
-        setting = _setting(report, group, resolve_prefix, add_extra_token)
-        if setting is not None:
-            _run_passes(report, setting, consumption_for, manifest, progress or Progress(), iteration_of)
-    except FileProblem as problem:
-        report.findings.append(Finding.of(problem))
+    watched = file_states(list(group.files.values()))
+    with guarded() as faults:  # (a page of a file that shrank reads zeros instead of ending the process)
+        try:
+            setting = _setting(report, group, resolve_prefix, add_extra_token)
+            if setting is not None:
+                _run_passes(report, setting, consumption_for, manifest, progress or Progress(), iteration_of)
+        except FileProblem as problem:
+            report.findings.append(Finding.of(problem))
+            report.exposure = None
+        shrank = faults()
+    changed = changed_files(watched)
+    if changed or shrank:
+        report.findings.append(finding(", ".join(changed) or group.stem, "changed while being read", "files that stay "
+                                       "as they are during the audit", f"{len(changed)} file(s) replaced, resized or "
+                                       f"written" + (f", {shrank} page(s) gone" if shrank else ""),
+                                       "a process (a rank 0 rebuilding the index?) rewrote the cache: audit it again "
+                                       "once it is complete"))
         report.exposure = None
     return report
 
