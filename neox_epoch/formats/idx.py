@@ -123,9 +123,20 @@ def read_header(prefix: str, check_bin: bool = True) -> IdxHeader:
     return header
 
 
+def _missing(path: str) -> bool:
+    """True when ``path`` does not exist (a directory we may not search is not "missing": open_input says so)."""
+    try:
+        os.lstat(path)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
 def _read_head(prefix: str, idx_path: str, bin_path: str) -> tuple[int, bytes]:
     """The size of ``idx_path`` and its first HEADER_BYTES bytes (the file must exist and hold a whole header)."""
-    if not os.path.lexists(idx_path):
+    if _missing(idx_path):
         hint = " (a .bin is there; re-run the tokenizer to write the .idx)" if os.path.isfile(bin_path) else ""
         raise IndexFileError(
             f"{idx_path}: file not found{hint}; expected the .idx of a tokenized dataset "
@@ -180,7 +191,7 @@ def _check_idx_size(idx_path: str, idx_bytes: int, sequence_count: int, document
 
 
 def _check_bin(header: IdxHeader, idx_path: str, bin_path: str) -> IdxHeader:
-    if not os.path.lexists(bin_path):
+    if _missing(bin_path):
         raise IndexFileError(
             f"{bin_path}: file not found; expected the token file next to {idx_path}: "
             "copy the .bin beside the .idx or fix the data path"

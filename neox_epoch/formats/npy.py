@@ -119,7 +119,7 @@ def read_header(path: str) -> NpyInfo:
     try:
         st = os.stat(path)
         if not stat.S_ISREG(st.st_mode):
-            raise FileProblem(path, "file type", "a regular .npy file", kind_of(st.st_mode),
+            raise FileProblem(path, "file type", "a .npy index file", f"is {kind_of(st.st_mode)}",
                               "give the cache's own files (a named pipe or device is never read)")
         size = st.st_size
         with open(path, "rb") as f:

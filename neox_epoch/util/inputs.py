@@ -30,10 +30,16 @@ def kind_of(mode: int) -> str:
 
 
 def _refuse(path: str, what: str, found: str, error: type[NeoxEpochError]) -> NeoxEpochError:
-    return error(f"{path}: {found}; expected the {what} as a regular file: give the path of the file itself")
+    return error(f"{path}: {found}; expected a {what} as a regular file: give the path of the file itself")
 
 
 def _os_error(path: str, what: str, err: OSError, error: type[NeoxEpochError]) -> NeoxEpochError:
+    try:  # (a socket cannot be opened at all: ENXIO; say what it is)
+        mode = os.stat(path).st_mode
+        if not stat.S_ISREG(mode) and not isinstance(err, PermissionError):
+            return _refuse(path, what, f"is {kind_of(mode)}", error)
+    except OSError:
+        pass
     if isinstance(err, FileNotFoundError):
         return error(f"{path}: {what} not found; check the path")
     if isinstance(err, PermissionError):
