@@ -20,6 +20,12 @@ setup(
             optional=True,
         ),
         Extension(
+            "neox_epoch._mapguard",
+            sources=["neox_epoch/_mapguard.c"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        ),
+        Extension(
             "neox_epoch._exposure",
             sources=["neox_epoch/_exposure.c"],
             extra_compile_args=["-O3", "-pthread"],

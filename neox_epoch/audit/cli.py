@@ -42,6 +42,10 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
+#: the largest sample count the frameworks' int64 sample indices and counters hold
+INT64_MAX = (1 << 63) - 1
+
+
 def _options(args: argparse.Namespace) -> AuditOptions:
     """Consumed samples, global batch size and NeoX blend settings from the options and config files."""
     for name, count in (("--consumed", args.consumed), ("--train-iters", args.train_iters)):
@@ -60,6 +64,9 @@ def _options(args: argparse.Namespace) -> AuditOptions:
         gbs = neox_batch(cfg).train_batch_size if gbs is None else gbs
         blend = _neox_blend_settings(cfg)
     consumed: int | None = None
+    if (args.consumed or 0) > INT64_MAX or (iters or 0) * (gbs or 0) > INT64_MAX:
+        raise AuditError(f"--consumed: {args.consumed or iters * gbs} samples is more than a 64-bit count holds "
+                         f"({INT64_MAX}): the frameworks count and index samples in int64; check the number")
     if args.consumed is not None:
         if args.train_iters is not None:
             raise AuditError("--consumed and --train-iters: give one of them (consumed = train_iters x global batch size)")

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from neox_epoch.errors import AuditError
+from neox_epoch.semantics.consumption import Fold
 
 kernel: ModuleType | None
 try:
@@ -32,7 +33,7 @@ class ExposureReport:
 
     consumed_samples: int  # Samples of this dataset drawn by training.
     tokens: dict[int, int]
-    """``{times seen: tokens}`` over the split's tokens (bins with tokens only; the JSON lists every bin)."""
+    """``{times seen: tokens}`` over the split's tokens (bins with tokens only, in the JSON too)."""
     documents: dict[int, int]
     """``{times: documents}``, a document at the minimum exposure of its tokens; empty documents left out."""
     documents_unseen: int  # Documents none of whose tokens was an input.
@@ -48,7 +49,7 @@ class ExposureReport:
     def to_json(self) -> dict[str, Any]:
         total, plain = sum(self.tokens.values()), ("documents_unseen", "documents_partial", "tokens_unseen")
         return {"consumed_samples": self.consumed_samples,
-                "tokens": {str(times): self.tokens.get(times, 0) for times in range(max(self.tokens, default=0) + 1)},
+                "tokens": {str(times): count for times, count in sorted(self.tokens.items())},
                 "documents": {str(times): count for times, count in sorted(self.documents.items())},
                 **{key: getattr(self, key) for key in plain},
                 "fraction_tokens_unseen": round(self.tokens_unseen / total, 6) if total else 0.0,
@@ -110,12 +111,14 @@ def zeros(shape: int | tuple[int, ...], dtype: type) -> np.ndarray:
 
 
 def from_histograms(tokens_hist: np.ndarray, documents_hist: np.ndarray, stats: np.ndarray,
-                    consumed: int) -> ExposureReport:
-    """The report from histogram arrays indexed by times seen and (unseen, partial) document counts."""
-    tokens = {int(times): int(tokens_hist[times]) for times in np.flatnonzero(tokens_hist)}
+                    consumed: int, folded: Fold | None = None) -> ExposureReport:
+    """The report from histogram arrays indexed by times seen (``folded``: by folded exposures, unfolded here) and
+    (unseen, partial) document counts."""
+    value = folded.value if folded is not None else int
+    tokens = {value(int(times)): int(tokens_hist[times]) for times in np.flatnonzero(tokens_hist)}
     return ExposureReport(
         consumed_samples=consumed, tokens=tokens, documents_unseen=int(stats[0]), documents_partial=int(stats[1]),
-        documents={int(times): int(documents_hist[times]) for times in np.flatnonzero(documents_hist)},
+        documents={value(int(times)): int(documents_hist[times]) for times in np.flatnonzero(documents_hist)},
         tokens_unseen=tokens.get(0, 0), token_exposures=sum(times * count for times, count in tokens.items()))
 
 
@@ -215,11 +218,12 @@ class StreamPass:
             return False
         return ids_mix % (1 << 64) == self.epochs * range_mix % (1 << 64)
 
-    def report(self, consumed: int) -> ExposureReport:
-        """The exposure once every copy was seen (each document exactly ``epochs`` times)."""
+    def report(self, consumed: int, folded: Fold | None = None) -> ExposureReport:
+        """The exposure once every copy was seen (each document exactly ``epochs`` times; ``folded``: the draws were
+        folded, :class:`~neox_epoch.semantics.consumption.Fold`)."""
         if self.stats[2]:
             raise AuditError("the stream pass found an exposure outside its histograms (inconsistent inputs)")
-        return from_histograms(self.tokens_hist, self.documents_hist, self.stats, consumed)
+        return from_histograms(self.tokens_hist, self.documents_hist, self.stats, consumed, folded)
 
     def manifest(self, chunk_documents: int = 1 << 20) -> list[ManifestChunk]:
         """The per-document rows (every document is present: the copies matched), in chunks."""

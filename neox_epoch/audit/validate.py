@@ -30,15 +30,17 @@ from neox_epoch.audit.exposure import (
     zeros,
 )
 from neox_epoch.audit.findings import Finding, JsonFields, finding
-from neox_epoch.errors import FileProblem, IndexFileError
+from neox_epoch.errors import AuditError, FileProblem, IndexFileError
 from neox_epoch.formats import cache_names as names
 from neox_epoch.formats import idx as idxmod
 from neox_epoch.formats.cache_descriptions import read_legacy_description, read_mcore_description
 from neox_epoch.formats.npy import NpyInfo, NpyReader, Progress, read_header
 from neox_epoch.semantics import mcore as mcore_sem
 from neox_epoch.semantics.built import IndexNumbers, extra_token_from_files, index_numbers
-from neox_epoch.semantics.consumption import Consumption
+from neox_epoch.semantics.consumption import FOLD_FROM, Consumption
 from neox_epoch.semantics.orders import seeded_orders
+from neox_epoch.util.inputs import changed_files, file_states
+from neox_epoch.util.mapguard import guarded
 
 #: entries of doc_idx (and rows of sample_idx) per chunk
 STREAM_CHUNK = 1 << 20
@@ -118,19 +120,22 @@ def _describe_mcore(group: names.CacheGroup, report: IndexReport, path: str, fie
         found.append(finding(path, "description index_split", f"{group.split} (from the file names)",
                              fields.get("index_split")))
     numbers = {}
-    for key in ("sequence_length", "random_seed"):
+    for key, (low, high) in (("sequence_length", (1, 1 << 31)), ("random_seed", (0, 1 << 32))):  # (numpy's seeds)
         value = fields.get(key)
-        numbers[key] = value if isinstance(value, int) and not isinstance(value, bool) else None
+        numbers[key] = value if isinstance(value, int) and not isinstance(value, bool) and low <= value < high else None
         if numbers[key] is None:
-            found.append(finding(path, f"description {key}", "an integer", repr(value)))
+            found.append(finding(path, f"description {key}", f"an integer in [{low}, {high})", repr(value)))
     matrix = fields.get("split_matrix")
     position = mcore_sem.SPLITS.index(group.split) if group.split in mcore_sem.SPLITS else -1
     bookends = (0.0, 1.0) if matrix is None else None
     if isinstance(matrix, list) and 0 <= position < len(matrix):
-        if matrix[position] is None:
-            found.append(finding(path, "description split_matrix", f"bookends for the {group.split} split", "null"))
+        pair = matrix[position]
+        if not (isinstance(pair, list) and len(pair) == 2 and all(type(v) in (int, float) and 0 <= v <= 1 for v in pair)
+                and pair[0] <= pair[1]):  # (NaN fails 0 <= v)
+            found.append(finding(path, "description split_matrix", f"bookends 0 <= start <= end <= 1 for the "
+                                 f"{group.split} split", repr(pair)))
         else:
-            bookends = (float(matrix[position][0]), float(matrix[position][1]))
+            bookends = (float(pair[0]), float(pair[1]))
         found.extend(_split_findings(path, fields.get("split"), matrix))
     requested, prefix = fields.get("num_samples"), fields.get("dataset_path")
     report.seq_length, report.seed = numbers["sequence_length"], numbers["random_seed"]
@@ -151,7 +156,8 @@ def _split_findings(path: str, split: Any, matrix: list[Any]) -> list[Finding]:
     def same(ours: Any, theirs: Any) -> bool:
         if ours is None or theirs is None:
             return ours is None and theirs is None
-        return abs(ours[0] - theirs[0]) <= 1e-9 and abs(ours[1] - theirs[1]) <= 1e-9
+        return isinstance(theirs, list) and len(theirs) == 2 and all(
+            type(t) in (int, float) and abs(o - t) <= 1e-9 for o, t in zip(ours, theirs))
 
     if mine is not None and all(same(a, b) for a, b in zip(mine, matrix)):
         return []
@@ -543,12 +549,23 @@ def audit_index(group: names.CacheGroup, resolve_prefix: Callable[[str | None], 
     """Audit one GPT index; never raises for a damaged file (findings instead)."""
     report = IndexReport(kind=group.kind, path=group.stem, split=group.split, files=dict(group.files),
                          digest=group.digest)
-    try:
-        setting = _setting(report, group, resolve_prefix, add_extra_token)
-        if setting is not None:
-            _run_passes(report, setting, consumption_for, manifest, progress or Progress(), iteration_of)
-    except FileProblem as problem:
-        report.findings.append(Finding.of(problem))
+    watched = file_states(list(group.files.values()))
+    with guarded() as faults:  # (a page of a file that shrank reads zeros instead of ending the process)
+        try:
+            setting = _setting(report, group, resolve_prefix, add_extra_token)
+            if setting is not None:
+                _run_passes(report, setting, consumption_for, manifest, progress or Progress(), iteration_of)
+        except FileProblem as problem:
+            report.findings.append(Finding.of(problem))
+            report.exposure = None
+        shrank = faults()
+    changed = changed_files(watched)
+    if changed or shrank:
+        report.findings.append(finding(", ".join(changed) or group.stem, "changed while being read", "files that stay "
+                                       "as they are during the audit", f"{len(changed)} file(s) replaced, resized or "
+                                       f"written" + (f", {shrank} page(s) gone" if shrank else ""),
+                                       "a process (a rank 0 rebuilding the index?) rewrote the cache: audit it again "
+                                       "once it is complete"))
         report.exposure = None
     return report
 
@@ -619,14 +636,18 @@ def _run_passes(report: IndexReport, setting: Setting, consumption_for: Consumpt
             ThreadPoolExecutor(1) as side:
         # the shuffle pass on a second thread (its progress not shown) beside the documents' scan and the records'
         # fresh pages, whose first touch costs 0.02-0.25 s at 30M samples as the machine gives them
-        shuffle_pass = side.submit(count_draws, shuffle_r, setting.samples, consumption, manifest is not None, Progress())
+        def shuffle_pass(drawn: Consumption | None) -> Future[Draws]:
+            return side.submit(count_draws, shuffle_r, setting.samples, drawn, manifest is not None, Progress())
+
+        # (a consumption folded for many draws waits for the copies' count: Consumption.fold)
+        folds = consumption is not None and consumption.max_count >= FOLD_FROM
         _stream_passes(report, setting, consumption, manifest, progress, iteration_of, (doc_r, sample_r, shuffle_r),
-                       shuffle_pass)
+                       shuffle_pass if folds else shuffle_pass(consumption))
 
 
 def _stream_passes(report: IndexReport, setting: Setting, consumption: Consumption | None, manifest: ManifestSink | None,
                    progress: Progress, iteration_of: IterationOf | None, readers: tuple[NpyReader, NpyReader, NpyReader],
-                   shuffle_pass: Future[Draws]) -> None:
+                   shuffle_pass: Future[Draws] | Callable[[Consumption | None], Future[Draws]]) -> None:
     """The passes of :func:`_run_passes` with its readers, the shuffle pass running on another thread."""
     kind, samples, sequences = setting.group.kind, setting.samples, setting.header.sequence_count
     doc_info, _, shuffle_info = setting.infos
@@ -649,6 +670,12 @@ def _stream_passes(report: IndexReport, setting: Setting, consumption: Consumpti
     exposing = kernel is not None and consumption is not None and epochs > 0 and packed
     records, stats = read_sizes(sizes, epochs if exposing else 0)
     tokens = stats[2]
+    if not isinstance(shuffle_pass, Future):
+        try:
+            consumption = consumption.fold(epochs, manifest is not None) if consumption is not None else None
+        except ValueError as err:
+            raise AuditError(f"{doc_info.path}: {err}: audit without --manifest, or a smaller --consumed") from None
+        shuffle_pass = shuffle_pass(consumption)
     numbers = index_numbers(kind, tokens, setting.seq_length, epochs, report.num_samples_requested,
                             report.add_extra_token or 1)
     draws = shuffle_pass.result()
@@ -716,7 +743,7 @@ def _expose(report: IndexReport, walker: StreamPass, consumption: Consumption, t
                             "(install a C compiler and run pip install -e . again: docs/audit.md, Cost)")
     if not walker.exposing or not trusted:
         return
-    exposure = walker.report(consumption.consumed)
+    exposure = walker.report(consumption.consumed, consumption.folded)
     per_epoch, positions = report.samples_per_epoch, consumption.positions
     if per_epoch and consumption.consumed > per_epoch:  # the global position of draw number per_epoch (0-based)
         if positions is not None:

@@ -36,6 +36,7 @@ from typing import Any
 
 from neox_epoch.batch.config import LauncherSettings
 from neox_epoch.errors import ConfigError, MissingPackageError
+from neox_epoch.util.inputs import CONFIG_BYTES, open_input
 
 #: stands in for the user script in the argv handed to DeepSpeed's parse_args (never run)
 PLACEHOLDER_SCRIPT = "train.py"
@@ -406,7 +407,7 @@ def read_hostfile(path: str) -> dict[str, int] | None:
     if not os.path.isfile(path):
         return None
     try:
-        with open(path, encoding="utf-8") as f:
+        with open_input(path, "hostfile", CONFIG_BYTES, encoding="utf-8") as f:
             lines = f.readlines()
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(f'hostfile "{path}" cannot be read ({err}); check the path') from None

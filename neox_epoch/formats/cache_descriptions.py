@@ -12,7 +12,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from neox_epoch.errors import FileProblem
+from neox_epoch.errors import ConfigError, FileProblem
+from neox_epoch.util.inputs import open_input
 
 #: largest description read (a blend of many sources is a few hundred kB)
 MAX_DESCRIPTION_BYTES = 64 << 20
@@ -31,8 +32,10 @@ def child_digest(child: dict[str, Any]) -> str:
 
 def _read_text(path: str) -> str:
     try:
-        with open(path, "rb") as f:
+        with open_input(path, "description", error=ConfigError) as f:
             raw = f.read(MAX_DESCRIPTION_BYTES + 1)
+    except ConfigError as err:
+        raise FileProblem(path, "read", "a readable description (a regular file)", str(err).split(": ", 1)[1]) from None
     except OSError as err:
         raise FileProblem(path, "read", "a readable description", f"{type(err).__name__}: {err.strerror or err}") from None
     if len(raw) > MAX_DESCRIPTION_BYTES:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from neox_epoch.errors import ConfigError
+from neox_epoch.util.inputs import JSON_BYTES, open_input, read_input_text
 
 #: the file neox-epoch's hooks write into each NeoX checkpoint tag directory
 STATE_NAME = "neox_epoch_state.json"
@@ -69,15 +70,13 @@ class _ArgsOnly(pickle.Unpickler):
 def read_pt(path: str) -> Any:
     """The object saved in a zip-format ``torch.save`` file, without tensors (see the module docstring)."""
     try:
-        with zipfile.ZipFile(path) as archive:
+        with open_input(path, "checkpoint file (torch.save)") as raw, zipfile.ZipFile(raw) as archive:
             names = [n for n in archive.namelist() if n.endswith("/data.pkl") or n == "data.pkl"]
             if len(names) != 1:
                 raise ConfigError(f"{path}: a torch.save zip archive has one data.pkl, found {len(names)}; is this a "
                                   "checkpoint file?")
             with archive.open(names[0]) as f:
                 return _ArgsOnly(f).load()
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: not found; give the checkpoint directory (--save/--load) or a tag inside it") from None
     except zipfile.BadZipFile:
         raise ConfigError(f"{path}: not a zip-format torch.save file (saved by torch < 1.6 or with "
                           "_use_new_zipfile_serialization=False); reading it needs torch: load it with torch.load and "
@@ -107,8 +106,7 @@ class Checkpoint:
 
 
 def _read_text(path: str) -> str:
-    with open(path, encoding="utf-8") as f:
-        return f.read().strip()
+    return read_input_text(path, "checkpoint file", JSON_BYTES).strip()
 
 
 def _tag_dir(path: str) -> tuple[str, str]:
@@ -155,7 +153,7 @@ def _read_neox(tag: str) -> Checkpoint:
     if os.path.isfile(state_path):
         import json
 
-        with open(state_path, encoding="utf-8") as f:
+        with open_input(state_path, "neox-epoch state", JSON_BYTES, encoding="utf-8") as f:
             state = json.load(f)
     framework = "megatron-core" if COUNTERS_KEY in saved else "neox"  # a megatron-core loop with the counters
     return Checkpoint(framework, tag, int(saved["iteration"]), values, files, state)

@@ -24,6 +24,7 @@ from typing import BinaryIO
 import numpy as np
 
 from neox_epoch.errors import IndexFileError
+from neox_epoch.util.inputs import check_input, open_input
 
 MAGIC = b"MMIDIDX\x00\x00"
 HEADER_BYTES = 34
@@ -122,16 +123,27 @@ def read_header(prefix: str, check_bin: bool = True) -> IdxHeader:
     return header
 
 
+def _missing(path: str) -> bool:
+    """True when ``path`` does not exist (a directory we may not search is not "missing": open_input says so)."""
+    try:
+        os.lstat(path)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
 def _read_head(prefix: str, idx_path: str, bin_path: str) -> tuple[int, bytes]:
     """The size of ``idx_path`` and its first HEADER_BYTES bytes (the file must exist and hold a whole header)."""
-    if not os.path.isfile(idx_path):
+    if _missing(idx_path):
         hint = " (a .bin is there; re-run the tokenizer to write the .idx)" if os.path.isfile(bin_path) else ""
         raise IndexFileError(
             f"{idx_path}: file not found{hint}; expected the .idx of a tokenized dataset "
             f"(prefix {prefix!r}): check the data path in your config"
         )
-    idx_bytes = os.path.getsize(idx_path)
-    with open(idx_path, "rb") as f:
+    with open_input(idx_path, f".idx of the tokenized dataset {prefix!r}", error=IndexFileError) as f:
+        idx_bytes = os.fstat(f.fileno()).st_size
         head = f.read(HEADER_BYTES)
     if len(head) < HEADER_BYTES:
         raise IndexFileError(
@@ -179,12 +191,12 @@ def _check_idx_size(idx_path: str, idx_bytes: int, sequence_count: int, document
 
 
 def _check_bin(header: IdxHeader, idx_path: str, bin_path: str) -> IdxHeader:
-    if not os.path.isfile(bin_path):
+    if _missing(bin_path):
         raise IndexFileError(
             f"{bin_path}: file not found; expected the token file next to {idx_path}: "
             "copy the .bin beside the .idx or fix the data path"
         )
-    bin_bytes = os.path.getsize(bin_path)
+    bin_bytes = check_input(bin_path, f".bin (tokens) beside {idx_path}", error=IndexFileError).st_size
     expected = 0
     if header.sequence_count:
         with open(idx_path, "rb") as f:

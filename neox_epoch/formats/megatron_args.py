@@ -33,6 +33,7 @@ from neox_epoch.errors import ConfigError, did_you_mean
 from neox_epoch.formats import launch_line
 from neox_epoch.semantics import megatron_lm as mlm
 from neox_epoch.semantics.megatron_lm import MegatronRefusal, refuse
+from neox_epoch.util.inputs import JSON_BYTES, open_input
 
 FLAGS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "megatron_flags")
 DEFAULT_VERSION = mlm.MEGATRON_LM_VERSION
@@ -422,8 +423,10 @@ def _check_unknown(extras: list[str], version: str = DEFAULT_VERSION) -> None:
 def _read_text(flag: str, path: str) -> str:
     """A file a flag names, or a one-line error."""
     try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
+        with open_input(path, f"file {flag} names", JSON_BYTES, encoding="utf-8") as f:
+            return str(f.read())
+    except ConfigError as err:
+        raise ConfigError(f"{flag}: {err}") from None
     except OSError as err:
         raise ConfigError(f"{flag}: {path}: cannot be read ({err.strerror}); give an existing file") from err
 

@@ -11,6 +11,7 @@ import ast
 import math
 import mmap
 import os
+import stat
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,6 +21,8 @@ import numpy as np
 from numpy.lib import format as npformat
 
 from neox_epoch.errors import FileProblem
+from neox_epoch.util import mapguard
+from neox_epoch.util.inputs import kind_of
 
 #: rows per chunk when streaming: 4M rows of an int64 [N, 2] array is 64 MiB
 CHUNK_ROWS = 1 << 22
@@ -114,7 +117,11 @@ def parse_header(f: IO[bytes], version: tuple[int, int]) -> tuple[tuple[int, ...
 def read_header(path: str) -> NpyInfo:
     """Read and check the header of ``path``; raise :class:`FileProblem` if it is not a complete .npy."""
     try:
-        size = os.path.getsize(path)
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):
+            raise FileProblem(path, "file type", "a .npy index file", f"is {kind_of(st.st_mode)}",
+                              "give the cache's own files (a named pipe or device is never read)")
+        size = st.st_size
         with open(path, "rb") as f:
             try:
                 version = npformat.read_magic(f)
@@ -177,9 +184,11 @@ class NpyReader:
                 raise FileProblem(self.info.path, "size", f"at least {start + nbytes} bytes",
                                   f"{size} bytes (the file shrank during the audit)",
                                   "the file is being rewritten or truncated: audit it once it is complete")
-            lo = start - start % mmap.ALLOCATIONGRANULARITY
-            try:
-                mm = mmap.mmap(f.fileno(), start - lo + nbytes, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ, offset=lo)
+            lo, mm = start - start % mmap.ALLOCATIONGRANULARITY, None
+            try:  # (mapped only where a page gone under it reads zeros: util/mapguard; else copied)
+                if mapguard.AVAILABLE:
+                    mm = mmap.mmap(f.fileno(), start - lo + nbytes, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ,
+                                   offset=lo)
             except (OSError, ValueError):  # not mappable (a pipe, some network file systems): copy it
                 mm = None
             if mm is not None:

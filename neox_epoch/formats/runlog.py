@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from neox_epoch.errors import ConfigError, NeoxEpochError
+from neox_epoch.util.inputs import RUN_LOG_BYTES, open_input
 from neox_epoch.util.sink import GAP_EVENT, LineSink, guarded
 
 #: JSONL file name inside ``log_dir``
@@ -59,7 +60,7 @@ def read_jsonl(path: str, error: type[NeoxEpochError] = ConfigError) -> list[tup
     short by a crash) is ``{"event": "torn_line", "text": its start}`` (readers say a record is missing there),
     and a record an older writer appended to it, on the same line, is read as its own."""
     try:
-        with open(path, encoding="utf-8") as f:
+        with open_input(path, "run log (JSONL)", RUN_LOG_BYTES, error, encoding="utf-8") as f:
             lines = f.read().splitlines()
     except (OSError, UnicodeDecodeError) as err:
         raise error(f"{path}: cannot read it ({err})") from None

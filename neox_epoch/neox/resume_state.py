@@ -21,6 +21,7 @@ from neox_epoch.formats import fingerprint as fp
 from neox_epoch.formats.checkpoint import STATE_NAME
 from neox_epoch.semantics import TrainBuild
 from neox_epoch.semantics.loader import LoaderShape, hooked_start
+from neox_epoch.util.inputs import JSON_BYTES, open_input, read_input_text
 from neox_epoch.util.output import Output, write_output_text
 
 #: bump when the JSON layout changes
@@ -80,8 +81,7 @@ def checkpoint_tag_to_load(neox_args: Any) -> str | None:
     latest = os.path.join(load, "latest")
     if not os.path.isfile(latest):
         return None
-    with open(latest, encoding="utf-8") as f:
-        return os.path.join(load, f.read().strip())
+    return os.path.join(load, read_input_text(latest, "DeepSpeed 'latest' file", JSON_BYTES).strip())
 
 
 def read_state(tag_dir: str) -> ResumeState | None:
@@ -90,7 +90,7 @@ def read_state(tag_dir: str) -> ResumeState | None:
     if not os.path.isfile(path):
         return None
     try:
-        with open(path, encoding="utf-8") as f:
+        with open_input(path, "neox-epoch state", JSON_BYTES, encoding="utf-8") as f:
             raw = json.load(f)
     except (OSError, ValueError) as err:
         raise ConfigError(f"{path}: not a neox-epoch state ({type(err).__name__}: {err}); it was cut off or edited: "

@@ -31,6 +31,7 @@ from neox_epoch.formats.runlog import recorded_at
 from neox_epoch.plan.model import Plan
 from neox_epoch.resume.model import NewRun, OldRun, ResumeCheck, SourceDelta, SourceExposure
 from neox_epoch.semantics.loader import LoaderShape, ResumeStart
+from neox_epoch.util.inputs import JSON_BYTES, open_input
 
 
 def new_batch(ds_config: str, world_size: int | None) -> LoaderShape:
@@ -84,7 +85,7 @@ def _blend(cache: str, size: int, sources: list[str]) -> tuple[names.CacheGroup,
     for group in names.discover([cache]):
         if not (group.kind == names.MCORE and group.is_blend and group.split == "train"):
             continue
-        with open(group.files[names.DESCRIPTION], encoding="utf-8") as f:
+        with open_input(group.files[names.DESCRIPTION], "description", JSON_BYTES, encoding="utf-8") as f:
             described = json.load(f)
         children = [os.path.basename(str(d.get("dataset_path"))) for d in described.get("datasets", [])]
         if described.get("size") == size and children == sources:
@@ -116,7 +117,7 @@ def _cached_sources(cache: str) -> dict[str, dict[str, Any]]:
     for group in names.discover([cache]):
         if group.kind != names.MCORE or group.is_blend or names.DESCRIPTION not in group.files:
             continue
-        with open(group.files[names.DESCRIPTION], encoding="utf-8") as f:
+        with open_input(group.files[names.DESCRIPTION], "description", JSON_BYTES, encoding="utf-8") as f:
             described = json.load(f)
         path = described.get("dataset_path")
         if isinstance(path, str):

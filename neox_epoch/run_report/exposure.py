@@ -27,6 +27,7 @@ from typing import Any
 
 from neox_epoch.run_report.log import Launch, RunLogError
 from neox_epoch.run_report.series import Series
+from neox_epoch.util.inputs import JSON_BYTES, open_input
 
 ESTIMATED = "estimated from counters"
 AUDIT = "exact: neox-epoch audit"
@@ -111,7 +112,7 @@ def estimated(series: Series, last: Launch) -> list[Histogram]:
 def read_audit(path: str) -> dict[str, Any]:
     """``neox-epoch audit --json`` output."""
     try:
-        with open(path, encoding="utf-8") as f:
+        with open_input(path, "audit JSON (--audit)", JSON_BYTES, RunLogError, encoding="utf-8") as f:
             data = json.load(f)
     except OSError as err:
         raise RunLogError(f"--audit {path}: cannot read it ({err}); give the file written by neox-epoch audit "

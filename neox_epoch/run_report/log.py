@@ -16,6 +16,7 @@ from typing import Any
 
 from neox_epoch.errors import NeoxEpochError
 from neox_epoch.formats.runlog import JSONL_NAME, LOG_GAP, TORN_EVENT, read_jsonl
+from neox_epoch.util.inputs import RUN_LOG_BYTES, open_input
 from neox_epoch.util.values import is_whole
 
 #: events the report reads; others (future writers) are skipped
@@ -193,7 +194,7 @@ def find_logs(path: str) -> list[str]:
         raise RunLogError(f"{path}: no such file or directory; give the run's log_dir (the neox_epoch block's "
                           f"log_dir, holding {JSONL_NAME}) or the .jsonl file")
     direct = os.path.join(path, JSONL_NAME)
-    if os.path.isfile(direct):
+    if os.path.lexists(direct):  # (read_jsonl refuses a directory, pipe or device by that name)
         return [direct]
     found = sorted(os.path.join(root, JSONL_NAME) for root, _, files in os.walk(path) if JSONL_NAME in files)
     if not found:
@@ -204,12 +205,12 @@ def find_logs(path: str) -> list[str]:
 
 def _first_time(path: str) -> float:
     try:
-        with open(path, encoding="utf-8") as f:
+        with open_input(path, "run log (JSONL)", RUN_LOG_BYTES, RunLogError, encoding="utf-8") as f:
             for raw in f:
                 if raw.strip():
                     t = json.loads(raw).get("time")
                     return float(t) if isinstance(t, (int, float)) else 0.0
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RunLogError):
         pass  # read_log names the problem
     return 0.0
 

@@ -10,9 +10,31 @@ and optionally the global position (blend index) at which each index was drawn, 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
+
+#: Draws per index from which the audit folds whole passes out of a consumption (:meth:`Consumption.fold`): below
+#: it the per-sample counts fit a byte and the exposure histograms have at most ``epochs * 253 + 1`` bins.
+FOLD_FROM = 254
+#: Most exposure-histogram bins an unfolded exposure may need (int64 each, two histograms): 2^24 is 256 MB.
+MAX_BINS = 1 << 24
+
+
+@dataclass(frozen=True)
+class Fold:
+    """Whole passes taken out of a consumption (:meth:`Consumption.fold`): every index ``j < length`` is drawn
+    ``passes + d(j)`` times. The exposure pass then runs on ``d(j) + modulus`` draws (0 past ``length``), so a token
+    covered ``c`` times by the samples of a single pass and ``e`` times by the ``d`` draws (``e < modulus``) has the
+    folded exposure ``modulus * c + e``; its exposure is ``passes * c + e``: :meth:`value`. With ``passes >=
+    modulus`` that map keeps the order of exposures, so a document's smallest folded exposure stays its smallest."""
+
+    passes: int
+    modulus: int
+
+    def value(self, folded: int) -> int:
+        """A token's exposure from its folded exposure."""
+        return self.passes * (folded // self.modulus) + folded % self.modulus
 
 
 @dataclass(frozen=True)
@@ -33,6 +55,8 @@ class Consumption:
     it, so passes over two indexes of one corpus sum (:func:`neox_epoch.resume.exposure.from_tokens`)."""
     tokens_window: tuple[int, int] | None = field(default=None, compare=False)
     """With ``tokens_out``: the split's documents ``[first, stop)`` (0: its first) whose tokens it holds (None: all)."""
+    folded: Fold | None = field(default=None, compare=False)
+    """Set on the consumption :meth:`fold` returns: its runs hold the folded draws."""
 
     @staticmethod
     def prefix(length: int, consumed: int) -> Consumption:
@@ -62,6 +86,28 @@ class Consumption:
     @property
     def max_count(self) -> int:
         return max((c for _, _, c in self.runs), default=0)
+
+    def fold(self, epochs: int, per_sample: bool) -> Consumption:
+        """This consumption for an exposure pass over ``epochs`` copies, exact at any number of draws.
+
+        From :data:`FOLD_FROM` draws on, the whole passes every index shares are folded out (:class:`Fold`): the
+        pass counts small draws and the exposures are unfolded after it. Per-sample results (``per_sample``: the
+        manifest's first and last draws and sums, the per-token exposures) cannot be unfolded: there, and where
+        the indices do not share enough whole passes, the unfolded pass runs if its histograms fit
+        :data:`MAX_BINS`; else :class:`ValueError` says why."""
+        top = self.max_count
+        if top < FOLD_FROM or epochs <= 0:
+            return self
+        covered = sum(b - a for a, b, _ in self.runs) == self.length
+        passes = min(c for _, _, c in self.runs) if covered else 0
+        modulus = epochs * (top - passes) + 1
+        if passes >= modulus and not per_sample and self.tokens_out is None:
+            runs = tuple((a, b, c - passes + modulus) for a, b, c in self.runs)
+            return replace(self, runs=runs, folded=Fold(passes, modulus))
+        if epochs * top + 1 > MAX_BINS or (self.tokens_out is not None and epochs * top >= 1 << 31):
+            raise ValueError(f"{top} draws of a sample over {epochs} copies: the exposure per sample and token "
+                             f"needs {epochs * top + 1} counts, more than the {MAX_BINS} kept")
+        return self
 
     def segments(self, start: int, stop: int) -> list[tuple[int, int, int]]:
         """``[start, stop)`` cut into ``(lo, hi, draws)`` pieces (0 draws between the runs and past ``length``)."""
