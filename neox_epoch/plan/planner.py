@@ -337,13 +337,13 @@ def _neox_cache_warnings(inp: PlanInput, sources: list[SourcePlan]) -> list[Plan
     import numpy as np
 
     out = []
-    for k, s in enumerate(sources):
+    seen: dict[str, int] = {}  # sources of each split so far: NeoX's {split}_{i} names (linear in the sources)
+    for s in sources:
+        idx_in_split = seen.get(s.split, 0)
+        seen[s.split] = idx_in_split + 1
         if s.samples_requested is None:
             continue
-        name = s.split
-        if inp.per_split_paths:
-            idx_in_split = sum(1 for t in sources[:k] if t.split == s.split)
-            name = f"{s.split}_{idx_in_split}"
+        name = f"{s.split}_{idx_in_split}" if inp.per_split_paths else s.split
         base = f"{s.prefix}_{name}_indexmap_{s.samples_requested}ns_{inp.seq_length}sl_{inp.seed}s"
         base += f"_{inp.neox.pack_impl}pi" + ("_ac" if inp.neox.allow_chopped else "")
         doc = base + "_doc_idx.npy"
