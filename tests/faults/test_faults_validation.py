@@ -7,6 +7,7 @@ where the .bin holds 54,609), seeds GPT-NeoX and Megatron-LM refuse at start-up 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import struct
@@ -104,3 +105,26 @@ def test_the_block_s_epochs_are_named_as_written(base: dict[str, str], tmp_path,
     line = refused(cli(["plan", config]), "plan", *needles)
     assert "--source-epochs" not in line
     assert tree(str(tmp_path)) == before
+
+
+def test_a_one_token_source_has_its_passes_counted_in_tokens(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A one-token source is shorter than one sample (samples_per_epoch 0) yet drawn 400 samples: NeoX builds
+    12,865 epochs for its 402 requested; the plan's passes are 400 x 32 / 1 = 12,800 (it said 0.0)."""
+    from neox_epoch.formats.corpus import write_sized_corpus
+
+    write_sized_corpus(str(tmp_path / "big"), [500] * 20)
+    write_sized_corpus(str(tmp_path / "one"), [1])
+    paths = [str(tmp_path / "big"), str(tmp_path / "one")]
+    values = {"train_data_paths": paths, "train_data_weights": [1.0, 1.0], "valid_data_paths": paths[:1],
+              "test_data_paths": paths[:1], "seq_length": 32, "train_micro_batch_size_per_gpu": 4, "global_num_gpus": 1,
+              "gradient_accumulation_steps": 1, "train_iters": 200, "lr_decay_iters": 200, "eval_interval": 1000,
+              "eval_iters": 1}
+    (tmp_path / "one.yml").write_text(yaml.safe_dump(values))
+    code, out, err = cli(["plan", str(tmp_path / "one.yml"), "--json"])
+    assert code == 0, err
+    rows = {s["name"]: s for s in json.loads(out)["sources"] if s["split"] == "train"}
+    one, big = rows["one"], rows["big"]
+    assert (one["samples_per_epoch"], one["samples_requested"], one["epochs_built"], one["samples_drawn"]) == \
+        (0, 402, 12865, 400)
+    assert one["passes"] == 400 * 32 / 1 == 12800.0
+    assert (big["samples_per_epoch"], big["samples_drawn"], big["passes"]) == (312, 400, round(400 / 312, 6))
