@@ -1,7 +1,8 @@
 """``neox-epoch`` command line: one subcommand per module, errors mapped to exit codes.
 
 Exit codes: 0 success, 1 findings (audit, check-batch, plan with ``enforce``), 2 bad input (any
-:class:`NeoxEpochError`), 3 internal error (an unexpected exception: one line naming the command and its
+:class:`NeoxEpochError`: a damaged or invalid input, or the environment: stdout closed or full, see
+neox_epoch.util.stdout), 3 internal error (an unexpected exception: one line naming the command and its
 input; the traceback only with ``--debug``).
 Each subcommand module provides ``register(subparsers)`` (adds its parser, sets ``func``) and a
 ``run(args) -> int`` function.
@@ -17,7 +18,8 @@ import sys
 from collections.abc import Sequence
 
 from neox_epoch import __version__
-from neox_epoch.errors import NeoxEpochError
+from neox_epoch.errors import NeoxEpochError, OutputError
+from neox_epoch.util import stdout
 
 #: exit code of an unexpected exception (a bug), distinct from bad input (2)
 INTERNAL_ERROR = 3
@@ -99,10 +101,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         print(no_command(parser), file=sys.stderr)
         return 2
+    if sys.stdout is None:  # started with fd 1 closed: nothing it prints would reach anyone
+        print(f"neox-epoch {args.command}: error: {stdout.closed_error()}", file=sys.stderr)
+        return 2
+    real_stdout, sys.stdout = sys.stdout, stdout.GuardedStdout(sys.stdout)
     try:
-        return int(args.func(args))
+        code = int(args.func(args))
+        sys.stdout.flush()  # a full stdout fails here, not at the interpreter's exit
+        return code
     except NeoxEpochError as err:
         print(f"neox-epoch {args.command}: error: {one_line(str(err))}", file=sys.stderr)
+        if isinstance(err, OutputError) and str(err).startswith("standard output"):
+            stdout.discard()
         return err.exit_code
     except BrokenPipeError:  # output piped into head and closed
         sys.stderr.close()
@@ -117,6 +127,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"neox-epoch {args.command}: internal error: {type(err).__name__}: {one_line(str(err))} (input: {inputs}); "
               "this is a bug in neox-epoch: rerun with --debug for the traceback and report it", file=sys.stderr)
         return INTERNAL_ERROR
+    finally:
+        sys.stdout = real_stdout
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import io
 import os
 import pickle
 import zipfile
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from neox_epoch.errors import ConfigError
-from neox_epoch.util.inputs import JSON_BYTES, open_input, read_input_text
+from neox_epoch.util.inputs import JSON_BYTES, open_input
 
 #: the file neox-epoch's hooks write into each NeoX checkpoint tag directory
 STATE_NAME = "neox_epoch_state.json"
@@ -68,20 +69,36 @@ class _ArgsOnly(pickle.Unpickler):
 
 
 def read_pt(path: str) -> Any:
-    """The object saved in a zip-format ``torch.save`` file, without tensors (see the module docstring)."""
+    """The object saved in a zip-format ``torch.save`` file, without tensors (see the module docstring).
+
+    The pickle is read from memory after its announced size was checked against the file's: a damaged pickle that
+    announces more bytes than the file holds (a length field of 2^62) is one error, never an allocation of it."""
     try:
         with open_input(path, "checkpoint file (torch.save)") as raw, zipfile.ZipFile(raw) as archive:
             names = [n for n in archive.namelist() if n.endswith("/data.pkl") or n == "data.pkl"]
             if len(names) != 1:
                 raise ConfigError(f"{path}: a torch.save zip archive has one data.pkl, found {len(names)}; is this a "
                                   "checkpoint file?")
-            with archive.open(names[0]) as f:
-                return _ArgsOnly(f).load()
+            info = archive.getinfo(names[0])
+            size = os.path.getsize(path)
+            if info.compress_type == zipfile.ZIP_STORED and info.file_size > size:
+                raise ConfigError(f"{path}: its data.pkl announces {info.file_size} bytes, the file holds {size}; the "
+                                  "file is truncated or damaged: copy it again from the save")
+            data = archive.read(names[0])
+        return _ArgsOnly(io.BytesIO(data)).load()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: not found; give the checkpoint directory (--save/--load) or a tag inside it") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: a directory where the torch.save file belongs; give the checkpoint directory "
+                          "(--save/--load) or a tag inside it") from None
     except zipfile.BadZipFile:
         raise ConfigError(f"{path}: not a zip-format torch.save file (saved by torch < 1.6 or with "
                           "_use_new_zipfile_serialization=False); reading it needs torch: load it with torch.load and "
                           "re-save it, or give the run's JSONL record instead") from None
-    except (pickle.UnpicklingError, EOFError, ValueError) as err:
+    except (MemoryError, OverflowError):
+        raise ConfigError(f"{path}: its data.pkl announces an object larger than the file ({os.path.getsize(path)} "
+                          "bytes); the file is damaged or not a checkpoint: copy it again from the save") from None
+    except (pickle.UnpicklingError, EOFError, ValueError, IndexError, TypeError, KeyError, AttributeError) as err:
         raise ConfigError(f"{path}: its data.pkl cannot be read ({err}); the file is truncated or not a checkpoint") from None
 
 
@@ -105,19 +122,61 @@ class Checkpoint:
     """neox-epoch's own record (``neox_epoch_state.json``), when the hooks saved one."""
 
 
-def _read_text(path: str) -> str:
-    return read_input_text(path, "checkpoint file", JSON_BYTES).strip()
+def _read_text(path: str, what: str, fix: str) -> str:
+    """A small text file of a checkpoint, stripped; ConfigError naming ``what`` it is and ``fix`` when it cannot be
+    read as UTF-8 text."""
+    if os.path.isdir(path):
+        raise ConfigError(f"{path}: a directory where {what} belongs (a file); {fix}")
+    try:
+        with open_input(path, "checkpoint file", JSON_BYTES, encoding="utf-8") as f:
+            return str(f.read()).strip()
+    except UnicodeDecodeError as err:
+        found = f"byte {err.object[err.start:err.start + 1]!r} at offset {err.start} ({err.reason})"
+        raise ConfigError(f"{path}: {what} is not UTF-8 text: {found}; the file is damaged: {fix}") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: a directory where {what} belongs (a file); {fix}") from None
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read {what} ({err.strerror or err}); {fix}") from None
+
+
+def iteration_of(value: Any, where: str) -> int:
+    """A saved iteration: a whole number >= 0 (iterations finished; Megatron-LM's read_metadata refuses a negative
+    one: 'error parsing metadata file')."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{where}: iteration is {value!r}, expected a whole number >= 0 (the iterations finished "
+                          "when it was saved); the checkpoint is damaged or was edited: use another save")
+    if value < 0:
+        raise ConfigError(f"{where}: iteration is {value}, expected a whole number >= 0 (Megatron-LM refuses a "
+                          "negative one: 'error parsing metadata file'); the checkpoint is damaged or was edited: "
+                          "use another save")
+    return value
+
+
+_LATEST_FIX = "write the tag of the last complete save (global_stepN, a directory beside it) into it"
+_TRACKER_FIX = "write the iteration of the last complete save (the N of iter_NNNNNNN beside it) or 'release' into it"
+
+
+def _megatron_tag(marker: str) -> str:
+    """The tag ``latest_checkpointed_iteration.txt`` names, read as Megatron-LM's read_metadata reads it."""
+    text = _read_text(marker, "Megatron-LM's latest_checkpointed_iteration.txt", _TRACKER_FIX)
+    if text == "release":
+        return "release"
+    try:
+        iteration = int(text)
+    except ValueError:
+        raise ConfigError(f"{marker}: holds {text[:40]!r}, expected an iteration (a whole number >= 0) or 'release' "
+                          f"(Megatron-LM exits on it: 'Invalid metadata file'); {_TRACKER_FIX}") from None
+    return f"iter_{iteration_of(iteration, marker):07d}"
 
 
 def _tag_dir(path: str) -> tuple[str, str]:
     """(framework, tag directory) for a save directory or a tag directory."""
     if os.path.isfile(os.path.join(path, "latest")):
-        return "neox", os.path.join(path, _read_text(os.path.join(path, "latest")))
+        return "neox", os.path.join(path, _read_text(os.path.join(path, "latest"), "DeepSpeed's 'latest' file",
+                                                     _LATEST_FIX))
     marker = os.path.join(path, "latest_checkpointed_iteration.txt")
     if os.path.isfile(marker):
-        text = _read_text(marker)
-        tag = "release" if text == "release" else f"iter_{int(text):07d}"
-        return "megatron", os.path.join(path, tag)
+        return "megatron", os.path.join(path, _megatron_tag(marker))
     base = os.path.basename(os.path.normpath(path))
     if base.startswith("global_step"):
         return "neox", path
@@ -147,16 +206,25 @@ def _read_neox(tag: str) -> Checkpoint:
             "global_samples", COUNTERS_KEY)
     values = {k: saved[k] for k in keep if k in saved}
     configs = os.path.join(tag, "configs")
-    files = {n: _read_text(os.path.join(configs, n)) for n in sorted(os.listdir(configs))} if os.path.isdir(configs) else {}
-    state_path = os.path.join(tag, STATE_NAME)
-    state = None
-    if os.path.isfile(state_path):
-        import json
-
-        with open_input(state_path, "neox-epoch state", JSON_BYTES, encoding="utf-8") as f:
-            state = json.load(f)
+    fix = "restore it from the run's config files or delete configs/ to compare without them"
+    files = ({n: _read_text(os.path.join(configs, n), "a config file NeoX copied", fix) for n in sorted(os.listdir(configs))}
+             if os.path.isdir(configs) else {})
     framework = "megatron-core" if COUNTERS_KEY in saved else "neox"  # a megatron-core loop with the counters
-    return Checkpoint(framework, tag, int(saved["iteration"]), values, files, state)
+    return Checkpoint(framework, tag, iteration_of(saved["iteration"], states), values, files, _state(tag))
+
+
+def _state(tag: str) -> Any:
+    """neox-epoch's ``neox_epoch_state.json`` as JSON (None when absent); checked further by neox.resume_state."""
+    import json
+
+    path = os.path.join(tag, STATE_NAME)
+    if not os.path.isfile(path):
+        return None
+    fix = "restore it from the checkpoint's copy, or delete it to resume as stock NeoX"
+    try:
+        return json.loads(_read_text(path, "neox-epoch's state", fix))
+    except ValueError as err:
+        raise ConfigError(f"{path}: not a neox-epoch state (not JSON: {err}); it was cut off or edited: {fix}") from None
 
 
 def _read_megatron(tag: str) -> Checkpoint:
@@ -172,4 +240,4 @@ def _read_megatron(tag: str) -> Checkpoint:
         raise ConfigError(f"{tag}: no 'args' saved with it (saved by another tool?); give the run's JSONL "
                           "record instead")
     iteration = saved.get("iteration", getattr(args, "iteration", 0))
-    return Checkpoint("megatron", tag, int(iteration), dict(vars(args)))
+    return Checkpoint("megatron", tag, iteration_of(iteration, tag), dict(vars(args)))

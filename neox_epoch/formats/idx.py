@@ -47,6 +47,8 @@ CHUNK = 1 << 24
 #: entries per chunk when summing ranges of the sizes array (4 MiB of int32): the plan's peak memory is this
 #: buffer, not the index (and the 8-source / 100M-document plan takes half the CPU it took with 1 << 24)
 SUM_CHUNK = 1 << 20
+#: entries per chunk of validate_arrays (about 32 MiB of arrays at a time)
+VALIDATE_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -291,38 +293,57 @@ def _read_full(f: BinaryIO, out: memoryview) -> int:
 
 
 def validate_arrays(header: IdxHeader) -> None:
-    """Deep check: pointers consistent with sizes, document indices start at 0, end at S, non-decreasing.
+    """Deep check: pointers consistent with sizes, document indices start at 0, end at S, non-decreasing; with the
+    header's .bin size checked (:func:`read_header`), the sizes then add up to the tokens the .bin holds.
 
-    Streams the arrays in chunks. Raises :class:`IndexFileError` at the first inconsistency.
+    Streams the arrays in chunks through one open file (a plan checks every source: no memmap per file). Raises
+    :class:`IndexFileError` at the first inconsistency. Used by ``plan`` (plan.builds.read_sources).
     """
-    sizes = sizes_memmap(header)
-    pointers = pointers_memmap(header)
     item = header.itemsize
     prev_end = 0
-    for start in range(0, header.sequence_count, CHUNK):
-        s = np.asarray(sizes[start : start + CHUNK], dtype=np.int64)
-        p = np.asarray(pointers[start : start + CHUNK])
-        expect = np.empty_like(p)
-        expect[0] = prev_end
-        np.cumsum(s[:-1] * item, out=expect[1:])
-        expect[1:] += prev_end
-        bad = np.nonzero(expect != p)[0]
-        if bad.size:
-            i = start + int(bad[0])
-            raise IndexFileError(
-                f"{header.prefix}.idx: pointers[{i}] = {int(p[bad[0]])}, expected {int(expect[bad[0]])} "
-                "(previous pointer + previous size x itemsize); the index is damaged: re-tokenize"
-            )
-        prev_end = int(p[-1] + s[-1] * item)
-    docs = document_indices_memmap(header)
-    if header.document_count:
-        if int(docs[0]) != 0 or int(docs[-1]) != header.sequence_count:
-            raise IndexFileError(
-                f"{header.prefix}.idx: document_indices run from {int(docs[0])} to {int(docs[-1])}, "
-                f"expected 0 to {header.sequence_count}; the index is damaged: re-tokenize"
-            )
-        for start in range(0, header.document_count, CHUNK):
-            d = np.asarray(docs[start : start + CHUNK + 1])
-            if d.size > 1 and bool(np.any(np.diff(d) < 0)):
-                i = start + int(np.argmax(np.diff(d) < 0)) + 1
-                raise IndexFileError(f"{header.prefix}.idx: document_indices decrease at entry {i}; the index is damaged")
+    with open(header.prefix + ".idx", "rb") as f:
+        for start in range(0, header.sequence_count, VALIDATE_CHUNK):
+            n = min(VALIDATE_CHUNK, header.sequence_count - start)
+            s = _read_array(f, header, header.sizes_offset + 4 * start, np.int32, n).astype(np.int64)
+            p = _read_array(f, header, header.pointers_offset + 8 * start, np.int64, n)
+            expect = np.empty_like(p)
+            expect[0] = prev_end
+            np.cumsum(s[:-1] * item, out=expect[1:])
+            expect[1:] += prev_end
+            bad = np.nonzero(expect != p)[0]
+            if bad.size:
+                i = start + int(bad[0])
+                raise IndexFileError(
+                    f"{header.prefix}.idx: pointers[{i}] = {int(p[bad[0]])}, expected {int(expect[bad[0]])} "
+                    "(previous pointer + previous size x itemsize); the index is damaged: re-tokenize"
+                )
+            prev_end = int(p[-1] + s[-1] * item)
+        _check_document_indices(f, header)
+
+
+def _read_array(f: BinaryIO, header: IdxHeader, offset: int, dtype: type, count: int) -> np.ndarray:
+    f.seek(offset)
+    raw = f.read(count * np.dtype(dtype).itemsize)
+    if len(raw) != count * np.dtype(dtype).itemsize:
+        raise IndexFileError(f"{header.prefix}.idx: truncated at byte {offset + len(raw)} while checking its arrays; "
+                             "the file changed or is damaged: re-tokenize")
+    return np.frombuffer(raw, dtype=dtype)
+
+
+def _check_document_indices(f: BinaryIO, header: IdxHeader) -> None:
+    if not header.document_count:
+        return
+    first = int(_read_array(f, header, header.document_indices_offset, np.int64, 1)[0])
+    last = int(_read_array(f, header, header.document_indices_offset + 8 * (header.document_count - 1), np.int64,
+                           1)[0])
+    if first != 0 or last != header.sequence_count:
+        raise IndexFileError(
+            f"{header.prefix}.idx: document_indices run from {first} to {last}, "
+            f"expected 0 to {header.sequence_count}; the index is damaged: re-tokenize"
+        )
+    for start in range(0, header.document_count, VALIDATE_CHUNK):
+        n = min(VALIDATE_CHUNK + 1, header.document_count - start)
+        d = _read_array(f, header, header.document_indices_offset + 8 * start, np.int64, n)
+        if d.size > 1 and bool(np.any(np.diff(d) < 0)):
+            i = start + int(np.argmax(np.diff(d) < 0)) + 1
+            raise IndexFileError(f"{header.prefix}.idx: document_indices decrease at entry {i}; the index is damaged")

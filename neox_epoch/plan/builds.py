@@ -53,7 +53,17 @@ class SplitBuild:
 
 
 def read_sources(specs: Sequence[SourceSpec]) -> list[Source]:
-    return [Source(s, idx.read_header(s.prefix)) for s in specs]
+    """Each spec with its .idx header, the index checked for its own consistency (pointers vs sizes vs the .bin's
+    size, document indices: idx.validate_arrays, as the audit trusts them); a prefix listed many times is read once."""
+    headers: dict[str, idx.IdxHeader] = {}
+    out = []
+    for s in specs:
+        header = headers.get(s.prefix)
+        if header is None:
+            header = headers[s.prefix] = idx.read_header(s.prefix)
+            idx.validate_arrays(header)
+        out.append(Source(s, header))
+    return out
 
 
 def token_sums(src: Source, ranges: list[tuple[int, int]], cache: TokenCache) -> list[int]:

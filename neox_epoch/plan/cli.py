@@ -474,9 +474,25 @@ def targets_from(args: argparse.Namespace, inp: PlanInput, block: EpochBlock | N
         return parse_source_epochs(args.source_epochs)
     if block is not None and block.epochs is not None:
         targets = passes_per_source(block.epochs, inp.train_sources)
+        _check_block_targets(targets, block, inp)
         refuse_over_cap(block.max_passes, targets)
         return targets
     return None
+
+
+def _check_block_targets(targets: dict[str, float], block: EpochBlock, inp: PlanInput) -> None:
+    """The neox_epoch block's epochs, refused in the words the user wrote (``neox_epoch.epochs``, not an option)."""
+    one = not isinstance(block.epochs, dict)
+    names = {s.label for s in inp.train_sources} | {s.prefix for s in inp.train_sources}
+    for name, value in targets.items():
+        key = "neox_epoch.epochs" + ("" if one else f".{name}")
+        if not one and name not in names:
+            raise ConfigError(f"{key}: unknown train source {name!r}; expected one of "
+                              f"{sorted(s.label for s in inp.train_sources)} (a source's name or its data path)")
+        if not math.isfinite(value) or value <= 0:
+            raise ConfigError(f"{key}: {value:g}; expected the passes over " + ("every train source" if one else name)
+                              + ", a finite number > 0 (fractional allowed), e.g. 1 or 0.5: fix it in the config's "
+                              "neox_epoch block")
 
 
 def overlay(plan: Plan, block: EpochBlock | None, targets: dict[str, float],

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from neox_epoch.formats.megatron_args import Blend, MegatronArgs, MegatronRun, megatron_run, parse_megatron_argv
 from neox_epoch.plan.inputs import McoreOptions, PlanInput, PlanWarning, SourceSpec
 from neox_epoch.plan.model import Plan
+from neox_epoch.plan.seeds import check_seed
 from neox_epoch.semantics import megatron_lm as mlm
 
 #: neox-epoch's own ``plan`` options (name -> number of values), removed before Megatron-LM parses the rest
@@ -162,7 +163,7 @@ def megatron_input(argv: Sequence[str], version: str) -> MegatronInput:
         global_batch_size=run.global_batch_size, train_sources=train, valid_sources=valid, test_sources=test,
         per_split_paths=per_split, split=None if per_split else args.split, train_iters=run.train_iters,
         eval_interval=args.eval_interval or max(1, run.train_iters + 1), eval_iters=args.eval_iters,
-        seed=args.seed,
+        seed=check_seed(args.seed, "--seed", "Megatron-LM"),
         mcore=McoreOptions(mid_level_dataset_surplus=args.mid_level_dataset_surplus, num_samples=run.num_samples,
                            train_consumed=train_consumed(run), arithmetic=run_arithmetic(args, run),
                            eval_global_batch_size=args.eval_global_batch_size,

@@ -20,6 +20,7 @@ from neox_epoch.formats.neox_config import (
 )
 from neox_epoch.plan.inputs import NeoxOptions, PlanInput, SourceSpec
 from neox_epoch.plan.schedule import NEOX_DECAY_STYLES, NeoxScheduleKeys
+from neox_epoch.plan.seeds import check_seed
 
 
 def plan_input_from_neox(cfg: NeoxConfig, world_size: int | None = None, gbs_override: int | None = None,
@@ -60,7 +61,8 @@ def plan_input_from_neox(cfg: NeoxConfig, world_size: int | None = None, gbs_ove
         train_iters=train_iters,
         eval_interval=get_int(cfg, "eval_interval", 1000) or 1000,
         eval_iters=get_int(cfg, "eval_iters", 100, positive=False) or 0,
-        seed=get_int(cfg, "seed", 1234, positive=False) or 0,
+        seed=check_seed(get_int(cfg, "seed", 1234, positive=False) or 0,
+                        f"{cfg.origin.get('seed', '<config>')}: seed", "GPT-NeoX"),
         warmup_iters=warmup_iters,
         neox=_neox_options(cfg, mbs, gas),
     )

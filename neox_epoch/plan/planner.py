@@ -21,6 +21,7 @@ from neox_epoch.plan.inputs import McoreOptions, NeoxOptions, PlanInput, PlanWar
 from neox_epoch.plan.model import Plan, SourcePlan, SplitBlend
 from neox_epoch.plan.unseen import expected_unseen, spillover
 from neox_epoch.semantics import blend, mcore
+from neox_epoch.semantics.passes import passes as source_passes
 from neox_epoch.util.values import is_whole
 
 FRAMEWORKS = tuple(_FRAMEWORK_RECORDS)
@@ -247,7 +248,7 @@ def _past_end_warning(inp: PlanInput, split: str, consumed: int, size: int, full
 def _source_plan(inp: PlanInput, d: Dataset, drawn: int, a: int, target: int | None) -> SourcePlan:
     b = d.build
     unseen = expected_unseen(b, drawn, inp.seq_length, a, separate_all=inp.neox.separate_epochs)
-    passes = drawn / b.samples_per_epoch if b.samples_per_epoch else 0.0
+    passes = source_passes(drawn, b.samples_per_epoch, d.tokens, inp.seq_length) or 0.0  # None only without tokens
     return SourcePlan(
         name=d.source.spec.label, prefix=d.source.spec.prefix, split=d.split,
         documents=d.doc_range[1] - d.doc_range[0], document_range=d.doc_range, tokens=d.tokens,
@@ -339,13 +340,13 @@ def _neox_cache_warnings(inp: PlanInput, sources: list[SourcePlan]) -> list[Plan
     import numpy as np
 
     out = []
-    for k, s in enumerate(sources):
+    seen: dict[str, int] = {}  # sources of each split so far: NeoX's {split}_{i} names (linear in the sources)
+    for s in sources:
+        idx_in_split = seen.get(s.split, 0)
+        seen[s.split] = idx_in_split + 1
         if s.samples_requested is None:
             continue
-        name = s.split
-        if inp.per_split_paths:
-            idx_in_split = sum(1 for t in sources[:k] if t.split == s.split)
-            name = f"{s.split}_{idx_in_split}"
+        name = f"{s.split}_{idx_in_split}" if inp.per_split_paths else s.split
         base = f"{s.prefix}_{name}_indexmap_{s.samples_requested}ns_{inp.seq_length}sl_{inp.seed}s"
         base += f"_{inp.neox.pack_impl}pi" + ("_ac" if inp.neox.allow_chopped else "")
         doc = base + "_doc_idx.npy"

@@ -7,7 +7,10 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from neox_epoch.errors import ConfigError
 from neox_epoch.run_report.log import Launch, Missing, RunLog, Snapshot
+from neox_epoch.semantics.passes import how as passes_how
+from neox_epoch.semantics.passes import passes as passes_of
 
 #: plan values compared between two launches when the resume event does not say what changed
 PLAN_KEYS = ("train_batch_size", "train_iters", "seq_length", "mode", "separate_epochs", "weights")
@@ -297,6 +300,7 @@ class NumberRow:
     boundaries: tuple[Boundary, ...]
     unmarked: tuple[tuple[int, int, int], ...] = ()
     """``(first pass, last pass, resume iteration)``: passes that began inside a resume's jump (no pass_start)."""
+    seq_length: int | None = None
 
     def boundary_text(self) -> str:
         parts = [f"pass {b.pass_number} @ {b.iteration:,d}" for b in self.boundaries]
@@ -304,8 +308,7 @@ class NumberRow:
         return ", ".join(parts) or "-"
 
     def arithmetic(self) -> str:
-        text = (f"passes = samples / samples_per_epoch = {self.samples:,d} / {self.samples_per_epoch:,d} = "
-                f"{self.passes:.6f}")
+        text = f"{passes_how(self.samples, self.samples_per_epoch, self.tokens, self.seq_length)} = {self.passes:.6f}"
         if abs(round(self.passes, 6) - self.passes_logged) > 5e-7:
             text += f" (the log says {self.passes_logged:.6f}: it was counted with another samples_per_epoch)"
         return text
@@ -317,12 +320,16 @@ def numbers(series: Series) -> list[NumberRow]:
         p = s.last
         if p is None:
             continue
-        passes = p.samples / s.samples_per_epoch if s.samples_per_epoch else 0.0
+        passes = passes_of(p.samples, s.samples_per_epoch, s.tokens, series.seq_length)
+        if passes is None:
+            raise ConfigError(f"{s.name}: samples_per_epoch is 0 (shorter than one sample) and the run log records no "
+                              "tokens or seq_length for it: its passes cannot be counted; expected the plan's tokens "
+                              "in the log: rerun with this neox-epoch's hooks")
         inputs = p.samples * series.seq_length if series.seq_length else None
         unmarked = tuple((j.pass_before + 1, j.pass_after, r.iteration) for r in series.resumes for j in r.jumps
                          if j.source == s.name and j.pass_after > j.pass_before)
         out.append(NumberRow(s.name, p.iteration, p.samples, s.samples_per_epoch, passes, p.passes, s.planned_passes,
-                             s.tokens, inputs, s.boundaries, unmarked))
+                             s.tokens, inputs, s.boundaries, unmarked, series.seq_length))
     return out
 
 
