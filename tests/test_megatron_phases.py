@@ -187,3 +187,36 @@ def test_resume_check_into_the_next_phase(data: dict[str, str], tmp_path: Any) -
         "start at its draw 60 (pass 1, sample 60)",
         "phase-never: a: after phase 2, 63 of its 123 samples are trained by no phase (each drew its first 60 at most)"]
     assert out["notes"][0] == "phase 2 of 2: iterations 15..29, the last phase"
+
+
+@pytest.mark.megatron_lm
+@frameworks.needs_stack("today")
+def test_resume_check_into_phase_3_says_what_it_does_not_compare(data: dict[str, str], tmp_path: Any) -> None:
+    """A checkpoint Megatron-LM 0.19's own code saved at the second transition (iteration 20 of 30, transitions 10
+    and 20), resumed into phase 3: phases 1 and 2 are planned with the checkpoint's command line (phase 2's); phase
+    1's own command line is not read, and the note says so in one line."""
+    import os
+    import subprocess
+    import sys
+
+    phased = line("--train-samples", "120", "--phase-transition-iterations", "10,20", "--data-path", data["a"])
+    save = str(tmp_path / "ckpt")
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "megatron_lm_checkpoint.py")
+    made = subprocess.run([sys.executable, script, save, "20", "1", *phased], env=frameworks.megatron_lm_today_env(),
+                          capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0, made.stderr[-3000:]
+    r = subprocess.run([sys.executable, "-m", "neox_epoch.cli", "resume-check", save, *phased, "--world-size", "1",
+                        "--json"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1, r.stderr  # (the saved list of transitions is given back as "10,20": it plans)
+    out = json.loads(r.stdout)
+    assert (out["consumed_samples"], out["start_sample"]) == (80, 0)
+    assert out["findings"] == [
+        "phase-repeat: a: phase 3 trains 40 of its 40 draws again: phase 1's first 40 samples, in the same order (same "
+        "--seed, documents and epochs built; Megatron-LM starts each phase at its sample 0); a continuation would "
+        "start at its draw 80 (pass 1, sample 80)",
+        "phase-never: a: after phase 3, 83 of its 123 samples are trained by no phase (each drew its first 40 at most)"]
+    assert out["notes"][:2] == [
+        "phase 3 of 3: iterations 20..29, the last phase",
+        "phases 1..2 planned with the checkpoint's saved command line, phase 2's: not supported: reading phase 1's "
+        "command line (a Megatron-LM checkpoint keeps only its own launch's args; earlier checkpoints are not read), "
+        "so an earlier phase launched with other data flags is not compared"]

@@ -62,6 +62,8 @@ def argv_from_args(saved: dict[str, Any], version: str | None = None) -> list[st
             out.append(flag)
         elif spec["action"] == "boolean_optional":
             out.append(flag if value else "--no-" + flag[2:])
+        elif isinstance(value, (list, tuple)) and spec["nargs"] is None:  # a string validate_args split (phases)
+            out += [flag, ",".join(str(v) for v in value)]
         elif isinstance(value, (list, tuple)):
             out += [flag, *(str(v) for v in value)]
         else:
@@ -297,6 +299,13 @@ def phase_check(ckpt: Checkpoint, argv: list[str], version: str, new_mi: Megatro
                        test=end_test(new_mi.args.eval_iters, g, split_samples(new.plan, "test"), "Megatron-LM"))
 
 
+#: entering phase 3 or later: what is not compared, and why (one line)
+_EARLIER_PHASES = ("phases 1..{last} planned with the checkpoint's saved command line, phase {last}'s: not supported: "
+                   "reading {before} (a Megatron-LM checkpoint keeps only its own launch's args; earlier "
+                   "checkpoints are not read), so an earlier phase launched with other "
+                   "data flags is not compared")
+
+
 def _phase_entry(ckpt: Checkpoint, argv: list[str], version: str, number: int, plan_phases: Any,
                  ) -> tuple[list[str], list[str]]:
     """(findings, notes) for a launch entering phase ``number``: per source, what it trains again and never reaches."""
@@ -307,9 +316,9 @@ def _phase_entry(ckpt: Checkpoint, argv: list[str], version: str, number: int, p
                     f"phased run ({err})"]
     from neox_epoch.plan.phases import source_line
 
-    earlier = "phase 1" if number == 2 else f"phases 1..{number - 1}"
-    notes = [f"{earlier} planned with the checkpoint's saved command line (a checkpoint keeps only its last launch's "
-             "args)"]
+    before = "phase 1's command line" if number == 3 else f"the command lines of phases 1..{number - 2}"
+    notes = ["phase 1 planned with the checkpoint's saved command line (a checkpoint keeps only its last launch's "
+             "args)" if number == 2 else _EARLIER_PHASES.format(last=number - 1, before=before)]
     notes += [f"phase {number}: {source_line(s)}" for s in pp.phases[number - 1].sources]
     findings: list[str] = []
     upto = pp.phases[:number]
