@@ -187,3 +187,56 @@ def test_resume_check_into_the_next_phase(data: dict[str, str], tmp_path: Any) -
         "start at its draw 60 (pass 1, sample 60)",
         "phase-never: a: after phase 2, 63 of its 123 samples are trained by no phase (each drew its first 60 at most)"]
     assert out["notes"][0] == "phase 2 of 2: iterations 15..29, the last phase"
+
+
+@pytest.mark.megatron_lm
+@frameworks.needs_stack("today")
+def test_resume_check_into_phase_3_reads_each_phase_command_line(data: dict[str, str], tmp_path: Any) -> None:
+    """Three phases (transitions 10 and 20 of 30, global batch 4): phase 1 launched on b, phases 2 and 3 on a;
+    Megatron-LM 0.19's own code saved the checkpoints at 10 (phase 1's args) and 20 (phase 2's). Resumed into phase
+    3, each earlier phase is planned with its own command line: phase 3 trains phase 2's first 40 samples of a again
+    (not phase 1's: phase 1 drew b). With iter_0000010 gone, phase 1 is planned with phase 2's line and a note says
+    that is not supported."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    common = ("--train-samples", "120", "--phase-transition-iterations", "10,20")
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "megatron_lm_checkpoint.py")
+    save = str(tmp_path / "ckpt")
+    for iteration, prefix in ((10, data["b"]), (20, data["a"])):
+        made = subprocess.run([sys.executable, script, save, str(iteration), "1", *line(*common, "--data-path", prefix)],
+                              env=frameworks.megatron_lm_today_env(), capture_output=True, text=True, timeout=300)
+        assert made.returncode == 0, made.stderr[-3000:]
+    phased = line(*common, "--data-path", data["a"])
+
+    def check() -> dict[str, Any]:
+        r = subprocess.run([sys.executable, "-m", "neox_epoch.cli", "resume-check", save, *phased, "--world-size", "1",
+                            "--json"], capture_output=True, text=True, timeout=300)
+        assert r.returncode == 1, r.stderr
+        out = json.loads(r.stdout)
+        assert (out["consumed_samples"], out["start_sample"], out["notes"][0]) == (
+            80, 0, "phase 3 of 3: iterations 20..29, the last phase")
+        return out
+
+    out = check()
+    assert out["notes"][1] == ("phases 1..2 planned with the command line each was launched with, as the checkpoint "
+                               "it saved at its end keeps it (phase 1: iter_0000010, phase 2: iter_0000020)")
+    assert out["findings"] == [
+        "phase-repeat: a: phase 3 trains 40 of its 40 draws again: phase 2's first 40 samples, in the same order (same "
+        "--seed, documents and epochs built; Megatron-LM starts each phase at its sample 0); a continuation would "
+        "start at its draw 40 (pass 1, sample 40)",
+        "phase-never: a: after phase 3, 83 of its 123 samples are trained by no phase (each drew its first 40 at most)"]
+    shutil.rmtree(os.path.join(save, "iter_0000010"))
+    out = check()
+    assert out["notes"][1:3] == [
+        "phases 1..2 planned with the command line each was launched with, as the checkpoint it saved at its end keeps "
+        "it (phase 2: iter_0000020)",
+        "not supported: the command line of a phase whose checkpoint is gone (phase 1's (iter_0000010)): that phase "
+        "is planned with the next phase's, so one launched with other data flags is not compared"]
+    assert out["findings"] == [
+        "phase-repeat: a: phase 3 trains 40 of its 40 draws again: phase 1's first 40 samples, in the same order (same "
+        "--seed, documents and epochs built; Megatron-LM starts each phase at its sample 0); a continuation would "
+        "start at its draw 80 (pass 1, sample 80)",
+        "phase-never: a: after phase 3, 83 of its 123 samples are trained by no phase (each drew its first 40 at most)"]

@@ -52,6 +52,8 @@ BATCHES_PER_PASS = 2
 SPLITS = ("train", "valid", "test")
 #: pairings NeoX's from_ymls accepts but its data build could not run, refused by plan in one line saying why:
 #: pythia's dummy_config (micro batch 1,024) at 256 GPUs asks 143,000 x 262,144 samples
+#: Pythia's model configs (pythia/models/*/pythia-*.yml)
+PYTHIA_MODEL = re.compile(r"pythia/models/[^/]+/pythia-[^/]+\.yml$")
 BEYOND_FROM_YMLS = {"own:pythia/utils/dummy_config.yml@256": "blending index would take 337 GB"}
 
 
@@ -68,6 +70,10 @@ def extract_configs(root: str) -> list[str]:
     for top, _dirs, files in os.walk(root):
         found += [os.path.relpath(os.path.join(top, f), root) for f in files if f.endswith(".yml")]
     return sorted(found)
+
+
+def _stem(rel: str) -> str:
+    return os.path.splitext(os.path.basename(rel))[0]
 
 
 def _raw(path: str) -> dict[str, Any] | None:
@@ -232,7 +238,9 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     try:
         pairings, changes = layout(root)
         t1 = time.monotonic()
-        neox = neox_batch(root, pairings, "judge")
+        published = {f"published:{rel}@8": [rel, f"{_stem(rel)}_data.yml", "world_8.yml"]
+                     for rel, changed in changes.items() if PYTHIA_MODEL.match(rel) and changed}
+        neox = neox_batch(root, {**pairings, **published}, "judge")
         write_corpora(root, neox)
         t2 = time.monotonic()
         plans = {k: run_plan(["plan", *files, "--json"]) for k, files in pairings.items()}
@@ -246,6 +254,10 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                     names = [s["name"] for s in json.loads(plans[key][1])["sources"] if s["split"] == "train"]
                     passes = [f"{n}={2 if i == 0 else 1}" for i, n in enumerate(names)]
                     exact[f"{key}+source"] = _exact_files(root, key, files, False, passes)
+        for key, files in published.items():  # as published, only the data paths changed: NeoX refuses them
+            name = re.sub(r"\W", "_", key) + ".yml"
+            published[key] = {"files": files, "plan": run_plan(["plan", *files, "--epochs", "1", "--write-config",
+                                                                 name]), "written": os.path.exists(name)}
         t3 = time.monotonic()
         loaded = neox_batch(root, {k: f for k, (f, _) in exact.items() if f is not None}, "load")
         t4 = time.monotonic()
@@ -254,7 +266,8 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     timing = {"layout": t1 - t0, "neox_judge": t2 - t1, "plans": t3 - t2, "neox_load": t4 - t3}
     print(f"real-config sweep: {len(pairings)} pairings, {len(exact)} written configs; seconds: "
           + ", ".join(f"{k} {v:.1f}" for k, v in timing.items()))
-    result = {"changes": changes, "pairings": pairings, "neox": neox, "plans": plans, "exact": exact, "loaded": loaded, "timing": timing}
+    result = {"changes": changes, "pairings": pairings, "neox": neox, "plans": plans, "exact": exact, "loaded": loaded, "timing": timing,
+              "published": published}
     if os.environ.get("NEOX_EPOCH_REAL_SWEEP_OUT"):  # for a developer reading the whole outcome
         with open(os.environ["NEOX_EPOCH_REAL_SWEEP_OUT"], "w", encoding="utf-8") as f:
             json.dump(result, f, indent=1, default=str)
@@ -335,3 +348,48 @@ def test_exact_mode_writes_configs_neox_loads_with_the_planned_numbers(sweep: di
     assert len(sweep["exact"]) == 2 * len(accepted) + sum(1 for k in accepted if k.endswith("@8"))
     sources = [k for k in sweep["exact"] if k.endswith("+source")]
     assert sources and all(sweep["exact"][k][0] is not None for k in sources), sources
+
+
+def test_pythia_as_published_with_local_data_paths(sweep: dict[str, Any]) -> None:
+    """Each Pythia model config as published, only its data paths pointed at the test's corpus (the ``own`` data
+    file): ``plan --epochs 1 --write-config OUT``. Where NeoX's from_ymls accepts the config as published (6.9b
+    at 8, 64 and 256 GPUs) the written file loads in NeoX with the planned train_iters. Where NeoX refuses it, plan
+    exits 2 with one line naming NeoX's reason: ``gas`` (removed from NeoX: TypeError; at 8 GPUs, --write-config
+    writes nothing), 6.9b on 1 GPU (model_parallel_size 2), 12b's invalid YAML, 12b-deduped's attention config
+    covering 36 of 40 layers (at every world)."""
+    models = sorted(r for r in sweep["changes"] if PYTHIA_MODEL.match(r))
+    assert len(models) == 18, models
+    from test_neox_shipped_configs import expected_terms
+
+    loads, refusals = {}, {}
+    for rel in models:
+        key = f"published:{rel}@8"
+        if not sweep["changes"][rel]:  # the own pairing is the config as published
+            for n in WORLDS:
+                own = f"own:{rel}@{n}"
+                if sweep["neox"][own]["accepted"]:
+                    files, info = sweep["exact"][own]
+                    assert files is not None, info
+                    loads[own] = (sweep["loaded"][own]["neox"]["train_iters"], info["plan"]["train_iters"])
+                else:  # NeoX's reason, in plan's one line (--write-config or not)
+                    code, _out, err = sweep["plans"][own]
+                    assert code == 2 and all(t in err for t in expected_terms(sweep["neox"][own]["error"])), own
+                    refusals[own] = err.strip()
+            continue
+        neox, (code, _out, err), written = (sweep["neox"][key], sweep["published"][key]["plan"],
+                                            sweep["published"][key]["written"])
+        assert not neox["accepted"] and neox["error"]["type"] == "TypeError", (key, neox)
+        assert "unexpected keyword argument 'gas'" in neox["error"]["message"], neox["error"]
+        refusals[key] = err.strip()
+        assert code == 2 and err.count("\n") == 1 and not written, (key, code, err)
+        assert (f"{rel}: gas: NeoX no longer accepts this key (TypeError: unexpected keyword argument 'gas'); "
+                "removed in NeoX PR #1144" in err), err
+    print("as published, data paths local:", json.dumps({**loads, **refusals}, indent=1))
+    six9 = {f"own:pythia/models/6.9B/pythia-6.9b{d}.yml@{n}": (it, it)
+            for d in ("", "-deduped") for n, it in ((8, 9285), (64, 1160), (256, 290))}
+    assert loads == six9, loads  # NeoX's train_iters == the plan's, at every world NeoX accepts
+    assert len(refusals) == 14 + 2 + 8, refusals  # gas; 6.9b at 1 GPU (mp 2); 12b (see below) at every world
+    assert "1 / (1 * 2) = 0.5 is not a whole number" in refusals["own:pythia/models/6.9B/pythia-6.9b.yml@1"]
+    assert "is not valid YAML at line 21" in refusals["own:pythia/models/12B/pythia-12b.yml@8"]
+    assert "attention-config: covers 36 layers, num_layers is 40" in refusals[
+        "own:pythia/models/12B/pythia-12b-deduped.yml@8"]

@@ -33,7 +33,7 @@ from neox_epoch.audit.findings import Finding, JsonFields, finding
 from neox_epoch.errors import AuditError, FileProblem, IndexFileError
 from neox_epoch.formats import cache_names as names
 from neox_epoch.formats import idx as idxmod
-from neox_epoch.formats.cache_descriptions import read_legacy_description, read_mcore_description
+from neox_epoch.formats.cache_descriptions import read_legacy_description, read_mcore_description, tokenizer_form_note
 from neox_epoch.formats.npy import NpyInfo, NpyReader, Progress, read_header
 from neox_epoch.semantics import mcore as mcore_sem
 from neox_epoch.semantics.built import IndexNumbers, extra_token_from_files, index_numbers
@@ -141,6 +141,7 @@ def _describe_mcore(group: names.CacheGroup, report: IndexReport, path: str, fie
     report.seq_length, report.seed = numbers["sequence_length"], numbers["random_seed"]
     report.num_samples_requested = requested if isinstance(requested, int) else None
     report.add_extra_token = add_extra_token
+    report.notes.extend(filter(None, [tokenizer_form_note(fields)]))
     return prefix if isinstance(prefix, str) else None, bookends
 
 

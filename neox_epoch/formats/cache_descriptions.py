@@ -89,3 +89,26 @@ def read_legacy_description(path: str) -> Description:
         raise FileProblem(path, "description", "legacy Megatron-LM lines such as 'Sequence length 2048'",
                           "no 'Sequence length' line")
     return Description(digest=md5_text(text), fields=fields)
+
+
+#: the two forms of a GPTDataset description's ``tokenizer`` entry: (which Megatron-LM builds it, the form)
+_FORMS = {"legacy": ("0.16.1", "its legacy tokenizer's: class the bare name, tokenizer_path a list"),
+          "core": ("0.19", "megatron-core's tokenizer's: class module-qualified, tokenizer_path a string or null")}
+
+
+def tokenizer_form_note(fields: dict[str, Any]) -> str | None:
+    """Why another Megatron-LM version does not reuse this cache: the description's ``tokenizer`` entry (part of
+    the md5 in the file names) has one version's form; None when it has neither (no tokenizer recorded)."""
+    tokenizer = fields.get("tokenizer")
+    if not isinstance(tokenizer, dict) or not isinstance(tokenizer.get("class"), str):
+        return None
+    name, path = tokenizer["class"], tokenizer.get("tokenizer_path")
+    if "." not in name and isinstance(path, list):
+        (built, form), (other, other_form) = _FORMS["legacy"], _FORMS["core"]
+    elif "." in name and not isinstance(path, list):
+        (built, form), (other, other_form) = _FORMS["core"], _FORMS["legacy"]
+    else:
+        return None
+    return (f"tokenizer {name!r} is described as Megatron-LM {built} describes it ({form}); Megatron-LM {other} "
+            f"writes {other_form}, so its description's md5 (the hash in these file names) differs and a "
+            f"Megatron-LM {other} run does not find this cache: it builds a new one")

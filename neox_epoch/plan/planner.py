@@ -308,6 +308,12 @@ def _run_warnings(inp: PlanInput, train_iters: int, sources: list[SourcePlan]) -
     return out + _repeated_prefix_warnings(sources, fw.copies_share_order, who)
 
 
+#: why the plan gives no distinct count for copies of a prefix built for different epochs
+DISTINCT_UNKNOWABLE = ("the distinct count is not given: each copy's samples are token spans of its own document "
+                       "order (its document index over all its epochs), so which of them coincide is known "
+                       "only from both built indices")
+
+
 def _repeated_prefix_warnings(sources: list[SourcePlan], shared: bool, who: str = "NeoX") -> list[PlanWarning]:
     """A prefix listed more than once in one split's blend: NeoX and megatron-core (``who``) build one dataset per
     listing (same seed, same documents), so copies built for the same epochs share one shuffle and the later draws
@@ -327,7 +333,8 @@ def _repeated_prefix_warnings(sources: list[SourcePlan], shared: bool, who: str 
         else:
             epochs = ", ".join(str(s.epochs_built) for s in same)
             what = (f"{who} builds {len(same)} datasets for {epochs} epochs, each its own shuffle: {drawn} samples "
-                    f"drawn ({drawn / max(1, same[0].samples_per_epoch):.4f} passes), overlapping by chance")
+                    f"drawn ({drawn / max(1, same[0].samples_per_epoch):.4f} passes), overlapping by chance; "
+                    f"{DISTINCT_UNKNOWABLE}")
         out.append(PlanWarning(
             "repeated-prefix",
             f"{same[0].split}: {prefix} is listed {len(same)} times in the blend: {what}; list it once "

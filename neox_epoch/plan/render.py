@@ -27,7 +27,7 @@ def table(plan: Plan) -> str:
                 text += f" (listed {s.copies}x)"
             if key == "samples_drawn" and s.copies > 1:
                 text += f" ({fmt(s.samples_distinct, float_digits=4)} distinct)" if s.samples_distinct is not None \
-                    else " (distinct unknown)"
+                    else " (distinct: needs both indices)"
             if key == "epochs_built" and s.epochs_built > 1:
                 text += " (sep.)" if s.separate_final_epoch else " (joint)"
             row.append(text)

@@ -62,6 +62,8 @@ def argv_from_args(saved: dict[str, Any], version: str | None = None) -> list[st
             out.append(flag)
         elif spec["action"] == "boolean_optional":
             out.append(flag if value else "--no-" + flag[2:])
+        elif isinstance(value, (list, tuple)) and spec["nargs"] is None:  # a string validate_args split (phases)
+            out += [flag, ",".join(str(v) for v in value)]
         elif isinstance(value, (list, tuple)):
             out += [flag, *(str(v) for v in value)]
         else:
@@ -280,7 +282,8 @@ def phase_check(ckpt: Checkpoint, argv: list[str], version: str, new_mi: Megatro
     the current phase's train dataset only and starts its loader at ``(iteration - last transition) x global
     batch``, not at consumed_train_samples. Entering a new phase, each source starts at its sample 0: findings name
     the samples of each source that the phase trains again (an earlier phase's first ones, same order) and those
-    no phase has reached; the earlier phases are planned with the checkpoint's saved command line."""
+    no phase has reached; each earlier phase is planned with the command line saved in the checkpoint it wrote at
+    its end (:func:`_earlier_lines`)."""
     from neox_epoch.plan.phases import phase_input, plan_phases
 
     g = new_mi.run.global_batch_size
@@ -305,7 +308,7 @@ def phase_check(ckpt: Checkpoint, argv: list[str], version: str, new_mi: Megatro
              f"{first}..{end - 1}, the last phase"]
     findings: list[str] = []
     if number > 1 and it == first:
-        found, more = _phase_entry(ckpt, argv, version, number, plan_phases)
+        found, more = _phase_entry(ckpt, argv, version, bounds, number, plan_phases)
         findings += found
         notes += more
     elif it != first:
@@ -317,19 +320,47 @@ def phase_check(ckpt: Checkpoint, argv: list[str], version: str, new_mi: Megatro
                        test=end_test(new_mi.args.eval_iters, g, split_samples(new.plan, "test"), "Megatron-LM"))
 
 
-def _phase_entry(ckpt: Checkpoint, argv: list[str], version: str, number: int, plan_phases: Any,
-                 ) -> tuple[list[str], list[str]]:
+def _earlier_lines(ckpt: Checkpoint, version: str, bounds: list[int], number: int,
+                   ) -> tuple[list[str], dict[int, list[str]], list[str]]:
+    """Phase k's command line (k < number) is the saved args of the checkpoint phase k saved at its end,
+    ``iter_{bounds[k]}`` beside this one (this one for phase number - 1); a phase whose checkpoint is gone is
+    planned with the next line found. (phase 1's line, the later phases' lines, notes)."""
+    import os
+
+    from neox_epoch.formats.checkpoint import read_checkpoint
+
+    save, lines, gone = os.path.dirname(os.path.normpath(ckpt.directory)), {}, []
+    for k in range(1, number - 1):
+        tag = os.path.join(save, f"iter_{bounds[k]:07d}")
+        if os.path.isdir(tag):
+            lines[k] = argv_from_args(read_checkpoint(tag).values, version)
+        else:
+            gone.append(f"phase {k}'s (iter_{bounds[k]:07d})")
+    lines[number - 1] = argv_from_args(ckpt.values, version)
+    base = lines[min(lines)]
+    read = ", ".join(f"phase {k}: iter_{bounds[k]:07d}" for k in sorted(lines))
+    head = "phase 1" if number == 2 else f"phases 1..{number - 1}"
+    notes = [f"{head} planned with the command line each was launched with, as the checkpoint it "
+             f"saved at its end keeps it ({read})"]
+    if gone:
+        notes.append(f"not supported: the command line of a phase whose checkpoint is gone ({', '.join(gone)}): "
+                     "that phase is planned with the next phase's, so one launched with other data flags is not "
+                     "compared")
+    return base, {k: v for k, v in lines.items() if k > min(lines)}, notes
+
+
+def _phase_entry(ckpt: Checkpoint, argv: list[str], version: str, bounds: list[int], number: int,
+                 plan_phases: Any) -> tuple[list[str], list[str]]:
     """(findings, notes) for a launch entering phase ``number``: per source, what it trains again and never reaches."""
+    base, groups, earlier = _earlier_lines(ckpt, version, bounds, number)
     try:
-        pp = plan_phases(argv_from_args(ckpt.values, version), {number: argv}, version)
+        pp = plan_phases(base, {**groups, number: argv}, version)
     except NeoxEpochError as err:
         return [], [f"the phases before {number} are not compared: the checkpoint's saved args do not plan as a "
                     f"phased run ({err})"]
     from neox_epoch.plan.phases import source_line
 
-    earlier = "phase 1" if number == 2 else f"phases 1..{number - 1}"
-    notes = [f"{earlier} planned with the checkpoint's saved command line (a checkpoint keeps only its last launch's "
-             "args)"]
+    notes = earlier
     notes += [f"phase {number}: {source_line(s)}" for s in pp.phases[number - 1].sources]
     findings: list[str] = []
     upto = pp.phases[:number]
