@@ -64,6 +64,17 @@ def _integer_split(total: int, fractions: list[float]) -> list[int]:
     return out
 
 
+def _binomial(n: int, j: int, p: float) -> float:
+    """P(X = j) for X ~ Binomial(n, p), in logs (math.comb(n, j) overflows a float from n of about 1,030 on: a
+    source shorter than a few samples is built thousands of epochs)."""
+    if n <= 1000:  # (exactly as before where the float holds it)
+        return math.comb(n, j) * p**j * (1 - p) ** (n - j)
+    if p <= 0.0 or p >= 1.0:
+        return float(j == (n if p >= 1.0 else 0))
+    log = math.lgamma(n + 1) - math.lgamma(j + 1) - math.lgamma(n - j + 1) + j * math.log(p) + (n - j) * math.log1p(-p)
+    return math.exp(log)
+
+
 def estimate(source: str, samples: int, samples_per_epoch: int, tokens: int, epochs_built: int | None,
              samples_built: int | None, separate: bool | None) -> Histogram:
     """The histogram of one source from its counters and plan (see the module docstring)."""
@@ -71,7 +82,7 @@ def estimate(source: str, samples: int, samples_per_epoch: int, tokens: int, epo
     if joint:
         e, built = int(epochs_built or 0), int(samples_built or 0)
         p = min(1.0, samples / built)
-        fr = [math.comb(e, j) * p**j * (1 - p) ** (e - j) for j in range(e + 1)]
+        fr = [_binomial(e, j, p) for j in range(e + 1)]
         counts = _integer_split(tokens, fr)
         parts = ", ".join(f"{j}: {f:.4f}" for j, f in enumerate(fr))
         how = (f"{e} epochs shuffled together: p = samples / samples_built = {samples:,d} / {built:,d} = {p:.6f}; "
@@ -98,8 +109,8 @@ def estimated(series: Series, last: Launch) -> list[Histogram]:
     for s in series.sources:
         plan = last.source(s.name)
         p = s.last
-        if plan is None or plan.tokens is None or p is None:
-            continue
+        if plan is None or plan.tokens is None or p is None or not plan.samples_per_epoch:
+            continue  # (a source shorter than one sample: every sample spans all its tokens; no histogram estimated)
         out.append(estimate(s.name, p.samples, plan.samples_per_epoch, plan.tokens, plan.epochs_built,
                             plan.samples_built, plan.separate_epochs))
     return out
