@@ -42,7 +42,7 @@ with open(GOLDEN, encoding="utf-8") as _f:
 
 
 def _hist(h: dict[str, int]) -> dict[int, int]:
-    """Bins with tokens (the audit's JSON also lists the empty bins below its largest)."""
+    """Bins with tokens (as the audit's JSON lists them)."""
     return {int(k): int(v) for k, v in h.items() if int(v)}
 
 

@@ -1,6 +1,6 @@
 """The compiled stream pass (neox_epoch._exposure) on shapes its merge must get right: documents of many
 samples, draw counts past one byte, both epochs meeting in one chunk, damaged copies; and the JSON
-histogram with every bin."""
+histogram of the times some token was seen."""
 
 from __future__ import annotations
 

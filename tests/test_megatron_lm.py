@@ -988,7 +988,7 @@ def exposure_diffs(out: dict[str, Any], real_old: dict[str, Any], real_new: dict
     for k, source in enumerate(out["sources"]):
         got = (out["exposure"] or {}).get(source["name"])
         trained = np.load(real_old["resume"]["tokens_before"][k]) + np.load(real_new["resume"]["tokens_after"][k])
-        want = {str(t): int(n) for t, n in enumerate(np.bincount(trained))}
+        want = {str(t): int(n) for t, n in enumerate(np.bincount(trained)) if n}
         if got is None or got["resumed"] is None or got["resumed"]["tokens"] != want:
             diffs.append(f"{source['name']}: exposure {got and got['resumed'] and got['resumed']['tokens']} vs "
                          f"the tokens trained {want}")

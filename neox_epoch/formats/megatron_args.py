@@ -425,8 +425,8 @@ def _read_text(flag: str, path: str) -> str:
     try:
         with open_input(path, f"file {flag} names", JSON_BYTES, encoding="utf-8") as f:
             return str(f.read())
-    except ConfigError as err:
-        raise ConfigError(f"{flag}: {err}") from None
+    except ConfigError as err:  # (open_input's line names the path first)
+        raise ConfigError(f"{flag}: {path}: cannot be read: {str(err).removeprefix(path + ': ')}") from None
     except OSError as err:
         raise ConfigError(f"{flag}: {path}: cannot be read ({err.strerror}); give an existing file") from err
 

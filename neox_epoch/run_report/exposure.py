@@ -54,6 +54,10 @@ class Histogram:
                 "derivation": self.derivation}
 
 
+#: an audit histogram up to this many times seen is drawn with every count; past it, with the counts seen only
+DENSE_BINS = 4096
+
+
 def _integer_split(total: int, fractions: list[float]) -> list[int]:
     """``fractions`` of ``total`` as integers summing to ``total`` (largest remainder)."""
     raw = [total * f for f in fractions]
@@ -165,7 +169,8 @@ def from_audit(audit: dict[str, Any], last: Launch, path: str) -> tuple[list[His
         consumed = exp.get("consumed_samples")
         how = (f"counted token by token by neox-epoch audit over {_base(x.get('path'))} ({x.get('split')}) for "
                f"{consumed} samples of this source")
-        out.append(Histogram(s.name, AUDIT, tuple((k, hist.get(k, 0)) for k in range(top + 1)), how,
+        bins = range(top + 1) if top <= DENSE_BINS else sorted(hist)  # (a count at many passes: its bins only)
+        out.append(Histogram(s.name, AUDIT, tuple((k, hist.get(k, 0)) for k in bins), how,
                              int(consumed) if isinstance(consumed, int) else None))
     return out, notes
 
