@@ -232,7 +232,7 @@ def _probe(tmp_path, name, args, block):
                         str(case), "--out", str(out)], cwd=neox_dir, env=_neox_env(), capture_output=True, text=True,
                        timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    return json.loads(out.read_text()), r.stdout
+    return json.loads(out.read_text()), r.stdout + r.stderr  # (the hooks' warnings go to stderr)
 
 
 def _hist(src):
