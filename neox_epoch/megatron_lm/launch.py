@@ -40,9 +40,10 @@ def register(sub: Any) -> None:
 
     neox_launch.register(sub)
     parser = sub.choices["launch"]
-    parser.epilog = (parser.epilog or "") + ("\nMegatron-LM: neox-epoch launch [--epochs N | --source-epochs NAME=E ...] "
-                                             "[--log-dir DIR] [--no-enforce] [--dry-run] torchrun ... pretrain_gpt.py "
-                                             "FLAGS (docs/megatron-lm.md)")
+    parser.epilog = (parser.epilog or "") + (
+        "\n  neox-epoch launch --source-epochs web=1 code=2 torchrun --nproc-per-node 8 pretrain_gpt.py FLAGS"
+        "   # Megatron-LM: [--epochs N | --source-epochs NAME=E ...] [--log-dir DIR] [--no-enforce] [--dry-run] before"
+        " the line (docs/megatron-lm.md)")
     parser.set_defaults(func=dispatch, accepts_extra=True)
 
 
