@@ -117,6 +117,9 @@ def _torch_stand_ins() -> None:
     cuda.random.get_rng_state = cuda.get_rng_state
     cuda.random.set_rng_state = cuda.set_rng_state
     cuda.device_count = lambda: int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    # the DataLoader asks torch.accelerator (through that device count) whether to pin memory, then initialises CUDA
+    # ("Found no NVIDIA driver", seen in a fresh clone's CI): there is no accelerator, say so
+    torch.accelerator.is_available = lambda: False  # type: ignore[assignment]
     cuda.set_device = lambda *a, **k: None
     torch.Tensor.cuda = lambda self, *a, **k: self  # type: ignore[method-assign]
     cuda.Stream = _Stream  # type: ignore[misc,assignment]
