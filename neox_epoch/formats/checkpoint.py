@@ -80,18 +80,13 @@ def read_pt(path: str) -> Any:
                 raise ConfigError(f"{path}: a torch.save zip archive has one data.pkl, found {len(names)}; is this a "
                                   "checkpoint file?")
             info = archive.getinfo(names[0])
-            size = os.path.getsize(path)
+            size = os.fstat(raw.fileno()).st_size
             if info.compress_type == zipfile.ZIP_STORED and info.file_size > size:
                 raise ConfigError(f"{path}: its data.pkl announces {info.file_size} bytes, the file holds {size}; the "
                                   "file is truncated or damaged: copy it again from the save")
             data = archive.read(names[0])
         return _ArgsOnly(io.BytesIO(data)).load()
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: not found; give the checkpoint directory (--save/--load) or a tag inside it") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{path}: a directory where the torch.save file belongs; give the checkpoint directory "
-                          "(--save/--load) or a tag inside it") from None
-    except zipfile.BadZipFile:
+    except zipfile.BadZipFile:  # (a missing file, a directory or a pipe: open_input's one line)
         raise ConfigError(f"{path}: not a zip-format torch.save file (saved by torch < 1.6 or with "
                           "_use_new_zipfile_serialization=False); reading it needs torch: load it with torch.load and "
                           "re-save it, or give the run's JSONL record instead") from None
@@ -133,8 +128,6 @@ def _read_text(path: str, what: str, fix: str) -> str:
     except UnicodeDecodeError as err:
         found = f"byte {err.object[err.start:err.start + 1]!r} at offset {err.start} ({err.reason})"
         raise ConfigError(f"{path}: {what} is not UTF-8 text: {found}; the file is damaged: {fix}") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{path}: a directory where {what} belongs (a file); {fix}") from None
     except OSError as err:
         raise ConfigError(f"{path}: cannot read {what} ({err.strerror or err}); {fix}") from None
 
