@@ -18,6 +18,6 @@ status=0
 for s in $stacks; do
   venv=.venv; [ "$s" = today ] && venv=.venv-today
   echo "== stack $s: $("$venv/bin/python" -c 'import sys, numpy; print(f"Python {sys.version.split()[0]}, numpy {numpy.__version__}")')"
-  NEOX_EPOCH_STACK=$s "$venv/bin/python" -m pytest -ra "$@" || status=$?
+  NEOX_EPOCH_STACK=$s "$venv/bin/python" -m pytest -ra --durations=40 "$@" || status=$?
 done
 exit $status

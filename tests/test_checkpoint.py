@@ -15,6 +15,7 @@ import subprocess
 import sys
 import zipfile
 
+import frameworks
 import optional
 import pytest
 
@@ -31,7 +32,12 @@ def test_real_deepspeed_checkpoint_reads_without_torch(tmp_path):  # type: ignor
     reader itself imports no torch (checked in a fresh interpreter)."""
     save = tmp_path / "save"
     r = subprocess.run([sys.executable, os.path.join(HERE, "ds_save_probe.py"), str(save)], capture_output=True,
-                       text=True, timeout=300, env=dict(os.environ, DS_ACCELERATOR="cpu"))
+                       text=True, timeout=300, env=dict(os.environ, DS_ACCELERATOR="cpu",
+                                                   # the project's own JIT folder: a lock left in the user's folder by
+                                                   # a killed build elsewhere would make the probe wait forever
+                                                   TORCH_EXTENSIONS_DIR=os.path.join(
+                                                       frameworks.CACHE, "torch-extensions",
+                                                       f"probe-py{sys.version_info[0]}{sys.version_info[1]}")))
     assert r.returncode == 0, r.stderr[-3000:]
     code = ("import sys, json; from neox_epoch.formats.checkpoint import read_checkpoint; c = read_checkpoint(sys.argv[1]); "
             "print(json.dumps([c.framework, os.path.basename(c.directory), c.iteration, c.values['args'], "
