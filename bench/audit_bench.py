@@ -78,8 +78,9 @@ def _write_idx(prefix: str, sizes: np.ndarray) -> None:
         f.truncate(base)
 
 
-def generate(directory: str, samples: int, seq: int, doc_tokens: int, epochs: int = 2,
-             seed: int = 1234) -> dict[str, object]:
+def generate(
+    directory: str, samples: int, seq: int, doc_tokens: int, epochs: int = 2, seed: int = 1234
+) -> dict[str, object]:
     t0 = time.time()
     tokens_target = (samples * seq) // epochs
     n_docs = max(1, tokens_target // doc_tokens)
@@ -115,8 +116,15 @@ def generate(directory: str, samples: int, seq: int, doc_tokens: int, epochs: in
     shuffle = np.arange(S, dtype=np.uint32)
     rng.shuffle(shuffle)
     np.save(base + "_shuffle_idx.npy", shuffle)
-    return {"prefix": prefix, "base": base, "docs": n_docs, "tokens": T, "samples": S, "epochs": epochs,
-            "generate_s": round(time.time() - t0, 1)}
+    return {
+        "prefix": prefix,
+        "base": base,
+        "docs": n_docs,
+        "tokens": T,
+        "samples": S,
+        "epochs": epochs,
+        "generate_s": round(time.time() - t0, 1),
+    }
 
 
 def _child(mode: str, base: str, consumed: int) -> None:
@@ -143,11 +151,17 @@ def _child(mode: str, base: str, consumed: int) -> None:
         from neox_epoch.audit.audit import AuditOptions, run_audit
         from neox_epoch.formats.cache_names import discover
 
-        res = run_audit(discover([f"{base}_{r}_idx.npy" for r in ("doc", "sample", "shuffle")]),
-                        AuditOptions(consumed=consumed if mode == "exposure" else None))
+        res = run_audit(
+            discover([f"{base}_{r}_idx.npy" for r in ("doc", "sample", "shuffle")]),
+            AuditOptions(consumed=consumed if mode == "exposure" else None),
+        )
         r = res.indexes[0]
-        extra = {"findings": [str(f) for f in res.findings], "epochs": r.epochs, "samples": r.samples,
-                 "exposure": r.exposure.to_json()["tokens"] if r.exposure else None}
+        extra = {
+            "findings": [str(f) for f in res.findings],
+            "epochs": r.epochs,
+            "samples": r.samples,
+            "exposure": r.exposure.to_json()["tokens"] if r.exposure else None,
+        }
     wall = time.time() - t0
     cpu = time.process_time() - c0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: kB
@@ -157,7 +171,18 @@ def _child(mode: str, base: str, consumed: int) -> None:
             hwm = next(int(x.split()[1]) * 1024 for x in f if x.startswith("VmHWM:"))
     except (OSError, StopIteration):
         pass
-    print(json.dumps({"mode": mode, "wall_s": round(wall, 4), "cpu_s": round(cpu, 3), "peak_rss_bytes": rss, "vmhwm_bytes": hwm, **extra}))
+    print(
+        json.dumps(
+            {
+                "mode": mode,
+                "wall_s": round(wall, 4),
+                "cpu_s": round(cpu, 3),
+                "peak_rss_bytes": rss,
+                "vmhwm_bytes": hwm,
+                **extra,
+            }
+        )
+    )
 
 
 def _versus(out: dict[str, dict[str, object]], label: str) -> str:
@@ -180,11 +205,15 @@ def main() -> None:
     ap.add_argument("--consumed-fractions", default="0.5,1.0", help="comma-separated fractions of len to consume")
     ap.add_argument("--dir", default=None, help="where to write the synthetic index (default: a temp dir)")
     ap.add_argument("--keep", action="store_true", help="keep the files")
-    ap.add_argument("--reuse", action="store_true",
-                    help="with --dir: reuse an index generated there before with the same sizes (kept with --keep)")
+    ap.add_argument(
+        "--reuse",
+        action="store_true",
+        help="with --dir: reuse an index generated there before with the same sizes (kept with --keep)",
+    )
     ap.add_argument("--repeat", type=int, default=3, help="rounds of the whole list, interleaved (fastest taken)")
-    ap.add_argument("--runs", default=None,
-                    help="comma-separated subset of read,validate,exposure to run (default: all)")
+    ap.add_argument(
+        "--runs", default=None, help="comma-separated subset of read,validate,exposure to run (default: all)"
+    )
     ap.add_argument("--old", default=None, help="a checkout of an earlier commit to compare with (see above)")
     ap.add_argument("--child", nargs=3, metavar=("MODE", "BASE", "CONSUMED"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -213,13 +242,19 @@ def main() -> None:
             with open(saved, encoding="utf-8") as f:
                 info = json.load(f)
         else:
-            gen = subprocess.run([sys.executable, __file__, "--child", "generate", directory, key],
-                                 capture_output=True, text=True, check=True)
+            gen = subprocess.run(
+                [sys.executable, __file__, "--child", "generate", directory, key],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             info = json.loads(gen.stdout.strip().splitlines()[-1])
             with open(saved, "w", encoding="utf-8") as f:
                 json.dump(info, f)
-        print(f"synthetic index: {info['samples']:,} samples, {info['docs']:,} documents, "
-              f"{info['tokens']:,} tokens x {info['epochs']} epochs, seq {args.seq} ({info['generate_s']} s to generate)")
+        print(
+            f"synthetic index: {info['samples']:,} samples, {info['docs']:,} documents, "
+            f"{info['tokens']:,} tokens x {info['epochs']} epochs, seq {args.seq} ({info['generate_s']} s to generate)"
+        )
         length = int(info["samples"]) - 1
         runs = [("read", 0), ("gather", 0), ("validate", 0)]
         runs += [(f"exposure@{f}", int(float(f) * length)) for f in args.consumed_fractions.split(",")]
@@ -227,8 +262,11 @@ def main() -> None:
             keep = set(args.runs.split(","))
             runs = [r for r in runs if r[0].split("@")[0] in keep or r[0] == "read"]
         if args.old:
-            runs = [r for label, c in runs for r in ([(label, c)] + ([(label + " old", c)]
-                                                                       if label not in ("read", "gather") else []))]
+            runs = [
+                r
+                for label, c in runs
+                for r in ([(label, c)] + ([(label + " old", c)] if label not in ("read", "gather") else []))
+            ]
         # an installed package has its bytecode (pip compiles it; a checkout gets it on first import): compile both
         # trees' first, or a PYTHONDONTWRITEBYTECODE=1 environment times the compiler inside every audit child
         here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -243,9 +281,20 @@ def main() -> None:
                 old = label.endswith(" old")
                 script = os.path.join(args.old, "bench", "audit_bench.py") if old else __file__
                 env = {**child_env, "PYTHONPATH": args.old} if old else child_env
-                proc = subprocess.run([sys.executable, script, "--child", label.split("@")[0].split()[0],
-                                       str(info["base"]), str(consumed)], capture_output=True, text=True, check=True,
-                                      env=env)
+                proc = subprocess.run(
+                    [
+                        sys.executable,
+                        script,
+                        "--child",
+                        label.split("@")[0].split()[0],
+                        str(info["base"]),
+                        str(consumed),
+                    ],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                    env=env,
+                )
                 results[label].append({**json.loads(proc.stdout.strip().splitlines()[-1]), "consumed": consumed})
 
         gb = 1e9
@@ -258,11 +307,17 @@ def main() -> None:
             walls = [float(x["wall_s"]) for x in results[label]]  # type: ignore[arg-type]
             spread = f" (of {'/'.join(f'{w:.3f}' for w in walls)})" if len(walls) > 1 else ""
             spread += f", median {statistics.median(walls) / read_median:.2f}x read's" if len(walls) > 1 else ""
-            print(f"{label:13s} wall {float(r['wall_s']):7.3f} s{spread}  ({ratio:5.3f}x read)  cpu {r['cpu_s']:>6} s  peak RSS {int(r['peak_rss_bytes']) / gb:5.2f} GB"  # type: ignore[call-overload]
-                  + (f" (VmHWM {int(hwm) / gb:5.2f} GB)" if hwm else "")  # type: ignore[call-overload]
-                  + (f"  findings {len(r['findings'])}" if "findings" in r else "")  # type: ignore[arg-type]
-                  + _versus(out, label)
-                  + (f"  consumed {r['consumed']:,}: tokens by times seen {r.get('exposure')}" if r.get("exposure") else ""))
+            print(
+                f"{label:13s} wall {float(r['wall_s']):7.3f} s{spread}  ({ratio:5.3f}x read)  cpu {r['cpu_s']:>6} s  peak RSS {int(r['peak_rss_bytes']) / gb:5.2f} GB"  # type: ignore[call-overload]
+                + (f" (VmHWM {int(hwm) / gb:5.2f} GB)" if hwm else "")  # type: ignore[call-overload]
+                + (f"  findings {len(r['findings'])}" if "findings" in r else "")  # type: ignore[arg-type]
+                + _versus(out, label)
+                + (
+                    f"  consumed {r['consumed']:,}: tokens by times seen {r.get('exposure')}"
+                    if r.get("exposure")
+                    else ""
+                )
+            )
     finally:
         if not args.keep and not args.reuse and args.dir is None:
             shutil.rmtree(root, ignore_errors=True)

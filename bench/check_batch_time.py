@@ -67,8 +67,12 @@ def _deepspeed() -> list[str]:
 def time_check_batch(config: str, env: dict[str, str]) -> float:
     """Seconds until ``neox-epoch check-batch`` exits (it must exit 2)."""
     started = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "neox_epoch.cli", "check-batch", config, "--num_gpus", "2"],
-                          env=env, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "neox_epoch.cli", "check-batch", config, "--num_gpus", "2"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     elapsed = time.perf_counter() - started
     if proc.returncode != 2:
         raise SystemExit(f"check-batch exited {proc.returncode}, expected 2:\n{proc.stderr}")
@@ -78,15 +82,28 @@ def time_check_batch(config: str, env: dict[str, str]) -> float:
 def time_deepspeed(config: str, env: dict[str, str], workdir: str) -> tuple[float, float]:
     """(seconds until the launcher exits, seconds until a rank reports DeepSpeed's error)."""
     out = tempfile.mkdtemp(dir=workdir)
-    cmd = [*_deepspeed(), "--num_gpus", "2", "--master_port", str(_free_port()), PROBE, "--out", out,
-           "--ds_config", config, "--with_shm_op"]
+    cmd = [
+        *_deepspeed(),
+        "--num_gpus",
+        "2",
+        "--master_port",
+        str(_free_port()),
+        PROBE,
+        "--out",
+        out,
+        "--ds_config",
+        config,
+        "--with_shm_op",
+    ]
     started = time.perf_counter()
     wall_start = time.time()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     elapsed = time.perf_counter() - started
     records = [json.load(open(os.path.join(out, f))) for f in os.listdir(out) if f.endswith(".json")]
     if proc.returncode == 0 or not records or any("12 != 2 * 2 * 2" not in r["initialize"] for r in records):
-        raise SystemExit(f"deepspeed did not stop with the batch assertion (rc {proc.returncode}):\n{proc.stderr[-2000:]}")
+        raise SystemExit(
+            f"deepspeed did not stop with the batch assertion (rc {proc.returncode}):\n{proc.stderr[-2000:]}"
+        )
     rank_error = max(os.path.getmtime(os.path.join(out, f)) for f in os.listdir(out)) - wall_start
     return elapsed, rank_error
 
@@ -118,9 +135,11 @@ def main() -> None:
     print(f"deepspeed ({kind}) rank reports error:  {error_s:6.1f} s")
     print(f"deepspeed ({kind}) launcher exits:      {exit_s:6.1f} s")
     print(f"ratio (launcher exit / check-batch):   {exit_s / check:6.1f}x")
-    print(f"recorded by hand: check-batch {MEASURED['check_batch']} s; deepspeed {kind} "
-          f"{MEASURED[f'deepspeed_{kind}_launcher_exit']} s "
-          f"({MEASURED[f'deepspeed_{kind}_launcher_exit'] / MEASURED['check_batch']:.1f}x)")
+    print(
+        f"recorded by hand: check-batch {MEASURED['check_batch']} s; deepspeed {kind} "
+        f"{MEASURED[f'deepspeed_{kind}_launcher_exit']} s "
+        f"({MEASURED[f'deepspeed_{kind}_launcher_exit'] / MEASURED['check_batch']:.1f}x)"
+    )
 
 
 if __name__ == "__main__":

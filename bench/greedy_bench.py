@@ -62,15 +62,19 @@ def draws_part(draws: int, repeat: int) -> None:
             c_plain: list[float] = []
             same = True
             for r in range(repeat):  # the order flips every run: the first of a pair tends to run slower
-                runs = [lambda w=w: blend.greedy_counts(w, draws),
-                        lambda w=w, n=n: list(_greedy.advance_plain(w, 0, [0] * n, draws, [])[0])]
+                runs = [
+                    lambda w=w: blend.greedy_counts(w, draws),
+                    lambda w=w, n=n: list(_greedy.advance_plain(w, 0, [0] * n, draws, [])[0]),
+                ]
                 outs = [(t_new, c_new), (t_plain, c_plain)]
                 order = (0, 1) if r % 2 == 0 else (1, 0)
                 got = {k: fastest(runs[k], *outs[k]) for k in order}
                 same = same and got[0] == got[1]
             new, plain = min(t_new), min(t_plain)
-            print(f"  {n:2d} sources {kind:6s}: new {new / draws * 1e9:8.3f} ns  plain {plain / draws * 1e9:7.3f} ns"
-                  f"  ratio {plain / new:10.1f}x  (CPU {min(c_plain) / min(c_new):7.1f}x)  equal={same}")
+            print(
+                f"  {n:2d} sources {kind:6s}: new {new / draws * 1e9:8.3f} ns  plain {plain / draws * 1e9:7.3f} ns"
+                f"  ratio {plain / new:10.1f}x  (CPU {min(c_plain) / min(c_new):7.1f}x)  equal={same}"
+            )
 
 
 def plan_once(config: str, epochs: str) -> float:

@@ -25,8 +25,43 @@ sys.path.insert(0, os.path.dirname(HERE))
 from neox_epoch.semantics import blend  # noqa: E402
 
 #: stablelm-base-alpha-3b.yml / -7b.yml train_data_weights (StableLM's configs in the vendored real-config tarball)
-STABLELM_ALPHA = [0.03, 0.02, 3.5, 13.87, 30.88, 0.34, 0.03, 0.1, 0.01, 0.5, 0.25, 0.25, 0.11, 1, 0.1, 0.5, 0.6, 0.19,
-                  0.05, 2, 3.5, 4.15, 5.75, 3.17, 3.44, 3.49, 3, 6, 0.02, 2, 0.01, 3.95, 0.05, 1.09, 6.05]
+STABLELM_ALPHA = [
+    0.03,
+    0.02,
+    3.5,
+    13.87,
+    30.88,
+    0.34,
+    0.03,
+    0.1,
+    0.01,
+    0.5,
+    0.25,
+    0.25,
+    0.11,
+    1,
+    0.1,
+    0.5,
+    0.6,
+    0.19,
+    0.05,
+    2,
+    3.5,
+    4.15,
+    5.75,
+    3.17,
+    3.44,
+    3.49,
+    3,
+    6,
+    0.02,
+    2,
+    0.01,
+    3.95,
+    0.05,
+    1.09,
+    6.05,
+]
 PLAN_BENCH_8 = [0.25, 0.10, 0.20, 0.10, 0.10, 0.10, 0.10, 0.05]
 
 
@@ -61,8 +96,11 @@ def main() -> int:
             t_plain = time.perf_counter() - t
             ok = fast == plain and sum(fast) == draws
             bad += not ok
-            print(f"{name:<18} {draws:>13,d} draws  fast {t_fast:8.3f} s  plain {t_plain:8.2f} s  "
-                  f"{'equal' if ok else 'DIFFERENT: ' + str(fast) + ' vs ' + str(plain)}", flush=True)
+            print(
+                f"{name:<18} {draws:>13,d} draws  fast {t_fast:8.3f} s  plain {t_plain:8.2f} s  "
+                f"{'equal' if ok else 'DIFFERENT: ' + str(fast) + ' vs ' + str(plain)}",
+                flush=True,
+            )
             n *= 10
     print(f"{'every comparison equal' if not bad else f'{bad} DIFFERENT'} (load average {os.getloadavg()[0]:.1f})")
     return 1 if bad else 0

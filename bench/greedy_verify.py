@@ -63,8 +63,11 @@ def main() -> int:
             results.append((states, time.process_time() - t))
         same = results[0][0] == results[1][0]
         bad += not same
-        print(f"{name:24s} {'marks' if marked else 'no marks':8s} {stop:>13,d} draws: equal={same}  advance {results[0][1]:6.1f} s  "
-              f"plain {results[1][1]:6.1f} s (cpu)", flush=True)
+        print(
+            f"{name:24s} {'marks' if marked else 'no marks':8s} {stop:>13,d} draws: equal={same}  advance {results[0][1]:6.1f} s  "
+            f"plain {results[1][1]:6.1f} s (cpu)",
+            flush=True,
+        )
     return 1 if bad else 0
 
 

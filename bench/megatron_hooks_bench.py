@@ -42,7 +42,7 @@ def _per_step(log: str) -> tuple[int, float]:
 
 def _worker_free(argv: list[str]) -> list[str]:
     i = argv.index("-m")
-    return argv[:i] + argv[i + 2:]
+    return argv[:i] + argv[i + 2 :]
 
 
 def _stack() -> tuple[str, dict[str, str]]:
@@ -64,10 +64,22 @@ def main() -> int:
     harness.write_random_corpus(run.path("b"), 2, opts.docs * 3 // 4, 20, 100)
     run.env.pop("NEOX_EPOCH_MEGATRON_RECORD_DIR")
     neox_epoch = os.path.join(os.path.dirname(sys.executable), "neox-epoch")
-    line = ["torchrun", "--nproc-per-node", "2", script, *run.flags(4, "--save-interval", "1000"),
-            "--log-interval", str(opts.log_interval)]
-    dry = subprocess.run([neox_epoch, "launch", "--dry-run", "--source-epochs", "a=1", "b=2", *line], env=run.env,
-                         capture_output=True, text=True, check=True)
+    line = [
+        "torchrun",
+        "--nproc-per-node",
+        "2",
+        script,
+        *run.flags(4, "--save-interval", "1000"),
+        "--log-interval",
+        str(opts.log_interval),
+    ]
+    dry = subprocess.run(
+        [neox_epoch, "launch", "--dry-run", "--source-epochs", "a=1", "b=2", *line],
+        env=run.env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     hooked = json.loads(dry.stdout.strip().splitlines()[-1])["argv"]
     plain = _worker_free(hooked)
     on, off, inside, once = [], [], [], []
@@ -90,18 +102,24 @@ def main() -> int:
                 step_s = max(t.get("after_step", {}).get("seconds", 0.0) for t in ranks)
                 inside.append(step_s / steps)
                 once.append(spent - step_s)
-                msg += (f"; inside the hooks (slowest rank): per step (after_step) {step_s / steps * 1e3:.3f} ms, "
-                        f"once per launch (build check, saves, final) {(spent - step_s) * 1e3:.1f} ms")
+                msg += (
+                    f"; inside the hooks (slowest rank): per step (after_step) {step_s / steps * 1e3:.3f} ms, "
+                    f"once per launch (build check, saves, final) {(spent - step_s) * 1e3:.1f} ms"
+                )
             for p in glob.glob(os.path.join(run.path("ckpt"), "*")):
                 subprocess.run(["rm", "-rf", p], check=True)
             print(msg, flush=True)
     diff = statistics.median(on) - statistics.median(off)
-    print(f"median ms/step: hooks on {statistics.median(on) * 1e3:.2f}, off {statistics.median(off) * 1e3:.2f}; "
-          f"difference {diff * 1e3:+.2f} ms/step, ratio {statistics.median(on) / statistics.median(off):.3f}")
-    print(f"time inside the per-step hook: median {statistics.median(inside) * 1e3:.3f} ms/step, "
-          f"max {max(inside) * 1e3:.3f} ms/step (target < 1 ms); once per launch: median "
-          f"{statistics.median(once) * 1e3:.1f} ms ({statistics.median(once) / steps * 1e3:.3f} ms/step over "
-          f"{steps} steps)")
+    print(
+        f"median ms/step: hooks on {statistics.median(on) * 1e3:.2f}, off {statistics.median(off) * 1e3:.2f}; "
+        f"difference {diff * 1e3:+.2f} ms/step, ratio {statistics.median(on) / statistics.median(off):.3f}"
+    )
+    print(
+        f"time inside the per-step hook: median {statistics.median(inside) * 1e3:.3f} ms/step, "
+        f"max {max(inside) * 1e3:.3f} ms/step (target < 1 ms); once per launch: median "
+        f"{statistics.median(once) * 1e3:.1f} ms ({statistics.median(once) / steps * 1e3:.3f} ms/step over "
+        f"{steps} steps)"
+    )
     return 0
 
 

@@ -45,8 +45,17 @@ def bench(n_sources: int, tbs: int, iters: int, log_interval: int, workdir: str)
     spe = [max(1, int(iters * tbs * w / 2.5)) for w in weights]  # ~2.5 passes each
     bounds = [[k * s for k in (1, 2)] for s in spe]
     t0 = time.perf_counter()
-    c = counters_for([f"s{i}" for i in range(n_sources)], spe, bounds, [2.5] * n_sources,
-                     weights if n_sources > 1 else None, tbs, iters, log_interval, sink=JsonlSink(workdir))
+    c = counters_for(
+        [f"s{i}" for i in range(n_sources)],
+        spe,
+        bounds,
+        [2.5] * n_sources,
+        weights if n_sources > 1 else None,
+        tbs,
+        iters,
+        log_interval,
+        sink=JsonlSink(workdir),
+    )
     setup = time.perf_counter() - t0
     c.start(0)
     t0 = time.perf_counter()
@@ -68,8 +77,10 @@ def main() -> int:
         for n in (1, 3, 16):
             for tbs in (8, 512, 4096):
                 r = bench(n, tbs, a.iters, a.log_interval, d)
-                print(f"{n:>7} {tbs:>6} {r['samples']:>12,d} {r['setup_s']:>8.2f} {r['per_step_us']:>8.2f} "
-                      f"{r['per_step_us'] * 1e-6 / step:>17.4%}")
+                print(
+                    f"{n:>7} {tbs:>6} {r['samples']:>12,d} {r['setup_s']:>8.2f} {r['per_step_us']:>8.2f} "
+                    f"{r['per_step_us'] * 1e-6 / step:>17.4%}"
+                )
     return 0
 
 

@@ -119,8 +119,15 @@ def run_measured(argv: list[str], cwd: str | None = None, env: dict[str, str] | 
         out.seek(0)
         err.seek(0)
         cpu = usage.ru_utime + usage.ru_stime
-        return Run(argv, proc.returncode, wall, cpu, int(usage.ru_maxrss) * 1024,
-                   out.read().decode(errors="replace"), err.read().decode(errors="replace"))
+        return Run(
+            argv,
+            proc.returncode,
+            wall,
+            cpu,
+            int(usage.ru_maxrss) * 1024,
+            out.read().decode(errors="replace"),
+            err.read().decode(errors="replace"),
+        )
 
 
 def last_json(text: str) -> dict[str, Any]:
@@ -131,7 +138,7 @@ def last_json(text: str) -> dict[str, Any]:
     return json.loads(lines[-1])  # type: ignore[no-any-return]
 
 
-GENERATE = r'''
+GENERATE = r"""
 import json, math, os, struct, sys
 import numpy as np
 spec, workdir = json.loads(sys.argv[1]), sys.argv[2]
@@ -169,9 +176,9 @@ for k, (name, n, mean) in enumerate(zip(spec["names"], spec["docs_per_source"], 
         f.truncate(2 * total)
     out.append({"name": name, "prefix": prefix, "documents": n, "tokens": total})
 print(json.dumps({"sources": out}))
-'''
+"""
 
-MEGATRON = r'''
+MEGATRON = r"""
 import json, os, resource, sys, time
 t0 = time.perf_counter()
 import numpy as np
@@ -217,9 +224,9 @@ for i, top in enumerate(datasets):
         rec["draws_all"] = np.bincount(di, minlength=len(mids)).tolist()
     splits.append(rec)
 print(json.dumps({"import_s": t_import, "build_s": t_build, "rss_build": rss_build, "splits": splits}))
-'''
+"""
 
-GREEDY = r'''
+GREEDY = r"""
 import json, resource, sys, time
 from neox_epoch.semantics.blend import greedy_counts, normalize
 w, n = json.loads(sys.argv[1]), int(sys.argv[2])
@@ -227,7 +234,7 @@ t = time.perf_counter()
 c = greedy_counts(normalize(w), n)
 print(json.dumps({"seconds": time.perf_counter() - t, "counts": c, "sum": sum(c),
                   "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
-'''
+"""
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -285,8 +292,11 @@ def mb(n: float) -> str:
 def fail(msg: str, run: Run | None = None) -> NoReturn:
     print(f"plan_bench: {msg}", file=sys.stderr)
     if run is not None:
-        print(f"  command: {' '.join(run.argv[:6])} ...\n  exit {run.returncode}\n  stderr tail:\n"
-              + "\n".join(run.stderr.strip().splitlines()[-15:]), file=sys.stderr)
+        print(
+            f"  command: {' '.join(run.argv[:6])} ...\n  exit {run.returncode}\n  stderr tail:\n"
+            + "\n".join(run.stderr.strip().splitlines()[-15:]),
+            file=sys.stderr,
+        )
     raise SystemExit(1)
 
 
@@ -321,16 +331,25 @@ def prepare(args: argparse.Namespace, spec: Spec) -> tuple[str, list[dict[str, A
     print(f"work dir {workdir}: {gb(free)} free; needs ~{gb(est_idx)} of .idx + ~{gb(est_cache)} of megatron cache")
     if free < 1.2 * (est_idx + est_cache):
         fail(f"not enough disk in {workdir}: {gb(free)} free, ~{gb(1.2 * (est_idx + est_cache))} needed")
-    gen = {"seed": spec.seed, "names": list(spec.names), "docs_per_source": spec.docs_per_source(),
-           "mean_lengths": spec.mean_lengths(), "chunk": GEN_CHUNK, "max_len": MAX_LEN, "sigma": SIGMA}
+    gen = {
+        "seed": spec.seed,
+        "names": list(spec.names),
+        "docs_per_source": spec.docs_per_source(),
+        "mean_lengths": spec.mean_lengths(),
+        "chunk": GEN_CHUNK,
+        "max_len": MAX_LEN,
+        "sigma": SIGMA,
+    }
     print(f"writing {len(spec.names)} sources, {spec.docs:,d} documents ...", flush=True)
     run = run_measured([sys.executable, "-c", GENERATE, json.dumps(gen), workdir])
     if run.returncode != 0:
         fail("corpus generation failed", run)
     sources: list[dict[str, Any]] = last_json(run.stdout)["sources"]
     app, alloc = du(workdir)
-    print(f"  {run.wall_s:.1f} s; {sum(s['tokens'] for s in sources):,d} tokens; files {gb(app)} apparent, "
-          f"{gb(alloc)} on disk")
+    print(
+        f"  {run.wall_s:.1f} s; {sum(s['tokens'] for s in sources):,d} tokens; files {gb(app)} apparent, "
+        f"{gb(alloc)} on disk"
+    )
     with open(marker, "w") as f:
         json.dump({"spec": asdict(spec), "sources": sources}, f)
     return workdir, sources
@@ -340,13 +359,39 @@ def plan_argv(args: argparse.Namespace, spec: Spec, sources: list[dict[str, Any]
     data_path: list[str] = []
     for w, s in zip(spec.weights, sources, strict=True):
         data_path += [repr(w), s["prefix"]]
-    return [sys.executable, "-m", "neox_epoch.cli", "plan", "--framework", "megatron-core",
-            "--framework-version", args.framework_version, "--data-path", *data_path, "--split", args.split,
-            "--seq-length", str(args.seq_length), "--global-batch-size", str(args.global_batch_size),
-            "--micro-batch-size", "1", "--lr", "1e-4",
-            "--train-samples", str(args.samples), "--eval-iters", str(args.eval_iters),
-            "--eval-interval", str(args.eval_interval), "--seed", str(args.seed),
-            "--mid-level-dataset-surplus", repr(args.surplus), "--json"]
+    return [
+        sys.executable,
+        "-m",
+        "neox_epoch.cli",
+        "plan",
+        "--framework",
+        "megatron-core",
+        "--framework-version",
+        args.framework_version,
+        "--data-path",
+        *data_path,
+        "--split",
+        args.split,
+        "--seq-length",
+        str(args.seq_length),
+        "--global-batch-size",
+        str(args.global_batch_size),
+        "--micro-batch-size",
+        "1",
+        "--lr",
+        "1e-4",
+        "--train-samples",
+        str(args.samples),
+        "--eval-iters",
+        str(args.eval_iters),
+        "--eval-interval",
+        str(args.eval_interval),
+        "--seed",
+        str(args.seed),
+        "--mid-level-dataset-surplus",
+        repr(args.surplus),
+        "--json",
+    ]
 
 
 def compare(plan: dict[str, Any], mc: dict[str, Any], consumed: list[int]) -> tuple[int, int]:
@@ -436,7 +481,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def bench(
-    args: argparse.Namespace, spec: Spec, sizes: list[int], consumed: list[int], workdir: str,
+    args: argparse.Namespace,
+    spec: Spec,
+    sizes: list[int],
+    consumed: list[int],
+    workdir: str,
     sources: list[dict[str, Any]],
 ) -> int:
     cache = os.path.join(workdir, "cache")
@@ -463,13 +512,24 @@ def bench(
     plan_cpu = sorted(r.cpu_s for r in runs)[len(runs) // 2]
     plan_rss = max(r.maxrss_bytes for r in runs)
     plan = json.loads(runs[0].stdout)
-    print(f"plan: {', '.join(f'{r.wall_s:.3f}' for r in runs)} s wall, {plan_cpu:.3f} s CPU, peak RSS {mb(plan_rss)}, "
-          f"train_iters {plan['train_iters']:,d}")
+    print(
+        f"plan: {', '.join(f'{r.wall_s:.3f}' for r in runs)} s wall, {plan_cpu:.3f} s CPU, peak RSS {mb(plan_rss)}, "
+        f"train_iters {plan['train_iters']:,d}"
+    )
 
     # 3. megatron-core, in a fresh process
     prefixes = [s["prefix"] for s in sources]
-    mspec = {"seed": args.seed, "seq_length": args.seq_length, "prefixes": prefixes, "weights": list(spec.weights),
-             "split": args.split, "cache": cache, "surplus": args.surplus, "sizes": sizes, "consumed": consumed}
+    mspec = {
+        "seed": args.seed,
+        "seq_length": args.seq_length,
+        "prefixes": prefixes,
+        "weights": list(spec.weights),
+        "split": args.split,
+        "cache": cache,
+        "surplus": args.surplus,
+        "sizes": sizes,
+        "consumed": consumed,
+    }
     print(f"megatron-core: building sizes={sizes} ...", flush=True)
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     mrun = run_measured([sys.executable, "-c", MEGATRON, json.dumps(mspec)], cwd=workdir, env=env)
@@ -477,8 +537,10 @@ def bench(
         fail("megatron-core build failed", mrun)
     mc = last_json(mrun.stdout)
     cache_bytes, _ = du(cache)
-    print(f"megatron-core: {mrun.wall_s:.2f} s wall ({mc['import_s']:.2f} s imports, {mc['build_s']:.2f} s build), "
-          f"peak RSS {mb(mrun.maxrss_bytes)}, cache {gb(cache_bytes)}")
+    print(
+        f"megatron-core: {mrun.wall_s:.2f} s wall ({mc['import_s']:.2f} s imports, {mc['build_s']:.2f} s build), "
+        f"peak RSS {mb(mrun.maxrss_bytes)}, cache {gb(cache_bytes)}"
+    )
 
     # greedy blend counts at 1e9 (scaled) samples
     grun = run_measured([sys.executable, "-c", GREEDY, json.dumps(list(spec.weights)), str(args.greedy_samples)])
@@ -497,14 +559,38 @@ def bench(
     speed_cpu = mrun.cpu_s / plan_cpu
     mem = plan_rss / mrun.maxrss_bytes
     rows = [
-        ("wall time, process (s)", f"{plan_wall:.3f}", f"{mrun.wall_s:.2f}", f"{speed:.1f}x", ">= 150x",
-         speed >= SPEED_TARGET),
-        ("  megatron build() only (s)", f"{plan_wall:.3f}", f"{mc['build_s']:.2f}", f"{speed_build:.1f}x", ">= 150x",
-         speed_build >= SPEED_TARGET),
-        ("CPU time, user+sys (s)", f"{plan_cpu:.3f}", f"{mrun.cpu_s:.2f}", f"{speed_cpu:.1f}x", ">= 150x",
-         speed_cpu >= SPEED_TARGET),
-        ("peak RSS (plan/megatron)", mb(plan_rss), mb(mrun.maxrss_bytes), f"1/{1 / mem:.0f}", "<= 1/50",
-         mem <= MEMORY_TARGET),
+        (
+            "wall time, process (s)",
+            f"{plan_wall:.3f}",
+            f"{mrun.wall_s:.2f}",
+            f"{speed:.1f}x",
+            ">= 150x",
+            speed >= SPEED_TARGET,
+        ),
+        (
+            "  megatron build() only (s)",
+            f"{plan_wall:.3f}",
+            f"{mc['build_s']:.2f}",
+            f"{speed_build:.1f}x",
+            ">= 150x",
+            speed_build >= SPEED_TARGET,
+        ),
+        (
+            "CPU time, user+sys (s)",
+            f"{plan_cpu:.3f}",
+            f"{mrun.cpu_s:.2f}",
+            f"{speed_cpu:.1f}x",
+            ">= 150x",
+            speed_cpu >= SPEED_TARGET,
+        ),
+        (
+            "peak RSS (plan/megatron)",
+            mb(plan_rss),
+            mb(mrun.maxrss_bytes),
+            f"1/{1 / mem:.0f}",
+            "<= 1/50",
+            mem <= MEMORY_TARGET,
+        ),
         ("bytes written", f"{written_bytes:,d}", f"{cache_bytes:,d}", "", "plan 0", not written),
     ]
     head = ("", "neox-epoch plan", f"megatron-core {args.framework_version}", "ratio", "target", "")
@@ -513,13 +599,17 @@ def bench(
     for *cells, ok in rows:
         print("  ".join(str(c).ljust(w) for c, w in zip(cells, widths[:-1], strict=True)) + ("PASS" if ok else "FAIL"))
     total_tokens = sum(s["tokens"] for s in sources)
-    print(f"corpus: {len(sources)} sources, {spec.docs:,d} documents, {total_tokens:,d} tokens; "
-          f"seq {args.seq_length}, {args.samples:,d} train samples, sizes {sizes}; plan time = median of "
-          f"{len(runs)} runs, RSS = max; load average {load_average()} (machine shared: wall times are noisy)")
+    print(
+        f"corpus: {len(sources)} sources, {spec.docs:,d} documents, {total_tokens:,d} tokens; "
+        f"seq {args.seq_length}, {args.samples:,d} train samples, sizes {sizes}; plan time = median of "
+        f"{len(runs)} runs, RSS = max; load average {load_average()} (machine shared: wall times are noisy)"
+    )
     g_ok = g["sum"] == args.greedy_samples
-    print(f"greedy_counts({len(spec.weights)} weights, {args.greedy_samples:,d}): {g['seconds']:.2f} s "
-          f"({grun.wall_s:.2f} s process, {grun.cpu_s:.2f} s CPU), peak RSS {mb(grun.maxrss_bytes)}, counts sum "
-          f"{'ok' if g_ok else 'WRONG'}: {g['counts']}")
+    print(
+        f"greedy_counts({len(spec.weights)} weights, {args.greedy_samples:,d}): {g['seconds']:.2f} s "
+        f"({grun.wall_s:.2f} s process, {grun.cpu_s:.2f} s CPU), peak RSS {mb(grun.maxrss_bytes)}, counts sum "
+        f"{'ok' if g_ok else 'WRONG'}: {g['counts']}"
+    )
     if written:
         print(f"plan wrote or changed: {written[:10]}")
     ok = failed == 0 and not written and g_ok and speed >= SPEED_TARGET and mem <= MEMORY_TARGET

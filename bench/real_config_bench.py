@@ -77,8 +77,11 @@ def main() -> None:
             worst[kind] = max(worst.get(kind, 0.0), best)
             cells.append(f"{kind} {best:6.3f} s (exit {code})")
         print(f"  {rel:45s} " + "  ".join(cells), flush=True)
-    print(f"slowest at {args.world} GPUs: " + ", ".join(f"{k} {v:.3f} s" for k, v in worst.items())
-          + f"  (target < 1 s: {'PASS' if max(worst.values()) < 1.0 else 'FAIL'})")
+    print(
+        f"slowest at {args.world} GPUs: "
+        + ", ".join(f"{k} {v:.3f} s" for k, v in worst.items())
+        + f"  (target < 1 s: {'PASS' if max(worst.values()) < 1.0 else 'FAIL'})"
+    )
 
 
 if __name__ == "__main__":

@@ -36,15 +36,20 @@ from neox_epoch.plan.model import Plan  # noqa: E402
 TRIES = {"n": 0}
 
 
-def full_plan_per_candidate(inp: PlanInput, targets: list[int], seeds: int, cache: TokenCache) -> tuple[Plan, list[float]]:
+def full_plan_per_candidate(
+    inp: PlanInput, targets: list[int], seeds: int, cache: TokenCache
+) -> tuple[Plan, list[float]]:
     """The search before screening: one full plan (every split, greedy replays included) per candidate."""
 
     tried = []
     for k in range(seeds):
         TRIES["n"] = k + 1
         w = planner.candidate_weights(targets, k)
-        trial = replace(inp, blend_weights_override=tuple(w),
-                        neox=replace(inp.neox, exact_requests=tuple(targets) if framework_of(inp).exact_requests else None))
+        trial = replace(
+            inp,
+            blend_weights_override=tuple(w),
+            neox=replace(inp.neox, exact_requests=tuple(targets) if framework_of(inp).exact_requests else None),
+        )
         plan = planner.make_plan(trial, targets, cache)
         drawn = [s.samples_drawn for s in plan.sources if s.split == "train"]
         built_ok = all(s.samples_built >= s.samples_drawn for s in plan.sources if s.split == "train")
@@ -80,8 +85,11 @@ def per_candidate(inp: PlanInput, plan: Plan, repeat: int) -> tuple[float, float
     exact_inp = replace(inp, train_iters=plan.train_iters, train_samples=None)
     if framework_of(inp).exact_surplus_zero:
         exact_inp = replace(exact_inp, mcore=replace(inp.mcore, mid_level_dataset_surplus=0.0))
-    trial = replace(exact_inp, blend_weights_override=tuple(weights),  # type: ignore[arg-type]
-                    neox=replace(inp.neox, exact_requests=tuple(targets) if framework_of(inp).exact_requests else None))
+    trial = replace(
+        exact_inp,
+        blend_weights_override=tuple(weights),  # type: ignore[arg-type]
+        neox=replace(inp.neox, exact_requests=tuple(targets) if framework_of(inp).exact_requests else None),
+    )
     cache: TokenCache = {}
     planner.make_plan(trial, targets, cache)
     full = screen = float("inf")
@@ -122,11 +130,20 @@ def main() -> int:
             chosen = rng.sample(prefixes, n)
             fw = "megatron-core" if b % 2 == 0 else "neox"
             specs = tuple(SourceSpec(p, rng.uniform(0.1, 1.0)) for p in chosen)
-            inp = PlanInput(framework=fw, framework_version="0.16.1" if fw == "megatron-core" else "",
-                            seq_length=2048, global_batch_size=64, train_sources=specs, eval_iters=args.eval_iters,
-                            eval_interval=100, split="969,30,1" if fw == "megatron-core" else None,
-                            per_split_paths=fw == "neox", valid_sources=specs if fw == "neox" else (),
-                            test_sources=specs if fw == "neox" else (), neox=NeoxOptions(micro_batch_size=1))
+            inp = PlanInput(
+                framework=fw,
+                framework_version="0.16.1" if fw == "megatron-core" else "",
+                seq_length=2048,
+                global_batch_size=64,
+                train_sources=specs,
+                eval_iters=args.eval_iters,
+                eval_interval=100,
+                split="969,30,1" if fw == "megatron-core" else None,
+                per_split_paths=fw == "neox",
+                valid_sources=specs if fw == "neox" else (),
+                test_sources=specs if fw == "neox" else (),
+                neox=NeoxOptions(micro_batch_size=1),
+            )
             passes = {s.label: round(rng.uniform(0.3, 3.0), 2) for s in specs}
             TRIES["n"] = 0
             t_old, old = timed(inp, passes, full_plan_per_candidate, args.repeat)
@@ -145,16 +162,27 @@ def main() -> int:
                 full, screen = per_candidate(inp, new, args.repeat)
                 cand_ratios.append(full / screen)
                 cand = f"  one candidate: full plan {full * 1e3:6.1f} ms, screen {screen * 1e3:6.1f} ms ({full / screen:4.1f}x)"
-            print(f"blend {b:3d} {fw:<13} {n} sources {what:<14} candidates {tries:3d}  search: full plan per candidate "
-                  f"{t_old * 1e3:7.1f} ms, screened {t_new * 1e3:7.1f} ms ({t_old / t_new:4.2f}x)  "
-                  f"{'same' if ok else 'DIFFERENT'}{cand}", flush=True)
-        print(f"{same}/{args.blends} plans identical; total {totals['old']:.2f} s -> {totals['new']:.2f} s "
-              f"({totals['old'] / totals['new']:.2f}x)"
-              + (f"; searches of more than one candidate {multi['old']:.2f} s -> {multi['new']:.2f} s "
-                 f"({multi['old'] / multi['new']:.2f}x)" if multi["new"] else "; every search won at its first candidate"))
+            print(
+                f"blend {b:3d} {fw:<13} {n} sources {what:<14} candidates {tries:3d}  search: full plan per candidate "
+                f"{t_old * 1e3:7.1f} ms, screened {t_new * 1e3:7.1f} ms ({t_old / t_new:4.2f}x)  "
+                f"{'same' if ok else 'DIFFERENT'}{cand}",
+                flush=True,
+            )
+        print(
+            f"{same}/{args.blends} plans identical; total {totals['old']:.2f} s -> {totals['new']:.2f} s "
+            f"({totals['old'] / totals['new']:.2f}x)"
+            + (
+                f"; searches of more than one candidate {multi['old']:.2f} s -> {multi['new']:.2f} s "
+                f"({multi['old'] / multi['new']:.2f}x)"
+                if multi["new"]
+                else "; every search won at its first candidate"
+            )
+        )
         if cand_ratios:
-            print(f"a candidate that fails costs the screen instead of a full plan: median {sorted(cand_ratios)[len(cand_ratios) // 2]:.1f}x "
-                  f"cheaper (min {min(cand_ratios):.1f}x, max {max(cand_ratios):.1f}x; CPU time, least of {args.repeat})")
+            print(
+                f"a candidate that fails costs the screen instead of a full plan: median {sorted(cand_ratios)[len(cand_ratios) // 2]:.1f}x "
+                f"cheaper (min {min(cand_ratios):.1f}x, max {max(cand_ratios):.1f}x; CPU time, least of {args.repeat})"
+            )
         return 0 if same == args.blends else 1
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -58,10 +58,20 @@ def write_inputs(work: str, sources: int, repeats: int) -> dict[str, str]:
         if not paths or (label.startswith("one") and repeats == 0):
             continue
         values: dict[str, Any] = {
-            "train_data_paths": paths, "train_data_weights": [1.0] * len(paths), "valid_data_paths": [first],
-            "test_data_paths": [first], "seq_length": 64, "train_micro_batch_size_per_gpu": 8, "global_num_gpus": 1,
-            "gradient_accumulation_steps": 1, "train_iters": 2000, "lr_decay_iters": 2000, "eval_interval": 1000,
-            "eval_iters": 1, "seed": 1234}
+            "train_data_paths": paths,
+            "train_data_weights": [1.0] * len(paths),
+            "valid_data_paths": [first],
+            "test_data_paths": [first],
+            "seq_length": 64,
+            "train_micro_batch_size_per_gpu": 8,
+            "global_num_gpus": 1,
+            "gradient_accumulation_steps": 1,
+            "train_iters": 2000,
+            "lr_decay_iters": 2000,
+            "eval_interval": 1000,
+            "eval_iters": 1,
+            "seed": 1234,
+        }
         path = os.path.join(work, label.replace(" ", "_") + ".yml")
         with open(path, "w", encoding="utf-8") as f:
             yaml.safe_dump(values, f, sort_keys=False)
@@ -77,15 +87,18 @@ def old_tree(work: str, commit: str) -> str:
     os.makedirs(dest)
     archive = subprocess.run(["git", "-C", HERE, "archive", commit], check=True, capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", dest], input=archive, check=True)
-    same = all(subprocess.run(["git", "-C", HERE, "diff", "--quiet", commit, "--", f"neox_epoch/{e}.c"]).returncode == 0
-               for e in EXTENSIONS)
+    same = all(
+        subprocess.run(["git", "-C", HERE, "diff", "--quiet", commit, "--", f"neox_epoch/{e}.c"]).returncode == 0
+        for e in EXTENSIONS
+    )
     if same:
         for name in os.listdir(os.path.join(HERE, "neox_epoch")):
             if name.startswith(EXTENSIONS) and name.endswith(".so"):
                 shutil.copy2(os.path.join(HERE, "neox_epoch", name), os.path.join(dest, "neox_epoch", name))
     else:
-        subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=dest, check=True,
-                       capture_output=True)
+        subprocess.run(
+            [sys.executable, "setup.py", "build_ext", "--inplace"], cwd=dest, check=True, capture_output=True
+        )
     return dest
 
 
@@ -96,15 +109,23 @@ def timed_plan(tree: str, config: str, timeout: float) -> tuple[float | None, di
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     try:
-        p = subprocess.run([sys.executable, "-m", "neox_epoch.cli", "plan", config, "--json"], env=env, cwd=tree,
-                           capture_output=True, text=True, timeout=timeout)
+        p = subprocess.run(
+            [sys.executable, "-m", "neox_epoch.cli", "plan", config, "--json"],
+            env=env,
+            cwd=tree,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
     except subprocess.TimeoutExpired:
         return None, None, ""
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
-    print(f"    ({os.path.basename(config)}, {'old' if tree != HERE else 'new'}: wall {wall:.2f} s, CPU {cpu:.2f} s)",
-          flush=True)
+    print(
+        f"    ({os.path.basename(config)}, {'old' if tree != HERE else 'new'}: wall {wall:.2f} s, CPU {cpu:.2f} s)",
+        flush=True,
+    )
     plan = json.loads(p.stdout) if p.returncode in (0, 1) and p.stdout.startswith("{") else None
     return cpu, plan, (p.stderr.strip().splitlines() or [""])[-1]
 
@@ -138,9 +159,12 @@ def main() -> int:
                 ok = False
             if old is not None:
                 owall, oplan, oerr = timed_plan(old, config, args.old_timeout)
-                line += (f", old {owall:.2f} s CPU, old/new {owall / max(wall or 1e-9, 1e-9):.1f}x" if owall is not None
-                         else f", old > {args.old_timeout:.0f} s (stopped), old/new > "
-                              f"{args.old_timeout / max(wall or 1e-9, 1e-9):.0f}x")
+                line += (
+                    f", old {owall:.2f} s CPU, old/new {owall / max(wall or 1e-9, 1e-9):.1f}x"
+                    if owall is not None
+                    else f", old > {args.old_timeout:.0f} s (stopped), old/new > "
+                    f"{args.old_timeout / max(wall or 1e-9, 1e-9):.0f}x"
+                )
                 if oplan is not None:
                     same = numbers(plan) == numbers(oplan)
                     line += f", same numbers: {same}"

@@ -64,21 +64,28 @@ def main() -> int:
     work = tempfile.mkdtemp(prefix="startup-bench-")
     os.chdir(work)
     write_demo_corpus("demo/data")
-    cases = [(f"demo {name}", ["plan", os.path.join(REPO, "configs", name)])
-             for name in sorted(os.listdir(os.path.join(REPO, "configs"))) if name.endswith(".yml")]
+    cases = [
+        (f"demo {name}", ["plan", os.path.join(REPO, "configs", name)])
+        for name in sorted(os.listdir(os.path.join(REPO, "configs")))
+        if name.endswith(".yml")
+    ]
     real = real_config_bench.prepare(work, args.world)[: args.real]
     for rel, files in real:
         cases.append((f"real {os.path.basename(rel)}", ["plan", *files]))
         cases.append((f"real {os.path.basename(rel)} --epochs 1", ["plan", *files, "--epochs", "1"]))
-    envs = {"base": env_for(os.path.abspath(args.baseline), os.path.join(work, "pyc-base")),
-            "new": env_for(REPO, os.path.join(work, "pyc-new"))}
+    envs = {
+        "base": env_for(os.path.abspath(args.baseline), os.path.join(work, "pyc-base")),
+        "new": env_for(REPO, os.path.join(work, "pyc-new")),
+    }
     py = sys.executable
     floors = [("python -c pass", [py, "-c", "pass"]), ("import numpy, yaml", [py, "-c", "import numpy, yaml"])]
     for label, argv in floors:
         walls, cpus = zip(*(timed(argv, envs["new"], work)[:2] for _ in range(args.runs)))
         print(f"floor {label:<58} wall {median(list(walls)):.3f} s  cpu {median(list(cpus)):.3f} s")
-    print(f"{'command (plan ... --json)':<64} {'base wall':>9} {'new wall':>9} {'ratio':>6} {'base cpu':>9} "
-          f"{'new cpu':>8} {'ratio':>6}  exit")
+    print(
+        f"{'command (plan ... --json)':<64} {'base wall':>9} {'new wall':>9} {'ratio':>6} {'base cpu':>9} "
+        f"{'new cpu':>8} {'ratio':>6}  exit"
+    )
     logs = {"wall": [], "cpu": []}
     for label, cmd in cases:
         argv = [py, "-m", "neox_epoch.cli", *cmd, "--json"]
@@ -93,11 +100,15 @@ def main() -> int:
         codes = sorted({g[2] for g in got["base"]} | {g[2] for g in got["new"]})
         logs["wall"].append(math.log(nw / bw))
         logs["cpu"].append(math.log(nc / bc))
-        print(f"{label[:64]:<64} {bw:9.3f} {nw:9.3f} {nw / bw:6.2f} {bc:9.3f} {nc:8.3f} {nc / bc:6.2f}  {codes}",
-              flush=True)
+        print(
+            f"{label[:64]:<64} {bw:9.3f} {nw:9.3f} {nw / bw:6.2f} {bc:9.3f} {nc:8.3f} {nc / bc:6.2f}  {codes}",
+            flush=True,
+        )
     gw, gc = (math.exp(sum(v) / len(v)) for v in (logs["wall"], logs["cpu"]))
-    print(f"geometric mean new/base over {len(cases)} commands: wall {gw:.2f}, cpu {gc:.2f} "
-          f"(median of {args.runs} paired runs each; load average {os.getloadavg()[0]:.1f})")
+    print(
+        f"geometric mean new/base over {len(cases)} commands: wall {gw:.2f}, cpu {gc:.2f} "
+        f"(median of {args.runs} paired runs each; load average {os.getloadavg()[0]:.1f})"
+    )
     return 0
 
 

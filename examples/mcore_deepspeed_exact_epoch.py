@@ -63,8 +63,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--ds-config", required=True, help="DeepSpeed JSON config (train_batch_size, micro batch, ...)")
     p.add_argument("--out", required=True, help="directory for report.json, the index cache and checkpoints")
-    p.add_argument("--data-dir", default=os.path.join(ROOT, "demo", "data"),
-                   help="directory of the demo corpus (written if missing)")
+    p.add_argument(
+        "--data-dir",
+        default=os.path.join(ROOT, "demo", "data"),
+        help="directory of the demo corpus (written if missing)",
+    )
     p.add_argument("--sources", default="web,code,books", help="comma-separated demo sources to blend")
     p.add_argument("--split", default="98,1,1", help="megatron-core split string")
     p.add_argument("--seq-length", type=int, default=64, help="tokens per sample")
@@ -75,8 +78,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--stop-at-iter", type=int, help="save a checkpoint after this iteration and exit")
     p.add_argument("--resume", action="store_true", help="load the latest checkpoint in <out>/checkpoints")
     p.add_argument("--expected-world", type=int, help="fail before building anything unless WORLD_SIZE is this")
-    p.add_argument("--with-shm-op", action="store_true",
-                   help="let DeepSpeed JIT-compile its CPU shared-memory op (skipped by default: 15+ s, unused)")
+    p.add_argument(
+        "--with-shm-op",
+        action="store_true",
+        help="let DeepSpeed JIT-compile its CPU shared-memory op (skipped by default: 15+ s, unused)",
+    )
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank")
     p.add_argument("--local_rank", type=int, help="set by the deepspeed launcher")
     return p.parse_args(argv)
@@ -95,11 +101,13 @@ def tiny_gpt(seq_length: int, width: int = 32) -> Any:
             super().__init__()
             self.tok = torch.nn.Embedding(VOCAB, width)
             self.pos = torch.nn.Embedding(seq_length, width)
-            self.block = torch.nn.TransformerEncoderLayer(width, nhead=2, dim_feedforward=2 * width, dropout=0.0,
-                                                          batch_first=True, norm_first=True)
+            self.block = torch.nn.TransformerEncoderLayer(
+                width, nhead=2, dim_feedforward=2 * width, dropout=0.0, batch_first=True, norm_first=True
+            )
             self.head = torch.nn.Linear(width, VOCAB)
-            self.register_buffer("mask", torch.nn.Transformer.generate_square_subsequent_mask(seq_length),
-                                 persistent=False)
+            self.register_buffer(
+                "mask", torch.nn.Transformer.generate_square_subsequent_mask(seq_length), persistent=False
+            )
 
         def forward(self, tokens: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
             x = self.tok(tokens % VOCAB) + self.pos.weight[: tokens.shape[1]]
@@ -135,9 +143,16 @@ def dataset_config(args: argparse.Namespace, prefixes: list[str]) -> Any:
     from megatron.core.datasets.gpt_dataset import GPTDatasetConfig
 
     kw: dict[str, Any] = dict(
-        random_seed=args.seed, sequence_length=args.seq_length, blend=(prefixes, [1.0] * len(prefixes)),
-        split=args.split, path_to_cache=os.path.join(args.out, "index_cache"), tokenizer=null_tokenizer(),
-        reset_position_ids=False, reset_attention_mask=False, eod_mask_loss=False, create_attention_mask=False,
+        random_seed=args.seed,
+        sequence_length=args.seq_length,
+        blend=(prefixes, [1.0] * len(prefixes)),
+        split=args.split,
+        path_to_cache=os.path.join(args.out, "index_cache"),
+        tokenizer=null_tokenizer(),
+        reset_position_ids=False,
+        reset_attention_mask=False,
+        eod_mask_loss=False,
+        create_attention_mask=False,
     )
     names = {f.name for f in dataclasses.fields(GPTDatasetConfig)}
     return GPTDatasetConfig(**{k: v for k, v in kw.items() if k in names})
@@ -214,21 +229,33 @@ def prove(train: Any, setup: Any, records: list[list[int]], seq_length: int, pas
         whole = sp.samples_built if sp.epochs_built == passes else passes * sp.samples_per_epoch
         short = whole - sp.samples_drawn  # samples of this source in the plan's remainder
         leftover = passes * tokens - whole * seq_length  # tokens of the passes' index in no sample
-        per_source.append({
-            "name": sp.name, "train_tokens": tokens, "planned_train_tokens": sp.tokens,
-            "documents": len(counts), "samples_per_epoch": sp.samples_per_epoch, "epochs_built": sp.epochs_built,
-            "target_samples": sp.target_samples, "samples_drawn_planned": sp.samples_drawn,
-            "samples_consumed": len(mine), "distinct_samples_consumed": len({r[2] for r in mine}),
-            "tokens_seen_once": int((allc == 1).sum()), "tokens_seen_more_than_once": int((allc > 1).sum()),
-            "tokens_never_seen": int((allc == 0).sum()),
-            "tokens_seen_passes_times": int((allc == passes).sum()),
-            "tokens_seen_more_than_passes": int((allc > passes).sum()),
-            "shortfall": int(passes * tokens - int(allc.sum())),
-            "shortfall_expected": short * seq_length + leftover, "leftover_tokens": leftover,
-            "remainder_samples": short, "remainder_tokens": short * seq_length, "final_partial_tokens": partial,
-            "never_seen_expected": short * seq_length + partial,
-            "max_times_seen": int(allc.max()) if allc.size else 0,
-        })
+        per_source.append(
+            {
+                "name": sp.name,
+                "train_tokens": tokens,
+                "planned_train_tokens": sp.tokens,
+                "documents": len(counts),
+                "samples_per_epoch": sp.samples_per_epoch,
+                "epochs_built": sp.epochs_built,
+                "target_samples": sp.target_samples,
+                "samples_drawn_planned": sp.samples_drawn,
+                "samples_consumed": len(mine),
+                "distinct_samples_consumed": len({r[2] for r in mine}),
+                "tokens_seen_once": int((allc == 1).sum()),
+                "tokens_seen_more_than_once": int((allc > 1).sum()),
+                "tokens_never_seen": int((allc == 0).sum()),
+                "tokens_seen_passes_times": int((allc == passes).sum()),
+                "tokens_seen_more_than_passes": int((allc > passes).sum()),
+                "shortfall": int(passes * tokens - int(allc.sum())),
+                "shortfall_expected": short * seq_length + leftover,
+                "leftover_tokens": leftover,
+                "remainder_samples": short,
+                "remainder_tokens": short * seq_length,
+                "final_partial_tokens": partial,
+                "never_seen_expected": short * seq_length + partial,
+                "max_times_seen": int(allc.max()) if allc.size else 0,
+            }
+        )
     total = sum(s["train_tokens"] for s in per_source)
     partial = sum(s["final_partial_tokens"] for s in per_source)
     leftover = sum(s["leftover_tokens"] for s in per_source)
@@ -245,18 +272,22 @@ def prove(train: Any, setup: Any, records: list[list[int]], seq_length: int, pas
     }
     digest = hashlib.sha256(json.dumps(sorted(r[:4] for r in records)).encode()).hexdigest()
     return {
-        "consumed": {"samples": len(ids), "distinct": distinct, "duplicates": len(ids) - distinct,
-                     "expected": n},
+        "consumed": {"samples": len(ids), "distinct": distinct, "duplicates": len(ids) - distinct, "expected": n},
         "consumed_digest": digest,
-        "tokens": {"train_tokens": total, "passes": passes,
-                   "seen_once": sum(s["tokens_seen_once"] for s in per_source),
-                   "seen_more_than_once": sum(s["tokens_seen_more_than_once"] for s in per_source),
-                   "never_seen": sum(s["tokens_never_seen"] for s in per_source),
-                   "seen_passes_times": sum(s["tokens_seen_passes_times"] for s in per_source),
-                   "seen_more_than_passes": sum(s["tokens_seen_more_than_passes"] for s in per_source),
-                   "shortfall": shortfall, "leftover_tokens": leftover,
-                   "remainder_tokens": plan.remainder_tokens, "final_partial_tokens": partial,
-                   "seen_once_expected": total - plan.remainder_tokens - partial},
+        "tokens": {
+            "train_tokens": total,
+            "passes": passes,
+            "seen_once": sum(s["tokens_seen_once"] for s in per_source),
+            "seen_more_than_once": sum(s["tokens_seen_more_than_once"] for s in per_source),
+            "never_seen": sum(s["tokens_never_seen"] for s in per_source),
+            "seen_passes_times": sum(s["tokens_seen_passes_times"] for s in per_source),
+            "seen_more_than_passes": sum(s["tokens_seen_more_than_passes"] for s in per_source),
+            "shortfall": shortfall,
+            "leftover_tokens": leftover,
+            "remainder_tokens": plan.remainder_tokens,
+            "final_partial_tokens": partial,
+            "seen_once_expected": total - plan.remainder_tokens - partial,
+        },
         "sources": per_source,
         "cross_check": {"samples_checked": len(records), "mismatches": mismatches},
         "checks": checks,
@@ -343,12 +374,19 @@ def main(argv: list[str] | None = None) -> int:
         start_iter, consumed = int(client["iteration"]), int(client["consumed_samples"])
         plan_gbs = int(client["plan_global_batch_size"])
         if rank == 0:
-            with open(os.path.join(path if os.path.isdir(path) else os.path.dirname(path), RECORDS),
-                      encoding="utf-8") as f:
+            with open(
+                os.path.join(path if os.path.isdir(path) else os.path.dirname(path), RECORDS), encoding="utf-8"
+            ) as f:
                 saved = json.load(f)
             records_before, launches = saved["records"], saved["launches"]
-        log.info("resumed from %s at iteration %d (consumed samples %d; global batch %d, was %d)", path, start_iter,
-                 consumed, gbs, int(client["global_batch_size"]))
+        log.info(
+            "resumed from %s at iteration %d (consumed samples %d; global batch %d, was %d)",
+            path,
+            start_iter,
+            consumed,
+            gbs,
+            int(client["global_batch_size"]),
+        )
 
     setup = exact_config(dataset_config(args, prefixes), args.epochs, plan_gbs)
     uninstall = install(setup, log)  # logs the plan (rank 0); verifies the build below
@@ -387,15 +425,30 @@ def main(argv: list[str] | None = None) -> int:
     gathered: list[Any] = [None] * world
     dist.all_gather_object(gathered, mine)
     records = records_before + [r for part in gathered for r in part]
-    launches = launches + [{"start_iter": start_iter, "end_iter": stop_iter,
-                            "samples": sum(len(part) for part in gathered), "global_batch_size": gbs,
-                            "start_consumed": start_consumed, "end_consumed": consumed}]
+    launches = launches + [
+        {
+            "start_iter": start_iter,
+            "end_iter": stop_iter,
+            "samples": sum(len(part) for part in gathered),
+            "global_batch_size": gbs,
+            "start_consumed": start_consumed,
+            "end_consumed": consumed,
+        }
+    ]
     code = 0
     if stop_iter < end_iter:  # stop mid-run: checkpoint + counter + what was consumed so far
         tag = f"iter_{stop_iter}"
-        engine.save_checkpoint(ckpt_dir, tag=tag, client_state={
-            "iteration": stop_iter, "consumed_samples": consumed, "global_batch_size": gbs,
-            "plan_global_batch_size": plan_gbs, "neox_epoch_counters": counters.state_dict()})
+        engine.save_checkpoint(
+            ckpt_dir,
+            tag=tag,
+            client_state={
+                "iteration": stop_iter,
+                "consumed_samples": consumed,
+                "global_batch_size": gbs,
+                "plan_global_batch_size": plan_gbs,
+                "neox_epoch_counters": counters.state_dict(),
+            },
+        )
         if rank == 0:
             with open(os.path.join(ckpt_dir, tag, RECORDS), "w", encoding="utf-8") as f:
                 json.dump({"records": records, "launches": launches}, f)
@@ -407,14 +460,24 @@ def main(argv: list[str] | None = None) -> int:
         report = {
             "megatron_core_version": setup.version,
             "deepspeed_version": deepspeed.__version__,
-            "world_size": world, "global_batch_size": gbs, "plan_global_batch_size": plan_gbs,
+            "world_size": world,
+            "global_batch_size": gbs,
+            "plan_global_batch_size": plan_gbs,
             "micro_batch_size": micro,
-            "gradient_accumulation_steps": gas, "seq_length": args.seq_length, "split": args.split,
-            "sources": names, "epochs": args.epochs,
-            "plan": {"train_iters": setup.train_iters, "train_samples": setup.train_samples,
-                     "sizes": list(setup.sizes), "remainder_samples": plan.remainder_samples,
-                     "remainder_tokens": plan.remainder_tokens, "weights": plan.settings.get("weights"),
-                     "targets": plan.settings.get("targets")},
+            "gradient_accumulation_steps": gas,
+            "seq_length": args.seq_length,
+            "split": args.split,
+            "sources": names,
+            "epochs": args.epochs,
+            "plan": {
+                "train_iters": setup.train_iters,
+                "train_samples": setup.train_samples,
+                "sizes": list(setup.sizes),
+                "remainder_samples": plan.remainder_samples,
+                "remainder_tokens": plan.remainder_tokens,
+                "weights": plan.settings.get("weights"),
+                "targets": plan.settings.get("targets"),
+            },
             "launches": launches,
             **proof,
             "final_loss": loss_value,
@@ -425,13 +488,22 @@ def main(argv: list[str] | None = None) -> int:
         with open(os.path.join(args.out, "report.json"), "w", encoding="utf-8") as f:
             json.dump(report, f, indent=1)
         with open(os.path.join(args.out, RECORDS), "w", encoding="utf-8") as f:
-            json.dump({"records": sorted(records), "fields": ["sample", "source", "source_sample", "crc32",
-                                                              "iteration"]}, f)
+            json.dump(
+                {"records": sorted(records), "fields": ["sample", "source", "source_sample", "crc32", "iteration"]}, f
+            )
         t = proof["tokens"]
-        log.info("proof: %s train tokens, %s seen %s time(s), %s more, shortfall %s (= remainder %s + tokens in "
-                 "no sample %s): exact passes: %s", t["train_tokens"], t["seen_passes_times"], passes,
-                 t["seen_more_than_passes"], t["shortfall"], t["remainder_tokens"], t["leftover_tokens"],
-                 proof["exact_passes"])
+        log.info(
+            "proof: %s train tokens, %s seen %s time(s), %s more, shortfall %s (= remainder %s + tokens in "
+            "no sample %s): exact passes: %s",
+            t["train_tokens"],
+            t["seen_passes_times"],
+            passes,
+            t["seen_more_than_passes"],
+            t["shortfall"],
+            t["remainder_tokens"],
+            t["leftover_tokens"],
+            proof["exact_passes"],
+        )
         code = 0 if proof["exact_passes"] else 3
     flag = torch.tensor([code])
     dist.broadcast(flag, 0)

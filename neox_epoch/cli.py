@@ -82,8 +82,9 @@ def no_command(parser: argparse.ArgumentParser) -> str:
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             lines += [f"  {choice.dest:<13} {choice.help}" for choice in action._choices_actions]
-    lines.append("neox-epoch: error: no command given; choose one (neox-epoch COMMAND --help shows its options "
-                 "and examples)")
+    lines.append(
+        "neox-epoch: error: no command given; choose one (neox-epoch COMMAND --help shows its options and examples)"
+    )
     return "\n".join(lines)
 
 
@@ -97,7 +98,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.extra = extra
     args.raw_argv = argv
     args.main = main  # for a command that runs others as typed (demo)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s"
+    )
     if not getattr(args, "func", None):
         print(no_command(parser), file=sys.stderr)
         return 2
@@ -124,8 +127,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.debug:
             raise
         inputs = " ".join(a for a in argv if a != args.command)[:300]
-        print(f"neox-epoch {args.command}: internal error: {type(err).__name__}: {one_line(str(err))} (input: {inputs}); "
-              "this is a bug in neox-epoch: rerun with --debug for the traceback and report it", file=sys.stderr)
+        print(
+            f"neox-epoch {args.command}: internal error: {type(err).__name__}: {one_line(str(err))} (input: {inputs}); "
+            "this is a bug in neox-epoch: rerun with --debug for the traceback and report it",
+            file=sys.stderr,
+        )
         return INTERNAL_ERROR
     finally:
         sys.stdout = real_stdout

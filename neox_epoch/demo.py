@@ -36,11 +36,15 @@ def write_demo_corpus(directory: str) -> list[str]:
 
 def register(sub: Any) -> None:
     p = sub.add_parser(
-        "demo", help="write the bundled demo corpus and plan every shipped config on it",
+        "demo",
+        help="write the bundled demo corpus and plan every shipped config on it",
         description="Write the bundled demo corpus (three small tokenized sources, a few MB) to --data-dir and run "
         "neox-epoch plan on every NeoX config in --configs: what the planner prints, without a GPU or a framework.",
-        **examples("neox-epoch demo                                   # demo/data, the configs/ of this repository",
-                   "neox-epoch demo --data-dir demo/data --configs configs"))
+        **examples(
+            "neox-epoch demo                                   # demo/data, the configs/ of this repository",
+            "neox-epoch demo --data-dir demo/data --configs configs",
+        ),
+    )
     p.add_argument("--data-dir", default=os.path.join("demo", "data"), help="where to write the corpus")
     p.add_argument("--configs", default="configs", help="directory of NeoX configs to plan")
     p.set_defaults(func=run)
@@ -59,9 +63,33 @@ def run(args: argparse.Namespace) -> int:
     print("=" * 100)
     # the version is named: the demo runs on the core install, where megatron-core is not installed
     version = megatron_core_version() or VERIFIED_MCORE_VERSIONS[-1]
-    flags = ["--data-path", "1", prefixes[0], "1", prefixes[1], "--split", "98,1,1", "--seq-length", "512",
-             "--micro-batch-size", "4", "--global-batch-size", "16", "--lr", "1e-4", "--eval-iters", "2",
-             "--eval-interval", "100", "--num-layers", "2", "--epochs", "1", "--framework-version", version]
+    flags = [
+        "--data-path",
+        "1",
+        prefixes[0],
+        "1",
+        prefixes[1],
+        "--split",
+        "98,1,1",
+        "--seq-length",
+        "512",
+        "--micro-batch-size",
+        "4",
+        "--global-batch-size",
+        "16",
+        "--lr",
+        "1e-4",
+        "--eval-iters",
+        "2",
+        "--eval-interval",
+        "100",
+        "--num-layers",
+        "2",
+        "--epochs",
+        "1",
+        "--framework-version",
+        version,
+    ]
     print(f"$ neox-epoch plan {' '.join(flags)}   (a Megatron-LM pretrain_gpt.py command line)")
     code = max(code, main(["plan", *flags]))
     return code

@@ -142,8 +142,10 @@ def add_modelopt(table_path: str, tree: str) -> int:
     with open(table_path, encoding="utf-8") as f:
         table = json.load(f)
     table["modelopt_options"] = modelopt_records(tree)
-    table["modelopt_source"] = ("megatron/post_training/arguments.py add_modelopt_args(): options pretrain_gpt.py "
-                                "adds when nvidia-modelopt is installed")
+    table["modelopt_source"] = (
+        "megatron/post_training/arguments.py add_modelopt_args(): options pretrain_gpt.py "
+        "adds when nvidia-modelopt is installed"
+    )
     with open(table_path, "w", encoding="utf-8") as f:
         json.dump(table, f, indent=0, sort_keys=True)
         f.write("\n")

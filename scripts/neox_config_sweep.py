@@ -63,12 +63,36 @@ LLAMA_TRAIN_CONFIG = "configs/llama/train_config.yml"
 DEFAULT_DLTS_HOSTFILE = "/job/hostfile"
 #: NeoXArgs attributes recorded for an accepted pairing
 RECORDED = (
-    "global_num_gpus", "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
-    "train_iters", "lr_decay_iters", "warmup", "lr_decay_style", "seq_length", "data_path", "split",
-    "train_data_paths", "train_data_weights", "valid_data_paths", "valid_data_weights", "test_data_paths",
-    "test_data_weights", "weight_by_num_documents", "eval_interval", "eval_iters", "train_epochs",
-    "checkpoint_factor", "save_interval", "pipe_parallel_size", "model_parallel_size", "hostfile", "num_gpus",
-    "num_nodes", "include", "exclude",
+    "global_num_gpus",
+    "train_batch_size",
+    "train_micro_batch_size_per_gpu",
+    "gradient_accumulation_steps",
+    "train_iters",
+    "lr_decay_iters",
+    "warmup",
+    "lr_decay_style",
+    "seq_length",
+    "data_path",
+    "split",
+    "train_data_paths",
+    "train_data_weights",
+    "valid_data_paths",
+    "valid_data_weights",
+    "test_data_paths",
+    "test_data_weights",
+    "weight_by_num_documents",
+    "eval_interval",
+    "eval_iters",
+    "train_epochs",
+    "checkpoint_factor",
+    "save_interval",
+    "pipe_parallel_size",
+    "model_parallel_size",
+    "hostfile",
+    "num_gpus",
+    "num_nodes",
+    "include",
+    "exclude",
 )
 #: version of the metadata-only flash-attn distribution used when flash-attn is not installed
 FLASH_ATTN_STUB_VERSION = "2.6.3"
@@ -225,8 +249,12 @@ def from_ymls(paths: list[str]) -> dict[str, Any]:
             "error": {"type": type(err).__name__, "message": first_line(str(err)), "logged_errors": handler.messages},
         }
     values = {name: jsonable(getattr(args, name, None)) for name in RECORDED}
-    return {"accepted": True, "neox": values, "config_files_read": sorted(args.config_files),
-            "logged_errors": handler.messages}
+    return {
+        "accepted": True,
+        "neox": values,
+        "config_files_read": sorted(args.config_files),
+        "logged_errors": handler.messages,
+    }
 
 
 def from_ymls_subprocess(job: tuple[list[str], list[str]]) -> dict[str, Any]:
@@ -234,13 +262,20 @@ def from_ymls_subprocess(job: tuple[list[str], list[str]]) -> dict[str, Any]:
     import subprocess
 
     import_paths, paths = job
-    code = ("import json, os, sys; import neox_config_sweep as s; "
-            "r = s.from_ymls(sys.argv[1:]); out = os.fdopen({fd}, 'w'); out.write(json.dumps(r)); out.close()")
+    code = (
+        "import json, os, sys; import neox_config_sweep as s; "
+        "r = s.from_ymls(sys.argv[1:]); out = os.fdopen({fd}, 'w'); out.write(json.dumps(r)); out.close()"
+    )
     read_fd, write_fd = os.pipe()
     code = code.replace("{fd}", str(write_fd))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(os.path.abspath(__file__)), *import_paths])}
-    proc = subprocess.Popen([sys.executable, "-c", code, *paths], pass_fds=(write_fd,), env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, *paths],
+        pass_fds=(write_fd,),
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     os.close(write_fd)
     with os.fdopen(read_fd) as f:
         text = f.read()
@@ -262,8 +297,10 @@ def import_neox(neox_dir: str) -> None:
     except Exception as err:  # noqa: BLE001
         os.dup2(saved_out, 1)
         os.dup2(saved_err, 2)
-        die(f"cannot import NeoX from {neox_dir}: {type(err).__name__}: {first_line(str(err))}; "
-            "run this with a venv built by scripts/neox_env.sh")
+        die(
+            f"cannot import NeoX from {neox_dir}: {type(err).__name__}: {first_line(str(err))}; "
+            "run this with a venv built by scripts/neox_env.sh"
+        )
     finally:
         os.dup2(saved_out, 1)
         os.dup2(saved_err, 2)
@@ -293,7 +330,9 @@ def sweep(neox_dir: str, world_sizes: Sequence[int], jobs: int, isolation: str =
     if not models:
         die(f"no model configs found under {neox_dir}/configs")
     work = [(m, n, pairing_files(m, n)) for m in models for n in world_sizes]
-    configs = {rel: config_record(neox_dir, rel) for _m, _n, files in work for rel in files if rel.startswith("configs/")}
+    configs = {
+        rel: config_record(neox_dir, rel) for _m, _n, files in work for rel in files if rel.startswith("configs/")
+    }
     home = os.getcwd()
     with tempfile.TemporaryDirectory(prefix="neox_sweep_") as run_dir:
         worlds = prepare_run_dir(neox_dir, run_dir, world_sizes)
@@ -304,8 +343,12 @@ def sweep(neox_dir: str, world_sizes: Sequence[int], jobs: int, isolation: str =
             from concurrent.futures import ThreadPoolExecutor
 
             with ThreadPoolExecutor(max_workers=jobs) as threads:
-                results = list(threads.map(from_ymls_subprocess, [([neox_dir, *([stub_dir] if stub else [])], files)
-                                                         for _m, _n, files in work]))
+                results = list(
+                    threads.map(
+                        from_ymls_subprocess,
+                        [([neox_dir, *([stub_dir] if stub else [])], files) for _m, _n, files in work],
+                    )
+                )
         else:
             import_neox(neox_dir)
             ctx = multiprocessing.get_context("fork")
@@ -316,8 +359,13 @@ def sweep(neox_dir: str, world_sizes: Sequence[int], jobs: int, isolation: str =
     for (model, n, files), result in zip(work, results):
         pairings[f"{model}@{n}"] = {"model": model, "world_size": n, "files": files, **result}
     environment = {"flash_attn": f"metadata-only stub {stub} (flash-attn is not installed)" if stub else "installed"}
-    return {"configs": configs, "worlds": worlds, "pairings": pairings, "summary": summarize(pairings),
-            "environment": environment}
+    return {
+        "configs": configs,
+        "worlds": worlds,
+        "pairings": pairings,
+        "summary": summarize(pairings),
+        "environment": environment,
+    }
 
 
 def summarize(pairings: dict[str, Any]) -> dict[str, Any]:
@@ -371,20 +419,37 @@ def run_batch(neox_dir: str, jobs_path: str, out: str, jobs: int) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("out", nargs="?", help="where to write the JSON (e.g. tests/fixtures/neox/shipped_configs.json)")
-    parser.add_argument("--one", nargs="+", metavar="CONFIG.yml", help="instead of the sweep: call from_ymls on these "
-                        "files (relative to the current directory) once and print the outcome as JSON")
-    parser.add_argument("--batch", metavar="JOBS.json", help="instead of the sweep: from_ymls on each entry of "
-                        "JOBS.json ({key: [config files]}, relative to the current directory); OUT gets {key: outcome}")
+    parser.add_argument(
+        "out", nargs="?", help="where to write the JSON (e.g. tests/fixtures/neox/shipped_configs.json)"
+    )
+    parser.add_argument(
+        "--one",
+        nargs="+",
+        metavar="CONFIG.yml",
+        help="instead of the sweep: call from_ymls on these "
+        "files (relative to the current directory) once and print the outcome as JSON",
+    )
+    parser.add_argument(
+        "--batch",
+        metavar="JOBS.json",
+        help="instead of the sweep: from_ymls on each entry of "
+        "JOBS.json ({key: [config files]}, relative to the current directory); OUT gets {key: outcome}",
+    )
     parser.add_argument("--neox-dir", default=os.environ.get("NEOX_DIR"), help="GPT-NeoX checkout (default $NEOX_DIR)")
     parser.add_argument("--neox-commit", default="unknown", help="the checkout's commit, recorded in the output")
     parser.add_argument("--world-sizes", type=int, nargs="+", default=list(WORLD_SIZES))
-    parser.add_argument("--isolation", choices=("fork", "subprocess"), default="fork",
-                        help="fork: each call in a child forked after importing NeoX once (fast); subprocess: each "
-                        "call in a fresh interpreter (slow; the same results)")
+    parser.add_argument(
+        "--isolation",
+        choices=("fork", "subprocess"),
+        default="fork",
+        help="fork: each call in a child forked after importing NeoX once (fast); subprocess: each "
+        "call in a fresh interpreter (slow; the same results)",
+    )
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel NeoX calls")
     args = parser.parse_args(argv)
-    if not args.neox_dir or not os.path.isfile(os.path.join(args.neox_dir, "megatron", "neox_arguments", "arguments.py")):
+    if not args.neox_dir or not os.path.isfile(
+        os.path.join(args.neox_dir, "megatron", "neox_arguments", "arguments.py")
+    ):
         die("give the GPT-NeoX checkout with --neox-dir or $NEOX_DIR (megatron/neox_arguments/arguments.py not found)")
     neox_dir = os.path.abspath(args.neox_dir)
     os.environ.pop("DLTS_HOSTFILE", None)  # NeoX reads it at import: the world file must be the only source
@@ -401,17 +466,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         die("give the output path (e.g. tests/fixtures/neox/shipped_configs.json), or --one CONFIG.yml ...")
     out = os.path.abspath(args.out)
     result = sweep(neox_dir, args.world_sizes, max(1, args.jobs), args.isolation)
-    result.update({
-        "generator": "scripts/neox_config_sweep.py",
-        "regenerate": "NEOX_DIR=<gpt-neox checkout> <venv from scripts/neox_env.sh>/bin/python "
-                      "scripts/neox_config_sweep.py tests/fixtures/neox/shipped_configs.json --neox-commit <sha>",
-        "neox_commit": args.neox_commit,
-        "world_sizes": list(args.world_sizes),
-        "versions": versions(),
-        "pairing_rule": (f"model config (sets num_layers), + {LLAMA_TRAIN_CONFIG} for {LLAMA_DIR}*, + {LOCAL_SETUP}, "
-                         "+ world_N.yml (hostfile: hostfile_N); paths relative to the run directory, where "
-                         "configs/ is NeoX's configs/"),
-    })
+    result.update(
+        {
+            "generator": "scripts/neox_config_sweep.py",
+            "regenerate": "NEOX_DIR=<gpt-neox checkout> <venv from scripts/neox_env.sh>/bin/python "
+            "scripts/neox_config_sweep.py tests/fixtures/neox/shipped_configs.json --neox-commit <sha>",
+            "neox_commit": args.neox_commit,
+            "world_sizes": list(args.world_sizes),
+            "versions": versions(),
+            "pairing_rule": (
+                f"model config (sets num_layers), + {LLAMA_TRAIN_CONFIG} for {LLAMA_DIR}*, + {LOCAL_SETUP}, "
+                "+ world_N.yml (hostfile: hostfile_N); paths relative to the run directory, where "
+                "configs/ is NeoX's configs/"
+            ),
+        }
+    )
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
     with open(out, "w", encoding="utf-8") as f:
         json.dump(result, f, indent=1, sort_keys=True)

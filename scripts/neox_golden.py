@@ -433,7 +433,9 @@ class CaseSpec:
             )
         if self.train_epochs is not None:
             assert self.micro_batch is not None
-            assert self.train_batch_size == self.micro_batch * self.gradient_accumulation_steps * self.data_parallel_size
+            assert (
+                self.train_batch_size == self.micro_batch * self.gradient_accumulation_steps * self.data_parallel_size
+            )
             out.update(
                 train_epochs=self.train_epochs,
                 train_micro_batch_size_per_gpu=self.micro_batch,
@@ -686,7 +688,9 @@ def exposure(train: Any, sources: list[Source], blend: Any | None, n: int, seq_l
 # ----------------------------------------------------------------------------------------------
 
 
-def run_refused_case(neox: Neox, case: CaseSpec, workdir: str, log: str) -> tuple[dict[str, Any], dict[str, Corpus], str]:
+def run_refused_case(
+    neox: Neox, case: CaseSpec, workdir: str, log: str
+) -> tuple[dict[str, Any], dict[str, Corpus], str]:
     """Call NeoX for a case it must refuse; record the exception it raised (and that nothing was built)."""
     directory = os.path.join(workdir, case.name)
     os.makedirs(directory)
@@ -1074,13 +1078,26 @@ def refused_cases() -> list[CaseSpec]:
         eval_iters=2,
     )
     return [
-        CaseSpec(name="r1_epochs_weights_3_1", description="train_epochs with train_data_weights 3:1",
-                 train_weights=[3.0, 1.0], **paths),  # type: ignore[arg-type]
-        CaseSpec(name="r2_epochs_weights_2_2", description="train_epochs with equal weights that are not 1.0",
-                 train_weights=[2.0, 2.0], **paths),  # type: ignore[arg-type]
-        CaseSpec(name="r3_epochs_by_num_documents", description="train_epochs with weight_by_num_documents",
-                 weight_by_num_documents=True, weighted_sampler_alpha=0.3, pass_weights=False,
-                 **paths),  # type: ignore[arg-type]
+        CaseSpec(
+            name="r1_epochs_weights_3_1",
+            description="train_epochs with train_data_weights 3:1",
+            train_weights=[3.0, 1.0],
+            **paths,
+        ),  # type: ignore[arg-type]
+        CaseSpec(
+            name="r2_epochs_weights_2_2",
+            description="train_epochs with equal weights that are not 1.0",
+            train_weights=[2.0, 2.0],
+            **paths,
+        ),  # type: ignore[arg-type]
+        CaseSpec(
+            name="r3_epochs_by_num_documents",
+            description="train_epochs with weight_by_num_documents",
+            weight_by_num_documents=True,
+            weighted_sampler_alpha=0.3,
+            pass_weights=False,
+            **paths,
+        ),  # type: ignore[arg-type]
         CaseSpec(
             name="r4_epochs_and_iters",
             description="train_epochs and train_iters both given",

@@ -29,8 +29,9 @@ def main() -> int:
                     if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
                         keys[item.target.id] = ast.unparse(item.annotation)
     try:
-        commit = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, check=True).stdout.strip()
+        commit = subprocess.run(
+            ["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         commit = os.environ.get("NEOX_COMMIT", "unknown")
     out = os.path.join(os.path.dirname(__file__), "..", "neox_epoch", "data", "neox_keys.json")

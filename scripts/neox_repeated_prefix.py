@@ -48,10 +48,18 @@ def main(argv: list[str]) -> int:
     golden.install_recorders(neox)
     prefixes = spec["prefixes"]
     args = golden.neox_args(
-        train_data_paths=prefixes, valid_data_paths=[spec["valid"]], test_data_paths=[spec["test"]],
-        train_data_weights=spec["weights"], valid_data_weights=[1.0], test_data_weights=[1.0],
-        seq_length=spec["seq_length"], train_iters=spec["train_iters"], train_batch_size=spec["train_batch_size"],
-        eval_interval=spec.get("eval_interval", 1000), eval_iters=spec.get("eval_iters", 1))
+        train_data_paths=prefixes,
+        valid_data_paths=[spec["valid"]],
+        test_data_paths=[spec["test"]],
+        train_data_weights=spec["weights"],
+        valid_data_weights=[1.0],
+        test_data_weights=[1.0],
+        seq_length=spec["seq_length"],
+        train_iters=spec["train_iters"],
+        train_batch_size=spec["train_batch_size"],
+        eval_interval=spec.get("eval_interval", 1000),
+        eval_iters=spec.get("eval_iters", 1),
+    )
     with golden.capture_fd1(log):
         loaders = neox.data_utils.build_train_valid_test_data_loaders(args)
     blend = loaders["train"].dataset
@@ -63,21 +71,33 @@ def main(argv: list[str]) -> int:
     datasets = []
     for i, (ds, prefix, b) in enumerate(zip(blend.datasets, prefixes, builds, strict=True)):
         same = first.setdefault(prefix, ds)
-        datasets.append({
-            "name": ds.name, "prefix": prefix, "num_samples": b["num_samples"], "num_epochs": b["num_epochs"],
-            "len": len(ds), "epochs": int(ds.doc_idx.shape[0] // (b["documents"][1] - b["documents"][0])),
-            "draws": int(np.sum(index == i)),
-            "same_index_as_first": {k: bool(np.array_equal(getattr(ds, k), getattr(same, k)))
-                                    for k in ("doc_idx", "sample_idx", "shuffle_idx")},
-        })
+        datasets.append(
+            {
+                "name": ds.name,
+                "prefix": prefix,
+                "num_samples": b["num_samples"],
+                "num_epochs": b["num_epochs"],
+                "len": len(ds),
+                "epochs": int(ds.doc_idx.shape[0] // (b["documents"][1] - b["documents"][0])),
+                "draws": int(np.sum(index == i)),
+                "same_index_as_first": {
+                    k: bool(np.array_equal(getattr(ds, k), getattr(same, k)))
+                    for k in ("doc_idx", "sample_idx", "shuffle_idx")
+                },
+            }
+        )
     spans: dict[str, set[tuple[int, int, int, int]]] = {}
     drawn: dict[str, int] = {}
     for i, j in zip(index.tolist(), sample.tolist()):
         prefix = prefixes[i]
         spans.setdefault(prefix, set()).add(span(blend.datasets[i], j))
         drawn[prefix] = drawn.get(prefix, 0) + 1
-    out = {"blend_len": len(blend), "consumed": n, "datasets": datasets,
-           "prefixes": {p: {"drawn": drawn.get(p, 0), "distinct": len(spans.get(p, ()))} for p in dict.fromkeys(prefixes)}}
+    out = {
+        "blend_len": len(blend),
+        "consumed": n,
+        "datasets": datasets,
+        "prefixes": {p: {"drawn": drawn.get(p, 0), "distinct": len(spans.get(p, ()))} for p in dict.fromkeys(prefixes)},
+    }
     print(json.dumps(out, sort_keys=True))
     return 0
 

@@ -96,9 +96,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if skipped and not hasattr(report, "wasxfail") and in_ci():
         reason = _skip_reason(report)
         report.outcome = "failed"
-        report.longrepr = (f"CI=true: this {' / '.join(FRAMEWORKS[n] for n in names)} test skipped ({reason}); "
-                           "under CI every framework test must run: make the framework available "
-                           "(see tests/frameworks.py)")
+        report.longrepr = (
+            f"CI=true: this {' / '.join(FRAMEWORKS[n] for n in names)} test skipped ({reason}); "
+            "under CI every framework test must run: make the framework available "
+            "(see tests/frameworks.py)"
+        )
     state = "failed" if report.failed else "skipped" if report.skipped else "passed"
     ran = report.when == "call" and not skipped
     for name in names:

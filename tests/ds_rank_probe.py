@@ -60,7 +60,8 @@ def main() -> int:
     args = parser.parse_args()
 
     record: dict[str, object] = {
-        name: os.environ.get(name) for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_SIZE", "CUDA_VISIBLE_DEVICES")
+        name: os.environ.get(name)
+        for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_SIZE", "CUDA_VISIBLE_DEVICES")
     }
     record["local_rank_arg"] = args.local_rank
     if args.expected_world is not None:

@@ -19,7 +19,11 @@ import deepspeed  # noqa: E402
 import torch  # noqa: E402
 
 model = torch.nn.Linear(4, 4)
-cfg = {"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4,
-       "optimizer": {"type": "Adam", "params": {"lr": 1e-3, "torch_adam": True}}}
+cfg = {
+    "train_batch_size": 8,
+    "train_micro_batch_size_per_gpu": 2,
+    "gradient_accumulation_steps": 4,
+    "optimizer": {"type": "Adam", "params": {"lr": 1e-3, "torch_adam": True}},
+}
 engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
 engine.save_checkpoint(sys.argv[1], tag="global_step7", client_state={"iteration": 7, "args": {"num_layers": 2}})

@@ -87,8 +87,9 @@ def readme_sha256(vendor: str, tarball: str) -> str:
         ) from err
     # from the backticked name to the first sha256 after it, without passing another backticked tarball name
     other = r"`[^`\s]+\.tar(?:\.\w+)?`"
-    m = re.search(r"`" + re.escape(tarball) + r"`(?:(?!" + other + r").)*?sha256\s*:?\s*([0-9a-f]{64})", text,
-                  re.DOTALL)
+    m = re.search(
+        r"`" + re.escape(tarball) + r"`(?:(?!" + other + r").)*?sha256\s*:?\s*([0-9a-f]{64})", text, re.DOTALL
+    )
     if not m:
         raise RuntimeError(f"{readme} names no sha256 for {tarball}: add it there (a line 'sha256 <64 hex digits>')")
     return m.group(1)
@@ -174,7 +175,9 @@ def extract_vendored(
                     tar.extractall(tmp)  # noqa: S202 - a checksummed vendored tarball
             tops = os.listdir(tmp)
             if len(tops) != 1 or not os.path.isdir(os.path.join(tmp, tops[0])):
-                raise RuntimeError(f"{path} should hold one top folder, found {sorted(tops)}: restore the vendored copy")
+                raise RuntimeError(
+                    f"{path} should hold one top folder, found {sorted(tops)}: restore the vendored copy"
+                )
             tree = os.path.join(tmp, tops[0])
             if finish is not None:
                 finish(tree)
@@ -196,8 +199,9 @@ def _given_tree(var: str, marker: str, what: str) -> str | None:
     if not given:
         return None
     if not os.path.isfile(os.path.join(given, *marker.split("/"))):
-        raise RuntimeError(f"{var}={given} is not a {what} (no {marker}): point it at one, or unset it to use the "
-                           "vendored copy")
+        raise RuntimeError(
+            f"{var}={given} is not a {what} (no {marker}): point it at one, or unset it to use the vendored copy"
+        )
     return os.path.abspath(given)
 
 
@@ -254,8 +258,14 @@ def neox_python() -> str:
             os.unlink(stamp)
         with open(log, "w", encoding="utf-8") as out:
             try:
-                proc = subprocess.run(["bash", NEOX_ENV_SCRIPT, tree, venv], stdout=out, stderr=subprocess.STDOUT,
-                                      stdin=subprocess.DEVNULL, env=env, timeout=BUILD_TIMEOUT)
+                proc = subprocess.run(
+                    ["bash", NEOX_ENV_SCRIPT, tree, venv],
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=env,
+                    timeout=BUILD_TIMEOUT,
+                )
                 code: int | str = proc.returncode
             except subprocess.TimeoutExpired:
                 code = f"timeout after {BUILD_TIMEOUT:.0f} s"
@@ -273,16 +283,30 @@ def neox_python() -> str:
 # Megatron-LM
 
 
-def neox_from_ymls(root: str, jobs: dict[str, list[str]], name: str = "jobs", timeout: float = 1800.0
-                   ) -> dict[str, Any]:
+def neox_from_ymls(
+    root: str, jobs: dict[str, list[str]], name: str = "jobs", timeout: float = 1800.0
+) -> dict[str, Any]:
     """NeoX's own ``NeoXArgs.from_ymls`` on every entry of ``jobs`` (name -> config files, relative to ``root``)
     in one NeoX process (scripts/neox_config_sweep.py --batch); its JSON answer per name."""
     with open(os.path.join(root, f"{name}.json"), "w", encoding="utf-8") as f:
         json.dump(jobs, f)
     env = {k: v for k, v in os.environ.items() if k != "DLTS_HOSTFILE"}
-    r = subprocess.run([neox_python(), os.path.join(REPO, "scripts", "neox_config_sweep.py"), f"{name}_out.json",
-                        "--batch", f"{name}.json", "--neox-dir", neox_dir()], cwd=root, capture_output=True,
-                       text=True, timeout=timeout, env={**env, "DS_ACCELERATOR": "cpu"})
+    r = subprocess.run(
+        [
+            neox_python(),
+            os.path.join(REPO, "scripts", "neox_config_sweep.py"),
+            f"{name}_out.json",
+            "--batch",
+            f"{name}.json",
+            "--neox-dir",
+            neox_dir(),
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**env, "DS_ACCELERATOR": "cpu"},
+    )
     if r.returncode != 0:
         raise RuntimeError(f"neox_config_sweep.py --batch failed (exit {r.returncode}):\n{r.stderr[-3000:]}")
     with open(os.path.join(root, f"{name}_out.json"), encoding="utf-8") as f:
@@ -302,8 +326,10 @@ def _mcore_helpers() -> tuple[str, list[str]]:
     files = [str(dist.locate_file(f)) for f in dist.files or () if pattern.search(str(f))]
     files = [f for f in files if os.path.isfile(f)]
     if not files:
-        raise RuntimeError(f"the installed megatron-core {dist.version} has no megatron/core/datasets/helpers_cpp*.so: "
-                           "reinstall megatron-core==0.16.1 from its wheel (scripts/setup.sh)")
+        raise RuntimeError(
+            f"the installed megatron-core {dist.version} has no megatron/core/datasets/helpers_cpp*.so: "
+            "reinstall megatron-core==0.16.1 from its wheel (scripts/setup.sh)"
+        )
     return dist.version, files
 
 
@@ -323,8 +349,13 @@ def megatron_lm_dir() -> str:
         for path in helpers:
             shutil.copy2(path, target)
 
-    return extract_vendored(MEGATRON_LM_TARBALL, os.path.join(CACHE, "Megatron-LM-core_v0.16.1"), vendor_dir(),
-                            extra={"megatron_core_wheel": version}, finish=copy_helpers)
+    return extract_vendored(
+        MEGATRON_LM_TARBALL,
+        os.path.join(CACHE, "Megatron-LM-core_v0.16.1"),
+        vendor_dir(),
+        extra={"megatron_core_wheel": version},
+        finish=copy_helpers,
+    )
 
 
 def megatron_lm_env() -> dict[str, str]:
@@ -360,7 +391,7 @@ def installed_megatron_core() -> str | None:
 
 
 def megatron_lm_stack() -> str:
-    """"today" when this interpreter runs megatron-core 0.19.x (its wheel's megatron/training, Python >= 3.12),
+    """ "today" when this interpreter runs megatron-core 0.19.x (its wheel's megatron/training, Python >= 3.12),
     else "neox" (Megatron-LM core_v0.16.1's tree over the megatron-core 0.16.1 wheel)."""
     version = installed_megatron_core() or ""
     return "today" if sys.version_info >= (3, 12) and version.startswith("0.19.") else "neox"
@@ -390,9 +421,11 @@ def megatron_lm_today_env() -> dict[str, str]:
     side with core_v0.19.0's pretrain_gpt.py: MEGATRON_LM_APPEND_PATH names the tree (appended to sys.path by
     the truth script, after the wheel) and CUDA_DEVICE_MAX_CONNECTIONS=1."""
     if megatron_lm_stack() != "today":
-        raise FrameworkUnavailable(f"megatron-core 0.19.2 requires Python >= 3.12 (this is Python "
-                                   f"{sys.version_info[0]}.{sys.version_info[1]} with megatron-core "
-                                   f"{installed_megatron_core()})")
+        raise FrameworkUnavailable(
+            f"megatron-core 0.19.2 requires Python >= 3.12 (this is Python "
+            f"{sys.version_info[0]}.{sys.version_info[1]} with megatron-core "
+            f"{installed_megatron_core()})"
+        )
     missing = [m for m in MEGATRON_LM_DEPS if importlib.util.find_spec(m) is None]
     if missing:
         raise FrameworkUnavailable(

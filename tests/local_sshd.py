@@ -56,9 +56,11 @@ def local_sshd(workdir: str) -> Iterator[dict[str, str]]:
     port = free_port()
     config = os.path.join(workdir, "sshd_config")
     with open(config, "w", encoding="utf-8") as f:
-        f.write(f"Port {port}\nListenAddress 127.0.0.1\nHostKey {host_key}\nAuthorizedKeysFile {authorized}\n"
-                f"PidFile {os.path.join(workdir, 'sshd.pid')}\nPasswordAuthentication no\nUsePAM no\n"
-                "StrictModes no\nPermitRootLogin prohibit-password\nAcceptEnv *\n")
+        f.write(
+            f"Port {port}\nListenAddress 127.0.0.1\nHostKey {host_key}\nAuthorizedKeysFile {authorized}\n"
+            f"PidFile {os.path.join(workdir, 'sshd.pid')}\nPasswordAuthentication no\nUsePAM no\n"
+            "StrictModes no\nPermitRootLogin prohibit-password\nAcceptEnv *\n"
+        )
     if os.geteuid() == 0:
         os.makedirs("/run/sshd", exist_ok=True)  # sshd's privilege-separation directory
     log = os.path.join(workdir, "sshd.log")
@@ -68,8 +70,10 @@ def local_sshd(workdir: str) -> Iterator[dict[str, str]]:
     # ~/.ssh/config from the passwd home, so a changed $HOME would not do)
     client = os.path.join(workdir, "ssh_config")
     with open(client, "w", encoding="utf-8") as f:
-        f.write(f"Host localhost 127.0.0.1\n  Port {port}\n  IdentityFile {user_key}\n  IdentitiesOnly yes\n"
-                "  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  BatchMode yes\n  LogLevel ERROR\n")
+        f.write(
+            f"Host localhost 127.0.0.1\n  Port {port}\n  IdentityFile {user_key}\n  IdentitiesOnly yes\n"
+            "  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  BatchMode yes\n  LogLevel ERROR\n"
+        )
     bindir = os.path.join(workdir, "bin")
     os.makedirs(bindir, exist_ok=True)
     wrapper = os.path.join(bindir, "ssh")
@@ -80,14 +84,17 @@ def local_sshd(workdir: str) -> Iterator[dict[str, str]]:
     try:
         deadline = time.time() + 30
         while True:
-            probe = subprocess.run(["ssh", *ssh_args.split(), "127.0.0.1", "true"], capture_output=True, text=True,
-                                   timeout=30)
+            probe = subprocess.run(
+                ["ssh", *ssh_args.split(), "127.0.0.1", "true"], capture_output=True, text=True, timeout=30
+            )
             if probe.returncode == 0:
                 break
             if proc.poll() is not None or time.time() > deadline:
                 with open(log, encoding="utf-8", errors="replace") as f:
-                    raise RuntimeError(f"the local sshd on port {port} does not accept the test key: "
-                                       f"{probe.stderr.strip()}; sshd log: {f.read()[-2000:]}")
+                    raise RuntimeError(
+                        f"the local sshd on port {port} does not accept the test key: "
+                        f"{probe.stderr.strip()}; sshd log: {f.read()[-2000:]}"
+                    )
             time.sleep(0.5)
         yield {"PATH": bindir + os.pathsep + os.environ.get("PATH", "")}
     finally:

@@ -72,9 +72,16 @@ def build(prefixes, weights, split, sizes, seq_length, cache, seed=1234, surplus
 
     init_gloo()
     kw = dict(
-        random_seed=seed, sequence_length=seq_length, blend=(list(prefixes), weights), split=split,
-        path_to_cache=cache, tokenizer=null_tokenizer(), reset_position_ids=False, reset_attention_mask=False,
-        eod_mask_loss=False, add_extra_token_to_sequence=add_extra_token,
+        random_seed=seed,
+        sequence_length=seq_length,
+        blend=(list(prefixes), weights),
+        split=split,
+        path_to_cache=cache,
+        tokenizer=null_tokenizer(),
+        reset_position_ids=False,
+        reset_attention_mask=False,
+        eod_mask_loss=False,
+        add_extra_token_to_sequence=add_extra_token,
     )
     names = {f.name for f in dataclasses.fields(GPTDatasetConfig)}
     if surplus is not None and "mid_level_dataset_surplus" in names:

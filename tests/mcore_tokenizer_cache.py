@@ -19,9 +19,17 @@ import sys
 def build_tokenizer(vocab_size: int):  # type: ignore[no-untyped-def]
     import megatron.training.global_vars as global_vars
 
-    args = argparse.Namespace(tokenizer_type="NullTokenizer", vocab_size=vocab_size, rank=0,
-                              make_vocab_size_divisible_by=128, tensor_model_parallel_size=1, pad_vocab_size=False,
-                              metadata_path=None, null_tokenizer_eod_id=None, null_tokenizer_pad_id=None)
+    args = argparse.Namespace(
+        tokenizer_type="NullTokenizer",
+        vocab_size=vocab_size,
+        rank=0,
+        make_vocab_size_divisible_by=128,
+        tensor_model_parallel_size=1,
+        pad_vocab_size=False,
+        metadata_path=None,
+        null_tokenizer_eod_id=None,
+        null_tokenizer_pad_id=None,
+    )
     return global_vars.build_tokenizer(args)
 
 
@@ -31,9 +39,17 @@ def main(argv: list[str]) -> int:
     from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
 
     tokenizer = build_tokenizer(vocab)
-    config = GPTDatasetConfig(random_seed=1234, sequence_length=16, blend=([prefix], None), split="1,0,0",
-                              tokenizer=tokenizer, path_to_cache=cache, reset_position_ids=False,
-                              reset_attention_mask=False, eod_mask_loss=False)
+    config = GPTDatasetConfig(
+        random_seed=1234,
+        sequence_length=16,
+        blend=([prefix], None),
+        split="1,0,0",
+        tokenizer=tokenizer,
+        path_to_cache=cache,
+        reset_position_ids=False,
+        reset_attention_mask=False,
+        eod_mask_loss=False,
+    )
     BlendedMegatronDatasetBuilder(GPTDataset, [40, None, None], lambda: True, config).build()
     print(json.dumps(tokenizer.unique_identifiers))
     return 0

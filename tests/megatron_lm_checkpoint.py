@@ -39,18 +39,22 @@ def main(argv: list[str]) -> int:
         # (0.19.2: of --eval-global-batch-size, at the multiples of eval_interval from --start-eval-at-iter on)
         start = max(getattr(args, "start_eval_at_iter", None) or 0, 1)
         evaluations = max(0, iteration // args.eval_interval - (start - 1) // args.eval_interval)
-        args.consumed_valid_samples = evaluations * args.eval_iters * getattr(args, "eval_global_batch_size",
-                                                                               args.global_batch_size)
+        args.consumed_valid_samples = (
+            evaluations * args.eval_iters * getattr(args, "eval_global_batch_size", args.global_batch_size)
+        )
     import torch
 
     tag = os.path.join(save, f"iter_{iteration:07d}", "mp_rank_00")
     os.makedirs(tag, exist_ok=True)
-    torch.save({"args": args, "iteration": iteration, "checkpoint_version": 3.0},
-               os.path.join(tag, "model_optim_rng.pt"))
+    torch.save(
+        {"args": args, "iteration": iteration, "checkpoint_version": 3.0}, os.path.join(tag, "model_optim_rng.pt")
+    )
     with open(os.path.join(save, "latest_checkpointed_iteration.txt"), "w", encoding="ascii") as f:
         f.write(str(iteration))
-    print(f"saved iteration {iteration}: consumed_train_samples {args.consumed_train_samples}, train_iters "
-          f"{args.train_iters}, global_batch_size {args.global_batch_size}")
+    print(
+        f"saved iteration {iteration}: consumed_train_samples {args.consumed_train_samples}, train_iters "
+        f"{args.train_iters}, global_batch_size {args.global_batch_size}"
+    )
     return 0
 
 

@@ -40,8 +40,13 @@ def run_truth(cases: list[dict[str, Any]], workdir: str, timeout: float = 120.0)
         json.dump(cases, f)
     env.pop("WORLD_SIZE", None)
     env.pop("RANK", None)
-    proc = subprocess.run([sys.executable, TRUTH_SCRIPT, cases_path, out_path, "--timeout", str(timeout)],
-                          env=env, capture_output=True, text=True, cwd=workdir)
+    proc = subprocess.run(
+        [sys.executable, TRUTH_SCRIPT, cases_path, out_path, "--timeout", str(timeout)],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=workdir,
+    )
     if proc.returncode != 0 or not os.path.isfile(out_path):
         raise RuntimeError(f"megatron_lm_truth.py failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
     with open(out_path, encoding="utf-8") as f:

@@ -112,13 +112,23 @@ def _import_megatron() -> None:
     from megatron.core.package_info import __version__
     from megatron.training import arguments, training
 
-    M.update(arguments=arguments, training=training, global_vars=global_vars, pretrain_gpt=pretrain_gpt,
-             builder_module=builder_module, GPTDataset=GPTDataset, IndexedDataset=IndexedDataset,
-             normalize=normalize, init_calc=init_num_microbatches_calculator, update_calc=update_num_microbatches,
-             num_micro=get_num_microbatches, current_gbs=get_current_global_batch_size,
-             # the public version: megatron-core 0.19.x's package_info appends "+<commit>" when a git checkout
-             # is around (seen in a fresh clone of this repository: "0.19.2+080f03f")
-             version=str(__version__).split("+")[0])
+    M.update(
+        arguments=arguments,
+        training=training,
+        global_vars=global_vars,
+        pretrain_gpt=pretrain_gpt,
+        builder_module=builder_module,
+        GPTDataset=GPTDataset,
+        IndexedDataset=IndexedDataset,
+        normalize=normalize,
+        init_calc=init_num_microbatches_calculator,
+        update_calc=update_num_microbatches,
+        num_micro=get_num_microbatches,
+        current_gbs=get_current_global_batch_size,
+        # the public version: megatron-core 0.19.x's package_info appends "+<commit>" when a git checkout
+        # is around (seen in a fresh clone of this repository: "0.19.2+080f03f")
+        version=str(__version__).split("+")[0],
+    )
 
 
 def _stage(name: str, fn: Any, *args: Any) -> Any:
@@ -150,8 +160,12 @@ def _scheduler(args: Any, lr_at: list[int] | None = None) -> dict[str, Any]:
     does (``opt_param_scheduler.step(increment=global_batch_size)``)."""
     group: dict[str, Any] = {"params": []}
     sched = M["training"].get_optimizer_param_scheduler(types.SimpleNamespace(param_groups=[group]))
-    out = {"lr_warmup_steps": sched.lr_warmup_steps, "lr_decay_steps": sched.lr_decay_steps,
-           "wd_incr_steps": sched.wd_incr_steps, "wsd_decay_steps": sched.wsd_decay_steps}
+    out = {
+        "lr_warmup_steps": sched.lr_warmup_steps,
+        "lr_decay_steps": sched.lr_decay_steps,
+        "wd_incr_steps": sched.wd_incr_steps,
+        "wsd_decay_steps": sched.wsd_decay_steps,
+    }
     if lr_at:
         lrs, done = {}, 0
         for it in sorted(set(lr_at)):
@@ -175,8 +189,9 @@ def _train_consistency(args: Any) -> None:
         for iteration in range(args.train_iters):
             M["update_calc"](consumed, consistency_check=False)
             if M["num_micro"]() != num and iteration != 0:
-                assert M["num_micro"]() > num, (f"Number of microbatches should not decrease; going from {num} to "
-                                                f"{M['num_micro']()}")
+                assert M["num_micro"]() > num, (
+                    f"Number of microbatches should not decrease; going from {num} to {M['num_micro']()}"
+                )
             num = M["num_micro"]()
             M["update_calc"](consumed, consistency_check=True)
             if consumed >= last:
@@ -224,12 +239,25 @@ def _init_calculator(args: Any) -> None:
     import inspect
 
     if "step_batch_size_schedule" in inspect.signature(M["init_calc"]).parameters:
-        M["init_calc"](args.rank, args.rampup_batch_size, args.global_batch_size, args.micro_batch_size, _dp(args),
-                       args.decrease_batch_size_if_needed, step_batch_size_schedule=args.step_batch_size_schedule,
-                       seq_length=args.seq_length)
+        M["init_calc"](
+            args.rank,
+            args.rampup_batch_size,
+            args.global_batch_size,
+            args.micro_batch_size,
+            _dp(args),
+            args.decrease_batch_size_if_needed,
+            step_batch_size_schedule=args.step_batch_size_schedule,
+            seq_length=args.seq_length,
+        )
     else:
-        M["init_calc"](args.rank, args.rampup_batch_size, args.global_batch_size, args.micro_batch_size,
-                       args.data_parallel_size, args.decrease_batch_size_if_needed)
+        M["init_calc"](
+            args.rank,
+            args.rampup_batch_size,
+            args.global_batch_size,
+            args.micro_batch_size,
+            args.data_parallel_size,
+            args.decrease_batch_size_if_needed,
+        )
 
 
 def _num_sequences(prefix: str) -> int:
@@ -243,8 +271,9 @@ def _requests(config: Any, sizes: list[int | None]) -> list[tuple[str, int, tupl
     surplus = config.mid_level_dataset_surplus
     out: list[tuple[str, int, tuple[float, float]]] = []
 
-    def add(prefixes: list[str], weights: list[float] | None, matrix: list[Any], sz: list[int | None],
-            single_direct: bool) -> None:
+    def add(
+        prefixes: list[str], weights: list[float] | None, matrix: list[Any], sz: list[int | None], single_direct: bool
+    ) -> None:
         if weights is None:
             if single_direct and len(prefixes) == 1:
                 out.extend((prefixes[0], s, b) for s, b in zip(sz, matrix) if b is not None and s is not None)
@@ -279,8 +308,10 @@ def _never_returns(config: Any, sizes: list[int | None]) -> str | None:
     for prefix, num_samples, (lo, hi) in _requests(config, sizes):
         n = _num_sequences(prefix)
         if int(round(hi * float(n))) - int(round(lo * float(n))) <= 0:
-            return (f"{os.path.basename(prefix)}: split ({lo:g}, {hi:g}) of {n} sequences is empty and "
-                    f"{num_samples} samples are requested")
+            return (
+                f"{os.path.basename(prefix)}: split ({lo:g}, {hi:g}) of {n} sequences is empty and "
+                f"{num_samples} samples are requested"
+            )
     return None
 
 
@@ -292,9 +323,16 @@ def _gpt_record(ds: Any) -> dict[str, Any]:
     order = hashlib.md5(usedforsecurity=False)
     for array in (ds.document_index, ds.sample_index, ds.shuffle_index):
         order.update(np.ascontiguousarray(array).tobytes())
-    return {"type": "GPTDataset", "dataset_path": ds.dataset_path, "num_samples": ds.num_samples, "len": len(ds),
-            "num_documents": docs, "tokens": tokens, "order": order.hexdigest(),
-            "epochs": int(np.asarray(ds.document_index).shape[0] // docs) if docs else None}
+    return {
+        "type": "GPTDataset",
+        "dataset_path": ds.dataset_path,
+        "num_samples": ds.num_samples,
+        "len": len(ds),
+        "num_documents": docs,
+        "tokens": tokens,
+        "order": order.hexdigest(),
+        "epochs": int(np.asarray(ds.document_index).shape[0] // docs) if docs else None,
+    }
 
 
 def _token_counts(train: Any, positions: np.ndarray, seq_length: int, where: str) -> list[str]:
@@ -350,14 +388,25 @@ def _resume_valid(args: Any, valid: Any, saved: int, iteration: int) -> dict[str
     start = saved
     skipped = (getattr(args, "start_eval_at_iter", None) or 0) // args.eval_interval  # 0.19.2 only
     if iteration > 0 and start == 0 and args.train_samples is None:  # its backward-compatibility branch
-        start = max(0, iteration // args.eval_interval - skipped) * args.eval_iters * getattr(
-            args, "eval_global_batch_size", args.global_batch_size)
+        start = (
+            max(0, iteration // args.eval_interval - skipped)
+            * args.eval_iters
+            * getattr(args, "eval_global_batch_size", args.global_batch_size)
+        )
     if args.full_validation:
         start = 0
     try:
-        batches = len(list(MegatronPretrainingSampler(len(valid), start, getattr(args, "eval_micro_batch_size",
-                                                                                 args.micro_batch_size), 0,
-                                                      args.data_parallel_size)))
+        batches = len(
+            list(
+                MegatronPretrainingSampler(
+                    len(valid),
+                    start,
+                    getattr(args, "eval_micro_batch_size", args.micro_batch_size),
+                    0,
+                    args.data_parallel_size,
+                )
+            )
+        )
     except AssertionError as err:
         return {"start": start, "refusal": str(err), "batches": 0, "index": None}
     index = np.asarray(valid.dataset_index).tolist() if type(valid).__name__ == "BlendedDataset" else None
@@ -374,8 +423,14 @@ def _record(ds: Any) -> Any:
         index = np.asarray(ds.dataset_index)
         draws = np.bincount(index, minlength=len(ds.datasets)).tolist() if index.size else [0] * len(ds.datasets)
         weights = [float(w) for w in ds.weights] if ds.weights is not None else None
-        return {"type": "BlendedDataset", "size": ds.size, "len": len(ds), "weights": weights, "draws": draws,
-                "datasets": [_gpt_record(d) for d in ds.datasets]}
+        return {
+            "type": "BlendedDataset",
+            "size": ds.size,
+            "len": len(ds),
+            "weights": weights,
+            "draws": draws,
+            "datasets": [_gpt_record(d) for d in ds.datasets],
+        }
     return _gpt_record(ds)
 
 
@@ -399,8 +454,11 @@ def _run_case(case: dict[str, Any]) -> dict[str, Any]:
     try:
         args = _stage("parse_args", _parse, list(case["argv"]), int(case["world_size"]))
         _stage("validate_args", M["arguments"].validate_args, args, {})
-        out.update(world_size=args.world_size, data_parallel_size=args.data_parallel_size,
-                   global_batch_size=args.global_batch_size)
+        out.update(
+            world_size=args.world_size,
+            data_parallel_size=args.data_parallel_size,
+            global_batch_size=args.global_batch_size,
+        )
         M["global_vars"].set_args(args)
         _stage("num_microbatches_calculator", _init_calculator, args)
         out["scheduler"] = _stage("get_optimizer_param_scheduler", _scheduler, args, case.get("lr_at"))
@@ -411,8 +469,14 @@ def _run_case(case: dict[str, Any]) -> dict[str, Any]:
         sizes = _stage("get_train_valid_test_num_samples", M["training"].get_train_valid_test_num_samples)
         out["num_samples"] = list(sizes)
         config = _stage("core_gpt_dataset_config_from_args", M["pretrain_gpt"].core_gpt_dataset_config_from_args, args)
-        builder = _stage("builder", M["builder_module"].BlendedMegatronDatasetBuilder,
-                         M["GPTDataset"], list(sizes), lambda: True, config)  # built on this rank (stand-in)
+        builder = _stage(
+            "builder",
+            M["builder_module"].BlendedMegatronDatasetBuilder,
+            M["GPTDataset"],
+            list(sizes),
+            lambda: True,
+            config,
+        )  # built on this rank (stand-in)
         try:
             hang = _never_returns(config, list(sizes))
         except Exception:  # noqa: BLE001 - sizes the builder itself cannot handle: let the real build say so
@@ -431,11 +495,17 @@ def _run_case(case: dict[str, Any]) -> dict[str, Any]:
         if "draws_at" in case:
             out["draws_at"] = _draws_at(datasets[0], int(case["draws_at"]))
         if "resume_at" in case:
-            out["resume"] = _resume(args, datasets[0], int(case["resume_at"]), int(case["resume_iteration"]),
-                                    os.path.join(case["cache_dir"], f"tokens-{case['id']}") if case.get("tokens") else "")
+            out["resume"] = _resume(
+                args,
+                datasets[0],
+                int(case["resume_at"]),
+                int(case["resume_iteration"]),
+                os.path.join(case["cache_dir"], f"tokens-{case['id']}") if case.get("tokens") else "",
+            )
         if "resume_valid_at" in case and datasets[1] is not None:
-            out["resume_valid"] = _resume_valid(args, datasets[1], int(case["resume_valid_at"]),
-                                                int(case["resume_iteration"]))
+            out["resume_valid"] = _resume_valid(
+                args, datasets[1], int(case["resume_valid_at"]), int(case["resume_iteration"])
+            )
     except Refused as refused:
         out["refusal"] = refused.record
     return out
@@ -449,8 +519,18 @@ def _worker(case: dict[str, Any], conn: Any) -> None:
         conn.send(json.dumps(_run_case(case)))
     except BaseException as err:  # noqa: BLE001
         code = 1
-        conn.send(json.dumps({"id": case.get("id"), "refusal": {"stage": "harness", "error": type(err).__name__,
-                                                                "message": traceback.format_exc()[-MESSAGE_CHARS:]}}))
+        conn.send(
+            json.dumps(
+                {
+                    "id": case.get("id"),
+                    "refusal": {
+                        "stage": "harness",
+                        "error": type(err).__name__,
+                        "message": traceback.format_exc()[-MESSAGE_CHARS:],
+                    },
+                }
+            )
+        )
     finally:
         conn.close()
         os._exit(code)
@@ -472,8 +552,10 @@ def run_case(case: dict[str, Any], timeout: float) -> dict[str, Any]:
         return result
     proc.kill()
     proc.join()
-    return {"id": case["id"], "refusal": {"stage": "builder", "error": "Timeout",
-                                          "message": f"no result within {timeout:g} s (killed)"}}
+    return {
+        "id": case["id"],
+        "refusal": {"stage": "builder", "error": "Timeout", "message": f"no result within {timeout:g} s (killed)"},
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -491,8 +573,13 @@ def main(argv: list[str] | None = None) -> int:
 
     import_s = time.perf_counter() - t0
     results = [run_case(case, opts.timeout) for case in cases]
-    out = {"megatron_lm_version": M["version"], "megatron_lm_dir": os.path.dirname(list(megatron.__path__)[0]),
-           "import_s": round(import_s, 2), "elapsed_s": round(time.perf_counter() - t0, 2), "cases": results}
+    out = {
+        "megatron_lm_version": M["version"],
+        "megatron_lm_dir": os.path.dirname(list(megatron.__path__)[0]),
+        "import_s": round(import_s, 2),
+        "elapsed_s": round(time.perf_counter() - t0, 2),
+        "cases": results,
+    }
     tmp = opts.out + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(out, f, indent=1)

@@ -24,8 +24,15 @@ def main() -> None:
     from megatron.training import get_learning_rate_scheduler
 
     case = json.loads(sys.argv[1])
-    args = types.SimpleNamespace(no_load_optim=False, deepspeed=True, optimizer_type="adam", use_mup=False,
-                                 use_checkpoint_lr_scheduler=False, override_lr_scheduler=False, **case["args"])
+    args = types.SimpleNamespace(
+        no_load_optim=False,
+        deepspeed=True,
+        optimizer_type="adam",
+        use_mup=False,
+        use_checkpoint_lr_scheduler=False,
+        override_lr_scheduler=False,
+        **case["args"],
+    )
     group: dict[str, object] = {"lr": None}
     sched = get_learning_rate_scheduler(types.SimpleNamespace(param_groups=[group]), args)
     out, done = {}, 0

@@ -45,15 +45,18 @@ def read_recorded(launch_dirs: list[str], kind: str, seq_length: int) -> Recorde
     for launch, d in enumerate(launch_dirs):
         for f in sorted(glob.glob(os.path.join(d, f"{kind}-rank*.bin"))):
             rows = np.fromfile(f, dtype=np.int64).reshape(-1, seq_length + 2)
-            rank = int(os.path.basename(f)[len(kind) + 5: -4])
+            rank = int(os.path.basename(f)[len(kind) + 5 : -4])
             parts.append((rows, rank, launch))
     if not parts:
-        return Recorded(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, seq_length + 1), np.int64),
-                        np.zeros(0, np.int64))
-    return Recorded(np.concatenate([r[:, 0] for r, _, _ in parts]),
-                    np.concatenate([np.full(r.shape[0], k) for r, k, _ in parts]),
-                    np.concatenate([r[:, 1:] for r, _, _ in parts]),
-                    np.concatenate([np.full(r.shape[0], n) for r, _, n in parts]))
+        return Recorded(
+            np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, seq_length + 1), np.int64), np.zeros(0, np.int64)
+        )
+    return Recorded(
+        np.concatenate([r[:, 0] for r, _, _ in parts]),
+        np.concatenate([np.full(r.shape[0], k) for r, k, _ in parts]),
+        np.concatenate([r[:, 1:] for r, _, _ in parts]),
+        np.concatenate([np.full(r.shape[0], n) for r, _, n in parts]),
+    )
 
 
 @dataclass(frozen=True)
@@ -80,7 +83,7 @@ def source_index(prefix: str, split_name: str = "train") -> SourceIndex:
     for doc_file in stems:
         stream, starts = _stream(doc_file[: -len("_doc_idx.npy")], sizes, offsets)
         for s in range(starts.shape[0] - 1):
-            pos = stream[starts[s]: starts[s + 1] + 1]
+            pos = stream[starts[s] : starts[s + 1] + 1]
             samples[tokens[pos].tobytes()] = pos[:-1]
     return SourceIndex(prefix, int(sizes.sum()), samples)
 
@@ -92,7 +95,8 @@ def _stream(stem: str, sizes: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarr
     sample_idx = np.load(stem + "_sample_idx.npy").astype(np.int64)
     lens = sizes[doc_idx]
     stream = np.repeat(offsets[doc_idx] - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens) + np.arange(
-        int(lens.sum()), dtype=np.int64)
+        int(lens.sum()), dtype=np.int64
+    )
     return stream, np.concatenate([[0], np.cumsum(lens)])[sample_idx[:, 0]] + sample_idx[:, 1]
 
 
@@ -104,7 +108,7 @@ def item_texts(prefix: str, stem: str, items: list[int]) -> list[bytes]:
     tokens = np.asarray(tokens_memmap(header), dtype=np.int64)
     stream, starts = _stream(stem, sizes, np.concatenate([[0], np.cumsum(sizes)]))
     shuffle = np.load(stem + "_shuffle_idx.npy").astype(np.int64)
-    return [tokens[stream[starts[s]: starts[s + 1] + 1]].tobytes() for s in shuffle[items]]
+    return [tokens[stream[starts[s] : starts[s + 1] + 1]].tobytes() for s in shuffle[items]]
 
 
 def drawn_token_counts(prefix: str, stem: str, lo: int, hi: int) -> np.ndarray:
@@ -114,7 +118,7 @@ def drawn_token_counts(prefix: str, stem: str, lo: int, hi: int) -> np.ndarray:
     stream, starts = _stream(stem, sizes, np.concatenate([[0], np.cumsum(sizes)]))
     counts = np.zeros(int(sizes.sum()), np.int64)
     for sample in np.load(stem + "_shuffle_idx.npy")[lo:hi].astype(np.int64):
-        np.add.at(counts, stream[starts[sample]: starts[sample + 1]], 1)
+        np.add.at(counts, stream[starts[sample] : starts[sample + 1]], 1)
     return counts
 
 
@@ -146,8 +150,10 @@ def exposure(rec: Recorded, sources: dict[str, SourceIndex]) -> Exposure:
                 which[row] = k
                 break
         else:
-            raise AssertionError(f"recorded sample {row} (iteration {int(rec.iterations[row])}, rank "
-                                 f"{int(rec.ranks[row])}) is in no source's built train index")
+            raise AssertionError(
+                f"recorded sample {row} (iteration {int(rec.iterations[row])}, rank "
+                f"{int(rec.ranks[row])}) is in no source's built train index"
+            )
     return Exposure(counts, which)
 
 

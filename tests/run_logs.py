@@ -19,16 +19,31 @@ from neox_epoch.neox.hooks import State, after_build
 from neox_epoch.neox.planning import make_run_plan
 
 
-def blend_values(prefixes: list[str], weights: list[float], seq_length: int, train_batch_size: int,
-                 **more: Any) -> dict[str, Any]:
+def blend_values(
+    prefixes: list[str], weights: list[float], seq_length: int, train_batch_size: int, **more: Any
+) -> dict[str, Any]:
     """NeoX's values for a train_data_paths run (valid/test on the first prefix)."""
-    return {"train_data_paths": prefixes, "valid_data_paths": prefixes[:1], "test_data_paths": prefixes[:1],
-            "train_data_weights": weights, "seq_length": seq_length, "train_batch_size": train_batch_size,
-            "eval_interval": 1000, "eval_iters": 1, **more}
+    return {
+        "train_data_paths": prefixes,
+        "valid_data_paths": prefixes[:1],
+        "test_data_paths": prefixes[:1],
+        "train_data_weights": weights,
+        "seq_length": seq_length,
+        "train_batch_size": train_batch_size,
+        "eval_interval": 1000,
+        "eval_iters": 1,
+        **more,
+    }
 
 
-def launch(log_dir: str, values: dict[str, Any], block: EpochBlock, start: int = 0, stop: int | None = None,
-           log_interval: int = 10) -> str:
+def launch(
+    log_dir: str,
+    values: dict[str, Any],
+    block: EpochBlock,
+    start: int = 0,
+    stop: int | None = None,
+    log_interval: int = 10,
+) -> str:
     """One launch from ``start`` (a checkpoint's iteration; 0: from scratch) to ``stop`` (None: train_iters;
     fewer: NeoX stopped early, e.g. exit_interval). Returns the JSONL path."""
     block = EpochBlock(**{**block.__dict__, "log_dir": log_dir})

@@ -27,8 +27,10 @@ def _from_env(value: str) -> dict[str, str]:
     for item in filter(None, (x.strip() for x in value.split(","))):
         name, eq, python = item.partition("=")
         if not eq or name.strip() not in DEFAULTS or not python.strip():
-            raise ValueError(f"{ENV}: {item!r}: expected name=python with a name of {sorted(DEFAULTS)}, e.g. "
-                             f"{ENV}=neox=.venv/bin/python,today=.venv-today/bin/python")
+            raise ValueError(
+                f"{ENV}: {item!r}: expected name=python with a name of {sorted(DEFAULTS)}, e.g. "
+                f"{ENV}=neox=.venv/bin/python,today=.venv-today/bin/python"
+            )
         out[name.strip()] = os.path.join(ROOT, python.strip())  # an absolute path stays as it is
     return out
 
@@ -45,10 +47,15 @@ def require_stacks() -> dict[str, str]:
     found = stack_pythons()
     missing = [name for name in DEFAULTS if name not in found]
     if missing:
-        where = f"{ENV}={os.environ[ENV]!r}" if os.environ.get(ENV, "").strip() else \
-            f"{ENV} unset and {', '.join(DEFAULTS[m] for m in missing)} missing"
-        reason = (f"the {' and '.join(missing)} stack{'s' * (len(missing) > 1)} not found ({where}): set "
-                  f"{ENV}=neox=PYTHON,today=PYTHON or create the environments (bash scripts/setup.sh)")
+        where = (
+            f"{ENV}={os.environ[ENV]!r}"
+            if os.environ.get(ENV, "").strip()
+            else f"{ENV} unset and {', '.join(DEFAULTS[m] for m in missing)} missing"
+        )
+        reason = (
+            f"the {' and '.join(missing)} stack{'s' * (len(missing) > 1)} not found ({where}): set "
+            f"{ENV}=neox=PYTHON,today=PYTHON or create the environments (bash scripts/setup.sh)"
+        )
         if in_ci():
             pytest.fail(f"CI=true: {reason}")
         pytest.skip(reason)

@@ -170,9 +170,17 @@ def test_shuffle_not_a_permutation(tmp_path):
 
 def _fake_mcore(tmp_path, arr, prefix: str, num_samples: int, seq: int):  # type: ignore[no-untyped-def]
     """megatron-core names and description around NeoX-built arrays (same algorithm for one joint epoch)."""
-    desc = {"class": "GPTDataset", "dataset_path": prefix, "num_samples": num_samples, "index_split": "train",
-            "random_seed": 1234, "sequence_length": seq, "split": "100,0,0",
-            "split_matrix": [[0, 1.0], None, None], "tokenizer": {"class": "NullTokenizer"}}
+    desc = {
+        "class": "GPTDataset",
+        "dataset_path": prefix,
+        "num_samples": num_samples,
+        "index_split": "train",
+        "random_seed": 1234,
+        "sequence_length": seq,
+        "split": "100,0,0",
+        "split_matrix": [[0, 1.0], None, None],
+        "tokenizer": {"class": "NullTokenizer"},
+    }
     text = json.dumps(desc, indent=4)
     h = hashlib.md5(text.encode("utf-8")).hexdigest()
     cache = tmp_path / "cache"
@@ -198,7 +206,9 @@ def test_megatron_description_checked(tmp_path):
     r = _audit(str(cache)).indexes[0]
     whats = {f.what for f in r.findings}
     assert "description md5" in whats and "document index vs seed" in whats
-    d.write_text(d.read_text(encoding="utf-8").replace('"sequence_length": 8', '"sequence_length": 16'), encoding="utf-8")
+    d.write_text(
+        d.read_text(encoding="utf-8").replace('"sequence_length": 8', '"sequence_length": 16'), encoding="utf-8"
+    )
     r = _audit(str(cache)).indexes[0]
     assert any(f.what == "sample boundary" for f in r.findings)
 
@@ -209,21 +219,28 @@ def test_cli_exit_codes_and_no_traceback(tmp_path):
     mtimes = {n: os.path.getmtime(tmp_path / n) for n in before}
     with open(arr["base"] + "_doc_idx.npy", "r+b") as f:
         f.truncate(100)
-    proc = subprocess.run([sys.executable, "-m", "neox_epoch.cli", "audit", str(tmp_path), "--consumed", "10"],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "neox_epoch.cli", "audit", str(tmp_path), "--consumed", "10"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 1 and "Traceback" not in proc.stderr and "FINDING" in proc.stdout
     assert sorted(os.listdir(tmp_path)) == before, "the audit wrote next to the data"
     assert all(os.path.getmtime(tmp_path / n) == t for n, t in mtimes.items() if not n.startswith("d_train_0"))
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["audit", "/nonexistent/dir/x"], "no such file"),
-    (["audit", "{tmp}", "--train-iters", "5"], "--global-batch-size"),
-    (["audit", "{tmp}", "--consumed", "5", "--train-iters", "5", "--global-batch-size", "2"], "give one of them"),
-    (["audit", "{tmp}", "--manifest", "{tmp}/m.csv"], "--manifest needs a consumption"),
-    (["audit", "{tmp}", "--consumed", "-3"], "negative"),
-    (["audit", "{tmp}", "--config", "{tmp}/missing.yml"], "config file not found"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["audit", "/nonexistent/dir/x"], "no such file"),
+        (["audit", "{tmp}", "--train-iters", "5"], "--global-batch-size"),
+        (["audit", "{tmp}", "--consumed", "5", "--train-iters", "5", "--global-batch-size", "2"], "give one of them"),
+        (["audit", "{tmp}", "--manifest", "{tmp}/m.csv"], "--manifest needs a consumption"),
+        (["audit", "{tmp}", "--consumed", "-3"], "negative"),
+        (["audit", "{tmp}", "--config", "{tmp}/missing.yml"], "config file not found"),
+    ],
+)
 def test_usage_errors_exit_2(tmp_path, capsys, argv, message):
     write_neox_index(str(tmp_path), "u", [30, 12, 55], 8, 2)
     rc = main([a.replace("{tmp}", str(tmp_path)) for a in argv])
@@ -289,28 +306,61 @@ def _npy_with_header(path: str, header: bytes, version: tuple[int, int] = (1, 0)
         f.write(header + b"\0" * 64)
 
 
-@pytest.mark.parametrize("header,version,length,found", [
-    (b"{'descr': '<i4', 'fortran_order': False, 'shape': (3,), }\n", (4, 0), None,
-     "a damaged header (Invalid version (4, 0))"),
-    (b"[1, 2, 3]\n", (1, 0), None, "a damaged header (Header is not a dictionary: [1, 2, 3])"),
-    (b"{'descr': '<i4', 'shape': (3,)}\n", (1, 0), None,
-     "a damaged header (Header does not contain the correct keys: ['descr', 'shape'])"),
-    (b"{'descr': '<i4', 'fortran_order': False, 'shape': (-3,), }\n", (2, 0), None,
-     "a damaged header (shape is not valid: (-3,))"),
-    (b"{'descr': '<i4', 'fortran_order': 0, 'shape': (3,), }\n", (1, 0), None,
-     "a damaged header (fortran_order is not a valid bool: 0)"),
-    (b"{'descr': '<zz', 'fortran_order': False, 'shape': (3,), }\n", (3, 0), None,
-     "a damaged header (descr is not a valid dtype descriptor: '<zz')"),
-    (b"{'descr': __import__('os').getcwd(), 'fortran_order': False, 'shape': (3,)}\n", (1, 0), None,
-     "a damaged header (Cannot parse header: \"{'descr': __import__('os').getcwd(), 'fortran_order': False, "
-     "'shape': (3,)}\\n\")"),
-    (b"{'descr': '<i4'", (2, 0), 4_000_000_000,
-     "a damaged header (Header length (4000000000) is larger than the 10000 characters of a .npy header)"),
-    (b"{'descr': '<i4', 'fortran_order': False, 'shape': (3,), }\n", (1, 0), 500,
-     "a damaged header (EOF: reading array header, expected 500 bytes got 122)"),
-])
-
-
+@pytest.mark.parametrize(
+    "header,version,length,found",
+    [
+        (
+            b"{'descr': '<i4', 'fortran_order': False, 'shape': (3,), }\n",
+            (4, 0),
+            None,
+            "a damaged header (Invalid version (4, 0))",
+        ),
+        (b"[1, 2, 3]\n", (1, 0), None, "a damaged header (Header is not a dictionary: [1, 2, 3])"),
+        (
+            b"{'descr': '<i4', 'shape': (3,)}\n",
+            (1, 0),
+            None,
+            "a damaged header (Header does not contain the correct keys: ['descr', 'shape'])",
+        ),
+        (
+            b"{'descr': '<i4', 'fortran_order': False, 'shape': (-3,), }\n",
+            (2, 0),
+            None,
+            "a damaged header (shape is not valid: (-3,))",
+        ),
+        (
+            b"{'descr': '<i4', 'fortran_order': 0, 'shape': (3,), }\n",
+            (1, 0),
+            None,
+            "a damaged header (fortran_order is not a valid bool: 0)",
+        ),
+        (
+            b"{'descr': '<zz', 'fortran_order': False, 'shape': (3,), }\n",
+            (3, 0),
+            None,
+            "a damaged header (descr is not a valid dtype descriptor: '<zz')",
+        ),
+        (
+            b"{'descr': __import__('os').getcwd(), 'fortran_order': False, 'shape': (3,)}\n",
+            (1, 0),
+            None,
+            "a damaged header (Cannot parse header: \"{'descr': __import__('os').getcwd(), 'fortran_order': False, "
+            "'shape': (3,)}\\n\")",
+        ),
+        (
+            b"{'descr': '<i4'",
+            (2, 0),
+            4_000_000_000,
+            "a damaged header (Header length (4000000000) is larger than the 10000 characters of a .npy header)",
+        ),
+        (
+            b"{'descr': '<i4', 'fortran_order': False, 'shape': (3,), }\n",
+            (1, 0),
+            500,
+            "a damaged header (EOF: reading array header, expected 500 bytes got 122)",
+        ),
+    ],
+)
 def test_damaged_npy_headers(tmp_path, header, version, length, found):
     """Each damaged header is a FileProblem naming numpy's complaint; nothing in a header is ever executed."""
     from neox_epoch.errors import FileProblem
@@ -338,4 +388,7 @@ def test_npy_header_with_a_dimension_past_int64(tmp_path):
         read_header(path)
     offset = 10 + len(header)  # magic 6, version 2, length 2, then the header; 64 bytes follow it
     assert (err.value.what, err.value.expected, err.value.found) == (
-        "size", f"{offset + 4 * 2**70} bytes for shape (1180591620717411303424,) of int32", f"{offset + 64} bytes")
+        "size",
+        f"{offset + 4 * 2**70} bytes for shape (1180591620717411303424,) of int32",
+        f"{offset + 64} bytes",
+    )

@@ -42,20 +42,51 @@ def _random_case(seed: int) -> dict:
     if n_src > 1 and rng.random() < 0.25:
         weights = None  # blend weighted by the sources' lengths, one epoch each
     epochs = rng.choice([0.3, 0.9, 1.0, 1.004, 1.6, 2.5])
-    return {"seed": seed, "docs": docs, "seq": seq, "split": split, "weights": weights, "epochs": epochs,
-            "aet": rng.random() < 0.8, "frac": rng.choice([0.25, 0.5, 0.97, 1.0])}
+    return {
+        "seed": seed,
+        "docs": docs,
+        "seq": seq,
+        "split": split,
+        "weights": weights,
+        "epochs": epochs,
+        "aet": rng.random() < 0.8,
+        "frac": rng.choice([0.25, 0.5, 0.97, 1.0]),
+    }
 
 
 CASES = [_random_case(s) for s in (11, 12, 13, 14, 15, 16, 17, 18)]
 # about 1.3 epochs of one source: megatron's 80% rule shuffles the final epoch on its own
-CASES.append({"seed": 99, "docs": [90], "seq": 32, "split": "100,0,0", "weights": None, "epochs": 1.3 / 0.8,
-              "aet": True, "frac": 0.9, "separate": True})
+CASES.append(
+    {
+        "seed": 99,
+        "docs": [90],
+        "seq": 32,
+        "split": "100,0,0",
+        "weights": None,
+        "epochs": 1.3 / 0.8,
+        "aet": True,
+        "frac": 0.9,
+        "separate": True,
+    }
+)
 # one prefix with a weight: a BlendedDataset of one source (with the surplus)
-CASES.append({"seed": 98, "docs": [70], "seq": 16, "split": "90,5,5", "weights": [1.0], "epochs": 1.0,
-              "aet": True, "frac": 1.0})
+CASES.append(
+    {"seed": 98, "docs": [70], "seq": 16, "split": "90,5,5", "weights": [1.0], "epochs": 1.0, "aet": True, "frac": 1.0}
+)
 # sizes None, weights None: exhaustive blending, every sample of every source exactly once
-CASES.append({"seed": 97, "docs": [60, 45], "seq": 32, "split": "100,0,0", "weights": None, "epochs": 1.0,
-              "aet": True, "frac": 0.6, "sizes_none": True})
+CASES.append(
+    {
+        "seed": 97,
+        "docs": [60, 45],
+        "seq": 32,
+        "split": "100,0,0",
+        "weights": None,
+        "epochs": 1.0,
+        "aet": True,
+        "frac": 0.6,
+        "sizes_none": True,
+    }
+)
 
 
 def _truth_docs(counts: dict[int, np.ndarray]) -> tuple[dict[int, int], int, int]:
@@ -76,8 +107,16 @@ def test_audit_equals_real_megatron_core(corpus, tmp_path, case):
     n_train = max(1, int(case["epochs"] * int(sizes0.sum()) * 0.8 / seq))
     cache = str(tmp_path / "cache")
     sizes = [None, None, None] if case.get("sizes_none") else [n_train, 20, 10]
-    train, valid, test = build(prefixes, case["weights"], case["split"], sizes, seq, cache,
-                               seed=1000 + case["seed"], add_extra_token=case["aet"])
+    train, valid, test = build(
+        prefixes,
+        case["weights"],
+        case["split"],
+        sizes,
+        seq,
+        cache,
+        seed=1000 + case["seed"],
+        add_extra_token=case["aet"],
+    )
     top = [x for x in (train, valid, test) if x is not None]
     gpts = []
     for ds in top:
@@ -105,8 +144,15 @@ def test_audit_equals_real_megatron_core(corpus, tmp_path, case):
         if case.get("separate") and ds.index_split.name == "train":
             assert r.separated_final_epoch is True
         # resume-check --exposure (Megatron-LM) builds these orders without the files: equal to the real ones
-        doc_idx, shuffle = mcore_orders((int(ds.indices[0]), int(ds.indices[-1]) + 1), tokens, r.epochs,
-                                        bool(r.separated_final_epoch), seq, 1000 + case["seed"], a)
+        doc_idx, shuffle = mcore_orders(
+            (int(ds.indices[0]), int(ds.indices[-1]) + 1),
+            tokens,
+            r.epochs,
+            bool(r.separated_final_epoch),
+            seq,
+            1000 + case["seed"],
+            a,
+        )
         assert np.array_equal(doc_idx, ds.document_index) and np.array_equal(shuffle, ds.shuffle_index)
     # exposure: the first `consumed` samples of the train dataset, counted token by token
     if hasattr(train, "dataset_index"):
@@ -115,8 +161,9 @@ def test_audit_equals_real_megatron_core(corpus, tmp_path, case):
         per_source = [(train.datasets[k], [int(x) for x in dsi[di == k]]) for k in range(len(train.datasets))]
         assert blend.size == len(train)
         assert [s.draws_consumed for s in blend.sources] == [len(ids) for _, ids in per_source]
-        assert [s.draws for s in blend.sources] == np.bincount(np.asarray(train.dataset_index),
-                                                               minlength=len(train.datasets)).tolist()
+        assert [s.draws for s in blend.sources] == np.bincount(
+            np.asarray(train.dataset_index), minlength=len(train.datasets)
+        ).tolist()
         for k, s in enumerate(blend.sources):
             at = np.flatnonzero(di == k)
             per = s.samples_per_epoch
@@ -159,8 +206,20 @@ def test_cli_json_on_real_cache_and_manifest(corpus, tmp_path, capsys):
     idx = [r for r in out["indexes"] if r["exposure"]]
     assert len(idx) == 2
     for r in out["indexes"]:
-        assert {"kind", "path", "split", "epochs", "samples", "samples_per_epoch", "length", "separated_final_epoch",
-                "documents", "document_range", "tokens", "findings"} <= set(r)
+        assert {
+            "kind",
+            "path",
+            "split",
+            "epochs",
+            "samples",
+            "samples_per_epoch",
+            "length",
+            "separated_final_epoch",
+            "documents",
+            "document_range",
+            "tokens",
+            "findings",
+        } <= set(r)
     for r in idx:
         assert {"tokens", "documents", "documents_unseen", "tokens_unseen", "consumed_samples"} <= set(r["exposure"])
     b = out["blends"][0]

@@ -34,8 +34,9 @@ GOLDEN = os.path.join(FIXTURES, "neox_golden.json")
 CACHE = os.path.join(FIXTURES, "neox_cache")
 
 if not os.path.isfile(GOLDEN) or not os.path.isdir(CACHE):
-    pytest.skip(f"NeoX fixtures missing: {GOLDEN} and {CACHE} (regenerate with scripts/neox_golden.py)",
-                allow_module_level=True)
+    pytest.skip(
+        f"NeoX fixtures missing: {GOLDEN} and {CACHE} (regenerate with scripts/neox_golden.py)", allow_module_level=True
+    )
 
 with open(GOLDEN, encoding="utf-8") as _f:
     G = json.load(_f)
@@ -88,8 +89,9 @@ def test_headline_one_epoch_reproduced():
     h = G["headline"]
     case = G["cases"][h["case"]]
     ds = next(d for d in case["datasets"] if d["name"] == "train_0")
-    res = run_audit(discover(_files(ds)), AuditOptions(consumed=h["samples_consumed"],
-                                                       global_batch_size=h["train_batch_size"]))
+    res = run_audit(
+        discover(_files(ds)), AuditOptions(consumed=h["samples_consumed"], global_batch_size=h["train_batch_size"])
+    )
     r = res.indexes[0]
     assert r.epochs == h["epochs_built"] == 2 and r.length == h["len"]
     assert r.exposure is not None
@@ -118,8 +120,18 @@ def test_blend_replayed_from_config(name, tmp_path, capsys):
     histogram equals NeoX's counted truth."""
     case = G["cases"][name]
     p = case["params"]
-    cfg = {k: p[k] for k in ("train_data_paths", "train_data_weights", "train_iters", "train_batch_size", "seq_length",
-                             "weight_by_num_documents", "weighted_sampler_alpha")}
+    cfg = {
+        k: p[k]
+        for k in (
+            "train_data_paths",
+            "train_data_weights",
+            "train_iters",
+            "train_batch_size",
+            "seq_length",
+            "weight_by_num_documents",
+            "weighted_sampler_alpha",
+        )
+    }
     cfg_path = tmp_path / "run.yml"
     cfg_path.write_text(json.dumps(cfg), encoding="utf-8")
     rc = main(["audit", CACHE, "--config", str(cfg_path), "--json", "--no-progress"])
@@ -182,7 +194,9 @@ def test_tokens_out_holds_each_tokens_exposure():
     assert from_tokens(out, sizes, h["samples_consumed"]) == once and once.tokens == _hist(h["histogram"])
     audit_index(group, consumption_for=consumption)
     twice = from_tokens(out, sizes, 2 * h["samples_consumed"])
-    assert twice.tokens == {2 * t: n for t, n in once.tokens.items()} and twice.documents_unseen == once.documents_unseen
+    assert (
+        twice.tokens == {2 * t: n for t, n in once.tokens.items()} and twice.documents_unseen == once.documents_unseen
+    )
 
 
 def test_tokens_out_window_by_window_adds_up_to_the_whole():
@@ -198,8 +212,12 @@ def test_tokens_out_window_by_window_adds_up_to_the_whole():
     for first, stop in spans:
         out = np.zeros(int(sizes[first:stop].sum()), np.int32)
 
-        def consumption(split: str, length: int, out: np.ndarray = out, window: tuple[int, int] = (first, stop),
-                        ) -> Consumption:
+        def consumption(
+            split: str,
+            length: int,
+            out: np.ndarray = out,
+            window: tuple[int, int] = (first, stop),
+        ) -> Consumption:
             return replace(Consumption.prefix(length, h["samples_consumed"]), tokens_out=out, tokens_window=window)
 
         audit_index(group, consumption_for=consumption)

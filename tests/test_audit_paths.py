@@ -53,7 +53,9 @@ def test_steps_equal_brute_force(tmp_path, epochs, passes):
     counts, _ = brute_force(arr, seq, consumed)
     assert e.tokens == hist(counts)
     withtok = [c for c in counts.values() if c.size]
-    assert e.documents == {int(k): int(v) for k, v in zip(*np.unique([int(c.min()) for c in withtok], return_counts=True))}
+    assert e.documents == {
+        int(k): int(v) for k, v in zip(*np.unique([int(c.min()) for c in withtok], return_counts=True))
+    }
     assert e.documents_unseen == sum(1 for c in withtok if c.max() == 0)
     assert e.documents_partial == sum(1 for c in withtok if c.min() != c.max())
 

@@ -23,19 +23,24 @@ from neox_epoch.formats.corpus import write_sized_corpus
 pytestmark = [pytest.mark.megatron_lm, frameworks.needs_stack("neox")]  # builds with both stacks' Pythons: once
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mcore_tokenizer_cache.py")
-TOKENIZERS = {"neox": {"class": "_NullTokenizer", "tokenizer_path": [None], "vocab_size": "100"},
-              "today": {"class": "megatron.core.tokenizers.text.models.default_tokenizer.DefaultTokenizerText",
-                        "tokenizer_path": None, "vocab_size": "100"}}
+TOKENIZERS = {
+    "neox": {"class": "_NullTokenizer", "tokenizer_path": [None], "vocab_size": "100"},
+    "today": {
+        "class": "megatron.core.tokenizers.text.models.default_tokenizer.DefaultTokenizerText",
+        "tokenizer_path": None,
+        "vocab_size": "100",
+    },
+}
 NOTES = {
     "neox": "tokenizer '_NullTokenizer' is described as Megatron-LM 0.16.1 describes it (its legacy tokenizer's: "
-            "class the bare name, tokenizer_path a list); Megatron-LM 0.19 writes megatron-core's tokenizer's: class "
-            "module-qualified, tokenizer_path a string or null, so its description's md5 (the hash in these file "
-            "names) differs and a Megatron-LM 0.19 run does not find this cache: it builds a new one",
+    "class the bare name, tokenizer_path a list); Megatron-LM 0.19 writes megatron-core's tokenizer's: class "
+    "module-qualified, tokenizer_path a string or null, so its description's md5 (the hash in these file "
+    "names) differs and a Megatron-LM 0.19 run does not find this cache: it builds a new one",
     "today": "tokenizer 'megatron.core.tokenizers.text.models.default_tokenizer.DefaultTokenizerText' is described as "
-             "Megatron-LM 0.19 describes it (megatron-core's tokenizer's: class module-qualified, tokenizer_path a "
-             "string or null); Megatron-LM 0.16.1 writes its legacy tokenizer's: class the bare name, tokenizer_path "
-             "a list, so its description's md5 (the hash in these file names) differs and a Megatron-LM 0.16.1 run "
-             "does not find this cache: it builds a new one",
+    "Megatron-LM 0.19 describes it (megatron-core's tokenizer's: class module-qualified, tokenizer_path a "
+    "string or null); Megatron-LM 0.16.1 writes its legacy tokenizer's: class the bare name, tokenizer_path "
+    "a list, so its description's md5 (the hash in these file names) differs and a Megatron-LM 0.16.1 run "
+    "does not find this cache: it builds a new one",
 }
 
 

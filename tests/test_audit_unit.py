@@ -31,8 +31,16 @@ from neox_epoch.formats.npy import NpyReader, Progress, read_header
 from neox_epoch.semantics.consumption import Consumption
 
 
-def write_neox_index(directory: str, stem: str, lengths: list[int], seq: int, epochs: int, seed: int = 1234,
-                     name: str = "train_0", doc_range: tuple[int, int] | None = None) -> tuple[str, dict]:
+def write_neox_index(
+    directory: str,
+    stem: str,
+    lengths: list[int],
+    seq: int,
+    epochs: int,
+    seed: int = 1234,
+    name: str = "train_0",
+    doc_range: tuple[int, int] | None = None,
+) -> tuple[str, dict]:
     """A corpus and a NeoX-built-like (packed) index beside it; returns (prefix, arrays)."""
     prefix = os.path.join(directory, stem)
     write_corpus(prefix, [np.arange(n, dtype=np.int64) % 50000 for n in lengths])
@@ -56,8 +64,17 @@ def write_neox_index(directory: str, stem: str, lengths: list[int], seq: int, ep
     np.save(base + "_doc_idx.npy", doc)
     np.save(base + "_sample_idx.npy", sample)
     np.save(base + "_shuffle_idx.npy", shuffle)
-    return prefix, {"doc": doc, "sample": sample, "shuffle": shuffle, "sizes": sizes, "S": S, "total": total,
-                    "base": base, "ns": ns, "T": T}
+    return prefix, {
+        "doc": doc,
+        "sample": sample,
+        "shuffle": shuffle,
+        "sizes": sizes,
+        "S": S,
+        "total": total,
+        "base": base,
+        "ns": ns,
+        "T": T,
+    }
 
 
 def brute_force(arr: dict, seq: int, consumed: int, gbs: int = 1) -> tuple[dict[int, np.ndarray], dict[int, list[int]]]:
@@ -91,12 +108,19 @@ def hist(counts: dict[int, np.ndarray]) -> dict[int, int]:
 def test_neox_names_with_underscores_and_variants(tmp_path):
     d = str(tmp_path)
     open(os.path.join(d, "my_data_text_document.idx"), "wb").close()
-    f = names.parse_name(os.path.join(d, "my_data_text_document_train_0_indexmap_2316ns_64sl_1234s_packedpi_ac_doc_idx.npy"))
+    f = names.parse_name(
+        os.path.join(d, "my_data_text_document_train_0_indexmap_2316ns_64sl_1234s_packedpi_ac_doc_idx.npy")
+    )
     assert f is not None and f.kind == "neox" and list(f.files) == ["doc"]
     assert f.neox is not None
     assert f.neox.prefix == os.path.join(d, "my_data_text_document") and f.neox.name == "train_0"
-    assert (f.neox.num_samples, f.neox.seq_length, f.neox.seed, f.neox.pack_impl, f.neox.allow_chopped) == \
-        (2316, 64, 1234, "packed", True)
+    assert (f.neox.num_samples, f.neox.seq_length, f.neox.seed, f.neox.pack_impl, f.neox.allow_chopped) == (
+        2316,
+        64,
+        1234,
+        "packed",
+        True,
+    )
     old = names.parse_name(os.path.join(d, "x_valid_indexmap_120ns_2048sl_42s_sample_idx.npy"))
     assert old is not None and old.neox is not None
     assert (old.neox.prefix, old.neox.name, old.neox.pack_impl) == (os.path.join(d, "x"), "valid", None)
@@ -105,13 +129,19 @@ def test_neox_names_with_underscores_and_variants(tmp_path):
     assert ep.neox.num_samples is None and ep.neox.pack_impl == "pack_until_overflow" and not ep.neox.allow_chopped
     # a prefix that itself ends in _train: the name is the standard part
     t = names.parse_name(os.path.join(d, "web_train_train_1_indexmap_5ns_8sl_1s_doc_idx.npy"))
-    assert t is not None and t.neox is not None and (os.path.basename(t.neox.prefix), t.neox.name) == ("web_train", "train_1")
+    assert (
+        t is not None
+        and t.neox is not None
+        and (os.path.basename(t.neox.prefix), t.neox.name) == ("web_train", "train_1")
+    )
 
 
 def test_megatron_names_and_grouping(tmp_path):
     h = "0123456789abcdef0123456789abcdef"
-    paths = [str(tmp_path / f"{h}-GPTDataset-train-{r}") for r in
-             ("description.txt", "document_index.npy", "sample_index.npy", "shuffle_index.npy")]
+    paths = [
+        str(tmp_path / f"{h}-GPTDataset-train-{r}")
+        for r in ("description.txt", "document_index.npy", "sample_index.npy", "shuffle_index.npy")
+    ]
     paths += [str(tmp_path / f"{h}-BlendedDataset-valid-{r}") for r in ("description.txt", "dataset_index.npy")]
     paths += [str(tmp_path / f"{h}{r}") for r in (".dsc", "_doc_idx.npy", "_sample_idx.npy", "_shuffle_idx.npy")]
     paths += [str(tmp_path / "notes.txt"), str(tmp_path / f"{h}-GPTDataset-train-other.npy")]
@@ -233,8 +263,11 @@ def test_two_copies_by_pairs_equal_brute_force(tmp_path, monkeypatch, seq, frac,
     withtok = [c for c in counts.values() if c.size]
     e = report.exposure
     assert e is not None and e.tokens == hist(counts)
-    assert e.documents == {times: sum(1 for c in withtok if c.min() == times) for times in (0, 1, 2)
-                           if any(c.min() == times for c in withtok)}
+    assert e.documents == {
+        times: sum(1 for c in withtok if c.min() == times)
+        for times in (0, 1, 2)
+        if any(c.min() == times for c in withtok)
+    }
     assert e.documents_unseen == sum(1 for c in withtok if c.max() == 0)
     assert e.documents_partial == sum(1 for c in withtok if c.min() != c.max())
 
@@ -282,10 +315,20 @@ def test_manifest_rows_equal_brute_force(tmp_path):
     _, arr = write_neox_index(str(tmp_path), "m", lengths, 8, 2)
     consumed = arr["S"] - 1 + 7  # one pass of len and a few more (wrap)
     rows = []
-    res = run_audit(names.discover([str(tmp_path)]), AuditOptions(consumed=consumed),
-                    manifest=lambda rep, ch: rows.extend(zip(ch.documents.tolist(), ch.min_exposure.tolist(),
-                                                             ch.max_exposure.tolist(), ch.token_exposures.tolist(),
-                                                             ch.first.tolist(), ch.last.tolist())))
+    res = run_audit(
+        names.discover([str(tmp_path)]),
+        AuditOptions(consumed=consumed),
+        manifest=lambda rep, ch: rows.extend(
+            zip(
+                ch.documents.tolist(),
+                ch.min_exposure.tolist(),
+                ch.max_exposure.tolist(),
+                ch.token_exposures.tolist(),
+                ch.first.tolist(),
+                ch.last.tolist(),
+            )
+        ),
+    )
     assert not res.findings
     counts, when = brute_force(arr, 8, consumed)
     assert len(rows) == len(lengths)
@@ -352,8 +395,10 @@ def test_legacy_megatron_lm_cache(tmp_path):
 
     (tmp_path / "data").mkdir()
     prefix, arr = write_neox_index(str(tmp_path / "data"), "lg", [25, 3, 41, 8, 19, 33, 2, 16], 8, 1)
-    dsc = (f"GPT Dataset\n\nData prefix {prefix}\nDataset name train\nNumber of samples 10\n"
-           "Sequence length 8\nRandom seed 1234\nSplit 100,0,0\n")
+    dsc = (
+        f"GPT Dataset\n\nData prefix {prefix}\nDataset name train\nNumber of samples 10\n"
+        "Sequence length 8\nRandom seed 1234\nSplit 100,0,0\n"
+    )
     h = hashlib.md5(dsc.encode("utf-8")).hexdigest()
     cache = tmp_path / "data" / "index-cache"
     cache.mkdir()
@@ -487,7 +532,10 @@ def test_sizes_read_in_one_pass(monkeypatch, high):
             assert records.shape == (array.shape[0], epochs - packed) and stats == read_sizes(array)[1]
             assert np.array_equal(records[:, 0], array) and not records[:, 1:].any()
     kernel = pytest.importorskip("neox_epoch._exposure")
-    assert kernel.scan(sizes)[3] == int(sizes.sum(dtype=np.int64)) and kernel.scan(sizes)[:2] == (sizes.min(), sizes.max())
+    assert kernel.scan(sizes)[3] == int(sizes.sum(dtype=np.int64)) and kernel.scan(sizes)[:2] == (
+        sizes.min(),
+        sizes.max(),
+    )
 
 
 @pytest.mark.parametrize("consumed", [None, 30])
@@ -499,8 +547,9 @@ def test_first_block_max_from_the_chunks(tmp_path, monkeypatch, consumed):
     shuffle = np.concatenate([rng.permutation(40), 40 + rng.permutation(20)]).astype(np.uint32)  # blocks of 40 and 20
     np.save(tmp_path / "s.npy", shuffle)
     with NpyReader(read_header(str(tmp_path / "s.npy"))) as reader:
-        draws = validate.count_draws(reader, 60, Consumption.prefix(59, consumed) if consumed else None, False,
-                                     Progress())
+        draws = validate.count_draws(
+            reader, 60, Consumption.prefix(59, consumed) if consumed else None, False, Progress()
+        )
         assert not draws.findings and len(draws.tops) >= 60 // 7
         for first_block in (0, 1, 6, 7, 8, 39, 40, 41, 59, 60):
             expected = int(shuffle[:first_block].max()) if first_block else -1
@@ -521,16 +570,21 @@ def test_shuffle_id_outside_the_samples(tmp_path, consumed, wide):
     assert res.indexes[0].exposure is None
 
 
-@pytest.mark.parametrize(("argv", "preset", "expected"), [
-    (["audit", "--help"], None, "1"),  # numpy's OpenBLAS pool kept to one thread before numpy's import
-    (["plan", "--help"], None, "1"),
-    (["audit", "--help"], "4", "4"),  # the user's choice stays
-    (["launch", "--help"], None, "None"),  # a command that starts the training processes leaves their environment
-    (["audit", "launch", "--help"], None, "1"),  # (a path named like a command is not the command)
-])
+@pytest.mark.parametrize(
+    ("argv", "preset", "expected"),
+    [
+        (["audit", "--help"], None, "1"),  # numpy's OpenBLAS pool kept to one thread before numpy's import
+        (["plan", "--help"], None, "1"),
+        (["audit", "--help"], "4", "4"),  # the user's choice stays
+        (["launch", "--help"], None, "None"),  # a command that starts the training processes leaves their environment
+        (["audit", "launch", "--help"], None, "1"),  # (a path named like a command is not the command)
+    ],
+)
 def test_cli_keeps_openblas_to_one_thread(argv, preset, expected):
-    code = ("import os, sys\nfrom neox_epoch.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
-            "import numpy\nprint('OPENBLAS', os.environ.get('OPENBLAS_NUM_THREADS'))")
+    code = (
+        "import os, sys\nfrom neox_epoch.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+        "import numpy\nprint('OPENBLAS', os.environ.get('OPENBLAS_NUM_THREADS'))"
+    )
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
     env.update({"OPENBLAS_NUM_THREADS": preset} if preset else {})
     out = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env, check=True)

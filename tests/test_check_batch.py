@@ -154,32 +154,73 @@ HOSTFILES = {
 LOCAL_CASES: list[tuple[str, str | None, list[str], dict[str, str], int, dict[str, list[int]]]] = [
     ("no-flags-8-devices", None, [], {"LOCAL_SIZE": "8"}, 8, {"localhost": list(range(8))}),
     ("num_gpus-2-of-8", None, ["--num_gpus", "2"], {"LOCAL_SIZE": "8"}, 2, {"localhost": [0, 1]}),
-    ("num_gpus-4-of-2-ignores-count", None, ["--num_gpus", "4"], {"LOCAL_SIZE": "2"}, 4,
-     {"localhost": [0, 1, 2, 3]}),
+    ("num_gpus-4-of-2-ignores-count", None, ["--num_gpus", "4"], {"LOCAL_SIZE": "2"}, 4, {"localhost": [0, 1, 2, 3]}),
     ("include-slots", None, ["--include", "localhost:1,3"], {"LOCAL_SIZE": "4"}, 2, {"localhost": [1, 3]}),
     ("exclude-slot", None, ["--exclude", "localhost:0"], {"LOCAL_SIZE": "4"}, 3, {"localhost": [1, 2, 3]}),
-    ("visible-devices-become-include", None, [], {"LOCAL_SIZE": "4", "CUDA_VISIBLE_DEVICES": "0,1"}, 2,
-     {"localhost": [0, 1]}),
-    ("visible-devices-ignored-with-num_gpus", None, ["--num_gpus", "3"],
-     {"LOCAL_SIZE": "4", "CUDA_VISIBLE_DEVICES": "0,1"}, 3, {"localhost": [0, 1, 2]}),
+    (
+        "visible-devices-become-include",
+        None,
+        [],
+        {"LOCAL_SIZE": "4", "CUDA_VISIBLE_DEVICES": "0,1"},
+        2,
+        {"localhost": [0, 1]},
+    ),
+    (
+        "visible-devices-ignored-with-num_gpus",
+        None,
+        ["--num_gpus", "3"],
+        {"LOCAL_SIZE": "4", "CUDA_VISIBLE_DEVICES": "0,1"},
+        3,
+        {"localhost": [0, 1, 2]},
+    ),
     ("num_nodes-1-local", None, ["--num_nodes", "1"], {"LOCAL_SIZE": "2"}, 2, {"localhost": [0, 1]}),
     ("hostfile-2x8", "2x8", [], {}, 16, {"node1": list(range(8)), "node2": list(range(8))}),
     ("hostfile-2x8-num_nodes-1", "2x8", ["--num_nodes", "1"], {}, 8, {"node1": list(range(8))}),
     ("hostfile-2x8-num_gpus-4", "2x8", ["--num_gpus", "4"], {}, 8, {"node1": [0, 1, 2, 3], "node2": [0, 1, 2, 3]}),
     ("hostfile-2x8-include-2-slots", "2x8", ["--include", "node1:0,1"], {}, 2, {"node1": [0, 1]}),
-    ("hostfile-2x8-include-host-and-slot", "2x8", ["--include", "node1@node2:0"], {}, 9,
-     {"node1": list(range(8)), "node2": [0]}),
+    (
+        "hostfile-2x8-include-host-and-slot",
+        "2x8",
+        ["--include", "node1@node2:0"],
+        {},
+        9,
+        {"node1": list(range(8)), "node2": [0]},
+    ),
     ("hostfile-2x8-exclude-host", "2x8", ["--exclude", "node2"], {}, 8, {"node1": list(range(8))}),
-    ("hostfile-2x8-exclude-slots", "2x8", ["--exclude", "node1:0,1@node2:7"], {}, 13,
-     {"node1": list(range(2, 8)), "node2": list(range(7))}),
-    ("hostfile-2x4-num_gpus-8-ignores-slots", "2x4", ["--num_gpus", "8"], {}, 16,
-     {"node1": list(range(8)), "node2": list(range(8))}),
-    ("hostfile-3-hosts-num_nodes-2-num_gpus-1", "4+2+2", ["--num_nodes", "2", "--num_gpus", "1"], {}, 2,
-     {"node1": [0], "node2": [0]}),
+    (
+        "hostfile-2x8-exclude-slots",
+        "2x8",
+        ["--exclude", "node1:0,1@node2:7"],
+        {},
+        13,
+        {"node1": list(range(2, 8)), "node2": list(range(7))},
+    ),
+    (
+        "hostfile-2x4-num_gpus-8-ignores-slots",
+        "2x4",
+        ["--num_gpus", "8"],
+        {},
+        16,
+        {"node1": list(range(8)), "node2": list(range(8))},
+    ),
+    (
+        "hostfile-3-hosts-num_nodes-2-num_gpus-1",
+        "4+2+2",
+        ["--num_nodes", "2", "--num_gpus", "1"],
+        {},
+        2,
+        {"node1": [0], "node2": [0]},
+    ),
     ("hostfile-localhost-3", "local3", [], {}, 3, {"localhost": [0, 1, 2]}),
     ("hostfile-localhost-exclude", "local3", ["--exclude", "localhost:1"], {}, 2, {"localhost": [0, 2]}),
-    ("hostfile-ignores-visible-devices", "2x4", [], {"CUDA_VISIBLE_DEVICES": "0"}, 8,
-     {"node1": [0, 1, 2, 3], "node2": [0, 1, 2, 3]}),
+    (
+        "hostfile-ignores-visible-devices",
+        "2x4",
+        [],
+        {"CUDA_VISIBLE_DEVICES": "0"},
+        8,
+        {"node1": [0, 1, 2, 3], "node2": [0, 1, 2, 3]},
+    ),
 ]
 
 
@@ -189,8 +230,9 @@ def _materialize(tmp_path: Any, hostfile: str | None, flags: list[str]) -> list[
     return ["--hostfile", write(tmp_path / "hostfile", HOSTFILES[hostfile]), *flags]
 
 
-@pytest.mark.parametrize(("hostfile", "flags", "env", "world", "hosts"),
-                         [c[1:] for c in LOCAL_CASES], ids=[c[0] for c in LOCAL_CASES])
+@pytest.mark.parametrize(
+    ("hostfile", "flags", "env", "world", "hosts"), [c[1:] for c in LOCAL_CASES], ids=[c[0] for c in LOCAL_CASES]
+)
 def test_world_matches_deepspeed_runner_main(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -211,13 +253,16 @@ def test_world_matches_deepspeed_runner_main(
     assert ours.deepspeed_version == import_deepspeed("deepspeed").__version__
 
 
-@pytest.mark.parametrize(("hostfile", "flags", "world"), [
-    ("2x8", ["--launcher", "openmpi"], 16),
-    ("8+4", ["--launcher", "openmpi"], 12),
-    ("2x8", ["--launcher", "mpich"], 16),
-    ("2x8", ["--launcher", "slurm", "--num_gpus", "4"], 8),
-    ("2x8", ["--launcher", "slurm", "--exclude", "node2"], 8),
-])
+@pytest.mark.parametrize(
+    ("hostfile", "flags", "world"),
+    [
+        ("2x8", ["--launcher", "openmpi"], 16),
+        ("8+4", ["--launcher", "openmpi"], 12),
+        ("2x8", ["--launcher", "mpich"], 16),
+        ("2x8", ["--launcher", "slurm", "--num_gpus", "4"], 8),
+        ("2x8", ["--launcher", "slurm", "--exclude", "node2"], 8),
+    ],
+)
 def test_multinode_backend_world_matches_its_get_cmd(
     tmp_path: Path,
     hostfile: str | None,
@@ -236,21 +281,42 @@ def test_multinode_backend_world_matches_its_get_cmd(
 
 
 REFUSALS = [
-    ("include-and-num_gpus", "2x8", ["--include", "node1:0", "--num_gpus", "2"], {},
-     "Cannot specify num_nodes/gpus with include/exclude"),
+    (
+        "include-and-num_gpus",
+        "2x8",
+        ["--include", "node1:0", "--num_gpus", "2"],
+        {},
+        "Cannot specify num_nodes/gpus with include/exclude",
+    ),
     ("unknown-host", "2x8", ["--include", "node3"], {}, "Hostname 'node3' not found in hostfile"),
     ("unknown-slot", "2x8", ["--include", "node1:9"], {}, "No slot '9' specified on host 'node1'"),
-    ("cpu-include-two-slots", None, ["--include", "localhost:0,1"], {"LOCAL_SIZE": "1"},
-     "No slot '1' specified on host 'localhost'"),
-    ("num_nodes-without-hostfile", None, ["--num_nodes", "2"], {"LOCAL_SIZE": "2"},
-     "Num nodes is >1 but no extra nodes available via hostfile"),
-    ("slurm-slot-selection", "2x8", ["--launcher", "slurm", "--include", "node1:1,2@node2"], {},
-     "slurm backend cannot select specific device ids"),
+    (
+        "cpu-include-two-slots",
+        None,
+        ["--include", "localhost:0,1"],
+        {"LOCAL_SIZE": "1"},
+        "No slot '1' specified on host 'localhost'",
+    ),
+    (
+        "num_nodes-without-hostfile",
+        None,
+        ["--num_nodes", "2"],
+        {"LOCAL_SIZE": "2"},
+        "Num nodes is >1 but no extra nodes available via hostfile",
+    ),
+    (
+        "slurm-slot-selection",
+        "2x8",
+        ["--launcher", "slurm", "--include", "node1:1,2@node2"],
+        {},
+        "slurm backend cannot select specific device ids",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("hostfile", "flags", "env", "message"), [c[1:] for c in REFUSALS],
-                         ids=[c[0] for c in REFUSALS])
+@pytest.mark.parametrize(
+    ("hostfile", "flags", "env", "message"), [c[1:] for c in REFUSALS], ids=[c[0] for c in REFUSALS]
+)
 def test_launcher_refusals_are_deepspeeds_and_exit_2(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -271,11 +337,14 @@ def test_launcher_refusals_are_deepspeeds_and_exit_2(
     assert_one_line_error(code, err, message, "refuses the flags")
 
 
-@pytest.mark.parametrize(("hostfile", "flags", "message"), [
-    ("2x8", ["--launcher", "openmpi", "--exclude", "node1:0"], "openmpi backend does not support worker include"),
-    ("8+4", ["--launcher", "mpich"], "MPICH requires same number of devices per node"),
-    ("2x8", ["--launcher", "nosuch"], "Unknown launcher nosuch"),
-])
+@pytest.mark.parametrize(
+    ("hostfile", "flags", "message"),
+    [
+        ("2x8", ["--launcher", "openmpi", "--exclude", "node1:0"], "openmpi backend does not support worker include"),
+        ("8+4", ["--launcher", "mpich"], "MPICH requires same number of devices per node"),
+        ("2x8", ["--launcher", "nosuch"], "Unknown launcher nosuch"),
+    ],
+)
 def test_backend_refusals_exit_2(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
@@ -306,15 +375,30 @@ def test_neox_include_with_num_gpus_counts_4_launcher_starts_2(
     """Notes [ran]: hostfile 2x8 + include node1:0,1 + num_gpus 4 -> NeoX assumes 4, the launcher starts 2
     (deepy drops --num_gpus when include is set). The batch NeoX derives for 4 fails DeepSpeed's check on 2."""
     hostfile = write(tmp_path / "hostfile", HOSTFILES["2x8"])
-    config = neox_yml(tmp_path, train_batch_size=32, train_micro_batch_size_per_gpu=4, gradient_accumulation_steps=2,
-                      hostfile=hostfile, include="node1:0,1", num_gpus=4)
+    config = neox_yml(
+        tmp_path,
+        train_batch_size=32,
+        train_micro_batch_size_per_gpu=4,
+        gradient_accumulation_steps=2,
+        hostfile=hostfile,
+        include="node1:0,1",
+        num_gpus=4,
+    )
     result = preflight([config])
     assert result.neox is not None and result.neox.count == 4
     assert result.launch.world_size == 2 and result.launch.hosts == {"node1": [0, 1]}
     assert not result.consistent
     code, out, err = run_cli(["check-batch", config], capsys)
-    assert_one_line_error(code, err, "NeoX counted 4 GPUs", "launcher starts 2", "deepy drops --num_gpus 4",
-                          "gradient_accumulation_steps 2 -> 4", "global_num_gpus", "--fix")
+    assert_one_line_error(
+        code,
+        err,
+        "NeoX counted 4 GPUs",
+        "launcher starts 2",
+        "deepy drops --num_gpus 4",
+        "gradient_accumulation_steps 2 -> 4",
+        "global_num_gpus",
+        "--fix",
+    )
     assert "dp = world / (pp * mp) = 2 / (1 * 1) = 2" in out
     assert "NeoX: train_batch_size = micro * grad_accum * dp = 4 * 2 * 4 = 32" in out
 
@@ -333,8 +417,13 @@ def test_neox_no_hostfile_counts_cuda_devices_not_num_gpus(
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
     config = neox_yml(tmp_path, train_batch_size=64, train_micro_batch_size_per_gpu=8, num_gpus=2)
     code, out, err = run_cli(["check-batch", config], capsys)
-    assert_one_line_error(code, err, "NeoX counted 8 GPUs with torch.cuda.device_count() because there is no hostfile",
-                          "while the launcher starts 2", "--num_gpus 2")
+    assert_one_line_error(
+        code,
+        err,
+        "NeoX counted 8 GPUs with torch.cuda.device_count() because there is no hostfile",
+        "while the launcher starts 2",
+        "--num_gpus 2",
+    )
     assert "world       2 processes" in out
     # tbs 64 = 8 * 1 * 8 holds for NeoX; the workers get tbs 64, mbs 8 and no gas (NeoX omits its default 1),
     # so DeepSpeed silently re-derives gas = 64 // 8 // 2 = 4 while NeoX's loop keeps 1
@@ -353,12 +442,15 @@ def test_neox_count_function_cases(tmp_path: Path) -> None:
     assert neox_gpu_count(LauncherSettings(), global_num_gpus=3).count == 3
 
 
-@pytest.mark.parametrize(("keys", "flags"), [
-    ({"num_gpus": 8}, []),  # both: num_gpus * hosts, slots ignored
-    ({"include": "node1:0,1@node2:3"}, []),  # both: the included slots
-    ({"num_nodes": 1}, []),
-    ({}, ["--exclude", "node2"]),  # command-line flag overrides / adds to the config
-])
+@pytest.mark.parametrize(
+    ("keys", "flags"),
+    [
+        ({"num_gpus": 8}, []),  # both: num_gpus * hosts, slots ignored
+        ({"include": "node1:0,1@node2:3"}, []),  # both: the included slots
+        ({"num_nodes": 1}, []),
+        ({}, ["--exclude", "node2"]),  # command-line flag overrides / adds to the config
+    ],
+)
 def test_neox_agrees_with_launcher(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
@@ -367,12 +459,13 @@ def test_neox_agrees_with_launcher(
 ) -> None:
     """When NeoX's count equals the launcher's world a consistent NeoX config exits 0."""
     hostfile = write(tmp_path / "hostfile", HOSTFILES["2x4"])
-    probe = preflight([neox_yml(tmp_path, "probe.yml", train_micro_batch_size_per_gpu=1, hostfile=hostfile, **keys)],
-                      LauncherSettings(exclude=flags[1]) if flags else None)
+    probe = preflight(
+        [neox_yml(tmp_path, "probe.yml", train_micro_batch_size_per_gpu=1, hostfile=hostfile, **keys)],
+        LauncherSettings(exclude=flags[1]) if flags else None,
+    )
     world = probe.launch.world_size
     assert probe.neox is not None and probe.neox.count == world
-    config = neox_yml(tmp_path, train_batch_size=2 * world, train_micro_batch_size_per_gpu=2, hostfile=hostfile,
-                      **keys)
+    config = neox_yml(tmp_path, train_batch_size=2 * world, train_micro_batch_size_per_gpu=2, hostfile=hostfile, **keys)
     code, out, err = run_cli(["check-batch", config, *flags], capsys)
     assert code == 0, err
     assert "result      consistent" in out
@@ -397,8 +490,9 @@ def test_global_num_gpus_in_config_replaces_neox_count(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("LOCAL_SIZE", "2")
-    config = neox_yml(tmp_path, train_batch_size=8, train_micro_batch_size_per_gpu=2, gradient_accumulation_steps=2,
-                      global_num_gpus=2)
+    config = neox_yml(
+        tmp_path, train_batch_size=8, train_micro_batch_size_per_gpu=2, gradient_accumulation_steps=2, global_num_gpus=2
+    )
     code, out, err = run_cli(["check-batch", config], capsys)
     assert code == 0, err
     assert "2 GPUs from global_num_gpus in the config" in out
@@ -425,7 +519,9 @@ def deepspeed_config_batch(params: dict[str, Any], dp: int) -> tuple[int, int, i
 
 BATCH_GRID = [
     {"train_batch_size": t, "train_micro_batch_size_per_gpu": m, "gradient_accumulation_steps": g}
-    for t in (None, 4, 16, 18, 32) for m in (None, 1, 2, 3) for g in (None, 1, 2, 4)
+    for t in (None, 4, 16, 18, 32)
+    for m in (None, 1, 2, 3)
+    for g in (None, 1, 2, 4)
 ]
 
 
@@ -435,7 +531,11 @@ def test_derivation_equals_deepspeed_config(dp: int) -> None:
     (with DeepSpeed's assertion text in ours): covers floors, gas rounding to 0 and the mismatch assert."""
     for raw in BATCH_GRID:
         params = {k: v for k, v in raw.items() if v is not None}
-        tbs, mbs, gas = raw["train_batch_size"], raw["train_micro_batch_size_per_gpu"], raw["gradient_accumulation_steps"]
+        tbs, mbs, gas = (
+            raw["train_batch_size"],
+            raw["train_micro_batch_size_per_gpu"],
+            raw["gradient_accumulation_steps"],
+        )
         if tbs is None and mbs is None:
             with pytest.raises(AssertionError, match="Either train_batch_size or train_micro_batch_size_per_gpu"):
                 deepspeed_config_batch(params, dp)
@@ -467,9 +567,19 @@ def test_removed_key_lists_match_deepspeed() -> None:
 # the CLI: table, JSON, exit codes
 
 
-JSON_KEYS = {"world_size", "pipe_parallel_size", "model_parallel_size", "data_parallel_size", "train_batch_size",
-             "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "consistent", "findings",
-             "deepspeed_version", "hosts"}
+JSON_KEYS = {
+    "world_size",
+    "pipe_parallel_size",
+    "model_parallel_size",
+    "data_parallel_size",
+    "train_batch_size",
+    "train_micro_batch_size_per_gpu",
+    "gradient_accumulation_steps",
+    "consistent",
+    "findings",
+    "deepspeed_version",
+    "hosts",
+}
 
 
 def test_consistent_table_shows_the_arithmetic(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -487,16 +597,24 @@ def test_consistent_table_shows_the_arithmetic(tmp_path: Path, capsys: pytest.Ca
 def test_json_keys_and_values(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """--json prints exactly one object with the stable keys; stdout holds nothing else."""
     hostfile = write(tmp_path / "hostfile", HOSTFILES["2x8"])
-    config = ds_json(tmp_path, train_batch_size=64, train_micro_batch_size_per_gpu=2,
-                     pipeline={"stages": 2}, tensor_parallel={"autotp_size": 2})
+    config = ds_json(
+        tmp_path,
+        train_batch_size=64,
+        train_micro_batch_size_per_gpu=2,
+        pipeline={"stages": 2},
+        tensor_parallel={"autotp_size": 2},
+    )
     code, out, err = run_cli(["check-batch", config, "-H", hostfile, "--json"], capsys)
     assert code == 0, err
     report = json.loads(out)
     assert JSON_KEYS <= set(report)
     assert report["world_size"] == 16
     assert (report["pipe_parallel_size"], report["model_parallel_size"], report["data_parallel_size"]) == (2, 2, 4)
-    assert (report["train_batch_size"], report["train_micro_batch_size_per_gpu"],
-            report["gradient_accumulation_steps"]) == (64, 2, 8)
+    assert (
+        report["train_batch_size"],
+        report["train_micro_batch_size_per_gpu"],
+        report["gradient_accumulation_steps"],
+    ) == (64, 2, 8)
     assert report["consistent"] is True and report["findings"] == []
     assert report["hosts"] == {"node1": list(range(8)), "node2": list(range(8))}
     assert report["deepspeed_version"] == import_deepspeed("deepspeed").__version__
@@ -516,8 +634,11 @@ def test_yaml_files_merge_with_dash_and_underscore_keys(tmp_path: Path, capsys: 
     """Several NeoX files are merged; train-batch-size and train_batch_size are the same key."""
     hostfile = write(tmp_path / "hostfile", HOSTFILES["2x4"])
     a = write(tmp_path / "a.yml", '{"pipe-parallel-size": 2, "model-parallel-size": 2,}\n')
-    b = write(tmp_path / "b.yml", f"train-batch-size: 16\ntrain_micro_batch_size_per_gpu: 4\n"
-                                  f"gradient_accumulation_steps: 2\nhostfile: {hostfile}\n")
+    b = write(
+        tmp_path / "b.yml",
+        f"train-batch-size: 16\ntrain_micro_batch_size_per_gpu: 4\n"
+        f"gradient_accumulation_steps: 2\nhostfile: {hostfile}\n",
+    )
     config = read_config([a, b])
     assert (config.pipe_parallel_size, config.model_parallel_size, config.train_batch_size) == (2, 2, 16)
     code, out, err = run_cli(["check-batch", a, b], capsys)
@@ -526,32 +647,91 @@ def test_yaml_files_merge_with_dash_and_underscore_keys(tmp_path: Path, capsys: 
 
 
 BAD_INPUT = [
-    ("string-train_batch_size-yaml", "neox.yml", 'train_batch_size: "16"\n', [],
-     ['"train_batch_size"', 'the string "16"', "without quotes"]),
-    ("string-micro-json", "ds.json", '{"train_batch_size": 16, "train_micro_batch_size_per_gpu": "2"}', [],
-     ['"train_micro_batch_size_per_gpu"', 'the string "2"']),
-    ("float-gas", "ds.json", '{"train_batch_size": 16, "gradient_accumulation_steps": 2.0}', [],
-     ['"gradient_accumulation_steps"', "expected an integer"]),
+    (
+        "string-train_batch_size-yaml",
+        "neox.yml",
+        'train_batch_size: "16"\n',
+        [],
+        ['"train_batch_size"', 'the string "16"', "without quotes"],
+    ),
+    (
+        "string-micro-json",
+        "ds.json",
+        '{"train_batch_size": 16, "train_micro_batch_size_per_gpu": "2"}',
+        [],
+        ['"train_micro_batch_size_per_gpu"', 'the string "2"'],
+    ),
+    (
+        "float-gas",
+        "ds.json",
+        '{"train_batch_size": 16, "gradient_accumulation_steps": 2.0}',
+        [],
+        ['"gradient_accumulation_steps"', "expected an integer"],
+    ),
     ("bool-tbs", "neox.yml", "train_batch_size: true\n", [], ['"train_batch_size"', "boolean"]),
-    ("zero-micro", "ds.json", '{"train_batch_size": 16, "train_micro_batch_size_per_gpu": 0}', [],
-     ["expected an integer >= 1"]),
-    ("dp-not-whole", "ds.json", '{"train_batch_size": 16, "pipe_parallel_size": 3}', ["--num_gpus", "8"],
-     ["dp = world / (pp * mp) = 8 / (3 * 1) = 2.67 is not a whole number"]),
-    ("dp-not-whole-neox", "neox.yml", "train_batch_size: 16\nmodel_parallel_size: 3\nglobal_num_gpus: 4\n",
-     ["--num_gpus", "4"], ["is not a whole number"]),
-    ("gas-rounds-to-0", "ds.json", '{"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2}',
-     ["--num_gpus", "4"], ["gradient_accumulation_steps rounds to 0", "4 // 2 // 4 = 0",
-                           "train_micro_batch_size_per_gpu 2 -> 1"]),
-    ("removed-amp", "ds.json", '{"train_batch_size": 16, "amp": {"enabled": false}}', [],
-     ['"amp"', "rejected by DeepSpeed", "remove it"]),
-    ("removed-sparse_gradients-false", "ds.json", '{"train_batch_size": 16, "sparse_gradients": false}', [],
-     ['"sparse_gradients"']),
-    ("removed-curriculum-neox", "neox.yml", "train_batch_size: 16\ncurriculum_learning: {enabled: false}\n", [],
-     ['"curriculum_learning"']),
-    ("removed-zero-subkey", "ds.json", '{"train_batch_size": 16, "zero_optimization": {"mics_shard_size": 2}}', [],
-     ['"zero_optimization.mics_shard_size"']),
-    ("neither-batch-key", "ds.json", '{"gradient_accumulation_steps": 2}', [],
-     ["neither train_batch_size nor train_micro_batch_size_per_gpu"]),
+    (
+        "zero-micro",
+        "ds.json",
+        '{"train_batch_size": 16, "train_micro_batch_size_per_gpu": 0}',
+        [],
+        ["expected an integer >= 1"],
+    ),
+    (
+        "dp-not-whole",
+        "ds.json",
+        '{"train_batch_size": 16, "pipe_parallel_size": 3}',
+        ["--num_gpus", "8"],
+        ["dp = world / (pp * mp) = 8 / (3 * 1) = 2.67 is not a whole number"],
+    ),
+    (
+        "dp-not-whole-neox",
+        "neox.yml",
+        "train_batch_size: 16\nmodel_parallel_size: 3\nglobal_num_gpus: 4\n",
+        ["--num_gpus", "4"],
+        ["is not a whole number"],
+    ),
+    (
+        "gas-rounds-to-0",
+        "ds.json",
+        '{"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2}',
+        ["--num_gpus", "4"],
+        ["gradient_accumulation_steps rounds to 0", "4 // 2 // 4 = 0", "train_micro_batch_size_per_gpu 2 -> 1"],
+    ),
+    (
+        "removed-amp",
+        "ds.json",
+        '{"train_batch_size": 16, "amp": {"enabled": false}}',
+        [],
+        ['"amp"', "rejected by DeepSpeed", "remove it"],
+    ),
+    (
+        "removed-sparse_gradients-false",
+        "ds.json",
+        '{"train_batch_size": 16, "sparse_gradients": false}',
+        [],
+        ['"sparse_gradients"'],
+    ),
+    (
+        "removed-curriculum-neox",
+        "neox.yml",
+        "train_batch_size: 16\ncurriculum_learning: {enabled: false}\n",
+        [],
+        ['"curriculum_learning"'],
+    ),
+    (
+        "removed-zero-subkey",
+        "ds.json",
+        '{"train_batch_size": 16, "zero_optimization": {"mics_shard_size": 2}}',
+        [],
+        ['"zero_optimization.mics_shard_size"'],
+    ),
+    (
+        "neither-batch-key",
+        "ds.json",
+        '{"gradient_accumulation_steps": 2}',
+        [],
+        ["neither train_batch_size nor train_micro_batch_size_per_gpu"],
+    ),
     ("invalid-yaml", "neox.yml", "train_batch_size: [16\n", [], ["is not valid YAML"]),
     ("invalid-json", "ds.json", '{"train_batch_size": 16,,}', [], ["is not valid JSON"]),
     ("duplicate-json-key", "ds.json", '{"train_batch_size": 16, "train_batch_size": 8}', [], ["twice"]),
@@ -560,8 +740,9 @@ BAD_INPUT = [
 ]
 
 
-@pytest.mark.parametrize(("name", "text", "flags", "needles"), [c[1:] for c in BAD_INPUT],
-                         ids=[c[0] for c in BAD_INPUT])
+@pytest.mark.parametrize(
+    ("name", "text", "flags", "needles"), [c[1:] for c in BAD_INPUT], ids=[c[0] for c in BAD_INPUT]
+)
 def test_bad_input_exits_2_one_line(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
@@ -597,8 +778,14 @@ def test_neox_default_valued_removed_key_is_not_sent(
 ) -> None:
     """NeoX drops DeepSpeed fields at NeoX's default: sparse_gradients: false never reaches DeepSpeed."""
     monkeypatch.setenv("LOCAL_SIZE", "2")
-    config = neox_yml(tmp_path, train_batch_size=4, train_micro_batch_size_per_gpu=2, sparse_gradients=False,
-                      amp=None, global_num_gpus=2)
+    config = neox_yml(
+        tmp_path,
+        train_batch_size=4,
+        train_micro_batch_size_per_gpu=2,
+        sparse_gradients=False,
+        amp=None,
+        global_num_gpus=2,
+    )
     code, _, err = run_cli(["check-batch", config], capsys)
     assert code == 0, err
 
@@ -607,18 +794,27 @@ def test_neox_default_valued_removed_key_is_not_sent(
 # --fix
 
 
-@pytest.mark.parametrize(("keys", "flags", "expected"), [
-    # gas adjusted, micro kept
-    ({"train_batch_size": 64, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1},
-     ["--num_gpus", "2"], (64, 4, 8)),
-    # per-rank batch 6 is not a multiple of micro 4: micro becomes 3 (largest divisor <= 4), gas 2
-    ({"train_batch_size": 12, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1},
-     ["--num_gpus", "2"], (12, 3, 2)),
-    # gas rounding to 0 -> micro 1, gas 1
-    ({"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2}, ["--num_gpus", "4"], (4, 1, 1)),
-    # tbs + gas whose derived micro floors
-    ({"train_batch_size": 32, "gradient_accumulation_steps": 3}, ["--num_gpus", "2"], (32, 4, 4)),
-])
+@pytest.mark.parametrize(
+    ("keys", "flags", "expected"),
+    [
+        # gas adjusted, micro kept
+        (
+            {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1},
+            ["--num_gpus", "2"],
+            (64, 4, 8),
+        ),
+        # per-rank batch 6 is not a multiple of micro 4: micro becomes 3 (largest divisor <= 4), gas 2
+        (
+            {"train_batch_size": 12, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1},
+            ["--num_gpus", "2"],
+            (12, 3, 2),
+        ),
+        # gas rounding to 0 -> micro 1, gas 1
+        ({"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2}, ["--num_gpus", "4"], (4, 1, 1)),
+        # tbs + gas whose derived micro floors
+        ({"train_batch_size": 32, "gradient_accumulation_steps": 3}, ["--num_gpus", "2"], (32, 4, 4)),
+    ],
+)
 def test_fix_keeps_train_batch_size_and_rechecks(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
@@ -636,8 +832,11 @@ def test_fix_keeps_train_batch_size_and_rechecks(
     assert f"wrote {out_path}" in out and "re-checked: consistent" in out
     assert open(config, encoding="utf-8").read() == before
     fixed = json.load(open(out_path, encoding="utf-8"))
-    assert (fixed["train_batch_size"], fixed["train_micro_batch_size_per_gpu"],
-            fixed["gradient_accumulation_steps"]) == expected
+    assert (
+        fixed["train_batch_size"],
+        fixed["train_micro_batch_size_per_gpu"],
+        fixed["gradient_accumulation_steps"],
+    ) == expected
     code, out, err = run_cli(["check-batch", out_path, *flags, "--json"], capsys)
     assert code == 0, err
     assert json.loads(out)["consistent"] is True
@@ -645,8 +844,15 @@ def test_fix_keeps_train_batch_size_and_rechecks(
 
 def test_fix_neox_sets_global_num_gpus_and_rechecks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     hostfile = write(tmp_path / "hostfile", HOSTFILES["2x8"])
-    config = neox_yml(tmp_path, train_batch_size=32, train_micro_batch_size_per_gpu=4, gradient_accumulation_steps=2,
-                      hostfile=hostfile, include="node1:0,1", num_gpus=4)
+    config = neox_yml(
+        tmp_path,
+        train_batch_size=32,
+        train_micro_batch_size_per_gpu=4,
+        gradient_accumulation_steps=2,
+        hostfile=hostfile,
+        include="node1:0,1",
+        num_gpus=4,
+    )
     out_path = str(tmp_path / "fixed.yml")
     code, _, err = run_cli(["check-batch", config, "--fix", out_path], capsys)
     assert code == 1, err
@@ -714,10 +920,12 @@ def test_guard(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_package_import_is_torch_free() -> None:
-    code = ("import sys, neox_epoch.batch, neox_epoch.batch.cli, neox_epoch.batch.check, neox_epoch.batch.fix, "
-            "neox_epoch.batch.world, neox_epoch.batch.preflight, neox_epoch.cli; "
-            "neox_epoch.cli.build_parser(['check-batch']); "
-            "print(sorted(m for m in ('torch', 'deepspeed') if m in sys.modules))")
+    code = (
+        "import sys, neox_epoch.batch, neox_epoch.batch.cli, neox_epoch.batch.check, neox_epoch.batch.fix, "
+        "neox_epoch.batch.world, neox_epoch.batch.preflight, neox_epoch.cli; "
+        "neox_epoch.cli.build_parser(['check-batch']); "
+        "print(sorted(m for m in ('torch', 'deepspeed') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout
     assert out.strip() == "[]"
 
@@ -737,7 +945,9 @@ def deepspeed_command() -> list[str]:
     return [script] if os.path.exists(script) else [sys.executable, "-m", "deepspeed.launcher.runner"]
 
 
-def launch(flags: Sequence[str], probe_args: Sequence[str], out_dir: Any, env: dict[str, str]) -> tuple[int, list[dict[str, Any]]]:
+def launch(
+    flags: Sequence[str], probe_args: Sequence[str], out_dir: Any, env: dict[str, str]
+) -> tuple[int, list[dict[str, Any]]]:
     """Run ``deepspeed <flags> tests/ds_rank_probe.py`` on CPU; return its exit code and the per-rank records."""
     os.makedirs(out_dir, exist_ok=True)
     full_env = {k: v for k, v in os.environ.items() if k not in LAUNCH_ENV}
@@ -746,23 +956,32 @@ def launch(flags: Sequence[str], probe_args: Sequence[str], out_dir: Any, env: d
     full_env["PYTHONPATH"] = os.pathsep.join([ROOT, full_env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     cmd = [*deepspeed_command(), "--master_port", str(free_port()), *flags, PROBE, "--out", str(out_dir), *probe_args]
     proc = subprocess.run(cmd, env=full_env, capture_output=True, text=True, timeout=120, cwd=ROOT)
-    records = [json.load(open(os.path.join(out_dir, f), encoding="utf-8")) for f in sorted(os.listdir(out_dir))
-               if f.endswith(".json")]
+    records = [
+        json.load(open(os.path.join(out_dir, f), encoding="utf-8"))
+        for f in sorted(os.listdir(out_dir))
+        if f.endswith(".json")
+    ]
     return proc.returncode, records
 
 
 LAUNCHES = [
     # (id, hostfile, flags check-batch sees, extra launcher-only flags, env)
     ("num_gpus-2", None, ["--num_gpus", "2"], [], {}),
-    ("hostfile-localhost-3-exclude-1", "local3", ["--exclude", "localhost:1"],
-     ["--no_ssh_check", "--master_addr", "127.0.0.1"], {}),
+    (
+        "hostfile-localhost-3-exclude-1",
+        "local3",
+        ["--exclude", "localhost:1"],
+        ["--no_ssh_check", "--master_addr", "127.0.0.1"],
+        {},
+    ),
     ("local_size-3-no-flags", None, [], [], {"LOCAL_SIZE": "3"}),
 ]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("hostfile", "flags", "launcher_only", "env"), [c[1:] for c in LAUNCHES],
-                         ids=[c[0] for c in LAUNCHES])
+@pytest.mark.parametrize(
+    ("hostfile", "flags", "launcher_only", "env"), [c[1:] for c in LAUNCHES], ids=[c[0] for c in LAUNCHES]
+)
 def test_real_launch_starts_the_predicted_world(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
@@ -808,12 +1027,17 @@ def test_mismatch_exits_2_with_fix_and_the_fixed_config_launches(
     flags = ["--num_gpus", "2"]
     started = time.time()
     code, _, err = run_cli(["check-batch", config, *flags], capsys)
-    assert_one_line_error(code, err, "12 != micro * grad_accum * dp = 2 * 2 * 2 = 8", "gradient_accumulation_steps 2 -> 3")
+    assert_one_line_error(
+        code, err, "12 != micro * grad_accum * dp = 2 * 2 * 2 = 8", "gradient_accumulation_steps 2 -> 3"
+    )
     assert time.time() - started < 30
     rc, records = launch(flags, ["--ds_config", config], tmp_path / "bad", {})
     assert rc != 0 and len(records) == 2
-    assert all("train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step * world_size 12 != 2 * 2 * 2"
-               in r["initialize"] for r in records)
+    assert all(
+        "train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step * world_size 12 != 2 * 2 * 2"
+        in r["initialize"]
+        for r in records
+    )
     fixed = str(tmp_path / "fixed.json")
     code, _, err = run_cli(["check-batch", config, *flags, "--fix", fixed], capsys)
     assert code == 1, err

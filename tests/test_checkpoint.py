@@ -31,21 +31,32 @@ def test_real_deepspeed_checkpoint_reads_without_torch(tmp_path):  # type: ignor
     (train_batch_size 8 = micro 2 x grad-accum 4 x dp 1) as saved; the model's weights are not read; the
     reader itself imports no torch (checked in a fresh interpreter)."""
     save = tmp_path / "save"
-    r = subprocess.run([sys.executable, os.path.join(HERE, "ds_save_probe.py"), str(save)], capture_output=True,
-                       text=True, timeout=300, env=dict(os.environ, DS_ACCELERATOR="cpu",
-                                                   # the project's own JIT folder: a lock left in the user's folder by
-                                                   # a killed build elsewhere would make the probe wait forever
-                                                   TORCH_EXTENSIONS_DIR=os.path.join(
-                                                       frameworks.CACHE, "torch-extensions",
-                                                       f"probe-py{sys.version_info[0]}{sys.version_info[1]}")))
+    r = subprocess.run(
+        [sys.executable, os.path.join(HERE, "ds_save_probe.py"), str(save)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(
+            os.environ,
+            DS_ACCELERATOR="cpu",
+            # the project's own JIT folder: a lock left in the user's folder by
+            # a killed build elsewhere would make the probe wait forever
+            TORCH_EXTENSIONS_DIR=os.path.join(
+                frameworks.CACHE, "torch-extensions", f"probe-py{sys.version_info[0]}{sys.version_info[1]}"
+            ),
+        ),
+    )
     assert r.returncode == 0, r.stderr[-3000:]
-    code = ("import sys, json; from neox_epoch.formats.checkpoint import read_checkpoint; c = read_checkpoint(sys.argv[1]); "
-            "print(json.dumps([c.framework, os.path.basename(c.directory), c.iteration, c.values['args'], "
-            "c.values['dp_world_size'], c.values['ds_config']['train_batch_size'], "
-            "c.values['ds_config']['gradient_accumulation_steps'], c.values['ds_version'], "
-            "'torch' in sys.modules]))")
-    out = subprocess.run([sys.executable, "-c", "import os; " + code, str(save)], capture_output=True, text=True,
-                         timeout=60, check=True).stdout
+    code = (
+        "import sys, json; from neox_epoch.formats.checkpoint import read_checkpoint; c = read_checkpoint(sys.argv[1]); "
+        "print(json.dumps([c.framework, os.path.basename(c.directory), c.iteration, c.values['args'], "
+        "c.values['dp_world_size'], c.values['ds_config']['train_batch_size'], "
+        "c.values['ds_config']['gradient_accumulation_steps'], c.values['ds_version'], "
+        "'torch' in sys.modules]))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", "import os; " + code, str(save)], capture_output=True, text=True, timeout=60, check=True
+    ).stdout
     assert out.strip() == '["neox", "global_step7", 7, {"num_layers": 2}, 1, 8, 4, "0.19.8", false]'
     saved = read_pt(str(save / "global_step7" / "mp_rank_00_model_states.pt"))
     weights = saved["module"]
@@ -74,11 +85,17 @@ def test_a_global_outside_the_allowlist_is_never_called(tmp_path):  # type: igno
     assert got["iteration"] == 3 and isinstance(got["x"], NotRead) and not marker.exists()
 
 
-@pytest.mark.parametrize("make,message", [
-    (lambda p: None, "not a directory"),
-    (lambda p: p.mkdir(), "not a checkpoint directory: expected DeepSpeed's 'latest' file"),
-    (lambda p: (p.mkdir(), (p / "latest").write_text("global_step5")), "names checkpoint global_step5, which is missing"),
-])
+@pytest.mark.parametrize(
+    "make,message",
+    [
+        (lambda p: None, "not a directory"),
+        (lambda p: p.mkdir(), "not a checkpoint directory: expected DeepSpeed's 'latest' file"),
+        (
+            lambda p: (p.mkdir(), (p / "latest").write_text("global_step5")),
+            "names checkpoint global_step5, which is missing",
+        ),
+    ],
+)
 def test_bad_checkpoint_directories(tmp_path, make, message):  # type: ignore[no-untyped-def]
     path = tmp_path / "ckpt"
     make(path)
@@ -120,8 +137,10 @@ def test_resume_check_wants_a_megatron_command_line_for_a_megatron_checkpoint(tm
     (tmp_path / "latest_checkpointed_iteration.txt").write_text("10")
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as z:
-        z.writestr("common/data.pkl", pickle.dumps({"iteration": 10, "args": argparse.Namespace(global_batch_size=8)},
-                                                    protocol=2))
+        z.writestr(
+            "common/data.pkl",
+            pickle.dumps({"iteration": 10, "args": argparse.Namespace(global_batch_size=8)}, protocol=2),
+        )
     (tag / "common.pt").write_bytes(buf.getvalue())
     ckpt = read_checkpoint(str(tmp_path))
     assert (ckpt.framework, ckpt.iteration, ckpt.values["global_batch_size"]) == ("megatron", 10, 8)
@@ -144,18 +163,40 @@ def test_resume_check_finds_a_changed_sequence_length(tmp_path):  # type: ignore
     tag = tmp_path / "ckpt" / "global_step10"
     tag.mkdir(parents=True)
     (tmp_path / "ckpt" / "latest").write_text("global_step10")
-    saved = {"iteration": 10, "dp_world_size": 1, "ds_config": {"train_batch_size": 4,
-                                                                 "train_micro_batch_size_per_gpu": 4,
-                                                                 "gradient_accumulation_steps": 1}}
+    saved = {
+        "iteration": 10,
+        "dp_world_size": 1,
+        "ds_config": {"train_batch_size": 4, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1},
+    }
     (tag / "mp_rank_00_model_states.pt").write_bytes(_zip_pickle(pickle.dumps(saved, protocol=2)))
-    write_state(str(tag), ResumeState(iteration=10, consumed_samples=40, train_batch_size=4, loader_batch=4,
-                                      samples_total=80, train_iters=20, builds={"train": TrainBuild(80, 1, 90)},
-                                      seq_length=128))
+    write_state(
+        str(tag),
+        ResumeState(
+            iteration=10,
+            consumed_samples=40,
+            train_batch_size=4,
+            loader_batch=4,
+            samples_total=80,
+            train_iters=20,
+            builds={"train": TrainBuild(80, 1, 90)},
+            seq_length=128,
+        ),
+    )
     prefix = str(tmp_path / "web")
     write_random_corpus(prefix, 1, 300, 20, 200)
     new = tmp_path / "new.yml"
-    new.write_text(yaml.safe_dump({"data_path": prefix, "split": "100,0,0", "seq_length": 256, "train_iters": 20,
-                                   "train_micro_batch_size_per_gpu": 4, "global_num_gpus": 1}))
+    new.write_text(
+        yaml.safe_dump(
+            {
+                "data_path": prefix,
+                "split": "100,0,0",
+                "seq_length": 256,
+                "train_iters": 20,
+                "train_micro_batch_size_per_gpu": 4,
+                "global_num_gpus": 1,
+            }
+        )
+    )
     r = _cli(["resume-check", str(tmp_path / "ckpt"), str(new), "--json"])
     assert r.returncode == 1, r.stderr
     out = json.loads(r.stdout)
@@ -166,17 +207,22 @@ def test_resume_check_finds_a_changed_sequence_length(tmp_path):  # type: ignore
     state = json.loads((tag / "neox_epoch_state.json").read_text())
     log = tmp_path / "logs"
     log.mkdir()
-    records = [{"event": "checkpoint", "iteration": it, "tag": f"global_step{it}", "state": {**state, "iteration": it}}
-               for it in (5, 10)]
+    records = [
+        {"event": "checkpoint", "iteration": it, "tag": f"global_step{it}", "state": {**state, "iteration": it}}
+        for it in (5, 10)
+    ]
     (log / "neox_epoch.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [{"event": "plan"}, *records]))
     from_log = _cli(["resume-check", str(log), str(new), "--json"])  # the last record: iteration 10
     assert from_log.returncode == 1, from_log.stderr
     got = json.loads(from_log.stdout)
-    assert got["checkpoint"].endswith("neox_epoch.jsonl (global_step10)") and "in the run's JSONL" in got["consumed_how"]
+    assert (
+        got["checkpoint"].endswith("neox_epoch.jsonl (global_step10)") and "in the run's JSONL" in got["consumed_how"]
+    )
     same = ("checkpoint", "consumed_how")
     assert {k: v for k, v in got.items() if k not in same} == {k: v for k, v in out.items() if k not in same}
-    earlier = json.loads(_cli(["resume-check", str(log / "neox_epoch.jsonl"), str(new), "--iteration", "5",
-                               "--json"]).stdout)
+    earlier = json.loads(
+        _cli(["resume-check", str(log / "neox_epoch.jsonl"), str(new), "--iteration", "5", "--json"]).stdout
+    )
     assert (earlier["iteration"], earlier["consumed_samples"]) == (5, 40)
     absent = _cli(["resume-check", str(log), str(new), "--iteration", "7"])
     assert absent.returncode == 2 and "no checkpoint record for iteration 7; recorded: [5, 10]" in absent.stderr
@@ -190,20 +236,34 @@ def test_resume_check_of_a_megatron_core_run_with_the_counters(tmp_path):  # typ
     tag = tmp_path / "ckpt" / "iter_100"
     tag.mkdir(parents=True)
     (tmp_path / "ckpt" / "latest").write_text("iter_100")
-    state = {"format": 1, "iteration": 100, "consumed_samples": 1600, "samples": {"web": 771, "code": 829},
-             "global_batch_size_planned": 16, "dataset_size": 12160, "global_batch_size": 16}
+    state = {
+        "format": 1,
+        "iteration": 100,
+        "consumed_samples": 1600,
+        "samples": {"web": 771, "code": 829},
+        "global_batch_size_planned": 16,
+        "dataset_size": 12160,
+        "global_batch_size": 16,
+    }
     saved = {"iteration": 100, "consumed_samples": 1600, "neox_epoch_counters": state}
     (tag / "mp_rank_00_model_states.pt").write_bytes(_zip_pickle(pickle.dumps(saved, protocol=2)))
     ds = tmp_path / "ds_28.json"
-    ds.write_text(json.dumps({"train_batch_size": 28, "train_micro_batch_size_per_gpu": 2,
-                              "gradient_accumulation_steps": 7}))
+    ds.write_text(
+        json.dumps({"train_batch_size": 28, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 7})
+    )
     r = _cli(["resume-check", str(tmp_path / "ckpt"), str(ds), "--world-size", "2", "--json"])
     assert r.returncode == 1, r.stderr
     out = json.loads(r.stdout)
     assert (out["resumed_by"], out["start_sample"], out["new_train_batch_size"], out["sources"]) == (
-        "megatron-core", 1600, 28, [])
-    assert out["findings"] == ["remainder: the last 4 of the train dataset's 12160 samples are never drawn "
-                               "((12160 - 1600) % 28); a global batch dividing 10560 draws them all"]
+        "megatron-core",
+        1600,
+        28,
+        [],
+    )
+    assert out["findings"] == [
+        "remainder: the last 4 of the train dataset's 12160 samples are never drawn "
+        "((12160 - 1600) % 28); a global batch dividing 10560 draws them all"
+    ]
     assert out["notes"][0] == "the run ends at iteration 477 = 100 + (12160 - 1600) // 28"
     three = _cli(["resume-check", str(tmp_path / "ckpt"), str(ds), "--world-size", "3"])
     assert three.returncode == 2 and "DeepSpeed would refuse it" in three.stderr and three.stderr.count("\n") == 1
@@ -241,8 +301,12 @@ def _stock_checkpoint(tmp_path, config: dict | None):  # type: ignore[no-untyped
     tag = tmp_path / "ckpt" / "global_step105"
     tag.mkdir(parents=True)
     (tmp_path / "ckpt" / "latest").write_text("global_step105")
-    saved = {"iteration": 105, "dp_world_size": 1, "mp_world_size": 1,
-             "ds_config": {"train_batch_size": 4, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1}}
+    saved = {
+        "iteration": 105,
+        "dp_world_size": 1,
+        "mp_world_size": 1,
+        "ds_config": {"train_batch_size": 4, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1},
+    }
     (tag / "mp_rank_00_model_states.pt").write_bytes(_zip_pickle(pickle.dumps(saved, protocol=2)))
     if config is not None:
         (tag / "configs").mkdir()
@@ -258,9 +322,16 @@ def _blend_config(tmp_path, weights: list[float]) -> dict:  # type: ignore[no-un
         paths.append(str(tmp_path / name))
         if not os.path.exists(paths[-1] + ".idx"):
             write_random_corpus(paths[-1], seed, 200 * seed, 20, 180)
-    return {"train_data_paths": paths, "valid_data_paths": paths[:1], "test_data_paths": paths[:1],
-            "train_data_weights": weights, "seq_length": 128, "train_iters": 240,
-            "train_micro_batch_size_per_gpu": 4, "global_num_gpus": 1}
+    return {
+        "train_data_paths": paths,
+        "valid_data_paths": paths[:1],
+        "test_data_paths": paths[:1],
+        "train_data_weights": weights,
+        "seq_length": 128,
+        "train_iters": 240,
+        "train_micro_batch_size_per_gpu": 4,
+        "global_num_gpus": 1,
+    }
 
 
 def test_resume_check_reads_a_stock_neox_run_from_the_configs_it_saved(tmp_path):  # type: ignore[no-untyped-def]

@@ -23,8 +23,15 @@ VERSION = megatron_core_version() or ""
 
 def _plan(prefixes, targets, split, seq, gbs, weights=True):  # type: ignore[no-untyped-def]
     specs = tuple(SourceSpec(p, 1.0 if weights else None) for p in prefixes)
-    inp = PlanInput(framework="megatron-core", framework_version=VERSION, seq_length=seq, global_batch_size=gbs,
-                    train_sources=specs, split=split, eval_iters=0)
+    inp = PlanInput(
+        framework="megatron-core",
+        framework_version=VERSION,
+        seq_length=seq,
+        global_batch_size=gbs,
+        train_sources=specs,
+        split=split,
+        eval_iters=0,
+    )
     names = [s.label for s in specs]
     return exact_plan(inp, dict(zip(names, targets)))
 
@@ -45,8 +52,15 @@ def test_exact_plan_every_token_target_times(corpus, tmp_path, case):
     plan = _plan(prefixes, targets, "100,0,0", seq, gbs, weights=len(prefixes) > 1)
     weights = plan.settings.get("weights")
     n = plan.train_iters * gbs
-    train, _, _ = build(prefixes, weights, "100,0,0", [n, 0, 0], seq, str(tmp_path / "cache"),
-                        surplus=plan.settings.get("mid_level_dataset_surplus"))
+    train, _, _ = build(
+        prefixes,
+        weights,
+        "100,0,0",
+        [n, 0, 0],
+        seq,
+        str(tmp_path / "cache"),
+        surplus=plan.settings.get("mid_level_dataset_surplus"),
+    )
     train_plans = [s for s in plan.sources if s.split == "train"]
     if len(prefixes) == 1:
         per_source = {0: (train, list(range(n)))}

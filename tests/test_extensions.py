@@ -29,4 +29,5 @@ def test_extension_built_from_current_source(name):
     if os.path.exists(src) and so.startswith(HERE):
         # why: a failed rebuild keeps the previous .so; it must not be older than the source it claims to be
         assert os.path.getmtime(so) >= os.path.getmtime(src), (
-            f"{so} is older than {src}: the last build failed; rebuild with `python setup.py build_ext --inplace`")
+            f"{so} is older than {src}: the last build failed; rebuild with `python setup.py build_ext --inplace`"
+        )

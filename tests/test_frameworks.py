@@ -87,12 +87,15 @@ def test_megatron_lm_training_side_imports_and_validates(tmp_path):
     env = {**frameworks.megatron_lm_env(), "WORLD_SIZE": "4", "RANK": "0"}
     tree = frameworks.megatron_lm_dir()
     assert env["PYTHONPATH"].split(os.pathsep)[0] == tree and env["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"
-    r = subprocess.run([sys.executable, "-c", MEGATRON_LM_PROBE], cwd=tmp_path, env=env, capture_output=True,
-                       text=True, timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-c", MEGATRON_LM_PROBE], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     line = next(x for x in r.stdout.splitlines() if x.startswith("PROBE "))
-    out = json.loads(line[len("PROBE "):])
-    assert out["core"].startswith(tree + os.sep) and out["training"].startswith(tree + os.sep)  # the tree, not the wheel
+    out = json.loads(line[len("PROBE ") :])
+    assert out["core"].startswith(tree + os.sep) and out["training"].startswith(
+        tree + os.sep
+    )  # the tree, not the wheel
     assert out["data_parallel_size"] == 2 and out["train_iters"] == 10
 
 
@@ -112,8 +115,10 @@ def _vendor(tmp_path, files: dict[str, bytes], sha: str | None = None) -> str:
             tar.addfile(info, io.BytesIO(data))
     (vendor / "thing.tar.gz").write_bytes(buf.getvalue())
     digest = sha or hashlib.sha256(buf.getvalue()).hexdigest()
-    (vendor / "README.md").write_text(f"# copies\n\n`other.tar.gz`: sha256 {'0' * 64}.\n\n"
-                                      f"`thing.tar.gz`: a thing, top folder `thing/`. sha256\n{digest}.\n")
+    (vendor / "README.md").write_text(
+        f"# copies\n\n`other.tar.gz`: sha256 {'0' * 64}.\n\n"
+        f"`thing.tar.gz`: a thing, top folder `thing/`. sha256\n{digest}.\n"
+    )
     return str(vendor)
 
 
@@ -151,10 +156,16 @@ def test_extract_refuses_a_wrong_checksum_and_a_missing_tarball(tmp_path):
 def test_extract_in_parallel_processes(tmp_path):
     vendor = _vendor(tmp_path, {f"f{i}.bin": os.urandom(200_000) for i in range(20)})
     dest = str(tmp_path / "cache" / "thing")
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); import frameworks; "
-            "print(frameworks.extract_vendored('thing.tar.gz', sys.argv[2], sys.argv[3]))")
-    procs = [subprocess.Popen([sys.executable, "-c", code, HERE, dest, vendor], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import frameworks; "
+        "print(frameworks.extract_vendored('thing.tar.gz', sys.argv[2], sys.argv[3]))"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, HERE, dest, vendor], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(4)
+    ]
     for p in procs:
         out, err = p.communicate(timeout=300)
         assert p.returncode == 0 and out.strip() == dest, err[-2000:]
@@ -167,7 +178,8 @@ def test_vendor_dir_override(monkeypatch, tmp_path):
     assert frameworks.vendor_dir() == str(tmp_path)
     monkeypatch.delenv("NEOX_EPOCH_VENDOR")
     assert os.path.normpath(frameworks.vendor_dir()) == os.path.normpath(
-        os.path.join(frameworks.REPO, "..", "shared", "vendor"))
+        os.path.join(frameworks.REPO, "..", "shared", "vendor")
+    )
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -204,9 +216,29 @@ def _inner_pytest(tmp_path, ci: str | None, stack: str = "neox") -> subprocess.C
         env["CI"] = ci
     env["PYTHONPATH"] = os.pathsep.join([HERE, env.get("PYTHONPATH", "")])
     env["NEOX_EPOCH_STACK"] = stack
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "conftest", "-p", "no:cacheprovider", "-q", "-rA",
-                           "--rootdir", str(tmp_path), "-c", str(tmp_path / "pytest.ini"), str(tmp_path)],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "conftest",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "-rA",
+            "--rootdir",
+            str(tmp_path),
+            "-c",
+            str(tmp_path / "pytest.ini"),
+            str(tmp_path),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_framework_skip_is_a_failure_under_ci(tmp_path):

@@ -35,8 +35,11 @@ def plain(w: list[float], n: int) -> list[int]:
 def forms(raw: list[float]) -> list[list[float]]:
     """The weights as each framework hands them to its greedy, distinct ones only."""
     out: list[list[float]] = []
-    for w in (blend.normalize(neox.normalized_weights_and_num_samples(raw, None)[0]),  # NeoX
-              blend.normalize(raw), blend.normalize(blend.normalize(raw))):  # megatron-core
+    for w in (
+        blend.normalize(neox.normalized_weights_and_num_samples(raw, None)[0]),  # NeoX
+        blend.normalize(raw),
+        blend.normalize(blend.normalize(raw)),
+    ):  # megatron-core
         if w not in out:
             out.append(w)
     return out
@@ -47,8 +50,12 @@ def _weight_lists(node: Any) -> list[list[float]]:
     found: list[list[float]] = []
     if isinstance(node, dict):
         for k, v in node.items():
-            if "weight" in str(k) and isinstance(v, list) and len(v) > 1 and \
-                    all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v):
+            if (
+                "weight" in str(k)
+                and isinstance(v, list)
+                and len(v) > 1
+                and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v)
+            ):
                 found.append([float(x) for x in v])
             found += _weight_lists(v)
     elif isinstance(node, list):

@@ -78,9 +78,19 @@ def test_python_oracle_agrees(eager):
         assert plain(w, 0, [0] * n, stop) == blend._advance_py(w, 0, [0] * n, stop, [])[0]
 
 
-@pytest.mark.parametrize("n, seed, stop", [(2, 0, 40_000_000), (3, 1, 25_000_000), (5, 2, 12_000_000),
-                                           (8, 3, 8_000_000), (14, 4, 5_000_000), (2, 5, 3_000_000),
-                                           (4, 6, 20_000_000), (16, 7, 3_000_000)])
+@pytest.mark.parametrize(
+    "n, seed, stop",
+    [
+        (2, 0, 40_000_000),
+        (3, 1, 25_000_000),
+        (5, 2, 12_000_000),
+        (8, 3, 8_000_000),
+        (14, 4, 5_000_000),
+        (2, 5, 3_000_000),
+        (4, 6, 20_000_000),
+        (16, 7, 3_000_000),
+    ],
+)
 def test_long_runs_shipped_constants(n, seed, stop):
     """Long runs with the shipped constants (weights down to 1e-6): the jump's counts equal the replay's."""
     rng = random.Random(seed)

@@ -63,8 +63,10 @@ def test_python_oracle_agrees():
         assert plain(w, 0, [0] * n, stop)[0] == blend._advance_py(w, 0, [0] * n, stop, [])[0]
 
 
-@pytest.mark.parametrize("n, seed, stop", [(17, 0, 3_000_000), (24, 1, 2_000_000), (64, 2, 2_000_000),
-                                           (64, 3, 1_000_003), (40, 4, 1_500_000)])
+@pytest.mark.parametrize(
+    "n, seed, stop",
+    [(17, 0, 3_000_000), (24, 1, 2_000_000), (64, 2, 2_000_000), (64, 3, 1_000_003), (40, 4, 1_500_000)],
+)
 def test_long_runs(n, seed, stop):
     """Longer runs at 17-64 sources: AVX2 (and the jump where it applies) equal the plain replay."""
     w = weights(random.Random(seed), n)

@@ -25,8 +25,19 @@ def test_header_fields_and_token_sums(fixed_corpus):
     idx.validate_arrays(h)
 
 
-@pytest.mark.parametrize("dtype,code", [("uint8", 1), ("int8", 2), ("int16", 3), ("int32", 4), ("int64", 5),
-                                        ("float64", 6), ("float32", 7), ("uint16", 8)])
+@pytest.mark.parametrize(
+    "dtype,code",
+    [
+        ("uint8", 1),
+        ("int8", 2),
+        ("int16", 3),
+        ("int32", 4),
+        ("int64", 5),
+        ("float64", 6),
+        ("float32", 7),
+        ("uint16", 8),
+    ],
+)
 def test_every_dtype_code(tmp_path, dtype, code):
     """All eight dtype codes of megatron-core's table are read, and the .bin size check uses the item size."""
     p = str(tmp_path / "d")

@@ -33,9 +33,18 @@ GBS = 8
 def gpt_config(prefixes: list[str], weights: list[float] | None, cache: str) -> Any:
     from megatron.core.datasets.gpt_dataset import GPTDatasetConfig
 
-    return GPTDatasetConfig(random_seed=1234, sequence_length=32, blend=(prefixes, weights), split="100,0,0",
-                            path_to_cache=cache, tokenizer=null_tokenizer(), reset_position_ids=False,
-                            reset_attention_mask=False, eod_mask_loss=False, create_attention_mask=False)
+    return GPTDatasetConfig(
+        random_seed=1234,
+        sequence_length=32,
+        blend=(prefixes, weights),
+        split="100,0,0",
+        path_to_cache=cache,
+        tokenizer=null_tokenizer(),
+        reset_position_ids=False,
+        reset_attention_mask=False,
+        eod_mask_loss=False,
+        create_attention_mask=False,
+    )
 
 
 def build_train(setup: Any) -> Any:
@@ -99,18 +108,22 @@ def test_counts_equal_the_built_dataset_index_at_every_position(blend: dict[str,
     assert c.counts_at(1688) == [713, 840, 135]
     # s1 starts pass 2 with its draw number 420 (0-based), at blend position 845 of the real index
     assert c.pass_starts() == [("s1", 2, 845)] and int(np.flatnonzero(index == 1)[420]) == 845
-    assert c.passes_at(1688) == {"s0": {"samples": 713, "passes": 1.0, "pass": 1},
-                                 "s1": {"samples": 840, "passes": 2.0, "pass": 2},
-                                 "s2": {"samples": 135, "passes": 0.477032, "pass": 1}}
+    assert c.passes_at(1688) == {
+        "s0": {"samples": 713, "passes": 1.0, "pass": 1},
+        "s1": {"samples": 840, "passes": 2.0, "pass": 2},
+        "s2": {"samples": 135, "passes": 0.477032, "pass": 1},
+    }
 
 
 def test_step_with_a_changing_global_batch_records_exact_counts(blend: dict[str, Any], tmp_path: Path) -> None:
     """Records keyed on consumed samples stay exact when the global batch changes between iterations."""
     tb, wb = TensorBoardLike(), WandbLike()
-    c = live_counters(blend["train"], blend["setup"], log_dir=str(tmp_path / "tb"), writer=tb, log_interval=10,
-                      active=True)
-    c2 = live_counters(blend["train"], blend["setup"], log_dir=str(tmp_path / "wb"), writer=wb, log_interval=10,
-                       active=True)
+    c = live_counters(
+        blend["train"], blend["setup"], log_dir=str(tmp_path / "tb"), writer=tb, log_interval=10, active=True
+    )
+    c2 = live_counters(
+        blend["train"], blend["setup"], log_dir=str(tmp_path / "wb"), writer=wb, log_interval=10, active=True
+    )
     consumed, seen = 0, []
     for it, gbs in enumerate(schedule(), start=1):
         consumed += gbs
@@ -132,19 +145,25 @@ def test_step_with_a_changing_global_batch_records_exact_counts(blend: dict[str,
     # s1's first sample of pass 2; iteration x batch (78 * 8 = 624) would have put it elsewhere
     starts = [r for r in recs if r["event"] == "pass_start"]
     assert [(r["iteration"], r["source"], r["pass"], r["sample"], r["consumed_samples"]) for r in starts] == [
-        (78, "s1", 2, 845, 848)]
+        (78, "s1", 2, 845, 848)
+    ]
     assert report["complete"] is True and report["consumed_samples"] == 1688 and report["iteration"] == 130
     assert {k: v["samples"] for k, v in report["sources"].items()} == {"s0": 713, "s1": 840, "s2": 135}
     assert report["sources"]["s1"]["planned_passes"] == 2.0 and recs[-1] == {**report, "time": recs[-1]["time"]}
     assert ("neox_epoch/pass_start/s1", 2.0, 78) in tb.calls
     assert ("neox_epoch/passes/s1", round(truth(blend["index"], 400)[1] / 420, 6), 50) in tb.calls
-    assert {t for t, _, _ in tb.calls} == {f"neox_epoch/{k}/s{i}" for k in ("passes", "samples", "pass")
-                                          for i in range(3)} | {"neox_epoch/pass_start/s1"}
+    assert {t for t, _, _ in tb.calls} == {
+        f"neox_epoch/{k}/s{i}" for k in ("passes", "samples", "pass") for i in range(3)
+    } | {"neox_epoch/pass_start/s1"}
     assert ({"neox_epoch/pass_start/s1": 2.0}, 78) in wb.calls
     at_130 = [d for d, step in wb.calls if step == 130 and "neox_epoch/samples/s0" in d]
-    assert at_130 == [{**{f"neox_epoch/passes/s{i}": p for i, p in enumerate([1.0, 2.0, 0.477032])},
-                       **{f"neox_epoch/samples/s{i}": float(n) for i, n in enumerate([713, 840, 135])},
-                       **{f"neox_epoch/pass/s{i}": float(p) for i, p in enumerate([1, 2, 1])}}]
+    assert at_130 == [
+        {
+            **{f"neox_epoch/passes/s{i}": p for i, p in enumerate([1.0, 2.0, 0.477032])},
+            **{f"neox_epoch/samples/s{i}": float(n) for i, n in enumerate([713, 840, 135])},
+            **{f"neox_epoch/pass/s{i}": float(p) for i, p in enumerate([1, 2, 1])},
+        }
+    ]
 
 
 def test_resume_with_another_global_batch_continues_exactly(blend: dict[str, Any], tmp_path: Path) -> None:
@@ -165,8 +184,9 @@ def test_resume_with_another_global_batch_continues_exactly(blend: dict[str, Any
     assert logged.values["neox_epoch_counters"] == state
     with pytest.raises(ConfigError, match=r"no checkpoint record for iteration 49; recorded: \[50\]"):
         checkpoint_from_log(log, checkpoint_records(log), 49)
-    second = live_counters(build_train(blend["setup"]), blend["setup"], log_dir=str(tmp_path), log_interval=10,
-                           active=True)
+    second = live_counters(
+        build_train(blend["setup"]), blend["setup"], log_dir=str(tmp_path), log_interval=10, active=True
+    )
     second.load_state_dict(state)
     for it in range(51, 131):  # (1688 - 400) // 16 = 80 iterations of 16; the last 8 samples are no full batch
         second.step(it, 400 + (it - 50) * 16)
@@ -181,7 +201,9 @@ def test_resume_with_another_global_batch_continues_exactly(blend: dict[str, Any
         assert [r["sources"][f"s{k}"]["samples"] for k in range(3)] == truth(blend["index"], r["consumed_samples"])
     assert [(r["iteration"], r["sample"]) for r in recs if r["event"] == "pass_start"] == [(78, 845)]
     assert report["consumed_samples"] == 1680 and report["complete"] is False and report["iteration"] == 130
-    assert {k: v["samples"] for k, v in report["sources"].items()} == dict(zip(["s0", "s1", "s2"], truth(blend["index"], 1680)))
+    assert {k: v["samples"] for k, v in report["sources"].items()} == dict(
+        zip(["s0", "s1", "s2"], truth(blend["index"], 1680))
+    )
 
 
 def test_a_state_from_another_build_is_refused_in_one_line(blend: dict[str, Any], corpus: Any) -> None:
@@ -198,13 +220,17 @@ def test_a_state_from_another_build_is_refused_in_one_line(blend: dict[str, Any]
     with pytest.raises(CountersStateError) as err:
         other.load_state_dict(state)
     msg = str(err.value)
-    assert msg == ("counters state: s0 had 169 samples drawn at consumed_samples 400 in the checkpoint, this train "
-                   "dataset draws 224 there; rebuild it with the checkpoint's plan (exact_config with "
-                   "global_batch_size 8, the same blend and epochs) or start the counters without the state")
+    assert msg == (
+        "counters state: s0 had 169 samples drawn at consumed_samples 400 in the checkpoint, this train "
+        "dataset draws 224 there; rebuild it with the checkpoint's plan (exact_config with "
+        "global_batch_size 8, the same blend and epochs) or start the counters without the state"
+    )
     assert "\n" not in msg and isinstance(err.value, NeoxEpochError)
     with pytest.raises(CountersStateError, match="format None, expected 'neox_epoch.mcore.counters/1'"):
         other.load_state_dict({"consumed_samples": 400})
-    with pytest.raises(CountersStateError, match=r"sources \['s0', 's1'\], this train dataset has \['s0', 's1', 's2'\]"):
+    with pytest.raises(
+        CountersStateError, match=r"sources \['s0', 's1'\], this train dataset has \['s0', 's1', 's2'\]"
+    ):
         other.load_state_dict({**state, "samples": {"s0": 1, "s1": 2}})
     with pytest.raises(CountersStateError, match="consumed_samples 1689, this train dataset has 1272 samples"):
         other.load_state_dict({**state, "consumed_samples": 1689})
@@ -217,8 +243,10 @@ def test_a_state_from_another_build_is_refused_in_one_line(blend: dict[str, Any]
     with pytest.raises(ConfigError, match="neither add_scalar"):
         live_counters(blend["train"], blend["setup"], writer=object(), active=True)
     with pytest.raises(ConfigError, match="3 source dataset"):
-        live_counters(blend["train"], exact_config(gpt_config(blend["config"].blend[0][:2], [1.0, 1.0],
-                                                              blend["config"].path_to_cache), 1, GBS))
+        live_counters(
+            blend["train"],
+            exact_config(gpt_config(blend["config"].blend[0][:2], [1.0, 1.0], blend["config"].path_to_cache), 1, GBS),
+        )
 
 
 def test_direct_dataset_and_inactive_rank(corpus: Any, tmp_path: Path) -> None:
@@ -252,11 +280,22 @@ def test_neox_and_megatron_core_write_the_same_records_and_tags(corpus: Any, tmp
     setup = exact_config(gpt_config([prefix], None, str(tmp_path / "cache")), 2, 4)
     spe, iters = setup.plan.sources[0].samples_per_epoch, setup.train_iters
     neox_scalars: list[tuple[str, float, int]] = []
-    neox = counters_for(["solo"], [spe], [[spe]], [2.0], None, train_batch_size=4, train_iters=iters, log_interval=5,
-                        sink=JsonlSink(str(tmp_path / "neox")), scalar=lambda k, v, i: neox_scalars.append((k, v, i)))
+    neox = counters_for(
+        ["solo"],
+        [spe],
+        [[spe]],
+        [2.0],
+        None,
+        train_batch_size=4,
+        train_iters=iters,
+        log_interval=5,
+        sink=JsonlSink(str(tmp_path / "neox")),
+        scalar=lambda k, v, i: neox_scalars.append((k, v, i)),
+    )
     tb = TensorBoardLike()
-    mcore = live_counters(build_train(setup), setup, log_dir=str(tmp_path / "mcore"), writer=tb, log_interval=5,
-                          active=True)
+    mcore = live_counters(
+        build_train(setup), setup, log_dir=str(tmp_path / "mcore"), writer=tb, log_interval=5, active=True
+    )
     neox.start(0)
     for it in range(1, iters + 1):
         neox.step(it)
@@ -268,8 +307,12 @@ def test_neox_and_megatron_core_write_the_same_records_and_tags(corpus: Any, tmp
         return [{k: v for k, v in r.items() if k not in ("time", *drop)} for r in records if r["event"] != "plan"]
 
     assert shape(jsonl(tmp_path / "mcore"), ("train_samples",)) == [
-        {**r, "consumed_samples": iters * 4} if r["event"] == "final" else
-        {**r, "consumed_samples": r["iteration"] * 4} if r["event"] == "pass_start" else r
-        for r in shape(jsonl(tmp_path / "neox"), ())]
+        {**r, "consumed_samples": iters * 4}
+        if r["event"] == "final"
+        else {**r, "consumed_samples": r["iteration"] * 4}
+        if r["event"] == "pass_start"
+        else r
+        for r in shape(jsonl(tmp_path / "neox"), ())
+    ]
     assert [r["event"] for r in jsonl(tmp_path / "mcore") if r["event"] == "pass_start"] == ["pass_start"]
     assert sorted(tb.calls) == sorted(neox_scalars)

@@ -46,14 +46,23 @@ EXAMPLE = os.path.join(ROOT, "examples", "mcore_deepspeed_exact_epoch.py")
 # unit: exact_config / verify_build / install on the real builder
 
 
-def gpt_config(prefixes: list[str], weights: list[float] | None, split: str | None, seq: int, cache: str,
-               **extra: Any) -> Any:
+def gpt_config(
+    prefixes: list[str], weights: list[float] | None, split: str | None, seq: int, cache: str, **extra: Any
+) -> Any:
     from megatron.core.datasets.gpt_dataset import GPTDatasetConfig
 
     kw: dict[str, Any] = dict(
-        random_seed=1234, sequence_length=seq, blend=(prefixes, weights) if split is not None else None,
-        split=split, path_to_cache=cache, tokenizer=null_tokenizer(), reset_position_ids=False,
-        reset_attention_mask=False, eod_mask_loss=False, create_attention_mask=False, **extra,
+        random_seed=1234,
+        sequence_length=seq,
+        blend=(prefixes, weights) if split is not None else None,
+        split=split,
+        path_to_cache=cache,
+        tokenizer=null_tokenizer(),
+        reset_position_ids=False,
+        reset_attention_mask=False,
+        eod_mask_loss=False,
+        create_attention_mask=False,
+        **extra,
     )
     return GPTDatasetConfig(**kw)
 
@@ -101,11 +110,14 @@ def test_exact_config_real_builder_draws_the_targets(
     # the whole-pass sources are drawn to their last whole sample, less the reported remainder
     per_epoch = [s.samples_per_epoch for s in setup.plan.sources if s.split == "train"]
     want = epochs if isinstance(epochs, dict) else {f"s{k}": epochs for k in range(len(prefixes))}
-    whole = [mcore_semantics.build(s.tokens, seq, None).samples_per_epoch for s in setup.plan.sources
-             if s.split == "train"]
+    whole = [
+        mcore_semantics.build(s.tokens, seq, None).samples_per_epoch for s in setup.plan.sources if s.split == "train"
+    ]
     assert whole == per_epoch
-    full = [(int(w) * s.tokens - 1) // seq if float(w).is_integer() else int(w * pe)
-            for w, s, pe in zip(want.values(), [s for s in setup.plan.sources if s.split == "train"], per_epoch)]
+    full = [
+        (int(w) * s.tokens - 1) // seq if float(w).is_integer() else int(w * pe)
+        for w, s, pe in zip(want.values(), [s for s in setup.plan.sources if s.split == "train"], per_epoch)
+    ]
     assert sum(full) - sum(targets) == setup.plan.remainder_samples < gbs
 
 
@@ -123,8 +135,9 @@ def test_one_prefix_without_weight_is_direct_and_exact(corpus: Any, tmp_path: Pa
 
 def test_blend_per_split_train_weights_replaced(corpus: Any, tmp_path: Path) -> None:
     a, b, v = corpus("a", 1, 80, 1, 300), corpus("b", 2, 60, 1, 300), corpus("v", 3, 30, 1, 300)
-    config = gpt_config([], None, None, 32, str(tmp_path / "cache"),
-                        blend_per_split=[([a, b], [2.0, 1.0]), ([v], None), None])
+    config = gpt_config(
+        [], None, None, 32, str(tmp_path / "cache"), blend_per_split=[([a, b], [2.0, 1.0]), ([v], None), None]
+    )
     setup = exact_config(config, {"a": 1, "b": 1}, 8, eval_interval=5, eval_iters=1)
     assert setup.config.blend_per_split[0] == ([a, b], setup.plan.settings["weights"])
     assert setup.config.blend_per_split[1] == ([v], None)
@@ -142,13 +155,15 @@ def test_verify_build_catches_a_tampered_plan_and_the_unfixed_config(corpus: Any
     verify_build(datasets, setup)
     plan = setup.plan
     src = [s for s in plan.sources if s.split == "train"]
-    tampered = dataclasses.replace(plan, sources=(dataclasses.replace(src[0], samples_drawn=src[0].samples_drawn + 1),
-                                                  *plan.sources[1:]))
+    tampered = dataclasses.replace(
+        plan, sources=(dataclasses.replace(src[0], samples_drawn=src[0].samples_drawn + 1), *plan.sources[1:])
+    )
     with pytest.raises(BuildMismatchError, match=r"the first \d+ samples draw \[") as err:
         verify_build(datasets, tampered)
     assert isinstance(err.value, NeoxEpochError)
-    longer = dataclasses.replace(plan, sources=(dataclasses.replace(src[0], length=src[0].length + 3),
-                                                *plan.sources[1:]))
+    longer = dataclasses.replace(
+        plan, sources=(dataclasses.replace(src[0], length=src[0].length + 3), *plan.sources[1:])
+    )
     with pytest.raises(BuildMismatchError, match="length built"):
         verify_build(datasets, longer)
     # the user's own config (float weights 1:1, surplus 0.005) builds something else than the exact plan
@@ -171,8 +186,9 @@ def test_install_logs_on_rank_zero_and_verifies_inside_build(
         uninstall = install(setup)
         try:
             build(setup.config, setup.sizes)
-            bad = dataclasses.replace(setup, plan=dataclasses.replace(setup.plan, consumed={**setup.plan.consumed,
-                                                                                            "train": 5}))
+            bad = dataclasses.replace(
+                setup, plan=dataclasses.replace(setup.plan, consumed={**setup.plan.consumed, "train": 5})
+            )
             uninstall()
             uninstall = install(bad)
             with pytest.raises(BuildMismatchError):
@@ -230,9 +246,29 @@ def deepspeed_command() -> list[str]:
 def launch(ds_config: str, data_dir: str, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_SIZE", "CUDA_VISIBLE_DEVICES", "MASTER_ADDR")}
     env["DS_ACCELERATOR"] = "cpu"
-    cmd = [*deepspeed_command(), "--num_gpus", "2", "--master_port", str(free_port()), EXAMPLE,
-           "--ds-config", ds_config, "--data-dir", data_dir, "--out", str(out), "--sources", ",".join(E2E_SOURCES),
-           "--split", E2E_SPLIT, "--seq-length", str(E2E_SEQ), "--expected-world", "2", *extra]
+    cmd = [
+        *deepspeed_command(),
+        "--num_gpus",
+        "2",
+        "--master_port",
+        str(free_port()),
+        EXAMPLE,
+        "--ds-config",
+        ds_config,
+        "--data-dir",
+        data_dir,
+        "--out",
+        str(out),
+        "--sources",
+        ",".join(E2E_SOURCES),
+        "--split",
+        E2E_SPLIT,
+        "--seq-length",
+        str(E2E_SEQ),
+        "--expected-world",
+        "2",
+        *extra,
+    ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     return proc
@@ -251,16 +287,23 @@ def expected_numbers(data_dir: str) -> dict[str, Any]:
     remainder = total_samples % E2E_GBS
     tokens = sum(s["tokens"] for s in per_source.values())
     partial = sum(s["tokens"] - s["samples"] * E2E_SEQ for s in per_source.values())
-    return {"sources": per_source, "train_iters": total_samples // E2E_GBS, "remainder_samples": remainder,
-            "train_tokens": tokens, "final_partial_tokens": partial,
-            "seen_once": tokens - remainder * E2E_SEQ - partial}
+    return {
+        "sources": per_source,
+        "train_iters": total_samples // E2E_GBS,
+        "remainder_samples": remainder,
+        "train_tokens": tokens,
+        "final_partial_tokens": partial,
+        "seen_once": tokens - remainder * E2E_SEQ - partial,
+    }
 
 
 def run_files(out: Path) -> dict[str, Any]:
     """report.json, the counters' JSONL and the records (sample, source, source sample, crc32, iteration)."""
-    return {"report": json.loads((out / "report.json").read_text()),
-            "jsonl": [json.loads(x) for x in (out / JSONL_NAME).read_text().splitlines()],
-            "records": json.loads((out / "neox_epoch_consumed.json").read_text())["records"]}
+    return {
+        "report": json.loads((out / "report.json").read_text()),
+        "jsonl": [json.loads(x) for x in (out / JSONL_NAME).read_text().splitlines()],
+        "records": json.loads((out / "neox_epoch_consumed.json").read_text())["records"],
+    }
 
 
 def drawn_after(records: list[list[int]], sources: int) -> np.ndarray:
@@ -297,32 +340,72 @@ def e2e(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     data_dir = str(base / "data")
     write_demo_corpus(data_dir)
     bad = base / "ds_bad.json"
-    bad.write_text(json.dumps({"train_batch_size": E2E_GBS, "train_micro_batch_size_per_gpu": 4,
-                               "gradient_accumulation_steps": 4, "steps_per_print": 1000000}))
+    bad.write_text(
+        json.dumps(
+            {
+                "train_batch_size": E2E_GBS,
+                "train_micro_batch_size_per_gpu": 4,
+                "gradient_accumulation_steps": 4,
+                "steps_per_print": 1000000,
+            }
+        )
+    )
     fixed = str(base / "ds_fixed.json")
-    check = subprocess.run([sys.executable, "-m", "neox_epoch.cli", "check-batch", str(bad), "--num_gpus", "2"],
-                           capture_output=True, text=True, cwd=ROOT, env={**os.environ, "DS_ACCELERATOR": "cpu"})
+    check = subprocess.run(
+        [sys.executable, "-m", "neox_epoch.cli", "check-batch", str(bad), "--num_gpus", "2"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "DS_ACCELERATOR": "cpu"},
+    )
     fix_code = main(["check-batch", str(bad), "--num_gpus", "2", "--fix", fixed])
     full = launch(fixed, data_dir, base / "full")
     first = launch(fixed, data_dir, base / "resumed", "--stop-at-iter", str(STOP_AT))
-    stopped = {"report_exists": (base / "resumed" / "report.json").exists(),
-               "checkpoint": sorted(os.listdir(base / "resumed" / "checkpoints")), "log": first.stdout}
+    stopped = {
+        "report_exists": (base / "resumed" / "report.json").exists(),
+        "checkpoint": sorted(os.listdir(base / "resumed" / "checkpoints")),
+        "log": first.stdout,
+    }
     second = launch(fixed, data_dir, base / "resumed", "--resume")
     bigger = base / "ds_32.json"  # the resume's DeepSpeed config: micro 4 x grad accumulation 4 x dp 2 = 32
-    bigger.write_text(json.dumps({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4,
-                                  "gradient_accumulation_steps": 4, "steps_per_print": 1000000}))
+    bigger.write_text(
+        json.dumps(
+            {
+                "train_batch_size": 32,
+                "train_micro_batch_size_per_gpu": 4,
+                "gradient_accumulation_steps": 4,
+                "steps_per_print": 1000000,
+            }
+        )
+    )
     launch(fixed, data_dir, base / "rebatched", "--epochs", "2", "--stop-at-iter", str(STOP_AT))
-    check_resume = [sys.executable, "-m", "neox_epoch.cli", "resume-check", str(base / "rebatched" / "checkpoints"),
-                    str(bigger), "--world-size", "2", "--cache", str(base / "rebatched" / "index_cache")]
+    check_resume = [
+        sys.executable,
+        "-m",
+        "neox_epoch.cli",
+        "resume-check",
+        str(base / "rebatched" / "checkpoints"),
+        str(bigger),
+        "--world-size",
+        "2",
+        "--cache",
+        str(base / "rebatched" / "index_cache"),
+    ]
     resume_check = subprocess.run([*check_resume, "--json", "--exposure"], capture_output=True, text=True, cwd=ROOT)
     rebatched = launch(str(bigger), data_dir, base / "rebatched", "--epochs", "2", "--resume")
     return {
-        "check": check, "fix_code": fix_code, "fixed": json.loads(Path(fixed).read_text()),
-        "full": json.loads((base / "full" / "report.json").read_text()), "full_log": full.stdout,
-        "resumed": json.loads((base / "resumed" / "report.json").read_text()), "resume_log": second.stdout,
-        "stopped": stopped, "expected": expected_numbers(data_dir),
+        "check": check,
+        "fix_code": fix_code,
+        "fixed": json.loads(Path(fixed).read_text()),
+        "full": json.loads((base / "full" / "report.json").read_text()),
+        "full_log": full.stdout,
+        "resumed": json.loads((base / "resumed" / "report.json").read_text()),
+        "resume_log": second.stdout,
+        "stopped": stopped,
+        "expected": expected_numbers(data_dir),
         "files": {k: run_files(base / k) for k in ("full", "resumed", "rebatched")},
-        "rebatched_log": rebatched.stdout, "dirs": {k: base / k for k in ("full", "resumed", "rebatched")},
+        "rebatched_log": rebatched.stdout,
+        "dirs": {k: base / k for k in ("full", "resumed", "rebatched")},
         "resume_check": resume_check,
     }
 
@@ -335,8 +418,11 @@ def test_check_batch_mismatch_exits_2_and_the_fixed_config_runs_the_example(e2e:
     assert "gradient_accumulation_steps 4 -> 2" in check.stderr and "--fix" in check.stderr
     assert e2e["fix_code"] == 1
     fixed = e2e["fixed"]
-    assert (fixed["train_batch_size"], fixed["train_micro_batch_size_per_gpu"],
-            fixed["gradient_accumulation_steps"]) == (16, 4, 2)
+    assert (
+        fixed["train_batch_size"],
+        fixed["train_micro_batch_size_per_gpu"],
+        fixed["gradient_accumulation_steps"],
+    ) == (16, 4, 2)
     assert e2e["full"]["global_batch_size"] == 16 and e2e["full"]["gradient_accumulation_steps"] == 2
 
 
@@ -351,7 +437,12 @@ def test_full_run_trains_every_train_token_exactly_once(e2e: dict[str, Any]) -> 
     assert r["consumed"]["duplicates"] == 0
     t = r["tokens"]
     assert t["train_tokens"] == want["train_tokens"] == 389252
-    assert t["seen_once"] == want["seen_once"] == 389120 == t["train_tokens"] - t["remainder_tokens"] - t["final_partial_tokens"]
+    assert (
+        t["seen_once"]
+        == want["seen_once"]
+        == 389120
+        == t["train_tokens"] - t["remainder_tokens"] - t["final_partial_tokens"]
+    )
     assert t["seen_more_than_once"] == 0
     assert t["never_seen"] == 132 == t["remainder_tokens"] + t["final_partial_tokens"]
     assert t["final_partial_tokens"] == want["final_partial_tokens"] == 68
@@ -375,10 +466,23 @@ def test_stop_mid_epoch_and_resume_is_still_exactly_one_pass(e2e: dict[str, Any]
     assert stopped["checkpoint"] == [f"iter_{STOP_AT}", "latest"]
     assert "resumed from" in e2e["resume_log"] and f"at iteration {STOP_AT}" in e2e["resume_log"]
     assert r["launches"] == [
-        {"start_iter": 0, "end_iter": STOP_AT, "samples": STOP_AT * 16, "global_batch_size": 16,
-         "start_consumed": 0, "end_consumed": STOP_AT * 16},
-        {"start_iter": STOP_AT, "end_iter": 380, "samples": (380 - STOP_AT) * 16, "global_batch_size": 16,
-         "start_consumed": STOP_AT * 16, "end_consumed": 380 * 16}]
+        {
+            "start_iter": 0,
+            "end_iter": STOP_AT,
+            "samples": STOP_AT * 16,
+            "global_batch_size": 16,
+            "start_consumed": 0,
+            "end_consumed": STOP_AT * 16,
+        },
+        {
+            "start_iter": STOP_AT,
+            "end_iter": 380,
+            "samples": (380 - STOP_AT) * 16,
+            "global_batch_size": 16,
+            "start_consumed": STOP_AT * 16,
+            "end_consumed": 380 * 16,
+        },
+    ]
     for key in ("plan", "consumed", "tokens", "sources", "cross_check", "checks", "consumed_digest"):
         assert r[key] == full[key], key
     assert r["exactly_one_pass"] is True
@@ -439,16 +543,33 @@ def test_two_passes_stopped_at_batch_16_and_resumed_at_batch_32_count_exactly(e2
     assert (r["plan"]["train_iters"], r["plan"]["train_samples"], r["plan"]["remainder_samples"]) == (760, 12160, 3)
     # (12160 - 1600) / 32 = 330 iterations after the resume: iteration 430 ends at sample 12160, none left over
     assert r["launches"] == [
-        {"start_iter": 0, "end_iter": 100, "samples": 1600, "global_batch_size": 16, "start_consumed": 0,
-         "end_consumed": 1600},
-        {"start_iter": 100, "end_iter": 430, "samples": 10560, "global_batch_size": 32, "start_consumed": 1600,
-         "end_consumed": 12160}]
+        {
+            "start_iter": 0,
+            "end_iter": 100,
+            "samples": 1600,
+            "global_batch_size": 16,
+            "start_consumed": 0,
+            "end_consumed": 1600,
+        },
+        {
+            "start_iter": 100,
+            "end_iter": 430,
+            "samples": 10560,
+            "global_batch_size": 32,
+            "start_consumed": 1600,
+            "end_consumed": 12160,
+        },
+    ]
     assert r["consumed"] == {"samples": 12160, "distinct": 12160, "duplicates": 0, "expected": 12160}
     assert all(r["checks"].values()) and r["exact_passes"] is True
     t = r["tokens"]
     # every train token twice except 264: the 3 remainder samples (192 tokens) and 72 tokens in no sample
     assert (t["train_tokens"], t["seen_passes_times"], t["seen_more_than_passes"], t["shortfall"]) == (
-        389252, 388988, 0, 264)
+        389252,
+        388988,
+        0,
+        264,
+    )
     assert (t["remainder_tokens"], t["leftover_tokens"], t["never_seen"]) == (192, 72, 0)
     counters = check_counters_equal_records(files)
     assert [c["iteration"] for c in counters] == [*range(10, 101, 10), *range(110, 431, 10)]
@@ -465,13 +586,23 @@ def test_two_passes_stopped_at_batch_16_and_resumed_at_batch_32_count_exactly(e2
     # where iteration x the first batch (6082 // 16 + 1 = 381) would put it
     spe = {s["name"]: s["samples_per_epoch"] for s in r["sources"]}
     assert spe == dict(zip(E2E_NAMES, [2931, 1843, 1307]))
-    starts = [(x["iteration"], x["source"], x["pass"], x["sample"]) for x in files["jsonl"] if x["event"] == "pass_start"]
-    assert starts == pass_crossings(files["records"], spe) == [
-        (241, "code_text_document", 2, 6081), (241, "web_text_document", 2, 6082), (241, "books_text_document", 2, 6083)]
+    starts = [
+        (x["iteration"], x["source"], x["pass"], x["sample"]) for x in files["jsonl"] if x["event"] == "pass_start"
+    ]
+    assert (
+        starts
+        == pass_crossings(files["records"], spe)
+        == [
+            (241, "code_text_document", 2, 6081),
+            (241, "web_text_document", 2, 6082),
+            (241, "books_text_document", 2, 6083),
+        ]
+    )
     final = files["jsonl"][-1]
     assert final["event"] == "final" and final["complete"] is True and final["iteration"] == 430
     assert {k: (v["samples"], v["pass"]) for k, v in final["sources"].items()} == dict(
-        zip(E2E_NAMES, [(5861, 2), (3686, 2), (2613, 2)]))
+        zip(E2E_NAMES, [(5861, 2), (3686, 2), (2613, 2)])
+    )
     assert "resumed from" in e2e["rebatched_log"] and "global batch 32, was 16" in e2e["rebatched_log"]
 
 
@@ -506,32 +637,63 @@ def test_resume_check_predicts_the_batch_change_the_run_then_draws(e2e: dict[str
     # OLD from the run's JSONL instead of the checkpoint: the counters' record of iteration 100 (state_dict() wrote it
     # while the checkpoint was saved; the resumed launch appended later ones) gives the same answer
     run_dir = e2e["dirs"]["rebatched"]
-    from_log = subprocess.run([sys.executable, "-m", "neox_epoch.cli", "resume-check", str(run_dir),
-                               str(run_dir.parent / "ds_32.json"), "--world-size", "2", "--cache", str(cache),
-                               "--json", "--exposure", "--iteration", str(STOP_AT)], capture_output=True, text=True,
-                              cwd=ROOT)
+    from_log = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "neox_epoch.cli",
+            "resume-check",
+            str(run_dir),
+            str(run_dir.parent / "ds_32.json"),
+            "--world-size",
+            "2",
+            "--cache",
+            str(cache),
+            "--json",
+            "--exposure",
+            "--iteration",
+            str(STOP_AT),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert from_log.returncode == 0, from_log.stderr
     logged = json.loads(from_log.stdout)
     assert logged["checkpoint"] == f"{run_dir / 'neox_epoch.jsonl'} (iteration {STOP_AT})"
     assert {**logged, "checkpoint": None} == {**out, "checkpoint": None}
     # a global batch of 28 (micro 2 x accumulation 7 x dp 2) leaves 10560 % 28 = 4 samples undrawn: exit 1
     odd = tmp_path / "ds_28.json"
-    odd.write_text(json.dumps({"train_batch_size": 28, "train_micro_batch_size_per_gpu": 2,
-                               "gradient_accumulation_steps": 7}))
-    argv = [sys.executable, "-m", "neox_epoch.cli", "resume-check", str(e2e["dirs"]["rebatched"] / "checkpoints"),
-            str(odd), "--world-size", "2"]
+    odd.write_text(
+        json.dumps({"train_batch_size": 28, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 7})
+    )
+    argv = [
+        sys.executable,
+        "-m",
+        "neox_epoch.cli",
+        "resume-check",
+        str(e2e["dirs"]["rebatched"] / "checkpoints"),
+        str(odd),
+        "--world-size",
+        "2",
+    ]
     r = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT)
-    assert r.returncode == 1 and "finding: remainder: the last 4 of the train dataset's 12160 samples are never " \
-        "drawn ((12160 - 1600) % 28)" in r.stdout
+    assert (
+        r.returncode == 1
+        and "finding: remainder: the last 4 of the train dataset's 12160 samples are never drawn ((12160 - 1600) % 28)"
+        in r.stdout
+    )
     assert "the run ends at iteration 477 = 100 + (12160 - 1600) // 28" in r.stdout
-    with_cache = subprocess.run([*argv, "--cache", str(cache), "--exposure", "--json"], capture_output=True, text=True,
-                                cwd=ROOT)
+    with_cache = subprocess.run(
+        [*argv, "--cache", str(cache), "--exposure", "--json"], capture_output=True, text=True, cwd=ROOT
+    )
     exposed = json.loads(with_cache.stdout)["exposure"]
     lost = sum(e["continued"]["token_exposures"] - e["resumed"]["token_exposures"] for e in exposed.values())
     assert with_cache.returncode == 1 and lost == 4 * E2E_SEQ  # the 4 samples continuing with 16 would draw
     # the cache of another run (the one-pass build) is not this run's blend: one line, exit 2
-    other = subprocess.run([*argv, "--cache", str(e2e["dirs"]["resumed"] / "index_cache")], capture_output=True,
-                           text=True, cwd=ROOT)
+    other = subprocess.run(
+        [*argv, "--cache", str(e2e["dirs"]["resumed"] / "index_cache")], capture_output=True, text=True, cwd=ROOT
+    )
     assert other.returncode == 2 and other.stderr.count("\n") == 1
     assert "no train BlendedDataset of 12160 samples over ['web_text_document', " in other.stderr
 
@@ -544,8 +706,9 @@ def _cached_dataset(stem: Path) -> Any:
     arrays = {role: np.load(f"{stem}-{role}.npy") for role in ("document_index", "sample_index", "shuffle_index")}
     described = json.loads(Path(f"{stem}-description.txt").read_text())
     lengths = np.asarray(idx.sizes_memmap(idx.read_header(described["dataset_path"])))
-    return types.SimpleNamespace(**arrays, indices=np.unique(arrays["document_index"]),
-                                 dataset=types.SimpleNamespace(sequence_lengths=lengths))
+    return types.SimpleNamespace(
+        **arrays, indices=np.unique(arrays["document_index"]), dataset=types.SimpleNamespace(sequence_lengths=lengths)
+    )
 
 
 def histogram_all(counts: dict[int, np.ndarray]) -> dict[int, int]:
@@ -561,16 +724,35 @@ def test_report_draws_the_real_megatron_core_run(e2e: dict[str, Any], tmp_path: 
     and pass-2 start what the recorded draws give (test_two_passes_stopped_at_batch_16_and_resumed_at_batch_32
     _count_exactly), and the page one file."""
     page = tmp_path / "run.html"
-    r = subprocess.run([sys.executable, "-m", "neox_epoch.cli", "report", str(e2e["dirs"]["rebatched"]), "--json",
-                        "--html", str(page)], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "neox_epoch.cli",
+            "report",
+            str(e2e["dirs"]["rebatched"]),
+            "--json",
+            "--html",
+            str(page),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout)
     assert (j["complete"], j["last_iteration"], j["train_iters"]) == (True, 430, 430)
-    assert [(x["from_iteration"], x["to_iteration"], x["train_iters"], x["train_batch_size"], x["status"])
-            for x in j["launches"]] == [(0, 100, 760, 16, "stopped early"), (100, 430, 430, 32, "complete")]
+    assert [
+        (x["from_iteration"], x["to_iteration"], x["train_iters"], x["train_batch_size"], x["status"])
+        for x in j["launches"]
+    ] == [(0, 100, 760, 16, "stopped early"), (100, 430, 430, 32, "complete")]
     (resume,) = j["resumes"]
     assert (resume["iteration"], resume["consumed_samples"], resume["changed"]) == (
-        100, 1600, {"train_batch_size": [16, 32]})
+        100,
+        1600,
+        {"train_batch_size": [16, 32]},
+    )
     last = {x["name"]: (x["points"][-1]["samples"], x["points"][-1]["pass"]) for x in j["sources"]}
     assert last == dict(zip(E2E_NAMES, [(5861, 2), (3686, 2), (2613, 2)]))
     starts = {x["name"]: [(b["iteration"], b["sample"]) for b in x["pass_starts"]] for x in j["sources"]}

@@ -19,29 +19,66 @@ from neox_epoch.cli import main  # noqa: E402
 from neox_epoch.formats.corpus import write_random_corpus  # noqa: E402
 
 
-def test_megatron_plan_one_row_per_prefix_against_real_megatron_core(tmp_path: Any,
-                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_megatron_plan_one_row_per_prefix_against_real_megatron_core(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     version = installed_version()
     assert version is not None
     web, code = str(tmp_path / "web_pages_of_the_long_tail"), str(tmp_path / "code")
     write_random_corpus(web, 7, 200, 1, 100)
     write_random_corpus(code, 8, 100, 1, 100)
-    argv = ["pretrain_gpt.py", "--lr", "1e-4", "--seq-length", "8", "--micro-batch-size", "4", "--global-batch-size",
-            "4", "--data-path", "1", web, "1", code, "1", web, "--split", "100,0,0", "--train-iters", "1000",
-            "--eval-iters", "0", "--eval-interval", "1000"]
+    argv = [
+        "pretrain_gpt.py",
+        "--lr",
+        "1e-4",
+        "--seq-length",
+        "8",
+        "--micro-batch-size",
+        "4",
+        "--global-batch-size",
+        "4",
+        "--data-path",
+        "1",
+        web,
+        "1",
+        code,
+        "1",
+        web,
+        "--split",
+        "100,0,0",
+        "--train-iters",
+        "1000",
+        "--eval-iters",
+        "0",
+        "--eval-interval",
+        "1000",
+    ]
     assert main(["plan", "--framework-version", version, *argv, "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)
-    rows = [(s["name"], s["copies"], s["samples_drawn"], s["samples_distinct"], s["samples_requested"])
-            for s in plan["sources"] if s["split"] == "train"]
+    rows = [
+        (s["name"], s["copies"], s["samples_drawn"], s["samples_distinct"], s["samples_requested"])
+        for s in plan["sources"]
+        if s["split"] == "train"
+    ]
     assert rows == [("web_pages_of_the_long_tail", 2, 2667, 1334, 2682), ("code", 1, 1333, None, 1341)]
     assert main(["plan", "--framework-version", version, *argv]) == 0
     text = capsys.readouterr().out
     assert "web_pages_of_the_long_tail (listed 2x)" in text and "2,667 (1,334 distinct)" in text
-    assert ("megatron-core builds 2 datasets with the same shuffle, so the later copies re-train the first samples: "
-            "1334 distinct of 2667 drawn") in text
-    case = {"id": "repeated", "prefixes": [web, code, web], "weights": [1.0, 1.0, 1.0], "split": "100,0,0",
-            "blend_per_split": None, "sizes": [4000, 0, 0], "seq_length": 8, "seed": 1234,
-            "path_to_cache": str(tmp_path / "cache")}
+    assert (
+        "megatron-core builds 2 datasets with the same shuffle, so the later copies re-train the first samples: "
+        "1334 distinct of 2667 drawn"
+    ) in text
+    case = {
+        "id": "repeated",
+        "prefixes": [web, code, web],
+        "weights": [1.0, 1.0, 1.0],
+        "split": "100,0,0",
+        "blend_per_split": None,
+        "sizes": [4000, 0, 0],
+        "seq_length": 8,
+        "seed": 1234,
+        "path_to_cache": str(tmp_path / "cache"),
+    }
     real = run_truth([case], version, str(tmp_path / "truth"))["cases"][0]
     assert real["error"] is None, real
     first, _, second = real["splits"]["train"]["datasets"]

@@ -26,18 +26,31 @@ from neox_epoch.formats.corpus import write_random_corpus  # noqa: E402
 from neox_epoch.formats.runlog import JSONL_NAME  # noqa: E402
 from neox_epoch.mcore import CountersStateError, build_stages, exact_stages, live_counters  # noqa: E402
 
-ISSUE = {"stages": [{"name": "s1", "passes": {"a": 1}},
-                    {"name": "s2", "passes": {"a": 0.5, "b": 1}},
-                    {"name": "s3", "passes": {"b": 1, "c": 2}}]}
+ISSUE = {
+    "stages": [
+        {"name": "s1", "passes": {"a": 1}},
+        {"name": "s2", "passes": {"a": 0.5, "b": 1}},
+        {"name": "s3", "passes": {"b": 1, "c": 2}},
+    ]
+}
 GBS = 4
 
 
 def gpt_config(prefixes: list[str], cache: str, seed: int = 1234) -> Any:
     from megatron.core.datasets.gpt_dataset import GPTDatasetConfig
 
-    return GPTDatasetConfig(random_seed=seed, sequence_length=32, blend=(prefixes, None), split="100,0,0",
-                            path_to_cache=cache, tokenizer=null_tokenizer(), reset_position_ids=False,
-                            reset_attention_mask=False, eod_mask_loss=False, create_attention_mask=False)
+    return GPTDatasetConfig(
+        random_seed=seed,
+        sequence_length=32,
+        blend=(prefixes, None),
+        split="100,0,0",
+        path_to_cache=cache,
+        tokenizer=null_tokenizer(),
+        reset_position_ids=False,
+        reset_attention_mask=False,
+        eod_mask_loss=False,
+        create_attention_mask=False,
+    )
 
 
 @pytest.fixture
@@ -54,12 +67,12 @@ def reference(prefix: str, cache: str) -> Any:
     from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
     from megatron.core.datasets.gpt_dataset import GPTDataset
 
-    return BlendedMegatronDatasetBuilder(GPTDataset, [None, None, None], lambda: True,
-                                         gpt_config([prefix], cache)).build()[0]
+    return BlendedMegatronDatasetBuilder(
+        GPTDataset, [None, None, None], lambda: True, gpt_config([prefix], cache)
+    ).build()[0]
 
 
-def test_stages_are_the_planned_ranges_of_the_real_per_source_datasets(corpora: dict[str, str],
-                                                                        tmp_path: Path) -> None:
+def test_stages_are_the_planned_ranges_of_the_real_per_source_datasets(corpora: dict[str, str], tmp_path: Path) -> None:
     init_gloo()
     names = ["a", "b", "c"]
     setup = exact_stages(gpt_config([corpora[n] for n in names], str(tmp_path / "cache")), ISSUE, GBS)
@@ -69,14 +82,20 @@ def test_stages_are_the_planned_ranges_of_the_real_per_source_datasets(corpora: 
     assert len(staged) == 500 and [len(d) for d in staged.datasets] == [123, 82, 76]
     refs = [reference(corpora[n], str(tmp_path / f"ref-{n}")) for n in names]
     planned = {  # stage -> source -> (first draw, draws): tests/test_stages.py's plan of the same stages
-        "s1": {"a": (0, 124)}, "s2": {"a": (124, 60), "b": (0, 84)}, "s3": {"b": (84, 80), "c": (0, 152)}}
+        "s1": {"a": (0, 124)},
+        "s2": {"a": (124, 60), "b": (0, 84)},
+        "s3": {"b": (84, 80), "c": (0, 152)},
+    }
     first = 0
     for stage in setup.stages_plan.stages:
         rows = range(first, first + stage.samples)
-        got = {n: [int(staged.dataset_sample_index[i]) for i in rows if names[staged.dataset_index[i]] == n]
-               for n in names}
-        want = {n: [p % len(refs[k]) for p in range(*_span(planned[stage.name].get(n, (0, 0))))]
-                for k, n in enumerate(names)}
+        got = {
+            n: [int(staged.dataset_sample_index[i]) for i in rows if names[staged.dataset_index[i]] == n] for n in names
+        }
+        want = {
+            n: [p % len(refs[k]) for p in range(*_span(planned[stage.name].get(n, (0, 0))))]
+            for k, n in enumerate(names)
+        }
         assert got == want, stage.name
         for i in rows[::7]:  # the tokens trained are the reference dataset's sample, token for token
             k, sample = int(staged.dataset_index[i]), int(staged.dataset_sample_index[i])
@@ -104,7 +123,8 @@ def _span(start_draws: tuple[int, int]) -> tuple[int, int]:
 
 
 def test_counters_show_stage_and_cumulative_passes_and_guard_the_fingerprint(
-        corpora: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    corpora: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     init_gloo()
     config = gpt_config([corpora[n] for n in "abc"], str(tmp_path / "cache"))
     setup = exact_stages(config, ISSUE, GBS)
@@ -127,10 +147,15 @@ def test_counters_show_stage_and_cumulative_passes_and_guard_the_fingerprint(
     recs = [json.loads(line) for line in (run / JSONL_NAME).read_text().splitlines()]
     starts = [r for r in recs if r["event"] == "stage_start"]
     assert [(r["stage"], r["name"], r["iteration"], r["planned_iteration"], r["consumed_samples"]) for r in starts] == [
-        (2, "s2", 32, 31, 128)]
+        (2, "s2", 32, 31, 128)
+    ]
     assert starts[0]["sources"]["a"] == {"samples": 124, "passes": round(124 / 123, 6), "pass": 2}
     assert [(r["stage"], r["stage_name"]) for r in recs if r["event"] == "counters"] == [
-        (1, "s1"), (1, "s1"), (1, "s1"), (2, "s2")]
+        (1, "s1"),
+        (1, "s1"),
+        (1, "s1"),
+        (2, "s2"),
+    ]
     assert ("neox_epoch/stage", 2.0, 32) in scalars
     # a's pass 2 starts at its 124th draw, the last sample of stage 1 (blend position 123)
     assert ("a", 2, 123) in c.pass_starts()
@@ -149,8 +174,7 @@ def test_counters_show_stage_and_cumulative_passes_and_guard_the_fingerprint(
         again.step(it, it * GBS)
     final = again.final()
     assert {k: v["samples"] for k, v in final["sources"].items()} == {"a": 184, "b": 164, "c": 152}
-    assert {k: v["passes"] for k, v in final["sources"].items()} == {"a": round(184 / 123, 6),
-                                                                     "b": 2.0, "c": 2.0}
+    assert {k: v["passes"] for k, v in final["sources"].items()} == {"a": round(184 / 123, 6), "b": 2.0, "c": 2.0}
     assert final["complete"] is True
 
     # a later stage changed (s3: c 1 instead of 2): not what the checkpoint trained, the resume goes on
@@ -170,17 +194,25 @@ def test_counters_show_stage_and_cumulative_passes_and_guard_the_fingerprint(
     from neox_epoch.resume.mcore import fingerprint_lines
 
     cache = str(tmp_path / "cache")
-    assert fingerprint_lines(state, cache) == ([], ["data fingerprint: unchanged since the checkpoint (sources a, b, c, "
-                                                    "seq_length 32, seed 1234, 3 stages)"])
+    assert fingerprint_lines(state, cache) == (
+        [],
+        ["data fingerprint: unchanged since the checkpoint (sources a, b, c, seq_length 32, seed 1234, 3 stages)"],
+    )
     ds_config = tmp_path / "ds.json"
-    ds_config.write_text(json.dumps({"train_batch_size": 4, "train_micro_batch_size_per_gpu": 4,
-                                     "gradient_accumulation_steps": 1}))
+    ds_config.write_text(
+        json.dumps({"train_batch_size": 4, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1})
+    )
 
     # another corpus under the same name: refused, naming the source and the numbers
     write_random_corpus(corpora["b"], 9, 30)
-    assert fingerprint_lines(state, cache) == (["data-changed: the data changed since the checkpoint: source 'b' tokens "
-                                                "2,639 -> 3,465 (the counters refuse this resume unless "
-                                                "data_change_intended)"], [])
+    assert fingerprint_lines(state, cache) == (
+        [
+            "data-changed: the data changed since the checkpoint: source 'b' tokens "
+            "2,639 -> 3,465 (the counters refuse this resume unless "
+            "data_change_intended)"
+        ],
+        [],
+    )
     capsys.readouterr()
     assert main(["resume-check", str(run), str(ds_config), "--world-size", "1", "--cache", cache, "--json"]) == 1
     checked = json.loads(capsys.readouterr().out)
@@ -189,9 +221,11 @@ def test_counters_show_stage_and_cumulative_passes_and_guard_the_fingerprint(
     setup4 = exact_stages(config, ISSUE, GBS)
     with pytest.raises(CountersStateError) as err:
         live_counters(staged, setup4, active=False).load_state_dict(state)
-    assert str(err.value) == ("counters state: the data changed since the checkpoint: source 'b' tokens 2,639 -> "
-                              "3,465; resume on the data the checkpoint trained on, or load_state_dict(state, "
-                              "data_change_intended=True) if the change is intended")
+    assert str(err.value) == (
+        "counters state: the data changed since the checkpoint: source 'b' tokens 2,639 -> "
+        "3,465; resume on the data the checkpoint trained on, or load_state_dict(state, "
+        "data_change_intended=True) if the change is intended"
+    )
     # an old state (saved before the fingerprint) is still read
     old = {k: v for k, v in state.items() if k not in ("fingerprint", "stage")}
     live_counters(staged, setup, active=False).load_state_dict(old)
@@ -199,9 +233,13 @@ def test_counters_show_stage_and_cumulative_passes_and_guard_the_fingerprint(
 
 def test_errors_are_one_line(corpora: dict[str, str], tmp_path: Path) -> None:
     config = gpt_config([corpora[n] for n in "abc"], str(tmp_path / "cache"))
-    with pytest.raises(ConfigError, match=r"^stages: source 'd' is not in the train blend.*the train sources are a, b, c"):
+    with pytest.raises(
+        ConfigError, match=r"^stages: source 'd' is not in the train blend.*the train sources are a, b, c"
+    ):
         exact_stages(config, {"stages": [{"name": "x", "passes": {"d": 1}}]}, GBS)
-    with pytest.raises(PlanError, match=r"^source 'a': the stages ask 1.5 passes \(s1: 1, s2: 0.5\), over max_passes 1; "):
+    with pytest.raises(
+        PlanError, match=r"^source 'a': the stages ask 1.5 passes \(s1: 1, s2: 0.5\), over max_passes 1; "
+    ):
         exact_stages(config, {**ISSUE, "max_passes": 1}, GBS)
 
 
@@ -210,10 +248,17 @@ def test_blend_per_split_builds_the_same_stages(corpora: dict[str, str], tmp_pat
     from megatron.core.datasets.gpt_dataset import GPTDatasetConfig
 
     init_gloo()
-    config = GPTDatasetConfig(random_seed=1234, sequence_length=32, blend_per_split=[([corpora[n] for n in "abc"], None),
-                                                                                     None, None],
-                              path_to_cache=str(tmp_path / "cache"), tokenizer=null_tokenizer(), reset_position_ids=False,
-                              reset_attention_mask=False, eod_mask_loss=False, create_attention_mask=False)
+    config = GPTDatasetConfig(
+        random_seed=1234,
+        sequence_length=32,
+        blend_per_split=[([corpora[n] for n in "abc"], None), None, None],
+        path_to_cache=str(tmp_path / "cache"),
+        tokenizer=null_tokenizer(),
+        reset_position_ids=False,
+        reset_attention_mask=False,
+        eod_mask_loss=False,
+        create_attention_mask=False,
+    )
     per_split = build_stages(exact_stages(config, ISSUE, GBS))
     plain = build_stages(exact_stages(gpt_config([corpora[n] for n in "abc"], str(tmp_path / "cache2")), ISSUE, GBS))
     assert np.array_equal(per_split.dataset_index, plain.dataset_index)

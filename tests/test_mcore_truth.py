@@ -30,8 +30,10 @@ SPLITS = ("train", "valid", "test")
 def predict(case: dict, version: str):  # type: ignore[no-untyped-def,type-arg]
     weights = case["weights"]
     bps = case.get("blend_per_split")
-    specs = [SourceSpec(p, None if weights is None else float(w)) for p, w in
-             zip(case["prefixes"], weights or [None] * len(case["prefixes"]))]
+    specs = [
+        SourceSpec(p, None if weights is None else float(w))
+        for p, w in zip(case["prefixes"], weights or [None] * len(case["prefixes"]))
+    ]
     valid, test, per_split = (), (), False
     if bps:
         per_split = True
@@ -41,15 +43,25 @@ def predict(case: dict, version: str):  # type: ignore[no-untyped-def,type-arg]
                 parts.append(())
                 continue
             pfx, w = blend_
-            parts.append(tuple(SourceSpec(p, None if w is None else float(x)) for p, x in zip(pfx, w or [None] * len(pfx))))
+            parts.append(
+                tuple(SourceSpec(p, None if w is None else float(x)) for p, x in zip(pfx, w or [None] * len(pfx)))
+            )
         specs, valid, test = list(parts[0]), parts[1], parts[2]
     inp = PlanInput(
-        framework="megatron-core", framework_version=version, seq_length=case["seq_length"], global_batch_size=1,
-        train_sources=tuple(specs), valid_sources=tuple(valid), test_sources=tuple(test), per_split_paths=per_split,
-        split=case["split"], seed=case["seed"],
+        framework="megatron-core",
+        framework_version=version,
+        seq_length=case["seq_length"],
+        global_batch_size=1,
+        train_sources=tuple(specs),
+        valid_sources=tuple(valid),
+        test_sources=tuple(test),
+        per_split_paths=per_split,
+        split=case["split"],
+        seed=case["seed"],
         mcore=McoreOptions(
-            mid_level_dataset_surplus=(case.get("mid_level_dataset_surplus")
-                                       if case.get("mid_level_dataset_surplus") is not None else 0.005),
+            mid_level_dataset_surplus=(
+                case.get("mid_level_dataset_surplus") if case.get("mid_level_dataset_surplus") is not None else 0.005
+            ),
             add_extra_token_to_sequence=case.get("add_extra_token_to_sequence", True),
             renormalize_blend_weights=bool(case.get("renormalize_blend_weights", False)),
         ),
@@ -87,11 +99,22 @@ def compare(case: dict, truth: dict, version: str) -> list[str]:  # type: ignore
             if t["draws"] != p["draws"]:
                 diffs.append(f"{name}: draws {t['draws']} vs {p['draws']}")
         for g, d in zip(gpts, p["datasets"]):
-            got = (g["num_samples"], g["len"], g["num_epochs"], g["separate_final_epoch"], g["doc_range"],
-                   g["tokens_per_epoch"])
-            want = (d["num_samples"], d["len"], d["epochs"] if g["num_epochs"] is not None else None,
-                    d["separate_final_epoch"],
-                    d["doc_range"] if d["doc_range"][1] > d["doc_range"][0] else None, d["tokens"])
+            got = (
+                g["num_samples"],
+                g["len"],
+                g["num_epochs"],
+                g["separate_final_epoch"],
+                g["doc_range"],
+                g["tokens_per_epoch"],
+            )
+            want = (
+                d["num_samples"],
+                d["len"],
+                d["epochs"] if g["num_epochs"] is not None else None,
+                d["separate_final_epoch"],
+                d["doc_range"] if d["doc_range"][1] > d["doc_range"][0] else None,
+                d["tokens"],
+            )
             if list(got) != list(want):
                 diffs.append(f"{name}/{g['dataset_path'].rsplit('/', 1)[-1]}: built {got} vs planned {want}")
     return diffs
@@ -102,8 +125,10 @@ def test_plan_equals_real_builder(version, seed, tmp_path):
     if mcore_pythonpath(version) is None:
         # e.g. no wheel of 0.10.0 for Python 3.12: "No matching distribution found for megatron-core==0.10.0"
         why = LAST_FAILURE.get(version, "no package index reachable?")
-        pytest.skip(f"megatron-core {version} could not be installed into .cache for Python "
-                    f"{sys.version_info.major}.{sys.version_info.minor}: {why}")
+        pytest.skip(
+            f"megatron-core {version} could not be installed into .cache for Python "
+            f"{sys.version_info.major}.{sys.version_info.minor}: {why}"
+        )
     cases = generate_cases(seed, CASES, str(tmp_path))
     truth = run_truth(cases, version, str(tmp_path / "truth"))
     assert truth["megatron_core_version"].startswith(version)

@@ -31,14 +31,28 @@ from neox_epoch.semantics import mcore
 from neox_epoch.semantics import megatron_lm as mlm
 from neox_epoch.semantics.megatron_lm import MegatronRefusal
 
-MODEL = ("--num-layers 4 --hidden-size 64 --num-attention-heads 4 --max-position-embeddings 4096 "
-         "--lr 1e-4 --tokenizer-type NullTokenizer --vocab-size 65000").split()
+MODEL = (
+    "--num-layers 4 --hidden-size 64 --num-attention-heads 4 --max-position-embeddings 4096 "
+    "--lr 1e-4 --tokenizer-type NullTokenizer --vocab-size 65000"
+).split()
 
 
 def argv(*extra: str) -> list[str]:
     """A small valid command line plus ``extra``."""
-    return [*MODEL, "--seq-length", "128", "--micro-batch-size", "2", "--data-path", "data/web", "--split",
-            "98,1,1", "--eval-interval", "10", *extra]
+    return [
+        *MODEL,
+        "--seq-length",
+        "128",
+        "--micro-batch-size",
+        "2",
+        "--data-path",
+        "data/web",
+        "--split",
+        "98,1,1",
+        "--eval-interval",
+        "10",
+        *extra,
+    ]
 
 
 def refusal(tokens: list[str]) -> MegatronRefusal:
@@ -65,14 +79,13 @@ def test_defaults_are_megatron_lms() -> None:
 
 
 def test_flag_equals_value_and_repeated_flags() -> None:
-    a = parse_megatron_argv(argv("--train-iters=50", "--train-iters", "70", "--global-batch-size=32",
-                                 "--world-size=4"))
+    a = parse_megatron_argv(argv("--train-iters=50", "--train-iters", "70", "--global-batch-size=32", "--world-size=4"))
     assert (a.train_iters, a.global_batch_size, a.world_size) == (70, 32, 4)
 
 
 def test_unknown_flag_did_you_mean() -> None:
     err = refusal(argv("--train-iters", "5", "--micro-batchsize", "1"))
-    assert '--micro-batchsize' in str(err) and 'did you mean "--micro-batch-size"' in str(err)
+    assert "--micro-batchsize" in str(err) and 'did you mean "--micro-batch-size"' in str(err)
     assert err.stage == "parse_args" and "\n" not in str(err)
 
 
@@ -86,18 +99,28 @@ def test_tables_by_version() -> None:
     """One option table per Megatron-LM version, chosen from the megatron-core version planned."""
     assert (megatron_lm_version("0.16.1"), megatron_lm_version("0.19.2")) == ("0.16.1", "0.19.2")
     assert [mlm.rules_for(v).version for v in ("0.10.0", "0.16.1", "0.16.0", "0.19.0", "0.19.2", "0.20.1")] == [
-        "0.16.1", "0.16.1", "0.16.1", "0.19.2", "0.19.2", "0.19.2"]
+        "0.16.1",
+        "0.16.1",
+        "0.16.1",
+        "0.19.2",
+        "0.19.2",
+        "0.19.2",
+    ]
     a = parse_megatron_argv(argv("--train-iters", "10"), "0.19.2")
-    assert a.megatron_lm_version == "0.19.2" and parse_megatron_argv(argv("--train-iters", "10"), "0.10.0")\
-        .megatron_lm_version == "0.16.1"
+    assert (
+        a.megatron_lm_version == "0.19.2"
+        and parse_megatron_argv(argv("--train-iters", "10"), "0.10.0").megatron_lm_version == "0.16.1"
+    )
     err = refusal_at("0.19.2", argv("--train-iters", "10", "--use-legacy-models"))
     assert "--use-legacy-models: not a Megatron-LM 0.19.2 flag: removed after 0.16.1 (not in 0.19.2)" in str(err)
-    assert "Megatron-LM 0.19.2 validate_args refuses" in str(refusal_at("0.19.2", argv("--train-iters", "10",
-                                                                                        "--batch-size", "4")))
+    assert "Megatron-LM 0.19.2 validate_args refuses" in str(
+        refusal_at("0.19.2", argv("--train-iters", "10", "--batch-size", "4"))
+    )
 
 
-def test_framework_version_note(tmp_path: Any, capsys: pytest.CaptureFixture[str],
-                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_framework_version_note(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """--framework-version 0.16.1 with megatron-core 0.19.2 installed: 0.16.1's rules (a ramp-up with
     --train-iters refused, as 0.16.1 refuses it; 0.19.2 ignores it) and one note saying so."""
     from neox_epoch import cli
@@ -106,12 +129,21 @@ def test_framework_version_note(tmp_path: Any, capsys: pytest.CaptureFixture[str
     monkeypatch.setattr(detect, "megatron_core_source", lambda paths=None: ("0.19.2", "site-packages"))
     prefix = str(tmp_path / "web")
     write_random_corpus(prefix, 1, 500, 50, 400)
-    tokens = ["plan", "--framework-version", "0.16.1", *[prefix if t == "data/web" else t for t in argv(
-        "--train-iters", "20", "--world-size", "8")]]
+    tokens = [
+        "plan",
+        "--framework-version",
+        "0.16.1",
+        *[prefix if t == "data/web" else t for t in argv("--train-iters", "20", "--world-size", "8")],
+    ]
     assert cli.main(tokens) == 0
     out = capsys.readouterr().out
-    assert out.count("note: --framework-version 0.16.1: planned with Megatron-LM 0.16.1's flags and rules, not "
-                     "Megatron-LM 0.19.2's (those of the megatron-core 0.19.2 installed, site-packages)") == 1
+    assert (
+        out.count(
+            "note: --framework-version 0.16.1: planned with Megatron-LM 0.16.1's flags and rules, not "
+            "Megatron-LM 0.19.2's (those of the megatron-core 0.19.2 installed, site-packages)"
+        )
+        == 1
+    )
     assert cli.main([*tokens, "--rampup-batch-size", "4", "4", "64"]) == 2
     assert "Megatron-LM 0.16.1 validate_args refuses it" in capsys.readouterr().err
 
@@ -145,12 +177,15 @@ def test_a_py_value_is_not_the_script() -> None:
     assert split_launcher(["python", "pretrain_gpt.py", *tokens]) == (["python"], tokens)
 
 
-@pytest.mark.parametrize("extra, flag", [
-    (["--mock-data"], "--mock-data"),
-    (["--sft"], "--sft"),
-    (["--dataloader-type", "cyclic"], "--dataloader-type"),
-    (["--dataloader-type", "external"], "--dataloader-type"),
-])
+@pytest.mark.parametrize(
+    "extra, flag",
+    [
+        (["--mock-data"], "--mock-data"),
+        (["--sft"], "--sft"),
+        (["--dataloader-type", "cyclic"], "--dataloader-type"),
+        (["--dataloader-type", "external"], "--dataloader-type"),
+    ],
+)
 def test_unplannable(extra: list[str], flag: str) -> None:
     tokens = argv("--train-iters", "10", *extra)
     if flag == "--mock-data":
@@ -175,14 +210,21 @@ def test_rampup_with_train_iters_quotes_megatron() -> None:
 
 def test_missing_eval_interval_is_megatrons_type_error() -> None:
     tokens = argv("--train-iters", "12")
-    del tokens[tokens.index("--eval-interval"):tokens.index("--eval-interval") + 2]
+    del tokens[tokens.index("--eval-interval") : tokens.index("--eval-interval") + 2]
     err = refusal(tokens)
     assert err.stage == "get_train_valid_test_num_samples" and err.megatron_error == "TypeError"
     assert megatron_run(parse_megatron_argv([*tokens, "--full-validation"])).num_samples[1] is None
 
 
-@pytest.mark.parametrize("extra", [["--mid-level-dataset-surplus", "nan"], ["--train-iters", "-3"],
-                                   ["--tensor-model-parallel-size", "0"], ["--lr-warmup-fraction", "inf"]])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["--mid-level-dataset-surplus", "nan"],
+        ["--train-iters", "-3"],
+        ["--tensor-model-parallel-size", "0"],
+        ["--lr-warmup-fraction", "inf"],
+    ],
+)
 def test_values_validated(extra: list[str]) -> None:
     tokens = argv("--train-samples", "100", *extra) if "--train-iters" not in extra else argv(*extra)
     err = refusal(tokens)
@@ -224,10 +266,35 @@ def test_rampup_plan_shows_requested_and_consumed(tmp_path: Any, capsys: pytest.
 
     prefix = str(tmp_path / "web")
     write_random_corpus(prefix, 1, 3000, 50, 2000)
-    tokens = ["plan", "--framework-version", "0.16.1", "--data-path", prefix, "--split", "98,1,1", "--seq-length",
-              "512", "--micro-batch-size", "2", "--world-size", "8", "--train-samples", "180000",
-              "--rampup-batch-size", "16", "16", "30000", "--global-batch-size", "192", "--eval-interval", "100",
-              "--eval-iters", "10", "--lr", "1e-4"]
+    tokens = [
+        "plan",
+        "--framework-version",
+        "0.16.1",
+        "--data-path",
+        prefix,
+        "--split",
+        "98,1,1",
+        "--seq-length",
+        "512",
+        "--micro-batch-size",
+        "2",
+        "--world-size",
+        "8",
+        "--train-samples",
+        "180000",
+        "--rampup-batch-size",
+        "16",
+        "16",
+        "30000",
+        "--global-batch-size",
+        "192",
+        "--eval-interval",
+        "100",
+        "--eval-iters",
+        "10",
+        "--lr",
+        "1e-4",
+    ]
     assert cli.main([*tokens, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert (out["train_iters"], out["train_samples"], out["consumed_samples"]["train"]) == (1296, 180000, 179856)
@@ -242,8 +309,9 @@ def test_rampup_plan_shows_requested_and_consumed(tmp_path: Any, capsys: pytest.
 def test_gbs_not_divisible_is_the_calculators_refusal() -> None:
     err = refusal(argv("--train-iters", "10", "--world-size", "8", "--global-batch-size", "20"))
     assert err.stage == "num_microbatches_calculator"
-    assert err.megatron_message == ("global batch size (20) is not divisible by micro batch size (2) times data "
-                                    "parallel size (8)")
+    assert err.megatron_message == (
+        "global batch size (20) is not divisible by micro batch size (2) times data parallel size (8)"
+    )
 
 
 # ------------------------------------------------------------------------- Megatron-LM 0.19.2's rules (pure)
@@ -259,8 +327,14 @@ def test_0_19_step_schedule_numbers() -> None:
     run = megatron_run(a)
     assert (a.global_batch_size, run.train_iters, run.num_samples) == (16, 119, (5000, 320, 32))
     assert mlm.schedule_consumed(run.schedule, run.train_iters) == 5024
-    b = megatron_run(parse_megatron_argv(argv("--train-iters", "50", "--eval-global-batch-size", "32", *STEP), "0.19.2"))
-    assert (mlm.schedule_consumed(b.schedule, 50), b.num_samples, b.scheduler.lr_decay_steps) == (1088, (800, 384, 64), 800)
+    b = megatron_run(
+        parse_megatron_argv(argv("--train-iters", "50", "--eval-global-batch-size", "32", *STEP), "0.19.2")
+    )
+    assert (mlm.schedule_consumed(b.schedule, 50), b.num_samples, b.scheduler.lr_decay_steps) == (
+        1088,
+        (800, 384, 64),
+        800,
+    )
 
 
 def test_0_19_warnings_and_arithmetic(corpus: Any) -> None:
@@ -272,10 +346,14 @@ def test_0_19_warnings_and_arithmetic(corpus: Any) -> None:
     assert "asks the builder for 10 evaluations (320 samples) but the run makes 11" in codes["eval-past-request"]
     assert "the last 32 samples are read past the request" in codes["eval-past-request"]
     assert mlm.evaluations_run(119, 10, 21) == 10 and mi.inp.mcore.arithmetic is not None
-    assert ("valid samples = max(0, train_iters // eval_interval + 1 - start_eval_at_iter // eval_interval) * "
-            "eval_iters * eval_global_batch_size = max(0, 119 // 10 + 1 - 20 // 10) * 2 * 16 = 320") in mi.inp.mcore.arithmetic
-    tokens = [corpus("web", docs=3000, max_len=400) if t == "data/web" else t
-              for t in argv("--train-samples", "5000", "--start-eval-at-iter", "20", *STEP)]
+    assert (
+        "valid samples = max(0, train_iters // eval_interval + 1 - start_eval_at_iter // eval_interval) * "
+        "eval_iters * eval_global_batch_size = max(0, 119 // 10 + 1 - 20 // 10) * 2 * 16 = 320"
+    ) in mi.inp.mcore.arithmetic
+    tokens = [
+        corpus("web", docs=3000, max_len=400) if t == "data/web" else t
+        for t in argv("--train-samples", "5000", "--start-eval-at-iter", "20", *STEP)
+    ]
     plan = make_plan(megatron_input(tokens, "0.19.2").inp)
     assert (plan.train_samples, plan.consumed["train"]) == (5000, 5024)
 
@@ -290,15 +368,48 @@ def test_0_19_exact_mode_counts_the_eval_batch(tmp_path: Any, capsys: pytest.Cap
     web, code = str(tmp_path / "web"), str(tmp_path / "code")
     write_random_corpus(web, 1, 3000, 50, 2000)
     write_random_corpus(code, 2, 1500, 50, 2000)
-    tokens = ["plan", "--epochs", "1", "--framework-version", "0.19.2", "--force-version", "--data-path", "0.7", web,
-              "0.3", code, "--split", "98,1,1", "--seq-length", "512", "--micro-batch-size", "2", "--world-size", "8",
-              "--eval-interval", "100", "--eval-iters", "10", "--lr", "1e-4", "--eval-global-batch-size", "32",
-              "--start-eval-at-iter", "100", "--train-iters", "100", "--lr-decay-iters", "100", "--json"]
+    tokens = [
+        "plan",
+        "--epochs",
+        "1",
+        "--framework-version",
+        "0.19.2",
+        "--force-version",
+        "--data-path",
+        "0.7",
+        web,
+        "0.3",
+        code,
+        "--split",
+        "98,1,1",
+        "--seq-length",
+        "512",
+        "--micro-batch-size",
+        "2",
+        "--world-size",
+        "8",
+        "--eval-interval",
+        "100",
+        "--eval-iters",
+        "10",
+        "--lr",
+        "1e-4",
+        "--eval-global-batch-size",
+        "32",
+        "--start-eval-at-iter",
+        "100",
+        "--train-iters",
+        "100",
+        "--lr-decay-iters",
+        "100",
+        "--json",
+    ]
     assert cli.main(tokens) == 0
     out = json.loads(capsys.readouterr().out)
     assert (out["train_iters"], out["consumed_samples"]) == (551, {"train": 8816, "valid": 1600, "test": 320})
-    assert any("asks the builder for 5 evaluations (1600 samples) but the run makes 6" in w["text"]
-               for w in out["warnings"])
+    assert any(
+        "asks the builder for 5 evaluations (1600 samples) but the run makes 6" in w["text"] for w in out["warnings"]
+    )
 
 
 def test_schedule_fit_stops_on_a_batch_boundary() -> None:
@@ -323,28 +434,57 @@ def test_0_19_rampup_is_ignored_and_batch_flags_refused() -> None:
     assert any(w.code == "rampup-ignored" for w in mi.warnings)
     err = refusal_at("0.19.2", argv("--train-iters", "10", "--global-batch-size", "32", *STEP))
     assert err.megatron_message == "Cannot specify both --step-batch-size-schedule and --global-batch-size"
-    assert str(err).startswith("--global-batch-size: 32: Megatron-LM 0.19.2 validate_args refuses it") and "\n" not in str(err)
+    assert str(err).startswith(
+        "--global-batch-size: 32: Megatron-LM 0.19.2 validate_args refuses it"
+    ) and "\n" not in str(err)
     err = refusal_at("0.19.2", argv("--train-iters", "10", "--decrease-batch-size-if-needed", *STEP))
     assert err.stage == "num_microbatches_calculator" and err.megatron_error == "ValueError"
     err = refusal_at("0.19.2", argv("--train-iters", "10", "--eval-global-batch-size", "20", "--world-size", "8"))
-    assert err.megatron_message == ("eval_global_batch_size (20) must be divisible by eval_micro_batch_size (2) * "
-                                    "data_parallel_size (8)")
+    assert err.megatron_message == (
+        "eval_global_batch_size (20) must be divisible by eval_micro_batch_size (2) * data_parallel_size (8)"
+    )
     shrink = ["--step-batch-size-schedule", "0:32 1K:16", "--world-size", "8"]
     err = refusal_at("0.19.2", argv("--train-iters", "10", *shrink))
-    assert err.stage == "train" and err.megatron_message == ("Number of microbatches should not decrease; going from 2 "
-                                                              "to 1")
+    assert err.stage == "train" and err.megatron_message == (
+        "Number of microbatches should not decrease; going from 2 to 1"
+    )
 
 
 def test_0_19_gtp_weight_remat() -> None:
     """--tensor-parallel-num-weight-shards 4 with tp 2: gtp_weight_remat_size 2 leaves dp = 16 // (2 * 2) = 4, and
     the calculator gets dp x 2 = 8, so the default global batch micro x dp = 8 steps in one microbatch."""
-    a = parse_megatron_argv(argv("--train-iters", "10", "--world-size", "16", "--tensor-model-parallel-size", "2",
-                                 "--tensor-parallel-num-weight-shards", "4", "--global-batch-size", "32"), "0.19.2")
+    a = parse_megatron_argv(
+        argv(
+            "--train-iters",
+            "10",
+            "--world-size",
+            "16",
+            "--tensor-model-parallel-size",
+            "2",
+            "--tensor-parallel-num-weight-shards",
+            "4",
+            "--global-batch-size",
+            "32",
+        ),
+        "0.19.2",
+    )
     assert (a.data_parallel_size, a.gtp_weight_remat_size, a.calculator_dp) == (4, 2, 8)
-    err = refusal_at("0.19.2", argv("--train-iters", "10", "--world-size", "16", "--tensor-model-parallel-size", "2",
-                                    "--tensor-parallel-num-weight-shards", "4"))
-    assert err.megatron_message == ("global batch size (8) is not divisible by micro batch size (2) times data parallel "
-                                    "size (8)")
+    err = refusal_at(
+        "0.19.2",
+        argv(
+            "--train-iters",
+            "10",
+            "--world-size",
+            "16",
+            "--tensor-model-parallel-size",
+            "2",
+            "--tensor-parallel-num-weight-shards",
+            "4",
+        ),
+    )
+    assert err.megatron_message == (
+        "global batch size (8) is not divisible by micro batch size (2) times data parallel size (8)"
+    )
 
 
 # ------------------------------------------------------------------------------ against Megatron-LM
@@ -357,8 +497,14 @@ EXAMPLES = {
     "mamba/train.sh": ["DATA", "TOKENIZER"],
 }
 EXAMPLE_WORLDS = {"gpt3": (8, 128, 256), "llama": (8, 16, 64), "mixtral": (8, 16, 64), "mamba": (8, 16, 64)}
-TOKENIZER_FLAGS = {"--tokenizer-type": 1, "--tokenizer-model": 1, "--vocab-file": 1, "--merge-file": 1,
-                   "--vocab-size": 1, "--tiktoken-pattern": 1}
+TOKENIZER_FLAGS = {
+    "--tokenizer-type": 1,
+    "--tokenizer-model": 1,
+    "--vocab-file": 1,
+    "--merge-file": 1,
+    "--vocab-size": 1,
+    "--tiktoken-pattern": 1,
+}
 
 
 def example_argv(tree: str, script: str, data: str, workdir: str, positional: list[str] | None = None) -> list[str]:
@@ -378,11 +524,16 @@ def example_argv(tree: str, script: str, data: str, workdir: str, positional: li
     positional = [data if a == "DATA" else a for a in (positional if positional is not None else EXAMPLES[script])]
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "SLURM_NNODES")}
     env.update(PATH=bindir + os.pathsep + env.get("PATH", ""), CAPTURE=capture)
-    subprocess.run(["bash", os.path.join(tree, "examples", script), *positional], cwd=workdir, env=env,
-                   check=True, capture_output=True)
+    subprocess.run(
+        ["bash", os.path.join(tree, "examples", script), *positional],
+        cwd=workdir,
+        env=env,
+        check=True,
+        capture_output=True,
+    )
     with open(capture, "rb") as f:
         tokens = [t.decode() for t in f.read().split(b"\0")[:-1]]
-    tokens = tokens[next(i for i, t in enumerate(tokens) if t.endswith(".py")) + 1:]  # the script's arguments
+    tokens = tokens[next(i for i, t in enumerate(tokens) if t.endswith(".py")) + 1 :]  # the script's arguments
     out: list[str] = []
     skip = 0
     for tok in tokens:
@@ -403,9 +554,21 @@ def random_argv(rng: random.Random, corpora: list[str], workdir: str, i: int) ->
     micro = rng.choice([1, 2, 4])
     dp = max(1, world // (tp * pp * cp))
     seq = rng.choice([64, 128, 256])
-    tokens = [*MODEL, "--seq-length", str(seq), "--micro-batch-size", str(micro),
-              "--tensor-model-parallel-size", str(tp), "--pipeline-model-parallel-size", str(pp),
-              "--context-parallel-size", str(cp), "--seed", str(rng.randint(1, 9999))]
+    tokens = [
+        *MODEL,
+        "--seq-length",
+        str(seq),
+        "--micro-batch-size",
+        str(micro),
+        "--tensor-model-parallel-size",
+        str(tp),
+        "--pipeline-model-parallel-size",
+        str(pp),
+        "--context-parallel-size",
+        str(cp),
+        "--seed",
+        str(rng.randint(1, 9999)),
+    ]
     gbs_choice = rng.random()
     if gbs_choice < 0.7:
         tokens += ["--global-batch-size", str(micro * dp * rng.choice([1, 2, 3]))]
@@ -419,8 +582,17 @@ def random_argv(rng: random.Random, corpora: list[str], workdir: str, i: int) ->
     elif data < 0.7:
         tokens += ["--data-path", *rng.sample(corpora, 2)]
     elif data < 0.85:
-        tokens += ["--train-data-path", "0.4", corpora[0], "0.6", corpora[1], "--valid-data-path", corpora[2],
-                   "--test-data-path", corpora[2]]
+        tokens += [
+            "--train-data-path",
+            "0.4",
+            corpora[0],
+            "0.6",
+            corpora[1],
+            "--valid-data-path",
+            corpora[2],
+            "--test-data-path",
+            corpora[2],
+        ]
     else:
         path = os.path.join(workdir, f"data-args-{i}.txt")
         with open(path, "w") as f:
@@ -471,11 +643,16 @@ def ours(tokens: list[str], world: int, version: str = "0.16.1") -> dict[str, An
         out.update(data_parallel_size=a.data_parallel_size, global_batch_size=a.global_batch_size)
         run = megatron_run(a)
         out["train_consumed"] = mlm.schedule_consumed(run.schedule, run.train_iters)
-        out.update(train_iters=run.train_iters, num_samples=list(run.num_samples),
-                   scheduler={"lr_warmup_steps": run.scheduler.lr_warmup_steps,
-                              "lr_decay_steps": run.scheduler.lr_decay_steps,
-                              "wd_incr_steps": run.scheduler.wd_incr_steps,
-                              "wsd_decay_steps": run.scheduler.wsd_decay_steps})
+        out.update(
+            train_iters=run.train_iters,
+            num_samples=list(run.num_samples),
+            scheduler={
+                "lr_warmup_steps": run.scheduler.lr_warmup_steps,
+                "lr_decay_steps": run.scheduler.lr_decay_steps,
+                "wd_incr_steps": run.scheduler.wd_incr_steps,
+                "wsd_decay_steps": run.scheduler.wsd_decay_steps,
+            },
+        )
     except MegatronRefusal as err:
         out["refusal"] = {"stage": err.stage, "error": err.megatron_error, "message": err.megatron_message}
         out.update(err.known)
@@ -483,13 +660,18 @@ def ours(tokens: list[str], world: int, version: str = "0.16.1") -> dict[str, An
             out["num_samples"] = list(out["num_samples"])
         if isinstance(out.get("scheduler"), mlm.SchedulerSteps):
             steps = out["scheduler"]
-            out["scheduler"] = {"lr_warmup_steps": steps.lr_warmup_steps, "lr_decay_steps": steps.lr_decay_steps,
-                                "wd_incr_steps": steps.wd_incr_steps, "wsd_decay_steps": steps.wsd_decay_steps}
+            out["scheduler"] = {
+                "lr_warmup_steps": steps.lr_warmup_steps,
+                "lr_decay_steps": steps.lr_decay_steps,
+                "wd_incr_steps": steps.wd_incr_steps,
+                "wsd_decay_steps": steps.wsd_decay_steps,
+            }
     return out
 
 
-def corpus_refusal(tokens: list[str], world: int, version: str = "0.16.1",
-                   num: list[int | None] | None = None) -> str | None:
+def corpus_refusal(
+    tokens: list[str], world: int, version: str = "0.16.1", num: list[int | None] | None = None
+) -> str | None:
     """What the corpus (not the flags) makes Megatron-LM's builder refuse, from this project's megatron-core
     semantics: "never returns" (a split with no sequence asked for samples) or "empty source" (a blend
     without weights over a source with no sample in a split: BlendedDataset asserts every weight > 0)."""
@@ -498,8 +680,9 @@ def corpus_refusal(tokens: list[str], world: int, version: str = "0.16.1",
     if a.blend is not None:
         routes = mcore.routes(a.blend[0], a.blend[1], a.split, num, version, a.mid_level_dataset_surplus)
     else:
-        routes = mcore.routes([], None, None, num, version, a.mid_level_dataset_surplus,
-                              blend_per_split=a.blend_per_split)
+        routes = mcore.routes(
+            [], None, None, num, version, a.mid_level_dataset_surplus, blend_per_split=a.blend_per_split
+        )
     for route in (r for r in routes if r is not None):
         lengths = []
         for prefix, bookends, request in zip(route.prefixes, route.bookends, route.requests):
@@ -553,8 +736,11 @@ def compare_built(real: dict[str, Any], ours_built: dict[str, Any]) -> list[str]
     return diffs
 
 
-CORPUS_REFUSALS = {"builder would never return": "never returns", "Timeout": "never returns",
-                   "AssertionError": "empty source"}
+CORPUS_REFUSALS = {
+    "builder would never return": "never returns",
+    "Timeout": "never returns",
+    "AssertionError": "empty source",
+}
 
 
 def mcore_version() -> str:
@@ -562,15 +748,20 @@ def mcore_version() -> str:
     return megatron_lm_version()
 
 
-def compare(truth: dict[str, Any], mine: dict[str, Any], tokens: list[str], world: int,
-            version: str = "0.16.1") -> list[str]:
+def compare(
+    truth: dict[str, Any], mine: dict[str, Any], tokens: list[str], world: int, version: str = "0.16.1"
+) -> list[str]:
     """Differences between Megatron-LM's record and ours (empty: equal)."""
     diffs = []
     real = truth["refusal"]
     # the training loop's checks come after the builder: a corpus the builder refuses hides them from the truth
     after = mine["refusal"] is not None and mine["refusal"]["stage"] == "train"
-    if real is not None and real["stage"] == "builder" and real["error"] in CORPUS_REFUSALS and \
-            (mine["refusal"] is None or after):
+    if (
+        real is not None
+        and real["stage"] == "builder"
+        and real["error"] in CORPUS_REFUSALS
+        and (mine["refusal"] is None or after)
+    ):
         kind = corpus_refusal(tokens, world, version, mine.get("num_samples"))
         if kind != CORPUS_REFUSALS[real["error"]]:
             diffs.append(f"builder: megatron {real} but this project's semantics say {kind}")
@@ -602,7 +793,9 @@ def corpora_for(tmp_path: Any) -> list[str]:
     return corpora
 
 
-def compare_all(cases: list[dict[str, Any]], truth: dict[str, Any], version: str, tmp_path: Any) -> tuple[list[str], int]:
+def compare_all(
+    cases: list[dict[str, Any]], truth: dict[str, Any], version: str, tmp_path: Any
+) -> tuple[list[str], int]:
     """Each case against Megatron-LM's record (numbers, refusals, and what the builder built): the failures and
     how many cases were built and compared dataset by dataset; the report is written to MEGATRON_LM_REPORT."""
     report, failures = [], []
@@ -614,8 +807,14 @@ def compare_all(cases: list[dict[str, Any]], truth: dict[str, Any], version: str
         if not diffs and isinstance(real.get("splits"), dict) and mine["refusal"] is None:
             built += 1
             diffs = compare_built(real["splits"], built_by_our_semantics(case["argv"], case["world_size"], version))
-        report.append({"id": case["id"], "megatron": real.get("refusal") or real.get("num_samples"),
-                       "ours": mine.get("refusal") or mine.get("num_samples"), "equal": not diffs})
+        report.append(
+            {
+                "id": case["id"],
+                "megatron": real.get("refusal") or real.get("num_samples"),
+                "ours": mine.get("refusal") or mine.get("num_samples"),
+                "equal": not diffs,
+            }
+        )
         if diffs:
             failures.append(f"{case['id']}: {'; '.join(diffs)}")
     with open(os.environ.get("MEGATRON_LM_REPORT", str(tmp_path / "report.json")), "w") as f:
@@ -623,8 +822,9 @@ def compare_all(cases: list[dict[str, Any]], truth: dict[str, Any], version: str
     return failures, built
 
 
-def truth_and_comparison(cases: list[dict[str, Any]], tmp_path: Any, version: str, timeout: float = 120.0
-                         ) -> tuple[dict[str, Any], int]:
+def truth_and_comparison(
+    cases: list[dict[str, Any]], tmp_path: Any, version: str, timeout: float = 120.0
+) -> tuple[dict[str, Any], int]:
     """Run the cases through Megatron-LM ``version``'s own code (tests/megatron_lm_truth.py), require that version
     and no difference from the plan; (the truth, how many cases the builder built)."""
     import megatron_lm_env as env
@@ -667,8 +867,11 @@ EXAMPLES_019: dict[str, tuple[list[str], tuple[int, ...], list[str]]] = {
     "mixtral/train_mixtral_8x7b_distributed.sh": (["ckpt", "TOKENIZER", "DATA"], (8, 16, 64), []),
     "mamba/train.sh": (["DATA", "TOKENIZER"], (8, 16, 64), []),
     # PP is the world size in the script: 12 layers split over 4 stages instead, so 8/64/256 GPUs are valid
-    "gptoss/02_train.sh": (["--checkpoint-path", "ckpt", "--tokenizer", "TOKENIZER", "--data", "DATA"], (8, 64, 256),
-                           ["--pipeline-model-parallel-size", "4"]),
+    "gptoss/02_train.sh": (
+        ["--checkpoint-path", "ckpt", "--tokenizer", "TOKENIZER", "--data", "DATA"],
+        (8, 64, 256),
+        ["--pipeline-model-parallel-size", "4"],
+    ),
 }
 
 
@@ -678,7 +881,11 @@ def random_argv_019(rng: random.Random, corpora: list[str], workdir: str, i: int
     --global-batch-size), evaluation batches, --start-eval-at-iter, --tensor-parallel-num-weight-shards."""
     tokens, world = random_argv(rng, corpora, workdir, i)
     value = {t: tokens[k + 1] for k, t in enumerate(tokens[:-1]) if t.startswith("--")}
-    micro, seq, tp = int(value["--micro-batch-size"]), int(value["--seq-length"]), int(value["--tensor-model-parallel-size"])
+    micro, seq, tp = (
+        int(value["--micro-batch-size"]),
+        int(value["--seq-length"]),
+        int(value["--tensor-model-parallel-size"]),
+    )
     dp = max(1, world // (tp * int(value["--pipeline-model-parallel-size"]) * int(value["--context-parallel-size"])))
     if rng.random() < 0.5:
         if rng.random() < 0.85:
@@ -687,15 +894,20 @@ def random_argv_019(rng: random.Random, corpora: list[str], workdir: str, i: int
         sizes = sorted(rng.sample(range(1, 6), 3)) if rng.random() < 0.85 else [3, 1, 2]  # [3, 1, 2]: shrinks
         first = 0 if rng.random() < 0.9 else seq * 4
         cuts = sorted(rng.sample(range(1, 400), 2))
-        steps = [f"{first}:{unit * sizes[0]}"] + [f"{c * seq / 1000 + rng.choice([0, 0.0005])}K:{unit * z}"
-                                                   for c, z in zip(cuts, sizes[1:])]
+        steps = [f"{first}:{unit * sizes[0]}"] + [
+            f"{c * seq / 1000 + rng.choice([0, 0.0005])}K:{unit * z}" for c, z in zip(cuts, sizes[1:])
+        ]
         if rng.random() < 0.1:
             steps[-1] = steps[-1].split(":")[0] + f":{unit * sizes[-1] + 1}"  # not a multiple of micro x dp
         tokens += ["--step-batch-size-schedule", ",".join(steps) if rng.random() < 0.3 else " ".join(steps)]
     if rng.random() < 0.3:
         eval_micro = rng.choice([1, 2])
-        tokens += ["--eval-micro-batch-size", str(eval_micro), "--eval-global-batch-size",
-                   str(eval_micro * dp * rng.choice([1, 2]) + (1 if rng.random() < 0.1 else 0))]
+        tokens += [
+            "--eval-micro-batch-size",
+            str(eval_micro),
+            "--eval-global-batch-size",
+            str(eval_micro * dp * rng.choice([1, 2]) + (1 if rng.random() < 0.1 else 0)),
+        ]
     if rng.random() < 0.35 and "--eval-interval" in value:
         interval = int(value["--eval-interval"])
         tokens += ["--start-eval-at-iter", str(rng.choice([0, interval, 2 * interval, interval + 3, 7, 500]))]
@@ -762,8 +974,10 @@ def test_0_19_examples_and_random_command_lines_equal_megatron_lm_0_19_2(tmp_pat
         tokens = example_argv(tree, script, corpora[0], str(tmp_path / name), positional) + extra
         for label, argv_ in example_variants(script, tokens).items():
             mine = tokens if label == script else argv_  # gptoss: ours reads its ModelOpt flags
-            cases += [{"id": f"{label}@{w}", "argv": argv_, "ours_argv": mine, "world_size": w, "build": False}
-                      for w in worlds]
+            cases += [
+                {"id": f"{label}@{w}", "argv": argv_, "ours_argv": mine, "world_size": w, "build": False}
+                for w in worlds
+            ]
     rng = random.Random(20261126)
     for i in range(40):
         tokens, world = random_argv_019(rng, corpora, str(tmp_path), i)
@@ -773,8 +987,10 @@ def test_0_19_examples_and_random_command_lines_equal_megatron_lm_0_19_2(tmp_pat
     gpt3 = "gpt3/train_gpt3_175b_distributed.sh"
     assert by_id[f"{gpt3}@128"]["refusal"] == {"stage": "parse_args", "error": "SystemExit", "message": "2"}
     assert by_id[f"{gpt3} schedule quoted@128"]["refusal"] == {
-        "stage": "validate_args", "error": "ValueError",
-        "message": "Cannot specify both --step-batch-size-schedule and --global-batch-size"}
+        "stage": "validate_args",
+        "error": "ValueError",
+        "message": "Cannot specify both --step-batch-size-schedule and --global-batch-size",
+    }
     assert by_id[f"{gpt3} schedule quoted, without --global-batch-size@256"]["refusal"] is None
     stepped = [c for c in cases if "--step-batch-size-schedule" in c["argv"] and not by_id[c["id"]]["refusal"]]
     refused = sum(1 for r in truth["cases"] if r["refusal"])
@@ -783,8 +999,20 @@ def test_0_19_examples_and_random_command_lines_equal_megatron_lm_0_19_2(tmp_pat
 
 # ------------------------------------------------------------------------ resume-check on Megatron-LM checkpoints
 
-RESUME_BASE = ["--seq-length", "128", "--micro-batch-size", "2", "--split", "98,1,1", "--eval-interval", "1000",
-               "--eval-iters", "1", "--train-iters", "200"]
+RESUME_BASE = [
+    "--seq-length",
+    "128",
+    "--micro-batch-size",
+    "2",
+    "--split",
+    "98,1,1",
+    "--eval-interval",
+    "1000",
+    "--eval-iters",
+    "1",
+    "--train-iters",
+    "200",
+]
 
 
 def _train_epochs(real: dict[str, Any]) -> list[int]:
@@ -816,21 +1044,33 @@ def test_resume_check_on_a_megatron_lm_checkpoint(megatron_lm: str, tmp_path: An
         new[new.index("0.7")], new[new.index("0.3")] = "0.5", "0.5"
     save = str(tmp_path / "ckpt")
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "megatron_lm_checkpoint.py")
-    made = subprocess.run([sys.executable, script, save, "50", "2", *old], env=frameworks.megatron_lm_env(),
-                          capture_output=True, text=True, timeout=300)
+    made = subprocess.run(
+        [sys.executable, script, save, "50", "2", *old],
+        env=frameworks.megatron_lm_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert made.returncode == 0, made.stderr[-3000:]
-    cases = [{"id": name, "argv": argv_, "world_size": 2, "build": True, "cache_dir": str(tmp_path)}
-             for name, argv_ in (("old", old), ("new", new))]
+    cases = [
+        {"id": name, "argv": argv_, "world_size": 2, "build": True, "cache_dir": str(tmp_path)}
+        for name, argv_ in (("old", old), ("new", new))
+    ]
     real_old, real_new = env.run_truth(cases, str(tmp_path / "work"))["cases"]
-    r = subprocess.run([sys.executable, "-m", "neox_epoch.cli", "resume-check", save, *new, "--world-size", "2",
-                        "--json"], capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "neox_epoch.cli", "resume-check", save, *new, "--world-size", "2", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode in (0, 1), r.stderr
     out = json.loads(r.stdout)
     assert (out["resumed_by"], out["consumed_samples"], out["start_sample"]) == ("Megatron-LM", 400, 400)
     assert out["skipped"] is None and out["repeated"] is None
     kinds = [f.split(":")[0] for f in out["findings"]]
-    reordered = [f"train_{k}" for k, (a, b) in enumerate(zip(_train_epochs(real_old), _train_epochs(real_new)))
-                 if a != b]
+    reordered = [
+        f"train_{k}" for k, (a, b) in enumerate(zip(_train_epochs(real_old), _train_epochs(real_new))) if a != b
+    ]
     assert [f.split(":")[1].strip() for f in out["findings"] if f.startswith("orders-change")] == reordered
     assert ("lr-schedule" in kinds) == (real_old["scheduler"] != real_new["scheduler"])
     assert [s["order_changed"] for s in out["sources"]] == [f"train_{k}" in reordered for k in range(2)]
@@ -843,13 +1083,16 @@ def test_resume_check_on_a_megatron_lm_checkpoint(megatron_lm: str, tmp_path: An
         assert moves == {n: (None, None) if f"train_{k}" in reordered else expected[n] for k, n in enumerate(moves)}
     elif change == "batch":
         assert "blend-changed" not in kinds and out["new_train_batch_size"] == 16
-        assert [s["drawn_after_resume"] for s in out["sources"]] == \
-            [a - b for a, b in zip(mcore_greedy([0.7, 0.3], 400 + 150 * 16), mcore_greedy([0.7, 0.3], 400))]
+        assert [s["drawn_after_resume"] for s in out["sources"]] == [
+            a - b for a, b in zip(mcore_greedy([0.7, 0.3], 400 + 150 * 16), mcore_greedy([0.7, 0.3], 400))
+        ]
     elif change == "smaller":
         # why: the new run asks 200 x 4 = 800 train samples; 400 are consumed and 150 iterations of 4 need 600 more
         assert real_new["splits"]["train"]["len"] == 800
-        assert ("runs-out: 150 iterations of 4 from sample 400 need 1000 samples and the new train dataset has 800"
-                in out["findings"][kinds.index("runs-out")])
+        assert (
+            "runs-out: 150 iterations of 4 from sample 400 need 1000 samples and the new train dataset has 800"
+            in out["findings"][kinds.index("runs-out")]
+        )
     else:  # the same command line: the real builder gives the same epochs, so the resume continues exactly
         assert r.returncode == 0 and out["findings"] == [] and out["clean"]
 
@@ -868,19 +1111,60 @@ def test_exact_step_schedule_flags_on_megatron_lm_0_19_2(tmp_path: Any, capsys: 
     web, code = str(tmp_path / "web"), str(tmp_path / "code")
     write_random_corpus(web, 1, 900, 20, 700)
     write_random_corpus(code, 2, 500, 20, 700)
-    tokens = [*MODEL, "--data-path", "0.7", web, "0.3", code, "--split", "98,1,1", "--seq-length", "256",
-              "--micro-batch-size", "2", "--eval-interval", "50", "--eval-iters", "2", "--train-samples", "500",
-              "--lr-warmup-samples", "50", "--step-batch-size-schedule", "0:16 80K:32 300K:64"]
-    assert cli.main(["plan", "--epochs", "1", "--framework-version", "0.19.2", "--force-version", *tokens,
-                     "--world-size", "8", "--json"]) == 0
+    tokens = [
+        *MODEL,
+        "--data-path",
+        "0.7",
+        web,
+        "0.3",
+        code,
+        "--split",
+        "98,1,1",
+        "--seq-length",
+        "256",
+        "--micro-batch-size",
+        "2",
+        "--eval-interval",
+        "50",
+        "--eval-iters",
+        "2",
+        "--train-samples",
+        "500",
+        "--lr-warmup-samples",
+        "50",
+        "--step-batch-size-schedule",
+        "0:16 80K:32 300K:64",
+    ]
+    assert (
+        cli.main(
+            [
+                "plan",
+                "--epochs",
+                "1",
+                "--framework-version",
+                "0.19.2",
+                "--force-version",
+                *tokens,
+                "--world-size",
+                "8",
+                "--json",
+            ]
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     settings = out["settings"]
     pasted = [*tokens, *settings["megatron_flags"].split()]
-    real = env.run_truth([{"id": "exact", "argv": pasted, "world_size": 8, "build": True, "cache_dir": str(tmp_path)}],
-                         str(tmp_path / "work"))["cases"][0]
+    real = env.run_truth(
+        [{"id": "exact", "argv": pasted, "world_size": 8, "build": True, "cache_dir": str(tmp_path)}],
+        str(tmp_path / "work"),
+    )["cases"][0]
     assert real["refusal"] is None
     assert (real["train_iters"], real["train_consumed"], real["num_samples"][0]) == (
-        out["train_iters"], settings["train_samples"], settings["train_samples"])
+        out["train_iters"],
+        settings["train_samples"],
+        settings["train_samples"],
+    )
     assert real["splits"]["train"]["draws"] == list(settings["targets"].values())
     assert out["consumed_samples"]["valid"] == real["num_samples"][1]
 
@@ -898,18 +1182,52 @@ def test_resume_check_override_ckpt_iteration_0_19(tmp_path: Any, batch: str) ->
     for j, docs in enumerate((700, 300)):
         corpora.append(str(tmp_path / f"src{j}"))
         write_random_corpus(corpora[-1], 40 + j, docs, 1, 300)
-    base = [*MODEL, *RESUME_BASE, "--eval-interval", "10", "--start-eval-at-iter", "20", "--eval-global-batch-size",
-            "16", "--data-path", "0.7", corpora[0], "0.3", corpora[1]]
+    base = [
+        *MODEL,
+        *RESUME_BASE,
+        "--eval-interval",
+        "10",
+        "--start-eval-at-iter",
+        "20",
+        "--eval-global-batch-size",
+        "16",
+        "--data-path",
+        "0.7",
+        corpora[0],
+        "0.3",
+        corpora[1],
+    ]
     old = [*base, "--global-batch-size", "8"]
     save = str(tmp_path / "ckpt")
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "megatron_lm_checkpoint.py")
-    made = subprocess.run([sys.executable, script, save, "50", "2", *old], env=frameworks.megatron_lm_today_env(),
-                          capture_output=True, text=True, timeout=300)
+    made = subprocess.run(
+        [sys.executable, script, save, "50", "2", *old],
+        env=frameworks.megatron_lm_today_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert made.returncode == 0, made.stderr[-3000:]
     new = [*base, "--global-batch-size", batch, "--override-ckpt-iteration", "30"]
-    r = subprocess.run([sys.executable, "-m", "neox_epoch.cli", "resume-check", save, *new, "--world-size", "2",
-                        "--framework-version", "0.19.2", "--force-version", "--json"], capture_output=True, text=True,
-                       timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "neox_epoch.cli",
+            "resume-check",
+            save,
+            *new,
+            "--world-size",
+            "2",
+            "--framework-version",
+            "0.19.2",
+            "--force-version",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode in (0, 1), r.stderr
     out = json.loads(r.stdout)
     kinds = [f.split(":")[0] for f in out["findings"]]
@@ -928,6 +1246,7 @@ def mcore_greedy(weights: list[float], n: int) -> list[int]:
 
 # ------------------------------------------------------------------ resume-check on random Megatron-LM resumes
 
+
 def random_resume(rng: random.Random, corpora: list[str]) -> dict[str, Any]:
     """A saved run's command line and world, the iteration it stopped at, and the resumed run's command line and
     world with 0-3 changes among the global batch, train_iters, the blend, seq_length, the world size and the
@@ -945,9 +1264,25 @@ def random_resume(rng: random.Random, corpora: list[str]) -> dict[str, Any]:
 
     def argv(gbs: int, iters: int, seq: int, weights: list[float]) -> list[str]:
         data = sources if len(sources) == 1 else [x for w, c in zip(weights, sources) for x in (str(w), c)]
-        return [*MODEL, "--micro-batch-size", str(micro), "--eval-interval", str(interval), "--eval-iters",
-                str(eval_iters), "--split", split, "--seq-length", str(seq), "--global-batch-size", str(gbs),
-                "--train-iters", str(iters), "--data-path", *data]
+        return [
+            *MODEL,
+            "--micro-batch-size",
+            str(micro),
+            "--eval-interval",
+            str(interval),
+            "--eval-iters",
+            str(eval_iters),
+            "--split",
+            split,
+            "--seq-length",
+            str(seq),
+            "--global-batch-size",
+            str(gbs),
+            "--train-iters",
+            str(iters),
+            "--data-path",
+            *data,
+        ]
 
     old = argv(gbs, iters, seq, weights)
     # seq_length rarer: after it positions name other token spans, so fewer numbers are comparable
@@ -957,13 +1292,25 @@ def random_resume(rng: random.Random, corpora: list[str]) -> dict[str, Any]:
     new_gbs = micro * new_world * rng.choice([1, 2, 3, 4]) if {"batch", "world"} & set(changes) else gbs
     if new_gbs % (micro * new_world):
         new_gbs = micro * new_world
-    new = argv(new_gbs, rng.randint(iteration + 1, 2 * iters) if "iters" in changes else iters,
-               rng.choice([s for s in (64, 128, 256) if s != seq]) if "seq" in changes else seq,
-               [round(rng.uniform(0.1, 1.0), 2) for _ in sources] if "blend" in changes else weights)
+    new = argv(
+        new_gbs,
+        rng.randint(iteration + 1, 2 * iters) if "iters" in changes else iters,
+        rng.choice([s for s in (64, 128, 256) if s != seq]) if "seq" in changes else seq,
+        [round(rng.uniform(0.1, 1.0), 2) for _ in sources] if "blend" in changes else weights,
+    )
     new += ["--override-opt_param-scheduler"] if "override" in changes else []
-    return {"old": old, "world": world, "iteration": iteration, "consumed": iteration * gbs, "new": new,
-            "new_world": new_world, "changes": changes, "valid_consumed": iteration // interval * eval_iters * gbs,
-            "eval": (interval, eval_iters), "micro": micro}
+    return {
+        "old": old,
+        "world": world,
+        "iteration": iteration,
+        "consumed": iteration * gbs,
+        "new": new,
+        "new_world": new_world,
+        "changes": changes,
+        "valid_consumed": iteration // interval * eval_iters * gbs,
+        "eval": (interval, eval_iters),
+        "micro": micro,
+    }
 
 
 def halved_batch_resume(corpora: list[str]) -> dict[str, Any]:
@@ -971,13 +1318,43 @@ def halved_batch_resume(corpora: list[str]) -> dict[str, Any]:
     32 validation samples drawn), resumed with 4: the new validation blend has (60 // 7 + 1) x 4 = 36 samples (a
     blend is the size asked; one dataset alone would be all the samples of its epochs), the 5 evaluations left
     need 20 from sample 32."""
-    def command(gbs: int) -> list[str]:
-        return [*MODEL, "--micro-batch-size", "2", "--eval-interval", "7", "--eval-iters", "1", "--split", "90,5,5",
-                "--seq-length", "64", "--global-batch-size", str(gbs), "--train-iters", "60", "--data-path", "0.5",
-                corpora[0], "0.5", corpora[1]]
 
-    return {"old": command(8), "world": 2, "iteration": 30, "consumed": 240, "new": command(4), "new_world": 2,
-            "changes": ["batch"], "valid_consumed": 30 // 7 * 8, "eval": (7, 1), "micro": 2}
+    def command(gbs: int) -> list[str]:
+        return [
+            *MODEL,
+            "--micro-batch-size",
+            "2",
+            "--eval-interval",
+            "7",
+            "--eval-iters",
+            "1",
+            "--split",
+            "90,5,5",
+            "--seq-length",
+            "64",
+            "--global-batch-size",
+            str(gbs),
+            "--train-iters",
+            "60",
+            "--data-path",
+            "0.5",
+            corpora[0],
+            "0.5",
+            corpora[1],
+        ]
+
+    return {
+        "old": command(8),
+        "world": 2,
+        "iteration": 30,
+        "consumed": 240,
+        "new": command(4),
+        "new_world": 2,
+        "changes": ["batch"],
+        "valid_consumed": 30 // 7 * 8,
+        "eval": (7, 1),
+        "micro": 2,
+    }
 
 
 def exposure_diffs(out: dict[str, Any], real_old: dict[str, Any], real_new: dict[str, Any]) -> list[str]:
@@ -990,8 +1367,10 @@ def exposure_diffs(out: dict[str, Any], real_old: dict[str, Any], real_new: dict
         trained = np.load(real_old["resume"]["tokens_before"][k]) + np.load(real_new["resume"]["tokens_after"][k])
         want = {str(t): int(n) for t, n in enumerate(np.bincount(trained)) if n}
         if got is None or got["resumed"] is None or got["resumed"]["tokens"] != want:
-            diffs.append(f"{source['name']}: exposure {got and got['resumed'] and got['resumed']['tokens']} vs "
-                         f"the tokens trained {want}")
+            diffs.append(
+                f"{source['name']}: exposure {got and got['resumed'] and got['resumed']['tokens']} vs "
+                f"the tokens trained {want}"
+            )
     return diffs
 
 
@@ -1004,7 +1383,9 @@ def valid_diffs(pair: dict[str, Any], out: dict[str, Any], real_new: dict[str, A
         return [] if out["valid"] is None else [f"valid {out['valid']} where Megatron-LM builds no validation loader"]
     interval, eval_iters = pair["eval"]
     evaluations = real_new["train_iters"] // interval - pair["iteration"] // interval + 1
-    needed = evaluations * eval_iters * real_new["global_batch_size"] // (pair["micro"] * real_new["data_parallel_size"])
+    needed = (
+        evaluations * eval_iters * real_new["global_batch_size"] // (pair["micro"] * real_new["data_parallel_size"])
+    )
     diffs = []
     if out["valid"] is None or out["valid"]["start_sample"] != real["start"]:
         diffs.append(f"valid start {out['valid'] and out['valid']['start_sample']} vs Megatron-LM's {real['start']}")
@@ -1018,8 +1399,10 @@ def valid_diffs(pair: dict[str, Any], out: dict[str, Any], real_new: dict[str, A
         # per source: the real validation blend's samples among the saved run's draws and the resumed sampler's
         take = min(needed, real["batches"]) * pair["micro"] * real_new["data_parallel_size"]
         drawn = out["valid"]["drawn"]
-        want = [np.bincount(index[a:b], minlength=len(sources) or 1).tolist() for a, b in
-                ((0, drawn), (real["start"], real["start"] + take))]
+        want = [
+            np.bincount(index[a:b], minlength=len(sources) or 1).tolist()
+            for a, b in ((0, drawn), (real["start"], real["start"] + take))
+        ]
         got = [[v["drawn_before"] for v in sources], [v["resumed"] for v in sources]]
         if got != want:
             diffs.append(f"valid per source (drawn before, resumed) {got} vs the real blend's {want}")
@@ -1034,12 +1417,14 @@ def expected_resume(pair: dict[str, Any], real_old: dict[str, Any], real_new: di
     resumed = real_new["resume"]
     return {
         "orders": [k for k, (a, b) in enumerate(zip(old_parts, new_parts)) if a["order"] != b["order"]],
-        "blend": old_train.get("weights") is not None and any(
-            abs(a - b) > 1e-12 for a, b in zip(old_train["weights"], new_train["weights"])),
+        "blend": old_train.get("weights") is not None
+        and any(abs(a - b) > 1e-12 for a, b in zip(old_train["weights"], new_train["weights"])),
         # skipped: the new order's items the saved run never reached; repeated: the saved run's items the resumed
         # run draws again, at most what it draws (its items b .. b + after - 1 against the saved run's 0 .. a - 1)
-        "moves": [(max(0, b - a), max(0, min(a, b + n) - b))
-                  for a, b, n in zip(real_old["resume"]["before"], resumed["before"], resumed["after"])],
+        "moves": [
+            (max(0, b - a), max(0, min(a, b + n) - b))
+            for a, b, n in zip(real_old["resume"]["before"], resumed["before"], resumed["after"])
+        ],
         "no_samples_left": resumed["refusal"] is not None,
         "runs_out": resumed["refusal"] is None and resumed["iterations"] < real_new["train_iters"] - pair["iteration"],
         "after": resumed["after"],
@@ -1049,8 +1434,9 @@ def expected_resume(pair: dict[str, Any], real_old: dict[str, Any], real_new: di
 
 @pytest.mark.megatron_lm
 @frameworks.needs_stack("neox")
-def test_resume_check_on_random_megatron_lm_resumes(megatron_lm: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_resume_check_on_random_megatron_lm_resumes(
+    megatron_lm: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """16 random resumes (a checkpoint's args saved by Megatron-LM's own code at a random iteration, resumed with
     random changes of batch, train_iters, blend, seq_length, world size or scheduler override) and one halved
     batch whose validation loader runs out. Each finding
@@ -1073,33 +1459,67 @@ def test_resume_check_on_random_megatron_lm_resumes(megatron_lm: str, tmp_path: 
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "megatron_lm_checkpoint.py")
     for i, pair in enumerate(pairs):
         pair["save"] = str(tmp_path / f"ckpt{i}")
-        made = subprocess.run([sys.executable, script, pair["save"], str(pair["iteration"]), str(pair["world"]),
-                               *pair["old"]], env=frameworks.megatron_lm_env(), capture_output=True, text=True,
-                              timeout=300)
+        made = subprocess.run(
+            [sys.executable, script, pair["save"], str(pair["iteration"]), str(pair["world"]), *pair["old"]],
+            env=frameworks.megatron_lm_env(),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert made.returncode == 0, made.stderr[-3000:]
         for name, argv_, world in (("old", pair["old"], pair["world"]), ("new", pair["new"], pair["new_world"])):
-            cases.append({"id": f"{i}-{name}", "argv": argv_, "world_size": world, "build": True,
-                          "cache_dir": str(tmp_path), "resume_at": pair["consumed"],
-                          "resume_iteration": pair["iteration"], "resume_valid_at": pair["valid_consumed"],
-                          "tokens": True})
+            cases.append(
+                {
+                    "id": f"{i}-{name}",
+                    "argv": argv_,
+                    "world_size": world,
+                    "build": True,
+                    "cache_dir": str(tmp_path),
+                    "resume_at": pair["consumed"],
+                    "resume_iteration": pair["iteration"],
+                    "resume_valid_at": pair["valid_consumed"],
+                    "tokens": True,
+                }
+            )
     truth = env.run_truth(cases, str(tmp_path / "work"))["cases"]
     failures, seen, compared, valid_seen = [], set(), set(), set()
     exposed: tuple[dict[str, Any], dict[str, Any]] | None = None
     for i, pair in enumerate(pairs):
         real_old, real_new = truth[2 * i], truth[2 * i + 1]
         assert real_old["refusal"] is None and real_new["refusal"] is None, (real_old["refusal"], real_new["refusal"])
-        r = subprocess.run([sys.executable, "-m", "neox_epoch.cli", "resume-check", pair["save"], *pair["new"],
-                            "--world-size", str(pair["new_world"]), "--json", "--exposure"], capture_output=True,
-                           text=True, timeout=300)
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "neox_epoch.cli",
+                "resume-check",
+                pair["save"],
+                *pair["new"],
+                "--world-size",
+                str(pair["new_world"]),
+                "--json",
+                "--exposure",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert r.returncode in (0, 1), r.stderr
         out, want = json.loads(r.stdout), expected_resume(pair, real_old, real_new)
         kinds = [f.split(":")[0] for f in out["findings"]]
         seen.update(kinds)
-        got = {"blend": "blend-changed" in kinds, "no_samples_left": "no-samples-left" in kinds,
-               "runs_out": "runs-out" in kinds, "lr": "lr-schedule" in kinds,
-               "seq": "seq-length-changed" in kinds}
-        diffs = [f"{k}: {got[k]} vs Megatron-LM {want[k]}" for k in ("blend", "no_samples_left", "runs_out", "lr")
-                 if got[k] != want[k]]
+        got = {
+            "blend": "blend-changed" in kinds,
+            "no_samples_left": "no-samples-left" in kinds,
+            "runs_out": "runs-out" in kinds,
+            "lr": "lr-schedule" in kinds,
+            "seq": "seq-length-changed" in kinds,
+        }
+        diffs = [
+            f"{k}: {got[k]} vs Megatron-LM {want[k]}"
+            for k in ("blend", "no_samples_left", "runs_out", "lr")
+            if got[k] != want[k]
+        ]
         if got["seq"] != ("seq" in pair["changes"]):
             diffs.append(f"seq-length-changed: {got['seq']} for changes {pair['changes']}")
         if "seq" not in pair["changes"] and not want["no_samples_left"]:  # the same token spans, a resume that runs
@@ -1109,8 +1529,9 @@ def test_resume_check_on_random_megatron_lm_resumes(megatron_lm: str, tmp_path: 
             moves = [(s["skipped_samples"], s["repeated_samples"]) for s in out["sources"]]
             compared |= {"orders"} if orders else set()
             compared |= {"moves"} if any(a or b for k, (a, b) in enumerate(want["moves"]) if k not in orders) else set()
-            if [m for k, m in enumerate(moves) if k not in orders] != [m for k, m in enumerate(want["moves"])
-                                                                     if k not in orders]:
+            if [m for k, m in enumerate(moves) if k not in orders] != [
+                m for k, m in enumerate(want["moves"]) if k not in orders
+            ]:
                 diffs.append(f"skip/repeat {moves} vs {want['moves']}")
         if not want["runs_out"] and not want["no_samples_left"]:
             drawn = [s["drawn_after_resume"] for s in out["sources"]]
@@ -1122,8 +1543,11 @@ def test_resume_check_on_random_megatron_lm_resumes(megatron_lm: str, tmp_path: 
         diffs += valid_diffs(pair, out, real_new, kinds)
         valid_seen.update(k for k in kinds if k.startswith("valid-"))
         valid_seen |= {"moved"} if out["valid"] and out["valid"]["start_sample"] else set()
-        valid_seen |= {"sources"} if (real_new.get("resume_valid") or {}).get("index") and out["valid"] and \
-            len(out["valid"]["sources"]) > 1 else set()  # a blend of several validation sources compared
+        valid_seen |= (
+            {"sources"}
+            if (real_new.get("resume_valid") or {}).get("index") and out["valid"] and len(out["valid"]["sources"]) > 1
+            else set()
+        )  # a blend of several validation sources compared
         if (r.returncode == 0) != (not out["findings"]):
             diffs.append(f"exit {r.returncode} with findings {kinds}")
         if diffs:

@@ -22,9 +22,11 @@ from neox_epoch.megatron_lm import payload as pl
 from neox_epoch.megatron_lm import state_file
 from neox_epoch.megatron_lm.launch import prepare
 
-FLAGS = ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 64 --max-position-embeddings 64 "
-         "--micro-batch-size 2 --global-batch-size 4 --train-iters 10 --lr 1e-3 --lr-decay-iters 10 --split 100,0,0 "
-         "--tokenizer-type NullTokenizer --vocab-size 512 --eval-iters 0 --eval-interval 1000")
+FLAGS = (
+    "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 64 --max-position-embeddings 64 "
+    "--micro-batch-size 2 --global-batch-size 4 --train-iters 10 --lr 1e-3 --lr-decay-iters 10 --split 100,0,0 "
+    "--tokenizer-type NullTokenizer --vocab-size 512 --eval-iters 0 --eval-interval 1000"
+)
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +48,23 @@ def test_detects_megatron_lines_not_deepy() -> None:
 
 
 def test_own_options_never_reach_megatron() -> None:
-    opts, line = ml.split_options(["--source-epochs", "a=1", "b=2", "--log-dir", "L", "--no-enforce", "--dry-run",
-                                   "torchrun", "--nproc-per-node", "2", "pretrain_gpt.py", "--epochs", "3"])
+    opts, line = ml.split_options(
+        [
+            "--source-epochs",
+            "a=1",
+            "b=2",
+            "--log-dir",
+            "L",
+            "--no-enforce",
+            "--dry-run",
+            "torchrun",
+            "--nproc-per-node",
+            "2",
+            "pretrain_gpt.py",
+            "--epochs",
+            "3",
+        ]
+    )
     assert opts.source_epochs == ["a=1", "b=2"] and opts.log_dir == "L" and not opts.enforce and opts.dry_run
     assert line == ["torchrun", "--nproc-per-node", "2", "pretrain_gpt.py", "--epochs", "3"]
     opts, line = ml.split_options(["--epochs=2", "--", "python", "pretrain_gpt.py"])
@@ -61,11 +78,26 @@ def test_worker_argv_per_launcher() -> None:
     cut = ml.cut_line(["torchrun", "--nproc-per-node", "2", "pretrain_gpt.py", "--lr", "1"])
     assert ml.worker_argv(cut, "PY") == ["torchrun", "--nproc-per-node", "2", "-m", w, "pretrain_gpt.py", "--lr", "1"]
     cut = ml.cut_line(["python3", "-m", "torch.distributed.run", "--standalone", "p/pretrain_gpt.py", "--lr", "1"])
-    assert ml.worker_argv(cut, "PY") == ["python3", "-m", "torch.distributed.run", "--standalone", "-m", w,
-                                         "p/pretrain_gpt.py", "--lr", "1"]
+    assert ml.worker_argv(cut, "PY") == [
+        "python3",
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "-m",
+        w,
+        "p/pretrain_gpt.py",
+        "--lr",
+        "1",
+    ]
     assert ml.worker_argv(ml.cut_line(["python", "pretrain_gpt.py"]), "PY") == ["python", "-m", w, "pretrain_gpt.py"]
-    assert ml.worker_argv(ml.cut_line(["pretrain_gpt.py", "--lr", "1"]), "PY") == ["PY", "-m", w, "pretrain_gpt.py",
-                                                                                   "--lr", "1"]
+    assert ml.worker_argv(ml.cut_line(["pretrain_gpt.py", "--lr", "1"]), "PY") == [
+        "PY",
+        "-m",
+        w,
+        "pretrain_gpt.py",
+        "--lr",
+        "1",
+    ]
     with pytest.raises(ConfigError, match="srun"):
         ml.worker_argv(ml.cut_line(["srun", "pretrain_gpt.py"]), "PY")
     with pytest.raises(ConfigError, match="no training script"):
@@ -75,13 +107,23 @@ def test_worker_argv_per_launcher() -> None:
 def test_changes_one_line_each() -> None:
     flags = ["--train-iters", "10", "--data-path", "0.5", "a", "0.5", "b", "--lr", "1"]
     got = ml.changes(flags, "--train-iters 42 --mid-level-dataset-surplus 0 --data-path 71.0 a 97.0 b --lr 1")
-    assert got == ["--train-iters 10 -> 42", "--mid-level-dataset-surplus (not given) -> 0",
-                   "--data-path 0.5 a 0.5 b -> 71.0 a 97.0 b"]
+    assert got == [
+        "--train-iters 10 -> 42",
+        "--mid-level-dataset-surplus (not given) -> 0",
+        "--data-path 0.5 a 0.5 b -> 71.0 a 97.0 b",
+    ]
 
 
 def test_payload_round_trip_and_bad_value() -> None:
-    p = pl.Payload(mode="exact", version="0.19.2", settings={"train_iters": 3}, log_dir="x", enforce=False,
-                   log_interval=2, warnings=["w"])
+    p = pl.Payload(
+        mode="exact",
+        version="0.19.2",
+        settings={"train_iters": 3},
+        log_dir="x",
+        enforce=False,
+        log_interval=2,
+        warnings=["w"],
+    )
     assert pl.from_environ({pl.ENV_VAR: p.encode()}) == p
     assert pl.from_environ({}) is None
     with pytest.raises(ConfigError, match=pl.ENV_VAR):
@@ -90,8 +132,18 @@ def test_payload_round_trip_and_bad_value() -> None:
 
 def test_prepare_applies_plans_exact_flags(corpus: tuple[str, str]) -> None:
     a, b = corpus
-    line = ["torchrun", "--nproc-per-node", "2", "pretrain_gpt.py", *shlex.split(FLAGS), "--data-path", "0.5", a,
-            "0.5", b]
+    line = [
+        "torchrun",
+        "--nproc-per-node",
+        "2",
+        "pretrain_gpt.py",
+        *shlex.split(FLAGS),
+        "--data-path",
+        "0.5",
+        a,
+        "0.5",
+        b,
+    ]
     argv, payload, shown = prepare(["--source-epochs", "a_text_document=1", "b_text_document=2", *line], "PY")
     # the same flags as `neox-epoch plan --json --source-epochs ...` on the pasted line
     plan_argv = ["plan", "--json", "--source-epochs", "a_text_document=1", "b_text_document=2", *line]
@@ -107,7 +159,7 @@ def test_prepare_applies_plans_exact_flags(corpus: tuple[str, str]) -> None:
     planned = json.loads(out.getvalue())["settings"]
     assert payload.mode == "exact" and payload.settings["megatron_flags"] == planned["megatron_flags"]
     assert argv[:6] == ["torchrun", "--nproc-per-node", "2", "-m", ml.WORKER_MODULE, "pretrain_gpt.py"]
-    assert argv[-len(shlex.split(planned["megatron_flags"])):] == shlex.split(planned["megatron_flags"])
+    assert argv[-len(shlex.split(planned["megatron_flags"])) :] == shlex.split(planned["megatron_flags"])
     assert f"neox_epoch: --train-iters 10 -> {planned['train_iters']}" in shown[0]
     assert any(s.startswith("neox_epoch: --data-path 0.5") for s in shown)
     assert payload.settings["targets"] == planned["targets"]

@@ -106,11 +106,12 @@ def _exact_passes(run: harness.Run) -> None:
     assert all(blend[r["blend_index"]] == r["dataset_id"] for r in rows)
     for k, name in enumerate(("a", "b")):
         info = next(s for s in plan["sources"] if s["name"] == name)
-        coverage = Counter(t for r in rows if r["dataset_id"] == k
-                           for t in sources[k, r["build"]].inputs(r["sample_id"]))
+        coverage = Counter(
+            t for r in rows if r["dataset_id"] == k for t in sources[k, r["build"]].inputs(r["sample_id"])
+        )
         tokens = int(next(iter(s for (j, _), s in sources.items() if j == k)).sizes.sum())
         assert max(coverage.values()) == PASSES[name]
-        untrained = blend[len(rows):].count(k)
+        untrained = blend[len(rows) :].count(k)
         remainder = PASSES[name] * info["samples_per_epoch"] - info["samples_drawn"]
         assert remainder == _named_remainder(run, name)
         assert sum(1 for r in rows if r["dataset_id"] == k) == info["samples_drawn"] - untrained
@@ -145,8 +146,9 @@ def _counters_equal_rows(run: harness.Run) -> None:
 def _tensorboard_equals_rows(run: harness.Run) -> None:
     """Megatron-LM's own TensorBoard writer carries each source's samples and passes keyed on consumed samples."""
     rows, plan = run.rows(), _plan(run)
-    proc = subprocess.run([sys.executable, READ_TB, run.path("tb"), "neox_epoch/"], capture_output=True, text=True,
-                          check=True)
+    proc = subprocess.run(
+        [sys.executable, READ_TB, run.path("tb"), "neox_epoch/"], capture_output=True, text=True, check=True
+    )
     scalars = json.loads(proc.stdout)
     for k, name in enumerate(("a", "b")):
         info = next(s for s in plan["sources"] if s["name"] == name)
@@ -178,7 +180,10 @@ def test_first_launch_stops_at_its_checkpoint(first: harness.Run) -> None:
 
 def test_resumed_run_trains_every_token_its_passes(blend_run: harness.Run) -> None:
     _exact_passes(blend_run)
-    assert Counter(r["rank"] for r in blend_run.rows()) == {0: len(blend_run.rows()) // 2, 1: len(blend_run.rows()) // 2}
+    assert Counter(r["rank"] for r in blend_run.rows()) == {
+        0: len(blend_run.rows()) // 2,
+        1: len(blend_run.rows()) // 2,
+    }
 
 
 def test_resumed_run_counters_jsonl_and_report_equal_the_recorded_draws(blend_run: harness.Run) -> None:
@@ -203,7 +208,8 @@ def test_resume_with_another_global_batch_stays_exact(batch_run: harness.Run) ->
 
 
 def test_resume_on_a_rewritten_corpus_stops_before_its_first_step(
-        first: harness.Run, tmp_path_factory: pytest.TempPathFactory) -> None:
+    first: harness.Run, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     run = first.copy(str(tmp_path_factory.mktemp("mlm") / "rewritten"))
     before = run.rows()
     os.remove(run.path("b.bin"))

@@ -14,10 +14,20 @@ import pytest
 
 from neox_epoch.formats.megatron_args import modelopt_specs, parse_megatron_argv
 
-FLAGS = ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --lr 1e-4 --seq-length 128 --micro-batch-size 2 "
-         "--global-batch-size 256 --data-path data/web --split 98,1,1 --eval-interval 10 --train-iters 100").split()
-MODELOPT = ["--enable-gpt-oss", "--export-kd-teacher-load", "teacher/ckpt", "--export-kd-cfg", "kd.yaml",
-            "--export-kd-teacher-model-config", "teacher.yaml", "--export-force-local-attention"]
+FLAGS = (
+    "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --lr 1e-4 --seq-length 128 --micro-batch-size 2 "
+    "--global-batch-size 256 --data-path data/web --split 98,1,1 --eval-interval 10 --train-iters 100"
+).split()
+MODELOPT = [
+    "--enable-gpt-oss",
+    "--export-kd-teacher-load",
+    "teacher/ckpt",
+    "--export-kd-cfg",
+    "kd.yaml",
+    "--export-kd-teacher-model-config",
+    "teacher.yaml",
+    "--export-force-local-attention",
+]
 
 
 def _trees() -> dict[str, str]:
@@ -27,8 +37,9 @@ def _trees() -> dict[str, str]:
 
 def _real_modelopt_options(tree: str) -> set[str]:
     """The option strings the tree's own add_modelopt_args registers (run on a bare parser: it is plain argparse)."""
-    spec = importlib.util.spec_from_file_location("_real_modelopt", os.path.join(tree, "megatron", "post_training",
-                                                                                 "arguments.py"))
+    spec = importlib.util.spec_from_file_location(
+        "_real_modelopt", os.path.join(tree, "megatron", "post_training", "arguments.py")
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -58,8 +69,11 @@ def test_modelopt_flags_do_not_change_the_data(version: str) -> None:
     used = []
     for root in ("pretrain_gpt.py", "megatron/training", "megatron/core/datasets"):
         path = os.path.join(tree, root)
-        files = [path] if path.endswith(".py") else [os.path.join(d, f) for d, _, fs in os.walk(path)
-                                                     for f in fs if f.endswith(".py")]
+        files = (
+            [path]
+            if path.endswith(".py")
+            else [os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs if f.endswith(".py")]
+        )
         for file in files:
             text = open(file, encoding="utf-8").read()
             used += [(file, d) for d in dests if re.search(rf"\bargs\.{d}\b", text)]
@@ -70,5 +84,9 @@ def test_modelopt_flags_do_not_change_the_data(version: str) -> None:
     assert with_modelopt.global_batch_size == base.global_batch_size == 256
     assert with_modelopt.blend == base.blend and with_modelopt.split == base.split
     assert [f for f in with_modelopt.not_affecting_plan if f not in base.not_affecting_plan] == [
-        "--enable-gpt-oss", "--export-kd-teacher-load", "--export-kd-cfg", "--export-kd-teacher-model-config",
-        "--export-force-local-attention"]
+        "--enable-gpt-oss",
+        "--export-kd-teacher-load",
+        "--export-kd-cfg",
+        "--export-kd-teacher-model-config",
+        "--export-force-local-attention",
+    ]

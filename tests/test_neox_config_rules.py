@@ -29,8 +29,15 @@ from neox_epoch.formats.neox_config import RENAMED_KEYS, load_neox_configs
 HERE = os.path.dirname(os.path.abspath(__file__))
 SWEEP_SCRIPT = os.path.join(HERE, "..", "scripts", "neox_config_sweep.py")
 #: the smallest config NeoX accepts (model keys NeoX requires, a batch, a data prefix)
-BASE: dict[str, Any] = {"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "seq_length": 128,
-                        "max_position_embeddings": 128, "train_micro_batch_size_per_gpu": 4, "data_path": "data/x"}
+BASE: dict[str, Any] = {
+    "num_layers": 2,
+    "hidden_size": 64,
+    "num_attention_heads": 4,
+    "seq_length": 128,
+    "max_position_embeddings": 128,
+    "train_micro_batch_size_per_gpu": 4,
+    "data_path": "data/x",
+}
 
 
 def write(path: Any, content: Any) -> str:
@@ -140,10 +147,19 @@ def test_first_unknown_key_in_merged_order(cwd):  # type: ignore[no-untyped-def]
 
 def test_train_data_paths_string_is_refused_like_neox(cwd, capsys):  # type: ignore[no-untyped-def]
     cfg = {k: v for k, v in BASE.items() if k != "data_path"}
-    a = write(cwd / "a.yml", {**cfg, "global_num_gpus": 1, "train_iters": 5, "train_data_paths": "data/x",
-                              "valid_data_paths": ["data/x"], "test_data_paths": ["data/x"]})
+    a = write(
+        cwd / "a.yml",
+        {
+            **cfg,
+            "global_num_gpus": 1,
+            "train_iters": 5,
+            "train_data_paths": "data/x",
+            "valid_data_paths": ["data/x"],
+            "test_data_paths": ["data/x"],
+        },
+    )
     code, _, err = plan([a], capsys)
-    assert code == 2 and 'train_data_paths: expected a list of path prefixes' in err and '["data/x"]' in err
+    assert code == 2 and "train_data_paths: expected a list of path prefixes" in err and '["data/x"]' in err
 
 
 def test_boolean_keys_must_be_booleans_like_neox(cwd, capsys):  # type: ignore[no-untyped-def]
@@ -156,17 +172,23 @@ def test_boolean_keys_must_be_booleans_like_neox(cwd, capsys):  # type: ignore[n
 # The world and the batch, as calculate_derived
 
 
-@pytest.mark.parametrize("flags,world", [
-    (["--hostfile", "hostfile_16"], 16),
-    (["--hostfile", "hostfile_16", "--num_nodes", "1"], 8),
-    (["--hostfile", "hostfile_16", "--num_gpus", "2"], 4),  # num_gpus * hosts
-    # include/exclude: DeepSpeed's own filter
-    pytest.param(["--hostfile", "hostfile_16", "--include", "node1:0,1"], 2, marks=optional.needs("deepspeed")),
-    pytest.param(["--hostfile", "hostfile_16", "--include", "node1:0,1", "--num_gpus", "4"], 4,  # num_gpus * hosts
-                 marks=optional.needs("deepspeed")),
-    (["--world-size", "32"], 32),
-    (["--hostfile", "hostfile_16", "--world-size", "32"], 32),  # --world-size overrides NeoX's count
-])
+@pytest.mark.parametrize(
+    "flags,world",
+    [
+        (["--hostfile", "hostfile_16"], 16),
+        (["--hostfile", "hostfile_16", "--num_nodes", "1"], 8),
+        (["--hostfile", "hostfile_16", "--num_gpus", "2"], 4),  # num_gpus * hosts
+        # include/exclude: DeepSpeed's own filter
+        pytest.param(["--hostfile", "hostfile_16", "--include", "node1:0,1"], 2, marks=optional.needs("deepspeed")),
+        pytest.param(
+            ["--hostfile", "hostfile_16", "--include", "node1:0,1", "--num_gpus", "4"],
+            4,  # num_gpus * hosts
+            marks=optional.needs("deepspeed"),
+        ),
+        (["--world-size", "32"], 32),
+        (["--hostfile", "hostfile_16", "--world-size", "32"], 32),  # --world-size overrides NeoX's count
+    ],
+)
 def test_world_from_launcher_flags(flags, world, cwd, capsys):  # type: ignore[no-untyped-def]
     a = write(cwd / "a.yml", {**BASE, "train_iters": 10})
     code, out, err = plan([a, *flags], capsys)
@@ -216,14 +238,25 @@ def test_train_batch_size_alone_needs_no_world(cwd, capsys):  # type: ignore[no-
     assert code == 0 and out is not None and out["global_batch_size"] == 48, err
 
 
-@pytest.mark.parametrize("keys,message", [
-    ({"train_batch_size": 64}, r"train_batch_size 64 != micro \* grad_accum \* dp = 4 \* 1 \* 8 = 32.*NeoX stops: "
-     r"'Check batch related parameters"),  # gas defaults to 1 in NeoX: all three are given
-    ({"train_batch_size": 64, "gradient_accumulation_steps": None, "train_micro_batch_size_per_gpu": 16},
-     r"Gradient accumulation steps: 0 has to be greater than 0"),
-    ({"model_parallel_size": 3}, r"= 8 / \(1 \* 3\) = 2.66667 is not a whole number"),
-    ({"train_micro_batch_size_per_gpu": None}, "neither train_batch_size nor train_micro_batch_size_per_gpu is set"),
-])
+@pytest.mark.parametrize(
+    "keys,message",
+    [
+        (
+            {"train_batch_size": 64},
+            r"train_batch_size 64 != micro \* grad_accum \* dp = 4 \* 1 \* 8 = 32.*NeoX stops: "
+            r"'Check batch related parameters",
+        ),  # gas defaults to 1 in NeoX: all three are given
+        (
+            {"train_batch_size": 64, "gradient_accumulation_steps": None, "train_micro_batch_size_per_gpu": 16},
+            r"Gradient accumulation steps: 0 has to be greater than 0",
+        ),
+        ({"model_parallel_size": 3}, r"= 8 / \(1 \* 3\) = 2.66667 is not a whole number"),
+        (
+            {"train_micro_batch_size_per_gpu": None},
+            "neither train_batch_size nor train_micro_batch_size_per_gpu is set",
+        ),
+    ],
+)
 def test_neox_batch_refusals(keys, message, cwd, capsys):  # type: ignore[no-untyped-def]
     a = write(cwd / "a.yml", {**BASE, "train_iters": 10, "hostfile": "hostfile_8", **keys})
     code, _, err = plan([a], capsys)
@@ -235,10 +268,16 @@ def test_neox_batch_refusals(keys, message, cwd, capsys):  # type: ignore[no-unt
 
 def test_gas_null_derives_like_neox(cwd):  # type: ignore[no-untyped-def]
     """gradient_accumulation_steps: null -> NeoX derives it: tbs 64, micro 4 on 8 GPUs -> 2."""
-    a = write(cwd / "a.yml", {**BASE, "train_batch_size": 64, "gradient_accumulation_steps": None,
-                              "hostfile": "hostfile_8"})
+    a = write(
+        cwd / "a.yml", {**BASE, "train_batch_size": 64, "gradient_accumulation_steps": None, "hostfile": "hostfile_8"}
+    )
     b = neox_batch(load_neox_configs([a]))
-    assert (b.train_batch_size, b.micro_batch_size, b.gradient_accumulation_steps, b.data_parallel_size) == (64, 4, 2, 8)
+    assert (b.train_batch_size, b.micro_batch_size, b.gradient_accumulation_steps, b.data_parallel_size) == (
+        64,
+        4,
+        2,
+        8,
+    )
 
 
 def test_bad_hostfile_is_one_line(cwd, capsys):  # type: ignore[no-untyped-def]
@@ -251,9 +290,11 @@ def test_bad_hostfile_is_one_line(cwd, capsys):  # type: ignore[no-untyped-def]
 def test_plan_with_hostfile_imports_neither_torch_nor_deepspeed(cwd):  # type: ignore[no-untyped-def]
     """A hostfile alone is read without DeepSpeed (whose import pulls in torch): plan stays a one-second tool."""
     a = write(cwd / "a.yml", {**BASE, "train_iters": 10, "hostfile": "hostfile_16"})
-    code = ("import sys; from neox_epoch.cli import main; rc = main(['plan', sys.argv[1], '--json', '--num_nodes', "
-            "'1']); heavy = [m for m in ('torch', 'deepspeed') if m in sys.modules]; print('HEAVY', heavy); "
-            "sys.exit(rc)")
+    code = (
+        "import sys; from neox_epoch.cli import main; rc = main(['plan', sys.argv[1], '--json', '--num_nodes', "
+        "'1']); heavy = [m for m in ('torch', 'deepspeed') if m in sys.modules]; print('HEAVY', heavy); "
+        "sys.exit(rc)"
+    )
     env = {**os.environ, "PYTHONPATH": os.path.join(HERE, "..")}
     out = subprocess.run([sys.executable, "-c", code, a], cwd=cwd, capture_output=True, text=True, timeout=120, env=env)
     assert out.returncode == 0, out.stderr
@@ -328,9 +369,13 @@ def test_spelling_rules_equal_neox_from_ymls(name, cwd, capsys):  # type: ignore
     b = write(cwd / "b.yml", {second: 7})
     import frameworks
 
-    r = subprocess.run([frameworks.neox_python(), SWEEP_SCRIPT, "--neox-dir", frameworks.neox_dir(), "--one", "a.yml",
-                        "b.yml"],
-                       cwd=cwd, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [frameworks.neox_python(), SWEEP_SCRIPT, "--neox-dir", frameworks.neox_dir(), "--one", "a.yml", "b.yml"],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     neox = json.loads(r.stdout)
     code, out, err = plan([a, b], capsys)
@@ -345,28 +390,38 @@ def test_check_batch_without_deepspeed_says_what_to_install(cwd):  # type: ignor
     missing package and the install, not an internal error (deepspeed hidden here with sys.modules[...] = None,
     which makes its import raise ModuleNotFoundError exactly as when it is not installed)."""
     a = write(cwd / "a.yml", {**BASE, "train_iters": 10})
-    code = ("import sys; sys.modules['deepspeed'] = None; from neox_epoch.cli import main; "
-            f"sys.exit(main(['check-batch', {a!r}, '--num_gpus', '1']))")
+    code = (
+        "import sys; sys.modules['deepspeed'] = None; from neox_epoch.cli import main; "
+        f"sys.exit(main(['check-batch', {a!r}, '--num_gpus', '1']))"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     assert r.stderr.startswith("neox-epoch check-batch: error: deepspeed is not installed for ")
     assert "pip install torch==2.13.0 deepspeed" in r.stderr
 
 
-@pytest.mark.parametrize(("attention", "message"), [
-    ([[["flash"], 1]], 'covers 1 layers, num_layers is 2 (in a.yml); NeoX stops: "Length of attention config list '
-                       'must equal num_layers": make the counts add up to 2'),
-    ([[["global"], 1], [["local"], 2]], "covers 3 layers, num_layers is 2"),
-    ([[["flashy"], 2]], "attention type 'flashy' is not one NeoX knows"),
-])
+@pytest.mark.parametrize(
+    ("attention", "message"),
+    [
+        (
+            [[["flash"], 1]],
+            'covers 1 layers, num_layers is 2 (in a.yml); NeoX stops: "Length of attention config list '
+            'must equal num_layers": make the counts add up to 2',
+        ),
+        ([[["global"], 1], [["local"], 2]], "covers 3 layers, num_layers is 2"),
+        ([[["flashy"], 2]], "attention type 'flashy' is not one NeoX knows"),
+    ],
+)
 def test_attention_config_must_cover_num_layers_like_neox(attention, message, cwd, capsys):  # type: ignore[no-untyped-def]
     """The reported case: pythia-12b-deduped has 40 layers and an attention config covering 36, which NeoX's
     calculate_derived refuses; plan accepted it."""
     write(cwd / "a.yml", {**BASE, "global_num_gpus": 1, "train_iters": 5, "attention_config": attention})
     code, _, err = plan(["a.yml"], capsys)
     assert code == 2 and err.count("\n") == 1 and f"a.yml: attention_config: {message}" in err, err
-    ok = write(cwd / "b.yml", {**BASE, "global_num_gpus": 1, "train_iters": 5,
-                               "attention_config": [[["global", "flash"], "all"]]})
+    ok = write(
+        cwd / "b.yml",
+        {**BASE, "global_num_gpus": 1, "train_iters": 5, "attention_config": [[["global", "flash"], "all"]]},
+    )
     assert plan([ok], capsys)[0] == 0
 
 
@@ -376,13 +431,24 @@ EITHER, MISSING = "Please provide *either* `data_path` or", "One or more of trai
 DATA_KEY_CASES: dict[str, tuple[dict[str, Any], str | None, str]] = {
     "data_path_and_the_three": ({**PATHS, "data_path": "data/x"}, EITHER, "remove data_path, or the three"),
     "train_without_valid_test": ({"train_data_paths": ["data/x"]}, MISSING, "set valid_data_paths and test_data_paths"),
-    "train_and_valid_without_test": ({"train_data_paths": ["data/x"], "valid_data_paths": ["data/x"]}, MISSING,
-                                     "given without test_data_paths"),
+    "train_and_valid_without_test": (
+        {"train_data_paths": ["data/x"], "valid_data_paths": ["data/x"]},
+        MISSING,
+        "given without test_data_paths",
+    ),
     "the_three": (PATHS, None, ""),
     "a_zero_weight": ({**PATHS, "train_data_paths": ["data/x", "data/y"], "train_data_weights": [1, 0]}, None, ""),
     "data_path": ({"data_path": "data/x"}, None, ""),
-    "dpo_pairs": ({"train_impl": "dpo", "dataset_impl": "pairwise", "pos_train_data_paths": ["data/x"],
-                   "neg_train_data_paths": ["data/x"]}, None, "trains with train_impl: dpo on preference pairs"),
+    "dpo_pairs": (
+        {
+            "train_impl": "dpo",
+            "dataset_impl": "pairwise",
+            "pos_train_data_paths": ["data/x"],
+            "neg_train_data_paths": ["data/x"],
+        },
+        None,
+        "trains with train_impl: dpo on preference pairs",
+    ),
 }
 
 
@@ -416,8 +482,15 @@ def test_data_keys_are_judged_like_neox_from_ymls(cwd, capsys):  # type: ignore[
             assert code == 0 and out is not None and out["train_iters"] == neox[name]["neox"]["train_iters"], err
             if name == "a_zero_weight":  # 5 iterations of 4 x 8 samples, none from the source weighted 0
                 assert [s["samples_drawn"] for s in out["sources"] if s["split"] == "train"] == [160, 0]
-    code, _, err = plan([write(cwd / "zeros.yml", {**model, "hostfile": "hostfile_8", "train_iters": 5, **PATHS,
-                                                   "train_data_weights": [0]})], capsys)
+    code, _, err = plan(
+        [
+            write(
+                cwd / "zeros.yml",
+                {**model, "hostfile": "hostfile_8", "train_iters": 5, **PATHS, "train_data_weights": [0]},
+            )
+        ],
+        capsys,
+    )
     assert code == 2 and "expected weights >= 0 with a sum > 0" in err, err
 
 
@@ -459,4 +532,7 @@ def test_value_types_are_judged_like_neox_validate_types(cwd, capsys):  # type: 
             words = "Not in accepted values" if "Not in accepted values" in said else "has no attribute '__origin__'"
             assert words in said and words in err, (said, err)
             assert code == 2 and err.count("\n") == 1 and f"{name}.yml: {key}: " in err and "validate_types" in err, err
-    assert "(write 6.0e-05: PyYAML reads 6e-05 as a string, YAML 1.1 floats need a dot)" in plan(["min_lr_without_a_dot.yml"], capsys)[2]
+    assert (
+        "(write 6.0e-05: PyYAML reads 6e-05 as a string, YAML 1.1 floats need a dot)"
+        in plan(["min_lr_without_a_dot.yml"], capsys)[2]
+    )

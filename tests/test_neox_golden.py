@@ -147,8 +147,9 @@ def test_train_epochs_iters_equal_neox_update_iterations(name, corpora, tmp_path
         ones = [1.0] * len(case["params"]["train_data_paths"])
         d = tmp_path / "ones"
         d.mkdir()
-        plans.append(make_plan(plan_input_from_neox(load_neox_configs([_config(case, corpora, d,
-                                                                               train_data_weights=ones)]))))
+        plans.append(
+            make_plan(plan_input_from_neox(load_neox_configs([_config(case, corpora, d, train_data_weights=ones)])))
+        )
     for plan in plans:
         assert plan.train_iters == e["train_iters"]
         train = [s for s in plan.sources if s.split == "train"]
@@ -157,8 +158,12 @@ def test_train_epochs_iters_equal_neox_update_iterations(name, corpora, tmp_path
         assert size == e["train_dataset_len"]
         assert size // e["loader_batch"] == e["train_loader_len"] == case["loader_batches"]["train"]
         line = [a for a in plan.arithmetic if a.startswith("train_epochs:")]
-        assert line and f"({size} // {e['loader_batch']}) * {e['train_epochs']} // " \
-            f"{e['gradient_accumulation_steps']} = {e['train_iters']} " in line[0]
+        assert (
+            line
+            and f"({size} // {e['loader_batch']}) * {e['train_epochs']} // "
+            f"{e['gradient_accumulation_steps']} = {e['train_iters']} "
+            in line[0]
+        )
         # the loader drops its last partial batch and is cycled: the samples trained on are one pass's full batches
         drawn = sum(s.samples_drawn for s in train)
         assert drawn == e["trained_samples_first_pass"] == case["exposure"]["samples"]
@@ -170,13 +175,16 @@ def test_train_epochs_cases_cover_the_brief():
     assert {c["train_epochs"]["train_epochs"] for c in cases} == {1, 3}
     assert {c["train_epochs"]["gradient_accumulation_steps"] for c in cases} == {1, 2}
     assert {c["mode"] for c in cases} == {"data_path", "train_data_paths"}
-    assert any(len(c["params"].get("train_data_paths") or []) == 2 and c["params"]["train_data_weights"] is None
-               for c in cases)
+    assert any(
+        len(c["params"].get("train_data_paths") or []) == 2 and c["params"]["train_data_weights"] is None for c in cases
+    )
     for c in cases:
         e, p = c["train_epochs"], c["params"]
         assert p["train_iters"] is None and c["num_samples"] == {"train": None, "valid": None, "test": None}
-        assert p["train_batch_size"] == e["train_micro_batch_size_per_gpu"] * e["gradient_accumulation_steps"] * \
-            e["data_parallel_size"]
+        assert (
+            p["train_batch_size"]
+            == e["train_micro_batch_size_per_gpu"] * e["gradient_accumulation_steps"] * e["data_parallel_size"]
+        )
         assert all(d["num_epochs_arg"] == 1 and d["epochs"] == 1 for d in c["datasets"] if d.get("built", True))
 
 
@@ -200,8 +208,13 @@ def test_live_neox_reproduces_fixture(tmp_path):
     py = frameworks.neox_python()
     env = dict(os.environ, NEOX_DIR=frameworks.neox_dir())
     out = tmp_path / "out"
-    subprocess.run([py, os.path.join(HERE, "..", "scripts", "neox_golden.py"), str(out)], check=True,
-                   capture_output=True, timeout=900, env=env)
+    subprocess.run(
+        [py, os.path.join(HERE, "..", "scripts", "neox_golden.py"), str(out)],
+        check=True,
+        capture_output=True,
+        timeout=900,
+        env=env,
+    )
     live = json.load(open(out / "neox_golden.json", encoding="utf-8"))
     for name, case in GOLDEN["cases"].items():
         assert live["cases"][name]["datasets"] == case["datasets"], name

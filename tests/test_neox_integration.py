@@ -115,11 +115,22 @@ def test_clean_configs_never_touches_user_files(tmp_path):
 def test_worker_argv_and_split():
     argv = ["--num_gpus", "2", "train.py", "--deepspeed_config", "X", "--megatron_config", "Y"]
     new = worker_argv(argv, "train.py")
-    assert new == ["--module", "--num_gpus", "2", "neox_epoch.neox.worker", "train.py", "--deepspeed_config", "X",
-                   "--megatron_config", "Y"]
+    assert new == [
+        "--module",
+        "--num_gpus",
+        "2",
+        "neox_epoch.neox.worker",
+        "train.py",
+        "--deepspeed_config",
+        "X",
+        "--megatron_config",
+        "Y",
+    ]
     # what deepspeed.launcher.launch then runs: python -u -m neox_epoch.neox.worker --local_rank=0 train.py ...
     assert split_argv(["--local_rank=0", "train.py", "--deepspeed_config", "X"]) == (
-        "train.py", ["--local_rank=0", "--deepspeed_config", "X"])
+        "train.py",
+        ["--local_rank=0", "--deepspeed_config", "X"],
+    )
     with pytest.raises(ConfigError):
         worker_argv(argv, "other.py")
 
@@ -155,8 +166,18 @@ def test_counters_equal_exact_greedy_replay_and_markers():
 def test_counters_direct_dataset_and_resume(tmp_path):
     sink = JsonlSink(str(tmp_path))
     scalars = []
-    c = counters_for(["web"], [100], [[100, 200]], [2.5], None, train_batch_size=4, train_iters=60, log_interval=5,
-                     sink=sink, scalar=lambda k, v, it: scalars.append((k, v, it)))
+    c = counters_for(
+        ["web"],
+        [100],
+        [[100, 200]],
+        [2.5],
+        None,
+        train_batch_size=4,
+        train_iters=60,
+        log_interval=5,
+        sink=sink,
+        scalar=lambda k, v, it: scalars.append((k, v, it)),
+    )
     assert [m.iteration for m in c.markers] == [26, 51]
     c.start(30)  # resumed from a checkpoint at iteration 30
     for it in range(31, 61):
@@ -192,8 +213,16 @@ def test_epoch_separated_shuffle_groups():
 
 def test_run_plan_from_neox_values(corpus, tmp_path):
     a, b = corpus("a", 1, 80, 5, 120), corpus("b", 2, 40, 5, 90)
-    values = {"train_data_paths": [a, b], "valid_data_paths": [a], "test_data_paths": [a], "seq_length": 16,
-              "train_batch_size": 4, "eval_interval": 100, "eval_iters": 1, "train_data_weights": [1.0, 1.0]}
+    values = {
+        "train_data_paths": [a, b],
+        "valid_data_paths": [a],
+        "test_data_paths": [a],
+        "seq_length": 16,
+        "train_batch_size": 4,
+        "eval_interval": 100,
+        "eval_iters": 1,
+        "train_data_weights": [1.0, 1.0],
+    }
     rp = make_run_plan(values, EpochBlock(epochs={"a": 1, "b": 2}))
     cfg_path = tmp_path / "c.yml"
     cfg_path.write_text(yaml.safe_dump(values))
@@ -207,8 +236,9 @@ def test_run_plan_from_neox_values(corpus, tmp_path):
     with pytest.raises(NeoxEpochError, match="train_iters"):
         make_run_plan(values, EpochBlock(epochs={"a": 1, "b": 2}), {**rp.settings(), "train_iters": 1})
     with pytest.raises(NeoxEpochError, match="separate_epochs"):
-        make_run_plan({**values, "train_data_paths": [a], "train_data_weights": [1.0]},
-                      EpochBlock(epochs=1.5, enforce=True))
+        make_run_plan(
+            {**values, "train_data_paths": [a], "train_data_weights": [1.0]}, EpochBlock(epochs=1.5, enforce=True)
+        )
     with pytest.raises(ConfigError, match="unknown source"):
         make_run_plan(values, EpochBlock(epochs={"zzz": 1}))
 
@@ -228,9 +258,24 @@ def _probe(tmp_path, name, args, block):
     case.write_text(json.dumps({"args": args, "block": block}))
     out = tmp_path / f"{name}.out.json"
     neox_dir = frameworks.neox_dir()
-    r = subprocess.run([frameworks.neox_python(), "-m", "neox_epoch.neox.probe", "--neox-dir", neox_dir, "--case",
-                        str(case), "--out", str(out)], cwd=neox_dir, env=_neox_env(), capture_output=True, text=True,
-                       timeout=600)
+    r = subprocess.run(
+        [
+            frameworks.neox_python(),
+            "-m",
+            "neox_epoch.neox.probe",
+            "--neox-dir",
+            neox_dir,
+            "--case",
+            str(case),
+            "--out",
+            str(out),
+        ],
+        cwd=neox_dir,
+        env=_neox_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     return json.loads(out.read_text()), r.stdout + r.stderr  # (the hooks' warnings go to stderr)
 
@@ -251,9 +296,18 @@ def data(tmp_path_factory):
 
 
 def _paths_args(d, names, weights, tbs=8):
-    return {"train_data_paths": [str(d / n) for n in names], "valid_data_paths": [str(d / "v")],
-            "test_data_paths": [str(d / "v")], "train_data_weights": weights, "valid_data_weights": [1.0],
-            "test_data_weights": [1.0], "seq_length": 32, "train_batch_size": tbs, "eval_interval": 100, "eval_iters": 2}
+    return {
+        "train_data_paths": [str(d / n) for n in names],
+        "valid_data_paths": [str(d / "v")],
+        "test_data_paths": [str(d / "v")],
+        "train_data_weights": weights,
+        "valid_data_weights": [1.0],
+        "test_data_weights": [1.0],
+        "seq_length": 32,
+        "train_batch_size": tbs,
+        "eval_interval": 100,
+        "eval_iters": 2,
+    }
 
 
 def _fresh(d, tmp_path, sub):
@@ -279,7 +333,9 @@ def _check_exact(src, passes, tokens_unseen_planned=None):
 @pytest.mark.neox
 def test_one_source_exact_and_stock_spillover(data, tmp_path):
     d = _fresh(data, tmp_path, "one")
-    got, log = _probe(tmp_path, "one", _paths_args(d, ["a"], [1.0], tbs=4), {"epochs": 1, "log_dir": str(tmp_path / "l")})
+    got, log = _probe(
+        tmp_path, "one", _paths_args(d, ["a"], [1.0], tbs=4), {"epochs": 1, "log_dir": str(tmp_path / "l")}
+    )
     (src,) = got["sources"]
     row = got["table"][0]
     assert src["epochs"] == 1 and row["epochs_built"] == 1
@@ -293,8 +349,9 @@ def test_one_source_exact_and_stock_spillover(data, tmp_path):
     assert recs[0]["event"] == "plan" and recs[-1]["event"] == "final" and recs[-1]["complete"]
     # stock NeoX, same train_iters: 1.005 -> 2 epochs shuffled together -> spillover
     d2 = _fresh(data, tmp_path, "one_stock")
-    stock, _ = _probe(tmp_path, "one_stock", {**_paths_args(d2, ["a"], [1.0], tbs=4), "train_iters": got["train_iters"]},
-                      None)
+    stock, _ = _probe(
+        tmp_path, "one_stock", {**_paths_args(d2, ["a"], [1.0], tbs=4), "train_iters": got["train_iters"]}, None
+    )
     (s2,) = stock["sources"]
     h2 = _hist(s2)
     assert s2["epochs"] == 2 and h2.get(0, 0) > 0.1 * s2["tokens"] and h2.get(2, 0) > 0.1 * s2["tokens"]
@@ -318,8 +375,12 @@ def test_weighted_blend_per_source_epochs(data, tmp_path):
     # stock NeoX with the same train_iters and weights proportional to the targets: spillover on a and b
     targets = got["plan"]["targets"]
     d2 = _fresh(data, tmp_path, "blend_stock")
-    stock, _ = _probe(tmp_path, "blend_stock", {**_paths_args(d2, ["a", "b", "c"], [float(targets[k]) for k in "abc"]),
-                                                "train_iters": got["train_iters"]}, None)
+    stock, _ = _probe(
+        tmp_path,
+        "blend_stock",
+        {**_paths_args(d2, ["a", "b", "c"], [float(targets[k]) for k in "abc"]), "train_iters": got["train_iters"]},
+        None,
+    )
     sa = stock["sources"][0]
     assert sa["epochs"] == 2 and _hist(sa).get(0, 0) > 0.1 * sa["tokens"]
 
@@ -335,13 +396,30 @@ def test_loader_used_up_warning_names_the_iteration(data, tmp_path):
     spe = (int(np.sum(sizes_memmap(read_header(str(d / "a"))), dtype=np.int64)) - 1) // 32
     args = {**_paths_args(d, ["a"], [1.0], tbs=1), "train_iters": spe}
     _, log = _probe(tmp_path, "used_up", args, {"blend_buffer": 1.0})
-    assert (f"neox_epoch: train_iters {spe}: at iteration {spe}: the train loader's {spe - 1} batches are used up "
-            f"after iteration {spe - 1} and NeoX's itertools.cycle would replay them from its first batch") in log
+    assert (
+        f"neox_epoch: train_iters {spe}: at iteration {spe}: the train loader's {spe - 1} batches are used up "
+        f"after iteration {spe - 1} and NeoX's itertools.cycle would replay them from its first batch"
+    ) in log
     case = tmp_path / "used_up_enforce.json"
     case.write_text(json.dumps({"args": args, "block": {"blend_buffer": 1.0, "enforce": True}}))
-    r = subprocess.run([frameworks.neox_python(), "-m", "neox_epoch.neox.probe", "--neox-dir", frameworks.neox_dir(),
-                        "--case", str(case), "--out", str(tmp_path / "x.json")], cwd=frameworks.neox_dir(),
-                       env=_neox_env(), capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [
+            frameworks.neox_python(),
+            "-m",
+            "neox_epoch.neox.probe",
+            "--neox-dir",
+            frameworks.neox_dir(),
+            "--case",
+            str(case),
+            "--out",
+            str(tmp_path / "x.json"),
+        ],
+        cwd=frameworks.neox_dir(),
+        env=_neox_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode != 0 and f"WrapError: neox_epoch: train_iters {spe}: at iteration {spe}:" in r.stderr
 
 
@@ -387,12 +465,29 @@ def test_hooks_schedule_reaches_neox_scheduler(data, tmp_path):
     """train_iters 320000 and lr_decay_iters 320000 in NeoX's args: after the hooks, NeoX's AnnealingLR decays
     over the planned train_iters and warms up for warmup * that (not 0.01 * 320000 = 3200 iterations)."""
     d = _fresh(data, tmp_path, "lr")
-    args = {**_paths_args(d, ["a"], [1.0]), "train_iters": 320000, "lr_decay_iters": 320000, "warmup": 0.01,
-            "lr": 0.001, "min_lr": 0.0, "lr_decay_style": "cosine", "no_load_optim": False, "deepspeed": True,
-            "optimizer_type": "adam", "use_checkpoint_lr_scheduler": False, "override_lr_scheduler": False,
-            "use_mup": False}
-    r = subprocess.run([frameworks.neox_python(), "-c", LR_SCRIPT, json.dumps({"args": args, "block": {"epochs": 1}})],
-                       cwd=frameworks.neox_dir(), env=_neox_env(), capture_output=True, text=True, timeout=600)
+    args = {
+        **_paths_args(d, ["a"], [1.0]),
+        "train_iters": 320000,
+        "lr_decay_iters": 320000,
+        "warmup": 0.01,
+        "lr": 0.001,
+        "min_lr": 0.0,
+        "lr_decay_style": "cosine",
+        "no_load_optim": False,
+        "deepspeed": True,
+        "optimizer_type": "adam",
+        "use_checkpoint_lr_scheduler": False,
+        "override_lr_scheduler": False,
+        "use_mup": False,
+    }
+    r = subprocess.run(
+        [frameworks.neox_python(), "-c", LR_SCRIPT, json.dumps({"args": args, "block": {"epochs": 1}})],
+        cwd=frameworks.neox_dir(),
+        env=_neox_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert got["train_iters"] < 320000 and got["end_iter"] == got["train_iters"]
@@ -403,18 +498,28 @@ def test_hooks_schedule_reaches_neox_scheduler(data, tmp_path):
 @pytest.mark.neox
 def test_data_path_split_separate_epochs(data, tmp_path):
     d = _fresh(data, tmp_path, "split")
-    args = {"data_path": str(d / "a"), "split": "90,5,5", "seq_length": 32, "train_batch_size": 8,
-            "eval_interval": 100, "eval_iters": 2}
+    args = {
+        "data_path": str(d / "a"),
+        "split": "90,5,5",
+        "seq_length": 32,
+        "train_batch_size": 8,
+        "eval_interval": 100,
+        "eval_iters": 2,
+    }
     got, log = _probe(tmp_path, "split", args, {"epochs": 1.5, "separate_epochs": True})
     (src,) = got["sources"]
     assert src["epochs"] == 2 and "epoch-separated index" in log
     _check_exact(src, 1.5)  # every token once or twice, none unseen
     assert set(_hist(src)) == {1, 2}
-    assert any(f.endswith("-sepep_indexmap_" + f.split("-sepep_indexmap_")[-1]) for f in os.listdir(d)
-               if "-sepep_indexmap_" in f)
+    assert any(
+        f.endswith("-sepep_indexmap_" + f.split("-sepep_indexmap_")[-1])
+        for f in os.listdir(d)
+        if "-sepep_indexmap_" in f
+    )
     d2 = _fresh(data, tmp_path, "split_stock")
-    stock, _ = _probe(tmp_path, "split_stock", {**args, "data_path": str(d2 / "a"), "train_iters": got["train_iters"]},
-                      None)
+    stock, _ = _probe(
+        tmp_path, "split_stock", {**args, "data_path": str(d2 / "a"), "train_iters": got["train_iters"]}, None
+    )
     assert _hist(stock["sources"][0]).get(0, 0) > 0  # jointly shuffled epochs: some tokens never seen
 
 
@@ -471,8 +576,11 @@ def _launch(tmp_path, data, script, dry_run, extra_env=None, config=NEOX_CONFIG)
     cfg = tmp_path / "run.yml"
     cfg.write_text(config.format(a=d / "a", v=d / "v", logs=tmp_path / "logs"))
     before = cfg.read_text()
-    cmd = [frameworks.neox_python(), "-m", "neox_epoch.cli", "launch"] + (["--dry-run"] if dry_run else []) + [
-        script, str(cfg)]
+    cmd = (
+        [frameworks.neox_python(), "-m", "neox_epoch.cli", "launch"]
+        + (["--dry-run"] if dry_run else [])
+        + [script, str(cfg)]
+    )
     env = {**_neox_env(), "PROBE_OUT": str(tmp_path / "rank"), "MASTER_PORT": "29517", **(extra_env or {})}
     r = subprocess.run(cmd, cwd=frameworks.neox_dir(), env=env, capture_output=True, text=True, timeout=900)
     assert cfg.read_text() == before
@@ -489,7 +597,7 @@ def test_launch_dry_run_through_deepy(data, tmp_path):
     assert "--num_gpus" in argv and argv[argv.index("--num_gpus") + 1] == "2"
     assert "neox_epoch" not in mc and mc["train_iters"] == out["settings"]["train_iters"]
     assert mc["train_batch_size"] == 8 == out["settings"]["train_batch_size"]
-    assert all("\"neox_epoch\":" not in t for t in mc["config_files"].values())
+    assert all('"neox_epoch":' not in t for t in mc["config_files"].values())
     assert "# the plugin's block" in next(iter(mc["config_files"].values()))  # comments kept
     assert decode_env(out["env"][ENV_VAR]).settings["train_iters"] == mc["train_iters"]
     assert out["export_prefix"] == "NEOX_EPOCH" and ENV_VAR.startswith(out["export_prefix"])
@@ -499,8 +607,9 @@ def test_launch_dry_run_through_deepy(data, tmp_path):
 def test_launch_dry_run_passes_the_schedule_to_neox(data, tmp_path):
     """A shipped-style train_iters 320000 / lr_decay_iters 320000: the worker config NeoX builds (its own
     from_ymls with launch's overwrite values) has lr_decay_iters = the planned train_iters, and stderr says so."""
-    config = NEOX_CONFIG.replace('"eval_interval": 100,', '"eval_interval": 100, "train_iters": 320000, '
-                                 '"lr_decay_iters": 320000,')
+    config = NEOX_CONFIG.replace(
+        '"eval_interval": 100,', '"eval_interval": 100, "train_iters": 320000, "lr_decay_iters": 320000,'
+    )
     r = _launch(tmp_path, data, "train.py", dry_run=True, config=config)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])

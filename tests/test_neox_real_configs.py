@@ -148,8 +148,10 @@ def layout(root: str) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
 
     configs = extract_configs(root)
     os.makedirs(os.path.join(root, "configs"))
-    shutil.copyfile(os.path.join(frameworks.neox_dir(), "configs", "local_setup.yml"),
-                    os.path.join(root, "configs", "local_setup.yml"))
+    shutil.copyfile(
+        os.path.join(frameworks.neox_dir(), "configs", "local_setup.yml"),
+        os.path.join(root, "configs", "local_setup.yml"),
+    )
     for n in WORLDS:
         lines = [f"localhost slots={n}"] if n < 8 else [f"node{i} slots=8" for i in range(n // 8)]
         with open(os.path.join(root, f"hostfile_{n}"), "w", encoding="utf-8") as f:
@@ -157,8 +159,9 @@ def layout(root: str) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
         with open(os.path.join(root, f"world_{n}.yml"), "w", encoding="utf-8") as f:
             f.write(json.dumps({"hostfile": f"hostfile_{n}"}) + "\n")
     setup = yaml.safe_load(open(os.path.join(root, "configs", "local_setup.yml"), encoding="utf-8"))
-    prefixes = {setup["data_path"]} | {v for k in ("train_data_paths", "valid_data_paths", "test_data_paths")
-                                        for v in setup.get(k) or []}
+    prefixes = {setup["data_path"]} | {
+        v for k in ("train_data_paths", "valid_data_paths", "test_data_paths") for v in setup.get(k) or []
+    }
     pairings: dict[str, list[str]] = {}
     changes: dict[str, list[str]] = {}
     for rel in configs:
@@ -204,8 +207,9 @@ def write_corpora(root: str, judged: dict[str, Any]) -> None:
                 os.symlink(corpus + ext, dest + ext)
 
 
-def _exact_files(root: str, key: str, files: list[str], full: bool,
-                 passes: list[str] | None = None) -> tuple[list[str] | None, dict[str, Any]]:
+def _exact_files(
+    root: str, key: str, files: list[str], full: bool, passes: list[str] | None = None
+) -> tuple[list[str] | None, dict[str, Any]]:
     """``plan FILES --epochs 1 --write-config`` (``--full``; ``passes``: ``--source-epochs`` instead): the files
     NeoX loads (the written one with its block stripped as neox-epoch launch strips it) and the plan; (None,
     {"error": ...}) when plan refused."""
@@ -213,8 +217,9 @@ def _exact_files(root: str, key: str, files: list[str], full: bool,
 
     name = re.sub(r"\W", "_", key) + ("_full" if full else "_source" if passes else "_exact") + ".yml"
     target = ["--source-epochs", *passes] if passes else ["--epochs", "1"]
-    code, out, err = run_plan(["plan", *files, *target, "--write-config", name, *(["--full"] if full else []),
-                               "--json"])
+    code, out, err = run_plan(
+        ["plan", *files, *target, "--write-config", name, *(["--full"] if full else []), "--json"]
+    )
     if code != 0:
         return None, {"error": err, "code": code}
     plan = json.loads(out)
@@ -238,8 +243,11 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     try:
         pairings, changes = layout(root)
         t1 = time.monotonic()
-        published = {f"published:{rel}@8": [rel, f"{_stem(rel)}_data.yml", "world_8.yml"]
-                     for rel, changed in changes.items() if PYTHIA_MODEL.match(rel) and changed}
+        published = {
+            f"published:{rel}@8": [rel, f"{_stem(rel)}_data.yml", "world_8.yml"]
+            for rel, changed in changes.items()
+            if PYTHIA_MODEL.match(rel) and changed
+        }
         neox = neox_batch(root, {**pairings, **published}, "judge")
         write_corpora(root, neox)
         t2 = time.monotonic()
@@ -256,18 +264,31 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                     exact[f"{key}+source"] = _exact_files(root, key, files, False, passes)
         for key, files in published.items():  # as published, only the data paths changed: NeoX refuses them
             name = re.sub(r"\W", "_", key) + ".yml"
-            published[key] = {"files": files, "plan": run_plan(["plan", *files, "--epochs", "1", "--write-config",
-                                                                 name]), "written": os.path.exists(name)}
+            published[key] = {
+                "files": files,
+                "plan": run_plan(["plan", *files, "--epochs", "1", "--write-config", name]),
+                "written": os.path.exists(name),
+            }
         t3 = time.monotonic()
         loaded = neox_batch(root, {k: f for k, (f, _) in exact.items() if f is not None}, "load")
         t4 = time.monotonic()
     finally:
         os.chdir(cwd)
     timing = {"layout": t1 - t0, "neox_judge": t2 - t1, "plans": t3 - t2, "neox_load": t4 - t3}
-    print(f"real-config sweep: {len(pairings)} pairings, {len(exact)} written configs; seconds: "
-          + ", ".join(f"{k} {v:.1f}" for k, v in timing.items()))
-    result = {"changes": changes, "pairings": pairings, "neox": neox, "plans": plans, "exact": exact, "loaded": loaded, "timing": timing,
-              "published": published}
+    print(
+        f"real-config sweep: {len(pairings)} pairings, {len(exact)} written configs; seconds: "
+        + ", ".join(f"{k} {v:.1f}" for k, v in timing.items())
+    )
+    result = {
+        "changes": changes,
+        "pairings": pairings,
+        "neox": neox,
+        "plans": plans,
+        "exact": exact,
+        "loaded": loaded,
+        "timing": timing,
+        "published": published,
+    }
     if os.environ.get("NEOX_EPOCH_REAL_SWEEP_OUT"):  # for a developer reading the whole outcome
         with open(os.environ["NEOX_EPOCH_REAL_SWEEP_OUT"], "w", encoding="utf-8") as f:
             json.dump(result, f, indent=1, default=str)
@@ -288,8 +309,10 @@ def test_real_configs_are_judged_like_neox(sweep: dict[str, Any]) -> None:
             if key in BEYOND_FROM_YMLS and code == 2 and err.count("\n") == 1 and BEYOND_FROM_YMLS[key] in err:
                 continue
             if got != (0, n["neox"]["train_batch_size"], n["neox"]["train_iters"]):
-                wrong.append(f"{key}: NeoX accepts ({n['neox']['train_batch_size']}, {n['neox']['train_iters']}); "
-                             f"plan {got} {err.strip()}")
+                wrong.append(
+                    f"{key}: NeoX accepts ({n['neox']['train_batch_size']}, {n['neox']['train_iters']}); "
+                    f"plan {got} {err.strip()}"
+                )
             continue
         try:
             terms = expected_terms(n["error"])
@@ -311,7 +334,9 @@ def test_what_a_user_must_change_is_what_the_tool_says(sweep: dict[str, Any]) ->
     assert changes["dummy_config.yml"] == ["gas", "save-interval -> checkpoint_factor"]
     stable = {k: v for k, v in changes.items() if k.startswith("stablelm")}
     known = known_neox_keys()
-    assert len(stable) == 9 and all(v and not {k.replace("-", "_") for k in v} & set(known) for v in stable.values()), stable
+    assert len(stable) == 9 and all(v and not {k.replace("-", "_") for k in v} & set(known) for v in stable.values()), (
+        stable
+    )
     print("what a user must change:", json.dumps(changes, indent=1))
     for key in sweep["pairings"]:
         if key.startswith("own:") and not sweep["neox"][key]["accepted"]:
@@ -334,13 +359,18 @@ def test_exact_mode_writes_configs_neox_loads_with_the_planned_numbers(sweep: di
             wrong.append(f"{key}: NeoX refuses the written config: {got['error']['message']}")
             continue
         plan, n = info["plan"], got["neox"]
-        want = (plan["train_iters"], info["schedule"].get("lr_decay_iters", n["lr_decay_iters"]),
-                plan["global_batch_size"])
+        want = (
+            plan["train_iters"],
+            info["schedule"].get("lr_decay_iters", n["lr_decay_iters"]),
+            plan["global_batch_size"],
+        )
         if (n["train_iters"], n["lr_decay_iters"], n["train_batch_size"]) != want:
-            wrong.append(f"{key}: NeoX loads {n['train_iters']}, {n['lr_decay_iters']}, {n['train_batch_size']}; "
-                         f"planned {want}")
-        want_epochs = 1 if not key.endswith("+source") else info["plan"]["settings"]["neox_overlay"]["neox_epoch"][
-            "epochs"]
+            wrong.append(
+                f"{key}: NeoX loads {n['train_iters']}, {n['lr_decay_iters']}, {n['train_batch_size']}; planned {want}"
+            )
+        want_epochs = (
+            1 if not key.endswith("+source") else info["plan"]["settings"]["neox_overlay"]["neox_epoch"]["epochs"]
+        )
         if info["block"] is None or info["block"].get("epochs") != want_epochs:
             wrong.append(f"{key}: block {info['block']}")
     assert not wrong, f"{len(wrong)} of {len(sweep['exact'])}:\n" + "\n".join(wrong[:40])
@@ -376,20 +406,30 @@ def test_pythia_as_published_with_local_data_paths(sweep: dict[str, Any]) -> Non
                     assert code == 2 and all(t in err for t in expected_terms(sweep["neox"][own]["error"])), own
                     refusals[own] = err.strip()
             continue
-        neox, (code, _out, err), written = (sweep["neox"][key], sweep["published"][key]["plan"],
-                                            sweep["published"][key]["written"])
+        neox, (code, _out, err), written = (
+            sweep["neox"][key],
+            sweep["published"][key]["plan"],
+            sweep["published"][key]["written"],
+        )
         assert not neox["accepted"] and neox["error"]["type"] == "TypeError", (key, neox)
         assert "unexpected keyword argument 'gas'" in neox["error"]["message"], neox["error"]
         refusals[key] = err.strip()
         assert code == 2 and err.count("\n") == 1 and not written, (key, code, err)
-        assert (f"{rel}: gas: NeoX no longer accepts this key (TypeError: unexpected keyword argument 'gas'); "
-                "removed in NeoX PR #1144" in err), err
+        assert (
+            f"{rel}: gas: NeoX no longer accepts this key (TypeError: unexpected keyword argument 'gas'); "
+            "removed in NeoX PR #1144" in err
+        ), err
     print("as published, data paths local:", json.dumps({**loads, **refusals}, indent=1))
-    six9 = {f"own:pythia/models/6.9B/pythia-6.9b{d}.yml@{n}": (it, it)
-            for d in ("", "-deduped") for n, it in ((8, 9285), (64, 1160), (256, 290))}
+    six9 = {
+        f"own:pythia/models/6.9B/pythia-6.9b{d}.yml@{n}": (it, it)
+        for d in ("", "-deduped")
+        for n, it in ((8, 9285), (64, 1160), (256, 290))
+    }
     assert loads == six9, loads  # NeoX's train_iters == the plan's, at every world NeoX accepts
     assert len(refusals) == 14 + 2 + 8, refusals  # gas; 6.9b at 1 GPU (mp 2); 12b (see below) at every world
     assert "1 / (1 * 2) = 0.5 is not a whole number" in refusals["own:pythia/models/6.9B/pythia-6.9b.yml@1"]
     assert "is not valid YAML at line 21" in refusals["own:pythia/models/12B/pythia-12b.yml@8"]
-    assert "attention-config: covers 36 layers, num_layers is 40" in refusals[
-        "own:pythia/models/12B/pythia-12b-deduped.yml@8"]
+    assert (
+        "attention-config: covers 36 layers, num_layers is 40"
+        in refusals["own:pythia/models/12B/pythia-12b-deduped.yml@8"]
+    )

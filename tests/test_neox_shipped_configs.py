@@ -121,7 +121,9 @@ def expected_terms(error: dict[str, str]) -> list[str]:
     if m:
         g, pp, mp = m.groups()
         return [f"= {g} / ({pp} * {mp}) =", "is not a whole number"]
-    m = re.search(r"(Train batch size|Micro batch size per gpu|Gradient accumulation steps): (-?\d+) has to be", message)
+    m = re.search(
+        r"(Train batch size|Micro batch size per gpu|Gradient accumulation steps): (-?\d+) has to be", message
+    )
     if m:
         return [f"{m.group(1)}: {m.group(2)} has to be greater than 0"]
     if "train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step * world_size" in message:
@@ -161,7 +163,9 @@ def test_shipped_config_plans_like_neox(key, run_dir, capsys, monkeypatch):  # t
         assert plan["global_batch_size"] == neox["train_batch_size"], key
         assert plan["train_iters"] == neox["train_iters"], key
         assert plan["seq_length"] == neox["seq_length"], key
-        assert any(f"NeoX counts {neox['global_num_gpus']} GPUs" in n for n in plan["config_notes"]), plan["config_notes"]
+        assert any(f"NeoX counts {neox['global_num_gpus']} GPUs" in n for n in plan["config_notes"]), plan[
+            "config_notes"
+        ]
     else:
         assert code == 2, f"NeoX refuses {key} ({p['error']['message']}); plan exited {code}: {out[:200]} {err}"
         assert err.count("\n") == 1 and "Traceback" not in err, err
@@ -174,7 +178,9 @@ def test_fixture_is_the_whole_sweep():
     paths are relative (to the NeoX tree / the run directory), never the machine's."""
     summary = SWEEP["summary"]
     accepted = sum(1 for p in PAIRINGS.values() if p["accepted"])
-    assert summary["pairings"] == len(PAIRINGS) == len({p["model"] for p in PAIRINGS.values()}) * len(SWEEP["world_sizes"])
+    assert (
+        summary["pairings"] == len(PAIRINGS) == len({p["model"] for p in PAIRINGS.values()}) * len(SWEEP["world_sizes"])
+    )
     assert summary["accepted"] == accepted and summary["refused"] == len(PAIRINGS) - accepted
     assert SWEEP["world_sizes"] == [1, 8, 16, 64, 256]
     text = open(FIXTURE, encoding="utf-8").read()
@@ -206,8 +212,20 @@ def test_live_sweep_reproduces_fixture(tmp_path):
     script = os.path.join(HERE, "..", "scripts", "neox_config_sweep.py")
     import frameworks
 
-    r = subprocess.run([frameworks.neox_python(), script, str(out), "--neox-dir", frameworks.neox_dir(),
-                        "--neox-commit", SWEEP["neox_commit"]], capture_output=True, text=True, timeout=1800)
+    r = subprocess.run(
+        [
+            frameworks.neox_python(),
+            script,
+            str(out),
+            "--neox-dir",
+            frameworks.neox_dir(),
+            "--neox-commit",
+            SWEEP["neox_commit"],
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     live = json.load(open(out, encoding="utf-8"))
     for key in ("configs", "worlds", "world_sizes", "summary", "pairing_rule"):
@@ -220,12 +238,18 @@ def test_live_sweep_reproduces_fixture(tmp_path):
 def test_sweep_script_without_neox_dir_is_one_line(tmp_path):
     """The sweep script itself: no NeoX checkout -> exit 2 and one line."""
     env = {k: v for k, v in os.environ.items() if k != "NEOX_DIR"}
-    r = subprocess.run([sys.executable, os.path.join(HERE, "..", "scripts", "neox_config_sweep.py"),
-                        str(tmp_path / "x.json")], capture_output=True, text=True, env=env, timeout=60)
+    r = subprocess.run(
+        [sys.executable, os.path.join(HERE, "..", "scripts", "neox_config_sweep.py"), str(tmp_path / "x.json")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "NEOX_DIR" in r.stderr
 
 
 # ---------------------------------------------------------------- resume-check on the shipped configs
+
 
 def _accepted_worlds() -> dict[str, list[str]]:
     """Per model config, its accepted pairings in world-size order."""
@@ -254,8 +278,12 @@ def _stock_checkpoint(root: str, key: str, iteration: int) -> str:
 
     p, neox = PAIRINGS[key], PAIRINGS[key]["neox"]
     model_parallel = max(1, neox["pipe_parallel_size"]) * neox["model_parallel_size"]
-    saved = {"iteration": iteration, "dp_world_size": neox["global_num_gpus"] // model_parallel,
-             "mp_world_size": model_parallel, "ds_config": {"train_batch_size": neox["train_batch_size"]}}
+    saved = {
+        "iteration": iteration,
+        "dp_world_size": neox["global_num_gpus"] // model_parallel,
+        "mp_world_size": model_parallel,
+        "ds_config": {"train_batch_size": neox["train_batch_size"]},
+    }
     save = os.path.join(root, "ckpt-" + re.sub(r"\W", "_", key))
     tag = os.path.join(save, f"global_step{iteration}")
     os.makedirs(os.path.join(tag, "configs"), exist_ok=True)
@@ -267,8 +295,10 @@ def _stock_checkpoint(root: str, key: str, iteration: int) -> str:
     with open(os.path.join(tag, "mp_rank_00_model_states.pt"), "wb") as f:
         f.write(buf.getvalue())
     for path in p["files"]:
-        with open(os.path.join(root, path), encoding="utf-8") as src, open(
-                os.path.join(tag, "configs", os.path.basename(path)), "w", encoding="utf-8") as dst:
+        with (
+            open(os.path.join(root, path), encoding="utf-8") as src,
+            open(os.path.join(tag, "configs", os.path.basename(path)), "w", encoding="utf-8") as dst,
+        ):
             dst.write(src.read())
     return save
 
@@ -301,6 +331,7 @@ def test_resume_check_on_the_shipped_configs(saved, resumed, run_dir, capsys, mo
 
 
 # ---------------------------------------------------------------- exact mode's written configs, loaded by NeoX
+
 
 def test_exact_mode_configs_load_back_in_neox(run_dir, tmp_path):  # type: ignore[no-untyped-def]
     """Every pairing NeoX accepts: `plan FILES --epochs 1 --write-config` (overlay) writes a file that NeoX's own
@@ -346,8 +377,12 @@ def test_exact_mode_configs_load_back_in_neox(run_dir, tmp_path):  # type: ignor
     for key, (iters, lr, gbs, block) in planned.items():
         got = loaded[key]
         n = got.get("neox", {})
-        if not got["accepted"] or (n["train_iters"], n["train_batch_size"]) != (iters, gbs) or \
-                (lr is not None and n["lr_decay_iters"] != lr) or block.get("epochs") != 1:
+        if (
+            not got["accepted"]
+            or (n["train_iters"], n["train_batch_size"]) != (iters, gbs)
+            or (lr is not None and n["lr_decay_iters"] != lr)
+            or block.get("epochs") != 1
+        ):
             wrong.append(f"{key}: planned {iters}, {lr}, {gbs}; NeoX: {got.get('error') or n}")
     assert not wrong, "\n".join(wrong[:20])
     print(f"shipped configs: {len(planned)} exact configs loaded back by NeoX")

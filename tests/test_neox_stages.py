@@ -31,8 +31,11 @@ pytestmark = pytest.mark.neox
 
 #: samples per pass of each source: (T - 1) // 128 with T = N * 128 + 1 + 60 tokens
 PER_PASS = {"a": 96, "b": 64, "c": 48}
-STAGES = [{"name": "one", "passes": {"a": 1}}, {"name": "two", "passes": {"a": 0.5, "b": 1}},
-          {"name": "three", "passes": {"b": 1, "c": 2}}]
+STAGES = [
+    {"name": "one", "passes": {"a": 1}},
+    {"name": "two", "passes": {"a": 0.5, "b": 1}},
+    {"name": "three", "passes": {"b": 1, "c": 2}},
+]
 STOP = 40
 TRAIN_ITERS = 92
 #: the stage 2 / stage 3 boundary: the resumed launch also saves there; a fourth launch resumes it with stage 3 changed
@@ -63,9 +66,11 @@ def _order_texts(prefix: str, name: str) -> list[bytes]:
     rows = np.load(stem + "_sample_idx.npy").astype(np.int64)
     shuffle = np.load(stem + "_shuffle_idx.npy").astype(np.int64)[:-1]
     lens = sizes[doc_idx]
-    stream = np.repeat(offsets[doc_idx] - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens) + np.arange(int(lens.sum()))
+    stream = np.repeat(offsets[doc_idx] - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens) + np.arange(
+        int(lens.sum())
+    )
     starts = np.concatenate([[0], np.cumsum(lens)])[rows[:, 0]] + rows[:, 1]
-    return [tokens[stream[starts[r]: starts[r + 1] + 1]].tobytes() for r in shuffle]
+    return [tokens[stream[starts[r] : starts[r + 1] + 1]].tobytes() for r in shuffle]
 
 
 def _glob(pattern: str) -> list[str]:
@@ -90,8 +95,12 @@ def staged(tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, Any]:
         for ext in (".bin", ".idx"):
             shutil.copy(run.path("data", name + ext), run.path("data2", name + ext))
     _sized_corpus(run.path("data2", "c"), 99, PER_PASS["c"], tail=70)  # other documents, 10 more tokens
-    changed = {**cfg, "train_data_paths": [run.path("data2", n) for n in "abc"], "load": run.path("ckpt-at-stop"),
-               "save": run.path("ckpt-changed")}
+    changed = {
+        **cfg,
+        "train_data_paths": [run.path("data2", n) for n in "abc"],
+        "load": run.path("ckpt-at-stop"),
+        "save": run.path("ckpt-changed"),
+    }
     rc = _launch(run, changed, "changed", frameworks.neox_dir())
     # the checkpoint saved exactly at the stage 2 / stage 3 boundary resumed with a changed stage 3 (c 1 pass, not
     # 2), on copies of the corpora (its index files apart) with its own logs: the later stage may change
@@ -104,9 +113,15 @@ def staged(tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, Any]:
     shutil.copytree(run.path("ckpt", tag), run.path("ckpt-at-boundary", tag))
     with open(run.path("ckpt-at-boundary", "latest"), "w", encoding="utf-8") as f:
         f.write(tag)
-    boundary = {**cfg, "train_data_paths": [run.path("data3", n) for n in "abc"], "load": run.path("ckpt-at-boundary"),
-                "save": run.path("ckpt-boundary"), "override_lr_scheduler": True, "tensorboard_dir": run.path("tb-boundary"),
-                "neox_epoch": {**cfg["neox_epoch"], "stages": later, "log_dir": run.path("logs", "boundary")}}
+    boundary = {
+        **cfg,
+        "train_data_paths": [run.path("data3", n) for n in "abc"],
+        "load": run.path("ckpt-at-boundary"),
+        "save": run.path("ckpt-boundary"),
+        "override_lr_scheduler": True,
+        "tensorboard_dir": run.path("tb-boundary"),
+        "neox_epoch": {**cfg["neox_epoch"], "stages": later, "log_dir": run.path("logs", "boundary")},
+    }
     _ok(_launch(run, boundary, "boundary", frameworks.neox_dir()))
     return run, rc
 
@@ -141,9 +156,15 @@ def test_stages_plan_is_whole_batches_and_exact(staged: tuple[Run, Any]) -> None
     assert (plan["train_iters"], plan["train_batch_size"]) == (TRAIN_ITERS, 4)
     assert st["boundaries"] == [24, 52] and st["samples_per_pass"] == PER_PASS
     assert [(s["name"], s["first_iteration"], s["end_iteration"]) for s in st["stages"]] == [
-        ("one", 0, 24), ("two", 24, 52), ("three", 52, 92)]
+        ("one", 0, 24),
+        ("two", 24, 52),
+        ("three", 52, 92),
+    ]
     assert [{n: (d["draws"], d["start"]) for n, d in s["draws"].items()} for s in st["stages"]] == [
-        {"a": (96, 0)}, {"a": (48, 96), "b": (64, 0)}, {"b": (64, 64), "c": (96, 0)}]
+        {"a": (96, 0)},
+        {"a": (48, 96), "b": (64, 0)},
+        {"b": (64, 64), "c": (96, 0)},
+    ]
     assert st["total_draws"] == {"a": 144, "b": 128, "c": 96}
     assert st["cumulative_passes"] == {"a": 1.5, "b": 2.0, "c": 2.0}
     assert all(s["notes"] == [] for s in st["stages"])  # every stage is whole batches: nothing inexact
@@ -173,7 +194,7 @@ def test_stages_each_source_trained_its_cumulative_targets_in_its_own_order(stag
     which, where = draw_order(counts, starts)
     for i in range(1, TRAIN_ITERS + 1):
         got = sorted(zip(source[iterations == i].tolist(), position[iterations == i].tolist()))
-        want = sorted(zip(which[(i - 1) * 4: i * 4].tolist(), where[(i - 1) * 4: i * 4].tolist()))
+        want = sorted(zip(which[(i - 1) * 4 : i * 4].tolist(), where[(i - 1) * 4 : i * 4].tolist()))
         assert got == want, i
     # the sources trained per stage: stage 1 only a, stage 2 a and b, stage 3 b and c
     assert sorted(set(source[iterations <= 24].tolist())) == [0]
@@ -185,7 +206,9 @@ def test_stages_counters_and_tensorboard_equal_the_recorded_draws(staged: tuple[
     run, _ = staged
     _, iterations, source, _ = _draws(run)
     records = run.jsonl()
-    cum = {name: np.cumsum(np.bincount(iterations[source == k], minlength=TRAIN_ITERS + 1)) for k, name in enumerate("abc")}
+    cum = {
+        name: np.cumsum(np.bincount(iterations[source == k], minlength=TRAIN_ITERS + 1)) for k, name in enumerate("abc")
+    }
     counters = [r for r in records if r["event"] == "counters"]
     steps = list(range(10, 91, 10)) + [TRAIN_ITERS]
     assert [r["iteration"] for r in counters] == steps
@@ -194,8 +217,17 @@ def test_stages_counters_and_tensorboard_equal_the_recorded_draws(staged: tuple[
             assert r["sources"][name]["samples"] == int(cum[name][r["iteration"]]), (name, r["iteration"])
             assert r["sources"][name]["passes"] == round(int(cum[name][r["iteration"]]) / PER_PASS[name], 6)
     assert [(r["iteration"], r["stage_name"]) for r in counters] == [
-        (10, "one"), (20, "one"), (30, "two"), (40, "two"), (50, "two"), (60, "three"), (70, "three"), (80, "three"),
-        (90, "three"), (92, "three")]
+        (10, "one"),
+        (20, "one"),
+        (30, "two"),
+        (40, "two"),
+        (50, "two"),
+        (60, "three"),
+        (70, "three"),
+        (80, "three"),
+        (90, "three"),
+        (92, "three"),
+    ]
     starts = [(r["iteration"], r["stage"], r["name"]) for r in records if r["event"] == "stage_start"]
     # stages 1 and 2 start in the first launch, stage 3 after the resume (at iteration 40)
     assert starts == [(1, 1, "one"), (25, 2, "two"), (53, 3, "three")]
@@ -208,7 +240,17 @@ def test_stages_counters_and_tensorboard_equal_the_recorded_draws(staged: tuple[
     for name in "abc":
         assert [(s, int(v)) for s, v in tb[f"neox_epoch/samples/{name}"]] == [(i, int(cum[name][i])) for i in steps]
     assert [(s, int(v)) for s, v in tb["neox_epoch/stage"]] == [
-        (10, 1), (20, 1), (30, 2), (40, 2), (50, 2), (60, 3), (70, 3), (80, 3), (90, 3), (92, 3)]
+        (10, 1),
+        (20, 1),
+        (30, 2),
+        (40, 2),
+        (50, 2),
+        (60, 3),
+        (70, 3),
+        (80, 3),
+        (90, 3),
+        (92, 3),
+    ]
     assert tb["neox_epoch/stage_start"] == [[1, 1.0], [25, 2.0], [53, 3.0]]
 
 
@@ -236,8 +278,21 @@ def test_resume_check_prints_the_fingerprint_comparison(staged: tuple[Run, Any])
     env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
 
     def check(config: str) -> dict[str, Any]:
-        r = subprocess.run([sys.executable, "-m", "neox_epoch.cli", "resume-check", run.path("ckpt-at-stop"),
-                            run.path(config), "--json"], capture_output=True, text=True, env=env, timeout=300)
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "neox_epoch.cli",
+                "resume-check",
+                run.path("ckpt-at-stop"),
+                run.path(config),
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
         assert r.returncode in (0, 1), r.stderr
         return dict(json.loads(r.stdout))
 
@@ -255,13 +310,21 @@ def test_report_page_shows_the_stages(staged: tuple[Run, Any]) -> None:
     run, _ = staged
     env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
     html = run.path("report.html")
-    r = subprocess.run([sys.executable, "-m", "neox_epoch.cli", "report", run.path("logs", "epoch"), "--html", html,
-                        "--json"], capture_output=True, text=True, env=env, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "neox_epoch.cli", "report", run.path("logs", "epoch"), "--html", html, "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     stages = json.loads(r.stdout)["stages"]
     assert stages["boundaries"] == [24, 52]
-    assert stages["started"] == [{"iteration": 1, "stage": 1, "name": "one"}, {"iteration": 25, "stage": 2, "name": "two"},
-                                 {"iteration": 53, "stage": 3, "name": "three"}]
+    assert stages["started"] == [
+        {"iteration": 1, "stage": 1, "name": "one"},
+        {"iteration": 25, "stage": 2, "name": "two"},
+        {"iteration": 53, "stage": 3, "name": "three"},
+    ]
     with open(html, encoding="utf-8") as f:
         page = f.read()
     assert "<h2>Stages</h2>" in page and "<td class=l>three</td><td>53..92</td><td>53</td>" in page
@@ -275,19 +338,24 @@ def test_resume_exactly_at_a_boundary_with_a_changed_later_stage(staged: tuple[R
     run, _ = staged
     k = run.launches.index("boundary")
     out = run.outputs[k]
-    assert "the stages after stage 2 changed since the checkpoint (iteration 52); the 2 started stage(s) are " \
-           "unchanged, so the resume stays exact" in out
+    assert (
+        "the stages after stage 2 changed since the checkpoint (iteration 52); the 2 started stage(s) are "
+        "unchanged, so the resume stays exact" in out
+    )
     with open(run.path("logs", "boundary", "neox_epoch.jsonl"), encoding="utf-8") as f:
         records = [json.loads(line) for line in f]
     plan = next(r for r in records if r["event"] == "plan")
     st = plan["stages"]
     assert plan["train_iters"] == 80 and st["boundaries"] == [24, 52]
     assert [{n: (d["draws"], d["start"]) for n, d in s["draws"].items()} for s in st["stages"]] == [
-        {"a": (96, 0)}, {"a": (48, 96), "b": (64, 0)}, {"b": (64, 64), "c": (48, 0)}]
+        {"a": (96, 0)},
+        {"a": (48, 96), "b": (64, 0)},
+        {"b": (64, 64), "c": (48, 0)},
+    ]
     rec = run.recorded()
     mine = rec.launches == k
     iterations, texts = rec.iterations[mine], rec.texts[mine]
-    assert np.bincount(iterations, minlength=81)[BOUNDARY + 1:].tolist() == [4] * 28 and iterations.min() == 53
+    assert np.bincount(iterations, minlength=81)[BOUNDARY + 1 :].tolist() == [4] * 28 and iterations.min() == 53
     lookup: dict[bytes, list[tuple[int, int]]] = {}
     for j, name in enumerate("abc"):
         for pos, text in enumerate(_order_texts(run.path("data3", name), f"train_{j}")):
@@ -313,17 +381,23 @@ def test_resume_exactly_at_a_boundary_with_a_changed_later_stage(staged: tuple[R
     for i in range(BOUNDARY + 1, 81):
         got = sorted((s, p) for it, s, p in rows if it == i)
         j = i - BOUNDARY - 1
-        assert got == sorted(zip(which[j * 4: (j + 1) * 4].tolist(), where[j * 4: (j + 1) * 4].tolist())), i
+        assert got == sorted(zip(which[j * 4 : (j + 1) * 4].tolist(), where[j * 4 : (j + 1) * 4].tolist())), i
     final = [r for r in records if r["event"] == "final"][-1]
     assert final["iteration"] == 80 and {n: v["samples"] for n, v in final["sources"].items()} == {
-        "a": 144, "b": 128, "c": 48}
+        "a": 144,
+        "b": 128,
+        "c": 48,
+    }
 
 
 #: issue 37: a staged config the one-blend weight search refused (tests/test_neox_stages_plan.py); per-pass samples
 #: 196, 116, 154; totals whole passes (196, 232, 308 = 184 batches of 4)
 ISSUE_37_PER_PASS = {"src0": 196, "src1": 116, "src2": 154}
-ISSUE_37 = [{"name": "warm", "passes": {"src0": 0.5, "src1": 0.5}}, {"name": "main", "passes": {"src0": 0.5, "src2": 1}},
-            {"name": "anneal", "passes": {"src1": 1.5, "src2": 1}}]
+ISSUE_37 = [
+    {"name": "warm", "passes": {"src0": 0.5, "src1": 0.5}},
+    {"name": "main", "passes": {"src0": 0.5, "src2": 1}},
+    {"name": "anneal", "passes": {"src1": 1.5, "src2": 1}},
+]
 
 
 @pytest.fixture(scope="module")

@@ -21,8 +21,11 @@ from neox_epoch.neox.resume_state import ResumeState, fingerprint_changes, start
 from neox_epoch.semantics.neox_index import sample_rows
 from neox_epoch.semantics.stage_order import build_passes, draw_order, interleave, samples_per_pass
 
-STAGES = [{"name": "one", "passes": {"a": 1}}, {"name": "two", "passes": {"a": 0.5, "b": 1}},
-          {"name": "three", "passes": {"b": 1, "c": 2}}]
+STAGES = [
+    {"name": "one", "passes": {"a": 1}},
+    {"name": "two", "passes": {"a": 0.5, "b": 1}},
+    {"name": "three", "passes": {"b": 1, "c": 2}},
+]
 
 
 def _corpus(prefix: str, seed: int, per_pass: int, tail: int = 60) -> None:
@@ -40,11 +43,21 @@ def _corpus(prefix: str, seed: int, per_pass: int, tail: int = 60) -> None:
 def staged_config(tmp_path):  # type: ignore[no-untyped-def]
     for k, (name, n) in enumerate({"a": 96, "b": 64, "c": 48}.items()):
         _corpus(str(tmp_path / name), 11 + k, n)
-    cfg = {"seq_length": 128, "train_micro_batch_size_per_gpu": 2, "global_num_gpus": 2, "num_gpus": 2,
-           "train_data_paths": [str(tmp_path / n) for n in "abc"], "train_data_weights": [1, 1, 1],
-           "valid_data_paths": [str(tmp_path / "a")], "test_data_paths": [str(tmp_path / "a")],
-           "valid_data_weights": [1], "test_data_weights": [1], "eval_interval": 1000, "eval_iters": 2,
-           "neox_epoch": {"stages": STAGES, "max_passes": 2}}
+    cfg = {
+        "seq_length": 128,
+        "train_micro_batch_size_per_gpu": 2,
+        "global_num_gpus": 2,
+        "num_gpus": 2,
+        "train_data_paths": [str(tmp_path / n) for n in "abc"],
+        "train_data_weights": [1, 1, 1],
+        "valid_data_paths": [str(tmp_path / "a")],
+        "test_data_paths": [str(tmp_path / "a")],
+        "valid_data_weights": [1],
+        "test_data_weights": [1],
+        "eval_interval": 1000,
+        "eval_iters": 2,
+        "neox_epoch": {"stages": STAGES, "max_passes": 2},
+    }
     path = tmp_path / "staged.yml"
     path.write_text(json.dumps(cfg))
     return tmp_path, cfg
@@ -68,8 +81,10 @@ def test_plan_prints_each_stage_and_the_cumulative_passes(staged_config, capsys)
     # the train rows as the hooks build them: whole passes, each on its own (no spillover warning)
     rows = [line.split() for line in out.splitlines() if line.startswith("train ")]
     assert [r[1:3] + r[6:11] for r in rows] == [
-        ["a", "115", "2", "(sep.)", "192", "144", "1.5000"], ["b", "75", "2", "(sep.)", "128", "128", "2.0000"],
-        ["c", "59", "2", "(sep.)", "96", "96", "2.0000"]]
+        ["a", "115", "2", "(sep.)", "192", "144", "1.5000"],
+        ["b", "75", "2", "(sep.)", "128", "128", "2.0000"],
+        ["c", "59", "2", "(sep.)", "96", "96", "2.0000"],
+    ]
     assert "spillover" not in out and "each pass of a source built and shuffled on its own" in out
 
 
@@ -79,14 +94,33 @@ def test_plan_json_stage_keys(staged_config, capsys):  # type: ignore[no-untyped
     data = json.loads(out)
     st = data["stages"]
     assert code == 0 and data["train_iters"] == 92
-    assert list(st) == ["train_iters", "global_batch_size", "boundaries", "samples_per_pass", "total_draws",
-                        "cumulative_passes", "passes_built", "max_passes", "stages", "lr_schedule"]
+    assert list(st) == [
+        "train_iters",
+        "global_batch_size",
+        "boundaries",
+        "samples_per_pass",
+        "total_draws",
+        "cumulative_passes",
+        "passes_built",
+        "max_passes",
+        "stages",
+        "lr_schedule",
+    ]
     assert st["boundaries"] == [24, 52] and st["total_draws"] == {"a": 144, "b": 128, "c": 96}
     assert st["stages"][1] == {
-        "index": 2, "name": "two", "first_iteration": 24, "end_iteration": 52, "iterations": 28, "samples": 112,
-        "draws": {"a": {"draws": 48, "wanted": 48.0, "start": 96, "start_pass": 2, "start_offset": 0, "passes": 0.5},
-                  "b": {"draws": 64, "wanted": 64.0, "start": 0, "start_pass": 1, "start_offset": 0, "passes": 1.0}},
-        "cumulative_passes": {"a": 1.5, "b": 1.0, "c": 0.0}, "notes": []}
+        "index": 2,
+        "name": "two",
+        "first_iteration": 24,
+        "end_iteration": 52,
+        "iterations": 28,
+        "samples": 112,
+        "draws": {
+            "a": {"draws": 48, "wanted": 48.0, "start": 96, "start_pass": 2, "start_offset": 0, "passes": 0.5},
+            "b": {"draws": 64, "wanted": 64.0, "start": 0, "start_pass": 1, "start_offset": 0, "passes": 1.0},
+        },
+        "cumulative_passes": {"a": 1.5, "b": 1.0, "c": 0.0},
+        "notes": [],
+    }
     overlay = data["settings"]["neox_overlay"]
     assert overlay["train_iters"] == 92 and "epochs" not in overlay["neox_epoch"]
     assert overlay["neox_epoch"]["targets"] == {"a": 144, "b": 128, "c": 96}
@@ -111,23 +145,37 @@ def test_max_passes_refuses_before_anything_is_built(staged_config, capsys):  # 
     (tmp / "capped.yml").write_text(json.dumps(cfg))
     code, out, err = _run(["plan", str(tmp / "capped.yml")], capsys)
     assert code == 2 and out == ""
-    assert err.strip().splitlines()[-1].endswith(
-        "source 'c': the stages ask 2 passes (three: 2), over max_passes 1.5; lower its pass targets (or weights) or "
-        "raise max_passes (for this source only: max_passes: {c: 2})")
+    assert (
+        err.strip()
+        .splitlines()[-1]
+        .endswith(
+            "source 'c': the stages ask 2 passes (three: 2), over max_passes 1.5; lower its pass targets (or weights) or "
+            "raise max_passes (for this source only: max_passes: {c: 2})"
+        )
+    )
     cfg = {**cfg, "neox_epoch": {"epochs": {"a": 1, "b": 3, "c": 1}, "max_passes": 2}}
     (tmp / "capped2.yml").write_text(json.dumps(cfg))
     code, _, err = _run(["plan", str(tmp / "capped2.yml")], capsys)
     assert code == 2 and "source 'b': epochs asks 3 passes, over max_passes 2" in err
 
 
-@pytest.mark.parametrize(("block", "message"), [
-    ({"stages": STAGES, "epochs": 1}, "neox_epoch.epochs and stages: give one of them"),
-    ({"stages": [{"name": "x", "pases": {"a": 1}}]}, "neox_epoch.stages[0]: unknown key 'pases' (did you mean \"passes\"?)"),
-    ({"stages": [{"name": "x", "passes": {"a": -1}}]}, "neox_epoch.stage 'x'.passes.a: expected a number >= 0, got -1"),
-    ({"stages": "one"}, "neox_epoch.stages: expected a list of stages, got 'one'"),
-    ({"max_passes": 0}, "neox_epoch.max_passes: expected a number > 0, got 0"),
-    ({"allow_data_change": "yes"}, "neox_epoch.allow_data_change: expected true or false, found 'yes'"),
-])
+@pytest.mark.parametrize(
+    ("block", "message"),
+    [
+        ({"stages": STAGES, "epochs": 1}, "neox_epoch.epochs and stages: give one of them"),
+        (
+            {"stages": [{"name": "x", "pases": {"a": 1}}]},
+            "neox_epoch.stages[0]: unknown key 'pases' (did you mean \"passes\"?)",
+        ),
+        (
+            {"stages": [{"name": "x", "passes": {"a": -1}}]},
+            "neox_epoch.stage 'x'.passes.a: expected a number >= 0, got -1",
+        ),
+        ({"stages": "one"}, "neox_epoch.stages: expected a list of stages, got 'one'"),
+        ({"max_passes": 0}, "neox_epoch.max_passes: expected a number > 0, got 0"),
+        ({"allow_data_change": "yes"}, "neox_epoch.allow_data_change: expected true or false, found 'yes'"),
+    ],
+)
 def test_block_refuses_bad_stages_in_one_line(block, message):  # type: ignore[no-untyped-def]
     with pytest.raises(ConfigError) as err:
         EpochBlock.from_mapping(block, "c.yml")
@@ -173,7 +221,7 @@ def test_each_pass_is_its_own_epoch_and_does_not_depend_on_how_many_are_built():
         # one pass: every input token at most once, all but the stream's tail exactly once
         assert seen.max() == 1 and int(seen.sum()) == n * 64
     # a pass's rows are NeoX's sample rows of its own document order
-    assert three[1][n + 1: 2 * (n + 1), 1].tolist() == sample_rows(sizes, three[0][50:100], 64, n)[:, 1].tolist()
+    assert three[1][n + 1 : 2 * (n + 1), 1].tolist() == sample_rows(sizes, three[0][50:100], 64, n)[:, 1].tolist()
 
 
 def test_interleave_and_draw_order_are_exact():
@@ -188,8 +236,15 @@ def test_staged_counters_fire_stages_and_passes():
     which, _ = draw_order([[8, 0], [4, 4]], [[0, 0], [8, 0]])
     from neox_epoch.formats.runlog import SourceCounter
 
-    c = PassCounters((SourceCounter("a", 8, (8,), 1.5), SourceCounter("b", 4, (), 1.0)), None, 4, 4, 1,
-                     draw_index=which, stages=(("one", 0, 2), ("two", 2, 4)))
+    c = PassCounters(
+        (SourceCounter("a", 8, (8,), 1.5), SourceCounter("b", 4, (), 1.0)),
+        None,
+        4,
+        4,
+        1,
+        draw_index=which,
+        stages=(("one", 0, 2), ("two", 2, 4)),
+    )
     assert c.counts_at(2) == [8, 0] and c.counts_at(3) == [10, 2] and c.counts_at(4) == [12, 4]
     assert [(m.iteration, m.source, m.pass_number) for m in c.markers] == [(3, "a", 2)]
     assert [c.stage_at(i) for i in (1, 2, 3, 4)] == [(1, "one"), (1, "one"), (2, "two"), (2, "two")]
@@ -198,9 +253,16 @@ def test_staged_counters_fire_stages_and_passes():
 
 
 def _state(iteration: int, fingerprint: fp.DataFingerprint, boundaries: list[int]) -> ResumeState:
-    return ResumeState(iteration=iteration, consumed_samples=iteration * 4, train_batch_size=4, loader_batch=4,
-                       samples_total=368, train_iters=92, fingerprint=fingerprint.to_dict(),
-                       stage_boundaries=boundaries)
+    return ResumeState(
+        iteration=iteration,
+        consumed_samples=iteration * 4,
+        train_batch_size=4,
+        loader_batch=4,
+        samples_total=368,
+        train_iters=92,
+        fingerprint=fingerprint.to_dict(),
+        stage_boundaries=boundaries,
+    )
 
 
 def test_fingerprint_allows_changes_to_stages_not_started(staged_config):  # type: ignore[no-untyped-def]
@@ -265,19 +327,29 @@ def test_hooks_stop_a_resume_without_stages_on_changed_data(tmp_path, caplog):  
 
     def state(block: dict, fingerprint: dict | None) -> hooks.State:  # type: ignore[type-arg]
         st = hooks.State(hook=SimpleNamespace(block=EpochBlock.from_mapping(block, "x.yml")), modules={})  # type: ignore[arg-type]
-        st.saved = ResumeState(iteration=60, consumed_samples=240, train_batch_size=4, loader_batch=4,
-                               samples_total=400, train_iters=100, fingerprint=fingerprint)
+        st.saved = ResumeState(
+            iteration=60,
+            consumed_samples=240,
+            train_batch_size=4,
+            loader_batch=4,
+            samples_total=400,
+            train_iters=100,
+            fingerprint=fingerprint,
+        )
         st.fingerprint = now
         return st
 
     with pytest.raises(DataChangedError) as err:
         hooks._check_fingerprint(state({"epochs": 1}, saved_fp.to_dict()), SimpleNamespace(), "ckpt/global_step60")
-    assert str(err.value) == ("neox_epoch: the data changed since the checkpoint: seed 1,234 -> 4,321 (global_step60); "
-                              "resume on the data the checkpoint was trained on, or set \"allow_data_change\": true in "
-                              "the neox_epoch block if the change is intended")
+    assert str(err.value) == (
+        "neox_epoch: the data changed since the checkpoint: seed 1,234 -> 4,321 (global_step60); "
+        'resume on the data the checkpoint was trained on, or set "allow_data_change": true in '
+        "the neox_epoch block if the change is intended"
+    )
     with caplog.at_level(logging.WARNING, logger="neox_epoch"):
-        hooks._check_fingerprint(state({"epochs": 1, "allow_data_change": True}, saved_fp.to_dict()),
-                                 SimpleNamespace(), "ckpt/global_step60")
+        hooks._check_fingerprint(
+            state({"epochs": 1, "allow_data_change": True}, saved_fp.to_dict()), SimpleNamespace(), "ckpt/global_step60"
+        )
         hooks._check_fingerprint(state({"epochs": 1}, None), SimpleNamespace(), "ckpt/global_step60")
     text = caplog.text
     assert "seed 1,234 -> 4,321 (global_step60); allow_data_change is set: resuming anyway" in text
@@ -292,8 +364,9 @@ def test_hooks_refuse_a_later_stage_change_that_moves_the_schedule_end():  # typ
     from neox_epoch.errors import PlanError
     from neox_epoch.neox import hooks
 
-    saved = ResumeState(iteration=52, consumed_samples=208, train_batch_size=4, loader_batch=4, samples_total=368,
-                        train_iters=92)
+    saved = ResumeState(
+        iteration=52, consumed_samples=208, train_batch_size=4, loader_batch=4, samples_total=368, train_iters=92
+    )
     args = SimpleNamespace(lr_decay_iters=None, train_batch_size=4)
     with pytest.raises(PlanError) as err:
         hooks._check_lr_schedule(args, saved, 80, "with the stages after the checkpoint's changed")
@@ -301,13 +374,17 @@ def test_hooks_refuse_a_later_stage_change_that_moves_the_schedule_end():  # typ
         "neox_epoch: resuming iteration 52 with the stages after the checkpoint's changed moves the end of the run from "
         "iteration 92 to 80, and NeoX's learning-rate scheduler refuses a checkpoint saved for other total/warmup "
         "iterations; set override_lr_scheduler: true (the schedule ends with the data at 80), "
-        "use_checkpoint_lr_scheduler: true (keep the saved one, ending at 92), or lr_decay_iters: N")
+        "use_checkpoint_lr_scheduler: true (keep the saved one, ending at 92), or lr_decay_iters: N"
+    )
     hooks._check_lr_schedule(SimpleNamespace(**vars(args), override_lr_scheduler=True), saved, 80, "x")
 
 
 #: issue 37: three sources of 196, 116 and 154 samples per pass at seq_length 64, global batch 4 (2 x 2 ranks)
-ISSUE_37 = [{"name": "warm", "passes": {"src0": 0.5, "src1": 0.5}}, {"name": "main", "passes": {"src0": 0.5, "src2": 1}},
-            {"name": "anneal", "passes": {"src1": 1.5, "src2": 1}}]
+ISSUE_37 = [
+    {"name": "warm", "passes": {"src0": 0.5, "src1": 0.5}},
+    {"name": "main", "passes": {"src0": 0.5, "src2": 1}},
+    {"name": "anneal", "passes": {"src1": 1.5, "src2": 1}},
+]
 
 
 def test_issue_37_staged_config_plans_without_one_blend_over_the_run(tmp_path, capsys):  # type: ignore[no-untyped-def]
@@ -330,10 +407,21 @@ def test_issue_37_staged_config_plans_without_one_blend_over_the_run(tmp_path, c
                 break
         write_corpus(str(tmp_path / f"src{k}"), docs, dtype="uint16")
     paths = [str(tmp_path / f"src{k}") for k in range(3)]
-    cfg = {"seq_length": 64, "train_micro_batch_size_per_gpu": 2, "global_num_gpus": 2, "num_gpus": 2,
-           "train_data_paths": paths, "train_data_weights": [1, 1, 1], "valid_data_paths": paths[:1],
-           "test_data_paths": paths[:1], "valid_data_weights": [1], "test_data_weights": [1], "eval_interval": 1000,
-           "eval_iters": 2, "neox_epoch": {"stages": ISSUE_37}}
+    cfg = {
+        "seq_length": 64,
+        "train_micro_batch_size_per_gpu": 2,
+        "global_num_gpus": 2,
+        "num_gpus": 2,
+        "train_data_paths": paths,
+        "train_data_weights": [1, 1, 1],
+        "valid_data_paths": paths[:1],
+        "test_data_paths": paths[:1],
+        "valid_data_weights": [1],
+        "test_data_weights": [1],
+        "eval_interval": 1000,
+        "eval_iters": 2,
+        "neox_epoch": {"stages": ISSUE_37},
+    }
     (tmp_path / "staged.yml").write_text(json.dumps(cfg))
     code, out, err = _run(["plan", str(tmp_path / "staged.yml"), "--json"], capsys)
     assert code == 0, err
@@ -343,8 +431,10 @@ def test_issue_37_staged_config_plans_without_one_blend_over_the_run(tmp_path, c
     assert st["cumulative_passes"] == {"src0": 1.0, "src1": 2.0, "src2": 2.0}
     assert all(s["notes"] == [] for s in st["stages"])
     block = EpochBlock.from_mapping({"stages": ISSUE_37}, "neox_epoch")
-    inp = plan_input_from_neox(NeoxConfig(values={k: v for k, v in cfg.items() if k != "neox_epoch"}, origin={},
-                                          block=block))
+    inp = plan_input_from_neox(
+        NeoxConfig(values={k: v for k, v in cfg.items() if k != "neox_epoch"}, origin={}, block=block)
+    )
     with pytest.raises(PlanError, match=r"no float weights found .* exactly \[196, 232, 308\]"):
-        _exact_run(replace(inp, train_iters=None, train_samples=None), 184, ["src0", "src1", "src2"], [196, 232, 308],
-                   200, {})
+        _exact_run(
+            replace(inp, train_iters=None, train_samples=None), 184, ["src0", "src1", "src2"], [196, 232, 308], 200, {}
+        )

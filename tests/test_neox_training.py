@@ -53,18 +53,37 @@ CORPORA = {"a": (1, 500), "b": (2, 250), "c": (3, 500), "v": (4, 60), "w": (5, 4
 #: the tiny model of shared notes "neox-cpu-training" (every fusion off, fp32, ZeRO 0, no pipeline engine), with
 #: NeoX's pure-torch Lion optimizer, which needs no deepspeed op build
 MODEL: dict[str, Any] = {
-    "data_impl": "mmap", "tokenizer_type": "CharLevelTokenizer",
-    "num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "seq_length": SEQ, "max_position_embeddings": SEQ,
-    "pos_emb": "rotary", "precision": "fp32", "no_weight_tying": True,
-    "scaled_upper_triang_masked_softmax_fusion": False, "bias_gelu_fusion": False, "rope_fusion": False,
-    "layernorm_fusion": False, "attention_config": [[["global"], 2]],
+    "data_impl": "mmap",
+    "tokenizer_type": "CharLevelTokenizer",
+    "num_layers": 2,
+    "hidden_size": 64,
+    "num_attention_heads": 4,
+    "seq_length": SEQ,
+    "max_position_embeddings": SEQ,
+    "pos_emb": "rotary",
+    "precision": "fp32",
+    "no_weight_tying": True,
+    "scaled_upper_triang_masked_softmax_fusion": False,
+    "bias_gelu_fusion": False,
+    "rope_fusion": False,
+    "layernorm_fusion": False,
+    "attention_config": [[["global"], 2]],
     "optimizer": {"type": "lion", "params": {"lr": 0.0006, "betas": [0.9, 0.95]}},
     "zero_optimization": {"stage": 0},
-    "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1,
-    "num_gpus": 2, "global_num_gpus": 2, "distributed_backend": "gloo",
-    "pipe_parallel_size": 0, "model_parallel_size": 1, "use_cpu_initialization": True,
-    "checkpoint_activations": False, "partition_activations": False,
-    "lr_decay_style": "cosine", "warmup": 0.01, "log_interval": 10, "num_workers": 1,
+    "train_micro_batch_size_per_gpu": 2,
+    "gradient_accumulation_steps": 1,
+    "num_gpus": 2,
+    "global_num_gpus": 2,
+    "distributed_backend": "gloo",
+    "pipe_parallel_size": 0,
+    "model_parallel_size": 1,
+    "use_cpu_initialization": True,
+    "checkpoint_activations": False,
+    "partition_activations": False,
+    "lr_decay_style": "cosine",
+    "warmup": 0.01,
+    "log_interval": 10,
+    "num_workers": 1,
 }
 
 
@@ -95,8 +114,13 @@ class Run:
         return {n: nt.source_index(self.path("data", n), split) for n in names}
 
     def tensorboard(self) -> dict[str, list[list[float]]]:
-        r = subprocess.run([frameworks.neox_python(), os.path.join(SHIM_DIR, "read_tb.py"), self.path("tb"),
-                            "neox_epoch/"], capture_output=True, text=True, timeout=300, check=True)
+        r = subprocess.run(
+            [frameworks.neox_python(), os.path.join(SHIM_DIR, "read_tb.py"), self.path("tb"), "neox_epoch/"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=True,
+        )
         return dict(json.loads(r.stdout))
 
 
@@ -110,12 +134,19 @@ def _config(root: str, train: list[str], block: dict[str, Any] | None, **keys: A
     data = os.path.join(root, "data")
     cfg: dict[str, Any] = {
         **MODEL,
-        "train_data_paths": [os.path.join(data, n) for n in train], "train_data_weights": [1.0] * len(train),
-        "valid_data_paths": [os.path.join(data, "v")], "test_data_paths": [os.path.join(data, "v")],
-        "valid_data_weights": [1.0], "test_data_weights": [1.0],
-        "save": os.path.join(root, "ckpt"), "load": os.path.join(root, "ckpt"), "checkpoint_factor": 1000,
-        "tensorboard_dir": os.path.join(root, "tb"), "log_dir": os.path.join(root, "logs"),
-        "eval_interval": 1000, "eval_iters": 2,
+        "train_data_paths": [os.path.join(data, n) for n in train],
+        "train_data_weights": [1.0] * len(train),
+        "valid_data_paths": [os.path.join(data, "v")],
+        "test_data_paths": [os.path.join(data, "v")],
+        "valid_data_weights": [1.0],
+        "test_data_weights": [1.0],
+        "save": os.path.join(root, "ckpt"),
+        "load": os.path.join(root, "ckpt"),
+        "checkpoint_factor": 1000,
+        "tensorboard_dir": os.path.join(root, "tb"),
+        "log_dir": os.path.join(root, "logs"),
+        "eval_interval": 1000,
+        "eval_iters": 2,
     }
     if block is not None:
         cfg["neox_epoch"] = {**block, "log_dir": os.path.join(root, "logs", "epoch")}
@@ -126,9 +157,14 @@ def _config(root: str, train: list[str], block: dict[str, Any] | None, **keys: A
 def _env(record_dir: str) -> dict[str, str]:
     env = dict(os.environ)
     env.pop(ENV_VAR, None)
-    env.update(DS_ACCELERATOR="cpu", NEOX_EPOCH_CPU_SHIM="1", NEOX_EPOCH_RECORD_DIR=record_dir,
-               TORCH_EXTENSIONS_DIR=os.path.join(frameworks.CACHE, "torch-extensions"), PYTHONUNBUFFERED="1",
-               PYTHONPATH=os.pathsep.join(p for p in (SHIM_DIR, ROOT, env.get("PYTHONPATH", "")) if p))
+    env.update(
+        DS_ACCELERATOR="cpu",
+        NEOX_EPOCH_CPU_SHIM="1",
+        NEOX_EPOCH_RECORD_DIR=record_dir,
+        TORCH_EXTENSIONS_DIR=os.path.join(frameworks.CACHE, "torch-extensions"),
+        PYTHONUNBUFFERED="1",
+        PYTHONPATH=os.pathsep.join(p for p in (SHIM_DIR, ROOT, env.get("PYTHONPATH", "")) if p),
+    )
     return env
 
 
@@ -139,19 +175,30 @@ def _write(run: Run, cfg: dict[str, Any], name: str) -> str:
     return path
 
 
-def _launch(run: Run, cfg: dict[str, Any], name: str, cwd: str, via: str = "launch",
-            extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def _launch(
+    run: Run, cfg: dict[str, Any], name: str, cwd: str, via: str = "launch", extra_env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     """One launch of NeoX's train.py with ``cfg`` (written as ``name``.yml); its output is kept in ``run``.
     Each launch gets a free master port (DeepSpeed's default 29500 would collide with a concurrent launch)."""
     import local_sshd
 
     path = _write(run, {"master_port": local_sshd.free_port(), **cfg}, name)
     python = frameworks.neox_python()
-    cmd = ([python, "-m", "neox_epoch.cli", "launch", "train.py", path] if via == "launch"
-           else [python, "deepy.py", "train.py", path])
+    cmd = (
+        [python, "-m", "neox_epoch.cli", "launch", "train.py", path]
+        if via == "launch"
+        else [python, "deepy.py", "train.py", path]
+    )
     started = time.time()
-    proc = subprocess.Popen(cmd, cwd=cwd, env={**_env(run.path("rec", name)), **(extra_env or {})}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        cwd=cwd,
+        env={**_env(run.path("rec", name)), **(extra_env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         out, err = proc.communicate(timeout=LAUNCH_TIMEOUT)
     except subprocess.TimeoutExpired:
@@ -334,12 +381,36 @@ def batch_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     assert refused.returncode != 0
     # the learning-rate schedule must follow the new end (or be kept): NeoX would assert; the hooks say it first
     doubled = {**cfg, "gradient_accumulation_steps": 2, "override_lr_scheduler": True}
-    check = subprocess.run([sys.executable, "-m", "neox_epoch.cli", "resume-check", run.path("ckpt"),
-                            _write(run, doubled, "check"), "--json"], capture_output=True, text=True, timeout=300)
+    check = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "neox_epoch.cli",
+            "resume-check",
+            run.path("ckpt"),
+            _write(run, doubled, "check"),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     with open(run.path("check.json"), "w", encoding="utf-8") as f:
         f.write(check.stdout)
-    from_log = subprocess.run([sys.executable, "-m", "neox_epoch.cli", "resume-check", run.path("logs", "epoch"),
-                               run.path("check.yml"), "--json"], capture_output=True, text=True, timeout=300)
+    from_log = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "neox_epoch.cli",
+            "resume-check",
+            run.path("logs", "epoch"),
+            run.path("check.yml"),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     with open(run.path("check_from_log.json"), "w", encoding="utf-8") as f:
         f.write(from_log.stdout)
     _ok(_launch(run, doubled, "doubled", frameworks.neox_dir()))
@@ -351,8 +422,10 @@ def test_batch_change_resume_trains_every_token_its_target_passes(batch_run: Run
     420..839; the hooks start at the 420 consumed (saved beside the checkpoint) and end when the run's 980
     samples are drawn: iteration 105 + 560 / 8 = 175. The tokens trained are exactly those of the unchanged
     run (test_blend_every_token_seen_its_target_passes_across_the_resume): same histograms, same draws."""
-    assert ("resuming iteration 105 with train_batch_size 4 -> 8 moves the end of the run from iteration 245 to 175"
-            in batch_run.outputs[1]) and "set override_lr_scheduler: true" in batch_run.outputs[1]
+    assert (
+        "resuming iteration 105 with train_batch_size 4 -> 8 moves the end of the run from iteration 245 to 175"
+        in batch_run.outputs[1]
+    ) and "set override_lr_scheduler: true" in batch_run.outputs[1]
     rec = batch_run.recorded()
     per_iteration = np.bincount(rec.iterations)[1:].tolist()
     assert per_iteration == [4] * BATCH_STOP + [8] * 70
@@ -366,10 +439,16 @@ def test_batch_change_resume_trains_every_token_its_target_passes(batch_run: Run
     assert state["drawn"] == [403, 389, 188]
     resumed = [r for r in batch_run.jsonl() if r["event"] == "plan"][-1]
     assert resumed["train_iters"] == 175 and resumed["train_batch_size"] == 8
-    assert resumed["resume"] == {"changed": {"train_batch_size": [4, 8]}, "start_sample": 420, "findings": [],
-                                 "consumed_samples": 420}
-    assert "stock NeoX: start = (iteration * gas % len(loader)) * micro * dp = (105 * 2 % 245) * 2 * 2 = 840" in (
-        batch_run.outputs[2])
+    assert resumed["resume"] == {
+        "changed": {"train_batch_size": [4, 8]},
+        "start_sample": 420,
+        "findings": [],
+        "consumed_samples": 420,
+    }
+    assert (
+        "stock NeoX: start = (iteration * gas % len(loader)) * micro * dp = (105 * 2 % 245) * 2 * 2 = 840"
+        in (batch_run.outputs[2])
+    )
     # resume-check, run before the resume, said exactly this: the hooks start at 420, nothing skipped or
     # repeated, and the resumed launch draws a 231, b 222, c 107 (what the recorded batches of that launch hold)
     predicted = json.loads(open(batch_run.path("check.json")).read())
@@ -390,10 +469,12 @@ def test_batch_change_resume_trains_every_token_its_target_passes(batch_run: Run
     for rank in (0, 1):
         rows = evaluated.texts[(evaluated.launches == 2) & (evaluated.ranks == rank)][:16]
         items = [32 + 4 * batch + 2 * rank + k for batch in range(8) for k in range(2)]
-        assert [row.tobytes() for row in rows] == nt.item_texts(batch_run.path("data", "v"),
-                                                                doc[: -len("_doc_idx.npy")], items), rank
+        assert [row.tobytes() for row in rows] == nt.item_texts(
+            batch_run.path("data", "v"), doc[: -len("_doc_idx.npy")], items
+        ), rank
     assert {k: v for k, v in from_log.items() if k not in ("checkpoint", "consumed_how")} == {
-        k: v for k, v in predicted.items() if k not in ("checkpoint", "consumed_how")}
+        k: v for k, v in predicted.items() if k not in ("checkpoint", "consumed_how")
+    }
     after = np.bincount(ex.source_of_row[rec.launches == 2], minlength=3).tolist()
     assert after == [s["drawn_after_resume"] for s in predicted["sources"]] == [231, 222, 107]
     final = [r for r in batch_run.jsonl() if r["event"] == "final"][-1]
@@ -402,30 +483,49 @@ def test_batch_change_resume_trains_every_token_its_target_passes(batch_run: Run
 
 
 @pytest.fixture(scope="module")
-def enforced_remainder(tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, subprocess.CompletedProcess, dict[str, Any]]:
+def enforced_remainder(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Run, subprocess.CompletedProcess, dict[str, Any]]:
     """The same blend with ``enforce``, stopped at 105 x 4, resumed with a global batch of 12: the 560 samples
     left are 46 batches and 8 more, so the last 8 of the run's 980 would never be drawn."""
     run = _new_run(tmp_path_factory, "enforce")
     cfg = _config(run.root, ["a", "b", "c"], {**BLEND_BLOCK, "enforce": True}, checkpoint_factor=BATCH_STOP)
     _ok(_launch(run, {**cfg, "exit_interval": BATCH_STOP}, "first", frameworks.neox_dir()))
     tripled = {**cfg, "gradient_accumulation_steps": 3, "override_lr_scheduler": True}
-    check = subprocess.run([sys.executable, "-m", "neox_epoch.cli", "resume-check", run.path("ckpt"),
-                            _write(run, tripled, "check"), "--json"], capture_output=True, text=True, timeout=300)
+    check = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "neox_epoch.cli",
+            "resume-check",
+            run.path("ckpt"),
+            _write(run, tripled, "check"),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     refused = _launch(run, tripled, "tripled", frameworks.neox_dir())
     return run, refused, json.loads(check.stdout)
 
 
 def test_enforce_refuses_the_resume_that_resume_check_flags(
-        enforced_remainder: tuple[Run, subprocess.CompletedProcess, dict[str, Any]]) -> None:
+    enforced_remainder: tuple[Run, subprocess.CompletedProcess, dict[str, Any]],
+) -> None:
     """With enforce the hooks stop the resumed launch at data build, naming resume-check's finding word for word;
     the resumed launch trains nothing (its record holds no batch)."""
     run, refused, predicted = enforced_remainder
-    finding = ("remainder: the last 8 of the run's 980 samples are not drawn: 560 left after iteration 105 is not a "
-               "whole number of batches of 12; choose a global batch that divides 560")
+    finding = (
+        "remainder: the last 8 of the run's 980 samples are not drawn: 560 left after iteration 105 is not a "
+        "whole number of batches of 12; choose a global batch that divides 560"
+    )
     assert predicted["findings"] == [finding] and predicted["resumed_by"] == "hooks"
     assert refused.returncode != 0
-    assert f"neox_epoch: this resume would not be exact: {finding} (neox-epoch resume-check finding; enforce is on)" \
+    assert (
+        f"neox_epoch: this resume would not be exact: {finding} (neox-epoch resume-check finding; enforce is on)"
         in run.outputs[1]
+    )
     rec = run.recorded()
     assert rec.launches.tolist().count(1) == 0 and np.bincount(rec.iterations)[1:].tolist() == [4] * BATCH_STOP
 
@@ -436,14 +536,27 @@ def test_enforce_refuses_the_resume_that_resume_check_flags(
 STOCK_WEIGHTS = [2.0, 1.0, 1.0]
 
 
-def _stock_resume(run: Run, cfg: dict[str, Any], stop: int, resumed: dict[str, Any],
-                  name: str) -> tuple[Run, dict[str, Any], int]:
+def _stock_resume(
+    run: Run, cfg: dict[str, Any], stop: int, resumed: dict[str, Any], name: str
+) -> tuple[Run, dict[str, Any], int]:
     """Stock NeoX (deepy.py) stopped at ``stop``; ``resume-check --json --exposure`` on its checkpoint with the
     ``resumed`` config, before the resumed launch ``name`` runs: (the run, what resume-check said, its exit code)."""
     _ok(_launch(run, {**cfg, "exit_interval": stop}, "first", frameworks.neox_dir(), via="deepy"))
-    check = subprocess.run([sys.executable, "-m", "neox_epoch.cli", "resume-check", run.path("ckpt"),
-                            _write(run, resumed, "check"), "--json", "--exposure"], capture_output=True, text=True,
-                           timeout=300)
+    check = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "neox_epoch.cli",
+            "resume-check",
+            run.path("ckpt"),
+            _write(run, resumed, "check"),
+            "--json",
+            "--exposure",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     _ok(_launch(run, resumed, name, frameworks.neox_dir(), via="deepy"))
     return run, json.loads(check.stdout), check.returncode
 
@@ -461,9 +574,17 @@ def stock_batch_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, dict
     validation set is a blend of two sources."""
     run = _new_run(tmp_path_factory, "stock")
     data = run.path("data")
-    cfg = _config(run.root, ["a", "b", "c"], None, train_data_weights=STOCK_WEIGHTS, train_iters=240,
-                  checkpoint_factor=BATCH_STOP, valid_data_paths=[os.path.join(data, "v"), os.path.join(data, "w")],
-                  valid_data_weights=VALID_WEIGHTS, **STOCK_EVAL)
+    cfg = _config(
+        run.root,
+        ["a", "b", "c"],
+        None,
+        train_data_weights=STOCK_WEIGHTS,
+        train_iters=240,
+        checkpoint_factor=BATCH_STOP,
+        valid_data_paths=[os.path.join(data, "v"), os.path.join(data, "w")],
+        valid_data_weights=VALID_WEIGHTS,
+        **STOCK_EVAL,
+    )
     resumed = {**cfg, "train_iters": 120, "gradient_accumulation_steps": 2, "override_lr_scheduler": True}
     return _stock_resume(run, cfg, BATCH_STOP, resumed, "doubled")
 
@@ -489,8 +610,9 @@ def test_resume_check_predicts_what_stock_neox_skips(stock_batch_run: tuple[Run,
     assert after == [s["drawn_after_resume"] for s in predicted["sources"]] == [60, 30, 30]
 
 
-def _blend_item_texts(run: Run, names: str, weights: list[float], requests: list[int | None], split: str,
-                      positions: list[int]) -> list[bytes]:
+def _blend_item_texts(
+    run: Run, names: str, weights: list[float], requests: list[int | None], split: str, positions: list[int]
+) -> list[bytes]:
     """The texts of blend positions ``positions`` of a ``split`` blend of the sources ``names`` (one letter each)
     with ``weights``: each position's source and item by the blend's greedy, read from the index NeoX built for
     that source and its request (``{name}_{split}_{k}_indexmap_{n}ns_...``)."""
@@ -512,7 +634,8 @@ def _valid_item_texts(run: Run, train_iters: int, batch: int, positions: list[in
 
 
 def test_resume_check_says_which_validation_samples_stock_neox_evaluates_per_source(
-        stock_batch_run: tuple[Run, dict[str, Any], int]) -> None:
+    stock_batch_run: tuple[Run, dict[str, Any], int],
+) -> None:
     """Evaluations at 41 and 82 drew 2 x 3 x 1 batches of 4 = validation blend positions 0..23 (14 of v, 10 of w).
     NeoX restarts the validation loader at ((105 x 2) // 41) x 3 = batch 15 = sample 60 of the 76 (19 batches) of
     the new run's blend. Its one evaluation, after the last iteration, draws 3 x 2 batches: 60..75, then NeoX's
@@ -522,10 +645,14 @@ def test_resume_check_says_which_validation_samples_stock_neox_evaluates_per_sou
     run, predicted, _ = stock_batch_run
     valid = predicted["valid"]
     assert (valid["drawn"], valid["continued_sample"], valid["start_sample"]) == (24, 24, 60)
-    assert any(n.startswith("valid: NeoX restarts the validation loader at sample 60; the saved run's evaluations "
-                            "drew 24") for n in predicted["notes"])
-    assert "valid: the resumed evaluations reach the validation dataset's end and NeoX's loader (itertools.cycle " \
-           "over the launch's first pass) evaluates samples 60..67 again, not 0..59" in predicted["notes"]
+    assert any(
+        n.startswith("valid: NeoX restarts the validation loader at sample 60; the saved run's evaluations drew 24")
+        for n in predicted["notes"]
+    )
+    assert (
+        "valid: the resumed evaluations reach the validation dataset's end and NeoX's loader (itertools.cycle "
+        "over the launch's first pass) evaluates samples 60..67 again, not 0..59" in predicted["notes"]
+    )
     evaluated = run.recorded("eval")
     positions = {0: list(range(24)), 1: list(range(60, 76)) + list(range(60, 68))}
     for launch, (iters, batch) in enumerate(((240, 4), (120, 8))):
@@ -536,8 +663,10 @@ def test_resume_check_says_which_validation_samples_stock_neox_evaluates_per_sou
     weights = neox_sem.blend_weights(VALID_WEIGHTS)
 
     def per_source(ps: list[int]) -> list[int]:
-        return [sum(blend.greedy_counts(weights, p + 1)[k] - blend.greedy_counts(weights, p)[k] for p in ps)
-                for k in range(2)]
+        return [
+            sum(blend.greedy_counts(weights, p + 1)[k] - blend.greedy_counts(weights, p)[k] for p in ps)
+            for k in range(2)
+        ]
 
     sources = {s["name"]: s for s in valid["sources"]}
     assert [sources[n]["drawn_before"] for n in ("v", "w")] == per_source(positions[0]) == [14, 10]
@@ -550,12 +679,14 @@ def test_resume_check_says_which_validation_samples_stock_neox_evaluates_per_sou
     for rank in (0, 1):
         rows = evaluated.texts[(evaluated.launches == 1) & (evaluated.ranks == rank)][12:]
         items = [4 * batch + 2 * rank + k for batch in range(6) for k in range(2)]
-        assert [row.tobytes() for row in rows] == nt.item_texts(run.path("data", "v"),
-                                                                test_doc[: -len("_doc_idx.npy")], items), rank
+        assert [row.tobytes() for row in rows] == nt.item_texts(
+            run.path("data", "v"), test_doc[: -len("_doc_idx.npy")], items
+        ), rank
 
 
 def test_resume_check_exposure_equals_the_tokens_stock_neox_trained(
-        stock_batch_run: tuple[Run, dict[str, Any], int]) -> None:
+    stock_batch_run: tuple[Run, dict[str, Any], int],
+) -> None:
     """resume-check --exposure, run before the resume, counts each source's input tokens by times seen over the
     whole run with the audit's exposure computation: as resumed it equals, bin for bin, the tokens both launches
     recorded; continued unchanged (items 0 .. greedy(420) + drawn after the resume) it equals NeoX's own index
@@ -566,7 +697,9 @@ def test_resume_check_exposure_equals_the_tokens_stock_neox_trained(
     at = {p: blend.greedy_counts(weights, p) for p in (420, 840, 960)}
     for k, name in enumerate("abc"):
         got = predicted["exposure"][name]
-        assert got["resumed"]["tokens"] == {str(t): int(n) for t, n in enumerate(np.bincount(ex.counts[name])) if n}, name
+        assert got["resumed"]["tokens"] == {str(t): int(n) for t, n in enumerate(np.bincount(ex.counts[name])) if n}, (
+            name
+        )
         stem = run.path("data", got["index"])
         continued = nt.drawn_token_counts(run.path("data", name), stem, 0, at[420][k] + at[960][k] - at[840][k])
         assert got["continued"]["tokens"] == {str(t): int(n) for t, n in enumerate(np.bincount(continued)) if n}, name
@@ -585,18 +718,30 @@ def halved_world_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, dic
     """480 x 2 = 960 samples asked after the change, as 240 x 4 before: the same index files. resume-check runs on
     the checkpoint with the 1-GPU config before the resumed launch, which stops after 20 iterations."""
     run = _new_run(tmp_path_factory, "world")
-    cfg = _config(run.root, ["a", "b", "c"], None, train_data_weights=STOCK_WEIGHTS, train_iters=240,
-                  checkpoint_factor=BATCH_STOP, **STOCK_EVAL)
+    cfg = _config(
+        run.root,
+        ["a", "b", "c"],
+        None,
+        train_data_weights=STOCK_WEIGHTS,
+        train_iters=240,
+        checkpoint_factor=BATCH_STOP,
+        **STOCK_EVAL,
+    )
     _ok(_launch(run, {**cfg, "exit_interval": BATCH_STOP}, "first", frameworks.neox_dir(), via="deepy"))
     one = {**cfg, "num_gpus": 1, "global_num_gpus": 1, "train_iters": 480, "override_lr_scheduler": True}
-    check = subprocess.run([sys.executable, "-m", "neox_epoch.cli", "resume-check", run.path("ckpt"),
-                            _write(run, one, "check"), "--json"], capture_output=True, text=True, timeout=300)
+    check = subprocess.run(
+        [sys.executable, "-m", "neox_epoch.cli", "resume-check", run.path("ckpt"), _write(run, one, "check"), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     _ok(_launch(run, {**one, "exit_interval": WORLD_STOP}, "one_gpu", frameworks.neox_dir(), via="deepy"))
     return run, json.loads(check.stdout), check.returncode
 
 
 def test_resume_check_predicts_what_stock_neox_trains_again_on_fewer_gpus(
-        halved_world_run: tuple[Run, dict[str, Any], int]) -> None:
+    halved_world_run: tuple[Run, dict[str, Any], int],
+) -> None:
     """Two GPUs drew blend positions 0..419 (105 x 4). On one GPU the loader batch is 2 and NeoX restarts it at
     (105 x 1 % len) x 2 = 210: positions 210..419 are trained again (a: 105, b: 52, c: 53 of them), and the 20
     iterations the resumed launch ran are exactly positions 210..249, each the item of its source's index that the
@@ -608,21 +753,27 @@ def test_resume_check_predicts_what_stock_neox_trains_again_on_fewer_gpus(
     assert predicted["findings"][0] == "repeat: samples 210..419 are trained again (210 samples)"
     weights = neox_sem.blend_weights(STOCK_WEIGHTS)
     at = {p: blend.greedy_counts(weights, p) for p in (210, 420)}
-    assert {s["name"]: s["repeated_samples"] for s in predicted["sources"]} == {
-        n: at[420][k] - at[210][k] for k, n in enumerate("abc")} == {"a": 105, "b": 52, "c": 53}
+    assert (
+        {s["name"]: s["repeated_samples"] for s in predicted["sources"]}
+        == {n: at[420][k] - at[210][k] for k, n in enumerate("abc")}
+        == {"a": 105, "b": 52, "c": 53}
+    )
     rec = run.recorded()
     after = rec.where(rec.launches == 1)
-    assert set(after.ranks.tolist()) == {0} and np.bincount(after.iterations)[BATCH_STOP + 1:].tolist() == [2] * 20
+    assert set(after.ranks.tolist()) == {0} and np.bincount(after.iterations)[BATCH_STOP + 1 :].tolist() == [2] * 20
     requests = neox_sem.normalized_weights_and_num_samples(STOCK_WEIGHTS, 960)[1]
     expected = _blend_item_texts(run, "abc", STOCK_WEIGHTS, requests, "train", list(range(210, 250)))
     assert [row.tobytes() for row in after.texts] == expected
     valid = predicted["valid"]
     assert (valid["drawn"], valid["start_sample"]) == (24, 12)
-    assert valid["sources"] == [{"name": "v", "drawn_before": 24, "resumed": 60, "continued": 60}]  # 10 evaluations to 480
+    assert valid["sources"] == [
+        {"name": "v", "drawn_before": 24, "resumed": 60, "continued": 60}
+    ]  # 10 evaluations to 480
     evaluated = run.recorded("eval")
     asked = neox_sem.normalized_weights_and_num_samples([1.0], neox_sem.eval_sample_counts(480, 2, 41, 3)[1])[1]
     assert [row.tobytes() for row in evaluated.texts[evaluated.launches == 1]] == _blend_item_texts(
-        run, "v", [1.0], asked, "valid", list(range(12, 18)))
+        run, "v", [1.0], asked, "valid", list(range(12, 18))
+    )
 
 
 # stock NeoX, weights 2:1:1 for 105 iterations of 4, resumed with 1:2:1: resume-check's prediction, token by token
@@ -635,13 +786,13 @@ def reweighted_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, dict[
     """The same batch and train_iters before and after: only the blend's weights change. resume-check reads the
     saved run's weights from the config files NeoX copied into its checkpoint."""
     run = _new_run(tmp_path_factory, "reweighted")
-    cfg = _config(run.root, ["a", "b", "c"], None, train_data_weights=STOCK_WEIGHTS, train_iters=240,
-                  checkpoint_factor=BATCH_STOP)
+    cfg = _config(
+        run.root, ["a", "b", "c"], None, train_data_weights=STOCK_WEIGHTS, train_iters=240, checkpoint_factor=BATCH_STOP
+    )
     return _stock_resume(run, cfg, BATCH_STOP, {**cfg, "train_data_weights": REWEIGHTED}, "reweighted")
 
 
-def test_resume_check_predicts_a_changed_blend_token_by_token(
-        reweighted_run: tuple[Run, dict[str, Any], int]) -> None:
+def test_resume_check_predicts_a_changed_blend_token_by_token(reweighted_run: tuple[Run, dict[str, Any], int]) -> None:
     """NeoX resumes at 105 x 4 = 420 in a blend rebuilt with the new weights: from there each source's items
     greedy(1:2:1, 420) .. greedy(1:2:1, 960) of its index for the new request, a and b rebuilt (asked 242 and
     483 samples instead of 483 and 242: other epochs, other orders), c the same index (242 either way) where the
@@ -658,17 +809,22 @@ def test_resume_check_predicts_a_changed_blend_token_by_token(
     rec = run.recorded()
     after = rec.where(rec.launches == 1)
     ex = nt.exposure(after, run.sources(["a", "b", "c"]))
-    assert np.bincount(ex.source_of_row, minlength=3).tolist() == [s["drawn_after_resume"] for s in predicted["sources"]]
+    assert np.bincount(ex.source_of_row, minlength=3).tolist() == [
+        s["drawn_after_resume"] for s in predicted["sources"]
+    ]
     requests = neox_sem.normalized_weights_and_num_samples(REWEIGHTED, 960)[1]
     for k, name in enumerate("abc"):
         prefix = run.path("data", name)
-        (stem,) = [f[: -len("_doc_idx.npy")] for f in glob.glob(f"{prefix}_train_{k}_indexmap_{requests[k]}ns_*_doc_idx.npy")]
+        (stem,) = [
+            f[: -len("_doc_idx.npy")] for f in glob.glob(f"{prefix}_train_{k}_indexmap_{requests[k]}ns_*_doc_idx.npy")
+        ]
         expected = nt.drawn_token_counts(prefix, stem, at[420][k], at[960][k])
         assert np.array_equal(ex.counts[name], expected), name
 
 
 def test_resume_check_exposure_of_a_changed_blend_equals_the_tokens_stock_neox_trained(
-        reweighted_run: tuple[Run, dict[str, Any], int]) -> None:
+    reweighted_run: tuple[Run, dict[str, Any], int],
+) -> None:
     """With --exposure, run before the resume, a and b (whose new index, asked other samples, has other epochs and
     so another order) get the saved run's items of its index plus the resumed run's of the new one, summed token by
     token by the audit's kernel: the new indices were not built yet, so resume-check built them as NeoX would.
@@ -677,7 +833,9 @@ def test_resume_check_exposure_of_a_changed_blend_equals_the_tokens_stock_neox_t
     ex = nt.exposure(run.recorded(), run.sources(["a", "b", "c"]))
     for name in "abc":
         got = predicted["exposure"][name]
-        assert got["resumed"]["tokens"] == {str(t): int(n) for t, n in enumerate(np.bincount(ex.counts[name])) if n}, name
+        assert got["resumed"]["tokens"] == {str(t): int(n) for t, n in enumerate(np.bincount(ex.counts[name])) if n}, (
+            name
+        )
         assert ("built here as NeoX will build it" in got["note"]) == (name != "c"), got["note"]
 
 
@@ -691,15 +849,22 @@ def lengthened_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, dict[
     """The first launch trains on 64-token samples, the resumed one on 128-token samples of the same corpora (the
     model's rotary positions allow 128 throughout); resume-check --exposure runs between the launches."""
     run = _new_run(tmp_path_factory, "lengthened")
-    cfg = _config(run.root, ["a", "b", "c"], None, train_data_weights=STOCK_WEIGHTS, train_iters=240,
-                  checkpoint_factor=SEQ_STOP, seq_length=SEQ // 2)
+    cfg = _config(
+        run.root,
+        ["a", "b", "c"],
+        None,
+        train_data_weights=STOCK_WEIGHTS,
+        train_iters=240,
+        checkpoint_factor=SEQ_STOP,
+        seq_length=SEQ // 2,
+    )
     resumed = {**cfg, "seq_length": SEQ, "train_iters": 180, "override_lr_scheduler": True}
     return _stock_resume(run, cfg, SEQ_STOP, resumed, "lengthened")
 
 
 def test_resume_check_counts_each_token_across_a_seq_length_change(
-        lengthened_run: tuple[Run, dict[str, Any], int], monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    lengthened_run: tuple[Run, dict[str, Any], int], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """NeoX resumes at 105 x 4 = 420 of a blend of new indices (named by seq_length 128): each source's items
     greedy(420) .. greedy(720) of its new index, after items 0 .. greedy(420) - 1 of its 64-token index. Positions
     name other token spans, so no sample count is skipped or repeated; resume-check --exposure, before the resume,
@@ -734,8 +899,12 @@ def test_resume_check_counts_each_token_across_a_seq_length_change(
     from neox_epoch.resume import exposure as resume_exposure
 
     monkeypatch.setattr(resume_exposure, "WINDOW_TOKENS", 2000)
-    assert main(["resume-check", run.path("ckpt", f"global_step{SEQ_STOP}"), run.path("check.yml"), "--json",
-                 "--exposure"]) == 1
+    assert (
+        main(
+            ["resume-check", run.path("ckpt", f"global_step{SEQ_STOP}"), run.path("check.yml"), "--json", "--exposure"]
+        )
+        == 1
+    )
     windowed = json.loads(capsys.readouterr().out)["exposure"]
     for name in "abc":
         got = predicted["exposure"][name]
@@ -783,14 +952,31 @@ def test_one_source_epoch_through_the_patch(one_source_run: Run) -> None:
 @pytest.fixture(scope="module")
 def epochs_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     run = _new_run(tmp_path_factory, "epochs")
-    cfg = _config(run.root, ["b"], {"separate_epochs": True}, train_epochs=2, train_data_weights=None,
-                  valid_data_weights=None, test_data_weights=None, checkpoint_factor=60)
+    cfg = _config(
+        run.root,
+        ["b"],
+        {"separate_epochs": True},
+        train_epochs=2,
+        train_data_weights=None,
+        valid_data_weights=None,
+        test_data_weights=None,
+        checkpoint_factor=60,
+    )
     _ok(_launch(run, {**cfg, "exit_interval": 60}, "first", frameworks.neox_dir()))
     _ok(_launch(run, cfg, "resumed", frameworks.neox_dir()))
     # its last checkpoint resumed with another seed (a setting the data fingerprint holds), logs and saves apart
-    _launch(run, {**cfg, "seed": 4321, "save": run.path("ckpt-reseeded"), "tensorboard_dir": run.path("tb-reseeded"),
-                  "neox_epoch": {**cfg["neox_epoch"], "log_dir": run.path("logs", "reseeded")}}, "reseeded",
-            frameworks.neox_dir())
+    _launch(
+        run,
+        {
+            **cfg,
+            "seed": 4321,
+            "save": run.path("ckpt-reseeded"),
+            "tensorboard_dir": run.path("tb-reseeded"),
+            "neox_epoch": {**cfg["neox_epoch"], "log_dir": run.path("logs", "reseeded")},
+        },
+        "reseeded",
+        frameworks.neox_dir(),
+    )
     return run
 
 
@@ -801,22 +987,38 @@ def test_a_resume_without_stages_on_changed_data_settings_stops(epochs_run: Run)
     out = epochs_run.outputs[k]
     lines = [ln for ln in out.splitlines() if "the data changed since the checkpoint" in ln]
     assert lines, out[-4000:]
-    assert "the data changed since the checkpoint: seed 1,234 -> 4,321 (global_step97); resume on the data the " \
-           "checkpoint was trained on, or set \"allow_data_change\": true" in lines[0]
+    assert (
+        "the data changed since the checkpoint: seed 1,234 -> 4,321 (global_step97); resume on the data the "
+        'checkpoint was trained on, or set "allow_data_change": true' in lines[0]
+    )
     assert "Traceback" not in lines[0]
     rec = epochs_run.recorded()
     assert int(np.sum(rec.launches == k)) == 0
+
     # resume-check on the same checkpoint and config says so first: a data-changed finding (and, on the config the
     # run was trained with, the comparison as a note)
     def check(name: str) -> dict[str, Any]:
-        r = subprocess.run([sys.executable, "-m", "neox_epoch.cli", "resume-check", epochs_run.path("ckpt"),
-                            epochs_run.path(f"{name}.yml"), "--json"], capture_output=True, text=True, timeout=300)
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "neox_epoch.cli",
+                "resume-check",
+                epochs_run.path("ckpt"),
+                epochs_run.path(f"{name}.yml"),
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert r.returncode in (0, 1), r.stderr
         return dict(json.loads(r.stdout))
 
     (finding,) = [f for f in check("reseeded")["findings"] if f.startswith("data-changed:")]
-    assert finding.startswith("data-changed: the data changed since the checkpoint: seed 1,234 -> 4,321; the hooks "
-                              "stop before the first step")
+    assert finding.startswith(
+        "data-changed: the data changed since the checkpoint: seed 1,234 -> 4,321; the hooks stop before the first step"
+    )
     assert "data fingerprint: unchanged since the checkpoint" in check("resumed")["notes"]
 
 
@@ -847,12 +1049,12 @@ def test_enforce_stops_before_a_replayed_sample(tmp_path_factory: pytest.TempPat
     r = _launch(run, cfg, "enforce", frameworks.neox_dir())
     assert r.returncode != 0
     text = r.stdout + r.stderr
-    line = ("neox-epoch worker: error: neox_epoch: train_iters 101: at iteration 101: the train loader's 100 batches "
-            "are used up after iteration 100")
+    line = (
+        "neox-epoch worker: error: neox_epoch: train_iters 101: at iteration 101: the train loader's 100 batches "
+        "are used up after iteration 100"
+    )
     assert line in text, text[-4000:]
     assert run.recorded().texts.shape[0] == 0  # stopped while building the data: nothing trained
-
-
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -873,10 +1075,23 @@ def test_multi_node_launch_over_ssh_reaches_every_rank(tmp_path_factory: pytest.
     # what pdsh does not export (DeepSpeed's CPU accelerator exports nothing) goes through DeepSpeed's own env file
     with open(os.path.join(tree, ".deepspeed_env"), "w", encoding="utf-8") as f:
         f.write(f"DS_ACCELERATOR=cpu\nTORCH_EXTENSIONS_DIR={os.path.join(frameworks.CACHE, 'torch-extensions')}\n")
-    cfg = _config(run.root, ["b"], {"epochs": 1}, num_gpus=None, global_num_gpus=None, hostfile=hostfile,
-                  master_addr="127.0.0.1", master_port=local_sshd.free_port())
-    check = subprocess.run([sys.executable, "-m", "neox_epoch.cli", "check-batch", "--json", _write(run, cfg, "nodes")],
-                           capture_output=True, text=True, timeout=300, env=dict(os.environ, DS_ACCELERATOR="cpu"))
+    cfg = _config(
+        run.root,
+        ["b"],
+        {"epochs": 1},
+        num_gpus=None,
+        global_num_gpus=None,
+        hostfile=hostfile,
+        master_addr="127.0.0.1",
+        master_port=local_sshd.free_port(),
+    )
+    check = subprocess.run(
+        [sys.executable, "-m", "neox_epoch.cli", "check-batch", "--json", _write(run, cfg, "nodes")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, DS_ACCELERATOR="cpu"),
+    )
     world = json.loads(check.stdout)
     with local_sshd.local_sshd(run.path("sshd")) as ssh_env:
         r = _launch(run, cfg, "nodes", tree, extra_env=ssh_env)

@@ -15,8 +15,19 @@ from neox_epoch.formats.detect import megatron_core_version as installed_mcore
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = sorted(f for f in os.listdir(os.path.join(ROOT, "configs")) if f.endswith(".yml"))
-SOURCE_KEYS = {"name", "prefix", "split", "documents", "tokens", "samples_per_epoch", "samples_requested",
-               "epochs_built", "samples_drawn", "passes", "tokens_unseen"}
+SOURCE_KEYS = {
+    "name",
+    "prefix",
+    "split",
+    "documents",
+    "tokens",
+    "samples_per_epoch",
+    "samples_requested",
+    "epochs_built",
+    "samples_drawn",
+    "passes",
+    "tokens_unseen",
+}
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +54,15 @@ def test_every_shipped_config_plans(demo_dir, config, capsys, monkeypatch):
     assert "samples/epoch" in out and "train_iters" in out
     code, out, _ = run_cli(["plan", f"configs/{config}", "--json"], capsys)
     plan = json.loads(out)
-    assert {"framework", "framework_version", "seq_length", "global_batch_size", "train_iters", "warnings",
-            "sources"} <= set(plan)
+    assert {
+        "framework",
+        "framework_version",
+        "seq_length",
+        "global_batch_size",
+        "train_iters",
+        "warnings",
+        "sources",
+    } <= set(plan)
     assert plan["framework"] == "neox"
     for s in plan["sources"]:
         assert SOURCE_KEYS <= set(s)
@@ -64,8 +82,11 @@ def test_one_source_one_epoch_numbers(demo_dir, capsys, monkeypatch):
     assert (train["tokens"], train["samples_per_epoch"], plan["train_iters"]) == (632167, 1234, 77)
     assert (train["samples_requested"], train["epochs_built"], train["samples_drawn"]) == (1232, 1, 1232)
     assert plan["remainder"] == {"samples": 1, "tokens": 512}
-    assert any(w["code"] == "without-plugin" and "without neox-epoch: NeoX asks web_text_document for 1239 samples" in w["text"]
-               for w in plan["warnings"])
+    assert any(
+        w["code"] == "without-plugin"
+        and "without neox-epoch: NeoX asks web_text_document for 1239 samples" in w["text"]
+        for w in plan["warnings"]
+    )
 
 
 def test_write_config_overlay(demo_dir, capsys, monkeypatch, tmp_path):
@@ -79,16 +100,46 @@ def test_write_config_overlay(demo_dir, capsys, monkeypatch, tmp_path):
     assert overlay["train_iters"] == 187
     # the 9-sample remainder under one global batch comes off the half-pass source, so web (1 pass, NeoX's
     # len = samples - 1 = 1233) and code (2 passes: (2*383380 - 1)//512 - 1 = 1496) stay exact
-    assert overlay["neox_epoch"]["targets"] == {"web_text_document": 1233, "code_text_document": 1496,
-                                                "books_text_document": 263}
+    assert overlay["neox_epoch"]["targets"] == {
+        "web_text_document": 1233,
+        "code_text_document": 1496,
+        "books_text_document": 263,
+    }
 
 
 def test_megatron_flags(demo_dir, capsys, monkeypatch):
     monkeypatch.chdir(demo_dir)
-    code, out, err = run_cli(["plan", "--framework-version", "0.16.1", "--data-path", "demo/data/web_text_document",
-                              "--split", "98,1,1", "--seq-length", "512", "--global-batch-size", "16",
-                              "--micro-batch-size", "4", "--world-size", "4", "--num-layers", "2", "--lr", "3e-4",
-                              "--train-iters", "50", "--eval-iters", "1", "--eval-interval", "25", "--json"], capsys)
+    code, out, err = run_cli(
+        [
+            "plan",
+            "--framework-version",
+            "0.16.1",
+            "--data-path",
+            "demo/data/web_text_document",
+            "--split",
+            "98,1,1",
+            "--seq-length",
+            "512",
+            "--global-batch-size",
+            "16",
+            "--micro-batch-size",
+            "4",
+            "--world-size",
+            "4",
+            "--num-layers",
+            "2",
+            "--lr",
+            "3e-4",
+            "--train-iters",
+            "50",
+            "--eval-iters",
+            "1",
+            "--eval-interval",
+            "25",
+            "--json",
+        ],
+        capsys,
+    )
     assert code == 0, err
     plan = json.loads(out)
     assert plan["framework"] == "megatron-core" and plan["framework_version"] == "0.16.1"
@@ -97,8 +148,13 @@ def test_megatron_flags(demo_dir, capsys, monkeypatch):
     # Megatron-LM: valid = (50 // 25 + 1) * 1 * 16, test = 1 * 16; a model flag is listed, not planned
     assert plan["consumed_samples"] == {"train": 800, "valid": 48, "test": 16}
     # today's stack (megatron-core 0.19.2 installed) also notes that 0.16.1's rules were used, not 0.19.2's
-    version_note = [n for n in plan["notes"] if n.startswith("--framework-version 0.16.1: planned with Megatron-LM "
-                                                              "0.16.1's flags and rules, not Megatron-LM 0.19.2's")]
+    version_note = [
+        n
+        for n in plan["notes"]
+        if n.startswith(
+            "--framework-version 0.16.1: planned with Megatron-LM 0.16.1's flags and rules, not Megatron-LM 0.19.2's"
+        )
+    ]
     assert len(version_note) == (installed_mcore() == "0.19.2")
     assert [n for n in plan["notes"] if n not in version_note] == ["not affecting the plan: --num-layers"]
     assert plan["world_size"] == {"value": 4, "from": "--world-size"}
@@ -108,12 +164,35 @@ def test_megatron_exact_flags_and_defaults(demo_dir, capsys, monkeypatch):
     """A Megatron-LM command line in exact mode prints flags to paste; they are re-parsed and give the targets.
     Without --eval-iters Megatron-LM's own default (100) applies: (train_iters // 25 + 1) * 100 * 16 valid."""
     monkeypatch.chdir(demo_dir)
-    base = ["plan", "--framework-version", "0.16.1", "--data-path", "1", "demo/data/web_text_document", "1",
-            "demo/data/code_text_document", "--split", "100,0,0", "--seq-length", "512", "--global-batch-size", "16",
-            "--micro-batch-size", "8", "--nproc-per-node", "2", "--train-samples", "1000", "--eval-interval", "25",
-            "--lr", "3e-4"]
-    code, out, err = run_cli(base + ["--source-epochs", "web_text_document=1", "code_text_document=2", "--json"],
-                             capsys)
+    base = [
+        "plan",
+        "--framework-version",
+        "0.16.1",
+        "--data-path",
+        "1",
+        "demo/data/web_text_document",
+        "1",
+        "demo/data/code_text_document",
+        "--split",
+        "100,0,0",
+        "--seq-length",
+        "512",
+        "--global-batch-size",
+        "16",
+        "--micro-batch-size",
+        "8",
+        "--nproc-per-node",
+        "2",
+        "--train-samples",
+        "1000",
+        "--eval-interval",
+        "25",
+        "--lr",
+        "3e-4",
+    ]
+    code, out, err = run_cli(
+        base + ["--source-epochs", "web_text_document=1", "code_text_document=2", "--json"], capsys
+    )
     assert code == 0, err
     plan = json.loads(out)
     flags = plan["settings"]["megatron_flags"]
@@ -130,8 +209,23 @@ def test_megatron_exact_flags_and_defaults(demo_dir, capsys, monkeypatch):
 def test_megatron_unknown_flag_and_refusal(demo_dir, capsys, monkeypatch):
     """A flag Megatron-LM does not know: did-you-mean; one Megatron-LM refuses: its reason, one line."""
     monkeypatch.chdir(demo_dir)
-    base = ["plan", "--framework-version", "0.16.1", "--data-path", "demo/data/web_text_document", "--split",
-            "98,1,1", "--seq-length", "512", "--micro-batch-size", "4", "--eval-interval", "10", "--lr", "1e-4"]
+    base = [
+        "plan",
+        "--framework-version",
+        "0.16.1",
+        "--data-path",
+        "demo/data/web_text_document",
+        "--split",
+        "98,1,1",
+        "--seq-length",
+        "512",
+        "--micro-batch-size",
+        "4",
+        "--eval-interval",
+        "10",
+        "--lr",
+        "1e-4",
+    ]
     code, _, err = run_cli(base + ["--train-iters", "5", "--micro-batch-sise", "4"], capsys)
     assert code == 2 and "--micro-batch-sise" in err and 'did you mean "--micro-batch-size"' in err
     code, _, err = run_cli(base + ["--train-iters", "5", "--rampup-batch-size", "4", "4", "100"], capsys)
@@ -145,26 +239,47 @@ def _write(tmp_path, text):  # type: ignore[no-untyped-def]
 
 
 BAD = [
-    ('{"seq_length": 512, "train_batch_size": 16, "data_path": "%s", "train_iter": 5}',
-     r'train_iter: unknown NeoX config key \(did you mean "train_iters"\?\)'),
-    ('{"seq_length": "512", "train_batch_size": 16, "data_path": "%s", "train_iters": 5}',
-     r"seq_length: expected an integer, found str '512' \(write 512 without quotes\)"),
-    ('{"seq_length": 512, "train_batch_size": 16, "train_data_paths": ["%s"], "train_data_weights": [0], '
-     '"valid_data_paths": [], "test_data_paths": [], "train_iters": 5}',
-     r"train_data_weights: \[0\]; expected weights >= 0 with a sum > 0"),
-    ('{"seq_length": 512, "train_batch_size": 16, "train_data_paths": ["%s"], "train_data_weights": [1, 2], '
-     '"valid_data_paths": [], "test_data_paths": [], "train_iters": 5}', "2 weights for 1 paths; give one weight per path"),
-    ('{"seq_length": 512, "train_batch_size": 16, "train_data_paths": ["%s"], "train_iters": 5}',
-     r"train_data_paths: given without valid_data_paths and test_data_paths; NeoX stops"),
-    ('{"seq_length": 512, "train_micro_batch_size_per_gpu": 4, "global_num_gpus": 3, "pipe_parallel_size": 2, '
-     '"data_path": "%s", "train_iters": 5}', r"dp = global_num_gpus / \(pipe_parallel_size \* model_parallel_size\) "
-     r"= 3 / \(2 \* 1\) = 1.5 is not a whole number .*run on a multiple of 2 GPUs"),
-    ('{"seq_length": 512, "train_batch_size": 16, "data_path": "%s.nope", "train_iters": 5}',
-     r"\.nope\.idx: file not found"),
-    ('{"seq_length": 512, "train_batch_size": 16, "data_path": "%s", "neox_epoch": {"epoch": 1}}',
-     r'neox_epoch\.epoch: unknown key \(did you mean "epochs"\?\)'),
-    ('{"seq_length": 512, "train_batch_size": 16, "data_path": "%s", "split": "100,0,0", "train_iters": 5, '
-     '"neox_epoch": {"epochs": -1}}', r"neox_epoch\.epochs: expected a value > 0, found -1"),
+    (
+        '{"seq_length": 512, "train_batch_size": 16, "data_path": "%s", "train_iter": 5}',
+        r'train_iter: unknown NeoX config key \(did you mean "train_iters"\?\)',
+    ),
+    (
+        '{"seq_length": "512", "train_batch_size": 16, "data_path": "%s", "train_iters": 5}',
+        r"seq_length: expected an integer, found str '512' \(write 512 without quotes\)",
+    ),
+    (
+        '{"seq_length": 512, "train_batch_size": 16, "train_data_paths": ["%s"], "train_data_weights": [0], '
+        '"valid_data_paths": [], "test_data_paths": [], "train_iters": 5}',
+        r"train_data_weights: \[0\]; expected weights >= 0 with a sum > 0",
+    ),
+    (
+        '{"seq_length": 512, "train_batch_size": 16, "train_data_paths": ["%s"], "train_data_weights": [1, 2], '
+        '"valid_data_paths": [], "test_data_paths": [], "train_iters": 5}',
+        "2 weights for 1 paths; give one weight per path",
+    ),
+    (
+        '{"seq_length": 512, "train_batch_size": 16, "train_data_paths": ["%s"], "train_iters": 5}',
+        r"train_data_paths: given without valid_data_paths and test_data_paths; NeoX stops",
+    ),
+    (
+        '{"seq_length": 512, "train_micro_batch_size_per_gpu": 4, "global_num_gpus": 3, "pipe_parallel_size": 2, '
+        '"data_path": "%s", "train_iters": 5}',
+        r"dp = global_num_gpus / \(pipe_parallel_size \* model_parallel_size\) "
+        r"= 3 / \(2 \* 1\) = 1.5 is not a whole number .*run on a multiple of 2 GPUs",
+    ),
+    (
+        '{"seq_length": 512, "train_batch_size": 16, "data_path": "%s.nope", "train_iters": 5}',
+        r"\.nope\.idx: file not found",
+    ),
+    (
+        '{"seq_length": 512, "train_batch_size": 16, "data_path": "%s", "neox_epoch": {"epoch": 1}}',
+        r'neox_epoch\.epoch: unknown key \(did you mean "epochs"\?\)',
+    ),
+    (
+        '{"seq_length": 512, "train_batch_size": 16, "data_path": "%s", "split": "100,0,0", "train_iters": 5, '
+        '"neox_epoch": {"epochs": -1}}',
+        r"neox_epoch\.epochs: expected a value > 0, found -1",
+    ),
 ]
 
 
@@ -184,17 +299,59 @@ def test_bad_config_one_line_exit_2(demo_dir, tmp_path, capsys, text, message):
 def test_empty_split_is_reported(fixed_corpus, capsys):
     """20 documents with split 98,1,1: megatron-core's valid split is empty and would loop forever."""
     p = fixed_corpus("small", [50] * 20)
-    code, _, err = run_cli(["plan", "--framework-version", "0.16.1", "--data-path", p, "--split", "98,1,1",
-                            "--seq-length", "8", "--global-batch-size", "2", "--micro-batch-size", "1", "--lr", "1e-4",
-                            "--eval-interval", "10", "--train-iters", "3"], capsys)
+    code, _, err = run_cli(
+        [
+            "plan",
+            "--framework-version",
+            "0.16.1",
+            "--data-path",
+            p,
+            "--split",
+            "98,1,1",
+            "--seq-length",
+            "8",
+            "--global-batch-size",
+            "2",
+            "--micro-batch-size",
+            "1",
+            "--lr",
+            "1e-4",
+            "--eval-interval",
+            "10",
+            "--train-iters",
+            "3",
+        ],
+        capsys,
+    )
     assert code == 2 and "valid split of" in err and "has no documents" in err and "loop forever" in err
 
 
 def test_bad_data_path_syntax(capsys):
     """Megatron-LM's get_blend_from_list reads an odd-length '1 a b' as three prefixes: '1' is not found."""
-    code, _, err = run_cli(["plan", "--framework-version", "0.16.1", "--data-path", "1", "a", "b",
-                            "--seq-length", "8", "--global-batch-size", "2", "--micro-batch-size", "1", "--lr", "1e-4",
-                            "--eval-interval", "10", "--train-iters", "3"], capsys)
+    code, _, err = run_cli(
+        [
+            "plan",
+            "--framework-version",
+            "0.16.1",
+            "--data-path",
+            "1",
+            "a",
+            "b",
+            "--seq-length",
+            "8",
+            "--global-batch-size",
+            "2",
+            "--micro-batch-size",
+            "1",
+            "--lr",
+            "1e-4",
+            "--eval-interval",
+            "10",
+            "--train-iters",
+            "3",
+        ],
+        capsys,
+    )
     assert code == 2 and "1.idx: file not found" in err
 
 
@@ -202,11 +359,37 @@ def test_megatron_exact_settings(demo_dir, capsys, monkeypatch):
     """Megatron flags + --source-epochs: JSON carries weights, integer targets, surplus 0 and train_iters, and
     the replayed greedy draws equal the targets (web 1 pass, code 2 passes)."""
     monkeypatch.chdir(demo_dir)
-    code, out, err = run_cli(["plan", "--framework-version", "0.16.1", "--data-path", "1", "demo/data/web_text_document",
-                              "1", "demo/data/code_text_document", "--split", "100,0,0", "--seq-length", "512",
-                              "--global-batch-size", "16", "--micro-batch-size", "16", "--lr", "1e-4",
-                              "--eval-interval", "1000", "--eval-iters", "0", "--source-epochs",
-                              "web_text_document=1", "code_text_document=2", "--json"], capsys)
+    code, out, err = run_cli(
+        [
+            "plan",
+            "--framework-version",
+            "0.16.1",
+            "--data-path",
+            "1",
+            "demo/data/web_text_document",
+            "1",
+            "demo/data/code_text_document",
+            "--split",
+            "100,0,0",
+            "--seq-length",
+            "512",
+            "--global-batch-size",
+            "16",
+            "--micro-batch-size",
+            "16",
+            "--lr",
+            "1e-4",
+            "--eval-interval",
+            "1000",
+            "--eval-iters",
+            "0",
+            "--source-epochs",
+            "web_text_document=1",
+            "code_text_document=2",
+            "--json",
+        ],
+        capsys,
+    )
     assert code == 0, err
     plan = json.loads(out)
     st = plan["settings"]
@@ -233,10 +416,12 @@ def test_write_config_replaces_an_input_train_iters_with_the_dash_spelling(demo_
     import yaml
 
     prefix = str(demo_dir / "demo" / "data" / "web_text_document")
-    (tmp_path / "a.yml").write_text(json.dumps({"seq_length": 512, "train_batch_size": 16, "data_path": prefix,
-                                                "train_iters": 10}))
-    code, _, err = run_cli(["plan", str(tmp_path / "a.yml"), "--epochs", "1", "--write-config",
-                            str(tmp_path / "o.yml")], capsys)
+    (tmp_path / "a.yml").write_text(
+        json.dumps({"seq_length": 512, "train_batch_size": 16, "data_path": prefix, "train_iters": 10})
+    )
+    code, _, err = run_cli(
+        ["plan", str(tmp_path / "a.yml"), "--epochs", "1", "--write-config", str(tmp_path / "o.yml")], capsys
+    )
     assert code == 0, err
     written = yaml.safe_load((tmp_path / "o.yml").read_text())
     assert "train-iters" in written and "train_iters" not in written
@@ -246,8 +431,7 @@ def test_overlay_plans_again(demo_dir, tmp_path, capsys, monkeypatch):
     """The overlay --write-config writes is itself a valid input: planning config + overlay gives the same run."""
     monkeypatch.chdir(demo_dir)
     overlay_path = tmp_path / "overlay.yml"
-    assert run_cli(["plan", "configs/blend_per_source_epochs.yml", "--write-config", str(overlay_path)],
-                   capsys)[0] == 0
+    assert run_cli(["plan", "configs/blend_per_source_epochs.yml", "--write-config", str(overlay_path)], capsys)[0] == 0
     import yaml
 
     base = yaml.safe_load((demo_dir / "configs" / "blend_per_source_epochs.yml").read_text())
@@ -265,9 +449,11 @@ def test_plan_never_imports_torch(demo_dir):
     import subprocess
     import sys
 
-    code = ("import sys; from neox_epoch.cli import main; rc = main(['plan', 'configs/one_source_one_epoch.yml', "
-            "'--json']); heavy = [m for m in ('torch', 'megatron', 'deepspeed') if m in sys.modules]; "
-            "print('HEAVY', heavy); sys.exit(rc)")
+    code = (
+        "import sys; from neox_epoch.cli import main; rc = main(['plan', 'configs/one_source_one_epoch.yml', "
+        "'--json']); heavy = [m for m in ('torch', 'megatron', 'deepspeed') if m in sys.modules]; "
+        "print('HEAVY', heavy); sys.exit(rc)"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=demo_dir, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "HEAVY []" in out.stdout
@@ -282,8 +468,24 @@ def test_megatron_version_from_checkout_on_path(demo_dir, capsys, monkeypatch, t
     (pkg / "package_info.py").write_text('MAJOR = 0\nMINOR = 99\nPATCH = 0\nPRE_RELEASE = ""\n')
     monkeypatch.syspath_prepend(str(tmp_path / "Megatron-LM"))
     monkeypatch.chdir(demo_dir)
-    flags = ["plan", "--data-path", "demo/data/web_text_document", "--seq-length", "512", "--global-batch-size",
-             "16", "--micro-batch-size", "4", "--lr", "1e-4", "--eval-interval", "10", "--train-iters", "20", "--json"]
+    flags = [
+        "plan",
+        "--data-path",
+        "demo/data/web_text_document",
+        "--seq-length",
+        "512",
+        "--global-batch-size",
+        "16",
+        "--micro-batch-size",
+        "4",
+        "--lr",
+        "1e-4",
+        "--eval-interval",
+        "10",
+        "--train-iters",
+        "20",
+        "--json",
+    ]
     code, _, err = run_cli(flags, capsys)
     assert code == 2 and "megatron-core 0.99.0 (from" in err and "--force-version" in err
     assert "(verified: 0.10.0, 0.16.1, 0.19.2)" in err
@@ -300,15 +502,22 @@ def test_enforce_and_separate_epochs_in_plan(demo_dir, capsys, monkeypatch, tmp_
     monkeypatch.chdir(demo_dir)
     text = open("configs/one_source_one_epoch.yml", encoding="utf-8").read()
     joint = tmp_path / "joint.yml"
-    joint.write_text(text.replace('"neox_epoch": {"epochs": 1, "blend_buffer": 1.0}',
-                                  '"neox_epoch": {"epochs": 1.5, "enforce": true}'))
+    joint.write_text(
+        text.replace(
+            '"neox_epoch": {"epochs": 1, "blend_buffer": 1.0}', '"neox_epoch": {"epochs": 1.5, "enforce": true}'
+        )
+    )
     code, out, err = run_cli(["plan", str(joint), "--json"], capsys)
     plan = json.loads(out)
     assert code == 1 and "enforce: the run would stop" in err and "cross-epoch spillover" in err
     assert len(plan["enforce_findings"]) == 1
     sep = tmp_path / "sep.yml"
-    sep.write_text(text.replace('"neox_epoch": {"epochs": 1, "blend_buffer": 1.0}',
-                                '"neox_epoch": {"epochs": 1.5, "enforce": true, "separate_epochs": true}'))
+    sep.write_text(
+        text.replace(
+            '"neox_epoch": {"epochs": 1, "blend_buffer": 1.0}',
+            '"neox_epoch": {"epochs": 1.5, "enforce": true, "separate_epochs": true}',
+        )
+    )
     code, out, err = run_cli(["plan", str(sep)], capsys)
     assert code == 0, err
     assert "separate_epochs: each epoch shuffled on its own" in out and "2 (sep.)" in out
@@ -349,8 +558,10 @@ def test_demo_plans_everything_on_the_core_install(tmp_path):  # type: ignore[no
     import sys
 
     shutil.copytree(os.path.join(ROOT, "configs"), tmp_path / "configs")
-    code = ("import sys; from neox_epoch.cli import main; rc = main(['demo']); "
-            "print('HEAVY', sorted(m for m in ('torch', 'deepspeed', 'megatron') if m in sys.modules)); sys.exit(rc)")
+    code = (
+        "import sys; from neox_epoch.cli import main; rc = main(['demo']); "
+        "print('HEAVY', sorted(m for m in ('torch', 'deepspeed', 'megatron') if m in sys.modules)); sys.exit(rc)"
+    )
     r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "HEAVY []" in r.stdout
@@ -366,13 +577,41 @@ def test_megatron_empty_data_cache_path_is_a_note(demo_dir, tmp_path, capsys, mo
     monkeypatch.chdir(demo_dir)
     cache = tmp_path / "cache"
     cache.mkdir()
-    code, out, err = run_cli(["plan", "--framework-version", "0.16.1", "--data-path", "demo/data/web_text_document",
-                              "--split", "98,1,1", "--seq-length", "512", "--global-batch-size", "16",
-                              "--micro-batch-size", "4", "--world-size", "4", "--lr", "3e-4", "--train-iters", "50",
-                              "--eval-iters", "1", "--eval-interval", "25", "--data-cache-path", str(cache), "--json"],
-                             capsys)
+    code, out, err = run_cli(
+        [
+            "plan",
+            "--framework-version",
+            "0.16.1",
+            "--data-path",
+            "demo/data/web_text_document",
+            "--split",
+            "98,1,1",
+            "--seq-length",
+            "512",
+            "--global-batch-size",
+            "16",
+            "--micro-batch-size",
+            "4",
+            "--world-size",
+            "4",
+            "--lr",
+            "3e-4",
+            "--train-iters",
+            "50",
+            "--eval-iters",
+            "1",
+            "--eval-interval",
+            "25",
+            "--data-cache-path",
+            str(cache),
+            "--json",
+        ],
+        capsys,
+    )
     assert code == 0, err
     plan = json.loads(out)
     assert not [w for w in plan["warnings"] if "cache" in json.dumps(w)], plan["warnings"]
-    assert f"--data-cache-path {cache}: empty; Megatron-LM builds this run's index caches there on its first " \
-           "launch (nothing to check yet)" in plan["notes"]
+    assert (
+        f"--data-cache-path {cache}: empty; Megatron-LM builds this run's index caches there on its first "
+        "launch (nothing to check yet)" in plan["notes"]
+    )

@@ -45,11 +45,13 @@ def _case(seed: int) -> dict:
 
 CASES = [_case(s) for s in range(30, 46)]
 # 1.3 epochs of one source: the 80% rule shuffles the final epoch on its own; drawn past the first epoch
-CASES.append({"seed": 90, "docs": [90], "seq": 32, "split": "100,0,0", "weights": None, "epochs": 1.3 / 0.8 * 0.8,
-              "frac": 0.95})
+CASES.append(
+    {"seed": 90, "docs": [90], "seq": 32, "split": "100,0,0", "weights": None, "epochs": 1.3 / 0.8 * 0.8, "frac": 0.95}
+)
 # a blend whose sources each get a separately shuffled final epoch
-CASES.append({"seed": 91, "docs": [120, 80], "seq": 16, "split": "100,0,0", "weights": [1.0, 1.0], "epochs": 1.2,
-              "frac": 1.0})
+CASES.append(
+    {"seed": 91, "docs": [120, 80], "seq": 16, "split": "100,0,0", "weights": [1.0, 1.0], "epochs": 1.2, "frac": 1.0}
+)
 
 
 def _tolerance(tokens: int, p: float, epochs: int, seq: int) -> float:
@@ -70,9 +72,15 @@ def test_plan_unseen_equals_audit(corpus, tmp_path, case):
     consumed = max(1, int(len(train) * case["frac"]))
     weights = case["weights"] or [None] * len(prefixes)
     inp = PlanInput(
-        framework="megatron-core", framework_version=VERSION, seq_length=seq, global_batch_size=1,
-        train_sources=tuple(SourceSpec(p, w) for p, w in zip(prefixes, weights)), split=case["split"],
-        train_iters=consumed, seed=500 + case["seed"], mcore=McoreOptions(num_samples=(n_train, 8, 4)),
+        framework="megatron-core",
+        framework_version=VERSION,
+        seq_length=seq,
+        global_batch_size=1,
+        train_sources=tuple(SourceSpec(p, w) for p, w in zip(prefixes, weights)),
+        split=case["split"],
+        train_iters=consumed,
+        seed=500 + case["seed"],
+        mcore=McoreOptions(num_samples=(n_train, 8, 4)),
     )
     plan = make_plan(inp)
     res = run_audit(discover([cache]), AuditOptions(consumed=consumed, global_batch_size=1))
@@ -88,7 +96,10 @@ def test_plan_unseen_equals_audit(corpus, tmp_path, case):
         r = audited[s.name]
         count = r.exposure.tokens.get(0, 0)
         assert (r.epochs, r.separated_final_epoch, r.exposure.consumed_samples) == (
-            s.epochs_built, s.separate_final_epoch, s.samples_drawn), "plan and build agree on the index"
+            s.epochs_built,
+            s.separate_final_epoch,
+            s.samples_drawn,
+        ), "plan and build agree on the index"
         if s.tokens_unseen_exact:
             assert s.tokens_unseen == count, f"{s.name}: exact figure {s.tokens_unseen}, audit counts {count}"
         else:

@@ -36,23 +36,35 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     web, code, books = (str(d / n) for n in ("web", "code", "books"))
     out = {}
     # one source, data_path + split (a direct dataset: samples = iteration x batch), 2 passes, epochs separated
-    one = {"data_path": web, "split": "98,1,1", "seq_length": 32, "train_batch_size": 4, "eval_interval": 1000,
-           "eval_iters": 1}
+    one = {
+        "data_path": web,
+        "split": "98,1,1",
+        "seq_length": 32,
+        "train_batch_size": 4,
+        "eval_interval": 1000,
+        "eval_iters": 1,
+    }
     out["one"] = os.path.dirname(launch(str(d / "one"), one, EpochBlock(epochs=2, separate_epochs=True), 0, None, 10))
     # three sources, exact epochs; stopped at iteration 30 with batch 8, resumed at 30 with batch 16
     blk = EpochBlock(epochs={"web": 1, "code": 2, "books": 1.5}, separate_epochs=True)
     launch(str(d / "blend"), blend_values([web, code, books], [1, 1, 1], 32, 8), blk, 0, 30, 5)
-    out["blend"] = os.path.dirname(launch(str(d / "blend"), blend_values([web, code, books], [1, 1, 1], 32, 16),
-                                          blk, 30, None, 5))
+    out["blend"] = os.path.dirname(
+        launch(str(d / "blend"), blend_values([web, code, books], [1, 1, 1], 32, 16), blk, 30, None, 5)
+    )
     # two sources, 1.5 passes over epochs shuffled together, stopped early at 100 (exit_interval)
-    out["stop"] = os.path.dirname(launch(str(d / "stop"), blend_values([web, code], [1.0, 1.0], 32, 4),
-                                         EpochBlock(epochs=1.5), 0, 100, 10))
+    out["stop"] = os.path.dirname(
+        launch(str(d / "stop"), blend_values([web, code], [1.0, 1.0], 32, 4), EpochBlock(epochs=1.5), 0, 100, 10)
+    )
     return out
 
 
 def _json(path: str, *more: str) -> dict[str, Any]:
-    res = subprocess.run([sys.executable, "-m", "neox_epoch.cli", "report", path, "--json", *more],
-                         capture_output=True, text=True, check=True)
+    res = subprocess.run(
+        [sys.executable, "-m", "neox_epoch.cli", "report", path, "--json", *more],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return json.loads(res.stdout)
 
 
@@ -70,8 +82,12 @@ def test_one_source_series(runs: dict[str, str]) -> None:
     iteration holding the pass's first sample (sample // batch + 1)."""
     plan = _plan(runs["one"])
     (src,) = plan["sources"]
-    assert (plan["train_iters"], plan["train_batch_size"], src["samples_per_epoch"], src["tokens"]) == (163, 4, 327,
-                                                                                                       10482)
+    assert (plan["train_iters"], plan["train_batch_size"], src["samples_per_epoch"], src["tokens"]) == (
+        163,
+        4,
+        327,
+        10482,
+    )
     s, hists, notes, rows = build(runs["one"])
     (web,) = s.sources
     assert [p.iteration for p in web.points] == [0, *range(10, 161, 10), 163]
@@ -93,15 +109,18 @@ def test_blend_resumed_with_a_doubled_batch(runs: dict[str, str]) -> None:
     iteration x 16 from 0: 480 samples at iteration 30 where 240 were drawn)."""
     s, hists, _, rows = build(runs["blend"])
     assert [(r.start, r.end, r.train_iters, r.train_batch_size, r.status) for r in s.launches] == [
-        (0, 30, 111, 8, "stopped early"), (30, 55, 55, 16, "complete")]
+        (0, 30, 111, 8, "stopped early"),
+        (30, 55, 55, 16, "complete"),
+    ]
     (r,) = s.resumes
     assert (r.launch, r.iteration, r.changes_from, r.previous_iteration) == (2, 30, "plans", 30)
     assert [(c.key, c.old, c.new) for c in r.changes] == [
-        ("train_batch_size", 8, 16), ("train_iters", 111, 55),
-        ("weights", (334.0, 231.0, 323.0), (334.0, 231.0, 315.0))]  # books' exact target moves with the batch
+        ("train_batch_size", 8, 16),
+        ("train_iters", 111, 55),
+        ("weights", (334.0, 231.0, 323.0), (334.0, 231.0, 315.0)),
+    ]  # books' exact target moves with the batch
     assert r.label().startswith("resume @ 30: train_batch_size 8 \u2192 16, train_iters 111 \u2192 55")
-    assert [(j.source, j.before, j.after) for j in r.jumps] == [("web", 90, 182), ("code", 63, 126),
-                                                                ("books", 87, 172)]
+    assert [(j.source, j.before, j.after) for j in r.jumps] == [("web", 90, 182), ("code", 63, 126), ("books", 87, 172)]
     assert sum(j.before for j in r.jumps) == 30 * 8 and sum(j.after for j in r.jumps) == 30 * 16
     assert any("code: pass 2 began inside that jump" in n for n in r.notes())
     assert [(x.launch, x.iteration, x.train_iters, x.kind) for x in s.stops] == [(1, 30, 111, "stopped early")]
@@ -111,7 +130,10 @@ def test_blend_resumed_with_a_doubled_batch(runs: dict[str, str]) -> None:
     assert [p.samples for p in by["web"].points if p.iteration == 30] == [90, 182]  # both launches' records
     assert [x.boundary_text() for x in rows] == ["-", "pass 2 inside the jump at the resume @ 30", "pass 2 @ 39"]
     assert [(x.source, x.samples, x.samples_per_epoch, round(x.passes, 6), x.planned_passes) for x in rows] == [
-        ("web", 334, 335, 0.997015, 1.0), ("code", 231, 116, 1.991379, 2.0), ("books", 315, 216, 1.458333, 1.5)]
+        ("web", 334, 335, 0.997015, 1.0),
+        ("code", 231, 116, 1.991379, 2.0),
+        ("books", 315, 216, 1.458333, 1.5),
+    ]
     # separated epochs: books 315 = 216 + 99 -> 99/216 of its 6923 tokens seen twice (3173.0), the rest once
     assert {h.source: h.tokens for h in hists}["books"] == ((0, 0), (1, 3750), (2, 3173))
 
@@ -129,7 +151,11 @@ def test_resume_changed_record_is_preferred(runs: dict[str, str], tmp_path: Any)
     f = tmp_path / "x.jsonl"
     f.write_text("\n".join(out) + "\n")
     (r,) = build(str(f))[0].resumes
-    assert (r.label(), r.changes_from, r.consumed_samples) == ("resume @ 30: train_batch_size 8 \u2192 16", "record", 240)
+    assert (r.label(), r.changes_from, r.consumed_samples) == (
+        "resume @ 30: train_batch_size 8 \u2192 16",
+        "record",
+        240,
+    )
 
 
 def test_early_stop(runs: dict[str, str]) -> None:
@@ -140,7 +166,11 @@ def test_early_stop(runs: dict[str, str]) -> None:
     assert [(x.source, x.samples) for x in rows] == [("web", 297), ("code", 103)]
     assert sum(x.samples for x in rows) == 100 * 4
     plan = {p["name"]: p for p in _plan(runs["stop"])["sources"]}
-    assert (plan["web"]["epochs_built"], plan["web"]["samples_built"], plan["web"]["separate_epochs"]) == (2, 671, False)
+    assert (plan["web"]["epochs_built"], plan["web"]["samples_built"], plan["web"]["separate_epochs"]) == (
+        2,
+        671,
+        False,
+    )
     h = {x.source: x for x in hists}["web"]
     p = 297 / 671
     assert h.tokens == ((0, 3339), (1, 5303), (2, 2106))
@@ -150,8 +180,14 @@ def test_early_stop(runs: dict[str, str]) -> None:
 def test_rollback_and_missing_final(runs: dict[str, str], tmp_path: Any) -> None:
     """A launch resumed from an earlier checkpoint than the previous one reached trains those iterations again;
     a launch whose final record is missing (killed) is marked as such at its last counters."""
-    one = {"data_path": os.path.join(os.path.dirname(runs["one"]), "web"), "split": "98,1,1", "seq_length": 32,
-           "train_batch_size": 4, "eval_interval": 1000, "eval_iters": 1}
+    one = {
+        "data_path": os.path.join(os.path.dirname(runs["one"]), "web"),
+        "split": "98,1,1",
+        "seq_length": 32,
+        "train_batch_size": 4,
+        "eval_interval": 1000,
+        "eval_iters": 1,
+    }
     blk = EpochBlock(epochs=2, separate_epochs=True)
     launch(str(tmp_path), one, blk, 0, 60, 10)
     path = launch(str(tmp_path), one, blk, 50, None, 10)
@@ -169,7 +205,7 @@ def test_rollback_and_missing_final(runs: dict[str, str], tmp_path: Any) -> None
     lines = open(path, encoding="utf-8").read().splitlines()
     killed = tmp_path / "killed.jsonl"
     cut = max(k for k, x in enumerate(lines) if json.loads(x).get("iteration") == 120)
-    killed.write_text("\n".join(lines[:cut + 1]) + "\n")  # killed after iteration 120's record: no final
+    killed.write_text("\n".join(lines[: cut + 1]) + "\n")  # killed after iteration 120's record: no final
     s = build(str(killed))[0]
     assert [x.label() for x in s.stops] == ["stopped early @ 60 of 163", "no final record after 120 (of 163)"]
     assert [x.status for x in s.launches] == ["stopped early", "no final record"]
@@ -182,10 +218,18 @@ def test_audit_histogram_replaces_the_estimate(tmp_path: Any, capsys: pytest.Cap
     drawn): the audit's exact histogram from the real NeoX cache replaces the counters' estimate; the estimate's
     unseen tokens equal the planner's tokens_unseen (same model), the audit's are NeoX's own (golden: 37031)."""
     prefix = os.path.join(CACHE, "corpus_a")
-    path = launch(str(tmp_path / "run"), blend_values([prefix], [1.0], 64, 8, train_iters=288, seed=1234),
-                  EpochBlock(blend_buffer=1.005), 0, None, 50)
-    files = [os.path.join(CACHE, f"corpus_a_train_0_indexmap_2316ns_64sl_1234s_packedpi_ac_{r}_idx.npy")
-             for r in ("doc", "sample", "shuffle")]
+    path = launch(
+        str(tmp_path / "run"),
+        blend_values([prefix], [1.0], 64, 8, train_iters=288, seed=1234),
+        EpochBlock(blend_buffer=1.005),
+        0,
+        None,
+        50,
+    )
+    files = [
+        os.path.join(CACHE, f"corpus_a_train_0_indexmap_2316ns_64sl_1234s_packedpi_ac_{r}_idx.npy")
+        for r in ("doc", "sample", "shuffle")
+    ]
     capsys.readouterr()
     assert main(["audit", *files, "--consumed", "2304", "--json"]) == 0
     audit = tmp_path / "audit.json"
@@ -220,19 +264,66 @@ def test_launch_directories_and_file_read_alike(runs: dict[str, str], tmp_path: 
 def test_json_keys_are_stable(runs: dict[str, str]) -> None:
     """The --json keys docs/report.md documents."""
     d = _json(runs["blend"])
-    assert sorted(d) == ["complete", "exposure", "files", "last_iteration", "launches", "missing", "numbers",
-                         "resumes", "seq_length", "sources", "stops", "train_iters"]
+    assert sorted(d) == [
+        "complete",
+        "exposure",
+        "files",
+        "last_iteration",
+        "launches",
+        "missing",
+        "numbers",
+        "resumes",
+        "seq_length",
+        "sources",
+        "stops",
+        "train_iters",
+    ]
     assert d["missing"] == []  # a log written whole lacks nothing
-    assert sorted(d["launches"][0]) == ["file", "from_iteration", "launch", "line", "mode", "seq_length", "status",
-                                        "to_iteration", "train_batch_size", "train_iters"]
-    assert sorted(d["sources"][0]) == ["name", "pass_starts", "planned_passes", "points", "prefix",
-                                       "samples_per_epoch", "tokens"]
+    assert sorted(d["launches"][0]) == [
+        "file",
+        "from_iteration",
+        "launch",
+        "line",
+        "mode",
+        "seq_length",
+        "status",
+        "to_iteration",
+        "train_batch_size",
+        "train_iters",
+    ]
+    assert sorted(d["sources"][0]) == [
+        "name",
+        "pass_starts",
+        "planned_passes",
+        "points",
+        "prefix",
+        "samples_per_epoch",
+        "tokens",
+    ]
     assert sorted(d["sources"][0]["points"][0]) == ["iteration", "launch", "pass", "passes", "samples"]
-    assert sorted(d["resumes"][0]) == ["changed", "changed_from", "consumed_samples", "iteration", "jumps", "label",
-                                       "launch", "notes", "previous_iteration"]
+    assert sorted(d["resumes"][0]) == [
+        "changed",
+        "changed_from",
+        "consumed_samples",
+        "iteration",
+        "jumps",
+        "label",
+        "launch",
+        "notes",
+        "previous_iteration",
+    ]
     assert sorted(d["stops"][0]) == ["iteration", "kind", "label", "launch", "train_iters"]
-    assert sorted(d["numbers"][0]) == ["arithmetic", "input_tokens", "iteration", "passes", "planned_passes",
-                                       "samples", "samples_per_epoch", "source", "tokens"]
+    assert sorted(d["numbers"][0]) == [
+        "arithmetic",
+        "input_tokens",
+        "iteration",
+        "passes",
+        "planned_passes",
+        "samples",
+        "samples_per_epoch",
+        "source",
+        "tokens",
+    ]
     assert sorted(d["exposure"]) == ["notes", "sources"]
     assert sorted(d["exposure"]["sources"]["web"]) == ["derivation", "method", "samples", "tokens"]
 
@@ -262,8 +353,10 @@ def test_html_is_one_self_contained_file(runs: dict[str, str], tmp_path: Any) ->
 
 def test_report_imports_no_framework() -> None:
     """The report stays in the light core: no torch, DeepSpeed or megatron import."""
-    code = ("import sys, neox_epoch.cli as c; c.build_parser(['report']); import neox_epoch.run_report.cli; "
-            "print(sorted(m for m in ('torch', 'deepspeed', 'megatron') if m in sys.modules))")
+    code = (
+        "import sys, neox_epoch.cli as c; c.build_parser(['report']); import neox_epoch.run_report.cli; "
+        "print(sorted(m for m in ('torch', 'deepspeed', 'megatron') if m in sys.modules))"
+    )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert res.stdout.strip() == "[]"
 
@@ -280,8 +373,9 @@ def _fails(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
     return err
 
 
-def test_bad_input_exits_2_with_one_line(runs: dict[str, str], tmp_path: Any,
-                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_input_exits_2_with_one_line(
+    runs: dict[str, str], tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     real = open(os.path.join(runs["blend"], log.JSONL_NAME), encoding="utf-8").read().splitlines()
     bad = tmp_path / "bad.jsonl"
     bad.write_text("\n".join(real[:3] + ['{"event": "counters", "iteration": 5'] + real[3:]) + "\n")
@@ -299,14 +393,16 @@ def test_bad_input_exits_2_with_one_line(runs: dict[str, str], tmp_path: Any,
     other = open(os.path.join(runs["one"], log.JSONL_NAME), encoding="utf-8").read().splitlines()
     mixed = tmp_path / "mixed.jsonl"  # another run's counters after this run's final, no plan between them
     mixed.write_text("\n".join(real + [x for x in other if json.loads(x)["event"] == "counters"][:1]) + "\n")
-    assert f"mixed.jsonl:{len(real) + 1}: a \"counters\" event after this launch's \"final\"" in _fails(
-        capsys, str(mixed), "--json")
+    assert f'mixed.jsonl:{len(real) + 1}: a "counters" event after this launch\'s "final"' in _fails(
+        capsys, str(mixed), "--json"
+    )
     field = tmp_path / "field.jsonl"
     obj = json.loads(real[1])
     obj["iteration"] = "5"
     field.write_text("\n".join([real[0], json.dumps(obj)]) + "\n")
-    assert 'field.jsonl:2: counters: "iteration": expected an integer >= 0, found "5"' in _fails(capsys, str(field),
-                                                                                                "--json")
+    assert 'field.jsonl:2: counters: "iteration": expected an integer >= 0, found "5"' in _fails(
+        capsys, str(field), "--json"
+    )
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n")
     assert 'no "plan" event' in _fails(capsys, str(empty), "--json")
@@ -316,8 +412,9 @@ def test_bad_input_exits_2_with_one_line(runs: dict[str, str], tmp_path: Any,
     assert "nothing to write" in _fails(capsys, runs["one"])
     notaudit = tmp_path / "a.json"
     notaudit.write_text("[]")
-    assert "not the output of neox-epoch audit --json" in _fails(capsys, runs["one"], "--json", "--audit",
-                                                                 str(notaudit))
+    assert "not the output of neox-epoch audit --json" in _fails(
+        capsys, runs["one"], "--json", "--audit", str(notaudit)
+    )
 
 
 def test_series_are_frozen(runs: dict[str, str]) -> None:

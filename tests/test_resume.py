@@ -42,10 +42,15 @@ def _valid_cases(count: int, seed: int) -> list[dict[str, int]]:
     out = []
     for case in _cases(count, seed):
         loader = case["micro"] * case["dp"]
-        case.update(valid_samples=rng.randint(loader, 300), eval_interval=rng.randint(1, 60),
-                    eval_iters=rng.randint(1, 5), end=case["iteration"] + rng.randint(0, 200))
-        case["valid_batches"] = evaluations_after(case["iteration"], case["end"], case["eval_interval"]) * \
-            case["eval_iters"] * case["gas"]
+        case.update(
+            valid_samples=rng.randint(loader, 300),
+            eval_interval=rng.randint(1, 60),
+            eval_iters=rng.randint(1, 5),
+            end=case["iteration"] + rng.randint(0, 200),
+        )
+        case["valid_batches"] = (
+            evaluations_after(case["iteration"], case["end"], case["eval_interval"]) * case["eval_iters"] * case["gas"]
+        )
         out.append(case)
     return out
 
@@ -66,9 +71,18 @@ def _replay(tmp_path, cases: list[dict[str, int]]) -> list[dict[str, list[int]]]
     """What NeoX's own resume code draws for ``cases`` (tests/neox_cpu/resume_replay.py, in NeoX's venv)."""
     path = tmp_path / "cases.json"
     path.write_text(json.dumps(cases))
-    r = subprocess.run([frameworks.neox_python(), os.path.join(HERE, "neox_cpu", "resume_replay.py"),
-                        frameworks.neox_dir(), str(path)], capture_output=True, text=True, timeout=600,
-                       env=dict(os.environ, DS_ACCELERATOR="cpu"))
+    r = subprocess.run(
+        [
+            frameworks.neox_python(),
+            os.path.join(HERE, "neox_cpu", "resume_replay.py"),
+            frameworks.neox_dir(),
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, DS_ACCELERATOR="cpu"),
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     return list(json.loads(r.stdout.strip().splitlines()[-1]))
 
@@ -97,8 +111,9 @@ def test_neox_valid_spans_equal_neox_s_own_resumed_evaluations(tmp_path):  # typ
     for case, got in zip(cases, _replay(tmp_path, cases), strict=True):
         shape = LoaderShape(case["micro"], case["dp"], case["gas"])
         evaluation = (case["eval_interval"], case["eval_iters"])
-        v = neox_valid_start(case["iteration"], shape, evaluation, shape, evaluation, case["valid_samples"],
-                             end=case["end"])
+        v = neox_valid_start(
+            case["iteration"], shape, evaluation, shape, evaluation, case["valid_samples"], end=case["end"]
+        )
         assert v is not None, case
         expected = [p for lo, hi, times in v.spans[1] for _ in range(times) for p in range(lo, hi)]
         assert got["valid"] == expected, case
@@ -136,8 +151,16 @@ def test_bad_shapes_are_one_line_errors():
 
 
 def _saved(consumed: int = 420, iteration: int = 105) -> ResumeState:
-    return ResumeState(iteration=iteration, consumed_samples=consumed, train_batch_size=4, loader_batch=4,
-                       samples_total=980, train_iters=245, builds={"train_0": TrainBuild(403, 1, 404)}, drawn=[403, 389, 188])
+    return ResumeState(
+        iteration=iteration,
+        consumed_samples=consumed,
+        train_batch_size=4,
+        loader_batch=4,
+        samples_total=980,
+        train_iters=245,
+        builds={"train_0": TrainBuild(403, 1, 404)},
+        drawn=[403, 389, 188],
+    )
 
 
 def test_state_round_trips_through_the_checkpoint_directory(tmp_path):  # type: ignore[no-untyped-def]
@@ -148,7 +171,9 @@ def test_state_round_trips_through_the_checkpoint_directory(tmp_path):  # type: 
 
 def test_a_damaged_state_names_the_file_and_the_way_out(tmp_path):  # type: ignore[no-untyped-def]
     (tmp_path / "neox_epoch_state.json").write_text('{"version": 1, "iteration": 3}')
-    with pytest.raises(ConfigError, match="neox_epoch_state.json: not a neox-epoch state .*delete it to resume as stock"):
+    with pytest.raises(
+        ConfigError, match="neox_epoch_state.json: not a neox-epoch state .*delete it to resume as stock"
+    ):
         read_state(str(tmp_path))
 
 

@@ -54,21 +54,36 @@ def test_blend_moves_equal_a_replay_of_megatron_cores_blend() -> None:
         old_index, _ = _blend(old_w, max(consumed, 1))
         new_index, new_sample = _blend(new_w, end)
         before = np.bincount(old_index[:consumed], minlength=n)
-        first = np.array([int(new_sample[start:][new_index[start:] == k][0]) if (new_index[start:] == k).any()
-                          else int(np.count_nonzero(new_index[:start] == k)) for k in range(n)])
+        first = np.array(
+            [
+                int(new_sample[start:][new_index[start:] == k][0])
+                if (new_index[start:] == k).any()
+                else int(np.count_nonzero(new_index[:start] == k))
+                for k in range(n)
+            ]
+        )
         drawn = np.bincount(new_index[start:end], minlength=n)
         builds = {f"train_{k}": TrainBuild(100, 1, 100) for k in range(n)}
         norm = lambda w: tuple(float(x) for x in np.asarray(w) / np.sum(w))  # noqa: E731
-        new = NewRun(LoaderShape(gbs, 1, 1), None, tuple(f"s{k}" for k in range(n)), norm(new_w), builds,  # type: ignore[arg-type]
-                     end, False, False)
+        new = NewRun(
+            LoaderShape(gbs, 1, 1),
+            None,
+            tuple(f"s{k}" for k in range(n)),
+            norm(new_w),
+            builds,  # type: ignore[arg-type]
+            end,
+            False,
+            False,
+        )
         saved = SavedBuild(0, norm(old_w), builds, "test")
         got = deltas(new, saved, consumed, ResumeStart(consumed, start, ""), iterations)
         # why: a source the resumed run starts further into than the saved run reached skips the gap; one it
         # starts earlier in draws the gap again; the rest of its draws follow in order
         assert [d.skipped for d in got] == [max(0, int(f - b)) for f, b in zip(first, before)], case
         # the repeat is what the resumed run draws again: items first .. first + drawn - 1 below before
-        assert [d.repeated for d in got] == [max(0, min(int(b), int(f + d)) - int(f)) for f, b, d
-                                             in zip(first, before, drawn)], case
+        assert [d.repeated for d in got] == [
+            max(0, min(int(b), int(f + d)) - int(f)) for f, b, d in zip(first, before, drawn)
+        ], case
         assert [d.drawn for d in got] == drawn.tolist(), case
 
 
@@ -78,11 +93,17 @@ def _neox_blends(tmp_path: Any, cases: list[dict[str, Any]]) -> list[tuple[np.nd
 
     path = tmp_path / "blends.json"
     path.write_text(json.dumps(cases))
-    r = subprocess.run([frameworks.neox_python(), os.path.join(HERE, "neox_cpu", "blend_replay.py"),
-                        frameworks.neox_dir(), str(path)], capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [frameworks.neox_python(), os.path.join(HERE, "neox_cpu", "blend_replay.py"), frameworks.neox_dir(), str(path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
-    return [(np.asarray(b["dataset_index"]), np.asarray(b["dataset_sample_index"]))
-            for b in json.loads(r.stdout.strip().splitlines()[-1])]
+    return [
+        (np.asarray(b["dataset_index"]), np.asarray(b["dataset_sample_index"]))
+        for b in json.loads(r.stdout.strip().splitlines()[-1])
+    ]
 
 
 def _drop_cases(count: int, seed: int) -> list[dict[str, Any]]:
@@ -101,8 +122,9 @@ def _drop_cases(count: int, seed: int) -> list[dict[str, Any]]:
             iterations = rng.randint(1, 8)
         gbs, consumed = rng.randint(1, 32), rng.randint(1, 2000)
         start = consumed if case % 2 else rng.randint(0, consumed + 300)
-        out.append({"old": old_w, "new": new_w, "gbs": gbs, "consumed": consumed, "start": start,
-                    "iterations": iterations})
+        out.append(
+            {"old": old_w, "new": new_w, "gbs": gbs, "consumed": consumed, "start": start, "iterations": iterations}
+        )
     return out
 
 
@@ -117,18 +139,33 @@ def test_blend_moves_equal_neox_s_own_blend_with_sharp_weight_drops(tmp_path: An
     cases = _drop_cases(45, 20261126)
     jobs = []
     for c in cases:
-        jobs += [{"weights": c["old"], "size": c["consumed"]},
-                 {"weights": c["new"], "size": c["start"] + c["iterations"] * c["gbs"]}]
+        jobs += [
+            {"weights": c["old"], "size": c["consumed"]},
+            {"weights": c["new"], "size": c["start"] + c["iterations"] * c["gbs"]},
+        ]
     blends = _neox_blends(tmp_path, jobs)
     for i, c in enumerate(cases):
         (old_index, old_sample), (new_index, new_sample) = blends[2 * i], blends[2 * i + 1]
         n, start = len(c["old"]), c["start"]
         builds = {f"train_{k}": TrainBuild(100, 1, 100) for k in range(n)}
         norm = lambda w: tuple(float(x) for x in np.asarray(w) / np.sum(w))  # noqa: E731
-        new = NewRun(LoaderShape(c["gbs"], 1, 1), None, tuple(f"s{k}" for k in range(n)), norm(c["new"]),  # type: ignore[arg-type]
-                     builds, start + c["iterations"] * c["gbs"], False, False)
-        got = deltas(new, SavedBuild(0, norm(c["old"]), builds, "test"), c["consumed"],
-                     ResumeStart(c["consumed"], start, ""), c["iterations"])
+        new = NewRun(
+            LoaderShape(c["gbs"], 1, 1),
+            None,
+            tuple(f"s{k}" for k in range(n)),
+            norm(c["new"]),  # type: ignore[arg-type]
+            builds,
+            start + c["iterations"] * c["gbs"],
+            False,
+            False,
+        )
+        got = deltas(
+            new,
+            SavedBuild(0, norm(c["old"]), builds, "test"),
+            c["consumed"],
+            ResumeStart(c["consumed"], start, ""),
+            c["iterations"],
+        )
         for k, d in enumerate(got):
             saved = set(old_sample[old_index == k].tolist())
             resumed = new_sample[start:][new_index[start:] == k].tolist()

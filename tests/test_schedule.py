@@ -25,9 +25,18 @@ from neox_epoch.neox.planning import make_run_plan
 from neox_epoch.plan.schedule import McoreScheduleKeys, NeoxScheduleKeys, mcore_schedule, neox_schedule, scale
 
 DOCS = [1000] * 95 + [1745]
-SHIPPED = {"seq_length": 8, "train_batch_size": 4, "train_micro_batch_size_per_gpu": 4, "train_iters": 320000,
-           "lr_decay_iters": 320000, "warmup": 0.01, "save": "checkpoints",
-           "checkpoint_factor": 10000, "eval_interval": 1000, "eval_iters": 10}
+SHIPPED = {
+    "seq_length": 8,
+    "train_batch_size": 4,
+    "train_micro_batch_size_per_gpu": 4,
+    "train_iters": 320000,
+    "lr_decay_iters": 320000,
+    "warmup": 0.01,
+    "save": "checkpoints",
+    "checkpoint_factor": 10000,
+    "eval_interval": 1000,
+    "eval_iters": 10,
+}
 
 
 @pytest.fixture
@@ -67,17 +76,22 @@ def codes(plan: dict[str, Any]) -> list[str]:
 # the shipped-like config through neox-epoch plan
 
 
-def test_shipped_config_lr_decay_follows_the_new_train_iters(small: str, tmp_path: Any,
-                                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_shipped_config_lr_decay_follows_the_new_train_iters(
+    small: str, tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The user report: 320000 -> 3023 with lr_decay_iters 320000 kept would warm up for 0.01 * 320000 = 3200
     iterations, longer than the run. lr_decay_iters equalled train_iters, so it follows it (3023), and the warmup,
     a fraction of the decay, becomes 0.01 * 3023 = 30.23 iterations."""
     plan = plan_json([neox_config(tmp_path, small), "--epochs", "1"], capsys)
     assert plan["train_iters"] == 3023 and plan["remainder"]["samples"] == 0
     assert entry(plan, "train_iters") == {
-        "key": "train_iters", "old": 320000, "new": 3023, "action": "set",
+        "key": "train_iters",
+        "old": 320000,
+        "new": 3023,
+        "action": "set",
         "why": "exact mode, 1 pass over every train source: train_iters = sum(targets) // global_batch_size = "
-               "12092 // 4 = 3023"}
+        "12092 // 4 = 3023",
+    }
     decay = entry(plan, "lr_decay_iters")
     assert (decay["old"], decay["new"], decay["action"]) == (320000, 3023, "scaled")
     assert decay["why"].startswith("lr_decay_iters = 320000 * 3023 / 320000 = 3023")
@@ -98,13 +112,14 @@ def test_text_output_has_a_schedule_section(small: str, tmp_path: Any, capsys: p
     """The text report shows each key as key: old -> new (action): why."""
     assert main(["plan", neox_config(tmp_path, small), "--epochs", "1"]) == 0
     out = capsys.readouterr().out
-    section = out[out.index("schedule ("):]
+    section = out[out.index("schedule (") :]
     assert "train_iters: 320000 -> 3023 (set)" in section
     assert "lr_decay_iters: 320000 -> 3023 (scaled): lr_decay_iters = 320000 * 3023 / 320000 = 3023" in section
 
 
-def test_unknown_old_train_iters_cannot_follow_lr_schedule_warning(small: str, tmp_path: Any,
-                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_unknown_old_train_iters_cannot_follow_lr_schedule_warning(
+    small: str, tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A block config without train_iters keeps lr_decay_iters 320000 (no ratio to scale it by): the run of 3023
     iterations would warm up for 0.01 * 320000 = 3200 iterations and never decay. Warned with code lr-schedule."""
     cfg = neox_config(tmp_path, small, train_iters=None, neox_epoch={"epochs": 1})
@@ -125,8 +140,9 @@ def test_lr_decay_iters_absent_follows_by_itself(small: str, tmp_path: Any, caps
     assert plan["settings"]["neox_overlay"].keys() == {"train_iters", "neox_epoch"}
 
 
-def test_config_warmup_check_is_replaced_by_the_schedule(small: str, tmp_path: Any,
-                                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_config_warmup_check_is_replaced_by_the_schedule(
+    small: str, tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Without exact mode nothing changes; warmup 0.2 of a 100-iteration decay is 20 > 10% of the run, once."""
     plan = plan_json([neox_config(tmp_path, small, train_iters=100, lr_decay_iters=None, warmup=0.2)], capsys)
     assert codes(plan).count("warmup") == 1 and "schedule" not in plan["settings"]
@@ -167,8 +183,14 @@ def test_cosine_decay_shorter_than_the_run_rises_again() -> None:
 def test_checkpoint_resume_exit_and_extra_saves() -> None:
     """use_checkpoint_lr_scheduler with load takes the schedule from the checkpoint (lr-schedule); exit_interval
     2000 <= 3023 stops the run early (exit-interval); extra_save_iters past 3023 are never reached."""
-    keys = NeoxScheduleKeys(lr_decay_iters=320000, saves=True, loads=True, use_checkpoint_lr_scheduler=True,
-                            exit_interval=2000, extra_save_iters=(0, 1000, 50000))
+    keys = NeoxScheduleKeys(
+        lr_decay_iters=320000,
+        saves=True,
+        loads=True,
+        use_checkpoint_lr_scheduler=True,
+        exit_interval=2000,
+        extra_save_iters=(0, 1000, 50000),
+    )
     s = neox_schedule(keys, 320000, 3023, "exact")
     got = [w.code for w in s.warnings]
     assert got.count("lr-schedule") == 1 and "exit-interval" in got and "checkpoint-interval" in got
@@ -197,14 +219,43 @@ def test_megatron_flags_follow(small: str, capsys: pytest.CaptureFixture[str]) -
     """megatron-core has no len - 1: (96745 - 1) // 8 = 12093 samples = 3023 iterations of 4, 1 left over.
     --lr-decay-iters 320000 = --train-iters follows (3023); the absolute --lr-warmup-iters keeps its share:
     2000 * 3023 / 320000 = 18.89 -> 19 (Megatron-LM asserts warmup < decay); --save-interval 10000 > 3023."""
-    plan = plan_json(["--framework-version", "0.16.1", "--data-path", small, "--split", "100,0,0", "--seq-length",
-                      "8", "--global-batch-size", "4", "--micro-batch-size", "4", "--lr", "3e-4", "--eval-interval",
-                      "1000", "--eval-iters", "0", "--train-iters", "320000",
-                      "--lr-decay-iters", "320000", "--lr-warmup-iters", "2000", "--save-interval", "10000",
-                      "--epochs", "1"], capsys)
+    plan = plan_json(
+        [
+            "--framework-version",
+            "0.16.1",
+            "--data-path",
+            small,
+            "--split",
+            "100,0,0",
+            "--seq-length",
+            "8",
+            "--global-batch-size",
+            "4",
+            "--micro-batch-size",
+            "4",
+            "--lr",
+            "3e-4",
+            "--eval-interval",
+            "1000",
+            "--eval-iters",
+            "0",
+            "--train-iters",
+            "320000",
+            "--lr-decay-iters",
+            "320000",
+            "--lr-warmup-iters",
+            "2000",
+            "--save-interval",
+            "10000",
+            "--epochs",
+            "1",
+        ],
+        capsys,
+    )
     # the flags to paste carry the schedule that follows the new length
-    assert plan["settings"]["megatron_flags"] == ("--train-iters 3023 --mid-level-dataset-surplus 0 "
-                                                  "--lr-decay-iters 3023 --lr-warmup-iters 19")
+    assert plan["settings"]["megatron_flags"] == (
+        "--train-iters 3023 --mid-level-dataset-surplus 0 --lr-decay-iters 3023 --lr-warmup-iters 19"
+    )
     assert plan["train_iters"] == 3023
     assert entry(plan, "--train-iters")["old"] == 320000
     assert entry(plan, "--lr-decay-iters")["why"].startswith("lr-decay-iters = 320000 * 3023 / 320000 = 3023")
@@ -216,15 +267,17 @@ def test_megatron_flags_follow(small: str, capsys: pytest.CaptureFixture[str]) -
 def test_megatron_sample_based_run(capsys: pytest.CaptureFixture[str], small: str) -> None:
     """--train-samples runs scale --lr-decay-samples: 1280000 -> 3023 * 4 = 12092 samples; --lr-warmup-fraction
     follows the decay (0.01 * 12092 = 120.92 samples)."""
-    s = mcore_schedule(McoreScheduleKeys(lr_decay_samples=1280000, lr_warmup_fraction=0.01), None, 1280000, 3023, 4,
-                       "exact")
+    s = mcore_schedule(
+        McoreScheduleKeys(lr_decay_samples=1280000, lr_warmup_fraction=0.01), None, 1280000, 3023, 4, "exact"
+    )
     assert s.overwrite() == {"--train-samples": 12092, "--lr-decay-samples": 12092}
     (w,) = [c for c in s.changes if c.key == "--lr-warmup-fraction"]
     assert w.action == "follows" and "0.01 * 12092 = 120.92 samples" in w.why
 
 
-def test_megatron_schedule_flags_refused_with_neox_configs(small: str, tmp_path: Any,
-                                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_megatron_schedule_flags_refused_with_neox_configs(
+    small: str, tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     """NeoX configs carry NeoX keys; a Megatron-LM flag next to them would be silently ignored."""
     assert main(["plan", neox_config(tmp_path, small), "--lr-decay-iters", "5"]) == 2
     err = capsys.readouterr().err
@@ -236,8 +289,14 @@ def test_megatron_schedule_flags_refused_with_neox_configs(small: str, tmp_path:
 
 
 def neox_values(prefix: str, **changes: Any) -> dict[str, Any]:
-    return {"train_data_paths": [prefix], "valid_data_paths": [prefix], "test_data_paths": [prefix],
-            "train_data_weights": [1.0], **SHIPPED, **changes}
+    return {
+        "train_data_paths": [prefix],
+        "valid_data_paths": [prefix],
+        "test_data_paths": [prefix],
+        "train_data_weights": [1.0],
+        **SHIPPED,
+        **changes,
+    }
 
 
 def test_run_plan_overwrites_the_schedule_and_logs_it(small: str, caplog: pytest.LogCaptureFixture) -> None:
@@ -258,8 +317,9 @@ def test_run_plan_overwrites_the_schedule_and_logs_it(small: str, caplog: pytest
 
 
 @optional.needs("deepspeed")  # launch's preflight reads DeepSpeed's version and removed keys
-def test_launch_passes_the_schedule_as_overwrite_values(small: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
-                                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_launch_passes_the_schedule_as_overwrite_values(
+    small: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """neox-epoch launch's from_ymls wrapper hands NeoX the changed keys with train_iters (the same overwrite
     mechanism), and prints every change on stderr."""
     from neox_epoch.neox import launch

@@ -78,8 +78,11 @@ def test_greedy_checkpoints_are_prefixes():
     """Counts at several checkpoints in one pass equal separate runs."""
     w = blend.normalize([3, 1, 2])
     d = blend.greedy_draws(w, [10, 1000, 7])
-    assert d.counts == (tuple(blend.greedy_counts(w, 10)), tuple(blend.greedy_counts(w, 1000)),
-                        tuple(blend.greedy_counts(w, 7)))
+    assert d.counts == (
+        tuple(blend.greedy_counts(w, 10)),
+        tuple(blend.greedy_counts(w, 1000)),
+        tuple(blend.greedy_counts(w, 7)),
+    )
     assert blend.greedy_counts(w, 1000) == [500, 167, 333]
 
 

@@ -19,14 +19,21 @@ def every_term(e: int, b: int, spe: int, drawn: int) -> tuple[float, float] | No
     upto = min(e, math.ceil(drawn / max(1, spe)))
     cdf = 0.0
     for k in range(upto + 1):
-        cdf += math.exp(math.lgamma(e + 1) - math.lgamma(k + 1) - math.lgamma(e - k + 1) + k * log_p
-                        + (e - k) * log_q)
+        cdf += math.exp(math.lgamma(e + 1) - math.lgamma(k + 1) - math.lgamma(e - k + 1) + k * log_p + (e - k) * log_q)
     return math.exp(e * log_q), max(0.0, 1.0 - cdf)
 
 
 def build(e: int, b: int, spe: int, drawn: int) -> DatasetBuild:
-    return DatasetBuild(tokens=spe * 64, samples_per_epoch=spe, samples_requested=drawn, epochs=e, samples_built=b,
-                        length=b, separate_final_epoch=False, formula="")
+    return DatasetBuild(
+        tokens=spe * 64,
+        samples_per_epoch=spe,
+        samples_requested=drawn,
+        epochs=e,
+        samples_built=b,
+        length=b,
+        separate_final_epoch=False,
+        formula="",
+    )
 
 
 def test_spillover_equals_the_sum_over_every_term_bit_for_bit() -> None:

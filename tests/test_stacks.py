@@ -62,17 +62,28 @@ def _stopped_run(log_dir: str, values: dict[str, Any], block: EpochBlock, iterat
     with its first batch shape (one loader batch per iteration), its builds those the plan asks NeoX for."""
     rp = make_run_plan(values, block)
     state = ResumeState(
-        iteration=iteration, consumed_samples=iteration * rp.train_batch_size, train_batch_size=rp.train_batch_size,
-        loader_batch=rp.train_batch_size, samples_total=rp.train_iters * rp.train_batch_size,
+        iteration=iteration,
+        consumed_samples=iteration * rp.train_batch_size,
+        train_batch_size=rp.train_batch_size,
+        loader_batch=rp.train_batch_size,
+        samples_total=rp.train_iters * rp.train_batch_size,
         train_iters=rp.train_iters,
-        builds={f"train_{k}": TrainBuild(s.samples_requested, s.epochs_built, s.samples_built)
-                for k, s in enumerate(rp.train)},
-        drawn=[s.samples_drawn for s in rp.train], blend_weights=list(rp.weights or []),
-        blend_samples=[s.samples_drawn for s in rp.train], greedy_weights=list(rp.weights or []),
-        seq_length=rp.plan.seq_length, eval_interval=int(values["eval_interval"]), eval_iters=int(values["eval_iters"]))
+        builds={
+            f"train_{k}": TrainBuild(s.samples_requested, s.epochs_built, s.samples_built)
+            for k, s in enumerate(rp.train)
+        },
+        drawn=[s.samples_drawn for s in rp.train],
+        blend_weights=list(rp.weights or []),
+        blend_samples=[s.samples_drawn for s in rp.train],
+        greedy_weights=list(rp.weights or []),
+        seq_length=rp.plan.seq_length,
+        eval_interval=int(values["eval_interval"]),
+        eval_iters=int(values["eval_iters"]),
+    )
     sink = JsonlSink(log_dir)
-    sink.write({"event": "checkpoint", "iteration": iteration, "tag": f"global_step{iteration}",
-                "state": asdict(state)})
+    sink.write(
+        {"event": "checkpoint", "iteration": iteration, "tag": f"global_step{iteration}", "state": asdict(state)}
+    )
 
 
 def test_stacks_from_the_variable(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -86,8 +97,11 @@ def test_stacks_from_the_variable(tmp_path: Any, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv(stacks.ENV, f"neox={python},today={os.path.relpath(python, ROOT)}")
     assert stacks.stack_pythons() == {"neox": str(python), "today": os.path.join(ROOT, os.path.relpath(python, ROOT))}
     monkeypatch.setenv(stacks.ENV, f"neox={python},tody={python}")
-    with pytest.raises(ValueError, match="NEOX_EPOCH_STACK_PYTHONS: 'tody=.*': expected name=python with a name of "
-                                         r"\['neox', 'today'\]"):
+    with pytest.raises(
+        ValueError,
+        match="NEOX_EPOCH_STACK_PYTHONS: 'tody=.*': expected name=python with a name of "
+        r"\['neox', 'today'\]",
+    ):
         stacks.stack_pythons()
 
 
@@ -109,12 +123,14 @@ def pythons() -> dict[str, str]:
         assert r.returncode == 0, f"{name} stack ({python}) does not import numpy: {r.stderr[-2000:]}"
         probe = json.loads(r.stdout)
         major = int(probe["numpy"].split(".")[0])
-        assert major == (1 if name == "neox" else 2), \
-            f"{stacks.ENV}: the {name} stack ({python}) has numpy {probe['numpy']}; expected numpy " \
+        assert major == (1 if name == "neox" else 2), (
+            f"{stacks.ENV}: the {name} stack ({python}) has numpy {probe['numpy']}; expected numpy "
             f"{'1.x (GPT-NeoX pins numpy<2)' if name == 'neox' else '2.x'}"
-        assert len(probe["kernels"]) == 2, \
-            f"the {name} stack ({python}) lacks this checkout's C extensions (it has {probe['kernels']}): run " \
+        )
+        assert len(probe["kernels"]) == 2, (
+            f"the {name} stack ({python}) lacks this checkout's C extensions (it has {probe['kernels']}): run "
             f"{python} setup.py build_ext --inplace (or {python} -m pip install -e .)"
+        )
     return found
 
 
@@ -129,22 +145,31 @@ def inputs(pythons: dict[str, str], tmp_path_factory: pytest.TempPathFactory) ->
     values = blend_values(prefixes, [2.0, 1.0], SEQ, GBS)
     (d / "neox.yml").write_text(yaml.safe_dump(values))
     # the stopped run resumed with twice the batch for the rest of its 560 samples, on one GPU
-    (d / "resumed.yml").write_text(yaml.safe_dump({**values, "train_batch_size": 2 * GBS, "train_iters": 35,
-                                                   "global_num_gpus": 1}))
+    (d / "resumed.yml").write_text(
+        yaml.safe_dump({**values, "train_batch_size": 2 * GBS, "train_iters": 35, "global_num_gpus": 1})
+    )
     block = EpochBlock(epochs={"web": 1, "code": 2})
     _stopped_run(str(d / "stopped"), values, block, 30)
     # a run log as the hooks write it: 30 iterations of 8, resumed at 30 with 16 per iteration
     launch(str(d / "run"), values, block, 0, 30, 5)
     launch(str(d / "run"), {**values, "train_batch_size": 2 * GBS}, block, 30, None, 5)
-    r = subprocess.run([pythons["neox"], "-c", BUILD_MCORE, HERE, str(data), str(d / "mcore_cache")],
-                       capture_output=True, text=True, timeout=600, env=_env(), cwd=str(d))
+    r = subprocess.run(
+        [pythons["neox"], "-c", BUILD_MCORE, HERE, str(data), str(d / "mcore_cache")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=_env(),
+        cwd=str(d),
+    )
     assert r.returncode == 0, f"megatron-core build in the neox stack failed: {r.stderr[-3000:]}"
     return {"dir": str(d), "data": str(data)}
 
 
 #: the one note only today's stack prints for --framework-version 0.16.1: megatron-core 0.19.2 is installed there
-VERSION_NOTE = ("--framework-version 0.16.1: planned with Megatron-LM 0.16.1's flags and rules, not Megatron-LM "
-                "0.19.2's (those of the megatron-core 0.19.2 installed, ")
+VERSION_NOTE = (
+    "--framework-version 0.16.1: planned with Megatron-LM 0.16.1's flags and rules, not Megatron-LM "
+    "0.19.2's (those of the megatron-core 0.19.2 installed, "
+)
 
 
 def _without_version_note(stdout: bytes) -> bytes:
@@ -156,22 +181,25 @@ def _without_version_note(stdout: bytes) -> bytes:
     return (json.dumps(plan, indent=1) + "\n").encode()
 
 
-def _same(pythons: dict[str, str], argv: list[str], cwd: str, code: int = 0, version_note: bool = False
-          ) -> dict[str, Any]:
+def _same(
+    pythons: dict[str, str], argv: list[str], cwd: str, code: int = 0, version_note: bool = False
+) -> dict[str, Any]:
     """Run ``argv`` under both stacks: the same exit code ``code``, byte-identical stdout; return it parsed.
     ``version_note``: today's stack adds VERSION_NOTE (the installed megatron-core is another version), and only it."""
     out = {}
     for name, python in sorted(pythons.items()):
-        r = subprocess.run([python, "-m", "neox_epoch.cli", *argv], capture_output=True, timeout=600, env=_env(),
-                           cwd=cwd)
+        r = subprocess.run(
+            [python, "-m", "neox_epoch.cli", *argv], capture_output=True, timeout=600, env=_env(), cwd=cwd
+        )
         assert r.returncode == code, f"{name} stack ({python}): exit {r.returncode}: {r.stderr.decode()[-3000:]}"
         out[name] = r.stdout
     if version_note:
         assert VERSION_NOTE.encode() not in out["neox"]
         out["today"] = _without_version_note(out["today"])
     if out["neox"] != out["today"]:
-        diff = difflib.unified_diff(out["neox"].decode().splitlines(), out["today"].decode().splitlines(), "neox",
-                                    "today", n=1, lineterm="")
+        diff = difflib.unified_diff(
+            out["neox"].decode().splitlines(), out["today"].decode().splitlines(), "neox", "today", n=1, lineterm=""
+        )
         pytest.fail(f"{argv[0]}: stdout differs between the stacks:\n" + "\n".join(list(diff)[:40]))
     return dict(json.loads(out["neox"]))
 
@@ -194,17 +222,48 @@ def test_plan_of_a_megatron_lm_command_line_with_its_cache(pythons: dict[str, st
     """The plan reads the cache with the audit: the books index is another corpus's (cache-foreign), the blend's
     own indexes are fresh (no cache-stale); the train split's samples per epoch equal the built index's."""
     data = inputs["data"]
-    argv = ["plan", "--framework-version", MCORE, "--data-path", "2", f"{data}/web", "1", f"{data}/code",
-            "--split", "90,5,5", "--seq-length", str(SEQ), "--micro-batch-size", "2", "--world-size", "4",
-            "--global-batch-size", str(GBS), "--lr", "3e-4", "--train-iters", "40", "--eval-interval", "20",
-            "--eval-iters", "1", "--seed", "1234", "--data-cache-path", "mcore_cache", "--json"]
+    argv = [
+        "plan",
+        "--framework-version",
+        MCORE,
+        "--data-path",
+        "2",
+        f"{data}/web",
+        "1",
+        f"{data}/code",
+        "--split",
+        "90,5,5",
+        "--seq-length",
+        str(SEQ),
+        "--micro-batch-size",
+        "2",
+        "--world-size",
+        "4",
+        "--global-batch-size",
+        str(GBS),
+        "--lr",
+        "3e-4",
+        "--train-iters",
+        "40",
+        "--eval-interval",
+        "20",
+        "--eval-iters",
+        "1",
+        "--seed",
+        "1234",
+        "--data-cache-path",
+        "mcore_cache",
+        "--json",
+    ]
     plan = _same(pythons, argv, inputs["dir"], version_note=MCORE == "0.16.1")
     assert plan["consumed_samples"] == {"train": 320, "valid": 24, "test": 8}
     assert [w["code"] for w in plan["warnings"] if w["code"].startswith("cache")] == ["cache-foreign"]
     assert f"({data}/books)" in next(w["text"] for w in plan["warnings"] if w["code"] == "cache-foreign")
     train = _train(plan)
-    assert [(train[n]["samples_per_epoch"], train[n]["samples_drawn"]) for n in ("web", "code")] == \
-        [(308, 213), (102, 107)]
+    assert [(train[n]["samples_per_epoch"], train[n]["samples_drawn"]) for n in ("web", "code")] == [
+        (308, 213),
+        (102, 107),
+    ]
     audit = _same(pythons, ["audit", "mcore_cache", "--consumed", "320", "--json", "--no-progress"], inputs["dir"])
     built = {(os.path.basename(i["data_prefix"]), i["split"]): i for i in audit["indexes"]}
     assert [built[(n, "train")]["samples_per_epoch"] for n in ("web", "code")] == [308, 102]
@@ -220,8 +279,9 @@ def test_audit_of_a_megatron_core_cache(pythons: dict[str, str], inputs: dict[st
     assert (len(audit["indexes"]), sorted(b["split"] for b in audit["blends"])) == (9, ["test", "train", "valid"])
     train = next(b for b in audit["blends"] if b["split"] == "train")
     assert (train["consumed_samples"], train["size"]) == (320, 321)
-    got = [(s["draws_consumed"], s["samples_per_epoch"], s["epochs"], s["second_pass_sample"])
-           for s in train["sources"]]
+    got = [
+        (s["draws_consumed"], s["samples_per_epoch"], s["epochs"], s["second_pass_sample"]) for s in train["sources"]
+    ]
     assert got == [(213, 308, 1, None), (107, 102, 2, 307)]
 
 
@@ -232,8 +292,11 @@ def test_audit_of_a_neox_cache(pythons: dict[str, str], inputs: dict[str, str]) 
     audit = _same(pythons, ["audit", cache, "--consumed", "600", "--json", "--no-progress"], inputs["dir"])
     a = next(i for i in audit["indexes"] if os.path.basename(i["data_prefix"]) == "corpus_a")
     assert (a["epochs"], a["samples"], a["tokens"], a["documents"]) == (2, 4621, 147903, 1000)
-    assert a["exposure"]["token_exposures"] == 600 * 64 and a["exposure"]["tokens"] == {"0": 111980, "1": 33446,
-                                                                                        "2": 2477}
+    assert a["exposure"]["token_exposures"] == 600 * 64 and a["exposure"]["tokens"] == {
+        "0": 111980,
+        "1": 33446,
+        "2": 2477,
+    }
     assert all(i["findings"] == [] for i in audit["indexes"])
 
 
@@ -247,8 +310,10 @@ def test_resume_check_with_another_batch_size(pythons: dict[str, str], inputs: d
     assert (code["name"], code["skipped_samples"], code["skipped_tokens"]) == ("code", 62, 62 * SEQ)
     # the exposure of each source over the whole run: its draws times 32 tokens, resumed and continued alike
     exposure = out["exposure"]
-    assert [(exposure[n]["resumed"]["token_exposures"], exposure[n]["continued"]["token_exposures"])
-            for n in ("web", "code")] == [(195 * SEQ, 195 * SEQ), (125 * SEQ, 125 * SEQ)]
+    assert [
+        (exposure[n]["resumed"]["token_exposures"], exposure[n]["continued"]["token_exposures"])
+        for n in ("web", "code")
+    ] == [(195 * SEQ, 195 * SEQ), (125 * SEQ, 125 * SEQ)]
     assert exposure["web"]["resumed"]["tokens"] == {"0": 5122, "1": 5043, "2": 552, "3": 31}
 
 

@@ -23,8 +23,9 @@ def _config(rng: random.Random) -> tuple[StagesConfig, dict[str, int], int]:
     stages = []
     for k in range(rng.randint(2, 5)):
         named = rng.sample(sources, rng.randint(1, len(sources)))
-        stages.append({"name": f"st{k}", "passes": {s: rng.choice([0.25, 0.5, 1, 1.5, 2, rng.uniform(0.05, 2.5)])
-                                                    for s in named}})
+        stages.append(
+            {"name": f"st{k}", "passes": {s: rng.choice([0.25, 0.5, 1, 1.5, 2, rng.uniform(0.05, 2.5)]) for s in named}}
+        )
     batch = rng.choice([1, 2, 3, 4, 7, 8, 16, 32, 64, 100, 128, 256, 512])
     return StagesConfig.from_mapping({"stages": stages}), spe, batch
 
@@ -61,7 +62,7 @@ def _check(config: StagesConfig, spe: dict[str, int], batch: int) -> None:
     which, position = draw_order(counts, starts)
     for st in plan.stages:
         own = {index[d.source] for d in st.draws if d.draws}
-        assert set(np.unique(which[st.first_iteration * batch:st.end_iteration * batch]).tolist()) <= own
+        assert set(np.unique(which[st.first_iteration * batch : st.end_iteration * batch]).tolist()) <= own
     for s, k in index.items():  # each source in its own order, once each: position p of pass p // N
         got = position[which == k]
         assert got.tolist() == list(range(drawn[s]))
@@ -79,24 +80,35 @@ def test_random_stage_configs_never_overshoot() -> None:
     assert refusals == []  # every stage here is drawable: none refused
 
 
-@pytest.mark.parametrize(("passes", "spe", "want"), [
-    # issue 37: totals 196, 232, 308 samples, all drawn exactly
-    ([{"src0": 0.5, "src1": 0.5}, {"src0": 0.5, "src2": 1}, {"src1": 1.5, "src2": 1}], {"src0": 196, "src1": 116,
-     "src2": 154}, ([39, 63, 82], {"src0": 196, "src1": 232, "src2": 308})),
-    # issue 35: the last stage was rounded up to 316 (one sample of src1 and src2 a third time); now down
-    ([{"src0": 0.5, "src1": 0.5, "src2": 1}, {"src0": 0.5, "src1": 1.5, "src2": 1}], {"src0": 197, "src1": 117,
-     "src2": 155}, ([78, 107], {"src0": 197, "src1": 233, "src2": 310})),
-])
-def test_stage_rounding_examples(passes: list[dict[str, float]], spe: dict[str, int],
-                                 want: tuple[list[int], dict[str, int]]) -> None:
+@pytest.mark.parametrize(
+    ("passes", "spe", "want"),
+    [
+        # issue 37: totals 196, 232, 308 samples, all drawn exactly
+        (
+            [{"src0": 0.5, "src1": 0.5}, {"src0": 0.5, "src2": 1}, {"src1": 1.5, "src2": 1}],
+            {"src0": 196, "src1": 116, "src2": 154},
+            ([39, 63, 82], {"src0": 196, "src1": 232, "src2": 308}),
+        ),
+        # issue 35: the last stage was rounded up to 316 (one sample of src1 and src2 a third time); now down
+        (
+            [{"src0": 0.5, "src1": 0.5, "src2": 1}, {"src0": 0.5, "src1": 1.5, "src2": 1}],
+            {"src0": 197, "src1": 117, "src2": 155},
+            ([78, 107], {"src0": 197, "src1": 233, "src2": 310}),
+        ),
+    ],
+)
+def test_stage_rounding_examples(
+    passes: list[dict[str, float]], spe: dict[str, int], want: tuple[list[int], dict[str, int]]
+) -> None:
     config = StagesConfig.from_mapping({"stages": [{"name": f"st{k}", "passes": p} for k, p in enumerate(passes)]})
     plan = plan_stages(config, spe, 4)
     assert ([st.iterations for st in plan.stages], plan.total_draws()) == want
 
 
 def test_last_stage_remainder_is_named() -> None:
-    config = StagesConfig.from_mapping({"stages": [{"name": "a", "passes": {"x": 0.5, "y": 0.5}},
-                                                   {"name": "b", "passes": {"x": 0.5, "y": 0.5}}]})
+    config = StagesConfig.from_mapping(
+        {"stages": [{"name": "a", "passes": {"x": 0.5, "y": 0.5}}, {"name": "b", "passes": {"x": 0.5, "y": 0.5}}]}
+    )
     plan = plan_stages(config, {"x": 11, "y": 11}, 4)
     assert plan.total_draws() == {"x": 10, "y": 10}
     assert [st.iterations for st in plan.stages] == [3, 2]

@@ -38,11 +38,24 @@ def _neox_config(tmp: Path, decay: dict[str, str] | None, **keys: Any) -> Path:
     block: dict[str, Any] = {"stages": STAGES, "max_passes": 2}
     if decay is not None:
         block["decay"] = decay
-    cfg = {"seq_length": 128, "train_micro_batch_size_per_gpu": 2, "global_num_gpus": 2, "num_gpus": 2,
-           "train_data_paths": [str(tmp / n) for n in "abc"], "train_data_weights": [1, 1, 1],
-           "valid_data_paths": [str(tmp / "a")], "test_data_paths": [str(tmp / "a")], "valid_data_weights": [1],
-           "test_data_weights": [1], "eval_interval": 1000, "eval_iters": 0, "optimizer": {"type": "Adam", "params": {"lr": 0.001}},
-           "min_lr": 0.0001, **keys, "neox_epoch": block}
+    cfg = {
+        "seq_length": 128,
+        "train_micro_batch_size_per_gpu": 2,
+        "global_num_gpus": 2,
+        "num_gpus": 2,
+        "train_data_paths": [str(tmp / n) for n in "abc"],
+        "train_data_weights": [1, 1, 1],
+        "valid_data_paths": [str(tmp / "a")],
+        "test_data_paths": [str(tmp / "a")],
+        "valid_data_weights": [1],
+        "test_data_weights": [1],
+        "eval_interval": 1000,
+        "eval_iters": 0,
+        "optimizer": {"type": "Adam", "params": {"lr": 0.001}},
+        "min_lr": 0.0001,
+        **keys,
+        "neox_epoch": block,
+    }
     path = tmp / f"staged-{len(list(tmp.glob('staged-*.yml')))}.yml"
     path.write_text(json.dumps(cfg))
     return path
@@ -54,9 +67,13 @@ def _plan_json(path: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]
 
 
 def _neox_truth(args: dict[str, Any], at: list[int]) -> dict[str, Any]:
-    proc = subprocess.run([frameworks.neox_python(), os.path.join(HERE, "neox_lr_truth.py"),
-                           json.dumps({"args": args, "at": at})], cwd=frameworks.neox_dir(), capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        [frameworks.neox_python(), os.path.join(HERE, "neox_lr_truth.py"), json.dumps({"args": args, "at": at})],
+        cwd=frameworks.neox_dir(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -71,15 +88,29 @@ def test_neox_decay_until_a_stage_equals_neox_scheduler(tmp_path: Path, capsys: 
     sched = until["stages"]["lr_schedule"]
     assert sched["settings"] == {"lr_decay_iters": 52} and sched["warmup_iters"] == 5.2
     assert [(p["iteration"], p["lr"]) for p in sched["points"]] == [
-        (0, 0.001 / 5.2), (24, 0.001 * (46.8 - 18.8) / 46.8), (52, 0.0001), (91, 0.0001)]
+        (0, 0.001 / 5.2),
+        (24, 0.001 * (46.8 - 18.8) / 46.8),
+        (52, 0.0001),
+        (91, 0.0001),
+    ]
     plain = _plan_json(_neox_config(tmp_path, None, warmup=0.01, lr_decay_style="cosine"), capsys)
     psched = plain["stages"]["lr_schedule"]
-    assert psched["settings"] == {} and psched["decay_end"] == 92 and "lr_decay_iters" not in plain["settings"][
-        "neox_overlay"]
+    assert (
+        psched["settings"] == {}
+        and psched["decay_end"] == 92
+        and "lr_decay_iters" not in plain["settings"]["neox_overlay"]
+    )
     for data, style, warmup in ((until, "linear", 0.1), (plain, "cosine", 0.01)):
         s = data["stages"]["lr_schedule"]
-        args = {"train_iters": 92, "lr_decay_iters": data["settings"]["neox_overlay"].get("lr_decay_iters"),
-                "lr_decay_fraction": None, "warmup": warmup, "lr": 0.001, "min_lr": 0.0001, "lr_decay_style": style}
+        args = {
+            "train_iters": 92,
+            "lr_decay_iters": data["settings"]["neox_overlay"].get("lr_decay_iters"),
+            "lr_decay_fraction": None,
+            "warmup": warmup,
+            "lr": 0.001,
+            "min_lr": 0.0001,
+            "lr_decay_style": style,
+        }
         real = _neox_truth(args, [p["iteration"] for p in s["points"]])
         assert real["end_iter"] == s["decay_end"] and real["warmup_iter"] == s["warmup_iters"]
         assert {str(p["iteration"]): p["lr"] for p in s["points"]} == real["lr_at"]
@@ -98,9 +129,12 @@ def test_decay_config_errors() -> None:
     ok = StagesConfig.from_mapping({"stages": STAGES, "decay": {"from_stage": "two", "until_stage": "three"}})
     assert ok.decay is not None and ok.decay.to_mapping() == {"from_stage": "two", "until_stage": "three"}
     assert "decay" not in ok.to_mapping()  # not in the data fingerprint
-    cases = [({"from_stage": "tree"}, "decay.from_stage: 'tree' is not a stage (did you mean"),
-             ({"from_stage": "three", "until_stage": "two"}, "decay: from_stage 'three' comes after until_stage 'two'"),
-             ({"until": "two"}, "decay: unknown key 'until'"), ("two", "decay: expected a mapping")]
+    cases = [
+        ({"from_stage": "tree"}, "decay.from_stage: 'tree' is not a stage (did you mean"),
+        ({"from_stage": "three", "until_stage": "two"}, "decay: from_stage 'three' comes after until_stage 'two'"),
+        ({"until": "two"}, "decay: unknown key 'until'"),
+        ("two", "decay: expected a mapping"),
+    ]
     for decay, text in cases:
         with pytest.raises(ConfigError, match=None) as err:
             StagesConfig.from_mapping({"stages": STAGES, "decay": decay})
@@ -119,8 +153,9 @@ def test_pure_schedulers_match_their_sources() -> None:
     assert mcore_lr(80, 1.0, 0.0, 0, 100, "WSD", 40, "linear") == 0.5
     plan = plan_stages(StagesConfig.from_mapping({"stages": STAGES}), {"a": 96, "b": 64, "c": 48}, 4)
     with pytest.raises(ConfigError, match="inside the warmup"):
-        mcore_stage_schedule(plan, StagesConfig.from_mapping({"stages": STAGES, "decay": {"from_stage": "two"}}).decay,
-                             warmup_iters=30)
+        mcore_stage_schedule(
+            plan, StagesConfig.from_mapping({"stages": STAGES, "decay": {"from_stage": "two"}}).decay, warmup_iters=30
+        )
 
 
 def test_mcore_wsd_from_a_stage_equals_megatron_lm(tmp_path: Path) -> None:
@@ -139,26 +174,49 @@ def test_mcore_wsd_from_a_stage_equals_megatron_lm(tmp_path: Path) -> None:
     for name, seed, docs in (("a", 1, 40), ("b", 2, 30), ("c", 3, 20)):
         prefixes.append(str(tmp_path / name))
         write_random_corpus(prefixes[-1], seed, docs)
-    model = ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --max-position-embeddings 32 --lr 1e-3 "
-             "--min-lr 1e-5 --tokenizer-type NullTokenizer --vocab-size 65000 --seq-length 32 --micro-batch-size 1 "
-             "--split 100,0,0 --eval-iters 0 --eval-interval 1000 --seed 1234 --global-batch-size 4").split()
-    runs = {"wsd": ({"from_stage": "s3"}, {"warmup_iters": 3, "wsd_style": "linear"}),
-            "until": ({"until_stage": "s2"}, {"warmup_fraction": 0.1, "style": "cosine"})}
+    model = (
+        "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --max-position-embeddings 32 --lr 1e-3 "
+        "--min-lr 1e-5 --tokenizer-type NullTokenizer --vocab-size 65000 --seq-length 32 --micro-batch-size 1 "
+        "--split 100,0,0 --eval-iters 0 --eval-interval 1000 --seed 1234 --global-batch-size 4"
+    ).split()
+    runs = {
+        "wsd": ({"from_stage": "s3"}, {"warmup_iters": 3, "wsd_style": "linear"}),
+        "until": ({"until_stage": "s2"}, {"warmup_fraction": 0.1, "style": "cosine"}),
+    }
     cases, schedules = [], {}
     for label, (decay, opts) in runs.items():
         setup = exact_stages(gpt_config(prefixes, str(tmp_path / "cache")), {**ISSUE, "decay": decay}, 4)
         sched = setup.lr_schedule(lr=1e-3, min_lr=1e-5, **opts)
         schedules[label] = sched
-        own = (["--lr-warmup-iters", str(opts["warmup_iters"]), "--lr-wsd-decay-style", "linear"]
-               if "warmup_iters" in opts else ["--lr-warmup-fraction", "0.1", "--lr-decay-style", "cosine"])
+        own = (
+            ["--lr-warmup-iters", str(opts["warmup_iters"]), "--lr-wsd-decay-style", "linear"]
+            if "warmup_iters" in opts
+            else ["--lr-warmup-fraction", "0.1", "--lr-decay-style", "cosine"]
+        )
         flags = [str(x) for k, v in sched.settings.items() for x in (k, v)]
         argv = [*model, "--train-iters", str(setup.train_iters), "--data-path", *prefixes, *own, *flags]
-        cases.append({"id": label, "argv": argv, "world_size": 1, "cache_dir": str(tmp_path), "build": False,
-                      "lr_at": [it for _, it, _ in sched.points]})
-    assert schedules["wsd"].settings == {"--lr-decay-iters": 125, "--lr-decay-style": "WSD",
-                                         "--lr-wsd-decay-iters": 58, "--lr-wsd-decay-style": "linear"}
+        cases.append(
+            {
+                "id": label,
+                "argv": argv,
+                "world_size": 1,
+                "cache_dir": str(tmp_path),
+                "build": False,
+                "lr_at": [it for _, it, _ in sched.points],
+            }
+        )
+    assert schedules["wsd"].settings == {
+        "--lr-decay-iters": 125,
+        "--lr-decay-style": "WSD",
+        "--lr-wsd-decay-iters": 58,
+        "--lr-wsd-decay-style": "linear",
+    }
     assert [(it, lr) for _, it, lr in schedules["wsd"].points] == [
-        (0, 0.0), (31, 0.001), (67, 0.001), (124, 1e-05 + (1 - 57 / 58) * (0.001 - 1e-05))]
+        (0, 0.0),
+        (31, 0.001),
+        (67, 0.001),
+        (124, 1e-05 + (1 - 57 / 58) * (0.001 - 1e-05)),
+    ]
     assert schedules["until"].settings == {"--lr-decay-iters": 67}
     assert [it for _, it, _ in schedules["until"].points] == [0, 31, 67, 124]
     truth = {c["id"]: c for c in env.run_truth(cases, str(tmp_path / "work"), timeout=300)["cases"]}
@@ -171,8 +229,9 @@ def test_mcore_wsd_from_a_stage_equals_megatron_lm(tmp_path: Path) -> None:
 
 
 @frameworks.needs_stack("today")
-def test_megatron_lm_phases_decay_from_a_phase_equals_megatron_lm(tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_megatron_lm_phases_decay_from_a_phase_equals_megatron_lm(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Exact phases (the issue's passes, global batch 3: phases of 41, 68, 78 iterations) with --decay-from-phase 3:
     every phase's flags carry one WSD schedule in samples; phase 3's launch line, run through Megatron-LM's own
     get_optimizer_param_scheduler, gives the plan's rate at each phase's first iteration."""
@@ -187,20 +246,42 @@ def test_megatron_lm_phases_decay_from_a_phase_equals_megatron_lm(tmp_path: Path
         write_random_corpus(str(tmp_path / name), seed, docs)
     d = {n: str(tmp_path / n) for n in "abc"}
     version = "0.19.2"
-    base = line("--train-samples", "504", "--phase-transition-iterations", "31,67", "--data-path", d["a"],
-                "--lr-warmup-samples", "9", "--lr-wsd-decay-style", "cosine", gbs=3)
-    exact, _ = exact_phases(base, {2: ["--data-path", d["a"], d["b"]], 3: ["--data-path", d["b"], d["c"]]}, version,
-                            {1: {"a": 1.0}, 2: {"a": 1.0, "b": 1.0}, 3: {"b": 1.0, "c": 2.0}}, {"from": 3})
+    base = line(
+        "--train-samples",
+        "504",
+        "--phase-transition-iterations",
+        "31,67",
+        "--data-path",
+        d["a"],
+        "--lr-warmup-samples",
+        "9",
+        "--lr-wsd-decay-style",
+        "cosine",
+        gbs=3,
+    )
+    exact, _ = exact_phases(
+        base,
+        {2: ["--data-path", d["a"], d["b"]], 3: ["--data-path", d["b"], d["c"]]},
+        version,
+        {1: {"a": 1.0}, 2: {"a": 1.0, "b": 1.0}, 3: {"b": 1.0, "c": 2.0}},
+        {"from": 3},
+    )
     sched = exact[0].lr_schedule
     assert sched is not None and all(p.lr_schedule == sched for p in exact)
-    wanted = ("--lr-decay-samples 561 --lr-decay-style WSD --lr-wsd-decay-samples 234 --lr-wsd-decay-style cosine")
+    wanted = "--lr-decay-samples 561 --lr-decay-style WSD --lr-wsd-decay-samples 234 --lr-wsd-decay-style cosine"
     assert all(wanted in p.flags for p in exact)
     last = 0.5 * (math.cos(math.pi * 231 / 234) + 1.0) * 1e-4  # 186 * 3 = 558 samples, 231 into the 234 of WSD
     assert [(it, lr) for _, it, lr in sched.points] == [(0, 0.0), (41, 1e-4), (109, 1e-4), (186, last)]
     phase3 = without(base, ["--data-path"]) + exact[2].flags.split()
     phase3 = [t.replace("82.0", "82").replace("152.0", "152") for t in phase3]
-    case = {"id": "phase-3", "argv": phase3, "world_size": 1, "cache_dir": str(tmp_path), "build": False,
-            "lr_at": [it for _, it, _ in sched.points]}
+    case = {
+        "id": "phase-3",
+        "argv": phase3,
+        "world_size": 1,
+        "cache_dir": str(tmp_path),
+        "build": False,
+        "lr_at": [it for _, it, _ in sched.points],
+    }
     real = env.run_truth([case], str(tmp_path / "work"), timeout=300)["cases"][0]
     assert real["refusal"] is None, real["refusal"]
     assert real["scheduler"]["lr_decay_steps"] == 561 and real["scheduler"]["wsd_decay_steps"] == 234

@@ -24,8 +24,14 @@ from neox_epoch.plan.planner import make_plan
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = [1000] * 95 + [1745]
-BASE = {"seq_length": 8, "train_batch_size": 4, "train_micro_batch_size_per_gpu": 4, "warmup": 0.01,
-        "eval_interval": 1000, "eval_iters": 10}
+BASE = {
+    "seq_length": 8,
+    "train_batch_size": 4,
+    "train_micro_batch_size_per_gpu": 4,
+    "warmup": 0.01,
+    "eval_interval": 1000,
+    "eval_iters": 10,
+}
 
 
 @pytest.fixture
@@ -72,8 +78,9 @@ def plan_files(files: list[str]) -> int:
 # refusals: nothing is written, the inputs are untouched
 
 
-def test_refuses_an_input_file_by_any_spelling(small: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_refuses_an_input_file_by_any_spelling(
+    small: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The reported bug: --write-config configs/local_setup.yml overwrote the input. Same real path is refused,
     whether spelled the same, with ./, or through a symlink."""
     cfg = write_cfg(tmp_path / "configs" / "local_setup.yml", paths_cfg(small, neox_epoch={"epochs": 1}))
@@ -96,8 +103,9 @@ def test_refuses_an_input_file_name(small: str, tmp_path: Any, capsys: pytest.Ca
     assert not out.exists()
 
 
-def test_refuses_a_directory_and_a_missing_directory(small: str, tmp_path: Any,
-                                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_refuses_a_directory_and_a_missing_directory(
+    small: str, tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A directory is not a file; a missing parent is an error, not silently created."""
     cfg = write_cfg(tmp_path / "run.yml", paths_cfg(small, neox_epoch={"epochs": 1}))
     code, _, err = run([cfg, "--write-config", str(tmp_path)], capsys)
@@ -108,8 +116,9 @@ def test_refuses_a_directory_and_a_missing_directory(small: str, tmp_path: Any,
     assert not missing.parent.exists()
 
 
-def test_overlay_replaces_keys_the_inputs_set_with_the_dash_spelling(small: str, tmp_path: Any,
-                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_overlay_replaces_keys_the_inputs_set_with_the_dash_spelling(
+    small: str, tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The reported bug: train_iters and lr_decay_iters set in the input (as every real Pythia/StableLM config
     does) made --write-config refuse. NeoX's from_ymls checks a later file's key as written against the keys
     loaded so far (stored with '_'), so the overlay writes them as train-iters / lr-decay-iters, which replace
@@ -133,19 +142,33 @@ def test_overlay_names_the_input_line_when_no_spelling_replaces_a_key(tmp_path: 
 
     cfg = load_neox_configs([write_cfg(tmp_path / "run.yml", {"warmup": 0.01, "train_iters": 5})], check_keys=False)
     assert overlay_spelling(cfg, {"train_iters": 7, "eval_interval": 3}, "W") == {"train-iters": 7, "eval_interval": 3}
-    with pytest.raises(ConfigError, match=r"W: .*run.yml: warmup: 0.01; the plan needs 0.02.*change that line to "
-                       r"warmup: 0.02"):
+    with pytest.raises(
+        ConfigError,
+        match=r"W: .*run.yml: warmup: 0.01; the plan needs 0.02.*change that line to "
+        r"warmup: 0.02",
+    ):
         overlay_spelling(cfg, {"warmup": 0.02}, "W")
 
 
-@pytest.mark.parametrize(("flags", "message"), [
-    (["--full"], "--full: goes with --write-config"),
-    (["--epochs", "1", "--seq-length", "16", "--write-config", "o.yml"], "--seq-length 16 overrides the config files"),
-    (["--write-config", "o.yml"], "writes the config of an exact plan; add --epochs N"),
-])
-def test_refuses_requests_that_cannot_give_a_correct_file(small: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
-                                                          capsys: pytest.CaptureFixture[str], flags: list[str],
-                                                          message: str) -> None:
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--full"], "--full: goes with --write-config"),
+        (
+            ["--epochs", "1", "--seq-length", "16", "--write-config", "o.yml"],
+            "--seq-length 16 overrides the config files",
+        ),
+        (["--write-config", "o.yml"], "writes the config of an exact plan; add --epochs N"),
+    ],
+)
+def test_refuses_requests_that_cannot_give_a_correct_file(
+    small: str,
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    flags: list[str],
+    message: str,
+) -> None:
     """--full alone, a flag the written file could not carry, or no exact plan to write."""
     monkeypatch.chdir(tmp_path)
     cfg = write_cfg(tmp_path / "run.yml", paths_cfg(small, train_iters=10))
@@ -176,13 +199,22 @@ def test_overlay_header_and_round_trip(small: str, tmp_path: Any, capsys: pytest
     assert [f for f in os.listdir(tmp_path) if f.endswith(".tmp")] == []  # atomic: no temp file left
 
 
-def test_full_config_replaces_train_iters_and_the_schedule(small: str, tmp_path: Any,
-                                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_full_config_replaces_train_iters_and_the_schedule(
+    small: str, tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Two input files (NeoX merges them; a key in two files is an error) with train_iters 320000 and
     lr_decay_iters 320000: --full writes one file with train_iters 3023 and lr_decay_iters 3023 in place of the
     old values (not duplicated), the block, and every other key; it loads and plans to 3023 again."""
-    model = write_cfg(tmp_path / "model.yml", {"train_iters": 320000, "lr_decay_iters": 320000, "lr_decay_style": "cosine",
-                                               "save": "ckpt", "checkpoint_factor": 10000})
+    model = write_cfg(
+        tmp_path / "model.yml",
+        {
+            "train_iters": 320000,
+            "lr_decay_iters": 320000,
+            "lr_decay_style": "cosine",
+            "save": "ckpt",
+            "checkpoint_factor": 10000,
+        },
+    )
     setup = write_cfg(tmp_path / "local_setup.yml", paths_cfg(small))
     out = tmp_path / "exact_full.yml"
     code, stdout, err = run([model, setup, "--epochs", "1", "--write-config", str(out), "--full"], capsys)
@@ -233,8 +265,9 @@ def stock(args: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, Any]
     return dict(json.loads(out)["settings"]["stock_neox_exact"])
 
 
-def test_stock_neox_exact_for_one_source(demo_dir: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
-                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_stock_neox_exact_for_one_source(
+    demo_dir: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """one_source_one_epoch.yml (train_data_paths): stock NeoX asks ceil(1232 * 1.005) = 1239 > 1234 samples per
     epoch and builds 2 epochs; with data_path, split 100,0,0 and train_iters 77 it asks 77 * 16 = 1232, builds one
     epoch and draws the plan's 1232. Checked by planning that stock config (no block) again."""
@@ -251,16 +284,18 @@ def test_stock_neox_exact_for_one_source(demo_dir: Any, tmp_path: Any, monkeypat
     assert "stock NeoX without neox-epoch:\n  exact with data_path: 'demo/data/web_text_document'" in out
 
 
-def test_stock_neox_exact_for_data_path_split(demo_dir: Any, monkeypatch: pytest.MonkeyPatch,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_stock_neox_exact_for_data_path_split(
+    demo_dir: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """data_path_split.yml is already data_path mode: the config as it is, with train_iters 292, is exact."""
     monkeypatch.chdir(demo_dir)
     got = stock(["configs/data_path_split.yml"], capsys)
     assert got["exact"] is True and got["config"]["split"] == "949,50,1" and got["config"]["train_iters"] == 292
 
 
-def test_stock_neox_not_exact_for_a_blend_or_two_passes(demo_dir: Any, monkeypatch: pytest.MonkeyPatch,
-                                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_stock_neox_not_exact_for_a_blend_or_two_passes(
+    demo_dir: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A blend always has the 1.005 factor; two passes of one source build a 2-epoch index: never claimed."""
     monkeypatch.chdir(demo_dir)
     got = stock(["configs/blend_per_source_epochs.yml"], capsys)
@@ -269,27 +304,38 @@ def test_stock_neox_not_exact_for_a_blend_or_two_passes(demo_dir: Any, monkeypat
     assert got["exact"] is False and "holds 2 epochs shuffled together, not one" in got["why"]
 
 
-def test_weight_by_num_documents_exact_mode_writes_explicit_weights(small: str, fixed_corpus: Any, tmp_path: Any,
-                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_weight_by_num_documents_exact_mode_writes_explicit_weights(
+    small: str, fixed_corpus: Any, tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The reported case: weight_by_num_documents: true (with weighted_sampler_alpha) made exact mode fail with
     "no float weights found ... use megatron-core's exhaustive blending". NeoX's document-count weights cannot
     draw one pass of each source; exact mode now finds explicit weights, writes them in the block with
     weight-by-num-documents: false (the dash spelling replaces the input's key), and says so. Without exact
     mode the plan keeps NeoX's document-count weights."""
     other = fixed_corpus("other", [300] * 200 + [77])
-    cfg = write_cfg(tmp_path / "run.yml", {
-        "train_data_paths": [small, other], "valid_data_paths": [small], "test_data_paths": [small], **BASE,
-        "weight-by-num-documents": True, "weighted_sampler_alpha": 0.5})
+    cfg = write_cfg(
+        tmp_path / "run.yml",
+        {
+            "train_data_paths": [small, other],
+            "valid_data_paths": [small],
+            "test_data_paths": [small],
+            **BASE,
+            "weight-by-num-documents": True,
+            "weighted_sampler_alpha": 0.5,
+        },
+    )
     out = tmp_path / "exact.yml"
     code, stdout, err = run([cfg, "--epochs", "1", "--write-config", str(out), "--json"], capsys)
     assert code == 0, err
     plan = json.loads(stdout)
-    assert any(w["code"] == "exact-weights" and "weight_by_num_documents: true -> false" in w["text"]
-               for w in plan["warnings"]), plan["warnings"]
+    assert any(
+        w["code"] == "exact-weights" and "weight_by_num_documents: true -> false" in w["text"] for w in plan["warnings"]
+    ), plan["warnings"]
     data = yaml.safe_load(out.read_text())
     assert data["weight-by-num-documents"] is False and len(data["neox_epoch"]["weights"]) == 2
-    assert [s["samples_drawn"] for s in plan["sources"] if s["split"] == "train"] == \
-        list(data["neox_epoch"]["targets"].values())
+    assert [s["samples_drawn"] for s in plan["sources"] if s["split"] == "train"] == list(
+        data["neox_epoch"]["targets"].values()
+    )
     assert plan_files([cfg, str(out)]) == data["train_iters"] == plan["train_iters"]
     full = tmp_path / "full.yml"
     assert run([cfg, "--epochs", "1", "--write-config", str(full), "--full"], capsys)[0] == 0
@@ -300,13 +346,16 @@ def test_weight_by_num_documents_exact_mode_writes_explicit_weights(small: str, 
     assert not any(w["code"] == "exact-weights" for w in json.loads(stdout)["warnings"])
 
 
-def test_a_prefix_listed_twice_in_a_blend_is_named(small: str, tmp_path: Any,
-                                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_prefix_listed_twice_in_a_blend_is_named(
+    small: str, tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The reported case: a prefix listed twice in a blend showed two rows of ~1 pass each. It is now one row (its
     draws summed, the distinct ones beside them: both copies are built for one epoch, so NeoX gives them one
     shuffle and the larger copy's draws are all that is distinct) and a `repeated-prefix` warning names it."""
-    cfg = write_cfg(tmp_path / "run.yml", {**paths_cfg(small), "train_data_paths": [small, small],
-                                           "train_data_weights": [1, 1], "train_iters": 3000})
+    cfg = write_cfg(
+        tmp_path / "run.yml",
+        {**paths_cfg(small), "train_data_paths": [small, small], "train_data_weights": [1, 1], "train_iters": 3000},
+    )
     code, stdout, err = run([cfg, "--json"], capsys)
     assert code == 0, err
     plan = json.loads(stdout)
@@ -317,7 +366,10 @@ def test_a_prefix_listed_twice_in_a_blend_is_named(small: str, tmp_path: Any,
     assert found == [
         f"train: {small} is listed 2 times in the blend: NeoX builds 2 datasets with the same shuffle, so the later "
         f"copies re-train the first samples: 6000 distinct of 12000 drawn ({6000 / spe:.4f} of {12000 / spe:.4f} "
-        "passes); list it once with the weights added"], found
+        "passes); list it once with the weights added"
+    ], found
     assert rows[0]["passes"] == round(12000 / spe, 6)
-    code, stdout, _ = run([write_cfg(tmp_path / "one.yml", {**paths_cfg(small), "train_iters": 3000}), "--json"], capsys)
+    code, stdout, _ = run(
+        [write_cfg(tmp_path / "one.yml", {**paths_cfg(small), "train_iters": 3000}), "--json"], capsys
+    )
     assert code == 0 and not [w for w in json.loads(stdout)["warnings"] if w["code"] == "repeated-prefix"]

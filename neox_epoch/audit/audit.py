@@ -62,9 +62,14 @@ class AuditResult:
         return [f for report in [*self.indexes, *self.blends] for f in report.findings]
 
     def to_json(self) -> dict[str, Any]:
-        return {"consumed_samples": self.consumed_samples, "global_batch_size": self.global_batch_size,
-                "indexes": [r.to_json() for r in self.indexes], "blends": [b.to_json() for b in self.blends],
-                "findings": [f.to_json() for f in self.findings], "notes": list(self.notes)}
+        return {
+            "consumed_samples": self.consumed_samples,
+            "global_batch_size": self.global_batch_size,
+            "indexes": [r.to_json() for r in self.indexes],
+            "blends": [b.to_json() for b in self.blends],
+            "findings": [f.to_json() for f in self.findings],
+            "notes": list(self.notes),
+        }
 
 
 def _is_train(split: str) -> bool:
@@ -95,16 +100,23 @@ def _group_for_stem(stem: str) -> names.CacheGroup | None:
         entries = sorted(os.listdir(directory or "."))
     except OSError:
         return None
-    files = [f for f in (names.parse_name(os.path.join(directory, n)) for n in entries if n.startswith(base + "-"))
-             if f is not None and f.stem == stem]
+    files = [
+        f
+        for f in (names.parse_name(os.path.join(directory, n)) for n in entries if n.startswith(base + "-"))
+        if f is not None and f.stem == stem
+    ]
     return next(iter(names.group_files(files)), None)  # (one stem: at most one group)
 
 
 Routes = dict[str, ConsumptionFor]
 
 
-def run_audit(groups: list[names.CacheGroup], options: AuditOptions, progress: Progress | None = None,
-              manifest: ManifestSink | None = None) -> AuditResult:
+def run_audit(
+    groups: list[names.CacheGroup],
+    options: AuditOptions,
+    progress: Progress | None = None,
+    manifest: ManifestSink | None = None,
+) -> AuditResult:
     """Audit every group; never raises for damaged files (they become findings)."""
     progress = progress or Progress()
     result = AuditResult(consumed_samples=options.consumed, global_batch_size=options.global_batch_size)
@@ -114,8 +126,10 @@ def run_audit(groups: list[names.CacheGroup], options: AuditOptions, progress: P
         return position // batch + 1 if batch else None
 
     other = [g for g in groups if not g.is_blend and g.kind == names.MCORE and g.dataset_class != "GPTDataset"]
-    result.notes += [f"{group.stem}: {group.dataset_class} caches are not audited (GPTDataset and BlendedDataset only)"
-                     for group in other]
+    result.notes += [
+        f"{group.stem}: {group.dataset_class} caches are not audited (GPTDataset and BlendedDataset only)"
+        for group in other
+    ]
     gpt = [g for g in groups if not g.is_blend and g not in other]
     routes: Routes = {}
     no_exposure: dict[str, str] = {}
@@ -130,9 +144,14 @@ def run_audit(groups: list[names.CacheGroup], options: AuditOptions, progress: P
     for group in gpt:
         progress.describe(os.path.basename(group.stem))
         reports[group.stem] = report = audit_index(
-            group, resolve_prefix=resolve, add_extra_token=options.add_extra_token,
+            group,
+            resolve_prefix=resolve,
+            add_extra_token=options.add_extra_token,
             consumption_for=None if group.stem in no_exposure else routes.get(group.stem, standalone),
-            manifest=manifest, progress=progress, iteration_of=iteration_of)
+            manifest=manifest,
+            progress=progress,
+            iteration_of=iteration_of,
+        )
         if group.stem in no_exposure:
             report.notes.append("exposure not computed: " + no_exposure[group.stem])
     result.indexes.extend(reports.values())
@@ -147,9 +166,15 @@ def _drawn(prefixes: list[tuple[int, int]], positions: np.ndarray | None = None)
     return lambda split, length: Consumption.from_prefixes(length, prefixes, positions=positions, period=0)
 
 
-def _route_mcore_blends(groups: list[names.CacheGroup], gpt: list[names.CacheGroup], options: AuditOptions,
-                        routes: Routes, no_exposure: dict[str, str], progress: Progress,
-                        positions: bool) -> list[BlendReport]:
+def _route_mcore_blends(
+    groups: list[names.CacheGroup],
+    gpt: list[names.CacheGroup],
+    options: AuditOptions,
+    routes: Routes,
+    no_exposure: dict[str, str],
+    progress: Progress,
+    positions: bool,
+) -> list[BlendReport]:
     """megatron-core blends: check the pair, route the consumed draws to the sources (found beside the blend)."""
     found: list[BlendReport] = []
     stems = {g.stem for g in gpt}
@@ -166,8 +191,9 @@ def _route_mcore_blends(groups: list[names.CacheGroup], gpt: list[names.CacheGro
         if consumed is not None and blend.size is not None:
             blend.consumed_samples = min(consumed, blend.size)
             if consumed > blend.size:
-                blend.notes.append(f"{consumed} samples consumed from a blend of {blend.size}: "
-                                   "megatron's sampler stops at len")
+                blend.notes.append(
+                    f"{consumed} samples consumed from a blend of {blend.size}: megatron's sampler stops at len"
+                )
         for number, (source, stem) in enumerate(zip(blend.sources, blend.children)):
             source.draws = draws[number] if blend.dataset_index_ok else None
             if stem is None or consumed is None:
@@ -186,8 +212,9 @@ def _route_mcore_blends(groups: list[names.CacheGroup], gpt: list[names.CacheGro
     return found
 
 
-def _route_neox_blend(gpt: list[names.CacheGroup], options: AuditOptions, result: AuditResult, routes: Routes,
-                      no_exposure: dict[str, str]) -> BlendReport | None:
+def _route_neox_blend(
+    gpt: list[names.CacheGroup], options: AuditOptions, result: AuditResult, routes: Routes, no_exposure: dict[str, str]
+) -> BlendReport | None:
     """NeoX blends (train_0, train_1, ...): the greedy replayed from the config's weights routes the draws."""
     train = [g for g in gpt if g.kind == names.NEOX and g.neox and _neox_source_number(g.split) is not None]
     blend = _neox_blend(train, options, result, routes)
@@ -202,8 +229,10 @@ def _route_neox_blend(gpt: list[names.CacheGroup], options: AuditOptions, result
         if _neox_key(group) in used:
             no_exposure[group.stem] = "another build of a source of the replayed NeoX blend (not the one it uses)"
         elif _neox_key(group) in multi:
-            no_exposure[group.stem] = ("a source of a NeoX blend: its draws depend on the blend weights; "
-                                       "pass --config with train_data_paths and train_data_weights")
+            no_exposure[group.stem] = (
+                "a source of a NeoX blend: its draws depend on the blend weights; "
+                "pass --config with train_data_paths and train_data_weights"
+            )
     return blend
 
 
@@ -219,16 +248,29 @@ def _finish_blend(blend: BlendReport, reports: dict[str, IndexReport], iteration
     for number, (source, stem) in enumerate(zip(blend.sources, blend.children)):
         child = reports.get(stem) if stem else None
         if child is None:
-            blend.findings.append(finding(stem or blend.path, f"source {number}", "its GPTDataset cache beside the "
-                                          "blend", "no such files", "per-source numbers need the source's cache"))
+            blend.findings.append(
+                finding(
+                    stem or blend.path,
+                    f"source {number}",
+                    "its GPTDataset cache beside the blend",
+                    "no such files",
+                    "per-source numbers need the source's cache",
+                )
+            )
             continue
         source.length, source.samples_per_epoch, source.epochs = child.length, child.samples_per_epoch, child.epochs
         if source.draws_consumed is not None and child.samples_per_epoch:
             source.passes = round(source.draws_consumed / child.samples_per_epoch, 6)
         if source.draws is not None and child.length is not None and source.draws > child.length:
-            blend.findings.append(finding(
-                blend.files.get(names.DATASET, blend.path), f"source {number} draws", f"<= {child.length} (len of its "
-                "GPTDataset)", source.draws, "megatron-core raises on such a blend: the files do not belong together"))
+            blend.findings.append(
+                finding(
+                    blend.files.get(names.DATASET, blend.path),
+                    f"source {number} draws",
+                    f"<= {child.length} (len of its GPTDataset)",
+                    source.draws,
+                    "megatron-core raises on such a blend: the files do not belong together",
+                )
+            )
         if child.exposure is not None:
             source.exposure = child.exposure
             parts.append(child.exposure)
@@ -256,45 +298,61 @@ def _second_passes(blend: BlendReport) -> dict[int, int | None]:
         if blend.weights is None or not all(lengths):
             return {}
         return dict(enumerate(neox_sem.blend_positions(blend.weights, lengths, per_epoch, blend.consumed_samples)))
-    marks = {number: epoch for number, (source, epoch) in enumerate(zip(blend.sources, per_epoch))
-             if epoch is not None and (source.draws_consumed or 0) > epoch}
+    marks = {
+        number: epoch
+        for number, (source, epoch) in enumerate(zip(blend.sources, per_epoch))
+        if epoch is not None and (source.draws_consumed or 0) > epoch
+    }
     try:
         return blends.second_pass_positions(blend.files[names.DATASET], marks, blend.consumed_samples) if marks else {}
     except FileProblem:
         return {}
 
 
-def _neox_candidates(train: list[names.CacheGroup], options: AuditOptions,
-                     result: AuditResult) -> tuple[list[list[names.CacheGroup]], list[float]] | None:
+def _neox_candidates(
+    train: list[names.CacheGroup], options: AuditOptions, result: AuditResult
+) -> tuple[list[list[names.CacheGroup]], list[float]] | None:
     """Per entry of the config's train_data_paths, its train_i indexes, and the blend weights."""
     paths = options.neox_train_paths
     weights = list(options.neox_train_weights) if options.neox_train_weights else [1.0] * len(paths)
     if len(weights) != len(paths):
-        result.notes.append(f"--config: {len(weights)} train_data_weights for {len(paths)} train_data_paths; "
-                            "blend not replayed")
+        result.notes.append(
+            f"--config: {len(weights)} train_data_weights for {len(paths)} train_data_paths; blend not replayed"
+        )
         return None
     candidates: list[list[names.CacheGroup]] = []
     for number, path in enumerate(paths):
         base = os.path.basename(path.rstrip("/"))
-        candidates.append([group for group in train if group.neox and _neox_source_number(group.split) == number
-                           and os.path.basename(group.neox.prefix) == base])
+        candidates.append(
+            [
+                group
+                for group in train
+                if group.neox
+                and _neox_source_number(group.split) == number
+                and os.path.basename(group.neox.prefix) == base
+            ]
+        )
         if not candidates[-1]:
-            result.notes.append(f"NeoX blend source {number} ({path}): no train_{number} index found for it; "
-                                "blend not replayed")
+            result.notes.append(
+                f"NeoX blend source {number} ({path}): no train_{number} index found for it; blend not replayed"
+            )
             return None
     if not options.neox_weight_by_num_documents:
         return candidates, weights
     try:
-        documents = [idxmod.read_header(group[0].neox.prefix if group[0].neox else "", check_bin=False).sequence_count
-                     for group in candidates]
+        documents = [
+            idxmod.read_header(group[0].neox.prefix if group[0].neox else "", check_bin=False).sequence_count
+            for group in candidates
+        ]
     except IndexFileError as err:
         result.notes.append(f"weight_by_num_documents: {err}; NeoX blend not replayed")
         return None
     return candidates, neox_sem.weights_by_num_docs(documents, options.neox_weighted_sampler_alpha)
 
 
-def _neox_blend(train: list[names.CacheGroup], options: AuditOptions, result: AuditResult,
-                routes: Routes) -> BlendReport | None:
+def _neox_blend(
+    train: list[names.CacheGroup], options: AuditOptions, result: AuditResult, routes: Routes
+) -> BlendReport | None:
     """Match NeoX train_i indexes to the config's train_data_paths and replay the blend's draws (routed)."""
     consumed = options.consumed
     matched = _neox_candidates(train, options, result) if options.neox_train_paths and consumed is not None else None
@@ -306,11 +364,14 @@ def _neox_blend(train: list[names.CacheGroup], options: AuditOptions, result: Au
     norm, requests = neox_sem.normalized_weights_and_num_samples(weights, consumed)
     chosen: list[names.CacheGroup] = []
     for number, groups in enumerate(candidates):
-        chosen.append(next((group for group in groups if group.neox and group.neox.num_samples == requests[number]),
-                           groups[0]))
+        chosen.append(
+            next((group for group in groups if group.neox and group.neox.num_samples == requests[number]), groups[0])
+        )
         if chosen[-1].neox and chosen[-1].neox.num_samples != requests[number]:
-            result.notes.append(f"NeoX blend source {number}: no index built for {requests[number]} samples (ceil("
-                                f"{consumed} x {norm[number]:.6g} x 1.005)); using {os.path.basename(groups[0].stem)}")
+            result.notes.append(
+                f"NeoX blend source {number}: no index built for {requests[number]} samples (ceil("
+                f"{consumed} x {norm[number]:.6g} x 1.005)); using {os.path.basename(groups[0].stem)}"
+            )
     lengths: list[int] = []
     for group in chosen:
         try:
@@ -319,17 +380,33 @@ def _neox_blend(train: list[names.CacheGroup], options: AuditOptions, result: Au
             result.notes.append(f"{group.stem}: sample index unreadable; NeoX blend not replayed")
             return None
     draws, prefixes = blends.neox_draws(weights, lengths, consumed)
-    result.notes.append(f"NeoX blend replayed with weights {[round(weight, 6) for weight in norm]} "
-                        f"over {len(chosen)} sources")
-    blend = blends.BlendReport(kind=names.NEOX, path=chosen[0].stem, split="train", size=int(sum(lengths)),
-                               weights=[float(weight) for weight in np.asarray(norm) / np.sum(norm)],
-                               consumed_samples=consumed, children=[group.stem for group in chosen])
+    result.notes.append(
+        f"NeoX blend replayed with weights {[round(weight, 6) for weight in norm]} over {len(chosen)} sources"
+    )
+    blend = blends.BlendReport(
+        kind=names.NEOX,
+        path=chosen[0].stem,
+        split="train",
+        size=int(sum(lengths)),
+        weights=[float(weight) for weight in np.asarray(norm) / np.sum(norm)],
+        consumed_samples=consumed,
+        children=[group.stem for group in chosen],
+    )
     for group, drawn, length, weight in zip(chosen, draws, lengths, blend.weights or []):
-        blend.sources.append(blends.SourceReport(index=group.stem, weight=weight, draws=None, draws_consumed=drawn,
-                                                 dataset_path=group.neox.prefix if group.neox else None, length=length))
+        blend.sources.append(
+            blends.SourceReport(
+                index=group.stem,
+                weight=weight,
+                draws=None,
+                draws_consumed=drawn,
+                dataset_path=group.neox.prefix if group.neox else None,
+                length=length,
+            )
+        )
         if drawn > length:
-            blend.notes.append(f"{os.path.basename(group.stem)}: {drawn} draws from a dataset of len {length}: "
-                               "NeoX wraps it silently")
+            blend.notes.append(
+                f"{os.path.basename(group.stem)}: {drawn} draws from a dataset of len {length}: NeoX wraps it silently"
+            )
     if consumed > int(sum(lengths)):
         blend.notes.append(f"{consumed} samples from a blend of {blend.size}: NeoX wraps the blend silently")
     if math.isnan(sum(blend.weights or [0.0])):

@@ -89,13 +89,26 @@ def _read_sources(rep: BlendReport, group: names.CacheGroup) -> bool:
         rep.findings.append(Finding.of(problem))
         return False
     if description.digest != group.digest:
-        rep.findings.append(finding(path, "description md5", f"{group.digest} (the hash in the file names)",
-                                    description.digest, "the description was edited or belongs to other files"))
+        rep.findings.append(
+            finding(
+                path,
+                "description md5",
+                f"{group.digest} (the hash in the file names)",
+                description.digest,
+                "the description was edited or belongs to other files",
+            )
+        )
     fields = description.fields
     datasets, size, weights = fields.get("datasets"), fields.get("size"), fields.get("weights")
     if fields.get("class") != "BlendedDataset" or not isinstance(datasets, list) or not datasets:
-        rep.findings.append(finding(path, "description", "a BlendedDataset description with a list of datasets",
-                                    f"class {fields.get('class')!r}, datasets {type(datasets).__name__}"))
+        rep.findings.append(
+            finding(
+                path,
+                "description",
+                "a BlendedDataset description with a list of datasets",
+                f"class {fields.get('class')!r}, datasets {type(datasets).__name__}",
+            )
+        )
         return False
     rep.size = size if isinstance(size, int) else None
     weights = list(weights) if isinstance(weights, list) else [None] * len(datasets)
@@ -107,15 +120,21 @@ def _read_sources(rep: BlendReport, group: names.CacheGroup) -> bool:
         name = f"{child_digest(child)}-{child.get('class', 'GPTDataset')}-{child.get('index_split', group.split)}"
         rep.children.append(os.path.join(os.path.dirname(group.stem), name))
         weight = weights[number] if number < len(weights) else None
-        rep.sources.append(SourceReport(index=rep.children[-1], dataset_path=child.get("dataset_path"),
-                                        weight=float(weight) if isinstance(weight, (int, float)) else None))
+        rep.sources.append(
+            SourceReport(
+                index=rep.children[-1],
+                dataset_path=child.get("dataset_path"),
+                weight=float(weight) if isinstance(weight, (int, float)) else None,
+            )
+        )
     numeric = all(isinstance(weight, (int, float)) for weight in weights)
     rep.weights = [float(weight) for weight in weights] if rep.size is not None and numeric else None
     return True
 
 
-def scan_blend(rep: BlendReport, group: names.CacheGroup, consumed: int | None, progress: Progress,
-               want_positions: bool) -> tuple[list[int], list[int], list[np.ndarray] | None]:
+def scan_blend(
+    rep: BlendReport, group: names.CacheGroup, consumed: int | None, progress: Progress, want_positions: bool
+) -> tuple[list[int], list[int], list[np.ndarray] | None]:
     """Validate the blend arrays in one pass; return (draws, draws among the first ``consumed``,
     per-source blend positions of those draws (``want_positions``))."""
     sources = len(rep.sources)
@@ -131,8 +150,15 @@ def scan_blend(rep: BlendReport, group: names.CacheGroup, consumed: int | None, 
     if expected_size is not None and size != expected_size:
         rep.findings.append(finding(index_info.path, "blend size", f"{expected_size} (description)", size, STALE_HINT))
     if sample_info.rows != size:
-        rep.findings.append(finding(sample_info.path, "length", f"{size} (entries of dataset_index)", sample_info.rows,
-                                    "the two blend files come from different builds"))
+        rep.findings.append(
+            finding(
+                sample_info.path,
+                "length",
+                f"{size} (entries of dataset_index)",
+                sample_info.rows,
+                "the two blend files come from different builds",
+            )
+        )
         rep.dataset_index_ok = False
         return draws, draws_consumed, None
     rep.size = size
@@ -143,33 +169,60 @@ def scan_blend(rep: BlendReport, group: names.CacheGroup, consumed: int | None, 
             chosen = chosen.astype(np.int64)
             if int(chosen.min()) < 0 or int(chosen.max()) >= sources:
                 bad = int(np.argmax((chosen < 0) | (chosen >= sources)))
-                rep.findings.append(finding(index_info.path, "dataset index", f"source ids in [0, {sources})",
-                                            f"{int(chosen[bad])} at {start + bad}"))
+                rep.findings.append(
+                    finding(
+                        index_info.path,
+                        "dataset index",
+                        f"source ids in [0, {sources})",
+                        f"{int(chosen[bad])} at {start + bad}",
+                    )
+                )
                 rep.dataset_index_ok = False
                 break
-            if not _draws_in_order(rep, sample_info.path, start, chosen, samples, draws, draws_consumed,
-                                   positions, stop):
+            if not _draws_in_order(
+                rep, sample_info.path, start, chosen, samples, draws, draws_consumed, positions, stop
+            ):
                 break
     progress.done()  # (again, when a damaged chunk ended the pass early)
     if rep.dataset_index_ok:
         _check_greedy(rep, index_info.path, draws)
-    return draws, draws_consumed, (None if positions is None else
-                                   [np.concatenate(part) if part else np.zeros(0, np.int64) for part in positions])
+    return (
+        draws,
+        draws_consumed,
+        (
+            None
+            if positions is None
+            else [np.concatenate(part) if part else np.zeros(0, np.int64) for part in positions]
+        ),
+    )
 
 
-def _draws_in_order(rep: BlendReport, path: str, start: int, sources: np.ndarray, samples: np.ndarray,
-                    draws: list[int], draws_consumed: list[int], positions: list[list[np.ndarray]] | None,
-                    stop: int) -> bool:
+def _draws_in_order(
+    rep: BlendReport,
+    path: str,
+    start: int,
+    sources: np.ndarray,
+    samples: np.ndarray,
+    draws: list[int],
+    draws_consumed: list[int],
+    positions: list[list[np.ndarray]] | None,
+    stop: int,
+) -> bool:
     """Each source's samples of this chunk drawn in order; counts them (and, below ``stop``, the consumed)."""
     for source in np.unique(sources).tolist():
         at = np.flatnonzero(sources == source)
         want = np.arange(draws[source], draws[source] + at.shape[0], dtype=np.int64)
         if not np.array_equal(samples[at], want):
             bad = int(np.argmax(samples[at] != want))
-            rep.findings.append(finding(
-                path, "dataset sample index",
-                f"source {source}'s samples drawn in order ({int(want[bad])} at blend sample {start + int(at[bad])})",
-                int(samples[at][bad]), "the blend files are damaged or from different builds"))
+            rep.findings.append(
+                finding(
+                    path,
+                    "dataset sample index",
+                    f"source {source}'s samples drawn in order ({int(want[bad])} at blend sample {start + int(at[bad])})",
+                    int(samples[at][bad]),
+                    "the blend files are damaged or from different builds",
+                )
+            )
             rep.dataset_index_ok = False
             return False
         if start < stop:
@@ -191,8 +244,11 @@ def _blend_headers(rep: BlendReport, group: names.CacheGroup) -> tuple[NpyInfo, 
         return None
     for info, allowed in zip(infos, ("int16", "int64")):
         if info.dtype.kind not in "iu" or len(info.shape) != 1:
-            rep.findings.append(finding(info.path, "dtype/shape", f"a 1-D integer array ({allowed})",
-                                        f"{info.dtype} {list(info.shape)}"))
+            rep.findings.append(
+                finding(
+                    info.path, "dtype/shape", f"a 1-D integer array ({allowed})", f"{info.dtype} {list(info.shape)}"
+                )
+            )
             rep.dataset_index_ok = False
         elif info.dtype.name != allowed:
             rep.findings.append(finding(info.path, "dtype", allowed, info.dtype.name))
@@ -207,17 +263,24 @@ def _check_greedy(rep: BlendReport, path: str, draws: list[int]) -> None:
     if rep.weights is None:
         want = [int(source.weight or 0) for source in rep.sources]
         if all(source.weight is not None for source in rep.sources) and want != draws:
-            rep.findings.append(finding(path, "blend draws",
-                                        f"{want} (exhaustive blending: the weights are the counts)", draws))
+            rep.findings.append(
+                finding(path, "blend draws", f"{want} (exhaustive blending: the weights are the counts)", draws)
+            )
         return
     if greedy._greedy is None and rep.size > _PY_GREEDY_LIMIT:
         rep.notes.append("greedy replay skipped (the C extension is not built and the blend is large)")
         return
     want = greedy.greedy_counts(rep.weights, rep.size)
     if want != draws:
-        rep.findings.append(finding(
-            path, "blend draws", f"{want} (the greedy with the description's weights)", draws,
-            "dataset_index was not built from these weights: the blend files are damaged or mixed"))
+        rep.findings.append(
+            finding(
+                path,
+                "blend draws",
+                f"{want} (the greedy with the description's weights)",
+                draws,
+                "dataset_index was not built from these weights: the blend files are damaged or mixed",
+            )
+        )
 
 
 def second_pass_positions(path: str, marks: dict[int, int], stop: int) -> dict[int, int]:
@@ -238,8 +301,9 @@ def second_pass_positions(path: str, marks: dict[int, int], stop: int) -> dict[i
     return found
 
 
-def neox_draws(weights: list[float], lengths: list[int],
-               consumed: int) -> tuple[list[int], list[list[tuple[int, int]]]]:
+def neox_draws(
+    weights: list[float], lengths: list[int], consumed: int
+) -> tuple[list[int], list[list[tuple[int, int]]]]:
     """NeoX's blend read for ``consumed`` samples (:func:`neox_epoch.semantics.neox.blend_passes`); a source index
     past its length wraps modulo that length. Returns (draws, per source the ``(prefix, passes)`` it draws, as
     :meth:`~neox_epoch.semantics.consumption.Consumption.from_prefixes` takes them)."""

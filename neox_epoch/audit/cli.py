@@ -20,22 +20,45 @@ if TYPE_CHECKING:
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
-        "audit", help="audit existing index caches: epochs, samples, staleness, per-token exposure",
+        "audit",
+        help="audit existing index caches: epochs, samples, staleness, per-token exposure",
         description="Audit GPT-NeoX / megatron-core / legacy Megatron-LM index caches against their .bin/.idx, and "
         "count how often each token and document was an input for a given consumption.",
-        **examples("neox-epoch audit data/                                        # every index cache under data/",
-                   "neox-epoch audit data/ --train-iters 5000 --global-batch-size 512 --json   # and the exposure"))
-    p.add_argument("paths", nargs="+", metavar="PATH", help="cache files, directories (searched recursively) or data prefixes")
+        **examples(
+            "neox-epoch audit data/                                        # every index cache under data/",
+            "neox-epoch audit data/ --train-iters 5000 --global-batch-size 512 --json   # and the exposure",
+        ),
+    )
+    p.add_argument(
+        "paths", nargs="+", metavar="PATH", help="cache files, directories (searched recursively) or data prefixes"
+    )
     p.add_argument("--consumed", type=int, metavar="N", help="train samples consumed (train_iters x global batch size)")
     p.add_argument("--train-iters", type=int, metavar="I", help="iterations trained (with --global-batch-size)")
     p.add_argument("--global-batch-size", type=int, metavar="B", help="samples per iteration")
-    p.add_argument("--config", nargs="+", metavar="NEOX_YML", help="NeoX config files: train_iters, train_batch_size, "
-                   "train_data_paths/train_data_weights (to replay a NeoX blend)")
-    p.add_argument("--data-prefix", action="append", default=[], metavar="P",
-                   help="the .bin/.idx prefix to check against (default: from the cache); repeat to match by base name")
-    p.add_argument("--add-extra-token", type=int, choices=(0, 1), default=None,
-                   help="megatron-core add_extra_token_to_sequence when the cache does not tell (default 1)")
-    p.add_argument("--manifest", metavar="FILE", help="write per-document exposure (CSV) with first/last iteration seen")
+    p.add_argument(
+        "--config",
+        nargs="+",
+        metavar="NEOX_YML",
+        help="NeoX config files: train_iters, train_batch_size, "
+        "train_data_paths/train_data_weights (to replay a NeoX blend)",
+    )
+    p.add_argument(
+        "--data-prefix",
+        action="append",
+        default=[],
+        metavar="P",
+        help="the .bin/.idx prefix to check against (default: from the cache); repeat to match by base name",
+    )
+    p.add_argument(
+        "--add-extra-token",
+        type=int,
+        choices=(0, 1),
+        default=None,
+        help="megatron-core add_extra_token_to_sequence when the cache does not tell (default 1)",
+    )
+    p.add_argument(
+        "--manifest", metavar="FILE", help="write per-document exposure (CSV) with first/last iteration seen"
+    )
     p.add_argument("--plot", metavar="FILE.png", help="bar chart of the token exposure (needs matplotlib)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     p.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
@@ -65,11 +88,15 @@ def _options(args: argparse.Namespace) -> AuditOptions:
         blend = _neox_blend_settings(cfg)
     consumed: int | None = None
     if (args.consumed or 0) > INT64_MAX or (iters or 0) * (gbs or 0) > INT64_MAX:
-        raise AuditError(f"--consumed: {args.consumed or iters * gbs} samples is more than a 64-bit count holds "
-                         f"({INT64_MAX}): the frameworks count and index samples in int64; check the number")
+        raise AuditError(
+            f"--consumed: {args.consumed or iters * gbs} samples is more than a 64-bit count holds "
+            f"({INT64_MAX}): the frameworks count and index samples in int64; check the number"
+        )
     if args.consumed is not None:
         if args.train_iters is not None:
-            raise AuditError("--consumed and --train-iters: give one of them (consumed = train_iters x global batch size)")
+            raise AuditError(
+                "--consumed and --train-iters: give one of them (consumed = train_iters x global batch size)"
+            )
         consumed = args.consumed
     elif iters is not None:
         if gbs is None:
@@ -79,8 +106,13 @@ def _options(args: argparse.Namespace) -> AuditOptions:
         raise AuditError("--config: no train_iters in the config files; give --train-iters or --consumed")
     from neox_epoch.audit.audit import AuditOptions
 
-    return AuditOptions(consumed=consumed, global_batch_size=gbs, data_prefixes=tuple(args.data_prefix),
-                        add_extra_token=args.add_extra_token, **blend)
+    return AuditOptions(
+        consumed=consumed,
+        global_batch_size=gbs,
+        data_prefixes=tuple(args.data_prefix),
+        add_extra_token=args.add_extra_token,
+        **blend,
+    )
 
 
 def _neox_blend_settings(cfg: Any) -> dict[str, Any]:
@@ -92,14 +124,20 @@ def _neox_blend_settings(cfg: Any) -> dict[str, Any]:
     if not (isinstance(paths, list) and all(isinstance(path, str) for path in paths)):
         return {}
     weights = cfg.values.get("train_data_weights")
-    if weights is not None and not (isinstance(weights, list) and len(weights) == len(paths)
-                                    and all(isinstance(weight, (int, float)) for weight in weights)):
-        raise AuditError(f"--config: train_data_weights {weights!r}: expected {len(paths)} numbers, "
-                         "one per train_data_paths entry")
-    return {"neox_train_paths": tuple(paths),
-            "neox_train_weights": tuple(float(weight) for weight in weights or [1.0] * len(paths)),
-            "neox_weight_by_num_documents": bool(cfg.values.get("weight_by_num_documents", False)),
-            "neox_weighted_sampler_alpha": float(neox_config.get_float(cfg, "weighted_sampler_alpha", 1.0) or 1.0)}
+    if weights is not None and not (
+        isinstance(weights, list)
+        and len(weights) == len(paths)
+        and all(isinstance(weight, (int, float)) for weight in weights)
+    ):
+        raise AuditError(
+            f"--config: train_data_weights {weights!r}: expected {len(paths)} numbers, one per train_data_paths entry"
+        )
+    return {
+        "neox_train_paths": tuple(paths),
+        "neox_train_weights": tuple(float(weight) for weight in weights or [1.0] * len(paths)),
+        "neox_weight_by_num_documents": bool(cfg.values.get("weight_by_num_documents", False)),
+        "neox_weighted_sampler_alpha": float(neox_config.get_float(cfg, "weighted_sampler_alpha", 1.0) or 1.0),
+    }
 
 
 def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
@@ -115,7 +153,9 @@ def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
         except ImportError as err:
             raise AuditError(f"--plot {args.plot}: matplotlib is not installed; pip install matplotlib") from err
     if args.manifest and options.consumed is None:
-        raise AuditError("--manifest needs a consumption: --consumed, --train-iters with --global-batch-size, or --config")
+        raise AuditError(
+            "--manifest needs a consumption: --consumed, --train-iters with --global-batch-size, or --config"
+        )
     groups = discover(list(args.paths))
     inputs = _inputs(args, groups)
     for written in _outputs(args):
@@ -125,8 +165,13 @@ def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
     progress = report.TtyProgress(enabled=False if args.no_progress else None)
     results: list[AuditResult] = []
     if args.manifest:
-        write_output(Output(args.manifest, "--manifest", example="manifest.csv"), lambda f: results.append(
-            run_audit(groups, options, progress, report.ManifestWriter(f, options.global_batch_size))), inputs)
+        write_output(
+            Output(args.manifest, "--manifest", example="manifest.csv"),
+            lambda f: results.append(
+                run_audit(groups, options, progress, report.ManifestWriter(f, options.global_batch_size))
+            ),
+            inputs,
+        )
     res = results[0] if results else run_audit(groups, options, progress)
     out.write(report.render_json(res) if args.json else report.render_text(res))
     if args.plot:
@@ -136,8 +181,9 @@ def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
 
 def _outputs(args: argparse.Namespace) -> list[Output]:
     """The files this run writes (--manifest, --plot)."""
-    return ([Output(args.manifest, "--manifest", example="manifest.csv")] if args.manifest else []) + \
-        ([Output(args.plot, "--plot", example="exposure.png")] if args.plot else [])
+    return ([Output(args.manifest, "--manifest", example="manifest.csv")] if args.manifest else []) + (
+        [Output(args.plot, "--plot", example="exposure.png")] if args.plot else []
+    )
 
 
 def _inputs(args: argparse.Namespace, groups: list[Any]) -> list[Input]:

@@ -48,13 +48,17 @@ class ExposureReport:
 
     def to_json(self) -> dict[str, Any]:
         total, plain = sum(self.tokens.values()), ("documents_unseen", "documents_partial", "tokens_unseen")
-        return {"consumed_samples": self.consumed_samples,
-                "tokens": {str(times): count for times, count in sorted(self.tokens.items())},
-                "documents": {str(times): count for times, count in sorted(self.documents.items())},
-                **{key: getattr(self, key) for key in plain},
-                "fraction_tokens_unseen": round(self.tokens_unseen / total, 6) if total else 0.0,
-                "token_exposures": self.token_exposures, "second_pass_sample": self.second_pass_sample,
-                "second_pass_iteration": self.second_pass_iteration, "notes": list(self.notes)}
+        return {
+            "consumed_samples": self.consumed_samples,
+            "tokens": {str(times): count for times, count in sorted(self.tokens.items())},
+            "documents": {str(times): count for times, count in sorted(self.documents.items())},
+            **{key: getattr(self, key) for key in plain},
+            "fraction_tokens_unseen": round(self.tokens_unseen / total, 6) if total else 0.0,
+            "token_exposures": self.token_exposures,
+            "second_pass_sample": self.second_pass_sample,
+            "second_pass_iteration": self.second_pass_iteration,
+            "notes": list(self.notes),
+        }
 
     @staticmethod
     def combine(parts: list[ExposureReport]) -> ExposureReport:
@@ -63,8 +67,10 @@ class ExposureReport:
         for part in parts:
             tokens.update(part.tokens)
             documents.update(part.documents)
-        total = {key: sum(getattr(part, key) for part in parts) for key in
-                 ("consumed_samples", "documents_unseen", "documents_partial", "tokens_unseen", "token_exposures")}
+        total = {
+            key: sum(getattr(part, key) for part in parts)
+            for key in ("consumed_samples", "documents_unseen", "documents_partial", "tokens_unseen", "token_exposures")
+        }
         return ExposureReport(tokens=dict(sorted(tokens.items())), documents=dict(sorted(documents.items())), **total)
 
 
@@ -110,16 +116,22 @@ def zeros(shape: int | tuple[int, ...], dtype: type) -> np.ndarray:
     return out
 
 
-def from_histograms(tokens_hist: np.ndarray, documents_hist: np.ndarray, stats: np.ndarray,
-                    consumed: int, folded: Fold | None = None) -> ExposureReport:
+def from_histograms(
+    tokens_hist: np.ndarray, documents_hist: np.ndarray, stats: np.ndarray, consumed: int, folded: Fold | None = None
+) -> ExposureReport:
     """The report from histogram arrays indexed by times seen (``folded``: by folded exposures, unfolded here) and
     (unseen, partial) document counts."""
     value = folded.value if folded is not None else int
     tokens = {value(int(times)): int(tokens_hist[times]) for times in np.flatnonzero(tokens_hist)}
     return ExposureReport(
-        consumed_samples=consumed, tokens=tokens, documents_unseen=int(stats[0]), documents_partial=int(stats[1]),
+        consumed_samples=consumed,
+        tokens=tokens,
+        documents_unseen=int(stats[0]),
+        documents_partial=int(stats[1]),
         documents={value(int(times)): int(documents_hist[times]) for times in np.flatnonzero(documents_hist)},
-        tokens_unseen=tokens.get(0, 0), token_exposures=sum(times * count for times, count in tokens.items()))
+        tokens_unseen=tokens.get(0, 0),
+        token_exposures=sum(times * count for times, count in tokens.items()),
+    )
 
 
 def packs(epochs: int, stats: tuple[int, int, int]) -> bool:
@@ -139,8 +151,11 @@ def read_sizes(sizes: np.ndarray, epochs: int = 0) -> tuple[np.ndarray | None, t
     low, high, total = 0, 0, 0
     for start in range(0, sizes.shape[0], SIZE_CHUNK):
         part = sizes[start : start + SIZE_CHUNK]
-        least, most, _, plain = kernel.scan(part) if kernel is not None and part.dtype == np.int32 else \
-            (int(part.min()), int(part.max()), 0, int(part.sum(dtype=np.int64)))
+        least, most, _, plain = (
+            kernel.scan(part)
+            if kernel is not None and part.dtype == np.int32
+            else (int(part.min()), int(part.max()), 0, int(part.sum(dtype=np.int64)))
+        )
         low, high, total = min(low, least) if start else least, max(high, most), total + plain
         if records is not None:
             records[start : start + SIZE_CHUNK, 0], records[start : start + SIZE_CHUNK, 1:] = part, 0
@@ -154,16 +169,29 @@ def read_sizes(sizes: np.ndarray, epochs: int = 0) -> tuple[np.ndarray | None, t
 class StreamPass:
     """The walk over the document index, chunk by chunk: copy positions, the copies' check and the exposure."""
 
-    def __init__(self, sizes: np.ndarray, first_id: int, epochs: int, draws: np.ndarray | None,
-                 seq_length: int, sample_draws: np.ndarray | None = None, tokens_out: np.ndarray | None = None,
-                 tokens_window: tuple[int, int] | None = None, stats: tuple[int, int, int] | None = None,
-                 records: np.ndarray | None = None) -> None:
+    def __init__(
+        self,
+        sizes: np.ndarray,
+        first_id: int,
+        epochs: int,
+        draws: np.ndarray | None,
+        seq_length: int,
+        sample_draws: np.ndarray | None = None,
+        tokens_out: np.ndarray | None = None,
+        tokens_window: tuple[int, int] | None = None,
+        stats: tuple[int, int, int] | None = None,
+        records: np.ndarray | None = None,
+    ) -> None:
         self.first_id, self.epochs, self.seq_length = first_id, epochs, seq_length
         self.position, self.buffer = 0, np.empty(0, np.int64)
         self.exposing = draws is not None and kernel is not None and epochs > 0
         self.draws = draws if self.exposing else None
-        self.samples = 0 if draws is None else draws.shape[0] * (64 if draws.dtype == np.uint64 else 1)  # (bits past S: 0)
-        top = 0 if draws is None or not draws.size else int(draws.any()) if draws.dtype == np.uint64 else int(draws.max())
+        self.samples = (
+            0 if draws is None else draws.shape[0] * (64 if draws.dtype == np.uint64 else 1)
+        )  # (bits past S: 0)
+        top = (
+            0 if draws is None or not draws.size else int(draws.any()) if draws.dtype == np.uint64 else int(draws.max())
+        )
         bins = epochs * top + 1  # (uint64 draws: one bit per sample)
         self.tokens_hist, self.documents_hist = np.zeros(bins, np.int64), np.zeros(bins, np.int64)
         self.stats = np.zeros(3, np.int64)  # never seen, seen unevenly, exposures off the bins
@@ -186,10 +214,13 @@ class StreamPass:
         if self.token_starts is not None and stop > first:
             self.token_starts[first:stop] = np.cumsum(sizes[first:stop], dtype=np.int64) - sizes[first:stop]
         self.tokens_out = tokens_out if tokens_out is not None and self.exposing else None
-        if self.tokens_out is not None and (self.tokens_out.dtype != np.int32 or
-                                            self.tokens_out.size != sizes[first:stop].sum(dtype=np.int64)):
-            raise AuditError(f"tokens_out: int32, one per token of the documents, expected; got {tokens_out.dtype} "
-                             f"{tokens_out.shape}")
+        if self.tokens_out is not None and (
+            self.tokens_out.dtype != np.int32 or self.tokens_out.size != sizes[first:stop].sum(dtype=np.int64)
+        ):
+            raise AuditError(
+                f"tokens_out: int32, one per token of the documents, expected; got {tokens_out.dtype} "
+                f"{tokens_out.shape}"
+            )
 
     def advance(self, documents: np.ndarray, splits: np.ndarray | None = None) -> np.ndarray:
         """The stream positions of the copies ``documents`` (the document index's next chunk) and where it ends;
@@ -205,9 +236,25 @@ class StreamPass:
         else:
             ids, sizes = np.ascontiguousarray(documents, dtype=np.int32), self.sizes if self.records is None else None
             positions[-1] = kernel.stream(
-                ids, self.first_id, sizes, self.records, self.position, self.epochs, self.draws, self.seq_length,
-                self.samples, positions, self.tokens_hist, self.documents_hist, self.stats, self.sample_draws,
-                self.per_document, self.tokens_out, self.token_starts, splits)
+                ids,
+                self.first_id,
+                sizes,
+                self.records,
+                self.position,
+                self.epochs,
+                self.draws,
+                self.seq_length,
+                self.samples,
+                positions,
+                self.tokens_hist,
+                self.documents_hist,
+                self.stats,
+                self.sample_draws,
+                self.per_document,
+                self.tokens_out,
+                self.token_starts,
+                splits,
+            )
         self.position = int(positions[-1])
         return positions
 

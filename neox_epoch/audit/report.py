@@ -18,8 +18,20 @@ from neox_epoch.util.output import Input, Output, write_output
 from neox_epoch.util.text import fmt as _fmt
 from neox_epoch.util.text import table
 
-MANIFEST_COLUMNS = ("index", "split", "data_prefix", "document", "tokens", "min_exposure", "max_exposure",
-                    "token_exposures", "first_sample", "last_sample", "first_iteration", "last_iteration")
+MANIFEST_COLUMNS = (
+    "index",
+    "split",
+    "data_prefix",
+    "document",
+    "tokens",
+    "min_exposure",
+    "max_exposure",
+    "token_exposures",
+    "first_sample",
+    "last_sample",
+    "first_iteration",
+    "last_iteration",
+)
 
 
 class TtyProgress(Progress):
@@ -43,7 +55,9 @@ class TtyProgress(Progress):
             self.last = now
             pct = 100.0 * min(self.count, self.total) / self.total
             ctx = f"{self.context} " if self.context else ""
-            self.stream.write(f"\raudit {ctx}{self.label}: {pct:5.1f}% ({self.count:,}/{self.total:,}) {now - self.t0:5.1f}s")
+            self.stream.write(
+                f"\raudit {ctx}{self.label}: {pct:5.1f}% ({self.count:,}/{self.total:,}) {now - self.t0:5.1f}s"
+            )
             self.stream.flush()
 
     def done(self) -> None:
@@ -63,11 +77,13 @@ def _tail(report: IndexReport | BlendReport, indent: str) -> list[str]:
     e, lines = report.exposure, []
     if e is not None:
         docs = sum(e.documents.values())
-        lines = [f"{indent}consumed samples: {e.consumed_samples:,d}",
-                 f"{indent}tokens seen:      {_hist_line(e.tokens)}",
-                 f"{indent}documents (whole): {_hist_line(e.documents)}",
-                 f"{indent}never seen:       {e.tokens_unseen:,d} tokens, {e.documents_unseen:,d} of {docs:,d} "
-                 f"documents; partly seen: {e.documents_partial:,d} documents"]
+        lines = [
+            f"{indent}consumed samples: {e.consumed_samples:,d}",
+            f"{indent}tokens seen:      {_hist_line(e.tokens)}",
+            f"{indent}documents (whole): {_hist_line(e.documents)}",
+            f"{indent}never seen:       {e.tokens_unseen:,d} tokens, {e.documents_unseen:,d} of {docs:,d} "
+            f"documents; partly seen: {e.documents_partial:,d} documents",
+        ]
         if e.second_pass_sample is not None:
             it = f" (iteration {e.second_pass_iteration:,d})" if e.second_pass_iteration is not None else ""
             lines.append(f"{indent}second pass from blend/global sample {e.second_pass_sample:,d}{it}")
@@ -89,22 +105,50 @@ def render_text(res: AuditResult) -> str:
         span = f"[{bounds[0]:,d}, {bounds[1]:,d})" if bounds else None
         data = f"  data {index.data_prefix or '-'}   seq_length {_fmt(index.seq_length)}   seed {_fmt(index.seed)}"
         out += [f"{index.kind} index {index.path}", f"{data}   requested {_fmt(index.num_samples_requested)}"]
-        out += _table(columns, [(index.split, index.epochs, index.samples, index.samples_per_epoch, index.length,
-                                 index.separated_final_epoch, index.documents, span, index.tokens)])
+        out += _table(
+            columns,
+            [
+                (
+                    index.split,
+                    index.epochs,
+                    index.samples,
+                    index.samples_per_epoch,
+                    index.length,
+                    index.separated_final_epoch,
+                    index.documents,
+                    span,
+                    index.tokens,
+                )
+            ],
+        )
         out += _tail(index, "    ")
     columns = ("source", "weight", "draws", "consumed", "len", "per_epoch", "passes", "2nd pass sample", "iteration")
     for blend in res.blends:
-        out.append(f"{blend.kind} blend {blend.path} ({blend.split}, {_fmt(blend.size)} samples, "
-                   f"consumed {_fmt(blend.consumed_samples)})")
-        rows = [(f"{number}: {os.path.basename(source.dataset_path or '-')}",
-                 f"{source.weight:.6g}" if source.weight is not None else None, source.draws, source.draws_consumed,
-                 source.length, source.samples_per_epoch, source.passes, source.second_pass_sample,
-                 source.second_pass_iteration) for number, source in enumerate(blend.sources)]
+        out.append(
+            f"{blend.kind} blend {blend.path} ({blend.split}, {_fmt(blend.size)} samples, "
+            f"consumed {_fmt(blend.consumed_samples)})"
+        )
+        rows = [
+            (
+                f"{number}: {os.path.basename(source.dataset_path or '-')}",
+                f"{source.weight:.6g}" if source.weight is not None else None,
+                source.draws,
+                source.draws_consumed,
+                source.length,
+                source.samples_per_epoch,
+                source.passes,
+                source.second_pass_sample,
+                source.second_pass_iteration,
+            )
+            for number, source in enumerate(blend.sources)
+        ]
         out += _table(columns, rows) + _tail(blend, "  ")
     out.extend(f"note: {note}" for note in res.notes)
     found = len(res.findings)
-    out.append(f"{len(res.indexes)} index(es), {len(res.blends)} blend(s): "
-               + (f"{found} finding(s)" if found else "no findings"))
+    out.append(
+        f"{len(res.indexes)} index(es), {len(res.blends)} blend(s): "
+        + (f"{found} finding(s)" if found else "no findings")
+    )
     return "\n".join(out) + "\n"
 
 
@@ -142,8 +186,9 @@ def _pyplot(path: str) -> Any:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as err:
-        raise AuditError(f"--plot {path}: matplotlib is not installed; pip install matplotlib "
-                         "(or pip install 'neox-epoch[plot]')") from err
+        raise AuditError(
+            f"--plot {path}: matplotlib is not installed; pip install matplotlib (or pip install 'neox-epoch[plot]')"
+        ) from err
     return plt
 
 
@@ -154,8 +199,10 @@ def check_plot_format(path: str) -> None:
     known = plt.figure().canvas.get_supported_filetypes()
     plt.close("all")
     if ext and ext not in known:
-        raise AuditError(f'--plot "{path}": matplotlib cannot write .{ext} files; use one of the extensions '
-                         f"{', '.join('.' + k for k in sorted(known))}, e.g. exposure.png")
+        raise AuditError(
+            f'--plot "{path}": matplotlib cannot write .{ext} files; use one of the extensions '
+            f"{', '.join('.' + k for k in sorted(known))}, e.g. exposure.png"
+        )
 
 
 def plot(res: AuditResult, out: Output, inputs: Sequence[Input] = ()) -> None:
@@ -165,14 +212,20 @@ def plot(res: AuditResult, out: Output, inputs: Sequence[Input] = ()) -> None:
     series = [(os.path.basename(r.path), r.exposure) for r in res.indexes if r.exposure is not None]
     series += [(f"blend {os.path.basename(b.path)}", b.exposure) for b in res.blends if b.exposure is not None]
     if not series:
-        raise AuditError(f"--plot {path}: no exposure to plot; give --consumed, --train-iters/--global-batch-size or --config")
+        raise AuditError(
+            f"--plot {path}: no exposure to plot; give --consumed, --train-iters/--global-batch-size or --config"
+        )
     fig, ax = plt.subplots(figsize=(8, 4.5))
     width = 0.8 / len(series)
     for k, (label, e) in enumerate(series):
         total = sum(e.tokens.values()) or 1
         xs = sorted(e.tokens)
-        ax.bar([x + (k - (len(series) - 1) / 2) * width for x in xs], [100.0 * e.tokens[x] / total for x in xs],
-               width=width, label=label[:60])
+        ax.bar(
+            [x + (k - (len(series) - 1) / 2) * width for x in xs],
+            [100.0 * e.tokens[x] / total for x in xs],
+            width=width,
+            label=label[:60],
+        )
     ax.set(xlabel="times seen as an input token", ylabel="% of the split's tokens", title="Token exposure")
     ax.legend(fontsize="small")
     fig.tight_layout()

@@ -69,8 +69,9 @@ class Batch:
         m, g, dp = self.train_micro_batch_size_per_gpu, self.gradient_accumulation_steps, self.data_parallel_size
         if self.train_batch_size == self.product():
             return f"train_batch_size = micro * grad_accum * dp = {m} * {g} * {dp} = {self.product()}"
-        return (f"train_batch_size {self.train_batch_size} != micro * grad_accum * dp = {m} * {g} * {dp} "
-                f"= {self.product()}")
+        return (
+            f"train_batch_size {self.train_batch_size} != micro * grad_accum * dp = {m} * {g} * {dp} = {self.product()}"
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,8 +115,9 @@ def _dp_factors(pp: int, mp: int, sp: int) -> str:
     return f"({pp} * {mp} * {sp})" if sp != 1 else f"({pp} * {mp})"
 
 
-def data_parallel_size(world_size: int, pipe_parallel_size: int = 1, model_parallel_size: int = 1,
-                       sequence_parallel_size: int = 1) -> int:
+def data_parallel_size(
+    world_size: int, pipe_parallel_size: int = 1, model_parallel_size: int = 1, sequence_parallel_size: int = 1
+) -> int:
     """``world / (pp * mp * sp)``; raises :class:`BatchError` when it is not a whole, positive number."""
     pp, mp, sp = pipe_parallel_size, model_parallel_size, sequence_parallel_size
     divisor = pp * mp * sp
@@ -134,8 +136,12 @@ def derive_batch(train_batch_size: int | None, micro_batch: int | None, grad_acc
     """Apply DeepSpeed's ``_set_batch_related_parameters`` for data-parallel size ``dp`` (> 0)."""
     tbs, mbs, gas = train_batch_size, micro_batch, grad_acc
     if tbs is not None and mbs is not None and gas is not None:
-        return Batch(train_batch_size=tbs, train_micro_batch_size_per_gpu=mbs, gradient_accumulation_steps=gas,
-                     data_parallel_size=dp)
+        return Batch(
+            train_batch_size=tbs,
+            train_micro_batch_size_per_gpu=mbs,
+            gradient_accumulation_steps=gas,
+            data_parallel_size=dp,
+        )
     if tbs is not None and mbs is not None:
         gas = tbs // mbs // dp
         rule = f"gradient_accumulation_steps = train_batch_size // micro // dp = {tbs} // {mbs} // {dp} = {gas}"
@@ -152,10 +158,17 @@ def derive_batch(train_batch_size: int | None, micro_batch: int | None, grad_acc
         tbs, gas = mbs * dp, 1
         rule = f"grad_accum = 1, train_batch_size = micro * dp = {mbs} * {dp} = {tbs}"
     else:
-        raise ConfigError("neither train_batch_size nor train_micro_batch_size_per_gpu is set; "
-                          "DeepSpeed needs at least one of them; set train_batch_size")
-    return Batch(train_batch_size=tbs, train_micro_batch_size_per_gpu=mbs, gradient_accumulation_steps=gas,
-                 data_parallel_size=dp, derived=rule)
+        raise ConfigError(
+            "neither train_batch_size nor train_micro_batch_size_per_gpu is set; "
+            "DeepSpeed needs at least one of them; set train_batch_size"
+        )
+    return Batch(
+        train_batch_size=tbs,
+        train_micro_batch_size_per_gpu=mbs,
+        gradient_accumulation_steps=gas,
+        data_parallel_size=dp,
+        derived=rule,
+    )
 
 
 def batch_errors(batch: Batch, who: str = "DeepSpeed") -> list[str]:
@@ -167,25 +180,38 @@ def batch_errors(batch: Batch, who: str = "DeepSpeed") -> list[str]:
     errors = []
     how = f" ({batch.derived})" if batch.derived else ""
     if batch.train_batch_size <= 0:
-        errors.append(f"train_batch_size rounds to {batch.train_batch_size}{how}; {who} stops: "
-                      f"'Train batch size: {batch.train_batch_size} has to be greater than 0'")
+        errors.append(
+            f"train_batch_size rounds to {batch.train_batch_size}{how}; {who} stops: "
+            f"'Train batch size: {batch.train_batch_size} has to be greater than 0'"
+        )
     if batch.train_micro_batch_size_per_gpu <= 0:
-        errors.append(f"train_micro_batch_size_per_gpu rounds to {batch.train_micro_batch_size_per_gpu}{how}; "
-                      f"{who} stops: 'Micro batch size per gpu: {batch.train_micro_batch_size_per_gpu} has to "
-                      "be greater than 0'")
+        errors.append(
+            f"train_micro_batch_size_per_gpu rounds to {batch.train_micro_batch_size_per_gpu}{how}; "
+            f"{who} stops: 'Micro batch size per gpu: {batch.train_micro_batch_size_per_gpu} has to "
+            "be greater than 0'"
+        )
     if batch.gradient_accumulation_steps <= 0:
-        errors.append(f"gradient_accumulation_steps rounds to {batch.gradient_accumulation_steps}{how}; "
-                      f"{who} stops: 'Gradient accumulation steps: {batch.gradient_accumulation_steps} has to "
-                      "be greater than 0'")
+        errors.append(
+            f"gradient_accumulation_steps rounds to {batch.gradient_accumulation_steps}{how}; "
+            f"{who} stops: 'Gradient accumulation steps: {batch.gradient_accumulation_steps} has to "
+            "be greater than 0'"
+        )
     if not errors and batch.train_batch_size != batch.product():
         floors = f" ({batch.derived} floors)" if batch.derived else ""
-        errors.append(f"{batch.equation()}{floors}; {who} stops: 'Check batch related parameters. "
-                      "train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step * world_size'")
+        errors.append(
+            f"{batch.equation()}{floors}; {who} stops: 'Check batch related parameters. "
+            "train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step * world_size'"
+        )
     return errors
 
 
-def check_removed_keys(config: BatchConfig, *, removed: Mapping[str, str] | None = None,
-                       removed_zero: Mapping[str, str] | None = None, deepspeed_version: str = "0.19") -> None:
+def check_removed_keys(
+    config: BatchConfig,
+    *,
+    removed: Mapping[str, str] | None = None,
+    removed_zero: Mapping[str, str] | None = None,
+    deepspeed_version: str = "0.19",
+) -> None:
     """Raise :class:`ConfigError` for a key the installed DeepSpeed rejects (``DeepSpeedConfigError``).
 
     ``removed``/``removed_zero`` map key -> DeepSpeed's own message (defaults: the 0.19 lists, no
@@ -212,8 +238,9 @@ def check_removed_keys(config: BatchConfig, *, removed: Mapping[str, str] | None
                 )
 
 
-def check_batch(config: BatchConfig, world_size: int, *, neox_world_size: int | None = None,
-                world_disagreement: str = "") -> BatchReport:
+def check_batch(
+    config: BatchConfig, world_size: int, *, neox_world_size: int | None = None, world_disagreement: str = ""
+) -> BatchReport:
     """Check ``config`` against the launcher's ``world_size`` (and NeoX's own count for NeoX configs).
 
     Raises :class:`BatchError` when dp is not a whole number for the launcher's world (no batch
@@ -233,8 +260,10 @@ def check_batch(config: BatchConfig, world_size: int, *, neox_world_size: int | 
     else:
         neox_batch, neox_lines, neox_findings = _neox_own_batch(config, neox_world)
         lines += neox_lines
-        findings = [world_disagreement or f"NeoX counted {neox_world} GPUs while the launcher starts {world_size}",
-                    *neox_findings]
+        findings = [
+            world_disagreement or f"NeoX counted {neox_world} GPUs while the launcher starts {world_size}",
+            *neox_findings,
+        ]
         if neox_batch is not None and not neox_findings:
             batch, worker_findings = _workers_batch(neox_batch, dp)
             findings += worker_findings
@@ -278,14 +307,21 @@ def _neox_own_batch(config: BatchConfig, neox_world: int) -> tuple[Batch | None,
     pp, mp = config.pipe_parallel_size, config.model_parallel_size
     line = f"NeoX: dp = global_num_gpus / (pp * mp) = {neox_world} / ({pp} * {mp}) = {neox_world / (pp * mp):.3g}"
     if neox_world <= 0:
-        return None, [line], [f"NeoX stops before launching: with global_num_gpus {neox_world} its dp is 0 and "
-                              "train_batch_size = micro * grad_accum * 0 cannot hold"]
+        return (
+            None,
+            [line],
+            [
+                f"NeoX stops before launching: with global_num_gpus {neox_world} its dp is 0 and "
+                "train_batch_size = micro * grad_accum * 0 cannot hold"
+            ],
+        )
     try:
         ndp = neox_dp(neox_world, pp, mp)
     except BatchError as err:
         return None, [line], [f"NeoX stops before launching: {err}"]
-    neox_batch = derive_batch(config.train_batch_size, config.train_micro_batch_size_per_gpu,
-                              config.gradient_accumulation_steps, ndp)
+    neox_batch = derive_batch(
+        config.train_batch_size, config.train_micro_batch_size_per_gpu, config.gradient_accumulation_steps, ndp
+    )
     lines = [f"NeoX: dp = global_num_gpus / (pp * mp) = {neox_world} / ({pp} * {mp}) = {ndp}"]
     if neox_batch.derived:
         lines.append(f"NeoX: {neox_batch.derived}")
@@ -297,8 +333,9 @@ def _workers_batch(neox_batch: Batch, dp: int) -> tuple[Batch, list[str]]:
     """What DeepSpeed in the workers derives from NeoX's values on the launcher's ``dp``, and what goes wrong."""
     # deepy sends tbs and mbs always, gas only when it differs from NeoX's default 1
     sent_gas = neox_batch.gradient_accumulation_steps
-    batch = derive_batch(neox_batch.train_batch_size, neox_batch.train_micro_batch_size_per_gpu,
-                         None if sent_gas == 1 else sent_gas, dp)
+    batch = derive_batch(
+        neox_batch.train_batch_size, neox_batch.train_micro_batch_size_per_gpu, None if sent_gas == 1 else sent_gas, dp
+    )
     errors = batch_errors(batch)
     findings = [f"DeepSpeed in the workers (dp {dp}) gets NeoX's values and stops: {e}" for e in errors]
     if not errors and batch.gradient_accumulation_steps != sent_gas:

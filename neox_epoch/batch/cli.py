@@ -31,12 +31,20 @@ def register(subparsers: Any) -> None:
             "derivation rules; for NeoX configs also compare NeoX's own GPU count. Exit 0 consistent, "
             "1 inconsistent input fixed with --fix, 2 bad input or inconsistent batch."
         ),
-        **examples("neox-epoch check-batch configs/my.yml --hostfile hosts --num_gpus 8   # as deepspeed would start it",
-                   "neox-epoch check-batch ds_config.json --num_gpus 4 --fix fixed.json   # a DeepSpeed config"),
+        **examples(
+            "neox-epoch check-batch configs/my.yml --hostfile hosts --num_gpus 8   # as deepspeed would start it",
+            "neox-epoch check-batch ds_config.json --num_gpus 4 --fix fixed.json   # a DeepSpeed config",
+        ),
     )
-    p.add_argument("configs", nargs="+", metavar="CONFIG",
-                   help="NeoX .yml files (merged like deepy.py) or one DeepSpeed .json config")
-    p.add_argument("-H", "--hostfile", help="hostfile as passed to deepspeed (default: the config's, else /job/hostfile)")
+    p.add_argument(
+        "configs",
+        nargs="+",
+        metavar="CONFIG",
+        help="NeoX .yml files (merged like deepy.py) or one DeepSpeed .json config",
+    )
+    p.add_argument(
+        "-H", "--hostfile", help="hostfile as passed to deepspeed (default: the config's, else /job/hostfile)"
+    )
     p.add_argument("-i", "--include", help='deepspeed --include filter, e.g. "node1:0,1@node2"')
     p.add_argument("-e", "--exclude", help="deepspeed --exclude filter")
     p.add_argument("--num_nodes", type=int, help="deepspeed --num_nodes: use the first N hosts")
@@ -82,7 +90,9 @@ def format_table(result: Any) -> str:
     width = max(len(k) for k, _ in rows)
     lines = [f"{k:<{width}}  {v}" for k, v in rows]
     lines += [f"{'':<{width}}  {a}" if i else f"{'batch':<{width}}  {a}" for i, a in enumerate(r.arithmetic)]
-    verdict = "consistent" if r.consistent else f"INCONSISTENT ({len(r.findings)} finding{'s' * (len(r.findings) != 1)})"
+    verdict = (
+        "consistent" if r.consistent else f"INCONSISTENT ({len(r.findings)} finding{'s' * (len(r.findings) != 1)})"
+    )
     lines.append(f"{'result':<{width}}  {verdict}")
     lines += [f"  - {f}" for f in r.findings]
     if result.fix is not None:
@@ -99,8 +109,10 @@ def _inconsistent_message(result: Any, args: argparse.Namespace) -> str:
         return f"batch inconsistent with the launcher's world: {findings}; no fix keeps train_batch_size: {result.fix_error}"
     out = suggested_fix_path(result.config.paths[0])
     command = shlex.join(["neox-epoch", "check-batch", *args.configs, *_flag_words(args), "--fix", out])
-    return (f"batch inconsistent with the launcher's world: {findings}; fix: {result.fix.summary()}, "
-            f"or write it with: {command}")
+    return (
+        f"batch inconsistent with the launcher's world: {findings}; fix: {result.fix.summary()}, "
+        f"or write it with: {command}"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -114,7 +126,10 @@ def run(args: argparse.Namespace) -> int:
         from neox_epoch.util.config_out import config_inputs, config_output
         from neox_epoch.util.output import check_output
 
-        check_output(config_output(args.fix, "--fix", ".fixed"), config_inputs(args.configs, [(args.hostfile or "", "the hostfile")]))
+        check_output(
+            config_output(args.fix, "--fix", ".fixed"),
+            config_inputs(args.configs, [(args.hostfile or "", "the hostfile")]),
+        )
     result = preflight(args.configs, overrides)
     if args.json:
         print(json.dumps(result.to_json(), indent=2, sort_keys=False))
@@ -127,17 +142,24 @@ def run(args: argparse.Namespace) -> int:
     if result.fix is None and result.fix_error is not None:
         raise BatchError(f"--fix cannot keep train_batch_size: {result.fix_error}")
     fix = result.fix if result.fix is not None else plan_fix(result.config, result.report)
-    read = [(path, "the hostfile") for path in (result.launch.hostfile, result.settings.hostfile,
-                                                neox_hostfile_path(result.settings)) if path]
+    read = [
+        (path, "the hostfile")
+        for path in (result.launch.hostfile, result.settings.hostfile, neox_hostfile_path(result.settings))
+        if path
+    ]
     write_fixed_config(result.config, fix, args.fix, overrides if result.config.flavor == "neox" else None, read)
     recheck = preflight([args.fix], overrides)
     if not recheck.consistent:  # a bug, not bad input: say so plainly
-        raise BatchError(f"the fixed config {args.fix} is still inconsistent: {'; '.join(recheck.report.findings)}; "
-                         "please report this")
+        raise BatchError(
+            f"the fixed config {args.fix} is still inconsistent: {'; '.join(recheck.report.findings)}; "
+            "please report this"
+        )
     b = recheck.report.batch
-    message = (f"wrote {args.fix}: {fix.summary()}; re-checked: consistent, "
-               f"train_batch_size = {b.train_micro_batch_size_per_gpu} * {b.gradient_accumulation_steps} * "
-               f"{recheck.report.data_parallel_size} = {b.train_batch_size}")
+    message = (
+        f"wrote {args.fix}: {fix.summary()}; re-checked: consistent, "
+        f"train_batch_size = {b.train_micro_batch_size_per_gpu} * {b.gradient_accumulation_steps} * "
+        f"{recheck.report.data_parallel_size} = {b.train_batch_size}"
+    )
     if not args.json:
         print(message)
     else:

@@ -287,6 +287,7 @@ def neox_launcher(data: Mapping[str, Any], origin: Mapping[str, str]) -> Launche
     ``num_nodes: -1`` (NeoX's default, "all hosts") counts as not given. Raises :class:`ConfigError` for
     a value of the wrong type, naming the file from ``origin``.
     """
+
     def where(key: str) -> str:
         return f"in {origin.get(key, 'the config')}"
 
@@ -324,8 +325,7 @@ def _deepspeed_parallel(data: Mapping[str, Any], where: str) -> tuple[int | None
 def _one_of(a: int | None, a_name: str, b: int | None, b_name: str, where: str) -> int | None:
     if a is not None and b is not None and a != b:
         raise ConfigError(
-            f'config keys "{a_name}" ({a}) and "{b_name}" ({b}) {where} disagree; expected one value; '
-            "keep one of them"
+            f'config keys "{a_name}" ({a}) and "{b_name}" ({b}) {where} disagree; expected one value; keep one of them'
         )
     return a if a is not None else b
 
@@ -399,11 +399,7 @@ def deepspeed_keys_sent(config: BatchConfig) -> dict[str, Any]:
     if config.flavor == "deepspeed":
         return dict(config.data)
     neox_defaults_false = {"sparse_gradients"}
-    sent = {
-        k: v
-        for k, v in config.data.items()
-        if v is not None and not (k in neox_defaults_false and v is False)
-    }
+    sent = {k: v for k, v in config.data.items() if v is not None and not (k in neox_defaults_false and v is False)}
     extra = config.data.get("deepspeed_extra_args")
     if isinstance(extra, Mapping):
         sent.update({str(k): v for k, v in extra.items()})

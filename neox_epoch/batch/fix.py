@@ -107,12 +107,18 @@ def plan_fix(config: BatchConfig, report: BatchReport) -> BatchFix:
     if config.train_batch_size is None:
         changes.append(f"train_batch_size (derived) -> {tbs}")
     global_num_gpus = None
-    if config.flavor == "neox" and report.neox_world_size is not None and (
-        report.neox_world_size != report.world_size or config.global_num_gpus is not None
+    if (
+        config.flavor == "neox"
+        and report.neox_world_size is not None
+        and (report.neox_world_size != report.world_size or config.global_num_gpus is not None)
     ):
         global_num_gpus = report.world_size
         if config.global_num_gpus != report.world_size:
-            old = config.global_num_gpus if config.global_num_gpus is not None else f"(NeoX counts {report.neox_world_size})"
+            old = (
+                config.global_num_gpus
+                if config.global_num_gpus is not None
+                else f"(NeoX counts {report.neox_world_size})"
+            )
             changes.append(f"global_num_gpus {old} -> {report.world_size}")
     return BatchFix(
         train_batch_size=tbs,
@@ -145,15 +151,24 @@ def render(config: BatchConfig, data: Mapping[str, Any], fix: BatchFix, out_path
     return yaml_config_text(header, data)
 
 
-def write_fixed_config(config: BatchConfig, fix: BatchFix, out_path: str, launcher: LauncherSettings | None = None,
-                       read: Sequence[Input] = ()) -> str:
+def write_fixed_config(
+    config: BatchConfig,
+    fix: BatchFix,
+    out_path: str,
+    launcher: LauncherSettings | None = None,
+    read: Sequence[Input] = (),
+) -> str:
     """Write the fixed config to ``out_path`` through the output policy (never over an input file: the configs
     and the other files ``read``, such as the hostfile); return the text."""
     out = config_output(out_path, "--fix", ".fixed")
     inputs = config_inputs(config.paths, read)
     neox = config.flavor != "deepspeed"
-    check_output_path(out, inputs, extensions=(".yml", ".yaml") if neox else (".json",),
-                      kind="NeoX YAML" if neox else "DeepSpeed JSON")
+    check_output_path(
+        out,
+        inputs,
+        extensions=(".yml", ".yaml") if neox else (".json",),
+        kind="NeoX YAML" if neox else "DeepSpeed JSON",
+    )
     text = render(config, fixed_config(config, fix, launcher), fix, out_path)
     write_config_text(out, text, inputs)
     return text

@@ -37,9 +37,11 @@ class NeoxBatch:
         """One line for the report: the count, its basis and the batch arithmetic."""
         if self.global_num_gpus is None:
             return f"train_batch_size {self.train_batch_size} as written ({self.basis})"
-        return (f"NeoX counts {self.global_num_gpus} GPUs {self.basis}; dp {self.data_parallel_size}: "
-                f"train_batch_size = micro * grad_accum * dp = {self.micro_batch_size} * "
-                f"{self.gradient_accumulation_steps} * {self.data_parallel_size} = {self.train_batch_size}")
+        return (
+            f"NeoX counts {self.global_num_gpus} GPUs {self.basis}; dp {self.data_parallel_size}: "
+            f"train_batch_size = micro * grad_accum * dp = {self.micro_batch_size} * "
+            f"{self.gradient_accumulation_steps} * {self.data_parallel_size} = {self.train_batch_size}"
+        )
 
 
 def _launcher(cfg: NeoxConfig, overrides: LauncherSettings | None) -> LauncherSettings:
@@ -48,13 +50,16 @@ def _launcher(cfg: NeoxConfig, overrides: LauncherSettings | None) -> LauncherSe
 
 
 def _no_world(why: str) -> ConfigError:
-    return ConfigError(f"train_batch_size: not set, so NeoX derives it as micro * grad_accum * dp, and {why}; give "
-                       "the world: --hostfile FILE (or hostfile: in a config), --world-size N, or set "
-                       "train_batch_size")
+    return ConfigError(
+        f"train_batch_size: not set, so NeoX derives it as micro * grad_accum * dp, and {why}; give "
+        "the world: --hostfile FILE (or hostfile: in a config), --world-size N, or set "
+        "train_batch_size"
+    )
 
 
-def neox_count(cfg: NeoxConfig, settings: LauncherSettings, world_size: int | None = None,
-               environ: Mapping[str, str] | None = None) -> NeoxCount:
+def neox_count(
+    cfg: NeoxConfig, settings: LauncherSettings, world_size: int | None = None, environ: Mapping[str, str] | None = None
+) -> NeoxCount:
     """NeoX's ``global_num_gpus`` for this config: ``world_size`` (``--world-size``) when given, else the
     config's global_num_gpus, else :func:`~neox_epoch.batch.world.neox_gpu_count` (the hostfile, read
     without DeepSpeed or torch when no include/exclude is set; ``torch.cuda.device_count()`` without one)."""
@@ -67,10 +72,13 @@ def neox_count(cfg: NeoxConfig, settings: LauncherSettings, world_size: int | No
         count = neox_gpu_count(settings, global_num_gpus=given, environ=environ)
     except ImportError as err:
         if settings.include or settings.exclude:
-            raise ConfigError(f"include/exclude: applied with DeepSpeed's own launcher functions, which cannot be "
-                              f"imported here ({err}); install deepspeed, or give the world with --world-size N") from None
-        raise _no_world("there is no hostfile, so NeoX would count torch.cuda.device_count() GPUs, but torch is "
-                        "not installed here") from None
+            raise ConfigError(
+                f"include/exclude: applied with DeepSpeed's own launcher functions, which cannot be "
+                f"imported here ({err}); install deepspeed, or give the world with --world-size N"
+            ) from None
+        raise _no_world(
+            "there is no hostfile, so NeoX would count torch.cuda.device_count() GPUs, but torch is not installed here"
+        ) from None
     if count.count <= 0:
         raise _no_world(f"NeoX counts 0 GPUs {count.basis}{_ignored_without_hostfile(settings, environ)}")
     return count
@@ -84,8 +92,9 @@ def _ignored_without_hostfile(settings: LauncherSettings, environ: Mapping[str, 
     return f" ({' and '.join(ignored)} count only with a hostfile, in NeoX as here)"
 
 
-def world_needs_device_count(cfg: NeoxConfig, settings: LauncherSettings, world_size: int | None = None,
-                             environ: Mapping[str, str] | None = None) -> bool:
+def world_needs_device_count(
+    cfg: NeoxConfig, settings: LauncherSettings, world_size: int | None = None, environ: Mapping[str, str] | None = None
+) -> bool:
     """True when NeoX's count would come from ``torch.cuda.device_count()`` (no explicit count, no hostfile
     file), i.e. when the world is a property of the machine the run starts on."""
     if world_size is not None or cfg.values.get("global_num_gpus") is not None:
@@ -108,8 +117,12 @@ def _dp(cfg: NeoxConfig, count: NeoxCount) -> int:
     return neox_dp(count.count, pp, mp, counted=count.basis)
 
 
-def neox_batch(cfg: NeoxConfig, world_size: int | None = None, launcher: LauncherSettings | None = None,
-               environ: Mapping[str, str] | None = None) -> NeoxBatch:
+def neox_batch(
+    cfg: NeoxConfig,
+    world_size: int | None = None,
+    launcher: LauncherSettings | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> NeoxBatch:
     """NeoX's train_batch_size (and micro batch, grad accumulation, GPU count) for this config and world.
 
     The world is NeoX's own count (:func:`neox_count`): ``--world-size``, global_num_gpus, the hostfile
@@ -123,24 +136,38 @@ def neox_batch(cfg: NeoxConfig, world_size: int | None = None, launcher: Launche
     mbs = get_int(cfg, "train_micro_batch_size_per_gpu")
     gas = neox_gas(cfg)
     if tbs is not None and world_needs_device_count(cfg, settings, world_size, environ):
-        return NeoxBatch(train_batch_size=tbs, micro_batch_size=mbs, gradient_accumulation_steps=gas,
-                         global_num_gpus=None, data_parallel_size=None,
-                         basis="no world given: the GPU count is not needed for it")
+        return NeoxBatch(
+            train_batch_size=tbs,
+            micro_batch_size=mbs,
+            gradient_accumulation_steps=gas,
+            global_num_gpus=None,
+            data_parallel_size=None,
+            basis="no world given: the GPU count is not needed for it",
+        )
     count = neox_count(cfg, settings, world_size, environ)
     dp = _dp(cfg, count)
     if tbs is None and mbs is None:
         files = ", ".join(cfg.files) or "the config"
-        raise ConfigError(f"{files}: neither train_batch_size nor train_micro_batch_size_per_gpu is set; NeoX stops: "
-                          "'Either train_batch_size or train_micro_batch_size_per_gpu needs to be provided': set "
-                          "train_micro_batch_size_per_gpu (and gradient_accumulation_steps) or train_batch_size")
+        raise ConfigError(
+            f"{files}: neither train_batch_size nor train_micro_batch_size_per_gpu is set; NeoX stops: "
+            "'Either train_batch_size or train_micro_batch_size_per_gpu needs to be provided': set "
+            "train_micro_batch_size_per_gpu (and gradient_accumulation_steps) or train_batch_size"
+        )
     batch = derive_batch(tbs, mbs, gas, dp)
     errors = batch_errors(batch, who="NeoX")
     if errors:
-        raise BatchError(f"with {count.count} GPUs (NeoX counts them {count.basis}) and dp {dp}: {errors[0]}; set "
-                         "train_batch_size = micro * grad_accum * dp, or leave one of the three out for NeoX to derive")
-    return NeoxBatch(train_batch_size=batch.train_batch_size, micro_batch_size=batch.train_micro_batch_size_per_gpu,
-                     gradient_accumulation_steps=batch.gradient_accumulation_steps, global_num_gpus=count.count,
-                     data_parallel_size=dp, basis=count.basis)
+        raise BatchError(
+            f"with {count.count} GPUs (NeoX counts them {count.basis}) and dp {dp}: {errors[0]}; set "
+            "train_batch_size = micro * grad_accum * dp, or leave one of the three out for NeoX to derive"
+        )
+    return NeoxBatch(
+        train_batch_size=batch.train_batch_size,
+        micro_batch_size=batch.train_micro_batch_size_per_gpu,
+        gradient_accumulation_steps=batch.gradient_accumulation_steps,
+        global_num_gpus=count.count,
+        data_parallel_size=dp,
+        basis=count.basis,
+    )
 
 
 def global_batch_size(cfg: NeoxConfig, world_size: int | None = None) -> int:

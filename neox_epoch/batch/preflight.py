@@ -130,13 +130,15 @@ def preflight(
     neox: NeoxCount | None = None
     disagreement = ""
     if config.flavor == "neox":
-        neox = neox_gpu_count(settings, global_num_gpus=config.global_num_gpus,
-                              cuda_device_count=cuda_device_count, environ=environ)
+        neox = neox_gpu_count(
+            settings, global_num_gpus=config.global_num_gpus, cuda_device_count=cuda_device_count, environ=environ
+        )
         notes += neox.notes
         if neox.count != launch.world_size:
             disagreement = explain_disagreement(launch, neox, deepy_notes)
-    report = check_batch(config, launch.world_size, neox_world_size=neox.count if neox else None,
-                         world_disagreement=disagreement)
+    report = check_batch(
+        config, launch.world_size, neox_world_size=neox.count if neox else None, world_disagreement=disagreement
+    )
     fix: BatchFix | None = None
     fix_error: str | None = None
     if not report.consistent:
@@ -144,5 +146,13 @@ def preflight(
             fix = plan_fix(config, report)
         except BatchError as err:
             fix_error = str(err)
-    return Preflight(config=config, settings=settings, launch=launch, neox=neox, report=report, fix=fix,
-                     fix_error=fix_error, notes=tuple(notes))
+    return Preflight(
+        config=config,
+        settings=settings,
+        launch=launch,
+        neox=neox,
+        report=report,
+        fix=fix,
+        fix_error=fix_error,
+        notes=tuple(notes),
+    )

@@ -222,7 +222,7 @@ def _filters(include: str, exclude: str, num_nodes: int, num_gpus: int) -> str:
 def _pool_text(pool: Mapping[str, int]) -> str:
     counts = collections.Counter(pool.values())
     if len(counts) == 1:
-        (slots, hosts), = counts.items()
+        ((slots, hosts),) = counts.items()
         return f"{hosts} host{'s' if hosts != 1 else ''} x {slots} slots"
     return ", ".join(f"{h} slots={n}" for h, n in pool.items())
 
@@ -266,8 +266,10 @@ def _launcher_world(runner: ModuleType, argv: list[str], env: Mapping[str, str])
     if filters:
         basis.append(f"{filters} keeps {_describe_hosts(active)}")
     if hostfile is not None and not args.no_ssh_check and not args.no_ssh:
-        notes.append(f"with a hostfile the launcher first checks passwordless ssh to {next(iter(active))}"
-                     + ("" if args.master_addr else " and asks it for its address (no --master_addr)"))
+        notes.append(
+            f"with a hostfile the launcher first checks passwordless ssh to {next(iter(active))}"
+            + ("" if args.master_addr else " and asks it for its address (no --master_addr)")
+        )
     hosts: dict[str, list[int]] = dict(active)
     backend = "local"
     if (args.force_multi or len(active) > 1) and not args.no_ssh:
@@ -275,9 +277,16 @@ def _launcher_world(runner: ModuleType, argv: list[str], env: Mapping[str, str])
         notes += _backend_notes(runner, args, backend, active, resource_pool, argv)
         hosts, line = _backend_hosts(backend, active, resource_pool, argv)
         basis.append(line)
-    return LauncherWorld(world_size=sum(len(slots) for slots in hosts.values()), hosts=hosts, backend=backend,
-                         hostfile=hostfile, argv=tuple(argv), basis="; ".join(basis), notes=tuple(notes),
-                         deepspeed_version=deepspeed_version())
+    return LauncherWorld(
+        world_size=sum(len(slots) for slots in hosts.values()),
+        hosts=hosts,
+        backend=backend,
+        hostfile=hostfile,
+        argv=tuple(argv),
+        basis="; ".join(basis),
+        notes=tuple(notes),
+        deepspeed_version=deepspeed_version(),
+    )
 
 
 def _args_and_pool(runner: ModuleType, argv: list[str]) -> tuple[argparse.Namespace, dict[str, int] | None]:
@@ -289,14 +298,16 @@ def _args_and_pool(runner: ModuleType, argv: list[str]) -> tuple[argparse.Namesp
     try:
         return args, runner.fetch_hostfile(args.hostfile)
     except ValueError as err:
-        raise ConfigError(f'hostfile "{args.hostfile}" is refused by the deepspeed launcher: {err}; '
-                          "fix the file") from None
+        raise ConfigError(
+            f'hostfile "{args.hostfile}" is refused by the deepspeed launcher: {err}; fix the file'
+        ) from None
     except OSError as err:
         raise ConfigError(f'hostfile "{args.hostfile}" cannot be read ({err.strerror}); check the path') from None
 
 
-def _visible_devices(args: argparse.Namespace, has_pool: bool, visible_env: str,
-                     visible: str) -> tuple[str, list[str], list[str]]:
+def _visible_devices(
+    args: argparse.Namespace, has_pool: bool, visible_env: str, visible: str
+) -> tuple[str, list[str], list[str]]:
     """runner.main's VISIBLE_DEVICES rule: the include it leaves, with the notes and basis lines it adds."""
     if has_pool or not len(visible):
         return args.include, [], []
@@ -316,11 +327,13 @@ def _local_pool(accelerator: Any, args: argparse.Namespace, argv: list[str]) -> 
         raise _refused(ValueError("Num nodes is >1 but no extra nodes available via hostfile"), argv)
     return {"localhost": device_count}, (
         f"no hostfile ({args.hostfile} not found): localhost with {device_count} {accelerator.device_name()} device"
-        f"{'s' if device_count != 1 else ''} (accelerator device_count())")
+        f"{'s' if device_count != 1 else ''} (accelerator device_count())"
+    )
 
 
-def _active_resources(runner: ModuleType, args: argparse.Namespace, pool: Mapping[str, int], include: str,
-                      exclude: str, argv: list[str]) -> collections.OrderedDict[str, list[int]]:
+def _active_resources(
+    runner: ModuleType, args: argparse.Namespace, pool: Mapping[str, int], include: str, exclude: str, argv: list[str]
+) -> collections.OrderedDict[str, list[int]]:
     """The hosts and slots left after include/exclude and num_nodes/num_gpus, as the backend validates them."""
     try:
         active = runner.parse_inclusion_exclusion(pool, include, exclude)
@@ -340,8 +353,14 @@ def _active_resources(runner: ModuleType, args: argparse.Namespace, pool: Mappin
     return active
 
 
-def _backend_notes(runner: ModuleType, args: argparse.Namespace, backend: str, active: Mapping[str, list[int]],
-                   pool: Mapping[str, int], argv: list[str]) -> list[str]:
+def _backend_notes(
+    runner: ModuleType,
+    args: argparse.Namespace,
+    backend: str,
+    active: Mapping[str, list[int]],
+    pool: Mapping[str, int],
+    argv: list[str],
+) -> list[str]:
     """Build the multi-node backend as runner.main does (its refusals reworded); a note if it is not installed."""
     cls = _backend_class(runner, backend)
     if cls is None:
@@ -357,8 +376,9 @@ def _backend_notes(runner: ModuleType, args: argparse.Namespace, backend: str, a
     return [] if exists else [f"launcher backend '{backend}' is not installed on this machine"]
 
 
-def _backend_hosts(backend: str, active: Mapping[str, list[int]], pool: Mapping[str, int],
-                   argv: list[str]) -> tuple[dict[str, list[int]], str]:
+def _backend_hosts(
+    backend: str, active: Mapping[str, list[int]], pool: Mapping[str, int], argv: list[str]
+) -> tuple[dict[str, list[int]], str]:
     """The hosts and slots a multi-node backend starts ranks on, and the basis line saying why."""
     if backend not in MPI_STYLE_LAUNCHERS:
         return dict(active), f"--launcher {backend} on {len(active)} host{'s' if len(active) != 1 else ''}"
@@ -488,8 +508,9 @@ def neox_gpu_count(
     return _neox_count(settings, resources, source)
 
 
-def _deepspeed_resources(settings: LauncherSettings, path: str, cuda: Any) -> NeoxCount | tuple[
-        collections.OrderedDict[str, list[int]], str]:
+def _deepspeed_resources(
+    settings: LauncherSettings, path: str, cuda: Any
+) -> NeoxCount | tuple[collections.OrderedDict[str, list[int]], str]:
     """NeoX's ``obtain_resource_pool`` with DeepSpeed's functions: the filtered pool and its description,
     or the final count when the hostfile is missing and this machine has no GPU."""
     runner = deepspeed_runner()
@@ -505,8 +526,9 @@ def _deepspeed_resources(settings: LauncherSettings, path: str, cuda: Any) -> Ne
         try:
             resources = runner.parse_inclusion_exclusion(pool, settings.include or "", settings.exclude or "")
         except ValueError as err:
-            raise ConfigError(f"NeoX cannot apply include/exclude to hostfile {path}: {err}; "
-                              "fix include/exclude") from None
+            raise ConfigError(
+                f"NeoX cannot apply include/exclude to hostfile {path}: {err}; fix include/exclude"
+            ) from None
     return collections.OrderedDict((h, list(s)) for h, s in resources.items()), source
 
 
@@ -522,12 +544,16 @@ def _pool_or_local(pool: Mapping[str, int] | None, path: str, cuda: Any) -> Neox
 
 
 def _no_gpu(path: str) -> NeoxCount:
-    return NeoxCount(count=0, basis=f"with torch.cuda.device_count() = 0 because hostfile {path} does not exist "
-                     "(NeoX stops: 'Unable to proceed, no GPU resources available')")
+    return NeoxCount(
+        count=0,
+        basis=f"with torch.cuda.device_count() = 0 because hostfile {path} does not exist "
+        "(NeoX stops: 'Unable to proceed, no GPU resources available')",
+    )
 
 
-def _neox_count(settings: LauncherSettings, resources: collections.OrderedDict[str, list[int]],
-                source: str) -> NeoxCount:
+def _neox_count(
+    settings: LauncherSettings, resources: collections.OrderedDict[str, list[int]], source: str
+) -> NeoxCount:
     """The last steps of NeoX's count: num_nodes keeps the first hosts, num_gpus multiplies the hosts left."""
     steps = [source]
     if settings.include or settings.exclude:
@@ -537,8 +563,11 @@ def _neox_count(settings: LauncherSettings, resources: collections.OrderedDict[s
         steps.append(f"num_nodes {settings.num_nodes} keeps {len(resources)} host{'s' if len(resources) != 1 else ''}")
     if settings.num_gpus is not None and settings.num_gpus > 0:
         count = settings.num_gpus * len(resources)
-        why = (" (NeoX multiplies num_gpus by the hosts left, even when include/exclude chose fewer slots)"
-               if settings.include or settings.exclude else "")
+        why = (
+            " (NeoX multiplies num_gpus by the hosts left, even when include/exclude chose fewer slots)"
+            if settings.include or settings.exclude
+            else ""
+        )
         steps.append(f"num_gpus {settings.num_gpus} x {len(resources)} host{'s' if len(resources) != 1 else ''}{why}")
     else:
         count = sum(len(s) for s in resources.values())

@@ -37,7 +37,9 @@ def _read_text(path: str) -> str:
     except ConfigError as err:
         raise FileProblem(path, "read", "a readable description (a regular file)", str(err).split(": ", 1)[1]) from None
     except OSError as err:
-        raise FileProblem(path, "read", "a readable description", f"{type(err).__name__}: {err.strerror or err}") from None
+        raise FileProblem(
+            path, "read", "a readable description", f"{type(err).__name__}: {err.strerror or err}"
+        ) from None
     if len(raw) > MAX_DESCRIPTION_BYTES:
         raise FileProblem(path, "size", f"at most {MAX_DESCRIPTION_BYTES} bytes", "a larger file")
     try:
@@ -61,15 +63,26 @@ def read_mcore_description(path: str) -> Description:
     try:
         fields = json.loads(text)
     except json.JSONDecodeError as err:
-        raise FileProblem(path, "description", "the JSON megatron-core writes", f"invalid JSON ({err.msg} at line {err.lineno})",
-                          "the file is damaged: delete the cache files with this hash so megatron-core rebuilds them") from None
+        raise FileProblem(
+            path,
+            "description",
+            "the JSON megatron-core writes",
+            f"invalid JSON ({err.msg} at line {err.lineno})",
+            "the file is damaged: delete the cache files with this hash so megatron-core rebuilds them",
+        ) from None
     if not isinstance(fields, dict):
         raise FileProblem(path, "description", "a JSON object", type(fields).__name__)
     return Description(digest=md5_text(text), fields=fields)
 
 
-_LEGACY_KEYS = {"Data prefix": "data_prefix", "Dataset name": "name", "Number of samples": "num_samples",
-               "Sequence length": "seq_length", "Random seed": "seed", "Split": "split"}
+_LEGACY_KEYS = {
+    "Data prefix": "data_prefix",
+    "Dataset name": "name",
+    "Number of samples": "num_samples",
+    "Sequence length": "seq_length",
+    "Random seed": "seed",
+    "Split": "split",
+}
 
 
 def read_legacy_description(path: str) -> Description:
@@ -86,14 +99,17 @@ def read_legacy_description(path: str) -> Description:
         if name in fields:
             fields[name] = None if value == "None" else int(value)
     if "seq_length" not in fields:
-        raise FileProblem(path, "description", "legacy Megatron-LM lines such as 'Sequence length 2048'",
-                          "no 'Sequence length' line")
+        raise FileProblem(
+            path, "description", "legacy Megatron-LM lines such as 'Sequence length 2048'", "no 'Sequence length' line"
+        )
     return Description(digest=md5_text(text), fields=fields)
 
 
 #: the two forms of a GPTDataset description's ``tokenizer`` entry: (which Megatron-LM builds it, the form)
-_FORMS = {"legacy": ("0.16.1", "its legacy tokenizer's: class the bare name, tokenizer_path a list"),
-          "core": ("0.19", "megatron-core's tokenizer's: class module-qualified, tokenizer_path a string or null")}
+_FORMS = {
+    "legacy": ("0.16.1", "its legacy tokenizer's: class the bare name, tokenizer_path a list"),
+    "core": ("0.19", "megatron-core's tokenizer's: class module-qualified, tokenizer_path a string or null"),
+}
 
 
 def tokenizer_form_note(fields: dict[str, Any]) -> str | None:
@@ -109,6 +125,8 @@ def tokenizer_form_note(fields: dict[str, Any]) -> str | None:
         (built, form), (other, other_form) = _FORMS["core"], _FORMS["legacy"]
     else:
         return None
-    return (f"tokenizer {name!r} is described as Megatron-LM {built} describes it ({form}); Megatron-LM {other} "
-            f"writes {other_form}, so its description's md5 (the hash in these file names) differs and a "
-            f"Megatron-LM {other} run does not find this cache: it builds a new one")
+    return (
+        f"tokenizer {name!r} is described as Megatron-LM {built} describes it ({form}); Megatron-LM {other} "
+        f"writes {other_form}, so its description's md5 (the hash in these file names) differs and a "
+        f"Megatron-LM {other} run does not find this cache: it builds a new one"
+    )

@@ -29,13 +29,23 @@ GPT_ROLES = (DOC, SAMPLE, SHUFFLE)
 BLEND_ROLES = (DATASET, DATASET_SAMPLE)
 
 _NEOX_FILE = re.compile(r"^(?P<stem>.+)_(?P<role>doc|sample|shuffle)_idx\.npy$")
-_NEOX_STEM = re.compile(r"^(?P<head>.+)_indexmap_(?P<ns>\d+|None)ns_(?P<sl>\d+)sl_(?P<seed>-?\d+)s"
-                        r"(?:_(?P<pi>[A-Za-z_]+?)pi(?P<ac>_ac)?)?$")
+_NEOX_STEM = re.compile(
+    r"^(?P<head>.+)_indexmap_(?P<ns>\d+|None)ns_(?P<sl>\d+)sl_(?P<seed>-?\d+)s"
+    r"(?:_(?P<pi>[A-Za-z_]+?)pi(?P<ac>_ac)?)?$"
+)
 _NEOX_SPLIT_NAME = re.compile(r"^(?:train|valid|test)(?:_\d+)?$")
-_MCORE_ROLES = {"description.txt": DESCRIPTION, "document_index.npy": DOC, "sample_index.npy": SAMPLE,
-                "shuffle_index.npy": SHUFFLE, "dataset_index.npy": DATASET, "dataset_sample_index.npy": DATASET_SAMPLE}
-_MCORE_FILE = re.compile(r"^(?P<md5>[0-9a-f]{32})-(?P<cls>[A-Za-z0-9_]+)-(?P<split>train|valid|test)-"
-                         f"(?P<role>{'|'.join(map(re.escape, _MCORE_ROLES))})$")
+_MCORE_ROLES = {
+    "description.txt": DESCRIPTION,
+    "document_index.npy": DOC,
+    "sample_index.npy": SAMPLE,
+    "shuffle_index.npy": SHUFFLE,
+    "dataset_index.npy": DATASET,
+    "dataset_sample_index.npy": DATASET_SAMPLE,
+}
+_MCORE_FILE = re.compile(
+    r"^(?P<md5>[0-9a-f]{32})-(?P<cls>[A-Za-z0-9_]+)-(?P<split>train|valid|test)-"
+    f"(?P<role>{'|'.join(map(re.escape, _MCORE_ROLES))})$"
+)
 _LEGACY_FILE = re.compile(r"^(?P<md5>[0-9a-f]{32})(?:(?P<dsc>\.dsc)|_(?P<role>doc|sample|shuffle)_idx\.npy)$")
 
 
@@ -69,7 +79,13 @@ class CacheGroup:
         return self.dataset_class == "BlendedDataset"
 
     def missing_roles(self) -> list[str]:
-        expected = (DESCRIPTION, *BLEND_ROLES) if self.is_blend else GPT_ROLES if self.kind == NEOX else (DESCRIPTION, *GPT_ROLES)
+        expected = (
+            (DESCRIPTION, *BLEND_ROLES)
+            if self.is_blend
+            else GPT_ROLES
+            if self.kind == NEOX
+            else (DESCRIPTION, *GPT_ROLES)
+        )
         return [role for role in expected if role not in self.files]
 
 
@@ -82,8 +98,14 @@ def _split_neox_head(directory: str, head: str) -> tuple[str, str]:
     cuts = [at for at in range(1, len(head) - 1) if head[at] == "_"]
     if not cuts:
         return os.path.join(directory, head), ""
-    cut = max(cuts, key=lambda at: (os.path.isfile(os.path.join(directory, head[:at] + ".idx")),
-                                    bool(_NEOX_SPLIT_NAME.match(head[at + 1 :])), at))
+    cut = max(
+        cuts,
+        key=lambda at: (
+            os.path.isfile(os.path.join(directory, head[:at] + ".idx")),
+            bool(_NEOX_SPLIT_NAME.match(head[at + 1 :])),
+            at,
+        ),
+    )
     return os.path.join(directory, head[:cut]), head[cut + 1 :]
 
 
@@ -96,15 +118,26 @@ def parse_name(path: str) -> CacheGroup | None:
         return CacheGroup(MCORE, stem, {_MCORE_ROLES[match["role"]]: path}, match["cls"], match["split"], match["md5"])
     match = _LEGACY_FILE.match(base)
     if match:
-        return CacheGroup(LEGACY, os.path.join(directory, match["md5"]),
-                          {DESCRIPTION if match["dsc"] else match["role"]: path}, digest=match["md5"])
+        return CacheGroup(
+            LEGACY,
+            os.path.join(directory, match["md5"]),
+            {DESCRIPTION if match["dsc"] else match["role"]: path},
+            digest=match["md5"],
+        )
     match = _NEOX_FILE.match(base)
     fields = _NEOX_STEM.match(match["stem"]) if match else None
     if not match or not fields:
         return None
     prefix, name = _split_neox_head(directory, fields["head"])
-    neox = NeoxName(prefix, name, None if fields["ns"] == "None" else int(fields["ns"]), int(fields["sl"]),
-                    int(fields["seed"]), fields["pi"], bool(fields["ac"]))
+    neox = NeoxName(
+        prefix,
+        name,
+        None if fields["ns"] == "None" else int(fields["ns"]),
+        int(fields["sl"]),
+        int(fields["seed"]),
+        fields["pi"],
+        bool(fields["ac"]),
+    )
     return CacheGroup(NEOX, os.path.join(directory, match["stem"]), {match["role"]: path}, split=name, neox=neox)
 
 
@@ -132,8 +165,10 @@ def _beside(prefix: str) -> list[str]:
     found = [os.path.join(directory, name) for name in sorted(os.listdir(directory)) if name.startswith(base + "_")]
     found += _walk(os.path.join(prefix, "cache")) + _walk(os.path.join(directory, "index-cache"))  # (none: [])
     if not found:
-        raise AuditError(f"{prefix}: no such file or directory, and no index cache files start with this prefix; "
-                         "give a cache file, a directory to search, or a data prefix")
+        raise AuditError(
+            f"{prefix}: no such file or directory, and no index cache files start with this prefix; "
+            "give a cache file, a directory to search, or a data prefix"
+        )
     return found
 
 
@@ -152,6 +187,8 @@ def discover(paths: list[str]) -> list[CacheGroup]:
             if parsed is not None:
                 found[os.path.realpath(candidate)] = parsed
     if not found:
-        raise AuditError(f"no index cache files found under {', '.join(paths)}; expected NeoX *_indexmap_*_idx.npy, "
-                         "megatron-core {md5}-GPTDataset-* / {md5}-BlendedDataset-* or legacy {md5}_doc_idx.npy files")
+        raise AuditError(
+            f"no index cache files found under {', '.join(paths)}; expected NeoX *_indexmap_*_idx.npy, "
+            "megatron-core {md5}-GPTDataset-* / {md5}-BlendedDataset-* or legacy {md5}_doc_idx.npy files"
+        )
     return group_files(list(found.values()))

@@ -77,24 +77,33 @@ def read_pt(path: str) -> Any:
         with open_input(path, "checkpoint file (torch.save)") as raw, zipfile.ZipFile(raw) as archive:
             names = [n for n in archive.namelist() if n.endswith("/data.pkl") or n == "data.pkl"]
             if len(names) != 1:
-                raise ConfigError(f"{path}: a torch.save zip archive has one data.pkl, found {len(names)}; is this a "
-                                  "checkpoint file?")
+                raise ConfigError(
+                    f"{path}: a torch.save zip archive has one data.pkl, found {len(names)}; is this a checkpoint file?"
+                )
             info = archive.getinfo(names[0])
             size = os.fstat(raw.fileno()).st_size
             if info.compress_type == zipfile.ZIP_STORED and info.file_size > size:
-                raise ConfigError(f"{path}: its data.pkl announces {info.file_size} bytes, the file holds {size}; the "
-                                  "file is truncated or damaged: copy it again from the save")
+                raise ConfigError(
+                    f"{path}: its data.pkl announces {info.file_size} bytes, the file holds {size}; the "
+                    "file is truncated or damaged: copy it again from the save"
+                )
             data = archive.read(names[0])
         return _ArgsOnly(io.BytesIO(data)).load()
     except zipfile.BadZipFile:  # (a missing file, a directory or a pipe: open_input's one line)
-        raise ConfigError(f"{path}: not a zip-format torch.save file (saved by torch < 1.6 or with "
-                          "_use_new_zipfile_serialization=False); reading it needs torch: load it with torch.load and "
-                          "re-save it, or give the run's JSONL record instead") from None
+        raise ConfigError(
+            f"{path}: not a zip-format torch.save file (saved by torch < 1.6 or with "
+            "_use_new_zipfile_serialization=False); reading it needs torch: load it with torch.load and "
+            "re-save it, or give the run's JSONL record instead"
+        ) from None
     except (MemoryError, OverflowError):
-        raise ConfigError(f"{path}: its data.pkl announces an object larger than the file ({os.path.getsize(path)} "
-                          "bytes); the file is damaged or not a checkpoint: copy it again from the save") from None
+        raise ConfigError(
+            f"{path}: its data.pkl announces an object larger than the file ({os.path.getsize(path)} "
+            "bytes); the file is damaged or not a checkpoint: copy it again from the save"
+        ) from None
     except (pickle.UnpicklingError, EOFError, ValueError, IndexError, TypeError, KeyError, AttributeError) as err:
-        raise ConfigError(f"{path}: its data.pkl cannot be read ({err}); the file is truncated or not a checkpoint") from None
+        raise ConfigError(
+            f"{path}: its data.pkl cannot be read ({err}); the file is truncated or not a checkpoint"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -126,7 +135,7 @@ def _read_text(path: str, what: str, fix: str) -> str:
         with open_input(path, "checkpoint file", JSON_BYTES, encoding="utf-8") as f:
             return str(f.read()).strip()
     except UnicodeDecodeError as err:
-        found = f"byte {err.object[err.start:err.start + 1]!r} at offset {err.start} ({err.reason})"
+        found = f"byte {err.object[err.start : err.start + 1]!r} at offset {err.start} ({err.reason})"
         raise ConfigError(f"{path}: {what} is not UTF-8 text: {found}; the file is damaged: {fix}") from None
     except OSError as err:
         raise ConfigError(f"{path}: cannot read {what} ({err.strerror or err}); {fix}") from None
@@ -136,12 +145,16 @@ def iteration_of(value: Any, where: str) -> int:
     """A saved iteration: a whole number >= 0 (iterations finished; Megatron-LM's read_metadata refuses a negative
     one: 'error parsing metadata file')."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{where}: iteration is {value!r}, expected a whole number >= 0 (the iterations finished "
-                          "when it was saved); the checkpoint is damaged or was edited: use another save")
+        raise ConfigError(
+            f"{where}: iteration is {value!r}, expected a whole number >= 0 (the iterations finished "
+            "when it was saved); the checkpoint is damaged or was edited: use another save"
+        )
     if value < 0:
-        raise ConfigError(f"{where}: iteration is {value}, expected a whole number >= 0 (Megatron-LM refuses a "
-                          "negative one: 'error parsing metadata file'); the checkpoint is damaged or was edited: "
-                          "use another save")
+        raise ConfigError(
+            f"{where}: iteration is {value}, expected a whole number >= 0 (Megatron-LM refuses a "
+            "negative one: 'error parsing metadata file'); the checkpoint is damaged or was edited: "
+            "use another save"
+        )
     return value
 
 
@@ -157,16 +170,19 @@ def _megatron_tag(marker: str) -> str:
     try:
         iteration = int(text)
     except ValueError:
-        raise ConfigError(f"{marker}: holds {text[:40]!r}, expected an iteration (a whole number >= 0) or 'release' "
-                          f"(Megatron-LM exits on it: 'Invalid metadata file'); {_TRACKER_FIX}") from None
+        raise ConfigError(
+            f"{marker}: holds {text[:40]!r}, expected an iteration (a whole number >= 0) or 'release' "
+            f"(Megatron-LM exits on it: 'Invalid metadata file'); {_TRACKER_FIX}"
+        ) from None
     return f"iter_{iteration_of(iteration, marker):07d}"
 
 
 def _tag_dir(path: str) -> tuple[str, str]:
     """(framework, tag directory) for a save directory or a tag directory."""
     if os.path.isfile(os.path.join(path, "latest")):
-        return "neox", os.path.join(path, _read_text(os.path.join(path, "latest"), "DeepSpeed's 'latest' file",
-                                                     _LATEST_FIX))
+        return "neox", os.path.join(
+            path, _read_text(os.path.join(path, "latest"), "DeepSpeed's 'latest' file", _LATEST_FIX)
+        )
     marker = os.path.join(path, "latest_checkpointed_iteration.txt")
     if os.path.isfile(marker):
         return "megatron", os.path.join(path, _megatron_tag(marker))
@@ -175,8 +191,10 @@ def _tag_dir(path: str) -> tuple[str, str]:
         return "neox", path
     if base.startswith("iter_") or base == "release":
         return "megatron", path
-    raise ConfigError(f"{path}: not a checkpoint directory: expected DeepSpeed's 'latest' file (GPT-NeoX), Megatron-LM's "
-                      "latest_checkpointed_iteration.txt, or a tag directory global_stepN / iter_NNNNNNN")
+    raise ConfigError(
+        f"{path}: not a checkpoint directory: expected DeepSpeed's 'latest' file (GPT-NeoX), Megatron-LM's "
+        "latest_checkpointed_iteration.txt, or a tag directory global_stepN / iter_NNNNNNN"
+    )
 
 
 def read_checkpoint(path: str) -> Checkpoint:
@@ -185,8 +203,9 @@ def read_checkpoint(path: str) -> Checkpoint:
         raise ConfigError(f"{path}: not a directory; give the checkpoint directory (--save/--load) or a tag inside it")
     framework, tag = _tag_dir(path)
     if not os.path.isdir(tag):
-        raise ConfigError(f"{path}: names checkpoint {os.path.basename(tag)}, which is missing; the save was cut off or "
-                          "moved")
+        raise ConfigError(
+            f"{path}: names checkpoint {os.path.basename(tag)}, which is missing; the save was cut off or moved"
+        )
     return _read_neox(tag) if framework == "neox" else _read_megatron(tag)
 
 
@@ -195,13 +214,25 @@ def _read_neox(tag: str) -> Checkpoint:
     saved = read_pt(states)
     if not isinstance(saved, dict) or "iteration" not in saved:
         raise ConfigError(f"{states}: no 'iteration' in it; not a GPT-NeoX checkpoint")
-    keep = ("iteration", "args", "dp_world_size", "mp_world_size", "ds_config", "ds_version", "global_steps",
-            "global_samples", COUNTERS_KEY)
+    keep = (
+        "iteration",
+        "args",
+        "dp_world_size",
+        "mp_world_size",
+        "ds_config",
+        "ds_version",
+        "global_steps",
+        "global_samples",
+        COUNTERS_KEY,
+    )
     values = {k: saved[k] for k in keep if k in saved}
     configs = os.path.join(tag, "configs")
     fix = "restore it from the run's config files or delete configs/ to compare without them"
-    files = ({n: _read_text(os.path.join(configs, n), "a config file NeoX copied", fix) for n in sorted(os.listdir(configs))}
-             if os.path.isdir(configs) else {})
+    files = (
+        {n: _read_text(os.path.join(configs, n), "a config file NeoX copied", fix) for n in sorted(os.listdir(configs))}
+        if os.path.isdir(configs)
+        else {}
+    )
     framework = "megatron-core" if COUNTERS_KEY in saved else "neox"  # a megatron-core loop with the counters
     return Checkpoint(framework, tag, iteration_of(saved["iteration"], states), values, files, _state(tag))
 
@@ -217,7 +248,9 @@ def _state(tag: str) -> Any:
     try:
         return json.loads(_read_text(path, "neox-epoch's state", fix))
     except ValueError as err:
-        raise ConfigError(f"{path}: not a neox-epoch state (not JSON: {err}); it was cut off or edited: {fix}") from None
+        raise ConfigError(
+            f"{path}: not a neox-epoch state (not JSON: {err}); it was cut off or edited: {fix}"
+        ) from None
 
 
 def _read_megatron(tag: str) -> Checkpoint:
@@ -226,11 +259,14 @@ def _read_megatron(tag: str) -> Checkpoint:
             saved = read_pt(os.path.join(tag, rel))
             break
     else:
-        raise ConfigError(f"{tag}: neither common.pt (torch_dist) nor mp_rank_00/model_optim_rng.pt (torch) is there; "
-                          "not a Megatron-LM checkpoint")
+        raise ConfigError(
+            f"{tag}: neither common.pt (torch_dist) nor mp_rank_00/model_optim_rng.pt (torch) is there; "
+            "not a Megatron-LM checkpoint"
+        )
     args = saved.get("args") if isinstance(saved, dict) else None
     if not isinstance(args, argparse.Namespace):
-        raise ConfigError(f"{tag}: no 'args' saved with it (saved by another tool?); give the run's JSONL "
-                          "record instead")
+        raise ConfigError(
+            f"{tag}: no 'args' saved with it (saved by another tool?); give the run's JSONL record instead"
+        )
     iteration = saved.get("iteration", getattr(args, "iteration", 0))
     return Checkpoint("megatron", tag, iteration_of(iteration, tag), dict(vars(args)))

@@ -18,8 +18,9 @@ from neox_epoch.util.output import Output, write_output
 _CODE_OF = {np.dtype(t).name: c for c, t in DTYPE_CODES.items()}
 
 
-def _write_pair(prefix: str, write_bin: Callable[[IO[bytes]], None], write_idx: Callable[[IO[bytes]], None],
-                option: str) -> None:
+def _write_pair(
+    prefix: str, write_bin: Callable[[IO[bytes]], None], write_idx: Callable[[IO[bytes]], None], option: str
+) -> None:
     """``prefix.bin`` then ``prefix.idx`` through the output policy (their own kinds: .bin and .idx)."""
     for ext, write in ((".bin", write_bin), (".idx", write_idx)):
         write_output(Output(prefix + ext, option, example="corpus" + ext, own=(".bin", ".idx")), write)
@@ -83,7 +84,8 @@ def random_documents(
     return [rng.randint(0, vocab, size=int(n)).astype(np.int64) for n in lengths]
 
 
-def write_random_corpus(prefix: str, seed: int, num_documents: int, min_len: int = 1, max_len: int = 200,
-                        option: str = "corpus") -> None:
+def write_random_corpus(
+    prefix: str, seed: int, num_documents: int, min_len: int = 1, max_len: int = 200, option: str = "corpus"
+) -> None:
     """Write a deterministic random corpus of ``num_documents`` documents (uint16 tokens)."""
     write_corpus(prefix, random_documents(seed, num_documents, min_len, max_len), dtype="uint16", option=option)

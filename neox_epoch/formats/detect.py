@@ -65,7 +65,9 @@ def neox_version(neox_dir: str | None = None) -> str:
         import subprocess  # only for a GPT-NeoX checkout
 
         try:
-            out = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5)
+            out = subprocess.run(
+                ["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5
+            )
             if out.returncode == 0:
                 return out.stdout.strip()
         except (OSError, subprocess.SubprocessError):
@@ -82,8 +84,10 @@ def version_to_mirror(given: str | None, force: bool = False) -> str:
     if not version:
         found = megatron_core_source()
         if found is None:
-            raise ConfigError("--framework-version: no megatron-core is installed or on PYTHONPATH; say which version "
-                              "to mirror, e.g. --framework-version 0.16.1")
+            raise ConfigError(
+                "--framework-version: no megatron-core is installed or on PYTHONPATH; say which version "
+                "to mirror, e.g. --framework-version 0.16.1"
+            )
         version, where = found
     if version not in VERIFIED_MCORE_VERSIONS and not force:
         raise ConfigError(
@@ -92,6 +96,9 @@ def version_to_mirror(given: str | None, force: bool = False) -> str:
             "with the rules of its version range, or --framework-version with a verified version"
         )
     if version not in VERIFIED_MCORE_VERSIONS:
-        log.warning("megatron-core %s is not verified against a real build here; planned with the rules of its "
-                    "version range (--force-version)", version)
+        log.warning(
+            "megatron-core %s is not verified against a real build here; planned with the rules of its "
+            "version range (--force-version)",
+            version,
+        )
     return str(version)

@@ -164,8 +164,9 @@ def _parse_head(idx_path: str, head: bytes) -> tuple[int, int, int, int]:
         )
     (version,) = struct.unpack("<Q", head[9:17])
     if version != 1:
-        raise IndexFileError(f"{idx_path}: version is {version}, expected 1; "
-                             "the file is damaged or of an unknown format")
+        raise IndexFileError(
+            f"{idx_path}: version is {version}, expected 1; the file is damaged or of an unknown format"
+        )
     dtype_code = head[17]
     if dtype_code not in DTYPE_CODES:
         raise IndexFileError(
@@ -225,18 +226,26 @@ def _check_bin(header: IdxHeader, idx_path: str, bin_path: str) -> IdxHeader:
 
 def sizes_memmap(header: IdxHeader) -> np.ndarray:
     """The int32 ``sizes`` array (tokens per sequence) as a read-only memmap."""
-    return np.memmap(header.prefix + ".idx", dtype=np.int32, mode="r", offset=header.sizes_offset, shape=(header.sequence_count,))
+    return np.memmap(
+        header.prefix + ".idx", dtype=np.int32, mode="r", offset=header.sizes_offset, shape=(header.sequence_count,)
+    )
 
 
 def pointers_memmap(header: IdxHeader) -> np.ndarray:
     """The int64 ``pointers`` array (byte offsets into the .bin) as a read-only memmap."""
-    return np.memmap(header.prefix + ".idx", dtype=np.int64, mode="r", offset=header.pointers_offset, shape=(header.sequence_count,))
+    return np.memmap(
+        header.prefix + ".idx", dtype=np.int64, mode="r", offset=header.pointers_offset, shape=(header.sequence_count,)
+    )
 
 
 def document_indices_memmap(header: IdxHeader) -> np.ndarray:
     """The int64 ``document_indices`` array as a read-only memmap."""
     return np.memmap(
-        header.prefix + ".idx", dtype=np.int64, mode="r", offset=header.document_indices_offset, shape=(header.document_count,)
+        header.prefix + ".idx",
+        dtype=np.int64,
+        mode="r",
+        offset=header.document_indices_offset,
+        shape=(header.document_count,),
     )
 
 
@@ -325,8 +334,10 @@ def _read_array(f: BinaryIO, header: IdxHeader, offset: int, dtype: type, count:
     f.seek(offset)
     raw = f.read(count * np.dtype(dtype).itemsize)
     if len(raw) != count * np.dtype(dtype).itemsize:
-        raise IndexFileError(f"{header.prefix}.idx: truncated at byte {offset + len(raw)} while checking its arrays; "
-                             "the file changed or is damaged: re-tokenize")
+        raise IndexFileError(
+            f"{header.prefix}.idx: truncated at byte {offset + len(raw)} while checking its arrays; "
+            "the file changed or is damaged: re-tokenize"
+        )
     return np.frombuffer(raw, dtype=dtype)
 
 
@@ -334,8 +345,7 @@ def _check_document_indices(f: BinaryIO, header: IdxHeader) -> None:
     if not header.document_count:
         return
     first = int(_read_array(f, header, header.document_indices_offset, np.int64, 1)[0])
-    last = int(_read_array(f, header, header.document_indices_offset + 8 * (header.document_count - 1), np.int64,
-                           1)[0])
+    last = int(_read_array(f, header, header.document_indices_offset + 8 * (header.document_count - 1), np.int64, 1)[0])
     if first != 0 or last != header.sequence_count:
         raise IndexFileError(
             f"{header.prefix}.idx: document_indices run from {first} to {last}, "

@@ -25,13 +25,40 @@ WORLD_FLAGS = ("--world-size", "--nproc-per-node", "--nproc_per_node", "--nnodes
 #: torchrun's options (torch.distributed.run's parser, torch 2.x; torch.distributed.launch adds --use-env)
 #: -> how many values each takes. Underscore spellings are accepted too (torchrun has both).
 _TORCHRUN_ARITY: dict[str, int] = {
-    "--nnodes": 1, "--nproc-per-node": 1, "--rdzv-backend": 1, "--rdzv-endpoint": 1, "--rdzv-id": 1,
-    "--rdzv-conf": 1, "--standalone": 0, "--max-restarts": 1, "--monitor-interval": 1, "--start-method": 1,
-    "--event-log-handler": 1, "--role": 1, "--module": 0, "-m": 0, "--no-python": 0, "--run-path": 0,
-    "--log-dir": 1, "--redirects": 1, "-r": 1, "--tee": 1, "-t": 1, "--local-ranks-filter": 1,
-    "--duplicate-stdout-filters": 1, "--duplicate-stderr-filters": 1, "--node-rank": 1, "--master-addr": 1,
-    "--master-port": 1, "--local-addr": 1, "--logs-specs": 1, "--numa-binding": 1, "--signals-to-handle": 1,
-    "--shutdown-timeout": 1, "--virtual-local-rank": 0, "--use-env": 0,
+    "--nnodes": 1,
+    "--nproc-per-node": 1,
+    "--rdzv-backend": 1,
+    "--rdzv-endpoint": 1,
+    "--rdzv-id": 1,
+    "--rdzv-conf": 1,
+    "--standalone": 0,
+    "--max-restarts": 1,
+    "--monitor-interval": 1,
+    "--start-method": 1,
+    "--event-log-handler": 1,
+    "--role": 1,
+    "--module": 0,
+    "-m": 0,
+    "--no-python": 0,
+    "--run-path": 0,
+    "--log-dir": 1,
+    "--redirects": 1,
+    "-r": 1,
+    "--tee": 1,
+    "-t": 1,
+    "--local-ranks-filter": 1,
+    "--duplicate-stdout-filters": 1,
+    "--duplicate-stderr-filters": 1,
+    "--node-rank": 1,
+    "--master-addr": 1,
+    "--master-port": 1,
+    "--local-addr": 1,
+    "--logs-specs": 1,
+    "--numa-binding": 1,
+    "--signals-to-handle": 1,
+    "--shutdown-timeout": 1,
+    "--virtual-local-rank": 0,
+    "--use-env": 0,
 }
 #: programs that start the script (a token equal to one ends a variable-length flag's values)
 LAUNCHER_PROGRAMS = ("torchrun", "python", "python3", "deepspeed", "srun", "mpirun", "accelerate")
@@ -106,13 +133,13 @@ def cut(argv: Sequence[str], specs: Mapping[str, Any]) -> PastedLine:
     at = script_index(argv, specs)
     if at is None:
         return PastedLine(after=list(argv))
-    line = PastedLine(script=argv[at], after=list(argv[at + 1:]))
+    line = PastedLine(script=argv[at], after=list(argv[at + 1 :]))
     pre = list(argv[:at])
     i = 0
     while i < len(pre) and (pre[i].startswith("-") or _ENV_ASSIGNMENT.match(pre[i])):
         if pre[i].startswith("-"):
-            n = 1 + _arity(pre[i], specs, pre[i + 1:])
-            line.before += pre[i:i + n]
+            n = 1 + _arity(pre[i], specs, pre[i + 1 :])
+            line.before += pre[i : i + n]
         else:
             n = 1  # NAME=VALUE: an environment assignment pasted with the line
         i += n
@@ -129,21 +156,23 @@ def _launcher_flags(tokens: list[str], line: PastedLine, specs: Mapping[str, Any
         name, eq, _ = tok.partition("=")
         if name == "--world-size":
             n = 1 if eq else 2
-            line.before += tokens[i:i + n]
+            line.before += tokens[i : i + n]
             i += n
             continue
         option = torchrun_option(tok) if torchrun else None
         if torchrun and option is None and name in specs:
-            raise ConfigError(f"{name}: given to {os.path.basename(tokens[0])} before {line.script}, where the "
-                              f"launcher reads it (and rejects it: it is a Megatron-LM flag); move it after "
-                              f"{line.script}")
+            raise ConfigError(
+                f"{name}: given to {os.path.basename(tokens[0])} before {line.script}, where the "
+                f"launcher reads it (and rejects it: it is a Megatron-LM flag); move it after "
+                f"{line.script}"
+            )
         n = 1 + (_TORCHRUN_ARITY[option] if option is not None and not eq else 0)
-        line.launcher += tokens[i:i + n]
+        line.launcher += tokens[i : i + n]
         i += n
 
 
 def launcher_kind(tokens: Sequence[str]) -> str | None:
-    """"torchrun" (torchrun, python -m torch.distributed.run/launch), "python" (one process), another
+    """ "torchrun" (torchrun, python -m torch.distributed.run/launch), "python" (one process), another
     launcher's name, or None (no launcher)."""
     if not tokens:
         return None
@@ -183,7 +212,7 @@ def values_of(tokens: Sequence[str], name: str) -> list[str]:
             continue
         if not eq:
             rest = []
-            for t in tokens[i + 1:]:
+            for t in tokens[i + 1 :]:
                 if t.startswith("--"):
                     break
                 rest.append(t)
@@ -200,29 +229,63 @@ def check_given_twice(before: Sequence[str], after: Sequence[str], script: str |
             continue
         first, again = values_of(before, name), values_of(after, name)
         if again and again[-1] != first[-1]:
-            raise ConfigError(f"{name}: {first[-1]} before {script or 'the flags'} and {again[-1]} after it; give it "
-                              "once (neox-epoch counts options before, between and after the script alike)")
+            raise ConfigError(
+                f"{name}: {first[-1]} before {script or 'the flags'} and {again[-1]} after it; give it "
+                "once (neox-epoch counts options before, between and after the script alike)"
+            )
 
 
 # ------------------------------------------------------------------------ command lines of other frameworks
 
 #: flags only Megatron-DeepSpeed's pretrain_gpt.py has (its examples_deepspeed/ scripts pass them)
-MEGATRON_DEEPSPEED_FLAGS = frozenset({
-    "--deepspeed", "--deepspeed_config", "--deepspeed-config", "--zero-stage", "--deepspeed-activation-checkpointing",
-    "--no-pipeline-parallel", "--ds-sequence-parallel-size", "--train-tokens", "--lr-decay-tokens",
-    "--lr-warmup-tokens", "--moe-expert-parallel-size", "--create-moe-param-group", "--partition-activations",
-    "--contigious-checkpointing", "--synchronize-each-layer", "--cpu-optimizer", "--moe-loss-coeff",
-    "--moe-train-capacity-factor", "--moe-eval-capacity-factor", "--moe-min-capacity", "--disable-moe-token-dropping",
-    "--curriculum-learning-legacy", "--use-flash-attn-v2", "--num-key-value-heads", "--deepspeed-mpi",
-    "--zero-allgather-bucket-size", "--zero-reduce-bucket-size", "--random-ltd", "--universal-checkpoint",
-    "--log-optimizer-states-to-tensorboard",
-})
+MEGATRON_DEEPSPEED_FLAGS = frozenset(
+    {
+        "--deepspeed",
+        "--deepspeed_config",
+        "--deepspeed-config",
+        "--zero-stage",
+        "--deepspeed-activation-checkpointing",
+        "--no-pipeline-parallel",
+        "--ds-sequence-parallel-size",
+        "--train-tokens",
+        "--lr-decay-tokens",
+        "--lr-warmup-tokens",
+        "--moe-expert-parallel-size",
+        "--create-moe-param-group",
+        "--partition-activations",
+        "--contigious-checkpointing",
+        "--synchronize-each-layer",
+        "--cpu-optimizer",
+        "--moe-loss-coeff",
+        "--moe-train-capacity-factor",
+        "--moe-eval-capacity-factor",
+        "--moe-min-capacity",
+        "--disable-moe-token-dropping",
+        "--curriculum-learning-legacy",
+        "--use-flash-attn-v2",
+        "--num-key-value-heads",
+        "--deepspeed-mpi",
+        "--zero-allgather-bucket-size",
+        "--zero-reduce-bucket-size",
+        "--random-ltd",
+        "--universal-checkpoint",
+        "--log-optimizer-states-to-tensorboard",
+    }
+)
 #: flags of Megatron-LM before 2023 (and of Megatron-DeepSpeed, forked then) that Megatron-LM removed since
-OLD_MEGATRON_FLAGS = frozenset({
-    "--data-impl", "--checkpoint-activations", "--checkpoint-num-layers", "--DDP-impl",
-    "--distribute-checkpointed-activations", "--activations-checkpoint-method", "--activations-checkpoint-num-layers",
-    "--no-query-key-layer-scaling", "--log-batch-size-to-tensorboard",
-})
+OLD_MEGATRON_FLAGS = frozenset(
+    {
+        "--data-impl",
+        "--checkpoint-activations",
+        "--checkpoint-num-layers",
+        "--DDP-impl",
+        "--distribute-checkpointed-activations",
+        "--activations-checkpoint-method",
+        "--activations-checkpoint-num-layers",
+        "--no-query-key-layer-scaling",
+        "--log-batch-size-to-tensorboard",
+    }
+)
 #: a Hydra override (NeMo): model.micro_batch_size=4, +trainer.x=1, ~model.y
 _HYDRA_OVERRIDE = re.compile(r"^(\+{1,2}|~)?[A-Za-z_]\w*(\.\w+)+=")
 
@@ -261,8 +324,12 @@ def refuse_foreign(argv: Sequence[str], specs: Mapping[str, Any], megatron_lm_ve
     name, evidence = found
     if name.startswith("a GPT-NeoX"):
         yml = [t for t in argv if t.endswith((".yml", ".yaml"))]
-        raise ConfigError(f"this command line looks like {name} ({evidence}): give neox-epoch plan the config files "
-                          f"themselves: neox-epoch plan {' '.join(yml) or 'CONFIG.yml ...'}")
-    raise ConfigError(f"this command line looks like {name} ({evidence}): not supported by neox-epoch; it plans "
-                      f"GPT-NeoX configs (neox-epoch plan CONFIG.yml ...) and Megatron-LM {megatron_lm_version}'s "
-                      "pretrain_gpt.py flags (torchrun ... pretrain_gpt.py --data-path ...)")
+        raise ConfigError(
+            f"this command line looks like {name} ({evidence}): give neox-epoch plan the config files "
+            f"themselves: neox-epoch plan {' '.join(yml) or 'CONFIG.yml ...'}"
+        )
+    raise ConfigError(
+        f"this command line looks like {name} ({evidence}): not supported by neox-epoch; it plans "
+        f"GPT-NeoX configs (neox-epoch plan CONFIG.yml ...) and Megatron-LM {megatron_lm_version}'s "
+        "pretrain_gpt.py flags (torchrun ... pretrain_gpt.py --data-path ...)"
+    )

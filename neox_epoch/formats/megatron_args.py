@@ -41,21 +41,70 @@ WORLD_FLAGS = ("--world-size", "--nproc-per-node", "--nproc_per_node", "--nnodes
 _TYPES: dict[str, Any] = {"int": int, "float": float, "str": str, "bool": bool}
 
 #: dests of Megatron-LM options that change what is built or drawn (the rest is "not affecting the plan")
-PLAN_DESTS = frozenset({
-    "data_path", "split", "train_data_path", "valid_data_path", "test_data_path", "data_args_path",
-    "per_split_data_args_path", "data_cache_path", "per_dataset_sequences_path", "mock_data",
-    "multiple_validation_sets", "full_validation", "mid_level_dataset_surplus", "seed", "seq_length",
-    "encoder_seq_length", "sft", "dataloader_type", "dataloader_fast_cache_load", "object_storage_cache_path",
-    "micro_batch_size", "global_batch_size", "rampup_batch_size", "decrease_batch_size_if_needed",
-    "tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
-    "expert_model_parallel_size", "train_iters", "train_samples", "eval_interval", "eval_iters", "skip_train",
-    "phase_transition_iterations", "iterations_to_skip", "exit_interval", "exit_duration_in_mins",
-    "lr_decay_style", "lr_decay_iters", "lr_decay_samples", "lr_warmup_iters", "lr_warmup_samples",
-    "lr_warmup_fraction", "lr_wsd_decay_iters", "lr_wsd_decay_samples", "save_interval", "save", "lr", "min_lr",
-    "lr_warmup_init", "batch_size", "warmup", "model_parallel_size", "checkpoint_activations",
-    "step_batch_size_schedule", "eval_global_batch_size", "eval_micro_batch_size", "start_eval_at_iter",
-    "override_ckpt_iteration", "tensor_parallel_num_weight_shards",
-})
+PLAN_DESTS = frozenset(
+    {
+        "data_path",
+        "split",
+        "train_data_path",
+        "valid_data_path",
+        "test_data_path",
+        "data_args_path",
+        "per_split_data_args_path",
+        "data_cache_path",
+        "per_dataset_sequences_path",
+        "mock_data",
+        "multiple_validation_sets",
+        "full_validation",
+        "mid_level_dataset_surplus",
+        "seed",
+        "seq_length",
+        "encoder_seq_length",
+        "sft",
+        "dataloader_type",
+        "dataloader_fast_cache_load",
+        "object_storage_cache_path",
+        "micro_batch_size",
+        "global_batch_size",
+        "rampup_batch_size",
+        "decrease_batch_size_if_needed",
+        "tensor_model_parallel_size",
+        "pipeline_model_parallel_size",
+        "context_parallel_size",
+        "expert_model_parallel_size",
+        "train_iters",
+        "train_samples",
+        "eval_interval",
+        "eval_iters",
+        "skip_train",
+        "phase_transition_iterations",
+        "iterations_to_skip",
+        "exit_interval",
+        "exit_duration_in_mins",
+        "lr_decay_style",
+        "lr_decay_iters",
+        "lr_decay_samples",
+        "lr_warmup_iters",
+        "lr_warmup_samples",
+        "lr_warmup_fraction",
+        "lr_wsd_decay_iters",
+        "lr_wsd_decay_samples",
+        "save_interval",
+        "save",
+        "lr",
+        "min_lr",
+        "lr_warmup_init",
+        "batch_size",
+        "warmup",
+        "model_parallel_size",
+        "checkpoint_activations",
+        "step_batch_size_schedule",
+        "eval_global_batch_size",
+        "eval_micro_batch_size",
+        "start_eval_at_iter",
+        "override_ckpt_iteration",
+        "tensor_parallel_num_weight_shards",
+    }
+)
 
 Blend = tuple[tuple[str, ...], tuple[float, ...] | None]
 
@@ -82,8 +131,12 @@ class _Parser(argparse.ArgumentParser):
     """argparse, but an error is a one-line ConfigError instead of usage + exit 2."""
 
     def error(self, message: str) -> Any:  # type: ignore[override]
-        raise MegatronRefusal(f"{message}: Megatron-LM's parse_args rejects it the same way; fix the value",
-                              "parse_args", "SystemExit", "2")
+        raise MegatronRefusal(
+            f"{message}: Megatron-LM's parse_args rejects it the same way; fix the value",
+            "parse_args",
+            "SystemExit",
+            "2",
+        )
 
 
 def _add_option(parser: argparse.ArgumentParser, spec: dict[str, Any]) -> None:
@@ -94,8 +147,9 @@ def _add_option(parser: argparse.ArgumentParser, spec: dict[str, Any]) -> None:
         parser.add_argument(*opts, action=action, **kw)
         return
     if action == "boolean_optional":
-        parser.add_argument(*[o for o in opts if not o.startswith("--no-")], action=argparse.BooleanOptionalAction,
-                            **kw)
+        parser.add_argument(
+            *[o for o in opts if not o.startswith("--no-")], action=argparse.BooleanOptionalAction, **kw
+        )
         return
     kw["type"] = _TYPES.get(spec["type"] or "str", str)
     if spec["nargs"] is not None:
@@ -111,8 +165,12 @@ def modelopt_specs(version: str = DEFAULT_VERSION) -> dict[str, dict[str, Any]]:
     parse_args when nvidia-modelopt is installed: ``--enable-gpt-oss``, the ``--export-kd-*`` distillation
     flags ...). None of them changes what is built or drawn; a name the main table has is left to it."""
     main = {o for spec in flag_table(version)["options"] for o in spec["options"]}
-    return {o: spec for spec in flag_table(version).get("modelopt_options", ())
-            for o in spec["options"] if not set(spec["options"]) & main}
+    return {
+        o: spec
+        for spec in flag_table(version).get("modelopt_options", ())
+        for o in spec["options"]
+        if not set(spec["options"]) & main
+    }
 
 
 @functools.cache
@@ -131,8 +189,9 @@ def build_parser(version: str = DEFAULT_VERSION) -> argparse.ArgumentParser:
         _add_option(parser, spec)
     clash = [f for f in WORLD_FLAGS if f in _option_specs(version)]
     if clash:
-        raise ConfigError(f"megatron_flags/{version}.json: {clash[0]} is a Megatron-LM option now; the world flags "
-                          "need new names")
+        raise ConfigError(
+            f"megatron_flags/{version}.json: {clash[0]} is a Megatron-LM option now; the world flags need new names"
+        )
     parser.add_argument("--world-size", dest="ne_world_size", type=int, default=None)
     parser.add_argument("--nproc-per-node", "--nproc_per_node", dest="ne_nproc_per_node", default=None)
     parser.add_argument("--nnodes", dest="ne_nnodes", default=None)
@@ -318,8 +377,10 @@ def _positive_int(flag: str, value: str) -> int:
     except ValueError:
         n = 0
     if n < 1:
-        raise ConfigError(f"{flag}: {value!r}: expected a whole number of GPUs/nodes >= 1 (an elastic range "
-                          "like 1:4 has no fixed world size); give --world-size N")
+        raise ConfigError(
+            f"{flag}: {value!r}: expected a whole number of GPUs/nodes >= 1 (an elastic range "
+            "like 1:4 has no fixed world size); give --world-size N"
+        )
     return n
 
 
@@ -354,8 +415,10 @@ def resolve_world(ns: argparse.Namespace, launcher: dict[str, str]) -> tuple[int
             return world, f"--world-size; the launcher's {started} is not a fixed world"
         if n == world:
             return world, f"--world-size, equal to the launcher's {started}"
-        return world, (f"--world-size; it wins over the {n} processes the pasted launcher starts, {started}: "
-                       "--world-size is read as the whole job's GPUs, the pasted line as one launch of it, one node's")
+        return world, (
+            f"--world-size; it wins over the {n} processes the pasted launcher starts, {started}: "
+            "--world-size is read as the whole job's GPUs, the pasted line as one launch of it, one node's"
+        )
     if started:
         p = _positive_int("--nproc-per-node", nproc or "1")
         n = _positive_int("--nnodes", nnodes or "1")
@@ -364,8 +427,10 @@ def resolve_world(ns: argparse.Namespace, launcher: dict[str, str]) -> tuple[int
     if program in (None, "python", "torchrun"):
         why = "python starts one process" if program == "python" else "Megatron-LM reads WORLD_SIZE"
         return 1, f"default 1 ({why}; give --world-size N)"
-    raise ConfigError(f"{program}: a launcher whose world neox-epoch does not read (it reads torchrun's "
-                      "--nproc-per-node x --nnodes); give --world-size N, the GPUs the run uses")
+    raise ConfigError(
+        f"{program}: a launcher whose world neox-epoch does not read (it reads torchrun's "
+        "--nproc-per-node x --nnodes); give --world-size N, the GPUs the run uses"
+    )
 
 
 def given_flags(tokens: Sequence[str]) -> list[str]:
@@ -403,18 +468,38 @@ def _check_unknown(extras: list[str], version: str = DEFAULT_VERSION) -> None:
     tok = extras[0]
     if tok.startswith("-"):
         name = tok.partition("=")[0]
-        fork = (" (a Megatron-DeepSpeed flag)" if name in launch_line.MEGATRON_DEEPSPEED_FLAGS else
-                " (a flag Megatron-LM removed)" if name in launch_line.OLD_MEGATRON_FLAGS else "")
+        fork = (
+            " (a Megatron-DeepSpeed flag)"
+            if name in launch_line.MEGATRON_DEEPSPEED_FLAGS
+            else " (a flag Megatron-LM removed)"
+            if name in launch_line.OLD_MEGATRON_FLAGS
+            else ""
+        )
         other = None if fork else other_versions_wording(name, version)
         if other is not None:
-            raise MegatronRefusal(f"{name}: not a Megatron-LM {version} flag: {other}; Megatron-LM {version}'s "
-                                  "parse_args exits on it; drop it, or plan for the version that has it with "
-                                  "--framework-version", "parse_args", "SystemExit", "2")
+            raise MegatronRefusal(
+                f"{name}: not a Megatron-LM {version} flag: {other}; Megatron-LM {version}'s "
+                "parse_args exits on it; drop it, or plan for the version that has it with "
+                "--framework-version",
+                "parse_args",
+                "SystemExit",
+                "2",
+            )
         choices = list(_option_specs(version)) + list(WORLD_FLAGS)
-        raise MegatronRefusal(f"{name}: not a Megatron-LM {version} flag{fork or did_you_mean(name, choices)}: "
-                              "Megatron-LM's parse_args exits on it; fix or drop it", "parse_args", "SystemExit", "2")
-    raise MegatronRefusal(f"{tok!r}: a value without a flag (the flag before it takes fewer values): Megatron-LM's "
-                          "parse_args exits on it; fix the command line", "parse_args", "SystemExit", "2")
+        raise MegatronRefusal(
+            f"{name}: not a Megatron-LM {version} flag{fork or did_you_mean(name, choices)}: "
+            "Megatron-LM's parse_args exits on it; fix or drop it",
+            "parse_args",
+            "SystemExit",
+            "2",
+        )
+    raise MegatronRefusal(
+        f"{tok!r}: a value without a flag (the flag before it takes fewer values): Megatron-LM's "
+        "parse_args exits on it; fix the command line",
+        "parse_args",
+        "SystemExit",
+        "2",
+    )
 
 
 # ----------------------------------------------------------------------------------------- data files
@@ -451,8 +536,10 @@ def _per_split_from_file(path: str) -> tuple[Blend | None, Blend | None, Blend |
     """--per-split-data-args-path: {"train": ..., "valid": ..., "test": ...}, each a list or a string."""
     data = _read_json("--per-split-data-args-path", path)
     if not isinstance(data, dict) or any(k not in data for k in ("train", "valid", "test")):
-        raise ConfigError(f"--per-split-data-args-path: {path}: expected a JSON object with keys train, valid, test "
-                          "(Megatron-LM raises KeyError without one); add the missing key (null for none)")
+        raise ConfigError(
+            f"--per-split-data-args-path: {path}: expected a JSON object with keys train, valid, test "
+            "(Megatron-LM raises KeyError without one); add the missing key (null for none)"
+        )
     out = []
     for key in ("train", "valid", "test"):
         value = data[key]
@@ -466,8 +553,10 @@ def _sequences_per_dataset(path: str | None) -> tuple[tuple[str, tuple[int, ...]
         return None
     data = _read_json("--per-dataset-sequences-path", path)
     if not isinstance(data, dict):
-        raise ConfigError(f"--per-dataset-sequences-path: {path}: expected a JSON object prefix -> [sequences, "
-                          "documents]; fix the file")
+        raise ConfigError(
+            f"--per-dataset-sequences-path: {path}: expected a JSON object prefix -> [sequences, "
+            "documents]; fix the file"
+        )
     return tuple((str(k), tuple(int(x) for x in v)) for k, v in sorted(data.items()))
 
 
@@ -489,13 +578,28 @@ def _data(ns: argparse.Namespace) -> tuple[Blend | None, tuple[Blend | None, Ble
 
 def _sanity(ns: argparse.Namespace) -> None:
     """This planner's own value checks (Megatron-LM would run on with nonsense): one line each."""
-    for dest in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
-                 "expert_model_parallel_size"):
+    for dest in (
+        "tensor_model_parallel_size",
+        "pipeline_model_parallel_size",
+        "context_parallel_size",
+        "expert_model_parallel_size",
+    ):
         if getattr(ns, dest) < 1:
             _bad(dest, getattr(ns, dest), "a size >= 1")
-    for dest in ("train_iters", "train_samples", "eval_iters", "lr_decay_iters", "lr_decay_samples",
-                 "lr_warmup_iters", "lr_warmup_samples", "lr_wsd_decay_iters", "lr_wsd_decay_samples",
-                 "exit_interval", "exit_duration_in_mins", "eval_interval"):
+    for dest in (
+        "train_iters",
+        "train_samples",
+        "eval_iters",
+        "lr_decay_iters",
+        "lr_decay_samples",
+        "lr_warmup_iters",
+        "lr_warmup_samples",
+        "lr_wsd_decay_iters",
+        "lr_wsd_decay_samples",
+        "exit_interval",
+        "exit_duration_in_mins",
+        "eval_interval",
+    ):
         value = getattr(ns, dest)
         if value is not None and value < 0:
             _bad(dest, value, "a count >= 0")
@@ -503,8 +607,14 @@ def _sanity(ns: argparse.Namespace) -> None:
         value = getattr(ns, dest, None)
         if value is not None and value < 0:
             _bad(dest, value, "an iteration >= 0")
-    for dest in ("seq_length", "encoder_seq_length", "save_interval", "eval_global_batch_size",
-                 "eval_micro_batch_size", "tensor_parallel_num_weight_shards"):
+    for dest in (
+        "seq_length",
+        "encoder_seq_length",
+        "save_interval",
+        "eval_global_batch_size",
+        "eval_micro_batch_size",
+        "tensor_parallel_num_weight_shards",
+    ):
         value = getattr(ns, dest, None)
         if value is not None and value < 1:
             _bad(dest, value, "a count >= 1")
@@ -528,18 +638,26 @@ def _bad(dest: str, value: object, expected: str) -> None:
 
 def _deprecated(ns: argparse.Namespace) -> None:
     """Mirror validate_args' refusals of deprecated flags (in its order)."""
-    for dest, msg in (("batch_size", "--batch-size argument is no longer valid, use --micro-batch-size instead"),
-                      ("warmup", "--warmup argument is no longer valid, use --lr-warmup-fraction instead"),
-                      ("model_parallel_size", "--model-parallel-size is no longer valid, use "
-                                              "--tensor-model-parallel-size instead")):
+    for dest, msg in (
+        ("batch_size", "--batch-size argument is no longer valid, use --micro-batch-size instead"),
+        ("warmup", "--warmup argument is no longer valid, use --lr-warmup-fraction instead"),
+        ("model_parallel_size", "--model-parallel-size is no longer valid, use --tensor-model-parallel-size instead"),
+    ):
         if getattr(ns, dest) is not None:
             flag = "--" + dest.replace("_", "-")
-            raise refuse(flag, getattr(ns, dest), "validate_args", "AssertionError", msg, "a removed flag",
-                         msg.split(", ", 1)[1])
+            raise refuse(
+                flag, getattr(ns, dest), "validate_args", "AssertionError", msg, "a removed flag", msg.split(", ", 1)[1]
+            )
     if ns.checkpoint_activations:
-        raise refuse("--checkpoint-activations", "set", "validate_args", "SystemExit", "",
-                     "a removed flag: Megatron-LM prints a note and exits",
-                     "use --recompute-activations (or --recompute-granularity/--recompute-method)")
+        raise refuse(
+            "--checkpoint-activations",
+            "set",
+            "validate_args",
+            "SystemExit",
+            "",
+            "a removed flag: Megatron-LM prints a note and exits",
+            "use --recompute-activations (or --recompute-granularity/--recompute-method)",
+        )
 
 
 def _phases(ns: argparse.Namespace) -> tuple[int, ...] | None:
@@ -549,12 +667,25 @@ def _phases(ns: argparse.Namespace) -> tuple[int, ...] | None:
     try:
         phases = tuple(sorted(int(x.strip()) for x in ns.phase_transition_iterations.split(",")))
     except ValueError as err:
-        raise refuse("--phase-transition-iterations", ns.phase_transition_iterations, "validate_args", "ValueError",
-                     str(err), "expected comma-separated iterations", "e.g. --phase-transition-iterations 1000,2000") from err
+        raise refuse(
+            "--phase-transition-iterations",
+            ns.phase_transition_iterations,
+            "validate_args",
+            "ValueError",
+            str(err),
+            "expected comma-separated iterations",
+            "e.g. --phase-transition-iterations 1000,2000",
+        ) from err
     if ns.rampup_batch_size is not None and mlm.current().phases_refuse_rampup:
-        raise refuse("--phase-transition-iterations", ns.phase_transition_iterations, "validate_args",
-                     "AssertionError", "multi-phase training does not support batch size ramp-up",
-                     "given with --rampup-batch-size", "drop one of the two")
+        raise refuse(
+            "--phase-transition-iterations",
+            ns.phase_transition_iterations,
+            "validate_args",
+            "AssertionError",
+            "multi-phase training does not support batch size ramp-up",
+            "given with --rampup-batch-size",
+            "drop one of the two",
+        )
     return phases
 
 
@@ -567,23 +698,53 @@ def _iteration_or_sample_based(ns: argparse.Namespace) -> None:
     if ns.train_iters:
         checks = (
             (ns.train_samples is None, "--train-samples", ns.train_samples, "expected iteration-based training"),
-            (ns.lr_decay_samples is None, "--lr-decay-samples", ns.lr_decay_samples,
-             "expected iteration-based learning rate decay"),
-            (ns.lr_warmup_samples == 0, "--lr-warmup-samples", ns.lr_warmup_samples,
-             "expected iteration-based learning rate warmup"),
-            (ns.rampup_batch_size is None or not rules.rampup_refused_with_train_iters, "--rampup-batch-size",
-             " ".join(map(str, ns.rampup_batch_size or [])), "expected no batch-size rampup for iteration-based training"),
-            (ns.lr_warmup_fraction is None or ns.lr_warmup_iters == 0, "--lr-warmup-fraction", ns.lr_warmup_fraction,
-             "can only specify one of lr-warmup-fraction and lr-warmup-iters"),
+            (
+                ns.lr_decay_samples is None,
+                "--lr-decay-samples",
+                ns.lr_decay_samples,
+                "expected iteration-based learning rate decay",
+            ),
+            (
+                ns.lr_warmup_samples == 0,
+                "--lr-warmup-samples",
+                ns.lr_warmup_samples,
+                "expected iteration-based learning rate warmup",
+            ),
+            (
+                ns.rampup_batch_size is None or not rules.rampup_refused_with_train_iters,
+                "--rampup-batch-size",
+                " ".join(map(str, ns.rampup_batch_size or [])),
+                "expected no batch-size rampup for iteration-based training",
+            ),
+            (
+                ns.lr_warmup_fraction is None or ns.lr_warmup_iters == 0,
+                "--lr-warmup-fraction",
+                ns.lr_warmup_fraction,
+                "can only specify one of lr-warmup-fraction and lr-warmup-iters",
+            ),
         )
         mode, fix = "--train-iters", "use the iteration-based flag (or switch the run to --train-samples)"
     elif ns.train_samples:
         checks = (
             (ns.train_iters is None, "--train-iters", ns.train_iters, "expected sample-based training"),
-            (ns.lr_decay_iters is None, "--lr-decay-iters", ns.lr_decay_iters, "expected sample-based learning rate decay"),
-            (ns.lr_warmup_iters == 0, "--lr-warmup-iters", ns.lr_warmup_iters, "expected sample-based learnig rate warmup"),
-            (ns.lr_warmup_fraction is None or ns.lr_warmup_samples == 0, "--lr-warmup-fraction",
-             ns.lr_warmup_fraction, "can only specify one of lr-warmup-fraction and lr-warmup-samples"),
+            (
+                ns.lr_decay_iters is None,
+                "--lr-decay-iters",
+                ns.lr_decay_iters,
+                "expected sample-based learning rate decay",
+            ),
+            (
+                ns.lr_warmup_iters == 0,
+                "--lr-warmup-iters",
+                ns.lr_warmup_iters,
+                "expected sample-based learnig rate warmup",
+            ),
+            (
+                ns.lr_warmup_fraction is None or ns.lr_warmup_samples == 0,
+                "--lr-warmup-fraction",
+                ns.lr_warmup_fraction,
+                "can only specify one of lr-warmup-fraction and lr-warmup-samples",
+            ),
         )
         mode, fix = "--train-samples", "use the sample-based flag (or switch the run to --train-iters)"
     else:
@@ -605,28 +766,56 @@ def _eval_batch(ns: argparse.Namespace, gbs: int, dp: int) -> None:
         ns.eval_micro_batch_size = ns.micro_batch_size
     unit = ns.eval_micro_batch_size * dp
     if ns.eval_global_batch_size % unit:
-        msg = (f"eval_global_batch_size ({ns.eval_global_batch_size}) must be divisible by eval_micro_batch_size "
-               f"({ns.eval_micro_batch_size}) * data_parallel_size ({dp})")
-        raise refuse("--eval-global-batch-size", ns.eval_global_batch_size, "validate_args", "AssertionError", msg,
-                     "each evaluation step is eval micro x dp x microbatches", f"use a multiple of {unit}")
+        msg = (
+            f"eval_global_batch_size ({ns.eval_global_batch_size}) must be divisible by eval_micro_batch_size "
+            f"({ns.eval_micro_batch_size}) * data_parallel_size ({dp})"
+        )
+        raise refuse(
+            "--eval-global-batch-size",
+            ns.eval_global_batch_size,
+            "validate_args",
+            "AssertionError",
+            msg,
+            "each evaluation step is eval micro x dp x microbatches",
+            f"use a multiple of {unit}",
+        )
 
 
 def _seq_length(ns: argparse.Namespace) -> int | None:
     """Mirror validate_args' sequence-length checks: the 2*cp multiple, --seq-length vs --encoder-seq-length."""
     cp = ns.context_parallel_size
     if ns.seq_length is not None and cp > 1 and ns.seq_length % (cp * 2):
-        raise refuse("--seq-length", ns.seq_length, "validate_args", "AssertionError",
-                     "seq-length should be a multiple of 2 * context-parallel-size if context-parallel-size > 1.",
-                     f"context parallelism splits each sequence into 2 * {cp} chunks",
-                     f"use a multiple of {2 * cp}")
+        raise refuse(
+            "--seq-length",
+            ns.seq_length,
+            "validate_args",
+            "AssertionError",
+            "seq-length should be a multiple of 2 * context-parallel-size if context-parallel-size > 1.",
+            f"context parallelism splits each sequence into 2 * {cp} chunks",
+            f"use a multiple of {2 * cp}",
+        )
     if ns.seq_length is not None:
         if ns.encoder_seq_length is not None:
-            raise refuse("--encoder-seq-length", ns.encoder_seq_length, "validate_args", "AssertionError", "",
-                         "given with --seq-length", "give only --seq-length")
+            raise refuse(
+                "--encoder-seq-length",
+                ns.encoder_seq_length,
+                "validate_args",
+                "AssertionError",
+                "",
+                "given with --seq-length",
+                "give only --seq-length",
+            )
         return int(ns.seq_length)
     if ns.encoder_seq_length is None:
-        raise refuse("--seq-length", "not given", "validate_args", "AssertionError", "",
-                     "the sample length is unknown", "give --seq-length N")
+        raise refuse(
+            "--seq-length",
+            "not given",
+            "validate_args",
+            "AssertionError",
+            "",
+            "the sample length is unknown",
+            "give --seq-length N",
+        )
     return int(ns.encoder_seq_length)
 
 
@@ -640,72 +829,142 @@ def validate_args(ns: argparse.Namespace, world_size: int) -> tuple[int, int, st
     gtp = 1
     if rules.gtp_weight_remat:
         gtp = mlm.gtp_weight_remat_size(ns.tensor_model_parallel_size, ns.tensor_parallel_num_weight_shards)
-    dp = mlm.data_parallel_size(world_size, ns.tensor_model_parallel_size, ns.pipeline_model_parallel_size,
-                                ns.context_parallel_size, gtp)
+    dp = mlm.data_parallel_size(
+        world_size, ns.tensor_model_parallel_size, ns.pipeline_model_parallel_size, ns.context_parallel_size, gtp
+    )
     _deprecated(ns)
     split = ns.split
     if ns.data_path is not None and split is None:
         split = "969, 30, 1"
-    if (ns.data_path is not None or ns.data_args_path is not None) and not (ns.data_path is None
-                                                                            or ns.data_args_path is None):
-        raise refuse("--data-args-path", ns.data_args_path, "validate_args", "AssertionError", "",
-                     "given with --data-path", "give one of the two")
+    if (ns.data_path is not None or ns.data_args_path is not None) and not (
+        ns.data_path is None or ns.data_args_path is None
+    ):
+        raise refuse(
+            "--data-args-path",
+            ns.data_args_path,
+            "validate_args",
+            "AssertionError",
+            "",
+            "given with --data-path",
+            "give one of the two",
+        )
     per_split = any(p is not None for p in (ns.train_data_path, ns.valid_data_path, ns.test_data_path))
     if per_split and ns.per_split_data_args_path is not None:
-        raise refuse("--per-split-data-args-path", ns.per_split_data_args_path, "validate_args", "AssertionError",
-                     "", "given with --train/valid/test-data-path", "give one of the two")
+        raise refuse(
+            "--per-split-data-args-path",
+            ns.per_split_data_args_path,
+            "validate_args",
+            "AssertionError",
+            "",
+            "given with --train/valid/test-data-path",
+            "give one of the two",
+        )
     _phases(ns)
     if ns.micro_batch_size is None or ns.micro_batch_size <= 0:
-        raise refuse("--micro-batch-size", ns.micro_batch_size if ns.micro_batch_size is not None else "not given",
-                     "validate_args", "AssertionError", "", "each step's per-GPU batch is needed",
-                     "give --micro-batch-size N with N >= 1")
+        raise refuse(
+            "--micro-batch-size",
+            ns.micro_batch_size if ns.micro_batch_size is not None else "not given",
+            "validate_args",
+            "AssertionError",
+            "",
+            "each step's per-GPU batch is needed",
+            "give --micro-batch-size N with N >= 1",
+        )
     if rules.step_schedule and ns.step_batch_size_schedule is not None and ns.global_batch_size is not None:
-        raise refuse("--global-batch-size", ns.global_batch_size, "validate_args", "ValueError",
-                     "Cannot specify both --step-batch-size-schedule and --global-batch-size",
-                     "the step schedule sets the batch", "drop --global-batch-size")
+        raise refuse(
+            "--global-batch-size",
+            ns.global_batch_size,
+            "validate_args",
+            "ValueError",
+            "Cannot specify both --step-batch-size-schedule and --global-batch-size",
+            "the step schedule sets the batch",
+            "drop --global-batch-size",
+        )
     gbs = ns.global_batch_size if ns.global_batch_size is not None else ns.micro_batch_size * dp
     if gbs <= 0:
-        raise refuse("--global-batch-size", gbs, "validate_args", "AssertionError", "", "a batch must hold samples",
-                     "give --global-batch-size N with N >= 1")
+        raise refuse(
+            "--global-batch-size",
+            gbs,
+            "validate_args",
+            "AssertionError",
+            "",
+            "a batch must hold samples",
+            "give --global-batch-size N with N >= 1",
+        )
     if rules.eval_batch:
         _eval_batch(ns, gbs, dp)
     _iteration_or_sample_based(ns)
     _seq_length(ns)
     if ns.save is not None and (ns.save_interval is None or ns.save_interval <= 0):
-        raise refuse("--save-interval", ns.save_interval if ns.save_interval is not None else "not given",
-                     "validate_args", "AssertionError", "", "--save needs an interval", "give --save-interval N")
-    sources = int(bool(ns.mock_data)) + int(bool(ns.data_path)) + int(per_split and any(
-        (ns.train_data_path, ns.valid_data_path, ns.test_data_path)))
+        raise refuse(
+            "--save-interval",
+            ns.save_interval if ns.save_interval is not None else "not given",
+            "validate_args",
+            "AssertionError",
+            "",
+            "--save needs an interval",
+            "give --save-interval N",
+        )
+    sources = (
+        int(bool(ns.mock_data))
+        + int(bool(ns.data_path))
+        + int(per_split and any((ns.train_data_path, ns.valid_data_path, ns.test_data_path)))
+    )
     if sources > 1:
-        raise refuse("--mock-data/--data-path/--*-data-path", "several", "validate_args", "AssertionError",
-                     "A single data source must be provided in training mode, else None",
-                     "more than one data source given", "give exactly one of them")
+        raise refuse(
+            "--mock-data/--data-path/--*-data-path",
+            "several",
+            "validate_args",
+            "AssertionError",
+            "A single data source must be provided in training mode, else None",
+            "more than one data source given",
+            "give exactly one of them",
+        )
     return dp, gbs, split
 
 
-def _unplannable(ns: argparse.Namespace, blend: Blend | None,
-                 per_split: tuple[Blend | None, Blend | None, Blend | None] | None) -> None:
+def _unplannable(
+    ns: argparse.Namespace, blend: Blend | None, per_split: tuple[Blend | None, Blend | None, Blend | None] | None
+) -> None:
     """What Megatron-LM runs but this planner cannot plan: one line each (stage "neox-epoch")."""
+
     def no(flag: str, value: object, why: str, fix: str) -> MegatronRefusal:
         return MegatronRefusal(f"{flag}: {value}: cannot be planned: {why}; {fix}", "neox-epoch")
 
     if ns.mock_data:
-        raise no("--mock-data", "set", "Megatron-LM generates random tokens, there is no corpus to plan epochs over",
-                 "give --data-path PREFIX ...")
+        raise no(
+            "--mock-data",
+            "set",
+            "Megatron-LM generates random tokens, there is no corpus to plan epochs over",
+            "give --data-path PREFIX ...",
+        )
     if ns.sft:
         raise no("--sft", "set", "SFT datasets pack conversations, not GPT samples", "plan pretraining runs only")
     if ns.dataloader_type in ("cyclic", "external"):
-        raise no("--dataloader-type", ns.dataloader_type, "only the default 'single' sampler draws samples in "
-                 "order (cyclic reshuffles per pass, external is user code)", "drop --dataloader-type")
+        raise no(
+            "--dataloader-type",
+            ns.dataloader_type,
+            "only the default 'single' sampler draws samples in "
+            "order (cyclic reshuffles per pass, external is user code)",
+            "drop --dataloader-type",
+        )
     blends = [blend] if blend is not None else list(per_split or [])
     for b in blends:
-        for prefix in (b[0] if b else ()):
+        for prefix in b[0] if b else ():
             if mlm.is_object_storage_path(prefix):
-                raise no("--data-path", prefix, "object storage (s3:// msc://) cannot be read here",
-                         "copy the .idx files locally and give the local prefix")
+                raise no(
+                    "--data-path",
+                    prefix,
+                    "object storage (s3:// msc://) cannot be read here",
+                    "copy the .idx files locally and give the local prefix",
+                )
     if blend is None and (per_split is None or not any(per_split)):
-        raise no("--data-path", "not given", f"without data Megatron-LM {mlm.current().version} silently trains on mock data",
-                 "give --data-path PREFIX ... or --train-data-path ...")
+        raise no(
+            "--data-path",
+            "not given",
+            f"without data Megatron-LM {mlm.current().version} silently trains on mock data",
+            "give --data-path PREFIX ... or --train-data-path ...",
+        )
 
 
 def check_foreign(argv: Sequence[str], version: str | None = None) -> None:
@@ -738,13 +997,17 @@ def _parse(argv: Sequence[str], rules: mlm.Rules) -> MegatronArgs:
     world, source = resolve_world(ns, _launcher_world(launcher_tokens))
     _sanity(ns)
     dp, gbs, split = validate_args(ns, world)
-    gtp = mlm.gtp_weight_remat_size(ns.tensor_model_parallel_size, ns.tensor_parallel_num_weight_shards) \
-        if rules.gtp_weight_remat else 1
+    gtp = (
+        mlm.gtp_weight_remat_size(ns.tensor_model_parallel_size, ns.tensor_parallel_num_weight_shards)
+        if rules.gtp_weight_remat
+        else 1
+    )
     rampup = tuple(int(v) for v in ns.rampup_batch_size) if ns.rampup_batch_size is not None else None
     step = getattr(ns, "step_batch_size_schedule", None)
     try:
-        mlm.build_num_microbatches_calculator(gbs, ns.micro_batch_size, dp * gtp, ns.decrease_batch_size_if_needed,
-                                              rampup, step, _seq_length(ns))
+        mlm.build_num_microbatches_calculator(
+            gbs, ns.micro_batch_size, dp * gtp, ns.decrease_batch_size_if_needed, rampup, step, _seq_length(ns)
+        )
     except MegatronRefusal as err:
         err.known.update(data_parallel_size=dp, global_batch_size=gbs)
         raise
@@ -753,36 +1016,64 @@ def _parse(argv: Sequence[str], rules: mlm.Rules) -> MegatronArgs:
     specs = _option_specs(rules.version)
     ignored = [f for f in given_flags(tokens) if f in specs and specs[f]["dest"] not in PLAN_DESTS]
     return MegatronArgs(
-        argv=tuple(str(t) for t in argv), world_size=world, world_size_source=source,
+        argv=tuple(str(t) for t in argv),
+        world_size=world,
+        world_size_source=source,
         tensor_model_parallel_size=ns.tensor_model_parallel_size,
         pipeline_model_parallel_size=ns.pipeline_model_parallel_size,
-        context_parallel_size=ns.context_parallel_size, expert_model_parallel_size=ns.expert_model_parallel_size,
-        data_parallel_size=dp, micro_batch_size=ns.micro_batch_size, global_batch_size=gbs,
+        context_parallel_size=ns.context_parallel_size,
+        expert_model_parallel_size=ns.expert_model_parallel_size,
+        data_parallel_size=dp,
+        micro_batch_size=ns.micro_batch_size,
+        global_batch_size=gbs,
         global_batch_size_given=ns.global_batch_size is not None,
         rampup_batch_size=rampup if rules.rampup_used else None,  # type: ignore[arg-type]
         decrease_batch_size_if_needed=bool(ns.decrease_batch_size_if_needed),
         seq_length=ns.seq_length if ns.seq_length is not None else ns.encoder_seq_length,
-        blend=blend, blend_per_split=per_split, split=split, data_args_path=ns.data_args_path,
-        per_split_data_args_path=ns.per_split_data_args_path, data_cache_path=ns.data_cache_path,
+        blend=blend,
+        blend_per_split=per_split,
+        split=split,
+        data_args_path=ns.data_args_path,
+        per_split_data_args_path=ns.per_split_data_args_path,
+        data_cache_path=ns.data_cache_path,
         per_dataset_sequences_path=ns.per_dataset_sequences_path,
         sequences_per_dataset=_sequences_per_dataset(ns.per_dataset_sequences_path),
-        multiple_validation_sets=bool(ns.multiple_validation_sets), full_validation=bool(ns.full_validation),
-        mid_level_dataset_surplus=float(ns.mid_level_dataset_surplus), seed=int(ns.seed),
-        dataloader_type=ns.dataloader_type or "single", train_iters=ns.train_iters, train_samples=ns.train_samples,
-        eval_interval=ns.eval_interval, eval_iters=int(ns.eval_iters), skip_train=bool(ns.skip_train),
-        phase_transition_iterations=_phases(ns), iterations_to_skip=tuple(ns.iterations_to_skip or ()),
-        exit_interval=ns.exit_interval, exit_duration_in_mins=ns.exit_duration_in_mins, lr=ns.lr,
-        min_lr=float(ns.min_lr), lr_warmup_init=float(ns.lr_warmup_init), lr_decay_style=ns.lr_decay_style,
-        lr_decay_iters=ns.lr_decay_iters, lr_decay_samples=ns.lr_decay_samples,
-        lr_warmup_iters=int(ns.lr_warmup_iters), lr_warmup_samples=int(ns.lr_warmup_samples),
-        lr_warmup_fraction=ns.lr_warmup_fraction, lr_wsd_decay_iters=ns.lr_wsd_decay_iters,
-        lr_wsd_decay_samples=ns.lr_wsd_decay_samples, save_interval=ns.save_interval,
-        not_affecting_plan=tuple(ignored), megatron_lm_version=rules.version, step_batch_size_schedule=step,
+        multiple_validation_sets=bool(ns.multiple_validation_sets),
+        full_validation=bool(ns.full_validation),
+        mid_level_dataset_surplus=float(ns.mid_level_dataset_surplus),
+        seed=int(ns.seed),
+        dataloader_type=ns.dataloader_type or "single",
+        train_iters=ns.train_iters,
+        train_samples=ns.train_samples,
+        eval_interval=ns.eval_interval,
+        eval_iters=int(ns.eval_iters),
+        skip_train=bool(ns.skip_train),
+        phase_transition_iterations=_phases(ns),
+        iterations_to_skip=tuple(ns.iterations_to_skip or ()),
+        exit_interval=ns.exit_interval,
+        exit_duration_in_mins=ns.exit_duration_in_mins,
+        lr=ns.lr,
+        min_lr=float(ns.min_lr),
+        lr_warmup_init=float(ns.lr_warmup_init),
+        lr_decay_style=ns.lr_decay_style,
+        lr_decay_iters=ns.lr_decay_iters,
+        lr_decay_samples=ns.lr_decay_samples,
+        lr_warmup_iters=int(ns.lr_warmup_iters),
+        lr_warmup_samples=int(ns.lr_warmup_samples),
+        lr_warmup_fraction=ns.lr_warmup_fraction,
+        lr_wsd_decay_iters=ns.lr_wsd_decay_iters,
+        lr_wsd_decay_samples=ns.lr_wsd_decay_samples,
+        save_interval=ns.save_interval,
+        not_affecting_plan=tuple(ignored),
+        megatron_lm_version=rules.version,
+        step_batch_size_schedule=step,
         eval_global_batch_size=getattr(ns, "eval_global_batch_size", None),
         eval_micro_batch_size=getattr(ns, "eval_micro_batch_size", None),
         start_eval_at_iter=getattr(ns, "start_eval_at_iter", None),
-        override_ckpt_iteration=getattr(ns, "override_ckpt_iteration", None), gtp_weight_remat_size=gtp,
-        calculator_data_parallel_size=dp * gtp, rampup_ignored=rampup is not None and not rules.rampup_used,
+        override_ckpt_iteration=getattr(ns, "override_ckpt_iteration", None),
+        gtp_weight_remat_size=gtp,
+        calculator_data_parallel_size=dp * gtp,
+        rampup_ignored=rampup is not None and not rules.rampup_used,
     )
 
 
@@ -790,17 +1081,36 @@ def _dataset_config(args: MegatronArgs) -> None:
     """Mirror the GPTDatasetConfig checks core_gpt_dataset_config_from_args triggers."""
     if args.blend_per_split is not None and any(args.blend_per_split):
         if args.split is not None:
-            raise refuse("--split", args.split, "core_gpt_dataset_config_from_args", "AssertionError",
-                         "split and blend_per_split are incompatible", "per-split data paths are not split",
-                         "drop --split")
+            raise refuse(
+                "--split",
+                args.split,
+                "core_gpt_dataset_config_from_args",
+                "AssertionError",
+                "split and blend_per_split are incompatible",
+                "per-split data paths are not split",
+                "drop --split",
+            )
         for b in args.blend_per_split:
             if b is not None and b[1] is not None and len(b[0]) != len(b[1]):
-                raise refuse("--*-data-path", b, "core_gpt_dataset_config_from_args", "AssertionError",
-                             "blend per split prefixes and weights must be equal in number", "", "fix the blend")
+                raise refuse(
+                    "--*-data-path",
+                    b,
+                    "core_gpt_dataset_config_from_args",
+                    "AssertionError",
+                    "blend per split prefixes and weights must be equal in number",
+                    "",
+                    "fix the blend",
+                )
     elif args.blend is not None and args.split is None:
-        raise refuse("--split", "not given", "core_gpt_dataset_config_from_args", "AssertionError",
-                      "split must be provided when blend is not None",
-                      "--data-args-path gets no legacy default split", "give --split e.g. 969,30,1")
+        raise refuse(
+            "--split",
+            "not given",
+            "core_gpt_dataset_config_from_args",
+            "AssertionError",
+            "split must be provided when blend is not None",
+            "--data-args-path gets no legacy default split",
+            "give --split e.g. 969,30,1",
+        )
 
 
 def megatron_run(args: MegatronArgs) -> MegatronRun:
@@ -813,28 +1123,55 @@ def megatron_run(args: MegatronArgs) -> MegatronRun:
 
 def _run(args: MegatronArgs) -> MegatronRun:
     """megatron_run under the rules in force."""
-    known: dict[str, object] = {"data_parallel_size": args.data_parallel_size,
-                                "global_batch_size": args.global_batch_size}
+    known: dict[str, object] = {
+        "data_parallel_size": args.data_parallel_size,
+        "global_batch_size": args.global_batch_size,
+    }
     try:
-        schedule = mlm.build_num_microbatches_calculator(args.global_batch_size, args.micro_batch_size,
-                                                         args.calculator_dp, args.decrease_batch_size_if_needed,
-                                                         args.rampup_batch_size, args.step_batch_size_schedule,
-                                                         args.seq_length)
+        schedule = mlm.build_num_microbatches_calculator(
+            args.global_batch_size,
+            args.micro_batch_size,
+            args.calculator_dp,
+            args.decrease_batch_size_if_needed,
+            args.rampup_batch_size,
+            args.step_batch_size_schedule,
+            args.seq_length,
+        )
         if not args.train_iters and args.train_samples:
             train_iters = mlm.update_train_iters(args.train_iters, args.train_samples, schedule)
         else:
             train_iters = args.train_iters or 0
         steps = mlm.get_optimizer_param_scheduler(
-            args.train_iters, args.train_samples, args.global_batch_size, args.lr_decay_iters, args.lr_decay_samples,
-            args.lr_warmup_iters, args.lr_warmup_samples, args.lr_warmup_fraction, args.lr_wsd_decay_iters,
-            args.lr_wsd_decay_samples, args.lr_decay_style, args.lr, args.min_lr, args.lr_warmup_init)
-        known.update(train_iters=train_iters, scheduler=steps,
-                     train_consumed=mlm.schedule_consumed(schedule, train_iters))
-        num = mlm.get_train_valid_test_num_samples(train_iters, args.train_samples, args.global_batch_size,
-                                                   args.eval_interval, args.eval_iters, args.full_validation,
-                                                   args.skip_train, args.phase_transition_iterations,
-                                                   eval_global_batch_size=args.eval_global_batch_size,
-                                                   start_eval_at_iter=args.start_eval_at_iter)
+            args.train_iters,
+            args.train_samples,
+            args.global_batch_size,
+            args.lr_decay_iters,
+            args.lr_decay_samples,
+            args.lr_warmup_iters,
+            args.lr_warmup_samples,
+            args.lr_warmup_fraction,
+            args.lr_wsd_decay_iters,
+            args.lr_wsd_decay_samples,
+            args.lr_decay_style,
+            args.lr,
+            args.min_lr,
+            args.lr_warmup_init,
+        )
+        known.update(
+            train_iters=train_iters, scheduler=steps, train_consumed=mlm.schedule_consumed(schedule, train_iters)
+        )
+        num = mlm.get_train_valid_test_num_samples(
+            train_iters,
+            args.train_samples,
+            args.global_batch_size,
+            args.eval_interval,
+            args.eval_iters,
+            args.full_validation,
+            args.skip_train,
+            args.phase_transition_iterations,
+            eval_global_batch_size=args.eval_global_batch_size,
+            start_eval_at_iter=args.start_eval_at_iter,
+        )
         known.update(num_samples=num)
         _dataset_config(args)
         _builder_sizes(args, num)
@@ -855,8 +1192,19 @@ def _builder_sizes(args: MegatronArgs, num: tuple[int, int | None, int]) -> None
     else:
         weighted = args.blend is not None and args.blend[1] is not None
     if weighted:
-        message = ("size_is_none => weights_are_none fails \n" + " " * 20 + "for valid split\n" + " " * 20
-                   + "This can occur with multiple validation sets if datasets have weights")
-        raise refuse("--full-validation", "set", "builder", "AssertionError", message,
-                     "the valid split is asked for no size, and a blend with weights needs one",
-                     "drop the weights (blend by length) or drop --full-validation")
+        message = (
+            "size_is_none => weights_are_none fails \n"
+            + " " * 20
+            + "for valid split\n"
+            + " " * 20
+            + "This can occur with multiple validation sets if datasets have weights"
+        )
+        raise refuse(
+            "--full-validation",
+            "set",
+            "builder",
+            "AssertionError",
+            message,
+            "the valid split is asked for no size, and a blend with weights needs one",
+            "drop the weights (blend by length) or drop --full-validation",
+        )

@@ -60,12 +60,14 @@ class EpochBlock:
     @staticmethod
     def from_mapping(raw: Any, where: str) -> EpochBlock:
         if not isinstance(raw, dict):
-            raise ConfigError(f"{where}: {BLOCK}: expected a mapping such as {{\"epochs\": 1}}, found {raw!r}")
+            raise ConfigError(f'{where}: {BLOCK}: expected a mapping such as {{"epochs": 1}}, found {raw!r}')
         fields = {k.replace("-", "_"): v for k, v in raw.items()}
         known = set(EpochBlock.__dataclass_fields__)
         for k in fields:
             if k not in known:
-                raise ConfigError(f"{where}: {BLOCK}.{k}: unknown key{did_you_mean(k, known)}; known keys: {sorted(known)}")
+                raise ConfigError(
+                    f"{where}: {BLOCK}.{k}: unknown key{did_you_mean(k, known)}; known keys: {sorted(known)}"
+                )
         ep = fields.get("epochs")
         if ep is not None:
             if isinstance(ep, dict):
@@ -77,24 +79,30 @@ class EpochBlock:
         if bb is not None and bb != "exact":
             _number(bb, f"{where}: {BLOCK}.blend_buffer", positive=True)
             if float(bb) < 1.0:
-                raise ConfigError(f"{where}: {BLOCK}.blend_buffer: {bb} is below 1.0; expected >= 1.0 or \"exact\"")
+                raise ConfigError(f'{where}: {BLOCK}.blend_buffer: {bb} is below 1.0; expected >= 1.0 or "exact"')
         for key in ("separate_epochs", "enforce", "allow_data_change"):
             if key in fields and not isinstance(fields[key], bool):
                 raise ConfigError(f"{where}: {BLOCK}.{key}: expected true or false, found {fields[key]!r}")
         tg, wt = fields.get("targets"), fields.get("weights")
-        if tg is not None and (not isinstance(tg, dict) or not all(
-                is_whole(v, 1) for v in tg.values())):
-            raise ConfigError(f"{where}: {BLOCK}.targets: expected a map of source -> positive integer samples, "
-                              f"found {tg!r}; rewrite it with neox-epoch plan --write-config")
-        if wt is not None and (not isinstance(wt, list) or not all(
-                is_number(v) and v > 0 for v in wt)):
-            raise ConfigError(f"{where}: {BLOCK}.weights: expected a list of positive numbers, found {wt!r}; "
-                              "rewrite it with neox-epoch plan --write-config")
+        if tg is not None and (not isinstance(tg, dict) or not all(is_whole(v, 1) for v in tg.values())):
+            raise ConfigError(
+                f"{where}: {BLOCK}.targets: expected a map of source -> positive integer samples, "
+                f"found {tg!r}; rewrite it with neox-epoch plan --write-config"
+            )
+        if wt is not None and (not isinstance(wt, list) or not all(is_number(v) and v > 0 for v in wt)):
+            raise ConfigError(
+                f"{where}: {BLOCK}.weights: expected a list of positive numbers, found {wt!r}; "
+                "rewrite it with neox-epoch plan --write-config"
+            )
         if (tg is None) != (wt is None) or (tg is not None and len(wt) != len(tg)):
-            raise ConfigError(f"{where}: {BLOCK}.weights: expected {len(tg or ())} numbers (one per target), found "
-                              f"{wt!r}; rewrite the overlay with neox-epoch plan --write-config")
+            raise ConfigError(
+                f"{where}: {BLOCK}.weights: expected {len(tg or ())} numbers (one per target), found "
+                f"{wt!r}; rewrite the overlay with neox-epoch plan --write-config"
+            )
         if fields.get("log_dir") is not None and not isinstance(fields["log_dir"], str):
-            raise ConfigError(f"{where}: {BLOCK}.log_dir: expected a directory path string, found {fields['log_dir']!r}")
+            raise ConfigError(
+                f"{where}: {BLOCK}.log_dir: expected a directory path string, found {fields['log_dir']!r}"
+            )
         _check_stages(fields, where)
         return EpochBlock(**fields)
 
@@ -113,12 +121,16 @@ def _check_stages(fields: dict[str, Any], where: str) -> None:
     stages, cap, decay = fields.get("stages"), fields.get("max_passes"), fields.get("decay")
     try:
         if decay is not None and stages is None:
-            raise ConfigError("decay: places the learning-rate decay on stage boundaries; it needs stages (add them, "
-                              "or remove decay and set lr_decay_iters)")
+            raise ConfigError(
+                "decay: places the learning-rate decay on stage boundaries; it needs stages (add them, "
+                "or remove decay and set lr_decay_iters)"
+            )
         if stages is not None:
             if fields.get("epochs") is not None:
-                raise ConfigError("epochs and stages: give one of them; with stages, each stage's passes are the "
-                                  "targets (remove epochs)")
+                raise ConfigError(
+                    "epochs and stages: give one of them; with stages, each stage's passes are the "
+                    "targets (remove epochs)"
+                )
             StagesConfig.from_mapping({"stages": stages, "max_passes": cap, "decay": decay})
         elif isinstance(cap, dict):
             per_source("max_passes", cap, positive=True)
@@ -130,13 +142,16 @@ def _check_stages(fields: dict[str, Any], where: str) -> None:
 
 #: NeoX config keys removed or renamed upstream: key -> (replacement, what happened and what to write)
 RENAMED_KEYS: dict[str, tuple[str, str]] = {
-    "gas": ("gradient_accumulation_steps",
-            "removed in NeoX PR #1144 (2024); it never changed the batch, which always used "
-            "gradient_accumulation_steps (default 1): remove it to keep the batch you had, or write "
-            "gradient_accumulation_steps: N for N accumulation steps"),
-    "save_interval": ("checkpoint_factor",
-                      "replaced by checkpoint_factor in NeoX PR #737 (2022): write checkpoint_factor: N to save "
-                      "every N iterations"),
+    "gas": (
+        "gradient_accumulation_steps",
+        "removed in NeoX PR #1144 (2024); it never changed the batch, which always used "
+        "gradient_accumulation_steps (default 1): remove it to keep the batch you had, or write "
+        "gradient_accumulation_steps: N for N accumulation steps",
+    ),
+    "save_interval": (
+        "checkpoint_factor",
+        "replaced by checkpoint_factor in NeoX PR #737 (2022): write checkpoint_factor: N to save every N iterations",
+    ),
 }
 
 
@@ -201,14 +216,18 @@ def _read_yaml(path: str) -> dict[str, Any]:
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{path}: is not valid YAML{at} ({getattr(err, 'problem', err)}); expected a NeoX "
-                          "YAML config") from None
+        raise ConfigError(
+            f"{path}: is not valid YAML{at} ({getattr(err, 'problem', err)}); expected a NeoX YAML config"
+        ) from None
     if raw is None:
-        raise ConfigError(f"{path}: is empty; NeoX stops on an empty config file (AttributeError: 'NoneType' object "
-                          "has no attribute 'items'): add config keys to it or leave it out")
+        raise ConfigError(
+            f"{path}: is empty; NeoX stops on an empty config file (AttributeError: 'NoneType' object "
+            "has no attribute 'items'): add config keys to it or leave it out"
+        )
     if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: holds a {type(raw).__name__}, not a mapping of config keys; expected a NeoX "
-                          "YAML config")
+        raise ConfigError(
+            f"{path}: holds a {type(raw).__name__}, not a mapping of config keys; expected a NeoX YAML config"
+        )
     return raw
 
 
@@ -243,7 +262,7 @@ class _Merge:
             spelled = f" (as {before})" if before != written else ""
             raise ConfigError(
                 f"{path}: {written}: already set in {self.origin[k]}{spelled}; NeoX stops on a key given twice "
-                f"(\"duplicate keys with previously loaded file: {written}\"): keep it in one file"
+                f'("duplicate keys with previously loaded file: {written}"): keep it in one file'
             )
         if k in self.values:
             self.notes.append(
@@ -264,10 +283,14 @@ def _check_known(merge: _Merge, known: dict[str, str]) -> None:
         where = f"{merge.origin[k]}: {merge.written[k]}"
         if k in RENAMED_KEYS:
             new, what = RENAMED_KEYS[k]
-            raise ConfigError(f"{where}: NeoX no longer accepts this key (TypeError: unexpected keyword argument "
-                              f"'{k}'); {what}: use {new}")
-        raise ConfigError(f"{where}: unknown NeoX config key{did_you_mean(k, known)}; NeoX stops with TypeError: "
-                          f"unexpected keyword argument '{k}': remove it or correct its name")
+            raise ConfigError(
+                f"{where}: NeoX no longer accepts this key (TypeError: unexpected keyword argument "
+                f"'{k}'); {what}: use {new}"
+            )
+        raise ConfigError(
+            f"{where}: unknown NeoX config key{did_you_mean(k, known)}; NeoX stops with TypeError: "
+            f"unexpected keyword argument '{k}': remove it or correct its name"
+        )
 
 
 def load_neox_configs(paths: list[str], check_keys: bool = True) -> NeoxConfig:
@@ -294,8 +317,15 @@ def load_neox_configs(paths: list[str], check_keys: bool = True) -> NeoxConfig:
         basenames[base] = path
     if check_keys:
         _check_known(merge, known_neox_keys())
-    return NeoxConfig(values=merge.values, origin=merge.origin, block=merge.block, files=tuple(paths),
-                      written=merge.written, notes=tuple(merge.notes), block_origin=merge.block_origin)
+    return NeoxConfig(
+        values=merge.values,
+        origin=merge.origin,
+        block=merge.block,
+        files=tuple(paths),
+        written=merge.written,
+        notes=tuple(merge.notes),
+        block_origin=merge.block_origin,
+    )
 
 
 def _number(v: Any, where: str, positive: bool = False, integer: bool = False) -> float:
@@ -330,8 +360,10 @@ def get_bool(cfg: NeoxConfig, key: str, default: bool) -> bool:
     if v is None:
         return default
     if not isinstance(v, bool):
-        raise ConfigError(f"{cfg.origin.get(key, '<config>')}: {key}: expected true or false, found "
-                          f"{type(v).__name__} {v!r}; NeoX refuses it (validate_types): write true or false")
+        raise ConfigError(
+            f"{cfg.origin.get(key, '<config>')}: {key}: expected true or false, found "
+            f"{type(v).__name__} {v!r}; NeoX refuses it (validate_types): write true or false"
+        )
     return v
 
 
@@ -340,8 +372,10 @@ def get_paths(cfg: NeoxConfig, key: str) -> list[str]:
     if v is None:
         return []
     if isinstance(v, str):
-        raise ConfigError(f"{cfg.origin.get(key)}: {key}: expected a list of path prefixes, found the string {v!r}; "
-                          f"NeoX refuses it (validate_types: a str, not a list): write [{json.dumps(v)}]")
+        raise ConfigError(
+            f"{cfg.origin.get(key)}: {key}: expected a list of path prefixes, found the string {v!r}; "
+            f"NeoX refuses it (validate_types: a str, not a list): write [{json.dumps(v)}]"
+        )
     if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
         raise ConfigError(f"{cfg.origin.get(key)}: {key}: expected a list of path prefixes, found {v!r}")
     return list(v)
@@ -358,34 +392,49 @@ def get_weights(cfg: NeoxConfig, key: str, n: int) -> list[float | None]:
     weights = [_number(x, f"{cfg.origin.get(key)}: {key}[{i}]") for i, x in enumerate(v)]
     negative = [w for w in weights if w < 0]
     if negative or not sum(weights) > 0:  # NeoX runs a 0 weight (that source is never drawn), not a 0 sum
-        raise ConfigError(f"{cfg.origin.get(key)}: {key}: {v!r}; expected weights >= 0 with a sum > 0 (NeoX stops "
-                          "on a sum of 0: \"assert sum_weights > 0.0\"); give each source a weight, 0 to leave it out")
+        raise ConfigError(
+            f"{cfg.origin.get(key)}: {key}: {v!r}; expected weights >= 0 with a sum > 0 (NeoX stops "
+            'on a sum of 0: "assert sum_weights > 0.0"); give each source a weight, 0 to leave it out'
+        )
     return weights
 
 
 #: NeoX's ATTENTION_TYPE_CHOICES (megatron/neox_arguments/neox_args.py)
-NEOX_ATTENTION_TYPES = ("global", "local", "sparse_fixed", "sparse_variable", "bigbird", "bslongformer", "gmlp",
-                        "amlp", "flash", "rwkv", "mamba")
+NEOX_ATTENTION_TYPES = (
+    "global",
+    "local",
+    "sparse_fixed",
+    "sparse_variable",
+    "bigbird",
+    "bslongformer",
+    "gmlp",
+    "amlp",
+    "flash",
+    "rwkv",
+    "mamba",
+)
 
 
 def _attention_layers(raw: Any, num_layers: int, where: str) -> list[Any]:
     """attention_config expanded to one entry per layer as NeoX's ``expand_attention_types`` expands it
     (``[[["flash"], 12]]`` -> 12 x "flash"; ``"all"`` repeats a pattern over every layer)."""
     if not isinstance(raw, list):
-        raise ConfigError(f"{where}: expected a list such as [[[\"flash\"], {num_layers}]], found {raw!r}")
+        raise ConfigError(f'{where}: expected a list such as [[["flash"], {num_layers}]], found {raw!r}')
     if all(isinstance(i, str) for i in raw):
         return list(raw)
     layers: list[Any] = []
     for item in raw:
         if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], list)):
-            raise ConfigError(f"{where}: {item!r}: expected [[types...], count], e.g. [[\"flash\"], {num_layers}]")
+            raise ConfigError(f'{where}: {item!r}: expected [[types...], count], e.g. [["flash"], {num_layers}]')
         if item[1] == "all":
             if num_layers % len(item[0]):
-                raise ConfigError(f"{where}: num_layers {num_layers} is not divisible by the length of the pattern "
-                                  f"{item[0]}; NeoX stops there: give a pattern that divides {num_layers}")
+                raise ConfigError(
+                    f"{where}: num_layers {num_layers} is not divisible by the length of the pattern "
+                    f"{item[0]}; NeoX stops there: give a pattern that divides {num_layers}"
+                )
             return list(item[0]) * (num_layers // len(item[0]))
         if not is_whole(item[1]):
-            raise ConfigError(f"{where}: {item!r}: expected a layer count or \"all\", found {item[1]!r}")
+            raise ConfigError(f'{where}: {item!r}: expected a layer count or "all", found {item[1]!r}')
         layers += list(item[0]) * item[1]
     return layers
 
@@ -397,16 +446,22 @@ def check_attention_config(cfg: NeoxConfig) -> None:
     raw = cfg.values.get("attention_config")
     if num_layers is None or raw is None:
         return
-    where = f"{cfg.origin.get('attention_config', '<config>')}: {cfg.written.get('attention_config', 'attention_config')}"
+    where = (
+        f"{cfg.origin.get('attention_config', '<config>')}: {cfg.written.get('attention_config', 'attention_config')}"
+    )
     layers = _attention_layers(raw, num_layers, where)
     if len(layers) != num_layers:
-        raise ConfigError(f"{where}: covers {len(layers)} layers, num_layers is {num_layers} (in "
-                          f"{cfg.origin.get('num_layers')}); NeoX stops: \"Length of attention config list must equal "
-                          f"num_layers\": make the counts add up to {num_layers}, e.g. [[[\"flash\"], {num_layers}]]")
+        raise ConfigError(
+            f"{where}: covers {len(layers)} layers, num_layers is {num_layers} (in "
+            f'{cfg.origin.get("num_layers")}); NeoX stops: "Length of attention config list must equal '
+            f'num_layers": make the counts add up to {num_layers}, e.g. [[["flash"], {num_layers}]]'
+        )
     unknown = [t for t in layers if t not in NEOX_ATTENTION_TYPES]
     if unknown:
-        raise ConfigError(f"{where}: attention type {unknown[0]!r} is not one NeoX knows (\"Attention type "
-                          f"{unknown[0]} not recognized\"); expected one of {list(NEOX_ATTENTION_TYPES)}")
+        raise ConfigError(
+            f'{where}: attention type {unknown[0]!r} is not one NeoX knows ("Attention type '
+            f'{unknown[0]} not recognized"); expected one of {list(NEOX_ATTENTION_TYPES)}'
+        )
 
 
 _SIMPLE_TYPES: dict[str, type] = {"bool": bool, "int": int, "float": float, "str": str, "list": list, "dict": dict}
@@ -421,12 +476,12 @@ def neox_type_ok(value: Any, declared: str) -> bool | None:
     if declared in _SIMPLE_TYPES:
         return type(value) is _SIMPLE_TYPES[declared] or (declared == "float" and type(value) is int)
     if declared.startswith("Literal["):
-        choices = ast.literal_eval("[" + declared[len("Literal["):-1] + "]")
+        choices = ast.literal_eval("[" + declared[len("Literal[") : -1] + "]")
         lower = [c.lower() for c in choices if isinstance(c, str)]
         return value in choices or (isinstance(value, str) and value.lower() in lower)
     for prefix in ("Optional[", "Union["):
-        if declared.startswith(prefix) and "[" not in declared[len(prefix):-1]:
-            members = [m.strip() for m in declared[len(prefix):-1].split(",")]
+        if declared.startswith(prefix) and "[" not in declared[len(prefix) : -1]:
+            members = [m.strip() for m in declared[len(prefix) : -1].split(",")]
             if all(m in _SIMPLE_TYPES for m in members):
                 return type(value) in tuple(_SIMPLE_TYPES[m] for m in members)
     return None
@@ -440,12 +495,19 @@ def check_types(cfg: NeoxConfig, known: dict[str, str] | None = None) -> None:
     auto = cfg.values.get("autotuning") is not None
     for key, value in cfg.values.items():
         declared = known.get(key)
-        if value is None or declared is None or (auto and value == "auto") or neox_type_ok(value, declared) is not False:
+        if (
+            value is None
+            or declared is None
+            or (auto and value == "auto")
+            or neox_type_ok(value, declared) is not False
+        ):
             continue
         where = f"{cfg.origin.get(key, '<config>')}: {cfg.written.get(key, key)}"
         if declared.startswith("Literal["):
-            raise ConfigError(f"{where}: {value!r}: NeoX stops in validate_types (\"Not in accepted values\": "
-                              f"{declared[len('Literal['):-1]}); write one of those values")
+            raise ConfigError(
+                f'{where}: {value!r}: NeoX stops in validate_types ("Not in accepted values": '
+                f"{declared[len('Literal[') : -1]}); write one of those values"
+            )
         if isinstance(value, str) and declared == "list" and key.endswith("_paths"):
             continue  # _paths says it better: the list to write
         raise ConfigError(_type_message(where, value, declared))
@@ -453,8 +515,11 @@ def check_types(cfg: NeoxConfig, known: dict[str, str] | None = None) -> None:
 
 def _type_message(where: str, value: Any, declared: str) -> str:
     """One line for a value NeoX's validate_types refuses: its type, the declared one, NeoX's words, the fix."""
-    words = (f"; NeoX stops in validate_types (AttributeError: type object '{declared}' has no attribute "
-             "'__origin__')" if declared in _SIMPLE_TYPES else "; NeoX stops in validate_types")
+    words = (
+        f"; NeoX stops in validate_types (AttributeError: type object '{declared}' has no attribute '__origin__')"
+        if declared in _SIMPLE_TYPES
+        else "; NeoX stops in validate_types"
+    )
     if isinstance(value, str) and declared in ("float", "int"):
         try:
             float(value)
@@ -463,8 +528,11 @@ def _type_message(where: str, value: Any, declared: str) -> str:
         else:
             kind = "an integer" if declared == "int" else "a number"
             mantissa, e, exponent = value.lower().partition("e")
-            fix = (f"write {mantissa}.0e{exponent}: PyYAML reads {value} as a string, YAML 1.1 floats need a dot"
-                   if e and "." not in mantissa else f"write {value} without quotes")
+            fix = (
+                f"write {mantissa}.0e{exponent}: PyYAML reads {value} as a string, YAML 1.1 floats need a dot"
+                if e and "." not in mantissa
+                else f"write {value} without quotes"
+            )
             return f"{where}: expected {kind}, found str {value!r} ({fix}){words}"
     if declared == "bool":
         return f"{where}: expected true or false, found {type(value).__name__} {value!r}{words}: write true or false"
@@ -482,18 +550,21 @@ def check_data_keys(cfg: NeoxConfig) -> None:
     if len(given) == 3 and cfg.values.get("data_path") is not None:
         raise ConfigError(
             f"{cfg.origin.get('data_path')}: data_path: given with train_data_paths (in "
-            f"{cfg.origin.get('train_data_paths')}); NeoX stops: \"Please provide *either* `data_path` or "
-            "`train/valid/test_data_path`\": remove data_path, or the three *_data_paths keys")
+            f'{cfg.origin.get("train_data_paths")}); NeoX stops: "Please provide *either* `data_path` or '
+            '`train/valid/test_data_path`": remove data_path, or the three *_data_paths keys'
+        )
     if given and len(given) < 3:
         missing = [k for k in SPLIT_PATH_KEYS if k not in given]
         raise ConfigError(
-            f"{cfg.origin.get(given[0])}: {given[0]}: given without {' and '.join(missing)}; NeoX stops: \"One or more "
-            f"of train/valid/test data_path are not provided\": set {' and '.join(missing)} too (the validation and "
-            "test prefixes, e.g. the train prefixes again)")
+            f'{cfg.origin.get(given[0])}: {given[0]}: given without {" and ".join(missing)}; NeoX stops: "One or more '
+            f'of train/valid/test data_path are not provided": set {" and ".join(missing)} too (the validation and '
+            "test prefixes, e.g. the train prefixes again)"
+        )
     pairs = [k for k in ("pos_train_data_paths", "neg_train_data_paths") if cfg.values.get(k)]
     if pairs and not cfg.values.get("train_data_paths") and not cfg.values.get("data_path"):
         impl = cfg.values.get("train_impl", "normal")
         raise ConfigError(
             f"{cfg.origin.get(pairs[0])}: {pairs[0]}: this config trains with train_impl: {impl} on preference pairs "
             f"(pos_/neg_ paths, dataset_impl: {cfg.values.get('dataset_impl', 'gpt2')}), which neox-epoch does not "
-            "plan; it plans pretraining data (data_path or train_data_paths)")
+            "plan; it plans pretraining data (data_path or train_data_paths)"
+        )

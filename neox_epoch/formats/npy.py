@@ -119,34 +119,59 @@ def read_header(path: str) -> NpyInfo:
     try:
         st = os.stat(path)
         if not stat.S_ISREG(st.st_mode):
-            raise FileProblem(path, "file type", "a .npy index file", f"is {kind_of(st.st_mode)}",
-                              "give the cache's own files (a named pipe or device is never read)")
+            raise FileProblem(
+                path,
+                "file type",
+                "a .npy index file",
+                f"is {kind_of(st.st_mode)}",
+                "give the cache's own files (a named pipe or device is never read)",
+            )
         size = st.st_size
         with open(path, "rb") as f:
             try:
                 version = npformat.read_magic(f)
             except ValueError as err:
-                raise FileProblem(path, "format", "a .npy file (magic \\x93NUMPY)", f"not a .npy file ({err})",
-                                  "the file is damaged or not an index file") from None
+                raise FileProblem(
+                    path,
+                    "format",
+                    "a .npy file (magic \\x93NUMPY)",
+                    f"not a .npy file ({err})",
+                    "the file is damaged or not an index file",
+                ) from None
             try:
                 shape, fortran, dtype = parse_header(f, version)
             except (ValueError, OSError) as err:
-                raise FileProblem(path, "header", "a readable .npy header", f"a damaged header ({err})",
-                                  "the file is truncated or damaged: delete it so the framework rebuilds it") from None
+                raise FileProblem(
+                    path,
+                    "header",
+                    "a readable .npy header",
+                    f"a damaged header ({err})",
+                    "the file is truncated or damaged: delete it so the framework rebuilds it",
+                ) from None
             offset = f.tell()
     except OSError as err:
         raise FileProblem(path, "read", "a readable file", f"{type(err).__name__}: {err.strerror or err}") from None
     dtype = np.dtype(dtype)
     if dtype.hasobject:
-        raise FileProblem(path, "dtype", "an integer array", f"a pickled object array ({dtype})",
-                          "index files hold integers; this file was written by something else")
-    info = NpyInfo(path=path, shape=tuple(int(x) for x in shape), dtype=dtype, fortran_order=bool(fortran),
-                   data_offset=int(offset))
+        raise FileProblem(
+            path,
+            "dtype",
+            "an integer array",
+            f"a pickled object array ({dtype})",
+            "index files hold integers; this file was written by something else",
+        )
+    info = NpyInfo(
+        path=path, shape=tuple(int(x) for x in shape), dtype=dtype, fortran_order=bool(fortran), data_offset=int(offset)
+    )
     end = offset + math.prod(info.shape) * dtype.itemsize  # why Python ints: a damaged shape may pass 2^63
     if size < end:
         raise FileProblem(
-            path, "size", f"{end} bytes for shape {info.shape} of {dtype}", f"{size} bytes",
-            "the file is truncated (an interrupted build or copy): delete it so the framework rebuilds it")
+            path,
+            "size",
+            f"{end} bytes for shape {info.shape} of {dtype}",
+            f"{size} bytes",
+            "the file is truncated (an interrupted build or copy): delete it so the framework rebuilds it",
+        )
     return info
 
 
@@ -181,14 +206,19 @@ class NpyReader:
             # process (SIGBUS) instead of giving a finding: the size is checked again for every window
             size = os.fstat(f.fileno()).st_size
             if size < start + nbytes:
-                raise FileProblem(self.info.path, "size", f"at least {start + nbytes} bytes",
-                                  f"{size} bytes (the file shrank during the audit)",
-                                  "the file is being rewritten or truncated: audit it once it is complete")
+                raise FileProblem(
+                    self.info.path,
+                    "size",
+                    f"at least {start + nbytes} bytes",
+                    f"{size} bytes (the file shrank during the audit)",
+                    "the file is being rewritten or truncated: audit it once it is complete",
+                )
             lo, mm = start - start % mmap.ALLOCATIONGRANULARITY, None
             try:  # (mapped only where a page gone under it reads zeros: util/mapguard; else copied)
                 if mapguard.AVAILABLE:
-                    mm = mmap.mmap(f.fileno(), start - lo + nbytes, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ,
-                                   offset=lo)
+                    mm = mmap.mmap(
+                        f.fileno(), start - lo + nbytes, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ, offset=lo
+                    )
             except (OSError, ValueError):  # not mappable (a pipe, some network file systems): copy it
                 mm = None
             if mm is not None:
@@ -196,8 +226,13 @@ class NpyReader:
         f.seek(start)
         out = np.fromfile(f, dtype=self.info.dtype, count=count)
         if out.shape[0] != count:
-            raise FileProblem(self.info.path, "size", f"{count} more elements at element {offset}",
-                              f"{out.shape[0]}", "the file is truncated")
+            raise FileProblem(
+                self.info.path,
+                "size",
+                f"{count} more elements at element {offset}",
+                f"{out.shape[0]}",
+                "the file is truncated",
+            )
         return out
 
     def read(self, start: int, stop: int) -> np.ndarray:
@@ -216,8 +251,9 @@ class NpyReader:
             out[:, j] = self._read(j * info.rows + start, stop - start)
         return out.reshape((stop - start, *info.shape[1:]))
 
-    def chunks(self, stop: int | None = None, rows: int = CHUNK_ROWS, progress: Progress | None = None,
-               label: str = "") -> Iterator[tuple[int, np.ndarray]]:
+    def chunks(
+        self, stop: int | None = None, rows: int = CHUNK_ROWS, progress: Progress | None = None, label: str = ""
+    ) -> Iterator[tuple[int, np.ndarray]]:
         """Yield ``(first_row, array)`` for consecutive chunks of ``rows`` rows, a pass ``label`` of ``progress``."""
         stop = self.info.rows if stop is None else min(stop, self.info.rows)
         progress = progress or Progress()

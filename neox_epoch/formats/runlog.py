@@ -73,8 +73,10 @@ def read_jsonl(path: str, error: type[NeoxEpochError] = ConfigError) -> list[tup
         except ValueError as err:
             if not line.startswith(RECORD_START):
                 last = " (the last line: cut short by a crash while writing? delete it)" if number == len(lines) else ""
-                raise error(f"{path}:{number}: not JSON ({err}){last}; every line of {JSONL_NAME} is one JSON object "
-                            "written by the plugin") from None
+                raise error(
+                    f"{path}:{number}: not JSON ({err}){last}; every line of {JSONL_NAME} is one JSON object "
+                    "written by the plugin"
+                ) from None
             found.extend((number, r) for r in _torn(line))
     return found
 
@@ -88,14 +90,17 @@ def _torn(line: str) -> list[dict[str, Any]]:
         except ValueError:
             k = line.find(RECORD_START, k + 1)
             continue
-        return [{"event": TORN_EVENT, "text": line[:min(k, 120)]}, tail]
+        return [{"event": TORN_EVENT, "text": line[: min(k, 120)]}, tail]
     return [{"event": TORN_EVENT, "text": line[:120]}]
 
 
 def checkpoint_records(path: str) -> list[tuple[int, dict[str, Any]]]:
     """The ``checkpoint`` records of a run's JSONL, with their line numbers."""
-    return [(number, record) for number, record in read_jsonl(path)
-            if isinstance(record, dict) and record.get("event") == "checkpoint"]
+    return [
+        (number, record)
+        for number, record in read_jsonl(path)
+        if isinstance(record, dict) and record.get("event") == "checkpoint"
+    ]
 
 
 def log_file(path: str) -> str:
@@ -108,9 +113,12 @@ def recorded_at(path: str, records: dict[int, Any], iteration: int | None) -> tu
     JSONL ``path``: ``(iteration, record)``."""
     at = max(records) if iteration is None else iteration
     if at not in records:
-        raise ConfigError(f"{path}: no checkpoint record for iteration {at}; recorded: {sorted(records)} (give "
-                          "--iteration with the iteration of the checkpoint the resume loads)")
+        raise ConfigError(
+            f"{path}: no checkpoint record for iteration {at}; recorded: {sorted(records)} (give "
+            "--iteration with the iteration of the checkpoint the resume loads)"
+        )
     return at, records[at]
+
 
 #: scalar tag prefixes; the tag is ``<prefix>/<source name>``
 SCALAR_PASSES = "neox_epoch/passes"
@@ -174,19 +182,34 @@ def sources_state(sources: Sequence[SourceCounter], counts: Sequence[int]) -> di
 
 
 def counters_record(iteration: int, consumed_samples: int, state: Mapping[str, SourceState]) -> dict[str, Any]:
-    return {"event": "counters", "iteration": int(iteration), "consumed_samples": int(consumed_samples),
-            "sources": dict(state)}
+    return {
+        "event": "counters",
+        "iteration": int(iteration),
+        "consumed_samples": int(consumed_samples),
+        "sources": dict(state),
+    }
 
 
 def pass_start_record(m: Marker) -> dict[str, Any]:
-    return {"event": "pass_start", "iteration": int(m.iteration), "source": m.source, "pass": int(m.pass_number),
-            "sample": int(m.sample)}
+    return {
+        "event": "pass_start",
+        "iteration": int(m.iteration),
+        "source": m.source,
+        "pass": int(m.pass_number),
+        "sample": int(m.sample),
+    }
 
 
-def final_record(iteration: int, train_iters: int, complete: bool, sources: Sequence[SourceCounter],
-                 state: Mapping[str, SourceState]) -> dict[str, Any]:
-    return {"event": "final", "iteration": int(iteration), "train_iters": int(train_iters), "complete": complete,
-            "sources": {s.name: {**state[s.name], "planned_passes": s.planned_passes} for s in sources}}
+def final_record(
+    iteration: int, train_iters: int, complete: bool, sources: Sequence[SourceCounter], state: Mapping[str, SourceState]
+) -> dict[str, Any]:
+    return {
+        "event": "final",
+        "iteration": int(iteration),
+        "train_iters": int(train_iters),
+        "complete": complete,
+        "sources": {s.name: {**state[s.name], "planned_passes": s.planned_passes} for s in sources},
+    }
 
 
 def counter_scalars(state: Mapping[str, SourceState]) -> dict[str, float]:
@@ -204,16 +227,30 @@ def pass_start_scalar(m: Marker) -> tuple[str, float]:
 
 
 def log_pass_start(log: logging.Logger, m: Marker) -> None:
-    log.info("neox_epoch: source %s starts pass %d at iteration %d (blend sample %d)",
-             m.source, m.pass_number, m.iteration, m.sample)
+    log.info(
+        "neox_epoch: source %s starts pass %d at iteration %d (blend sample %d)",
+        m.source,
+        m.pass_number,
+        m.iteration,
+        m.sample,
+    )
 
 
 def log_final(log: logging.Logger, report: Mapping[str, Any]) -> None:
-    log.info("neox_epoch: final report at iteration %d of %d%s", report["iteration"], report["train_iters"],
-             "" if report["complete"] else " (stopped early)")
+    log.info(
+        "neox_epoch: final report at iteration %d of %d%s",
+        report["iteration"],
+        report["train_iters"],
+        "" if report["complete"] else " (stopped early)",
+    )
     for name, v in report["sources"].items():
-        log.info("neox_epoch:   %-24s %12d samples  %10.6f passes (planned %.6f)", name, v["samples"], v["passes"],
-                 v["planned_passes"])
+        log.info(
+            "neox_epoch:   %-24s %12d samples  %10.6f passes (planned %.6f)",
+            name,
+            v["samples"],
+            v["passes"],
+            v["planned_passes"],
+        )
 
 
 def fmt(state: Mapping[str, SourceState]) -> str:
@@ -235,6 +272,7 @@ def scalars_writer(writer: Any) -> ScalarsWriter | None:
         return None
     add_scalar = getattr(writer, "add_scalar", None)
     if callable(add_scalar):
+
         def write_tb(scalars: dict[str, float], step: int) -> None:
             for tag, value in scalars.items():
                 add_scalar(tag, value, step)
@@ -242,12 +280,15 @@ def scalars_writer(writer: Any) -> ScalarsWriter | None:
         return guarded(write_tb, "TensorBoard")
     log_fn = getattr(writer, "log", None)
     if callable(log_fn):
+
         def write_wandb(scalars: dict[str, float], step: int) -> None:
             log_fn(dict(scalars), step=step)
 
         return guarded(write_wandb, "W&B")
-    raise ConfigError(f"writer: {type(writer).__name__} has neither add_scalar(tag, value, step) (TensorBoard) nor "
-                      "log(dict, step=) (W&B); pass a torch.utils.tensorboard.SummaryWriter, a wandb run or None")
+    raise ConfigError(
+        f"writer: {type(writer).__name__} has neither add_scalar(tag, value, step) (TensorBoard) nor "
+        "log(dict, step=) (W&B); pass a torch.utils.tensorboard.SummaryWriter, a wandb run or None"
+    )
 
 
 def is_logging_rank() -> bool:

@@ -131,12 +131,16 @@ class StageDecay:
     @classmethod
     def from_mapping(cls, data: Any) -> StageDecay:
         if not isinstance(data, Mapping):
-            raise ConfigError(f"decay: expected a mapping with keys {', '.join(_DECAY_KEYS)} (stage names), got "
-                              f"{data!r}; e.g. {{\"from_stage\": \"s3\"}}")
+            raise ConfigError(
+                f"decay: expected a mapping with keys {', '.join(_DECAY_KEYS)} (stage names), got "
+                f'{data!r}; e.g. {{"from_stage": "s3"}}'
+            )
         for key in data:
             if key not in _DECAY_KEYS:
-                raise ConfigError(f"decay: unknown key {key!r}{did_you_mean(str(key), _DECAY_KEYS)}; known keys: "
-                                  f"{', '.join(_DECAY_KEYS)}")
+                raise ConfigError(
+                    f"decay: unknown key {key!r}{did_you_mean(str(key), _DECAY_KEYS)}; known keys: "
+                    f"{', '.join(_DECAY_KEYS)}"
+                )
         return cls(**{key: data[key] for key in _DECAY_KEYS if key in data})
 
     def to_mapping(self) -> dict[str, str]:
@@ -177,12 +181,19 @@ class StagesConfig:
         for key in _DECAY_KEYS:
             value = getattr(decay, key)
             if value is not None and value not in names:
-                raise ConfigError(f"decay.{key}: {value!r} is not a stage{did_you_mean(value, names)}; the stages are "
-                                  f"{', '.join(names)}")
-        if decay.from_stage is not None and decay.until_stage is not None and \
-                names.index(decay.from_stage) > names.index(decay.until_stage):
-            raise ConfigError(f"decay: from_stage {decay.from_stage!r} comes after until_stage {decay.until_stage!r}; "
-                              "the decay must start at or before the stage it ends with")
+                raise ConfigError(
+                    f"decay.{key}: {value!r} is not a stage{did_you_mean(value, names)}; the stages are "
+                    f"{', '.join(names)}"
+                )
+        if (
+            decay.from_stage is not None
+            and decay.until_stage is not None
+            and names.index(decay.from_stage) > names.index(decay.until_stage)
+        ):
+            raise ConfigError(
+                f"decay: from_stage {decay.from_stage!r} comes after until_stage {decay.until_stage!r}; "
+                "the decay must start at or before the stage it ends with"
+            )
 
     @classmethod
     def from_mapping(cls, data: Any) -> StagesConfig:

@@ -9,16 +9,30 @@ megatron.core and torch are imported only inside functions. The public API, re-e
 
 from neox_epoch.mcore.counters import CountersStateError, LiveCounters, live_counters
 from neox_epoch.mcore.exact import (
-           BuildMismatchError,
-           ExactSetup,
-           exact_config,
-           install,
-           log_plan,
-           plan_lines,
-           verify_build,
+    BuildMismatchError,
+    ExactSetup,
+    exact_config,
+    install,
+    log_plan,
+    plan_lines,
+    verify_build,
 )
 from neox_epoch.mcore.stages import StagedDataset, StagesSetup, build_stages, exact_stages, stage_lines
 
-__all__ = ["BuildMismatchError", "CountersStateError", "ExactSetup", "LiveCounters", "StagedDataset", "StagesSetup",
-           "build_stages", "exact_config", "exact_stages", "install", "live_counters", "log_plan", "plan_lines",
-           "stage_lines", "verify_build"]
+__all__ = [
+    "BuildMismatchError",
+    "CountersStateError",
+    "ExactSetup",
+    "LiveCounters",
+    "StagedDataset",
+    "StagesSetup",
+    "build_stages",
+    "exact_config",
+    "exact_stages",
+    "install",
+    "live_counters",
+    "log_plan",
+    "plan_lines",
+    "stage_lines",
+    "verify_build",
+]

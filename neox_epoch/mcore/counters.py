@@ -86,7 +86,7 @@ class BlendCounts:
             chunk = np.asarray(dataset_index[first:last]).reshape(-1, self.block)
             r0 = first // self.block + 1
             for s in range(self.sources):
-                per_block[r0:r0 + chunk.shape[0], s] = np.count_nonzero(chunk == s, axis=1)
+                per_block[r0 : r0 + chunk.shape[0], s] = np.count_nonzero(chunk == s, axis=1)
         self.cumulative = np.cumsum(per_block, axis=0)
         """``cumulative[k, s]``: draws of source s among the first ``k * block`` positions."""
 
@@ -94,7 +94,7 @@ class BlendCounts:
         """Draws per source among positions ``0 .. consumed-1`` (O(block))."""
         c = max(0, min(int(consumed), self.size))
         k = c // self.block
-        tail = np.bincount(np.asarray(self.index[k * self.block:c], dtype=np.int64), minlength=self.sources)
+        tail = np.bincount(np.asarray(self.index[k * self.block : c], dtype=np.int64), minlength=self.sources)
         return [int(x) for x in self.cumulative[k] + tail[: self.sources]]
 
     def position_of_draw(self, source: int, draw: int) -> int | None:
@@ -124,8 +124,10 @@ class DirectCounts:
 def _plan_of(plan_or_setup: Any) -> Plan:
     p = getattr(plan_or_setup, "plan", plan_or_setup)
     if not isinstance(p, Plan):
-        raise ConfigError(f"plan_or_setup: {type(plan_or_setup).__name__}; expected the ExactSetup from "
-                          "neox_epoch.mcore.exact.exact_config or its .plan")
+        raise ConfigError(
+            f"plan_or_setup: {type(plan_or_setup).__name__}; expected the ExactSetup from "
+            "neox_epoch.mcore.exact.exact_config or its .plan"
+        )
     return p
 
 
@@ -136,8 +138,17 @@ class LiveCounters:
     only the logging rank (rank 0) writes the JSONL records, the scalars and the log lines.
     """
 
-    def __init__(self, train_dataset: Any, plan_or_setup: Any, *, log_dir: str | None = None, writer: Any = None,
-                 log_interval: int = 100, active: bool | None = None, block: int = 4096) -> None:
+    def __init__(
+        self,
+        train_dataset: Any,
+        plan_or_setup: Any,
+        *,
+        log_dir: str | None = None,
+        writer: Any = None,
+        log_interval: int = 100,
+        active: bool | None = None,
+        block: int = 4096,
+    ) -> None:
         if not is_whole(log_interval, 1):
             raise ConfigError(f"log_interval: {log_interval!r}; expected a positive integer (iterations)")
         plan = _plan_of(plan_or_setup)
@@ -146,17 +157,23 @@ class LiveCounters:
         blended = hasattr(train_dataset, "dataset_index") and hasattr(train_dataset, "datasets")
         datasets = list(train_dataset.datasets) if blended else [train_dataset]
         if len(datasets) != len(train):
-            raise ConfigError(f"train_dataset: {len(datasets)} source dataset(s), the plan has {len(train)} train "
-                              "sources; pass the train dataset built with this plan's ExactSetup.config and sizes")
+            raise ConfigError(
+                f"train_dataset: {len(datasets)} source dataset(s), the plan has {len(train)} train "
+                "sources; pass the train dataset built with this plan's ExactSetup.config and sizes"
+            )
         for k, (ds, sp) in enumerate(zip(datasets, train)):
             path = getattr(ds, "dataset_path", None)
             if path is not None and os.path.realpath(str(path)) != os.path.realpath(sp.prefix):
-                raise ConfigError(f"train_dataset: source {k} is {path}, the plan has {sp.prefix}; pass the train "
-                                  "dataset built with this plan's ExactSetup.config")
+                raise ConfigError(
+                    f"train_dataset: source {k} is {path}, the plan has {sp.prefix}; pass the train "
+                    "dataset built with this plan's ExactSetup.config"
+                )
         self.size = int(len(train_dataset))
         self._counts: BlendCounts | DirectCounts = (
-            BlendCounts(train_dataset.dataset_index, len(train), self.size, block) if blended
-            else DirectCounts(self.size))
+            BlendCounts(train_dataset.dataset_index, len(train), self.size, block)
+            if blended
+            else DirectCounts(self.size)
+        )
         self.stages = getattr(plan_or_setup, "stages_plan", None)
         """The :class:`~neox_epoch.plan.stages.StagesPlan` of a staged dataset (None: no stages)."""
 
@@ -164,10 +181,14 @@ class LiveCounters:
             return max(sp.epochs_built, 1) if self.stages is None else -(-sp.samples_drawn // sp.samples_per_epoch)
 
         self.sources = tuple(
-            SourceCounter(sp.name, sp.samples_per_epoch,
-                          tuple(k * sp.samples_per_epoch for k in range(1, passes_counted(sp))),
-                          float(sp.passes))
-            for sp in train)
+            SourceCounter(
+                sp.name,
+                sp.samples_per_epoch,
+                tuple(k * sp.samples_per_epoch for k in range(1, passes_counted(sp))),
+                float(sp.passes),
+            )
+            for sp in train
+        )
         self.fingerprint = _fingerprint_of(plan, plan_or_setup, datasets)
         """The data fingerprint saved in the state (None when the seed is unknown)."""
         starts: list[tuple[int, int, int]] = []  # (blend position, source, pass number)
@@ -217,29 +238,54 @@ class LiveCounters:
         self._began = True
         if not self.active:
             return
-        rows = [{"name": sp.name, "prefix": sp.prefix, "documents": sp.documents, "tokens": sp.tokens,
-                 "samples_per_epoch": sp.samples_per_epoch, "epochs_built": sp.epochs_built,
-                 "samples_built": sp.samples_built, "samples_drawn": sp.samples_drawn, "passes": sp.passes,
-                 "target_samples": sp.target_samples} for sp in self.plan.sources if sp.split == "train"]
-        self.sink.write({
-            "event": "plan", "iteration": int(iteration), "framework": self.plan.framework,
-            "framework_version": self.plan.framework_version, "train_iters": self.train_iters,
-            "train_batch_size": int(self.plan.global_batch_size), "train_samples": self.train_samples,
-            "seq_length": int(self.plan.seq_length), "mode": "exact" if self.plan.settings.get("targets") else "observe",
-            "blended": isinstance(self._counts, BlendCounts), "dataset_size": self.size, "sources": rows,
-            "remainder": {"samples": self.plan.remainder_samples, "tokens": self.plan.remainder_tokens},
-        })
+        rows = [
+            {
+                "name": sp.name,
+                "prefix": sp.prefix,
+                "documents": sp.documents,
+                "tokens": sp.tokens,
+                "samples_per_epoch": sp.samples_per_epoch,
+                "epochs_built": sp.epochs_built,
+                "samples_built": sp.samples_built,
+                "samples_drawn": sp.samples_drawn,
+                "passes": sp.passes,
+                "target_samples": sp.target_samples,
+            }
+            for sp in self.plan.sources
+            if sp.split == "train"
+        ]
+        self.sink.write(
+            {
+                "event": "plan",
+                "iteration": int(iteration),
+                "framework": self.plan.framework,
+                "framework_version": self.plan.framework_version,
+                "train_iters": self.train_iters,
+                "train_batch_size": int(self.plan.global_batch_size),
+                "train_samples": self.train_samples,
+                "seq_length": int(self.plan.seq_length),
+                "mode": "exact" if self.plan.settings.get("targets") else "observe",
+                "blended": isinstance(self._counts, BlendCounts),
+                "dataset_size": self.size,
+                "sources": rows,
+                "remainder": {"samples": self.plan.remainder_samples, "tokens": self.plan.remainder_tokens},
+            }
+        )
 
     def step(self, iteration: int, consumed_samples: int) -> None:
         """Call after each iteration with Megatron-LM's ``iteration`` and ``consumed_train_samples`` (the samples
         consumed including this iteration's). O(1) unless a record is due."""
         c = int(consumed_samples)
         if c < self.consumed_samples:
-            raise CountersStateError(f"consumed_samples {c} at iteration {iteration} is below the {self.consumed_samples} "
-                                     "already counted; pass the running total (Megatron-LM args.consumed_train_samples)")
+            raise CountersStateError(
+                f"consumed_samples {c} at iteration {iteration} is below the {self.consumed_samples} "
+                "already counted; pass the running total (Megatron-LM args.consumed_train_samples)"
+            )
         if c > self.size:
-            raise CountersStateError(f"consumed_samples {c} at iteration {iteration} exceeds the train dataset's "
-                                     f"{self.size} samples; stop at {self.train_samples} (the plan's train_samples)")
+            raise CountersStateError(
+                f"consumed_samples {c} at iteration {iteration} exceeds the train dataset's "
+                f"{self.size} samples; stop at {self.train_samples} (the plan's train_samples)"
+            )
         self._begin(int(iteration) - 1)
         if int(iteration) == self.iteration + 1:
             self.global_batch_size = c - self.consumed_samples
@@ -256,9 +302,14 @@ class LiveCounters:
         """0-based index of the stage that trained the last of ``consumed_samples`` samples (0 before any)."""
         assert self.stages is not None
         last = max(int(consumed_samples) - 1, 0)
-        return next((k for k, st in enumerate(self.stages.stages)
-                     if last < (st.first_iteration + st.iterations) * self.stages.global_batch_size),
-                    len(self.stages.stages) - 1)
+        return next(
+            (
+                k
+                for k, st in enumerate(self.stages.stages)
+                if last < (st.first_iteration + st.iterations) * self.stages.global_batch_size
+            ),
+            len(self.stages.stages) - 1,
+        )
 
     def _stage_step(self) -> None:
         assert self.stages is not None
@@ -269,11 +320,24 @@ class LiveCounters:
             if not self.active:
                 continue
             state = self.passes_at(st.first_iteration * self.stages.global_batch_size)
-            log.info("neox_epoch: stage %s starts at iteration %d (planned %d); cumulative passes: %s", st.name,
-                     self.iteration, st.first_iteration, fmt(state))
-            self.sink.write({"event": "stage_start", "iteration": self.iteration, "stage": self._stage + 1,
-                             "name": st.name, "planned_iteration": st.first_iteration, "consumed_samples": self.consumed_samples,
-                             "sources": state})
+            log.info(
+                "neox_epoch: stage %s starts at iteration %d (planned %d); cumulative passes: %s",
+                st.name,
+                self.iteration,
+                st.first_iteration,
+                fmt(state),
+            )
+            self.sink.write(
+                {
+                    "event": "stage_start",
+                    "iteration": self.iteration,
+                    "stage": self._stage + 1,
+                    "name": st.name,
+                    "planned_iteration": st.first_iteration,
+                    "consumed_samples": self.consumed_samples,
+                    "sources": state,
+                }
+            )
             if self._write is not None:
                 self._write({"neox_epoch/stage": float(self._stage + 1)}, self.iteration)
 
@@ -309,10 +373,15 @@ class LiveCounters:
         """What to save in the checkpoint beside Megatron-LM's ``consumed_train_samples`` (plain JSON types); call
         it when saving one: the logging rank also records it in the JSONL (a ``checkpoint`` record), where
         ``neox-epoch resume-check LOG_DIR`` reads it without the checkpoint."""
-        state = {"format": STATE_FORMAT, "iteration": self.iteration, "consumed_samples": self.consumed_samples,
-                 "samples": dict(zip((s.name for s in self.sources), self.counts_at(self.consumed_samples))),
-                 "global_batch_size_planned": int(self.plan.global_batch_size), "dataset_size": self.size,
-                 "global_batch_size": self.global_batch_size}
+        state = {
+            "format": STATE_FORMAT,
+            "iteration": self.iteration,
+            "consumed_samples": self.consumed_samples,
+            "samples": dict(zip((s.name for s in self.sources), self.counts_at(self.consumed_samples))),
+            "global_batch_size_planned": int(self.plan.global_batch_size),
+            "dataset_size": self.size,
+            "global_batch_size": self.global_batch_size,
+        }
         if self.fingerprint is not None:
             state["fingerprint"] = self.fingerprint.to_dict()
         if self.stages is not None:
@@ -330,19 +399,25 @@ class LiveCounters:
         ``consumed_samples``; else :class:`CountersStateError` names the source and both numbers."""
         if not isinstance(state, Mapping) or state.get("format") != STATE_FORMAT:
             got = state.get("format") if isinstance(state, Mapping) else type(state).__name__
-            raise CountersStateError(f"counters state: format {got!r}, expected {STATE_FORMAT!r}; pass what "
-                                     "LiveCounters.state_dict() returned")
+            raise CountersStateError(
+                f"counters state: format {got!r}, expected {STATE_FORMAT!r}; pass what "
+                "LiveCounters.state_dict() returned"
+            )
         c, it = int(state["consumed_samples"]), int(state["iteration"])
         if not data_change_intended:
             self._check_fingerprint(state, c)
         saved: Mapping[str, int] = state["samples"]
         names = [s.name for s in self.sources]
         if sorted(saved) != sorted(names):
-            raise CountersStateError(f"counters state: sources {sorted(saved)}, this train dataset has {sorted(names)}; "
-                                     "resume with the blend the checkpoint was trained on")
+            raise CountersStateError(
+                f"counters state: sources {sorted(saved)}, this train dataset has {sorted(names)}; "
+                "resume with the blend the checkpoint was trained on"
+            )
         if c > self.size:
-            raise CountersStateError(f"counters state: consumed_samples {c}, this train dataset has {self.size} samples; "
-                                     "rebuild it with the checkpoint's plan (the global batch it was planned with)")
+            raise CountersStateError(
+                f"counters state: consumed_samples {c}, this train dataset has {self.size} samples; "
+                "rebuild it with the checkpoint's plan (the global batch it was planned with)"
+            )
         now = self.counts_at(c)
         for name, n in zip(names, now):
             if int(saved[name]) != n:
@@ -350,7 +425,8 @@ class LiveCounters:
                     f"counters state: {name} had {int(saved[name])} samples drawn at consumed_samples {c} in the "
                     f"checkpoint, this train dataset draws {n} there; rebuild it with the checkpoint's plan "
                     f"(exact_config with global_batch_size {state.get('global_batch_size_planned')}, the same blend "
-                    "and epochs) or start the counters without the state")
+                    "and epochs) or start the counters without the state"
+                )
         self.iteration, self.consumed_samples = it, c
         self._next = bisect.bisect_left(self._start_positions, c)
         self._stage = self.stage_at(c) if self.stages is not None else 0
@@ -360,9 +436,14 @@ class LiveCounters:
         if self.active:
             st = sources_state(self.sources, now)
             log.info("neox_epoch: resumed at iteration %d, consumed samples %d: %s", it, c, fmt(st))
-            self._resumed = {"event": "resume", "iteration": it, "consumed_samples": c, "sources": st,
-                             "global_batch_size_planned": state.get("global_batch_size_planned"),
-                             "saved_global_batch_size": state.get("global_batch_size")}
+            self._resumed = {
+                "event": "resume",
+                "iteration": it,
+                "consumed_samples": c,
+                "sources": st,
+                "global_batch_size_planned": state.get("global_batch_size_planned"),
+                "saved_global_batch_size": state.get("global_batch_size"),
+            }
 
     def _check_fingerprint(self, state: Mapping[str, Any], consumed: int) -> None:
         saved = state.get("fingerprint")
@@ -371,14 +452,19 @@ class LiveCounters:
         try:
             old = DataFingerprint.from_dict(saved)
         except (ConfigError, KeyError, TypeError, ValueError) as err:
-            raise CountersStateError(f"counters state: fingerprint unreadable ({err}); pass what "
-                                     "LiveCounters.state_dict() returned") from err
+            raise CountersStateError(
+                f"counters state: fingerprint unreadable ({err}); pass what LiveCounters.state_dict() returned"
+            ) from err
         diffs = compare(old, self.fingerprint)
         done = self.stage_at(consumed) + 1 if self.stages is not None else 0
-        kept = [d for d in diffs if not (d.what.startswith("stage ") and d.what[6:].isdigit() and int(d.what[6:]) > done)]
+        kept = [
+            d for d in diffs if not (d.what.startswith("stage ") and d.what[6:].isdigit() and int(d.what[6:]) > done)
+        ]
         if kept:
-            raise CountersStateError(f"counters state: {message(kept)}; resume on the data the checkpoint trained on, "
-                                     "or load_state_dict(state, data_change_intended=True) if the change is intended")
+            raise CountersStateError(
+                f"counters state: {message(kept)}; resume on the data the checkpoint trained on, "
+                "or load_state_dict(state, data_change_intended=True) if the change is intended"
+            )
 
     def _write_resume(self) -> None:
         """The resume record, once the first step after it showed the global batch training now draws: a
@@ -396,13 +482,16 @@ class LiveCounters:
         """The final report (logged and written on the logging rank; a counters record first when the last
         iteration was not a logging one); returned on every rank. Defaults: the last step's numbers."""
         if iteration is not None or consumed_samples is not None:
-            self.step(self.iteration if iteration is None else iteration,
-                      self.consumed_samples if consumed_samples is None else consumed_samples)
+            self.step(
+                self.iteration if iteration is None else iteration,
+                self.consumed_samples if consumed_samples is None else consumed_samples,
+            )
         self._begin(self.iteration)
         self._write_resume()
         state = self.passes_at(self.consumed_samples)
-        report = final_record(self.iteration, self.train_iters, self.consumed_samples >= self.train_samples,
-                              self.sources, state)
+        report = final_record(
+            self.iteration, self.train_iters, self.consumed_samples >= self.train_samples, self.sources, state
+        )
         report.update(consumed_samples=self.consumed_samples, train_samples=self.train_samples)
         if self.active:
             if self._last_record != self.iteration:
@@ -422,15 +511,26 @@ def _fingerprint_of(plan: Plan, plan_or_setup: Any, datasets: list[Any]) -> Data
         return None
     stages = plan.settings.get("stages")
     try:
-        return fingerprint([sp.prefix for sp in plan.sources if sp.split == "train"], int(plan.seq_length), int(seed),
-                           stages if isinstance(stages, Mapping) else None)
+        return fingerprint(
+            [sp.prefix for sp in plan.sources if sp.split == "train"],
+            int(plan.seq_length),
+            int(seed),
+            stages if isinstance(stages, Mapping) else None,
+        )
     except NeoxEpochError as err:  # e.g. two prefixes with the same last path component: the draws check remains
         log.warning("neox_epoch: no data fingerprint in the counters' state: %s", err)
         return None
 
 
-def live_counters(train_dataset: Any, plan_or_setup: Any, *, log_dir: str | None = None, writer: Any = None,
-                  log_interval: int = 100, active: bool | None = None) -> LiveCounters:
+def live_counters(
+    train_dataset: Any,
+    plan_or_setup: Any,
+    *,
+    log_dir: str | None = None,
+    writer: Any = None,
+    log_interval: int = 100,
+    active: bool | None = None,
+) -> LiveCounters:
     """Live per-source pass counters over ``train_dataset`` (the megatron-core train split built with
     ``plan_or_setup``: the :class:`~neox_epoch.mcore.exact.ExactSetup` from ``exact_config`` or its ``.plan``).
 
@@ -449,5 +549,6 @@ def live_counters(train_dataset: Any, plan_or_setup: Any, *, log_dir: str | None
         checkpoint["neox_epoch_counters"] = counters.state_dict()
         counters.final()
     """
-    return LiveCounters(train_dataset, plan_or_setup, log_dir=log_dir, writer=writer, log_interval=log_interval,
-                        active=active)
+    return LiveCounters(
+        train_dataset, plan_or_setup, log_dir=log_dir, writer=writer, log_interval=log_interval, active=active
+    )

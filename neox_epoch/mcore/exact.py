@@ -48,8 +48,18 @@ from neox_epoch.util.values import is_whole
 
 logger = logging.getLogger("neox_epoch.mcore")
 
-__all__ = ["BuildMismatchError", "CountersStateError", "ExactSetup", "LiveCounters", "exact_config", "install",
-           "live_counters", "log_plan", "plan_lines", "verify_build"]
+__all__ = [
+    "BuildMismatchError",
+    "CountersStateError",
+    "ExactSetup",
+    "LiveCounters",
+    "exact_config",
+    "install",
+    "live_counters",
+    "log_plan",
+    "plan_lines",
+    "verify_build",
+]
 
 
 class BuildMismatchError(NeoxEpochError):
@@ -99,8 +109,9 @@ def _with_fields(config: Any, **changes: Any) -> Any:
     return dataclasses.replace(config, **{k: v for k, v in changes.items() if k in names})
 
 
-def plan_input(config: Any, global_batch_size: int, *, eval_interval: int = 1000, eval_iters: int = 0,
-               version: str | None = None) -> tuple[str, PlanInput, tuple[SourceSpec, ...], list[str], bool]:
+def plan_input(
+    config: Any, global_batch_size: int, *, eval_interval: int = 1000, eval_iters: int = 0, version: str | None = None
+) -> tuple[str, PlanInput, tuple[SourceSpec, ...], list[str], bool]:
     """(version, plan input, train specs, train prefixes, per-split?) of a GPTDatasetConfig, as megatron-core
     ``version`` (default: the installed one) builds it."""
     version = version or megatron_core_version()
@@ -117,10 +128,18 @@ def plan_input(config: Any, global_batch_size: int, *, eval_interval: int = 1000
         valid_specs = _specs(*bps[1]) if bps[1] is not None else ()
         test_specs = _specs(*bps[2]) if bps[2] is not None else ()
     inp = PlanInput(
-        framework="megatron-core", framework_version=version, seq_length=int(config.sequence_length),
-        global_batch_size=global_batch_size, train_sources=specs, valid_sources=valid_specs, test_sources=test_specs,
-        per_split_paths=per_split, split=None if per_split else config.split, eval_interval=eval_interval,
-        eval_iters=eval_iters, seed=int(config.random_seed),
+        framework="megatron-core",
+        framework_version=version,
+        seq_length=int(config.sequence_length),
+        global_batch_size=global_batch_size,
+        train_sources=specs,
+        valid_sources=valid_specs,
+        test_sources=test_specs,
+        per_split_paths=per_split,
+        split=None if per_split else config.split,
+        eval_interval=eval_interval,
+        eval_iters=eval_iters,
+        seed=int(config.random_seed),
         mcore=McoreOptions(
             add_extra_token_to_sequence=bool(getattr(config, "add_extra_token_to_sequence", True)),
             renormalize_blend_weights=bool(getattr(config, "renormalize_blend_weights", False)),
@@ -145,8 +164,9 @@ def exact_config(
     as Megatron-LM does (``eval_iters=0``: no evaluation). ``version`` overrides the installed
     megatron-core version. Raises :class:`PlanError` when the passes cannot be exact.
     """
-    version, inp, specs, prefixes, per_split = plan_input(config, global_batch_size, eval_interval=eval_interval,
-                                                         eval_iters=eval_iters, version=version)
+    version, inp, specs, prefixes, per_split = plan_input(
+        config, global_batch_size, eval_interval=eval_interval, eval_iters=eval_iters, version=version
+    )
     passes = passes_per_source(epochs, specs)
     plan = exact_plan(inp, passes)
     _check_no_spillover(plan, specs, passes)
@@ -162,8 +182,14 @@ def exact_config(
             changes["blend"] = (list(prefixes), new_weights)
     new_config = _with_fields(config, **changes)
     sizes = (plan.consumed["train"], plan.consumed["valid"], plan.consumed["test"])
-    return ExactSetup(config=new_config, train_iters=plan.train_iters, train_samples=plan.train_samples,
-                      sizes=sizes, plan=plan, version=version)
+    return ExactSetup(
+        config=new_config,
+        train_iters=plan.train_iters,
+        train_samples=plan.train_samples,
+        sizes=sizes,
+        plan=plan,
+        version=version,
+    )
 
 
 def _check_no_spillover(plan: Plan, specs: Sequence[SourceSpec], passes: Mapping[str, float]) -> None:
@@ -298,7 +324,8 @@ def verify_build(datasets: Sequence[Any], plan: Plan | ExactSetup) -> dict[str, 
         draws[split] = [int(x) for x in got]
     if problems:
         raise BuildMismatchError(
-            "megatron-core built something else than the exact plan: " + "; ".join(problems)
+            "megatron-core built something else than the exact plan: "
+            + "; ".join(problems)
             + " (were the datasets built with ExactSetup.config and ExactSetup.sizes?)"
         )
     if _is_rank_zero():

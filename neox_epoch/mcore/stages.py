@@ -83,17 +83,33 @@ class StagesSetup:
         """Iterations at which stage 2, 3, ... start."""
         return self.stages_plan.boundaries
 
-    def lr_schedule(self, *, lr: float | None = None, min_lr: float = 0.0, warmup_iters: int = 0,
-                    warmup_fraction: float | None = None, style: str = "linear",
-                    wsd_style: str = "exponential", init_lr: float = 0.0) -> StageSchedule:
+    def lr_schedule(
+        self,
+        *,
+        lr: float | None = None,
+        min_lr: float = 0.0,
+        warmup_iters: int = 0,
+        warmup_fraction: float | None = None,
+        style: str = "linear",
+        wsd_style: str = "exponential",
+        init_lr: float = 0.0,
+    ) -> StageSchedule:
         """The learning-rate schedule over the stages: warmup once, the decay where the stage plan's ``decay``
         puts it. ``.settings`` are the Megatron-LM flags (``--lr-decay-iters``; with ``from_stage``
         ``--lr-decay-style WSD --lr-wsd-decay-iters --lr-wsd-decay-style``); ``.scheduler`` the keyword arguments of
         megatron-core's ``OptimizerParamScheduler`` (steps in samples; step it by the global batch per iteration);
         ``.points`` the rate at each stage's first iteration. ``style`` etc. are the run's own flags."""
-        return mcore_stage_schedule(self.stages_plan, self.stages.decay, style=style, wsd_style=wsd_style,
-                                    warmup_iters=warmup_iters, warmup_fraction=warmup_fraction, lr=lr, min_lr=min_lr,
-                                    init_lr=init_lr)
+        return mcore_stage_schedule(
+            self.stages_plan,
+            self.stages.decay,
+            style=style,
+            wsd_style=wsd_style,
+            warmup_iters=warmup_iters,
+            warmup_fraction=warmup_fraction,
+            lr=lr,
+            min_lr=min_lr,
+            init_lr=init_lr,
+        )
 
     def sizes(self, k: int) -> list[int]:
         """``[train, valid, test]`` for source k's build: its samples per epoch (exactly one epoch), no eval."""
@@ -117,9 +133,11 @@ def _source_names(train: Sequence[SourcePlan], stages: StagesConfig) -> dict[str
         if name not in by:
             from neox_epoch.errors import did_you_mean
 
-            raise ConfigError(f"stages: source {name!r} is not in the train blend{did_you_mean(name, [s.name for s in train])}; "
-                              f"the train sources are {', '.join(s.name for s in train)} (name = the prefix's last "
-                              "path component, or the prefix)")
+            raise ConfigError(
+                f"stages: source {name!r} is not in the train blend{did_you_mean(name, [s.name for s in train])}; "
+                f"the train sources are {', '.join(s.name for s in train)} (name = the prefix's last "
+                "path component, or the prefix)"
+            )
     return by
 
 
@@ -139,8 +157,9 @@ def _renamed(stages: StagesConfig, by: Mapping[str, str]) -> StagesConfig:
     return StagesConfig(stages=tuple(out), max_passes=cap, decay=stages.decay)
 
 
-def exact_stages(config: Any, stages: StagesConfig | Mapping[str, Any], global_batch_size: int, *,
-                 version: str | None = None) -> StagesSetup:
+def exact_stages(
+    config: Any, stages: StagesConfig | Mapping[str, Any], global_batch_size: int, *, version: str | None = None
+) -> StagesSetup:
     """Plan ``stages`` (a :class:`~neox_epoch.plan.stages.StagesConfig` or its mapping) over the train blend of
     ``config`` (a megatron-core GPTDatasetConfig; its weights are not used, the stages give the draws).
 
@@ -157,25 +176,54 @@ def exact_stages(config: Any, stages: StagesConfig | Mapping[str, Any], global_b
     per_epoch = {s.name: int(s.samples_per_epoch) for s in train}
     plan = plan_stages(renamed, per_epoch, global_batch_size)
     totals = plan.total_draws()
-    sources = tuple(dataclasses.replace(
-        s, samples_requested=s.samples_per_epoch, epochs_built=1, samples_built=s.samples_per_epoch,
-        length=s.samples_per_epoch, separate_final_epoch=False, samples_drawn=totals[s.name],
-        passes=round(totals[s.name] / s.samples_per_epoch, 6), target_samples=totals[s.name],
-        tokens_unseen=0, tokens_unseen_exact=False, formula="one epoch built; drawn by stage") for s in train)
+    sources = tuple(
+        dataclasses.replace(
+            s,
+            samples_requested=s.samples_per_epoch,
+            epochs_built=1,
+            samples_built=s.samples_per_epoch,
+            length=s.samples_per_epoch,
+            separate_final_epoch=False,
+            samples_drawn=totals[s.name],
+            passes=round(totals[s.name] / s.samples_per_epoch, 6),
+            target_samples=totals[s.name],
+            tokens_unseen=0,
+            tokens_unseen_exact=False,
+            formula="one epoch built; drawn by stage",
+        )
+        for s in train
+    )
     counted = dataclasses.replace(
-        base, train_iters=plan.train_iters, train_samples=plan.train_samples,
-        consumed={"train": plan.train_samples, "valid": 0, "test": 0}, sources=sources, blends=(), warnings=(),
-        arithmetic=(), settings={"targets": [totals[s.name] for s in train], "stages": renamed.to_mapping()},
-        remainder_samples=0, remainder_tokens=0)
+        base,
+        train_iters=plan.train_iters,
+        train_samples=plan.train_samples,
+        consumed={"train": plan.train_samples, "valid": 0, "test": 0},
+        sources=sources,
+        blends=(),
+        warnings=(),
+        arithmetic=(),
+        settings={"targets": [totals[s.name] for s in train], "stages": renamed.to_mapping()},
+        remainder_samples=0,
+        remainder_tokens=0,
+    )
     base_config = _with_fields(config, mid_level_dataset_surplus=0.0)
     if per_split:  # the train entry alone, the whole prefix (as blend_per_split reads it)
-        source_configs = tuple(_with_fields(base_config, blend=None, blend_per_split=[([prefixes[k]], None), None, None])
-                               for k in range(len(train)))
+        source_configs = tuple(
+            _with_fields(base_config, blend=None, blend_per_split=[([prefixes[k]], None), None, None])
+            for k in range(len(train))
+        )
     else:
-        source_configs = tuple(_with_fields(base_config, blend=([prefixes[k]], None), blend_per_split=None)
-                               for k in range(len(train)))
-    return StagesSetup(config=base_config, stages=renamed, stages_plan=plan, plan=counted,
-                       source_configs=source_configs, version=version)
+        source_configs = tuple(
+            _with_fields(base_config, blend=([prefixes[k]], None), blend_per_split=None) for k in range(len(train))
+        )
+    return StagesSetup(
+        config=base_config,
+        stages=renamed,
+        stages_plan=plan,
+        plan=counted,
+        source_configs=source_configs,
+        version=version,
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -203,10 +251,12 @@ class StagedDataset:
         for stage in setup.stages_plan.stages:
             counts = [stage.draw_of(n).draws if stage.draw_of(n) else 0 for n in names]  # type: ignore[union-attr]
             index, within = _exhaustive(counts)
-            self.dataset_index[first:first + stage.samples] = index
-            starts = np.array([stage.draw_of(n).start if stage.draw_of(n) else 0 for n in names],  # type: ignore[union-attr]
-                              dtype=np.int64)
-            self.draw_index[first:first + stage.samples] = starts[index.astype(np.int64)] + within
+            self.dataset_index[first : first + stage.samples] = index
+            starts = np.array(
+                [stage.draw_of(n).start if stage.draw_of(n) else 0 for n in names],  # type: ignore[union-attr]
+                dtype=np.int64,
+            )
+            self.draw_index[first : first + stage.samples] = starts[index.astype(np.int64)] + within
             first += stage.samples
         per_epoch = np.array([s.samples_per_epoch for s in setup.plan.sources], dtype=np.int64)
         self.dataset_sample_index = self.draw_index % per_epoch[self.dataset_index.astype(np.int64)]
@@ -230,13 +280,15 @@ def _exhaustive(counts: Sequence[int]) -> tuple[Any, Any]:
     index = np.zeros(total, dtype=np.int16)
     within = np.zeros(total, dtype=np.int64)
     if used:
-        helpers.build_exhaustive_blending_indices(index, within, np.asarray([counts[k] for k in used], dtype=np.int64),
-                                                  len(used))
+        helpers.build_exhaustive_blending_indices(
+            index, within, np.asarray([counts[k] for k in used], dtype=np.int64), len(used)
+        )
     return np.asarray(used, dtype=np.int16)[index] if used else index, within
 
 
-def build_stages(setup: StagesSetup, is_built_on_rank: Callable[[], bool] = lambda: True,
-                 dataset_class: Any = None) -> StagedDataset:
+def build_stages(
+    setup: StagesSetup, is_built_on_rank: Callable[[], bool] = lambda: True, dataset_class: Any = None
+) -> StagedDataset:
     """Build each train source's one epoch with megatron-core's ``BlendedMegatronDatasetBuilder`` (from
     ``setup.source_configs``) and return the staged train dataset over them, checked against the plan:
     each source's samples per epoch, one epoch built, and every stage drawing exactly its planned draws.
@@ -273,31 +325,40 @@ def verify_stages(staged: StagedDataset, setup: StagesSetup) -> None:
             problems.append(f"{sp.name}: {len(doc_index) // len(indices)} epochs built, planned 1")
     first = 0
     for stage in setup.stages_plan.stages:
-        got = np.bincount(staged.dataset_index[first:first + stage.samples].astype(np.int64),
-                          minlength=len(setup.names)).tolist()
+        got = np.bincount(
+            staged.dataset_index[first : first + stage.samples].astype(np.int64), minlength=len(setup.names)
+        ).tolist()
         want = [stage.draw_of(n).draws if stage.draw_of(n) else 0 for n in setup.names]  # type: ignore[union-attr]
         if got != want:
             problems.append(f"stage {stage.name!r}: draws {got} per source, planned {want}")
         first += stage.samples
     if problems:
-        raise BuildMismatchError("megatron-core built something else than the stage plan: " + "; ".join(problems)
-                                 + " (build with build_stages(setup), from setup.source_configs)")
+        raise BuildMismatchError(
+            "megatron-core built something else than the stage plan: "
+            + "; ".join(problems)
+            + " (build with build_stages(setup), from setup.source_configs)"
+        )
 
 
 def stage_lines(setup: StagesSetup) -> list[str]:
     """Per stage: its iterations and per source the draws, where they start and the cumulative passes."""
     sp = setup.stages_plan
-    lines = [f"neox-epoch: megatron-core {setup.version}: {len(sp.stages)} stages, train_iters {sp.train_iters} x "
-             f"global batch {sp.global_batch_size} = {sp.train_samples} train samples; stage boundaries at iterations "
-             f"{', '.join(map(str, sp.boundaries)) or 'none'}"]
+    lines = [
+        f"neox-epoch: megatron-core {setup.version}: {len(sp.stages)} stages, train_iters {sp.train_iters} x "
+        f"global batch {sp.global_batch_size} = {sp.train_samples} train samples; stage boundaries at iterations "
+        f"{', '.join(map(str, sp.boundaries)) or 'none'}"
+    ]
     done: dict[str, int] = dict.fromkeys(setup.names, 0)
     for st in sp.stages:
         parts = []
         for d in st.draws:
             done[d.source] += d.draws
-            parts.append(f"{d.source} {d.draws} from pass {d.start_pass + 1} sample {d.start_offset} "
-                         f"(cumulative {done[d.source] / d.samples_per_epoch:.4g} passes)")
-        lines.append(f"neox-epoch: stage {st.name}: iterations {st.first_iteration}..{st.end_iteration - 1}: "
-                     + "; ".join(parts))
+            parts.append(
+                f"{d.source} {d.draws} from pass {d.start_pass + 1} sample {d.start_offset} "
+                f"(cumulative {done[d.source] / d.samples_per_epoch:.4g} passes)"
+            )
+        lines.append(
+            f"neox-epoch: stage {st.name}: iterations {st.first_iteration}..{st.end_iteration - 1}: " + "; ".join(parts)
+        )
         lines.extend(f"neox-epoch: stage {st.name}: note: {n}" for n in st.notes)
     return lines

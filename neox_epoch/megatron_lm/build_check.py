@@ -38,8 +38,10 @@ def differences(plan: Plan, train_ds: Any) -> list[str]:
             out.append(f"{sp.name}: built from {path}, planned {sp.prefix}")
             continue
         if len(ds) != sp.samples_built:
-            out.append(f"{sp.name}: {len(ds)} samples built, planned {sp.samples_built} "
-                       f"({sp.epochs_built} epoch(s) of {sp.samples_per_epoch})")
+            out.append(
+                f"{sp.name}: {len(ds)} samples built, planned {sp.samples_built} "
+                f"({sp.epochs_built} epoch(s) of {sp.samples_per_epoch})"
+            )
         per_epoch = _samples_per_epoch(ds)
         if per_epoch is not None and per_epoch != sp.samples_per_epoch:
             out.append(f"{sp.name}: {per_epoch} samples per epoch, planned {sp.samples_per_epoch}")
@@ -50,11 +52,14 @@ def differences(plan: Plan, train_ds: Any) -> list[str]:
         else:
             import numpy as np
 
-            drawn = np.bincount(np.asarray(train_ds.dataset_index[: blend.consumed], dtype=np.int64),
-                                minlength=len(train))
+            drawn = np.bincount(
+                np.asarray(train_ds.dataset_index[: blend.consumed], dtype=np.int64), minlength=len(train)
+            )
             for sp, want, got in zip(train, blend.draws, drawn):
                 if int(got) != int(want):
-                    out.append(f"train blend: {sp.name}: {int(got)} of the first {blend.consumed} positions, planned {int(want)}")
+                    out.append(
+                        f"train blend: {sp.name}: {int(got)} of the first {blend.consumed} positions, planned {int(want)}"
+                    )
     return out
 
 
@@ -76,5 +81,8 @@ def check(plan: Plan, train_ds: Any) -> None:
     """Raise :class:`BuildMismatch` listing the differences, one per line."""
     found = differences(plan, train_ds)
     if found:
-        raise BuildMismatch("the train data Megatron-LM built differs from the plan:\n  " + "\n  ".join(found)
-                            + "\n(the run stops before its first step; plan the line again with neox-epoch plan)")
+        raise BuildMismatch(
+            "the train data Megatron-LM built differs from the plan:\n  "
+            + "\n  ".join(found)
+            + "\n(the run stops before its first step; plan the line again with neox-epoch plan)"
+        )

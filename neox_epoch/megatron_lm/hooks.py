@@ -69,8 +69,11 @@ class Hooks:
         rank0 = is_logging_rank()
         self.writers = MegatronWriters.from_megatron()
         interval = self.payload.log_interval or int(getattr(args, "log_interval", 100) or 100)
-        kwargs = {"writer": self.writers.scalar_writer(self), "log_interval": interval,
-                  "active": rank0 or self.writers.has_any}
+        kwargs = {
+            "writer": self.writers.scalar_writer(self),
+            "log_interval": interval,
+            "active": rank0 or self.writers.has_any,
+        }
         try:
             self.counters = LiveCounters(train_ds, self.plan, log_dir=self.log_dir if rank0 else None, **kwargs)
         except OSError as err:  # the log dir cannot be made: count and show without the JSONL
@@ -88,8 +91,12 @@ class Hooks:
         if resume:
             self.counters.train_iters = int(resume["train_iters"])
         if rank0 and not found:
-            log.info("neox_epoch: the build matches the plan (%d train sources, %d samples); logging to %s",
-                     len(self.counters.sources), self.counters.size, self.log_dir or "(no log dir)")
+            log.info(
+                "neox_epoch: the build matches the plan (%d train sources, %d samples); logging to %s",
+                len(self.counters.sources),
+                self.counters.size,
+                self.log_dir or "(no log dir)",
+            )
         consumed = int(getattr(args, "consumed_train_samples", 0) or 0)
         if consumed > 0:
             self.resume(args, consumed)
@@ -100,10 +107,19 @@ class Hooks:
         iteration = int(getattr(args, "iteration", 0) or 0)
         state = state_file.read(getattr(args, "load", None), iteration)
         if state is None:
-            log.warning("neox_epoch: the checkpoint at iteration %d has no %s: counting from its consumed samples "
-                        "%d (no fingerprint check)", iteration, state_file.STATE_NAME, consumed)
-            state = {"format": self.counters_format(), "iteration": iteration, "consumed_samples": consumed,
-                     "samples": dict(zip((s.name for s in self.counters.sources), self.counters.counts_at(consumed)))}
+            log.warning(
+                "neox_epoch: the checkpoint at iteration %d has no %s: counting from its consumed samples "
+                "%d (no fingerprint check)",
+                iteration,
+                state_file.STATE_NAME,
+                consumed,
+            )
+            state = {
+                "format": self.counters_format(),
+                "iteration": iteration,
+                "consumed_samples": consumed,
+                "samples": dict(zip((s.name for s in self.counters.sources), self.counters.counts_at(consumed))),
+            }
         self.counters.load_state_dict(state)
 
     def counters_format(self) -> str:
@@ -142,10 +158,15 @@ class Hooks:
         counts = self.counters.counts_at(consumed)
         assert self.plan is not None
         train = [s for s in self.plan.sources if s.split == "train"]
-        past = [f"{sp.name} drew {n} samples, past its planned {sp.samples_drawn} ({sp.passes:g} passes)"
-                for sp, n in zip(train, counts) if n > sp.samples_drawn]
-        return (f"neox_epoch: {'; '.join(past)} at iteration {iteration} (consumed samples {consumed}); stopping "
-                "(launch with --no-enforce to only log)")
+        past = [
+            f"{sp.name} drew {n} samples, past its planned {sp.samples_drawn} ({sp.passes:g} passes)"
+            for sp, n in zip(train, counts)
+            if n > sp.samples_drawn
+        ]
+        return (
+            f"neox_epoch: {'; '.join(past)} at iteration {iteration} (consumed samples {consumed}); stopping "
+            "(launch with --no-enforce to only log)"
+        )
 
     def after_save(self, iteration: int) -> None:
         if self.counters is None:
@@ -204,6 +225,7 @@ def install(payload: Payload, plan: Plan | None) -> Hooks:
             result = real(*a, **kw)
             hooks.after_build(result[0] if isinstance(result, (tuple, list)) and result else None)
             return result
+
         return wrapper
 
     def step(real: Any) -> Any:
@@ -211,6 +233,7 @@ def install(payload: Payload, plan: Plan | None) -> Hooks:
             result = real(*a, **kw)
             hooks.after_step(int(kw["iteration"] if "iteration" in kw else a[3]))
             return result
+
         return wrapper
 
     def save(real: Any) -> Any:
@@ -218,6 +241,7 @@ def install(payload: Payload, plan: Plan | None) -> Hooks:
             result = real(*a, **kw)
             hooks.after_save(int(kw["iteration"] if "iteration" in kw else a[0]))
             return result
+
         return wrapper
 
     def pretrain(real: Any) -> Any:
@@ -229,6 +253,7 @@ def install(payload: Payload, plan: Plan | None) -> Hooks:
                 raise
             hooks.after_pretrain()
             return result
+
         return wrapper
 
     _wrap(hooks, training, "build_train_valid_test_datasets", build)

@@ -43,7 +43,8 @@ def register(sub: Any) -> None:
     parser.epilog = (parser.epilog or "") + (
         "\n  neox-epoch launch --source-epochs web=1 code=2 torchrun --nproc-per-node 8 pretrain_gpt.py FLAGS"
         "   # Megatron-LM: [--epochs N | --source-epochs NAME=E ...] [--log-dir DIR] [--no-enforce] [--dry-run] before"
-        " the line (docs/megatron-lm.md)")
+        " the line (docs/megatron-lm.md)"
+    )
     parser.set_defaults(func=dispatch, accepts_extra=True)
 
 
@@ -53,7 +54,7 @@ def dispatch(args: argparse.Namespace) -> int:
     from neox_epoch.neox import launch as neox_launch
 
     raw = list(getattr(args, "raw_argv", None) or [])
-    tokens = raw[raw.index("launch") + 1:] if "launch" in raw else []
+    tokens = raw[raw.index("launch") + 1 :] if "launch" in raw else []
     if is_megatron_line(split_options(tokens)[1]):
         return run(tokens)
     if getattr(args, "extra", None):
@@ -92,27 +93,39 @@ def prepare(tokens: Sequence[str], python: str | None = None) -> tuple[list[str]
     """(the argv to run, the payload for the ranks, the lines to show on stderr) for ``tokens`` after ``launch``."""
     opts, line = split_options(tokens)
     if not line:
-        raise ConfigError("launch: no command line after the options; usage: neox-epoch launch [--epochs N] torchrun "
-                          "... pretrain_gpt.py FLAGS")
+        raise ConfigError(
+            "launch: no command line after the options; usage: neox-epoch launch [--epochs N] torchrun "
+            "... pretrain_gpt.py FLAGS"
+        )
     if opts.stages is not None:
-        raise ConfigError("launch: --stages: not supported for Megatron-LM lines yet; give --epochs or "
-                          "--source-epochs (neox-epoch plan --stages shows a staged plan)")
+        raise ConfigError(
+            "launch: --stages: not supported for Megatron-LM lines yet; give --epochs or "
+            "--source-epochs (neox-epoch plan --stages shows a staged plan)"
+        )
     if opts.epochs is not None and opts.source_epochs:
         raise ConfigError("launch: give --epochs or --source-epochs, not both")
     cut = cut_line(line)
     shown: list[str] = []
     if opts.epochs is None and not opts.source_epochs:
-        payload = Payload(mode="observe", version=mirror_version(opts), log_dir=opts.log_dir, enforce=opts.enforce,
-                          log_interval=opts.log_interval)
-        shown.append("neox_epoch: no passes asked (--epochs / --source-epochs): the line runs as given; the hooks "
-                      "only observe and log")
+        payload = Payload(
+            mode="observe",
+            version=mirror_version(opts),
+            log_dir=opts.log_dir,
+            enforce=opts.enforce,
+            log_interval=opts.log_interval,
+        )
+        shown.append(
+            "neox_epoch: no passes asked (--epochs / --source-epochs): the line runs as given; the hooks "
+            "only observe and log"
+        )
         return worker_argv(cut, python or sys.executable), payload, shown
     plan = plan_exact(opts, _planned_line(line, cut.flags))
     settings = dict(plan.get("settings") or {})
     flags = str(settings.get("megatron_flags") or "")
     if not flags:
-        raise ConfigError("launch: the plan has no exact flags for this line (a phased line?); run neox-epoch plan "
-                          "on it to see why")
+        raise ConfigError(
+            "launch: the plan has no exact flags for this line (a phased line?); run neox-epoch plan on it to see why"
+        )
     import shlex
 
     flags = _resumed(cut.flags, flags, plan, shown, settings)
@@ -124,9 +137,15 @@ def prepare(tokens: Sequence[str], python: str | None = None) -> tuple[list[str]
             shown.append(f"neox_epoch: {change}" + (f": {why[name]}" if why.get(name) else ""))
     warnings = [str(w.get("text", w)) for w in plan.get("warnings") or [] if isinstance(w, dict)]
     shown += [f"neox_epoch: warning: {w}" for w in warnings]
-    payload = Payload(mode="exact", version=str(plan.get("framework_version") or mirror_version(opts)),
-                      settings=settings, log_dir=opts.log_dir, enforce=opts.enforce, log_interval=opts.log_interval,
-                      warnings=warnings)
+    payload = Payload(
+        mode="exact",
+        version=str(plan.get("framework_version") or mirror_version(opts)),
+        settings=settings,
+        log_dir=opts.log_dir,
+        enforce=opts.enforce,
+        log_interval=opts.log_interval,
+        warnings=warnings,
+    )
     cut = type(cut)(cut.launcher, cut.script, new_flags)
     return worker_argv(cut, python or sys.executable), payload, shown
 
@@ -139,13 +158,19 @@ def _planned_line(line: list[str], flags: list[str]) -> list[str]:
 
     point = resume_point(flags)
     gbs = values_of(flags, "--global-batch-size")
-    if point is None or not point.planned_global_batch_size or not gbs or gbs[-1] == str(point.planned_global_batch_size):
+    if (
+        point is None
+        or not point.planned_global_batch_size
+        or not gbs
+        or gbs[-1] == str(point.planned_global_batch_size)
+    ):
         return line
     return [*line, "--global-batch-size", str(point.planned_global_batch_size)]
 
 
-def _resumed(line_flags: list[str], flags: str, plan: dict[str, Any], shown: list[str],
-             settings: dict[str, Any]) -> str:
+def _resumed(
+    line_flags: list[str], flags: str, plan: dict[str, Any], shown: list[str], settings: dict[str, Any]
+) -> str:
     """The exact flags for a launch that resumes from a checkpoint carrying neox-epoch's state: train_iters
     counted from its consumed samples with this launch's global batch (:mod:`neox_epoch.megatron_lm.resuming`)."""
     import shlex
@@ -168,14 +193,22 @@ def _resumed(line_flags: list[str], flags: str, plan: dict[str, Any], shown: lis
     if iters == planned:
         return flags
     tokens[tokens.index("--train-iters") + 1] = str(iters)
-    shown.append(f"neox_epoch: resume: --train-iters {planned} -> {iters}: {why}; the train split is still built "
-                 f"for the checkpoint's {request} samples (the hooks pass that request to the builder)")
+    shown.append(
+        f"neox_epoch: resume: --train-iters {planned} -> {iters}: {why}; the train split is still built "
+        f"for the checkpoint's {request} samples (the hooks pass that request to the builder)"
+    )
     if not any(t.startswith("--override-opt") or t.startswith("--use-checkpoint-opt") for t in line_flags):
         tokens.append("--use-checkpoint-opt_param-scheduler")
-        shown.append("neox_epoch: resume: --use-checkpoint-opt_param-scheduler (not given) -> set: the LR and weight "
-                     "decay schedules stay the checkpoint's, counted in samples (the global batch changed)")
-    settings["resume"] = {"train_iters": iters, "train_request": request, "why": why,
-                          "planned_global_batch_size": point.planned_global_batch_size}
+        shown.append(
+            "neox_epoch: resume: --use-checkpoint-opt_param-scheduler (not given) -> set: the LR and weight "
+            "decay schedules stay the checkpoint's, counted in samples (the global batch changed)"
+        )
+    settings["resume"] = {
+        "train_iters": iters,
+        "train_request": request,
+        "why": why,
+        "planned_global_batch_size": point.planned_global_batch_size,
+    }
     return shlex.join(tokens)
 
 
@@ -209,8 +242,18 @@ def run(tokens: Sequence[str]) -> int:
         print(line, file=sys.stderr, flush=True)
     value = payload.encode()
     if opts.dry_run:
-        print(json.dumps({"argv": argv, "env": {ENV_VAR: value}, "mode": payload.mode,
-                          "settings": payload.settings, "changes": shown}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "argv": argv,
+                    "env": {ENV_VAR: value},
+                    "mode": payload.mode,
+                    "settings": payload.settings,
+                    "changes": shown,
+                }
+            ),
+            flush=True,
+        )
         return 0
     env = dict(os.environ)
     env[ENV_VAR] = value

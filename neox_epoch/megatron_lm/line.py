@@ -21,8 +21,14 @@ _TORCH_RUN_MODULES = ("torch.distributed.run", "torch.distributed.launch")
 _SCRIPT = re.compile(r"pretrain_\w*\.py$")
 #: neox-epoch's own launch options -> number of values (-1: NAME=E values up to the first other token)
 OWN_OPTIONS: dict[str, int] = {
-    "--epochs": 1, "--source-epochs": -1, "--log-dir": 1, "--no-enforce": 0, "--log-interval": 1,
-    "--framework-version": 1, "--dry-run": 0, "--stages": 1,
+    "--epochs": 1,
+    "--source-epochs": -1,
+    "--log-dir": 1,
+    "--no-enforce": 0,
+    "--log-interval": 1,
+    "--framework-version": 1,
+    "--dry-run": 0,
+    "--stages": 1,
 }
 
 
@@ -72,7 +78,7 @@ def split_options(tokens: Sequence[str]) -> tuple[LaunchOptions, list[str]]:
                 values.append(tokens[i])
                 i += 1
         elif not eq:
-            values = list(tokens[i:i + n])
+            values = list(tokens[i : i + n])
             if len(values) < n:
                 raise ConfigError(f"launch: {name}: expects a value")
             i += n
@@ -119,29 +125,34 @@ class Line:
         if not self.launcher:
             return False
         return os.path.basename(self.launcher[0]) == "torchrun" or (
-            is_python(self.launcher[0]) and len(self.launcher) > 2 and self.launcher[2] in _TORCH_RUN_MODULES)
+            is_python(self.launcher[0]) and len(self.launcher) > 2 and self.launcher[2] in _TORCH_RUN_MODULES
+        )
 
 
 def cut_line(line: Sequence[str]) -> Line:
     """Cut at the first ``*.py`` token that is not a flag's value (the training script)."""
     for i, tok in enumerate(line):
         if tok.endswith(".py") and not tok.startswith("-") and "=" not in tok:
-            return Line(list(line[:i]), tok, list(line[i + 1:]))
-    raise ConfigError(f"launch: no training script (pretrain_gpt.py ...) in {' '.join(line)[:200]!r}; give the line "
-                      "as you run it: torchrun ... pretrain_gpt.py FLAGS")
+            return Line(list(line[:i]), tok, list(line[i + 1 :]))
+    raise ConfigError(
+        f"launch: no training script (pretrain_gpt.py ...) in {' '.join(line)[:200]!r}; give the line "
+        "as you run it: torchrun ... pretrain_gpt.py FLAGS"
+    )
 
 
 def worker_argv(line: Line, python: str) -> list[str]:
     """The line rewritten so the launcher starts :data:`WORKER_MODULE` with the script and its flags."""
     if line.torchrun:
-        if "-m" in line.launcher[3 if is_python(line.launcher[0]) else 1:] or "--module" in line.launcher:
+        if "-m" in line.launcher[3 if is_python(line.launcher[0]) else 1 :] or "--module" in line.launcher:
             raise ConfigError("launch: the launcher already runs a module (-m/--module); give the script path")
         return [*line.launcher, "-m", WORKER_MODULE, line.script, *line.flags]
     if line.launcher and is_python(line.launcher[0]):
         return [*line.launcher, "-m", WORKER_MODULE, line.script, *line.flags]
     if line.launcher:
-        raise ConfigError(f"launch: {line.launcher[0]}: not a launcher neox-epoch can start the hooks through; use "
-                          "torchrun, python -m torch.distributed.run, or python")
+        raise ConfigError(
+            f"launch: {line.launcher[0]}: not a launcher neox-epoch can start the hooks through; use "
+            "torchrun, python -m torch.distributed.run, or python"
+        )
     return [python, "-m", WORKER_MODULE, line.script, *line.flags]
 
 
@@ -159,7 +170,7 @@ def values_of(flags: Sequence[str], name: str) -> list[str] | None:
             j = i + 1
             while j < len(flags) and not flags[j].startswith("--"):
                 j += 1
-            found = list(flags[i + 1:j])
+            found = list(flags[i + 1 : j])
             i = j
             continue
         i += 1

@@ -55,10 +55,15 @@ def resume_point(flags: Sequence[str]) -> ResumePoint | None:
         return None
     gbs = state.get("global_batch_size")
     fp = state.get("fingerprint")
-    return ResumePoint(iteration, int(state["consumed_samples"]), int(gbs) if gbs else None,
-                       fp if isinstance(fp, dict) else None,
-                       os.path.join(state_file.iteration_dir(load, iteration), state_file.STATE_NAME),
-                       _whole(state.get("dataset_size")), _whole(state.get("global_batch_size_planned")))
+    return ResumePoint(
+        iteration,
+        int(state["consumed_samples"]),
+        int(gbs) if gbs else None,
+        fp if isinstance(fp, dict) else None,
+        os.path.join(state_file.iteration_dir(load, iteration), state_file.STATE_NAME),
+        _whole(state.get("dataset_size")),
+        _whole(state.get("global_batch_size_planned")),
+    )
 
 
 def _whole(value: Any) -> int | None:
@@ -72,17 +77,21 @@ def check_data(point: ResumePoint, prefixes: Sequence[str], seq_length: int, see
     saved = DataFingerprint.from_dict(point.fingerprint)
     diffs = compare(saved, fingerprint(list(prefixes), int(seq_length), int(seed), saved.stages))
     if diffs:
-        raise ChangedData(f"{point.path}: {message(diffs)}; resume on the data the checkpoint trained on, or "
-                          "start a new run (another --save / no --load)")
+        raise ChangedData(
+            f"{point.path}: {message(diffs)}; resume on the data the checkpoint trained on, or "
+            "start a new run (another --save / no --load)"
+        )
 
 
 def resumed_iters(point: ResumePoint, train_samples: int, global_batch_size: int) -> tuple[int, str]:
     """(train_iters, why) for a launch resuming at ``point`` with ``global_batch_size``."""
     left = max(0, int(train_samples) - point.consumed_samples)
     iters = point.iteration + left // global_batch_size
-    why = (f"resume at iteration {point.iteration}, consumed samples {point.consumed_samples}: train_iters = "
-           f"{point.iteration} + (train_samples - consumed) // global_batch_size = {point.iteration} + "
-           f"({train_samples} - {point.consumed_samples}) // {global_batch_size} = {iters}")
+    why = (
+        f"resume at iteration {point.iteration}, consumed samples {point.consumed_samples}: train_iters = "
+        f"{point.iteration} + (train_samples - consumed) // global_batch_size = {point.iteration} + "
+        f"({train_samples} - {point.consumed_samples}) // {global_batch_size} = {iters}"
+    )
     if left % global_batch_size:
         why += f"; the last {left % global_batch_size} samples are not a whole global batch: not trained (remainder)"
     return iters, why

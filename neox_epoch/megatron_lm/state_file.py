@@ -46,8 +46,10 @@ def read(root: str | None, iteration: int) -> dict[str, Any] | None:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
     except (OSError, ValueError) as err:
-        raise ConfigError(f"{path}: cannot read it ({err}); restore it from the checkpoint or delete it to resume "
-                          "without the fingerprint check") from None
+        raise ConfigError(
+            f"{path}: cannot read it ({err}); restore it from the checkpoint or delete it to resume "
+            "without the fingerprint check"
+        ) from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a JSON object written by neox-epoch; delete it to resume without it")
     return data

@@ -78,8 +78,9 @@ class PassCounters:
         off = int(self.sample_offset)
         if self.draw_index is not None:
             di = np.asarray(self.draw_index, dtype=np.int64)
-            self._counts = np.asarray([np.bincount(di[: max(0, int(k) * tbs + off)], minlength=n) for k in iters],
-                                      dtype=np.int64).reshape(len(iters), n)
+            self._counts = np.asarray(
+                [np.bincount(di[: max(0, int(k) * tbs + off)], minlength=n) for k in iters], dtype=np.int64
+            ).reshape(len(iters), n)
             where = [np.flatnonzero(di == i) for i in range(n)]
             positions = [int(where[i][k - 1]) if k - 1 < where[i].shape[0] else -1 for i, k in marks]
         elif self.weights is None:
@@ -90,8 +91,11 @@ class PassCounters:
             self._counts = np.asarray(draws.counts, dtype=np.int64).reshape(len(iters), n)
             positions = list(draws.mark_positions)
         self.markers = sorted(
-            (Marker((pos - off) // tbs + 1, self.sources[i].name, 2 + self.sources[i].boundaries.index(k - 1), pos)
-             for (i, k), pos in zip(marks, positions) if 0 <= pos < self.train_iters * tbs + off),
+            (
+                Marker((pos - off) // tbs + 1, self.sources[i].name, 2 + self.sources[i].boundaries.index(k - 1), pos)
+                for (i, k), pos in zip(marks, positions)
+                if 0 <= pos < self.train_iters * tbs + off
+            ),
             key=lambda m: (m.iteration, m.sample),
         )
         self.setup_seconds = time.perf_counter() - t0
@@ -143,9 +147,15 @@ class PassCounters:
         if iteration > 0:
             state = self.passes_at(iteration)
             log.info("neox_epoch: resumed at iteration %d: %s", iteration, _fmt(state))
-            self.sink.write({"event": "resume", "iteration": int(iteration), "sources": state,
-                             "consumed_samples": int(iteration) * self.train_batch_size + self.sample_offset,
-                             **({"changed": changed} if changed else {})})
+            self.sink.write(
+                {
+                    "event": "resume",
+                    "iteration": int(iteration),
+                    "sources": state,
+                    "consumed_samples": int(iteration) * self.train_batch_size + self.sample_offset,
+                    **({"changed": changed} if changed else {}),
+                }
+            )
 
     def step(self, iteration: int) -> None:
         """Call once per iteration (after it finished); O(1) unless a record is due."""
@@ -162,10 +172,26 @@ class PassCounters:
         name, first, end = self.stages[k]
         self._next_stage = k + 1
         state = self.passes_at(first)
-        log.info("neox_epoch: stage %d %r starts at iteration %d (iterations %d..%d): %s", k + 1, name, first + 1,
-                 first + 1, end, _fmt(state))
-        self.sink.write({"event": "stage_start", "iteration": first + 1, "stage": k + 1, "name": name,
-                         "first_iteration": first, "end_iteration": end, "sources": state})
+        log.info(
+            "neox_epoch: stage %d %r starts at iteration %d (iterations %d..%d): %s",
+            k + 1,
+            name,
+            first + 1,
+            first + 1,
+            end,
+            _fmt(state),
+        )
+        self.sink.write(
+            {
+                "event": "stage_start",
+                "iteration": first + 1,
+                "stage": k + 1,
+                "name": name,
+                "first_iteration": first,
+                "end_iteration": end,
+                "sources": state,
+            }
+        )
         if self.scalar is not None:
             self.scalar("neox_epoch/stage_start", float(k + 1), first + 1)
 
@@ -173,19 +199,37 @@ class PassCounters:
         while self._next < len(self.markers) and self.markers[self._next].iteration <= iteration:
             m = self.markers[self._next]
             self._next += 1
-            log.info("neox_epoch: source %s starts pass %d at iteration %d (blend sample %d)",
-                     m.source, m.pass_number, m.iteration, m.sample)
-            self.sink.write({"event": "pass_start", "iteration": m.iteration, "source": m.source,
-                             "pass": m.pass_number, "sample": m.sample})
+            log.info(
+                "neox_epoch: source %s starts pass %d at iteration %d (blend sample %d)",
+                m.source,
+                m.pass_number,
+                m.iteration,
+                m.sample,
+            )
+            self.sink.write(
+                {
+                    "event": "pass_start",
+                    "iteration": m.iteration,
+                    "source": m.source,
+                    "pass": m.pass_number,
+                    "sample": m.sample,
+                }
+            )
             if self.scalar is not None:
                 self.scalar(f"neox_epoch/pass_start/{m.source}", float(m.pass_number), m.iteration)
 
     def _record(self, iteration: int) -> None:
         state = self.passes_at(iteration)
         stage = self.stage_at(int(iteration))
-        self.sink.write({"event": "counters", "iteration": int(iteration),
-                         "consumed_samples": int(iteration) * self.train_batch_size + self.sample_offset, "sources": state,
-                         **({"stage": stage[0], "stage_name": stage[1]} if stage else {})})
+        self.sink.write(
+            {
+                "event": "counters",
+                "iteration": int(iteration),
+                "consumed_samples": int(iteration) * self.train_batch_size + self.sample_offset,
+                "sources": state,
+                **({"stage": stage[0], "stage_name": stage[1]} if stage else {}),
+            }
+        )
         if self.scalar is not None and stage:
             self.scalar("neox_epoch/stage", float(stage[0]), int(iteration))
         if self.scalar is not None:
@@ -198,16 +242,29 @@ class PassCounters:
         """The final report (logged and written on the logging rank); returned on every rank."""
         state = self.passes_at(iteration)
         complete = int(iteration) >= self.train_iters
-        report = {"event": "final", "iteration": int(iteration), "train_iters": self.train_iters,
-                  "complete": complete, "sources": {
-                      s.name: {**state[s.name], "planned_passes": s.planned_passes} for s in self.sources}}
+        report = {
+            "event": "final",
+            "iteration": int(iteration),
+            "train_iters": self.train_iters,
+            "complete": complete,
+            "sources": {s.name: {**state[s.name], "planned_passes": s.planned_passes} for s in self.sources},
+        }
         if self.active:
-            log.info("neox_epoch: final report at iteration %d of %d%s", iteration, self.train_iters,
-                     "" if complete else " (stopped early)")
+            log.info(
+                "neox_epoch: final report at iteration %d of %d%s",
+                iteration,
+                self.train_iters,
+                "" if complete else " (stopped early)",
+            )
             for s in self.sources:
                 v = state[s.name]
-                log.info("neox_epoch:   %-24s %12d samples  %10.6f passes (planned %.6f)", s.name, v["samples"],
-                         v["passes"], s.planned_passes)
+                log.info(
+                    "neox_epoch:   %-24s %12d samples  %10.6f passes (planned %.6f)",
+                    s.name,
+                    v["samples"],
+                    v["passes"],
+                    s.planned_passes,
+                )
             self.sink.write(report)
         return report
 
@@ -216,11 +273,27 @@ def _fmt(state: dict[str, dict[str, float | int]]) -> str:
     return ", ".join(f"{k} {v['passes']:.4f} passes" for k, v in state.items())
 
 
-def counters_for(names: Sequence[str], samples_per_epoch: Sequence[int], boundaries: Sequence[Sequence[int]],
-                 planned: Sequence[float], weights: Sequence[float] | None, train_batch_size: int,
-                 train_iters: int, log_interval: int, **kw: Any) -> PassCounters:
+def counters_for(
+    names: Sequence[str],
+    samples_per_epoch: Sequence[int],
+    boundaries: Sequence[Sequence[int]],
+    planned: Sequence[float],
+    weights: Sequence[float] | None,
+    train_batch_size: int,
+    train_iters: int,
+    log_interval: int,
+    **kw: Any,
+) -> PassCounters:
     """Convenience constructor from plain lists."""
-    sources = tuple(SourceCounter(n, int(s), tuple(int(x) for x in b), float(p))
-                    for n, s, b, p in zip(names, samples_per_epoch, boundaries, planned))
-    return PassCounters(sources, tuple(float(w) for w in weights) if weights is not None else None,
-                        int(train_batch_size), int(train_iters), int(log_interval), **kw)
+    sources = tuple(
+        SourceCounter(n, int(s), tuple(int(x) for x in b), float(p))
+        for n, s, b, p in zip(names, samples_per_epoch, boundaries, planned)
+    )
+    return PassCounters(
+        sources,
+        tuple(float(w) for w in weights) if weights is not None else None,
+        int(train_batch_size),
+        int(train_iters),
+        int(log_interval),
+        **kw,
+    )

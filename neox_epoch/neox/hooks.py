@@ -69,8 +69,10 @@ log = logging.getLogger("neox_epoch.neox")
 
 
 #: why valid and test keep NeoX's own build (its 1.005 buffer, epochs shuffled jointly)
-EVAL_NOTE = ("built as NeoX builds them (x1.005, epochs shuffled jointly): evaluation does not train, so how often it "
-             "sees a token changes no weight; only the train split is made exact")
+EVAL_NOTE = (
+    "built as NeoX builds them (x1.005, epochs shuffled jointly): evaluation does not train, so how often it "
+    "sees a token changes no weight; only the train split is made exact"
+)
 
 
 class WrapError(NeoxEpochError):
@@ -147,14 +149,17 @@ def plan_for(state: State, neox_args: Any) -> RunPlan:
     """Plan once per process from NeoX's parsed args; set train_iters and the schedule keys that follow it on
     ``neox_args`` (before NeoX builds its learning-rate scheduler), logging every change."""
     if state.run is None:
-        state.run = _resumed(state, neox_args, make_run_plan(values_from_args(neox_args), state.block,
-                                                             state.hook.settings))
+        state.run = _resumed(
+            state, neox_args, make_run_plan(values_from_args(neox_args), state.block, state.hook.settings)
+        )
     rp = state.run
     apply_overwrite(neox_args, rp)
     tbs = getattr(neox_args, "train_batch_size", None)
     if tbs is not None and int(tbs) != rp.train_batch_size:
-        raise PlanError(f"train_batch_size: NeoX uses {tbs} but the plan used {rp.train_batch_size}; relaunch with "
-                        "neox-epoch launch (or check-batch) so both see the same world")
+        raise PlanError(
+            f"train_batch_size: NeoX uses {tbs} but the plan used {rp.train_batch_size}; relaunch with "
+            "neox-epoch launch (or check-batch) so both see the same world"
+        )
     _same_on_all_ranks(rp.train_iters)
     return rp
 
@@ -177,9 +182,11 @@ def _resumed(state: State, neox_args: Any, rp: RunPlan) -> RunPlan:
     state.run = rp
     _check_fingerprint(state, neox_args, tag or "")
     if saved.seq_length and saved.seq_length != rp.plan.seq_length:
-        msg = (f"seq_length {saved.seq_length} -> {rp.plan.seq_length} since the checkpoint: NeoX cuts the documents "
-               "into other samples, so the positions drawn before and after the resume are other token spans "
-               "(neox-epoch resume-check finding seq-length-changed)")
+        msg = (
+            f"seq_length {saved.seq_length} -> {rp.plan.seq_length} since the checkpoint: NeoX cuts the documents "
+            "into other samples, so the positions drawn before and after the resume are other token spans "
+            "(neox-epoch resume-check finding seq-length-changed)"
+        )
         if state.block.enforce:
             raise PlanError(f"neox_epoch: this resume would not be exact: {msg} (enforce is on)")
         if rank() == 0:
@@ -190,21 +197,32 @@ def _resumed(state: State, neox_args: Any, rp: RunPlan) -> RunPlan:
             _check_lr_schedule(neox_args, saved, rp.plan.train_iters, "with the stages after the checkpoint's changed")
         return rp
     if rp.staged is not None:
-        raise PlanError(f"neox_epoch.stages: resuming iteration {saved.iteration} with train_batch_size "
-                        f"{saved.train_batch_size} -> {shape.train_batch_size} (loader batch {saved.loader_batch} -> "
-                        f"{shape.loader_batch}): stage boundaries are whole global batches of the saved run; resume "
-                        "with its batch (micro batch x data parallel x gradient accumulation)")
+        raise PlanError(
+            f"neox_epoch.stages: resuming iteration {saved.iteration} with train_batch_size "
+            f"{saved.train_batch_size} -> {shape.train_batch_size} (loader batch {saved.loader_batch} -> "
+            f"{shape.loader_batch}): stage boundaries are whole global batches of the saved run; resume "
+            "with its batch (micro batch x data parallel x gradient accumulation)"
+        )
     decision = decide(saved, shape)
     state.resume = decision
     if rank() == 0:
-        log.warning("neox_epoch: resuming iteration %d with %s changed: the train loader starts at sample %d "
-                    "(the %d consumed) and train_iters is %d (%d samples in all)", saved.iteration, decision.changed,
-                    decision.start, saved.consumed_samples, decision.train_iters, saved.samples_total)
+        log.warning(
+            "neox_epoch: resuming iteration %d with %s changed: the train loader starts at sample %d "
+            "(the %d consumed) and train_iters is %d (%d samples in all)",
+            saved.iteration,
+            decision.changed,
+            decision.start,
+            saved.consumed_samples,
+            decision.train_iters,
+            saved.samples_total,
+        )
     _check_lr_schedule(neox_args, saved, decision.train_iters)
     for finding in decision.findings:
         if state.block.enforce:
-            raise PlanError(f"neox_epoch: this resume would not be exact: {finding} (neox-epoch resume-check "
-                            "finding; enforce is on)")
+            raise PlanError(
+                f"neox_epoch: this resume would not be exact: {finding} (neox-epoch resume-check "
+                "finding; enforce is on)"
+            )
         if rank() == 0:
             log.warning("neox_epoch: resume: %s", finding)
     weights = tuple(saved.greedy_weights) if saved.greedy_weights else rp.weights
@@ -217,8 +235,9 @@ def data_fingerprint(state: State, neox_args: Any) -> fp.DataFingerprint:
         rp = state.run
         assert rp is not None
         stages = rp.staged.config.to_mapping() if rp.staged is not None else None
-        state.fingerprint = fp.fingerprint([s.prefix for s in rp.train], rp.plan.seq_length,
-                                           int(getattr(neox_args, "seed", 1234) or 0), stages)
+        state.fingerprint = fp.fingerprint(
+            [s.prefix for s in rp.train], rp.plan.seq_length, int(getattr(neox_args, "seed", 1234) or 0), stages
+        )
     return state.fingerprint
 
 
@@ -242,9 +261,12 @@ def _check_fingerprint(state: State, neox_args: Any, tag: str) -> None:
         return
     if saved.fingerprint is None:
         if rank() == 0:
-            log.warning("neox_epoch: resume: the checkpoint's state (%s) holds no data fingerprint (saved before "
-                        "neox-epoch recorded one, or its sources were named alike): the data is not compared; the "
-                        "next checkpoint carries one", os.path.basename(tag))
+            log.warning(
+                "neox_epoch: resume: the checkpoint's state (%s) holds no data fingerprint (saved before "
+                "neox-epoch recorded one, or its sources were named alike): the data is not compared; the "
+                "next checkpoint carries one",
+                os.path.basename(tag),
+            )
         return
     diffs, note = fingerprint_changes(saved, data_fingerprint(state, neox_args))
     if note and rank() == 0:
@@ -256,8 +278,10 @@ def _check_fingerprint(state: State, neox_args: Any, tag: str) -> None:
         if rank() == 0:
             log.warning("%s; allow_data_change is set: resuming anyway", line)
         return
-    raise DataChangedError(f"{line}; resume on the data the checkpoint was trained on, or set \"allow_data_change\": "
-                           "true in the neox_epoch block if the change is intended")
+    raise DataChangedError(
+        f'{line}; resume on the data the checkpoint was trained on, or set "allow_data_change": '
+        "true in the neox_epoch block if the change is intended"
+    )
 
 
 def _check_lr_schedule(neox_args: Any, saved: ResumeState, train_iters: int, why: str = "") -> None:
@@ -276,7 +300,8 @@ def _check_lr_schedule(neox_args: Any, saved: ResumeState, train_iters: int, why
         "for other "
         "total/warmup iterations; set override_lr_scheduler: true (the schedule ends with the data at "
         f"{train_iters}), use_checkpoint_lr_scheduler: true (keep the saved one, ending at {saved.train_iters}), or "
-        "lr_decay_iters: N")
+        "lr_decay_iters: N"
+    )
 
 
 def apply_overwrite(neox_args: Any, rp: RunPlan) -> None:
@@ -312,8 +337,10 @@ def _same_on_all_ranks(value: int) -> None:
     dist.all_reduce(lo, op=dist.ReduceOp.MIN)
     dist.all_reduce(hi, op=dist.ReduceOp.MAX)
     if int(lo.item()) != int(hi.item()):
-        raise PlanError(f"train_iters differs across ranks ({int(lo.item())}..{int(hi.item())}): the ranks see "
-                        "different data files or configs; make them identical")
+        raise PlanError(
+            f"train_iters differs across ranks ({int(lo.item())}..{int(hi.item())}): the ranks see "
+            "different data files or configs; make them identical"
+        )
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -356,7 +383,6 @@ def _build_wrappers(state: State) -> dict[tuple[str, str], Any]:
         state.blend_request = _blend_request(state, rp, weights, num_samples)
         return list(state.blend_request[0]), list(state.blend_request[1])
 
-
     def _build_index_mappings(*args: Any, **kwargs: Any) -> Any:
         call = index_sig.bind(*args, **kwargs)
         call.apply_defaults()
@@ -370,16 +396,28 @@ def _build_wrappers(state: State) -> dict[tuple[str, str], Any]:
         if staged is not None and str(a["name"]).startswith("train_"):
             return _staged_index(state, staged, a, documents, sizes, tokens, real_index)
         epochs = a["num_epochs"] or neox_sem.num_epochs(tokens, a["seq_length"], a["num_samples"])
-        separated = bool(state.block.separate_epochs and a["packing_impl"] == "packed"
-                         and str(a["name"]).startswith("train") and epochs > 1)
+        separated = bool(
+            state.block.separate_epochs
+            and a["packing_impl"] == "packed"
+            and str(a["name"]).startswith("train")
+            and epochs > 1
+        )
         if separated:
             a["name"] = str(a["name"]) + sep.NAME_SUFFIX
             _prebuild_separated(state, a, documents, sizes, epochs)
         out = real_index(**a)
-        state.builds.append(DatasetRecord(
-            name=str(a["name"]), prefix=str(a["data_prefix"]), documents=int(documents.shape[0]), tokens=tokens,
-            num_samples=a["num_samples"], epochs=int(epochs), samples_built=int(out[1].shape[0]) - 1,
-            separated=separated))
+        state.builds.append(
+            DatasetRecord(
+                name=str(a["name"]),
+                prefix=str(a["data_prefix"]),
+                documents=int(documents.shape[0]),
+                tokens=tokens,
+                num_samples=a["num_samples"],
+                epochs=int(epochs),
+                samples_built=int(out[1].shape[0]) - 1,
+                separated=separated,
+            )
+        )
         return out
 
     return {
@@ -467,10 +505,15 @@ def _resumed_train_iterator(resume: ResumeDecision, loader: Any, loop: bool) -> 
     first = resume.start // resume.shape.loader_batch
     loader.batch_sampler.start_iter = first
     if rank() == 0:
-        stock = neox_start(resume.state.iteration, resume.state.consumed_samples, resume.shape,
-                           len(loader) * resume.shape.loader_batch)
-        log.warning("neox_epoch: train loader starts at batch %d (sample %d, the consumed samples); stock NeoX: %s",
-                    first, resume.start, stock.how)
+        stock = neox_start(
+            resume.state.iteration, resume.state.consumed_samples, resume.shape, len(loader) * resume.shape.loader_batch
+        )
+        log.warning(
+            "neox_epoch: train loader starts at batch %d (sample %d, the consumed samples); stock NeoX: %s",
+            first,
+            resume.start,
+            stock.how,
+        )
     return first, itertools.cycle(loader) if loop else iter(loader)
 
 
@@ -479,8 +522,10 @@ def start_position(state: State, neox_args: Any, iteration: int) -> None:
     (``iteration x train_batch_size``: right unless the batch changed before the hooks saved a state)."""
     saved = state.saved
     if saved is not None and saved.iteration != iteration:
-        raise PlanError(f"neox_epoch: NeoX resumed iteration {iteration} but the checkpoint state read before the build "
-                        f"is of iteration {saved.iteration}; the checkpoint's 'latest' changed during start-up, relaunch")
+        raise PlanError(
+            f"neox_epoch: NeoX resumed iteration {iteration} but the checkpoint state read before the build "
+            f"is of iteration {saved.iteration}; the checkpoint's 'latest' changed during start-up, relaunch"
+        )
     if saved is not None:
         state.consumed_base, state.iteration_base = saved.consumed_samples, saved.iteration
     else:
@@ -493,8 +538,10 @@ def _blend_request(state: State, rp: RunPlan, weights: Any, num_samples: Any) ->
     if state.resume is not None and state.resume.state.blend_weights:  # the saved run's blend, drawn the same
         return list(state.resume.state.blend_weights), list(state.resume.state.blend_samples)
     if len(weights) != len(rp.train):
-        raise PlanError(f"train_data_weights: NeoX passes {len(weights)} weights, the plan has {len(rp.train)} "
-                        "train sources; the hooks and the config disagree")
+        raise PlanError(
+            f"train_data_weights: NeoX passes {len(weights)} weights, the plan has {len(rp.train)} "
+            "train sources; the hooks and the config disagree"
+        )
     if rp.exact_targets is not None:
         raw = [float(w) for w in rp.plan.settings["weights"]]  # type: ignore[union-attr]
         total = sum(raw)
@@ -507,8 +554,9 @@ def _blend_request(state: State, rp: RunPlan, weights: Any, num_samples: Any) ->
 
 def _prebuild_separated(state: State, a: dict[str, Any], documents: np.ndarray, sizes: np.ndarray, epochs: int) -> None:
     """Write the epoch-separated index files NeoX will load (on the rank NeoX builds on)."""
-    stem = sep.cache_prefix(a["data_prefix"], a["name"], a["num_samples"], a["seq_length"], a["seed"],
-                            a["packing_impl"], a["allow_chopped"])
+    stem = sep.cache_prefix(
+        a["data_prefix"], a["name"], a["num_samples"], a["seq_length"], a["seed"], a["packing_impl"], a["allow_chopped"]
+    )
     files = [stem + f"_{k}_idx.npy" for k in ("doc", "sample", "shuffle")]
     builder = int(os.environ.get("LOCAL_RANK", "0")) == 0 if not a["use_shared_fs"] else rank() == 0
     if not builder or all(os.path.isfile(f) for f in files):
@@ -520,12 +568,20 @@ def _prebuild_separated(state: State, a: dict[str, Any], documents: np.ndarray, 
     doc_idx, sample_idx, shuffle_idx = sep.build_separated(documents, sizes, epochs, a["seq_length"], a["seed"], build)
     for f, arr in zip(files, (doc_idx, sample_idx, shuffle_idx)):
         sep.save_atomic(f, arr)
-    log.info("neox_epoch: built an epoch-separated index for %s (%d epochs, each shuffled on its own)",
-             a["name"], epochs)
+    log.info(
+        "neox_epoch: built an epoch-separated index for %s (%d epochs, each shuffled on its own)", a["name"], epochs
+    )
 
 
-def _staged_index(state: State, staged: StagedRun, a: dict[str, Any], documents: np.ndarray, sizes: np.ndarray,
-                  tokens: int, real_index: Any) -> Any:
+def _staged_index(
+    state: State,
+    staged: StagedRun,
+    a: dict[str, Any],
+    documents: np.ndarray,
+    sizes: np.ndarray,
+    tokens: int,
+    real_index: Any,
+) -> Any:
     """A staged run's train source: its own order, pass by pass (:mod:`neox_epoch.semantics.stage_order`), written
     as NeoX's three index files (named ``train_k-stages``) and loaded by NeoX's own ``_build_index_mappings``."""
     k = int(str(a["name"]).split("_")[1])
@@ -533,23 +589,36 @@ def _staged_index(state: State, staged: StagedRun, a: dict[str, Any], documents:
     passes = staged.passes_built()[label]
     per_pass = stage_order.samples_per_pass(tokens, a["seq_length"])
     if per_pass != staged.stages.samples_per_epoch[label]:
-        raise PlanError(f"neox_epoch.stages: {label}: NeoX's train documents give {per_pass} samples per pass, the "
-                        f"plan {staged.stages.samples_per_epoch[label]}; the data changed since the plan: replan")
+        raise PlanError(
+            f"neox_epoch.stages: {label}: NeoX's train documents give {per_pass} samples per pass, the "
+            f"plan {staged.stages.samples_per_epoch[label]}; the data changed since the plan: replan"
+        )
     a["name"] = str(a["name"]) + stage_order.STAGES_SUFFIX
-    stem = sep.cache_prefix(a["data_prefix"], a["name"], a["num_samples"], a["seq_length"], a["seed"],
-                            a["packing_impl"], a["allow_chopped"])
+    stem = sep.cache_prefix(
+        a["data_prefix"], a["name"], a["num_samples"], a["seq_length"], a["seed"], a["packing_impl"], a["allow_chopped"]
+    )
     files = [stem + f"_{kind}_idx.npy" for kind in ("doc", "sample", "shuffle")]
     builder = int(os.environ.get("LOCAL_RANK", "0")) == 0 if not a["use_shared_fs"] else rank() == 0
     if builder and not all(os.path.isfile(f) for f in files):
         arrays = stage_order.build_passes(documents, sizes, passes, a["seq_length"], a["seed"])
         for f, arr in zip(files, arrays):
             sep.save_atomic(f, arr)
-        log.info("neox_epoch: built %s's own order: %d passes of %d samples, each pass on its own", label, passes,
-                 per_pass)
+        log.info(
+            "neox_epoch: built %s's own order: %d passes of %d samples, each pass on its own", label, passes, per_pass
+        )
     out = real_index(**a)
-    state.builds.append(DatasetRecord(
-        name=str(a["name"]), prefix=str(a["data_prefix"]), documents=int(documents.shape[0]), tokens=tokens,
-        num_samples=a["num_samples"], epochs=passes, samples_built=passes * per_pass, separated=True))
+    state.builds.append(
+        DatasetRecord(
+            name=str(a["name"]),
+            prefix=str(a["data_prefix"]),
+            documents=int(documents.shape[0]),
+            tokens=tokens,
+            num_samples=a["num_samples"],
+            epochs=passes,
+            samples_built=passes * per_pass,
+            separated=True,
+        )
+    )
     return out
 
 
@@ -582,9 +651,11 @@ def _gas(neox_args: Any) -> int:
 
 def replay_message(iteration: int, batches: int, gas: int) -> str:
     """The one line for a train loader used up at ``iteration`` (1-based) after ``batches`` batches."""
-    return (f"iteration {iteration}: the train loader's {batches} batches are used up after iteration {batches // gas}"
-            f" and NeoX's itertools.cycle would replay them from its first batch (the same samples again); the run "
-            "draws more than was built: replan it (neox-epoch plan), or lower train_iters")
+    return (
+        f"iteration {iteration}: the train loader's {batches} batches are used up after iteration {batches // gas}"
+        f" and NeoX's itertools.cycle would replay them from its first batch (the same samples again); the run "
+        "draws more than was built: replan it (neox-epoch plan), or lower train_iters"
+    )
 
 
 class ReplayGuard:
@@ -625,18 +696,24 @@ def _enforce_wrappers(state: State) -> dict[tuple[str, str], Any]:
         i = int(idx)
         shuffle = getattr(self, "shuffle_idx", None)
         if shuffle is not None and (i >= shuffle.shape[0] or int(shuffle[i]) + 1 >= self.sample_idx.shape[0]):
-            raise WrapError(f"{self.name}: sample {i} is past the end of its index ({len(self)} samples): NeoX would "
-                            "wrap it to idx % len (enforce is on); the run draws more than was built, replan it")
+            raise WrapError(
+                f"{self.name}: sample {i} is past the end of its index ({len(self)} samples): NeoX would "
+                "wrap it to idx % len (enforce is on); the run draws more than was built, replan it"
+            )
         return real_gpt(self, idx)
 
     def blend_getitem(self: Any, idx: Any) -> Any:
         if int(idx) >= self.size:
-            raise WrapError(f"blend: sample {int(idx)} is past the blend's end ({self.size} samples): NeoX would "
-                            "wrap it (enforce is on); the run draws more than was built, replan it")
+            raise WrapError(
+                f"blend: sample {int(idx)} is past the blend's end ({self.size} samples): NeoX would "
+                "wrap it (enforce is on); the run draws more than was built, replan it"
+            )
         return real_blend(self, idx)
 
-    return {("gpt2_dataset.GPT2Dataset", "__getitem__"): gpt_getitem,
-            ("blendable_dataset.BlendableDataset", "__getitem__"): blend_getitem}
+    return {
+        ("gpt2_dataset.GPT2Dataset", "__getitem__"): gpt_getitem,
+        ("blendable_dataset.BlendableDataset", "__getitem__"): blend_getitem,
+    }
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -652,16 +729,30 @@ def _rows(state: State, rp: RunPlan, problems: list[str]) -> list[dict[str, Any]
         b = builds.get(name)
         want = _expected_build(state, name, s)
         if b is not None and (b.epochs, b.samples_built) != (want.epochs, want.samples_built):
-            problems.append(f"{s.name}: NeoX built {b.epochs} epochs / {b.samples_built} samples, the "
-                            f"{'saved run' if state.resume else 'plan'} {want.epochs} / {want.samples_built}")
+            problems.append(
+                f"{s.name}: NeoX built {b.epochs} epochs / {b.samples_built} samples, the "
+                f"{'saved run' if state.resume else 'plan'} {want.epochs} / {want.samples_built}"
+            )
         target = rp.targets.get(s.name, rp.targets.get(s.prefix)) if rp.targets else None
-        rows.append({
-            "name": s.name, "prefix": s.prefix, "dataset": name, "documents": s.documents, "tokens": s.tokens,
-            "samples_per_epoch": s.samples_per_epoch, "samples_requested": want.num_samples,
-            "epochs_built": want.epochs, "samples_built": want.samples_built, "length": s.length,
-            "samples_drawn": s.samples_drawn, "passes": s.passes, "target_passes": target,
-            "tokens_unseen": s.tokens_unseen, "separate_epochs": bool(b.separated) if b else rp.separate_epochs,
-        })
+        rows.append(
+            {
+                "name": s.name,
+                "prefix": s.prefix,
+                "dataset": name,
+                "documents": s.documents,
+                "tokens": s.tokens,
+                "samples_per_epoch": s.samples_per_epoch,
+                "samples_requested": want.num_samples,
+                "epochs_built": want.epochs,
+                "samples_built": want.samples_built,
+                "length": s.length,
+                "samples_drawn": s.samples_drawn,
+                "passes": s.passes,
+                "target_passes": target,
+                "tokens_unseen": s.tokens_unseen,
+                "separate_epochs": bool(b.separated) if b else rp.separate_epochs,
+            }
+        )
     return rows
 
 
@@ -679,20 +770,25 @@ def _log_plan(rp: RunPlan, rows: Any) -> None:
         if w.split == "train" or w.code in ("exact-remainder", "without-plugin", *SCHEDULE_CODES):
             log.warning("neox_epoch: %s", w)
     for name in rp.spillover:
-        log.warning("neox_epoch: %s: fractional passes over jointly shuffled epochs (spillover); set "
-                    "separate_epochs: true", name)
+        log.warning(
+            "neox_epoch: %s: fractional passes over jointly shuffled epochs (spillover); set separate_epochs: true",
+            name,
+        )
 
 
 def after_build(state: State, rp: RunPlan, neox_args: Any, loaders: Any) -> None:
     problems: list[str] = []
     rows = _rows(state, rp, problems)
-    train_loader, valid_loader = (loaders.get("train"), loaders.get("valid")) if isinstance(loaders, dict) else (None,) * 2
+    train_loader, valid_loader = (
+        (loaders.get("train"), loaders.get("valid")) if isinstance(loaders, dict) else (None,) * 2
+    )
     ds, state.valid_samples = getattr(train_loader, "dataset", None), len(getattr(valid_loader, "dataset", None) or ())
     gas = _gas(neox_args)
     resume = state.resume
     first = resume.start // resume.shape.loader_batch if resume else 0
     if train_loader is not None and first + (rp.train_iters - (resume.state.iteration if resume else 0)) * gas > len(
-            train_loader):
+        train_loader
+    ):
         msg = replay_message(len(train_loader) // gas + 1, len(train_loader), gas)
         if state.block.enforce:
             raise WrapError(f"neox_epoch: train_iters {rp.train_iters}: at {msg} (enforce is on)")
@@ -710,8 +806,12 @@ def after_build(state: State, rp: RunPlan, neox_args: Any, loaders: Any) -> None
             # the greedy blend goes on drawing past the targets; NeoX's loader would prefetch those samples after
             # the last iteration (printing "index out of bounds ... taking modulo"); they are never trained
             if rank() == 0:
-                log.info("neox_epoch: train blend ends at the %d samples the run draws (NeoX built %d; the rest "
-                         "would only be prefetched after the last iteration)", n, int(ds.size))
+                log.info(
+                    "neox_epoch: train blend ends at the %d samples the run draws (NeoX built %d; the rest "
+                    "would only be prefetched after the last iteration)",
+                    n,
+                    int(ds.size),
+                )
             ds.size = n
     state.table = rows
     top = rank() == 0
@@ -724,17 +824,37 @@ def after_build(state: State, rp: RunPlan, neox_args: Any, loaders: Any) -> None
         log.warning(msg) if top else None
     if top:
         _log_plan(rp, rows)
-    sink.write({
-        "event": "plan", "iteration": int(getattr(neox_args, "iteration", 0) or 0), "train_iters": rp.train_iters,
-        "train_batch_size": rp.train_batch_size, "seq_length": rp.plan.seq_length,
-        "mode": "exact" if rp.targets is not None else "observe", "blended": rp.blended,
-        "separate_epochs": rp.separate_epochs, "settings": rp.settings(), "sources": rows,
-        "remainder": {"samples": rp.plan.remainder_samples, "tokens": rp.plan.remainder_tokens}, "eval_splits": EVAL_NOTE,
-        **({"stages": stages_json(rp.staged)} if rp.staged is not None else {}),
-        "warnings": [w.to_json() for w in rp.plan.warnings], "problems": problems,
-        **({"resume": {"changed": resume.changed, "start_sample": resume.start, "findings": list(resume.findings),
-                       "consumed_samples": resume.state.consumed_samples}} if resume else {}),
-    })
+    sink.write(
+        {
+            "event": "plan",
+            "iteration": int(getattr(neox_args, "iteration", 0) or 0),
+            "train_iters": rp.train_iters,
+            "train_batch_size": rp.train_batch_size,
+            "seq_length": rp.plan.seq_length,
+            "mode": "exact" if rp.targets is not None else "observe",
+            "blended": rp.blended,
+            "separate_epochs": rp.separate_epochs,
+            "settings": rp.settings(),
+            "sources": rows,
+            "remainder": {"samples": rp.plan.remainder_samples, "tokens": rp.plan.remainder_tokens},
+            "eval_splits": EVAL_NOTE,
+            **({"stages": stages_json(rp.staged)} if rp.staged is not None else {}),
+            "warnings": [w.to_json() for w in rp.plan.warnings],
+            "problems": problems,
+            **(
+                {
+                    "resume": {
+                        "changed": resume.changed,
+                        "start_sample": resume.start,
+                        "findings": list(resume.findings),
+                        "consumed_samples": resume.state.consumed_samples,
+                    }
+                }
+                if resume
+                else {}
+            ),
+        }
+    )
     state.counters = build_counters(state, rp, neox_args, active=top)
 
 
@@ -762,31 +882,48 @@ def save_state(state: State, neox_args: Any, iteration: int) -> None:
         return  # NeoX saved nothing there (e.g. a non-DeepSpeed checkpoint layout)
     shape = loader_shape(neox_args)
     saved = state.saved
-    builds = {_base_name(b.name): TrainBuild(b.num_samples, b.epochs, b.samples_built)
-              for b in state.builds if b.name.startswith("train")}
+    builds = {
+        _base_name(b.name): TrainBuild(b.num_samples, b.epochs, b.samples_built)
+        for b in state.builds
+        if b.name.startswith("train")
+    }
     saved_state = ResumeState(
         iteration=int(iteration),
         consumed_samples=state.consumed_base + (int(iteration) - state.iteration_base) * shape.train_batch_size,
-        train_batch_size=shape.train_batch_size, loader_batch=shape.loader_batch,
-        samples_total=saved.samples_total if saved else rp.train_iters * rp.train_batch_size, train_iters=rp.train_iters,
-        builds=builds, drawn=list(saved.drawn) if saved else ([s.samples_drawn for s in rp.train] if rp.blended else []),
+        train_batch_size=shape.train_batch_size,
+        loader_batch=shape.loader_batch,
+        samples_total=saved.samples_total if saved else rp.train_iters * rp.train_batch_size,
+        train_iters=rp.train_iters,
+        builds=builds,
+        drawn=list(saved.drawn) if saved else ([s.samples_drawn for s in rp.train] if rp.blended else []),
         blend_weights=list(state.blend_request[0]) if state.blend_request else [],
         blend_samples=list(state.blend_request[1]) if state.blend_request else [],
-        greedy_weights=list(rp.weights or []), seq_length=rp.plan.seq_length,
-        eval_interval=int(getattr(neox_args, "eval_interval", 0) or 0), eval_iters=int(getattr(neox_args, "eval_iters", 0) or 0),
-        valid_samples=state.valid_samples, fingerprint=_fingerprint_or_none(state, neox_args),
-        stage_boundaries=[st.first_iteration for st in rp.staged.stages.stages] if rp.staged else [])
+        greedy_weights=list(rp.weights or []),
+        seq_length=rp.plan.seq_length,
+        eval_interval=int(getattr(neox_args, "eval_interval", 0) or 0),
+        eval_iters=int(getattr(neox_args, "eval_iters", 0) or 0),
+        valid_samples=state.valid_samples,
+        fingerprint=_fingerprint_or_none(state, neox_args),
+        stage_boundaries=[st.first_iteration for st in rp.staged.stages.stages] if rp.staged else [],
+    )
     write_state(tag_dir, saved_state)
     # the same record in the run's JSONL: resume-check can plan a resume from the log alone
-    state.sink.write({"event": "checkpoint", "iteration": int(iteration), "tag": os.path.basename(tag_dir),
-                      "state": asdict(saved_state)})
+    state.sink.write(
+        {
+            "event": "checkpoint",
+            "iteration": int(iteration),
+            "tag": os.path.basename(tag_dir),
+            "state": asdict(saved_state),
+        }
+    )
 
 
 def build_counters(state: State, rp: RunPlan, neox_args: Any, active: bool) -> PassCounters:
     srcs = []
     for s, row in zip(rp.train, state.table or [{}] * len(rp.train)):
-        bounds = sep.pass_boundaries(s.tokens, rp.plan.seq_length, s.epochs_built, rp.separate_epochs,
-                                     s.samples_per_epoch)
+        bounds = sep.pass_boundaries(
+            s.tokens, rp.plan.seq_length, s.epochs_built, rp.separate_epochs, s.samples_per_epoch
+        )
         planned = row.get("target_passes") or s.passes
         srcs.append(SourceCounter(s.name, s.samples_per_epoch, tuple(bounds), float(planned)))
     scalar = _scalar_writer(state, neox_args) if active else None
@@ -794,24 +931,49 @@ def build_counters(state: State, rp: RunPlan, neox_args: Any, active: bool) -> P
     offset = resume.state.consumed_samples - resume.state.iteration * rp.train_batch_size if resume else 0
     if rp.staged is not None:
         return _staged_counters(state, rp, rp.staged, neox_args, scalar, active)
-    return PassCounters(tuple(srcs), rp.weights if rp.blended else None, rp.train_batch_size, rp.train_iters,
-                        int(getattr(neox_args, "log_interval", None) or 100), sink=state.sink, scalar=scalar,
-                        active=active, sample_offset=offset)
+    return PassCounters(
+        tuple(srcs),
+        rp.weights if rp.blended else None,
+        rp.train_batch_size,
+        rp.train_iters,
+        int(getattr(neox_args, "log_interval", None) or 100),
+        sink=state.sink,
+        scalar=scalar,
+        active=active,
+        sample_offset=offset,
+    )
 
 
-def _staged_counters(state: State, rp: RunPlan, staged: StagedRun, neox_args: Any, scalar: Any,
-                     active: bool) -> PassCounters:
+def _staged_counters(
+    state: State, rp: RunPlan, staged: StagedRun, neox_args: Any, scalar: Any, active: bool
+) -> PassCounters:
     """Counters of a staged run: the stages' draw order, passes of exactly samples-per-pass draws, the stages."""
     spe = staged.stages.samples_per_epoch
-    srcs = [SourceCounter(label, spe[label], tuple(k * spe[label] for k in range(1, staged.passes_built()[label])),
-                          float(staged.passes()[label])) for label in staged.labels]
+    srcs = [
+        SourceCounter(
+            label,
+            spe[label],
+            tuple(k * spe[label] for k in range(1, staged.passes_built()[label])),
+            float(staged.passes()[label]),
+        )
+        for label in staged.labels
+    ]
     counts = [[st.draw_of(s).draws if st.draw_of(s) else 0 for s in staged.labels] for st in staged.stages.stages]
     starts = [[st.draw_of(s).start if st.draw_of(s) else 0 for s in staged.labels] for st in staged.stages.stages]
     which, _ = stage_order.draw_order(counts, starts)
     stages = tuple((st.name, st.first_iteration, st.end_iteration) for st in staged.stages.stages)
-    return PassCounters(tuple(srcs), None, rp.train_batch_size, rp.train_iters,
-                        int(getattr(neox_args, "log_interval", None) or 100), sink=state.sink, scalar=scalar,
-                        active=active, draw_index=which, stages=stages)
+    return PassCounters(
+        tuple(srcs),
+        None,
+        rp.train_batch_size,
+        rp.train_iters,
+        int(getattr(neox_args, "log_interval", None) or 100),
+        sink=state.sink,
+        scalar=scalar,
+        active=active,
+        draw_index=which,
+        stages=stages,
+    )
 
 
 def _scalar_writer(state: State, neox_args: Any) -> Any:

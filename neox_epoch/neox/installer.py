@@ -60,8 +60,9 @@ def install(block: Mapping[str, Any] | HookBlock, settings: Mapping[str, Any] | 
     try:
         modules = {k: importlib.import_module(v) for k, v in _MODULES.items()}
     except ImportError as err:
-        raise ConfigError(f"neox_epoch.neox.install: cannot import GPT-NeoX ({err}); run from the NeoX checkout or "
-                          "put it on sys.path") from err
+        raise ConfigError(
+            f"neox_epoch.neox.install: cannot import GPT-NeoX ({err}); run from the NeoX checkout or put it on sys.path"
+        ) from err
     _ensure_log_handler()
     state = State(hook=hb, modules=modules)
     wrappers = make_wrappers(state)

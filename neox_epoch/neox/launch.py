@@ -68,16 +68,26 @@ def register(sub: Any) -> None:
         "launch",
         help="drop-in for NeoX's deepy.py that applies the neox_epoch block (exact epochs, live counters)",
         description="Run from the GPT-NeoX checkout with deepy.py's arguments: neox-epoch launch train.py "
-                    "config.yml ... . Removes the neox_epoch block before NeoX parses the configs, checks the "
-                    "batch against the world, sets train_iters, and launches workers that install the hooks.",
-        **examples("neox-epoch launch train.py configs/125M.yml configs/local_setup.yml   # in the GPT-NeoX checkout",
-                   "neox-epoch launch --dry-run train.py configs/125M.yml exact.yml         # print what it would run"),
+        "config.yml ... . Removes the neox_epoch block before NeoX parses the configs, checks the "
+        "batch against the world, sets train_iters, and launches workers that install the hooks.",
+        **examples(
+            "neox-epoch launch train.py configs/125M.yml configs/local_setup.yml   # in the GPT-NeoX checkout",
+            "neox-epoch launch --dry-run train.py configs/125M.yml exact.yml         # print what it would run",
+        ),
     )
     p.add_argument("--neox-dir", default=".", help="the GPT-NeoX checkout (default: the current directory)")
-    p.add_argument("--dry-run", action="store_true", help="instead of launching, print the launcher argv, worker "
-                   "environment and worker config as one JSON line (the last line of stdout; NeoX prints its args before)")
-    p.add_argument("deepy_args", nargs=argparse.REMAINDER, metavar="train.py CONFIG.yml ...",
-                   help="deepy.py's arguments, unchanged")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="instead of launching, print the launcher argv, worker "
+        "environment and worker config as one JSON line (the last line of stdout; NeoX prints its args before)",
+    )
+    p.add_argument(
+        "deepy_args",
+        nargs=argparse.REMAINDER,
+        metavar="train.py CONFIG.yml ...",
+        help="deepy.py's arguments, unchanged",
+    )
     p.set_defaults(func=run)
 
 
@@ -138,8 +148,11 @@ def clean_configs(paths: list[str], workdir: str) -> tuple[list[str], HookBlock 
         dst = os.path.join(workdir, os.path.basename(path))
         if os.path.exists(dst):
             raise ConfigError(f"{path}: two config files named {os.path.basename(path)}; NeoX requires unique names")
-        write_output_text(Output(dst, "launch's cleaned config copy", example=os.path.basename(path)), cleaned,
-                          [(p, "the input config") for p in paths])
+        write_output_text(
+            Output(dst, "launch's cleaned config copy", example=os.path.basename(path)),
+            cleaned,
+            [(p, "the input config") for p in paths],
+        )
         out.append(dst)
     if len(found) > 1:
         raise ConfigError(f"{BLOCK}: given in {[p for p, _ in found]}; keep it in one file")
@@ -256,7 +269,9 @@ def decode_megatron_config(argv: list[str]) -> dict[str, Any]:
 def _load_deepy(neox_dir: str) -> Any:
     path = os.path.join(neox_dir, "deepy.py")
     if not os.path.isfile(path):
-        raise ConfigError(f"--neox-dir {neox_dir}: no deepy.py there; run from the GPT-NeoX checkout or pass --neox-dir")
+        raise ConfigError(
+            f"--neox-dir {neox_dir}: no deepy.py there; run from the GPT-NeoX checkout or pass --neox-dir"
+        )
     if neox_dir not in sys.path:
         sys.path.insert(0, neox_dir)
     spec = importlib.util.spec_from_file_location("deepy", path)
@@ -279,8 +294,9 @@ def run(args: argparse.Namespace) -> int:
 
     def launcher_main(argv: list[str]) -> Any:
         if STATE.hook is None:
-            raise ConfigError(f"launch: no {BLOCK} block in the configs; add e.g. \"{BLOCK}\": {{\"epochs\": 1}} "
-                              "or use deepy.py")
+            raise ConfigError(
+                f'launch: no {BLOCK} block in the configs; add e.g. "{BLOCK}": {{"epochs": 1}} or use deepy.py'
+            )
         user_script = deepy_args[0]
         new = worker_argv(list(argv), user_script)
         captured["argv"] = new
@@ -298,11 +314,20 @@ def run(args: argparse.Namespace) -> int:
         runner.main = real_main
     if args.dry_run:
         argv = captured.get("argv", [])
-        print(json.dumps({
-            "launcher_argv": argv, "env": {ENV_VAR: STATE.env_value}, "export_prefix": EXPORT_PREFIX,
-            "block": STATE.hook.block.to_mapping() if STATE.hook else None,
-            "settings": STATE.hook.settings if STATE.hook else None,
-            "megatron_config": decode_megatron_config(argv) if argv else None, "notes": STATE.notes,
-            "schedule": STATE.schedule,
-        }, default=str), flush=True)
+        print(
+            json.dumps(
+                {
+                    "launcher_argv": argv,
+                    "env": {ENV_VAR: STATE.env_value},
+                    "export_prefix": EXPORT_PREFIX,
+                    "block": STATE.hook.block.to_mapping() if STATE.hook else None,
+                    "settings": STATE.hook.settings if STATE.hook else None,
+                    "megatron_config": decode_megatron_config(argv) if argv else None,
+                    "notes": STATE.notes,
+                    "schedule": STATE.schedule,
+                },
+                default=str,
+            ),
+            flush=True,
+        )
     return int(rc or 0)

@@ -30,20 +30,46 @@ import numpy as np
 
 from neox_epoch.util.output import Output, write_output_text
 
-PATH_FIELDS = [f"{pre}{split}{kind}_data_paths" for pre in ("", "pos_", "neg_") for split in ("train", "valid", "test")
-               for kind in ("", "_label")] + [f"{split}_reward_data_paths" for split in ("train", "valid", "test")]
+PATH_FIELDS = [
+    f"{pre}{split}{kind}_data_paths"
+    for pre in ("", "pos_", "neg_")
+    for split in ("train", "valid", "test")
+    for kind in ("", "_label")
+] + [f"{split}_reward_data_paths" for split in ("train", "valid", "test")]
 
 
 def neox_args(**overrides: Any) -> SimpleNamespace:
     """A stand-in for NeoXArgs with the attributes the data path reads (NeoX defaults; data_impl mmap)."""
     args: dict[str, Any] = dict.fromkeys(PATH_FIELDS)
-    args.update(train_epochs=None, train_iters=None, eval_interval=1000, eval_iters=10, train_batch_size=None,
-                batch_size=None, gradient_accumulation_steps=1, is_pipe_parallel=False, dataset_impl="gpt2",
-                data_impl="mmap", pack_impl="packed", allow_chopped=True, data_path=None, split="969, 30, 1",
-                use_shared_fs=True, seq_length=2048, seed=1234, mmap_warmup=False, num_workers=0,
-                train_data_weights=None, valid_data_weights=None, test_data_weights=None,
-                weight_by_num_documents=False, weighted_sampler_alpha=1.0, precompute_model_name=None,
-                iteration=0, log_interval=10)
+    args.update(
+        train_epochs=None,
+        train_iters=None,
+        eval_interval=1000,
+        eval_iters=10,
+        train_batch_size=None,
+        batch_size=None,
+        gradient_accumulation_steps=1,
+        is_pipe_parallel=False,
+        dataset_impl="gpt2",
+        data_impl="mmap",
+        pack_impl="packed",
+        allow_chopped=True,
+        data_path=None,
+        split="969, 30, 1",
+        use_shared_fs=True,
+        seq_length=2048,
+        seed=1234,
+        mmap_warmup=False,
+        num_workers=0,
+        train_data_weights=None,
+        valid_data_weights=None,
+        test_data_weights=None,
+        weight_by_num_documents=False,
+        weighted_sampler_alpha=1.0,
+        precompute_model_name=None,
+        iteration=0,
+        log_interval=10,
+    )
     args.update(overrides)
     if args["batch_size"] is None:
         args["batch_size"] = args["train_batch_size"]
@@ -99,10 +125,18 @@ def coverage(train: Any, n: int, seq: int, check: int) -> list[dict[str, Any]]:
         np.add.at(cover, stream[positions], 1)
         cover = cover[lo:hi]
         hist = np.bincount(cover)
-        out.append({"name": ds.name, "tokens": int(hi - lo), "samples": int(j.shape[0]), "wrapped": wrapped,
-                    "input_tokens": int(cover.sum()), "histogram": {str(i): int(v) for i, v in enumerate(hist) if v},
-                    "epochs": int(ds.doc_idx.shape[0] // np.unique(np.asarray(ds.doc_idx)).shape[0]),
-                    "len": len(ds)})
+        out.append(
+            {
+                "name": ds.name,
+                "tokens": int(hi - lo),
+                "samples": int(j.shape[0]),
+                "wrapped": wrapped,
+                "input_tokens": int(cover.sum()),
+                "histogram": {str(i): int(v) for i, v in enumerate(hist) if v},
+                "epochs": int(ds.doc_idx.shape[0] // np.unique(np.asarray(ds.doc_idx)).shape[0]),
+                "len": len(ds),
+            }
+        )
         # cross-check the mapping against NeoX's own __getitem__ on a sample of positions
         tokens_all = _all_tokens(ds)
         for i in sorted(checked):
@@ -110,7 +144,7 @@ def coverage(train: Any, n: int, seq: int, check: int) -> list[dict[str, Any]]:
                 continue
             jj = int(idx[i]) if int(idx[i]) < ds.shuffle_idx.shape[0] else int(idx[i]) % len(ds)
             s0 = int(ds.shuffle_idx[jj])
-            want = tokens_all[stream[s0 * seq: s0 * seq + seq]]
+            want = tokens_all[stream[s0 * seq : s0 * seq + seq]]
             got = np.asarray(train[i]["text"][:seq])
             if not np.array_equal(got[: want.shape[0]], want):
                 raise AssertionError(f"sample {i} ({ds.name}[{jj}]): mapped tokens differ from NeoX's __getitem__")
@@ -138,8 +172,12 @@ def run(case: dict[str, Any], neox_dir: str, workdir: str) -> dict[str, Any]:
     training.update_iterations(neox_args=args, data_loaders=loaders)
     train = loaders["train"].dataset
     n = int(args.train_iters) * int(args.train_batch_size)
-    result: dict[str, Any] = {"train_iters": int(args.train_iters), "train_batch_size": int(args.train_batch_size),
-                              "samples": n, "sources": coverage(train, n, int(args.seq_length), case.get("check", 400))}
+    result: dict[str, Any] = {
+        "train_iters": int(args.train_iters),
+        "train_batch_size": int(args.train_batch_size),
+        "samples": n,
+        "sources": coverage(train, n, int(args.seq_length), case.get("check", 400)),
+    }
     if state is not None and state.counters is not None:
         c = state.counters
         c.start(int(case.get("start_iteration", 0)))

@@ -93,8 +93,10 @@ def read_state(tag_dir: str) -> ResumeState | None:
         with open_input(path, "neox-epoch state", JSON_BYTES, encoding="utf-8") as f:
             raw = json.load(f)
     except (OSError, ValueError) as err:
-        raise ConfigError(f"{path}: not a neox-epoch state ({type(err).__name__}: {err}); it was cut off or edited: "
-                          "restore it from the checkpoint's copy, or delete it to resume as stock NeoX") from None
+        raise ConfigError(
+            f"{path}: not a neox-epoch state ({type(err).__name__}: {err}); it was cut off or edited: "
+            "restore it from the checkpoint's copy, or delete it to resume as stock NeoX"
+        ) from None
     return state_from_json(raw, path)
 
 
@@ -102,14 +104,18 @@ def state_from_json(raw: Any, where: str) -> ResumeState:
     """A state from its JSON object (the checkpoint's file, or the ``checkpoint`` record of the run's JSONL)."""
     try:
         if raw.get("version") != VERSION:
-            raise ConfigError(f"{where}: version {raw.get('version')!r}, this neox-epoch reads version {VERSION}; "
-                              "resume with the neox-epoch that saved it")
+            raise ConfigError(
+                f"{where}: version {raw.get('version')!r}, this neox-epoch reads version {VERSION}; "
+                "resume with the neox-epoch that saved it"
+            )
         raw = dict(raw)
         builds = {k: TrainBuild(**v) for k, v in raw.pop("builds").items()}
         return ResumeState(builds=builds, **raw)
     except (AttributeError, ValueError, TypeError, KeyError) as err:
-        raise ConfigError(f"{where}: not a neox-epoch state ({type(err).__name__}: {err}); it was cut off or edited: "
-                          "restore it from the checkpoint's copy, or delete it to resume as stock NeoX") from None
+        raise ConfigError(
+            f"{where}: not a neox-epoch state ({type(err).__name__}: {err}); it was cut off or edited: "
+            "restore it from the checkpoint's copy, or delete it to resume as stock NeoX"
+        ) from None
 
 
 def states_from_log(path: str, records: list[tuple[int, dict[str, Any]]]) -> dict[int, tuple[str, ResumeState]]:
@@ -126,8 +132,9 @@ def states_from_log(path: str, records: list[tuple[int, dict[str, Any]]]) -> dic
 
 def write_state(tag_dir: str, state: ResumeState) -> None:
     """Write ``state`` into ``tag_dir`` atomically."""
-    write_output_text(Output(os.path.join(tag_dir, STATE_NAME), "the hooks' resume state", example=STATE_NAME),
-                      state.to_json())
+    write_output_text(
+        Output(os.path.join(tag_dir, STATE_NAME), "the hooks' resume state", example=STATE_NAME), state.to_json()
+    )
 
 
 @dataclass(frozen=True)
@@ -162,13 +169,17 @@ def decide(state: ResumeState, shape: LoaderShape) -> ResumeDecision:
     findings = []
     if start.repeated:
         lo, hi = start.repeated
-        findings.append(f"repeat-partial-batch: samples {lo}..{hi - 1} are drawn again: {state.consumed_samples} "
-                        f"consumed is not a whole number of loader batches of {shape.loader_batch} "
-                        f"(micro batch x data parallel); choose a micro batch x dp that divides it")
+        findings.append(
+            f"repeat-partial-batch: samples {lo}..{hi - 1} are drawn again: {state.consumed_samples} "
+            f"consumed is not a whole number of loader batches of {shape.loader_batch} "
+            f"(micro batch x data parallel); choose a micro batch x dp that divides it"
+        )
     if left % shape.train_batch_size:
-        findings.append(f"remainder: the last {left % shape.train_batch_size} of the run's {state.samples_total} "
-                        f"samples are not drawn: {left} left after iteration {state.iteration} is not a whole number "
-                        f"of batches of {shape.train_batch_size}; choose a global batch that divides {left}")
+        findings.append(
+            f"remainder: the last {left % shape.train_batch_size} of the run's {state.samples_total} "
+            f"samples are not drawn: {left} left after iteration {state.iteration} is not a whole number "
+            f"of batches of {shape.train_batch_size}; choose a global batch that divides {left}"
+        )
     return ResumeDecision(state, shape, start.start, train_iters, tuple(findings))
 
 
@@ -194,6 +205,8 @@ def fingerprint_changes(saved: ResumeState, new: fp.DataFingerprint) -> tuple[li
     kept = [d for d in diffs if not (d.what.startswith("stage ") or d.what == "max_passes")]
     note = ""
     if len(kept) != len(diffs):
-        note = (f"the stages after stage {started} changed since the checkpoint (iteration {saved.iteration}); the "
-                f"{started} started stage(s) are unchanged, so the resume stays exact")
+        note = (
+            f"the stages after stage {started} changed since the checkpoint (iteration {saved.iteration}); the "
+            f"{started} started stage(s) are unchanged, so the resume stays exact"
+        )
     return kept, note

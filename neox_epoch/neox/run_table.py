@@ -30,10 +30,13 @@ def merged_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             one_index = len({(r["epochs_built"], r["samples_built"], r["separate_epochs"]) for r in same}) == 1
             drawn = sum(r["samples_drawn"] for r in same)
             first.update(
-                copies=len(same), samples_drawn=drawn, epochs_built=max(r["epochs_built"] for r in same),
+                copies=len(same),
+                samples_drawn=drawn,
+                epochs_built=max(r["epochs_built"] for r in same),
                 samples_requested=sum(r["samples_requested"] for r in same),
                 passes=drawn / first["samples_per_epoch"] if first["samples_per_epoch"] else 0.0,
-                samples_distinct=min(max(r["samples_drawn"] for r in same), first["length"]) if one_index else None)
+                samples_distinct=min(max(r["samples_drawn"] for r in same), first["length"]) if one_index else None,
+            )
         out.append(first)
     return out
 
@@ -46,17 +49,29 @@ def _cells(r: dict[str, Any]) -> list[str]:
         distinct = r.get("samples_distinct")
         drawn += f" ({distinct} distinct)" if distinct is not None else " (own shuffles)"
     target = "-" if r["target_passes"] is None else str(r["target_passes"])
-    return [name, str(r["tokens"]), str(r["samples_per_epoch"]), str(r["samples_requested"]),
-            str(r["epochs_built"]), drawn, f"{r['passes']:.6f}", target]
+    return [
+        name,
+        str(r["tokens"]),
+        str(r["samples_per_epoch"]),
+        str(r["samples_requested"]),
+        str(r["epochs_built"]),
+        drawn,
+        f"{r['passes']:.6f}",
+        target,
+    ]
 
 
 def render_table(rp: RunPlan, rows: list[dict[str, Any]], eval_note: str) -> str:
     """The per-source table logged at build time."""
-    head = (f"neox_epoch: {'exact' if rp.targets is not None else 'observed'} plan: train_iters={rp.train_iters} "
-            f"train_batch_size={rp.train_batch_size} seq_length={rp.plan.seq_length}"
-            f"{' separate_epochs' if rp.separate_epochs else ''}")
+    head = (
+        f"neox_epoch: {'exact' if rp.targets is not None else 'observed'} plan: train_iters={rp.train_iters} "
+        f"train_batch_size={rp.train_batch_size} seq_length={rp.plan.seq_length}"
+        f"{' separate_epochs' if rp.separate_epochs else ''}"
+    )
     lines = [head, *text_table(COLUMNS, [_cells(r) for r in merged_rows(rows)], left=1, indent="  ")]
-    lines.append(f"  remainder: {rp.plan.remainder_samples} samples ({rp.plan.remainder_tokens} tokens) under one "
-                 "global batch are not drawn")
+    lines.append(
+        f"  remainder: {rp.plan.remainder_samples} samples ({rp.plan.remainder_tokens} tokens) under one "
+        "global batch are not drawn"
+    )
     lines.append(f"  valid/test: {eval_note}")
     return "\n".join(lines)

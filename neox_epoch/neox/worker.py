@@ -22,7 +22,7 @@ def split_argv(argv: list[str]) -> tuple[str, list[str]]:
     """(user script, its arguments): the first argument not starting with '-' is the script."""
     for i, a in enumerate(argv):
         if not a.startswith("-"):
-            return a, argv[:i] + argv[i + 1:]
+            return a, argv[:i] + argv[i + 1 :]
     raise ConfigError("neox_epoch.neox.worker: no user script in the arguments; expected train.py ...")
 
 

@@ -6,5 +6,15 @@ The Python API: ``PlanInput``, ``SourceSpec``, ``make_plan`` and ``exact_plan`` 
 from neox_epoch.plan.inputs import McoreOptions, NeoxOptions, PlanInput, PlanWarning, SourceSpec
 from neox_epoch.plan.planner import Plan, SourcePlan, exact_plan, make_plan, passes_per_source
 
-__all__ = ["McoreOptions", "NeoxOptions", "Plan", "PlanInput", "PlanWarning", "SourcePlan", "SourceSpec",
-           "exact_plan", "make_plan", "passes_per_source"]
+__all__ = [
+    "McoreOptions",
+    "NeoxOptions",
+    "Plan",
+    "PlanInput",
+    "PlanWarning",
+    "SourcePlan",
+    "SourceSpec",
+    "exact_plan",
+    "make_plan",
+    "passes_per_source",
+]

@@ -107,13 +107,17 @@ def check_neox_train_epochs(inp: PlanInput) -> None:
     """
     fix = "or give train_iters instead of train_epochs"
     if inp.neox.weight_by_num_documents:
-        raise PlanError(f"weight_by_num_documents: true with train_epochs: NeoX refuses it (\"{NEOX_EPOCHS_BY_DOCS}\"); "
-                        f"set weight_by_num_documents to false, {fix}")
+        raise PlanError(
+            f'weight_by_num_documents: true with train_epochs: NeoX refuses it ("{NEOX_EPOCHS_BY_DOCS}"); '
+            f"set weight_by_num_documents to false, {fix}"
+        )
     weights = [s.weight for s in inp.train_sources]
     if any(w is not None and w != 1.0 for w in weights):
         given = [w if w is not None else 1.0 for w in weights]
-        raise PlanError(f"train_data_weights: {given} with train_epochs: NeoX refuses it (\"{NEOX_EPOCHS_WEIGHTS}\"): it "
-                        f"accepts only weights that are all 1.0; leave train_data_weights unset, {fix}")
+        raise PlanError(
+            f'train_data_weights: {given} with train_epochs: NeoX refuses it ("{NEOX_EPOCHS_WEIGHTS}"): it '
+            f"accepts only weights that are all 1.0; leave train_data_weights unset, {fix}"
+        )
 
 
 def _neox_requests(inp: PlanInput, train_iters: int) -> list[int | None]:
@@ -123,8 +127,13 @@ def _neox_requests(inp: PlanInput, train_iters: int) -> list[int | None]:
     return list(eval_consumption(inp, train_iters))
 
 
-def _neox_like_builds(inp: PlanInput, requests: list[int | None], cache: TokenCache,
-                      build: Callable[[int, int, int | None], DatasetBuild], legacy_size: bool) -> list[SplitBuild | None]:
+def _neox_like_builds(
+    inp: PlanInput,
+    requests: list[int | None],
+    cache: TokenCache,
+    build: Callable[[int, int, int | None], DatasetBuild],
+    legacy_size: bool,
+) -> list[SplitBuild | None]:
     out: list[SplitBuild | None] = [None, None, None]
     if not inp.per_split_paths:
         if len(inp.train_sources) != 1:
@@ -138,7 +147,9 @@ def _neox_like_builds(inp: PlanInput, requests: list[int | None], cache: TokenCa
                 continue  # NeoX: no dataset for an empty split
             b = build(toks[i], inp.seq_length, requests[i])
             d = Dataset(src, SPLITS[i], ranges[i], toks[i], b)
-            out[i] = SplitBuild(SPLITS[i], (d,), False, None, b.length, "data_path + split: one dataset per split, no buffer")
+            out[i] = SplitBuild(
+                SPLITS[i], (d,), False, None, b.length, "data_path + split: one dataset per split, no buffer"
+            )
         return out
     opts = inp.neox
     for i, specs in enumerate((inp.train_sources, inp.valid_sources, inp.test_sources)):
@@ -167,8 +178,11 @@ def _neox_like_builds(inp: PlanInput, requests: list[int | None], cache: TokenCa
             size = int(sum(r for r in reqs if r is not None))
         else:
             size = neox.blend_size([d.build.length for d in datasets])
-        rule = (f"train_data_paths: each source asked for ceil(N * w_i * {buffer}); blend size = sum of len_i"
-                if opts.exact_requests is None or i else "neox_epoch exact targets: each source asked for its target")
+        rule = (
+            f"train_data_paths: each source asked for ceil(N * w_i * {buffer}); blend size = sum of len_i"
+            if opts.exact_requests is None or i
+            else "neox_epoch exact targets: each source asked for its target"
+        )
         if requests[i] is None:
             rule = "train_epochs: each source built for exactly one epoch; blend size = sum of len_i"
         out[i] = SplitBuild(SPLITS[i], tuple(datasets), True, tuple(blend.normalize(wn)), size, rule)
@@ -244,8 +258,15 @@ def _mcore_blend_per_split(inp: PlanInput) -> list[tuple[list[str], list[float] 
 def _mcore_builds(inp: PlanInput, requests: list[int | None], cache: TokenCache) -> list[SplitBuild | None]:
     version, opts = inp.framework_version, inp.mcore
     a = 1 if opts.add_extra_token_to_sequence else 0
-    rts = mcore.routes([s.prefix for s in inp.train_sources], _mcore_weights(inp), inp.split, requests, version,
-                       opts.mid_level_dataset_surplus, _mcore_blend_per_split(inp))
+    rts = mcore.routes(
+        [s.prefix for s in inp.train_sources],
+        _mcore_weights(inp),
+        inp.split,
+        requests,
+        version,
+        opts.mid_level_dataset_surplus,
+        _mcore_blend_per_split(inp),
+    )
     all_specs = {s.prefix: s for s in [*inp.train_sources, *inp.valid_sources, *inp.test_sources]}
     out: list[SplitBuild | None] = [None, None, None]
     for i, route in enumerate(rts):
@@ -269,8 +290,9 @@ def _mcore_builds(inp: PlanInput, requests: list[int | None], cache: TokenCache)
             d = datasets[0]
             out[i] = SplitBuild(route.split, (d,), False, None, d.build.length, route.rule)
             continue
-        size, gw = mcore.blend_size_and_weights(route, [d.build.length for d in datasets], version,
-                                                opts.renormalize_blend_weights)
+        size, gw = mcore.blend_size_and_weights(
+            route, [d.build.length for d in datasets], version, opts.renormalize_blend_weights
+        )
         if size is None:
             size = int(sum(d.build.length for d in datasets))
         out[i] = SplitBuild(route.split, tuple(datasets), True, tuple(gw) if gw is not None else None, size, route.rule)
@@ -333,19 +355,48 @@ def _mcore_train_request(inp: PlanInput) -> int | None:
 
 
 FRAMEWORKS: dict[str, Framework] = {
-    "neox": Framework("neox", _neox_requests, _neox_builds, eval_consumption, lambda inp: 1, True,
-                      "NeoX silently wraps the index around (idx % len)", True,
-                      zero_weight_ok=True, copies_share_order=True, buffered_requests=lambda inp: inp.per_split_paths,
-                      exact_requests=True, exact_block=(("blend_buffer", "exact"),), version_label="commit {}"),
-    "megatron-core": Framework("megatron-core", _mcore_requests, _mcore_builds, _mcore_consumption,
-                               lambda inp: 1 if inp.mcore.add_extra_token_to_sequence else 0, False,
-                               "megatron-core raises its oversampling IndexError", False,
-                               exact_surplus_zero=True, train_request=_mcore_train_request, copies_share_order=True,
-                               no_weights_fix="use megatron-core's exhaustive blending (weights None) or change targets",
-                               sampler_ends=lambda inp: inp.mcore.num_samples is not None, predicts_splits=True),
-    "megatron-legacy": Framework("megatron-legacy", _neox_requests, _legacy_builds, eval_consumption,
-                                 lambda inp: 1, False,
-                                 "legacy Megatron-LM raises an IndexError", False),
+    "neox": Framework(
+        "neox",
+        _neox_requests,
+        _neox_builds,
+        eval_consumption,
+        lambda inp: 1,
+        True,
+        "NeoX silently wraps the index around (idx % len)",
+        True,
+        zero_weight_ok=True,
+        copies_share_order=True,
+        buffered_requests=lambda inp: inp.per_split_paths,
+        exact_requests=True,
+        exact_block=(("blend_buffer", "exact"),),
+        version_label="commit {}",
+    ),
+    "megatron-core": Framework(
+        "megatron-core",
+        _mcore_requests,
+        _mcore_builds,
+        _mcore_consumption,
+        lambda inp: 1 if inp.mcore.add_extra_token_to_sequence else 0,
+        False,
+        "megatron-core raises its oversampling IndexError",
+        False,
+        exact_surplus_zero=True,
+        train_request=_mcore_train_request,
+        copies_share_order=True,
+        no_weights_fix="use megatron-core's exhaustive blending (weights None) or change targets",
+        sampler_ends=lambda inp: inp.mcore.num_samples is not None,
+        predicts_splits=True,
+    ),
+    "megatron-legacy": Framework(
+        "megatron-legacy",
+        _neox_requests,
+        _legacy_builds,
+        eval_consumption,
+        lambda inp: 1,
+        False,
+        "legacy Megatron-LM raises an IndexError",
+        False,
+    ),
 }
 
 

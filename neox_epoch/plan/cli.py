@@ -49,22 +49,35 @@ from neox_epoch.util.config_out import (
 from neox_epoch.util.helptext import examples
 
 #: Megatron-LM schedule flags (exact mode adjusts them like Megatron-LM's get_optimizer_param_scheduler reads them)
-SCHEDULE_FLAGS = ("lr_decay_style", "lr_decay_iters", "lr_decay_samples", "lr_warmup_fraction", "lr_warmup_iters",
-                  "lr_warmup_samples", "lr_wsd_decay_iters", "lr_wsd_decay_samples", "save_interval", "exit_interval")
+SCHEDULE_FLAGS = (
+    "lr_decay_style",
+    "lr_decay_iters",
+    "lr_decay_samples",
+    "lr_warmup_fraction",
+    "lr_warmup_iters",
+    "lr_warmup_samples",
+    "lr_wsd_decay_iters",
+    "lr_wsd_decay_samples",
+    "save_interval",
+    "exit_interval",
+)
 #: flags that override NeoX config values (a written config could not carry them)
 OVERRIDE_FLAGS = ("seq_length", "global_batch_size", "train_iters", "eval_interval", "eval_iters", "seed", "split")
 
 #: ``plan --help``: both inputs, and examples of each
-DESCRIPTION = ("Plan epochs from either input: GPT-NeoX YAML config files (merged in order, as deepy.py merges "
-               "them), or a Megatron-LM pretrain_gpt.py command line pasted whole, launcher included (torchrun ... "
-               "pretrain_gpt.py --data-path ...). Options of neox-epoch (--epochs, --source-epochs, --world-size, "
-               "--json) may stand before, inside or after the pasted line.")
+DESCRIPTION = (
+    "Plan epochs from either input: GPT-NeoX YAML config files (merged in order, as deepy.py merges "
+    "them), or a Megatron-LM pretrain_gpt.py command line pasted whole, launcher included (torchrun ... "
+    "pretrain_gpt.py --data-path ...). Options of neox-epoch (--epochs, --source-epochs, --world-size, "
+    "--json) may stand before, inside or after the pasted line."
+)
 EXAMPLES = examples(
     "neox-epoch plan configs/125M.yml configs/local_setup.yml                   # NeoX configs",
     "neox-epoch plan a.yml b.yml --epochs 1 --write-config exact.yml             # exact passes",
     "neox-epoch plan --source-epochs web=1 code=2 torchrun --nproc-per-node 8 pretrain_gpt.py \\",
     "    --data-path 0.7 data/web 0.3 data/code --micro-batch-size 2 --global-batch-size 256 \\",
-    "    --seq-length 4096 --lr 3e-4 --eval-interval 1000 --split 98,1,1   # Megatron-LM, pasted")
+    "    --seq-length 4096 --lr 3e-4 --eval-interval 1000 --split 98,1,1   # Megatron-LM, pasted",
+)
 
 log = logging.getLogger(__name__)
 #: the plan parser's actions (for the did-you-mean of an unknown option)
@@ -80,8 +93,11 @@ def register(sub: Any) -> None:
         **EXAMPLES,
     )
     p.add_argument("configs", nargs="*", metavar="CONFIG.yml", help="NeoX config files, merged in order")
-    p.add_argument("--framework", choices=FRAMEWORKS, help="semantics to mirror (default: neox with configs, "
-                   "megatron-core with --data-path)")
+    p.add_argument(
+        "--framework",
+        choices=FRAMEWORKS,
+        help="semantics to mirror (default: neox with configs, megatron-core with --data-path)",
+    )
     p.add_argument("--framework-version", help="version whose semantics apply (default: the installed one)")
     g = p.add_argument_group("Megatron-LM flags (same names and meaning)")
     g.add_argument("--data-path", nargs="+", metavar="[WEIGHT] PREFIX", help="Megatron's '[weight] prefix ...' blend")
@@ -97,33 +113,69 @@ def register(sub: Any) -> None:
     g.add_argument("--eval-iters", type=int)
     g.add_argument("--seed", type=int)
     g.add_argument("--mid-level-dataset-surplus", type=float)
-    p.add_argument("--force-version", action="store_true", help="plan a megatron-core version this project has not "
-                   "verified against a real build (with a warning)")
+    p.add_argument(
+        "--force-version",
+        action="store_true",
+        help="plan a megatron-core version this project has not verified against a real build (with a warning)",
+    )
     g.add_argument("--lr-decay-style", choices=("constant", "linear", "cosine", "inverse-square-root", "WSD"))
-    for flag in ("--lr-decay-iters", "--lr-decay-samples", "--lr-warmup-iters", "--lr-warmup-samples",
-                 "--lr-wsd-decay-iters", "--lr-wsd-decay-samples", "--save-interval", "--exit-interval"):
+    for flag in (
+        "--lr-decay-iters",
+        "--lr-decay-samples",
+        "--lr-warmup-iters",
+        "--lr-warmup-samples",
+        "--lr-wsd-decay-iters",
+        "--lr-wsd-decay-samples",
+        "--save-interval",
+        "--exit-interval",
+    ):
         g.add_argument(flag, type=int)
     g.add_argument("--lr-warmup-fraction", type=float)
-    p.add_argument("-d", "--conf_dir", help="deepy.py's -d: a directory prefixed to every config file (a name "
-                   "without .yml/.json gets .yml, as deepy.py does)")
+    p.add_argument(
+        "-d",
+        "--conf_dir",
+        help="deepy.py's -d: a directory prefixed to every config file (a name "
+        "without .yml/.json gets .yml, as deepy.py does)",
+    )
     w = p.add_argument_group("NeoX world (how NeoX counts GPUs for train_batch_size = micro * accum * dp)")
-    w.add_argument("--world-size", type=int, help="GPUs, overriding NeoX's own count (global_num_gpus, hostfile); "
-                   "with a Megatron-LM command line: the world it runs on")
-    w.add_argument("-H", "--hostfile", help="hostfile as given to deepy.py (default: the config's hostfile, else "
-                   "$DLTS_HOSTFILE or /job/hostfile when it exists)")
+    w.add_argument(
+        "--world-size",
+        type=int,
+        help="GPUs, overriding NeoX's own count (global_num_gpus, hostfile); "
+        "with a Megatron-LM command line: the world it runs on",
+    )
+    w.add_argument(
+        "-H",
+        "--hostfile",
+        help="hostfile as given to deepy.py (default: the config's hostfile, else "
+        "$DLTS_HOSTFILE or /job/hostfile when it exists)",
+    )
     w.add_argument("-i", "--include", help='launcher --include filter, e.g. "node1:0,1@node2"')
     w.add_argument("-e", "--exclude", help="launcher --exclude filter")
     w.add_argument("--num_nodes", type=int, help="use the first N hosts of the hostfile")
     w.add_argument("--num_gpus", "--num_accelerators", type=int, help="GPUs per host (NeoX: num_gpus * hosts)")
     e = p.add_argument_group("exact mode")
     e.add_argument("--epochs", type=float, help="exactly N passes over every train source (fractional allowed)")
-    e.add_argument("--source-epochs", nargs="+", metavar="NAME=E", action=_NameValues,
-                   help="per-source passes, e.g. code=2 web=0.5 (its values end at the first token without '=')")
+    e.add_argument(
+        "--source-epochs",
+        nargs="+",
+        metavar="NAME=E",
+        action=_NameValues,
+        help="per-source passes, e.g. code=2 web=0.5 (its values end at the first token without '=')",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object (keys documented in docs/plan.md)")
-    p.add_argument("--write-config", metavar="OUT.yml", help="write a NeoX config overlay with train_iters, the "
-                   "schedule keys that follow it and the neox_epoch block (for neox-epoch launch or the patched deepy.py)")
-    p.add_argument("--full", action="store_true", help="with --write-config: one complete config, the input files "
-                   "merged as NeoX merges them with train_iters and the schedule changes replaced, and the block")
+    p.add_argument(
+        "--write-config",
+        metavar="OUT.yml",
+        help="write a NeoX config overlay with train_iters, the "
+        "schedule keys that follow it and the neox_epoch block (for neox-epoch launch or the patched deepy.py)",
+    )
+    p.add_argument(
+        "--full",
+        action="store_true",
+        help="with --write-config: one complete config, the input files "
+        "merged as NeoX merges them with train_iters and the schedule changes replaced, and the block",
+    )
     p.set_defaults(func=run, accepts_extra=True)
     _PARSER_ACTIONS[:] = p._actions
 
@@ -132,8 +184,13 @@ class _NameValues(argparse.Action):
     """``--source-epochs NAME=E ...``: argparse's nargs="+" also takes what follows (``torchrun``, a config
     file); the values end at the first token that is not NAME=E, and the rest is kept for the configs."""
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
-                 option_string: str | None = None) -> None:
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
         from neox_epoch.plan.from_megatron import is_name_value
 
         items = list(values)
@@ -186,16 +243,25 @@ def _megatron_input(args: argparse.Namespace, framework: str, version: str) -> P
         eval_interval=args.eval_interval or 1000,
         eval_iters=args.eval_iters if args.eval_iters is not None else 10,
         seed=args.seed if args.seed is not None else 1234,
-        mcore=McoreOptions(mid_level_dataset_surplus=(args.mid_level_dataset_surplus
-                                                      if args.mid_level_dataset_surplus is not None else 0.005)),
+        mcore=McoreOptions(
+            mid_level_dataset_surplus=(
+                args.mid_level_dataset_surplus if args.mid_level_dataset_surplus is not None else 0.005
+            )
+        ),
     )
 
 
 def _apply_flag_overrides(inp: PlanInput, args: argparse.Namespace) -> PlanInput:
     changes: dict[str, Any] = {}
-    for flag, key in (("seq_length", "seq_length"), ("global_batch_size", "global_batch_size"),
-                      ("train_iters", "train_iters"), ("eval_interval", "eval_interval"), ("eval_iters", "eval_iters"),
-                      ("seed", "seed"), ("split", "split")):
+    for flag, key in (
+        ("seq_length", "seq_length"),
+        ("global_batch_size", "global_batch_size"),
+        ("train_iters", "train_iters"),
+        ("eval_interval", "eval_interval"),
+        ("eval_iters", "eval_iters"),
+        ("seed", "seed"),
+        ("split", "split"),
+    ):
         if getattr(args, flag) is not None:
             changes[key] = getattr(args, flag)
     return replace(inp, **changes)
@@ -231,11 +297,15 @@ def build_input(args: argparse.Namespace) -> tuple[PlanInput, NeoxConfig | None]
         for flag in SCHEDULE_FLAGS:
             if getattr(args, flag) is not None:
                 name = "--" + flag.replace("_", "-")
-                raise ConfigError(f"{name}: a Megatron-LM flag; with NeoX configs set the NeoX key ({flag}, or "
-                                  "lr_decay_iters / warmup / checkpoint_factor) in a config file")
+                raise ConfigError(
+                    f"{name}: a Megatron-LM flag; with NeoX configs set the NeoX key ({flag}, or "
+                    "lr_decay_iters / warmup / checkpoint_factor) in a config file"
+                )
         framework = args.framework or "neox"
         if framework == "megatron-core":
-            raise ConfigError("--framework megatron-core: NeoX configs are planned with neox semantics; use --data-path")
+            raise ConfigError(
+                "--framework megatron-core: NeoX configs are planned with neox semantics; use --data-path"
+            )
         no_directories(args.configs, args.conf_dir)
         cfg = load_neox_configs(deepy_config_paths(args.configs, args.conf_dir))
         batch = None if args.global_batch_size else neox_batch(cfg, args.world_size, launcher_flags(args))
@@ -264,11 +334,17 @@ def no_directories(configs: list[str], conf_dir: str | None) -> None:
             continue
         found = sorted(glob.glob(os.path.join(path, "*.yml")) + glob.glob(os.path.join(path, "*.yaml")))
         files = " ".join(found[:3]) + (" ..." if len(found) > 3 else "")
-        holds = (f"it holds {len(found)} YAML file(s) ({files}): give the ones the run uses, e.g. neox-epoch plan "
-                 f"{found[0]}") if found else \
-            "it holds no .yml/.yaml files: give the NeoX config files themselves"
-        raise ConfigError(f"{path}: a directory, not a NeoX config file; {holds} (or -d {path} NAME ..., as "
-                          "deepy.py's -d)")
+        holds = (
+            (
+                f"it holds {len(found)} YAML file(s) ({files}): give the ones the run uses, e.g. neox-epoch plan "
+                f"{found[0]}"
+            )
+            if found
+            else "it holds no .yml/.yaml files: give the NeoX config files themselves"
+        )
+        raise ConfigError(
+            f"{path}: a directory, not a NeoX config file; {holds} (or -d {path} NAME ..., as deepy.py's -d)"
+        )
 
 
 def _no_extra(args: argparse.Namespace) -> None:
@@ -279,14 +355,16 @@ def _no_extra(args: argparse.Namespace) -> None:
 
         flag = extra[0].partition("=")[0]
         known = [o for a in _PARSER_ACTIONS for o in a.option_strings]
-        raise ConfigError(f"{flag}: not an option of neox-epoch plan{did_you_mean(flag, known)}; Megatron-LM flags are "
-                          "read when the command line has --data-path (or --train-data-path)")
+        raise ConfigError(
+            f"{flag}: not an option of neox-epoch plan{did_you_mean(flag, known)}; Megatron-LM flags are "
+            "read when the command line has --data-path (or --train-data-path)"
+        )
 
 
 def _plan_argv(args: argparse.Namespace) -> list[str]:
     """The tokens after ``plan`` on the command line."""
     raw = list(getattr(args, "raw_argv", []) or [])
-    return raw[raw.index("plan") + 1:] if "plan" in raw else raw
+    return raw[raw.index("plan") + 1 :] if "plan" in raw else raw
 
 
 def run_megatron(args: argparse.Namespace) -> int:
@@ -309,19 +387,38 @@ def run_megatron(args: argparse.Namespace) -> int:
     targets = targets_from(args, mi.inp, None)
     if targets:
         batches = _changing_batch(mi)
-        base = replace(mi.inp, train_iters=None, train_samples=None,
-                       mcore=replace(mi.inp.mcore, num_samples=None, train_consumed=None, arithmetic=None))
+        base = replace(
+            mi.inp,
+            train_iters=None,
+            train_samples=None,
+            mcore=replace(mi.inp.mcore, num_samples=None, train_consumed=None, arithmetic=None),
+        )
         plan = exact_plan(base, targets, batches=batches)
         a = mi.args
         keys = McoreScheduleKeys(
-            lr_decay_style=a.lr_decay_style, lr_decay_iters=a.lr_decay_iters, lr_decay_samples=a.lr_decay_samples,
-            lr_warmup_fraction=a.lr_warmup_fraction, lr_warmup_iters=a.lr_warmup_iters,
-            lr_warmup_samples=a.lr_warmup_samples, lr_wsd_decay_iters=a.lr_wsd_decay_iters,
-            lr_wsd_decay_samples=a.lr_wsd_decay_samples, save_interval=a.save_interval,
-            eval_interval=a.eval_interval, eval_iters=a.eval_iters, exit_interval=a.exit_interval)
+            lr_decay_style=a.lr_decay_style,
+            lr_decay_iters=a.lr_decay_iters,
+            lr_decay_samples=a.lr_decay_samples,
+            lr_warmup_fraction=a.lr_warmup_fraction,
+            lr_warmup_iters=a.lr_warmup_iters,
+            lr_warmup_samples=a.lr_warmup_samples,
+            lr_wsd_decay_iters=a.lr_wsd_decay_iters,
+            lr_wsd_decay_samples=a.lr_wsd_decay_samples,
+            save_interval=a.save_interval,
+            eval_interval=a.eval_interval,
+            eval_iters=a.eval_iters,
+            exit_interval=a.exit_interval,
+        )
         old_iters = a.train_iters if any(t.partition("=")[0] == "--train-iters" for t in _plan_argv(args)) else None
-        plan, schedule = attach_mcore(plan, keys, old_iters, a.train_samples, targets, mi.inp.warmup_share_limit,
-                                      plan.train_samples if batches is not None else None)
+        plan, schedule = attach_mcore(
+            plan,
+            keys,
+            old_iters,
+            a.train_samples,
+            targets,
+            mi.inp.warmup_share_limit,
+            plan.train_samples if batches is not None else None,
+        )
         flags = mp.exact_flags(mi.args, plan, schedule.overwrite())
         mi = replace(mi, warnings=mp.verify_exact(argv, flags, plan, version).warnings)  # the exact run's
         plan = replace(plan, settings={**plan.settings, "megatron_flags": flags})
@@ -337,12 +434,16 @@ def run_megatron(args: argparse.Namespace) -> int:
         print(json.dumps(out, indent=1, sort_keys=False))
         return 0
     print(render(plan))
-    print(f"\nworld: {mi.args.world_size} ({mi.args.world_size_source}); data-parallel size "
-          f"{mi.args.data_parallel_size}; Megatron-LM {mi.args.megatron_lm_version} flags")
+    print(
+        f"\nworld: {mi.args.world_size} ({mi.args.world_size_source}); data-parallel size "
+        f"{mi.args.data_parallel_size}; Megatron-LM {mi.args.megatron_lm_version} flags"
+    )
     for note in mi.notes:
         print(f"note: {note}")
     if targets:
-        print(f"\nflags for exact passes (paste after your command line; the last one wins):\n  {plan.settings['megatron_flags']}")
+        print(
+            f"\nflags for exact passes (paste after your command line; the last one wins):\n  {plan.settings['megatron_flags']}"
+        )
     return 0
 
 
@@ -375,8 +476,10 @@ def run_phases(args: argparse.Namespace, version: str) -> int:
         raise ConfigError("--write-config: writes a NeoX config; for Megatron-LM paste the flags exact mode prints")
     exact: list[ph.ExactPhase] = []
     if decay and not targets:
-        raise ConfigError(f"{' / '.join(ph.DECAY_OPTIONS)}: place the decay in exact mode's flags; give each phase's "
-                          "passes (--epochs E or --source-epochs NAME=E in its --phase K group)")
+        raise ConfigError(
+            f"{' / '.join(ph.DECAY_OPTIONS)}: place the decay in exact mode's flags; give each phase's "
+            "passes (--epochs E or --source-epochs NAME=E in its --phase K group)"
+        )
     if targets:
         exact, pp = ph.exact_phases(argv, groups, version, targets, decay)
     else:
@@ -386,14 +489,18 @@ def run_phases(args: argparse.Namespace, version: str) -> int:
         return 0
     print("\n".join(ph.phase_report(pp)))
     for p in exact:
-        print(f"\nphase {p.number} ({', '.join(f'{k}={v:g}' for k, v in p.targets.items())}: {p.iterations} iterations, "
-              f"{p.samples} samples; remainder {p.plan.remainder_samples} samples not drawn): flags for its launch "
-              f"(paste after that phase's command line; the last one wins):\n  {p.flags}")
+        print(
+            f"\nphase {p.number} ({', '.join(f'{k}={v:g}' for k, v in p.targets.items())}: {p.iterations} iterations, "
+            f"{p.samples} samples; remainder {p.plan.remainder_samples} samples not drawn): flags for its launch "
+            f"(paste after that phase's command line; the last one wins):\n  {p.flags}"
+        )
     if exact and exact[0].lr_schedule is not None:
         print("\n" + "\n".join(exact[0].lr_schedule.lines()))
     if exact:
-        print("\nexact: every phase draws whole passes of each source it continues (Megatron-LM starts each phase at "
-              "its sources' sample 0, so only a source's last phase may draw part of a pass)")
+        print(
+            "\nexact: every phase draws whole passes of each source it continues (Megatron-LM starts each phase at "
+            "its sources' sample 0, so only a source's last phase may draw part of a pass)"
+        )
     return 0
 
 
@@ -407,18 +514,29 @@ def _changing_batch(mi: Any) -> Any:
     if sched.constant:
         return None
     if sched.steps is None:
-        raise ConfigError("--rampup-batch-size: exact passes need a constant global batch or a step schedule; plan "
-                          "the ramp-up without --epochs, or use --step-batch-size-schedule (Megatron-LM 0.19)")
+        raise ConfigError(
+            "--rampup-batch-size: exact passes need a constant global batch or a step schedule; plan "
+            "the ramp-up without --epochs, or use --step-batch-size-schedule (Megatron-LM 0.19)"
+        )
     if not args.train_samples:
-        raise ConfigError("--step-batch-size-schedule: exact passes with a step schedule need --train-samples N (under "
-                          f"--train-iters Megatron-LM asks the builder for train_iters x {args.global_batch_size}, not "
-                          "what the schedule draws); give --train-samples instead of --train-iters")
+        raise ConfigError(
+            "--step-batch-size-schedule: exact passes with a step schedule need --train-samples N (under "
+            f"--train-iters Megatron-LM asks the builder for train_iters x {args.global_batch_size}, not "
+            "what the schedule draws); give --train-samples instead of --train-iters"
+        )
 
     def batches(total: int) -> tuple[int, int, str]:
         iters, samples = mlm.schedule_fit(sched, total)
-        return iters, samples, (f"train_samples = the step schedule's first {iters} batches, the most that fit in "
-                                f"sum(targets) {total} = {samples} (Megatron-LM {args.megatron_lm_version}'s "
-                                "update_train_iters then stops after exactly those)")
+        return (
+            iters,
+            samples,
+            (
+                f"train_samples = the step schedule's first {iters} batches, the most that fit in "
+                f"sum(targets) {total} = {samples} (Megatron-LM {args.megatron_lm_version}'s "
+                "update_train_iters then stops after exactly those)"
+            ),
+        )
+
     return batches
 
 
@@ -432,11 +550,15 @@ def version_notes(args: argparse.Namespace, version: str, megatron_lm: str) -> l
         found = detect.megatron_core_source()
         installed = rules_for(found[0]).version if found is not None else megatron_lm
         if found is not None and installed != megatron_lm:
-            notes.append(f"--framework-version {version}: planned with Megatron-LM {megatron_lm}'s flags and rules, "
-                         f"not Megatron-LM {installed}'s (those of the megatron-core {found[0]} installed, {found[1]})")
+            notes.append(
+                f"--framework-version {version}: planned with Megatron-LM {megatron_lm}'s flags and rules, "
+                f"not Megatron-LM {installed}'s (those of the megatron-core {found[0]} installed, {found[1]})"
+            )
     if version != megatron_lm:
-        notes.append(f"megatron-core {version}: Megatron-LM {megatron_lm}'s flags and training-side rules apply (the "
-                     "option tables here: " + ", ".join(sorted(mlm_versions())) + ")")
+        notes.append(
+            f"megatron-core {version}: Megatron-LM {megatron_lm}'s flags and training-side rules apply (the "
+            "option tables here: " + ", ".join(sorted(mlm_versions())) + ")"
+        )
     return notes
 
 
@@ -467,8 +589,10 @@ def targets_from(args: argparse.Namespace, inp: PlanInput, block: EpochBlock | N
         raise ConfigError("give --epochs or --source-epochs, not both")
     if args.epochs is not None:
         if not math.isfinite(args.epochs) or args.epochs <= 0:
-            raise ConfigError(f"--epochs {args.epochs:g}: expected the passes over every train source, a number > 0 "
-                              "(fractional allowed); give e.g. --epochs 1, or --source-epochs NAME=E ... per source")
+            raise ConfigError(
+                f"--epochs {args.epochs:g}: expected the passes over every train source, a number > 0 "
+                "(fractional allowed); give e.g. --epochs 1, or --source-epochs NAME=E ... per source"
+            )
         return passes_per_source(args.epochs, inp.train_sources)
     if args.source_epochs:
         return parse_source_epochs(args.source_epochs)
@@ -487,16 +611,22 @@ def _check_block_targets(targets: dict[str, float], block: EpochBlock, inp: Plan
     for name, value in targets.items():
         key = "neox_epoch.epochs" + ("" if one else f".{name}")
         if not one and name not in names:
-            raise ConfigError(f"{key}: unknown train source {name!r}; expected one of "
-                              f"{sorted(s.label for s in inp.train_sources)} (a source's name or its data path)")
+            raise ConfigError(
+                f"{key}: unknown train source {name!r}; expected one of "
+                f"{sorted(s.label for s in inp.train_sources)} (a source's name or its data path)"
+            )
         if not math.isfinite(value) or value <= 0:
-            raise ConfigError(f"{key}: {value:g}; expected the passes over " + ("every train source" if one else name)
-                              + ", a finite number > 0 (fractional allowed), e.g. 1 or 0.5: fix it in the config's "
-                              "neox_epoch block")
+            raise ConfigError(
+                f"{key}: {value:g}; expected the passes over "
+                + ("every train source" if one else name)
+                + ", a finite number > 0 (fractional allowed), e.g. 1 or 0.5: fix it in the config's "
+                "neox_epoch block"
+            )
 
 
-def overlay(plan: Plan, block: EpochBlock | None, targets: dict[str, float],
-            schedule: Schedule | None = None) -> dict[str, Any]:
+def overlay(
+    plan: Plan, block: EpochBlock | None, targets: dict[str, float], schedule: Schedule | None = None
+) -> dict[str, Any]:
     """The NeoX config overlay for an exact plan: train_iters, the schedule keys that change with it, and the
     neox_epoch block (train_epochs is cleared by the hooks, so it is not written)."""
     b: dict[str, Any] = dict(block.to_mapping()) if block else {}
@@ -507,8 +637,9 @@ def overlay(plan: Plan, block: EpochBlock | None, targets: dict[str, float],
     if "targets" in plan.settings:
         b["targets"] = plan.settings["targets"]
         b["weights"] = plan.settings["weights"]
-    changed = {k: v for k, v in (schedule.overwrite() if schedule else {}).items()
-               if k not in ("train_iters", "train_epochs")}
+    changed = {
+        k: v for k, v in (schedule.overwrite() if schedule else {}).items() if k not in ("train_iters", "train_epochs")
+    }
     if plan.settings.get("weight_by_num_documents") is False:  # explicit weights (the block's) replace them
         changed["weight_by_num_documents"] = False
     return {"train_iters": plan.train_iters, **changed, "neox_epoch": b}
@@ -519,8 +650,9 @@ def _plain(v: float) -> float | int:
     return int(v) if float(v).is_integer() else v
 
 
-def full_config(cfg: NeoxConfig, plan: Plan, block: EpochBlock | None, targets: dict[str, float],
-                schedule: Schedule) -> dict[str, Any]:
+def full_config(
+    cfg: NeoxConfig, plan: Plan, block: EpochBlock | None, targets: dict[str, float], schedule: Schedule
+) -> dict[str, Any]:
     """The input files merged as NeoX merges them, with train_iters and every changed schedule key replaced in
     place (train_epochs removed), and the neox_epoch block."""
     data = dict(cfg.values)
@@ -547,15 +679,23 @@ def check_write_request(args: argparse.Namespace, cfg: NeoxConfig | None) -> Non
     if not args.write_config:
         return
     if cfg is None or (args.framework or "neox") != "neox":
-        raise ConfigError(f"{_write_label(args)}: writes GPT-NeoX configs; give NeoX config files (not --data-path) "
-                          "with neox semantics (no --framework megatron-legacy)")
+        raise ConfigError(
+            f"{_write_label(args)}: writes GPT-NeoX configs; give NeoX config files (not --data-path) "
+            "with neox semantics (no --framework megatron-legacy)"
+        )
     for flag in OVERRIDE_FLAGS:
         if getattr(args, flag) is not None:
             name = "--" + flag.replace("_", "-")
-            raise ConfigError(f"{_write_label(args)}: {name} {getattr(args, flag)} overrides the config files, and the "
-                              f"written file would not carry it; set it in a config file instead of {name}")
-    check_output_path(config_output(args.write_config, "--write-config"), config_inputs(cfg.files), unique_name=True,
-                      existing_dir=True)
+            raise ConfigError(
+                f"{_write_label(args)}: {name} {getattr(args, flag)} overrides the config files, and the "
+                f"written file would not carry it; set it in a config file instead of {name}"
+            )
+    check_output_path(
+        config_output(args.write_config, "--write-config"),
+        config_inputs(cfg.files),
+        unique_name=True,
+        existing_dir=True,
+    )
 
 
 def overlay_spelling(cfg: NeoxConfig, data: dict[str, Any], label: str) -> dict[str, Any]:
@@ -573,7 +713,8 @@ def overlay_spelling(cfg: NeoxConfig, data: dict[str, Any], label: str) -> dict[
             raise ConfigError(
                 f"{label}: {cfg.origin.get(key, '?')}: {cfg.written.get(key, key)}: {cfg.values[key]!r}; the plan "
                 f"needs {value!r}, and NeoX lets no later file replace a key without '_' (it stops on duplicate "
-                f"keys): change that line to {key}: {value}, or add --full for one merged config")
+                f"keys): change that line to {key}: {value}, or add --full for one merged config"
+            )
         out[key.replace("_", "-")] = value
     return out
 
@@ -583,33 +724,40 @@ def _header(args: argparse.Namespace, cfg: NeoxConfig, schedule: Schedule) -> li
     out = args.write_config
     changed = [c.line() for c in schedule.changes if c.key in schedule.overwrite()]
     if args.full:
-        head = [f"written by neox-epoch plan --write-config --full: {', '.join(cfg.files)} merged as NeoX merges them, "
-                "with train_iters and the keys below replaced and the neox_epoch block added.",
-                "Use this file alone, in place of those files. Stock GPT-NeoX rejects the neox_epoch key (NeoXArgs",
-                f"raises on unknown config keys): run it with   neox-epoch launch train.py {out}",
-                "or with deepy.py/train.py patched by patches/neox_epoch_hook.patch (from the neox-epoch repository)."]
+        head = [
+            f"written by neox-epoch plan --write-config --full: {', '.join(cfg.files)} merged as NeoX merges them, "
+            "with train_iters and the keys below replaced and the neox_epoch block added.",
+            "Use this file alone, in place of those files. Stock GPT-NeoX rejects the neox_epoch key (NeoXArgs",
+            f"raises on unknown config keys): run it with   neox-epoch launch train.py {out}",
+            "or with deepy.py/train.py patched by patches/neox_epoch_hook.patch (from the neox-epoch repository).",
+        ]
     else:
         block_in = cfg.block_origin
-        head = [f"written by neox-epoch plan --write-config from {', '.join(cfg.files)}: an overlay with train_iters, "
-                "the keys below and the neox_epoch block.",
-                "Stock GPT-NeoX rejects the neox_epoch key (NeoXArgs raises on unknown config keys): run it with",
-                f"  neox-epoch launch train.py {files} {out}",
-                "or with deepy.py/train.py patched by patches/neox_epoch_hook.patch (from the neox-epoch repository).",
-                "Give it after those files: a key they set is written here with '-' (train-iters), the spelling",
-                "NeoX's from_ymls lets a later file use to replace it (written with '_' NeoX stops on a duplicate key)"
-                + (f"; the neox_epoch block must be removed from {block_in}: this file carries it." if block_in
-                   else ".")]
+        head = [
+            f"written by neox-epoch plan --write-config from {', '.join(cfg.files)}: an overlay with train_iters, "
+            "the keys below and the neox_epoch block.",
+            "Stock GPT-NeoX rejects the neox_epoch key (NeoXArgs raises on unknown config keys): run it with",
+            f"  neox-epoch launch train.py {files} {out}",
+            "or with deepy.py/train.py patched by patches/neox_epoch_hook.patch (from the neox-epoch repository).",
+            "Give it after those files: a key they set is written here with '-' (train-iters), the spelling",
+            "NeoX's from_ymls lets a later file use to replace it (written with '_' NeoX stops on a duplicate key)"
+            + (f"; the neox_epoch block must be removed from {block_in}: this file carries it." if block_in else "."),
+        ]
     return head + ["changes:"] + [f"  {line}" for line in changed]
 
 
-def _write(args: argparse.Namespace, cfg: NeoxConfig, plan: Plan, targets: dict[str, float],
-           schedule: Schedule) -> None:
+def _write(
+    args: argparse.Namespace, cfg: NeoxConfig, plan: Plan, targets: dict[str, float], schedule: Schedule
+) -> None:
     if args.full:
         data = full_config(cfg, plan, cfg.block, targets, schedule)
     else:
         data = overlay_spelling(cfg, overlay(plan, cfg.block, targets, schedule), _write_label(args))
-    write_config_text(config_output(args.write_config, "--write-config"),
-                      yaml_config_text(_header(args, cfg, schedule), data), config_inputs(cfg.files))
+    write_config_text(
+        config_output(args.write_config, "--write-config"),
+        yaml_config_text(_header(args, cfg, schedule), data),
+        config_inputs(cfg.files),
+    )
 
 
 def _old_neox_iters(inp: PlanInput) -> int | None:
@@ -626,17 +774,18 @@ def _old_neox_iters(inp: PlanInput) -> int | None:
 
 def _mcore_keys(args: argparse.Namespace) -> McoreScheduleKeys:
     given = {f: getattr(args, f) for f in SCHEDULE_FLAGS if getattr(args, f) is not None}
-    return McoreScheduleKeys(**given, eval_interval=args.eval_interval,
-                             eval_iters=args.eval_iters if args.eval_iters is not None else 10)
+    return McoreScheduleKeys(
+        **given, eval_interval=args.eval_interval, eval_iters=args.eval_iters if args.eval_iters is not None else 10
+    )
 
 
-def plan_with_schedule(args: argparse.Namespace, inp: PlanInput, cfg: NeoxConfig | None,
-                       targets: dict[str, float] | None) -> tuple[Plan, Schedule | None]:
+def plan_with_schedule(
+    args: argparse.Namespace, inp: PlanInput, cfg: NeoxConfig | None, targets: dict[str, float] | None
+) -> tuple[Plan, Schedule | None]:
     """The plan, with the schedule (and, for NeoX exact plans, whether stock NeoX is exact) attached."""
     plan = exact_plan(inp, targets) if targets else merge_repeated(make_plan(inp))
     if cfg is not None:
-        plan, schedule = attach_neox(plan, schedule_keys(cfg), _old_neox_iters(inp), targets,
-                                     inp.warmup_share_limit)
+        plan, schedule = attach_neox(plan, schedule_keys(cfg), _old_neox_iters(inp), targets, inp.warmup_share_limit)
         if targets and inp.framework == "neox":
             stock = stock_neox_exact(inp, plan, targets)
             if stock["exact"]:  # the schedule keys that follow train_iters belong to the stock config too
@@ -644,8 +793,9 @@ def plan_with_schedule(args: argparse.Namespace, inp: PlanInput, cfg: NeoxConfig
             plan = replace(plan, settings={**plan.settings, "stock_neox_exact": stock})
         return plan, schedule
     if targets:
-        return attach_mcore(plan, _mcore_keys(args), args.train_iters, args.train_samples, targets,
-                            inp.warmup_share_limit)
+        return attach_mcore(
+            plan, _mcore_keys(args), args.train_iters, args.train_samples, targets, inp.warmup_share_limit
+        )
     return plan, None
 
 
@@ -657,19 +807,31 @@ def enforce_findings(plan: Plan, block: EpochBlock | None) -> list[str]:
     """What would stop a run whose ``neox_epoch`` block has ``enforce: true`` (empty: it runs)."""
     if block is None or not block.enforce:
         return []
-    return [f"enforce: the run would stop: {w.text}" for w in plan.warnings
-            if w.split == "train" and w.code in ENFORCED_CODES]
+    return [
+        f"enforce: the run would stop: {w.text}"
+        for w in plan.warnings
+        if w.split == "train" and w.code in ENFORCED_CODES
+    ]
 
 
 def block_line(block: EpochBlock | None) -> str:
     """One line saying what the neox_epoch block changes about how the run is built and checked."""
     if block is None:
         return ""
-    parts = [f"epochs {block.epochs}" if block.epochs is not None else
-             f"{len(block.stages)} stages" if block.stages is not None else "no epochs (observe only)"]
-    parts.append("each pass of a source built and shuffled on its own" if block.stages is not None
-                 else "separate_epochs: each epoch shuffled on its own" if block.separate_epochs
-                 else "epochs shuffled jointly (NeoX's way)")
+    parts = [
+        f"epochs {block.epochs}"
+        if block.epochs is not None
+        else f"{len(block.stages)} stages"
+        if block.stages is not None
+        else "no epochs (observe only)"
+    ]
+    parts.append(
+        "each pass of a source built and shuffled on its own"
+        if block.stages is not None
+        else "separate_epochs: each epoch shuffled on its own"
+        if block.separate_epochs
+        else "epochs shuffled jointly (NeoX's way)"
+    )
     parts.append("enforce: a run that cannot be exact stops" if block.enforce else "enforce off: problems are warnings")
     return "neox_epoch block: " + "; ".join(parts)
 
@@ -691,8 +853,10 @@ def run(args: argparse.Namespace) -> int:
         return run_staged(args, inp, cfg, block)
     targets = targets_from(args, inp, block)
     if args.write_config and not targets:
-        raise ConfigError(f"{_write_label(args)}: writes the config of an exact plan; add --epochs N (or a neox_epoch "
-                          "block with epochs)")
+        raise ConfigError(
+            f"{_write_label(args)}: writes the config of an exact plan; add --epochs N (or a neox_epoch "
+            "block with epochs)"
+        )
     plan, schedule = plan_with_schedule(args, inp, cfg, targets)
     if args.write_config and cfg is not None and targets and schedule is not None:
         _write(args, cfg, plan, targets, schedule)
@@ -729,8 +893,10 @@ def run_staged(args: argparse.Namespace, inp: PlanInput, cfg: NeoxConfig, block:
     """``plan`` on a NeoX config whose neox_epoch block has stages: a table per stage, cumulative passes, one
     train_iters and the schedule over the whole run (warmup once)."""
     if args.epochs is not None or args.source_epochs:
-        raise ConfigError("--epochs/--source-epochs: the neox_epoch block has stages, whose passes are the targets; "
-                          "drop the flag (or the stages)")
+        raise ConfigError(
+            "--epochs/--source-epochs: the neox_epoch block has stages, whose passes are the targets; "
+            "drop the flag (or the stages)"
+        )
     staged = plan_staged(inp, block.stages_config())
     targets = staged.passes()
     keys = schedule_keys(cfg)
@@ -756,4 +922,3 @@ def run_staged(args: argparse.Namespace, inp: PlanInput, cfg: NeoxConfig, block:
         if args.write_config:
             print(f"\nwrote {args.write_config}" + (" (complete merged config)" if args.full else " (overlay)"))
     return _exit_code(plan, block)
-

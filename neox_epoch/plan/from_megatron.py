@@ -21,12 +21,28 @@ from neox_epoch.semantics import megatron_lm as mlm
 
 #: neox-epoch's own ``plan`` options (name -> number of values), removed before Megatron-LM parses the rest
 OWN_OPTIONS: dict[str, int] = {
-    "--framework": 1, "--framework-version": 1, "--force-version": 0, "--epochs": 1, "--json": 0,
-    "--write-config": 1, "--full": 0, "--source-epochs": -1, "--exposure": 0, "--cache": 1, "--iteration": 1,
+    "--framework": 1,
+    "--framework-version": 1,
+    "--force-version": 0,
+    "--epochs": 1,
+    "--json": 0,
+    "--write-config": 1,
+    "--full": 0,
+    "--source-epochs": -1,
+    "--exposure": 0,
+    "--cache": 1,
+    "--iteration": 1,
 }
 #: flags that make a ``plan`` command line a Megatron-LM one
-DATA_FLAGS = ("--data-path", "--train-data-path", "--valid-data-path", "--test-data-path", "--data-args-path",
-              "--per-split-data-args-path", "--mock-data")
+DATA_FLAGS = (
+    "--data-path",
+    "--train-data-path",
+    "--valid-data-path",
+    "--test-data-path",
+    "--data-args-path",
+    "--per-split-data-args-path",
+    "--mock-data",
+)
 
 
 def is_megatron_argv(argv: Sequence[str]) -> bool:
@@ -79,8 +95,10 @@ def _specs(blend: Blend | None) -> tuple[SourceSpec, ...]:
     if blend is None:
         return ()
     prefixes, weights = blend
-    return tuple(SourceSpec(p, None if weights is None else float(w)) for p, w in
-                 zip(prefixes, weights if weights is not None else [None] * len(prefixes)))
+    return tuple(
+        SourceSpec(p, None if weights is None else float(w))
+        for p, w in zip(prefixes, weights if weights is not None else [None] * len(prefixes))
+    )
 
 
 def train_consumed(run: MegatronRun) -> int:
@@ -95,8 +113,10 @@ def _schedule_words(sched: mlm.BatchSchedule) -> str:
         return "the step schedule (" + ", ".join(f"{b} from {t} samples" for t, b in sched.steps) + ")"
     if sched.rampup is not None:
         start, inc, samples = sched.rampup
-        return f"the ramp-up (from {start}, +{inc} every {sched.rampup_samples_per_increment:g} samples up to {samples}, then " \
-               f"{sched.global_batch_size})"
+        return (
+            f"the ramp-up (from {start}, +{inc} every {sched.rampup_samples_per_increment:g} samples up to {samples}, then "
+            f"{sched.global_batch_size})"
+        )
     return f"the running batch {sched.running_global_batch_size(0)} (--decrease-batch-size-if-needed)"
 
 
@@ -105,8 +125,10 @@ def run_arithmetic(args: MegatronArgs, run: MegatronRun) -> tuple[str, ...]:
     t, g, (train, valid, test) = run.train_iters, run.global_batch_size, run.num_samples
     eg = args.eval_global_batch_size if args.eval_global_batch_size is not None else g
     eg_name = "eval_global_batch_size" if args.eval_global_batch_size is not None else "global_batch_size"
-    out = [f"Megatron-LM {args.megatron_lm_version} (update_train_iters, get_train_valid_test_num_samples, "
-           "the num-microbatches calculator):"]
+    out = [
+        f"Megatron-LM {args.megatron_lm_version} (update_train_iters, get_train_valid_test_num_samples, "
+        "the num-microbatches calculator):"
+    ]
     if args.phase_transition_iterations:
         out.append(f"train samples requested = the first phase's samples (--phase-transition-iterations) = {train}")
     elif args.train_samples:
@@ -123,12 +145,16 @@ def run_arithmetic(args: MegatronArgs, run: MegatronRun) -> tuple[str, ...]:
     elif args.skip_train:
         out.append(f"valid samples = eval_iters * {eg_name} = {args.eval_iters} * {eg} = {valid} (--skip-train)")
     elif args.start_eval_at_iter is not None:
-        out.append(f"valid samples = max(0, train_iters // eval_interval + 1 - start_eval_at_iter // eval_interval) * "
-                   f"eval_iters * {eg_name} = max(0, {t} // {args.eval_interval} + 1 - {args.start_eval_at_iter} // "
-                   f"{args.eval_interval}) * {args.eval_iters} * {eg} = {valid}")
+        out.append(
+            f"valid samples = max(0, train_iters // eval_interval + 1 - start_eval_at_iter // eval_interval) * "
+            f"eval_iters * {eg_name} = max(0, {t} // {args.eval_interval} + 1 - {args.start_eval_at_iter} // "
+            f"{args.eval_interval}) * {args.eval_iters} * {eg} = {valid}"
+        )
     else:
-        out.append(f"valid samples = (train_iters // eval_interval + 1) * eval_iters * {eg_name} = "
-                   f"({t} // {args.eval_interval} + 1) * {args.eval_iters} * {eg} = {valid}")
+        out.append(
+            f"valid samples = (train_iters // eval_interval + 1) * eval_iters * {eg_name} = "
+            f"({t} // {args.eval_interval} + 1) * {args.eval_iters} * {eg} = {valid}"
+        )
     out.append(f"test samples = eval_iters * {eg_name} = {args.eval_iters} * {eg} = {test}")
     return tuple(out)
 
@@ -146,32 +172,54 @@ def megatron_input(argv: Sequence[str], version: str) -> MegatronInput:
     if args.not_affecting_plan:
         notes.append("not affecting the plan: " + " ".join(args.not_affecting_plan))
     if args.multiple_validation_sets:
-        notes.append("--multiple-validation-sets: each validation source is evaluated on its own; the plan shows "
-                     "the valid split as one blend")
+        notes.append(
+            "--multiple-validation-sets: each validation source is evaluated on its own; the plan shows "
+            "the valid split as one blend"
+        )
     if args.exit_interval:
-        notes.append(f"--exit-interval {args.exit_interval}: this launch stops at iteration {args.exit_interval}; "
-                     "the plan is for the whole run")
+        notes.append(
+            f"--exit-interval {args.exit_interval}: this launch stops at iteration {args.exit_interval}; "
+            "the plan is for the whole run"
+        )
     if args.step_batch_size_schedule is not None:
-        notes.append(f"--step-batch-size-schedule {args.step_batch_size_schedule!r}: global batch {args.global_batch_size} "
-                     "is validate_args' default (micro x dp) that the requests and the LR schedule are counted in; "
-                     "the training steps take the schedule's batches (see the arithmetic)")
+        notes.append(
+            f"--step-batch-size-schedule {args.step_batch_size_schedule!r}: global batch {args.global_batch_size} "
+            "is validate_args' default (micro x dp) that the requests and the LR schedule are counted in; "
+            "the training steps take the schedule's batches (see the arithmetic)"
+        )
     if args.iterations_to_skip:
-        notes.append(f"--iterations-to-skip {' '.join(map(str, args.iterations_to_skip))}: those iterations draw "
-                     "their batches but do not train on them")
+        notes.append(
+            f"--iterations-to-skip {' '.join(map(str, args.iterations_to_skip))}: those iterations draw "
+            "their batches but do not train on them"
+        )
     inp = PlanInput(
-        framework="megatron-core", framework_version=version, seq_length=int(args.seq_length or 0),
-        global_batch_size=run.global_batch_size, train_sources=train, valid_sources=valid, test_sources=test,
-        per_split_paths=per_split, split=None if per_split else args.split, train_iters=run.train_iters,
-        eval_interval=args.eval_interval or max(1, run.train_iters + 1), eval_iters=args.eval_iters,
+        framework="megatron-core",
+        framework_version=version,
+        seq_length=int(args.seq_length or 0),
+        global_batch_size=run.global_batch_size,
+        train_sources=train,
+        valid_sources=valid,
+        test_sources=test,
+        per_split_paths=per_split,
+        split=None if per_split else args.split,
+        train_iters=run.train_iters,
+        eval_interval=args.eval_interval or max(1, run.train_iters + 1),
+        eval_iters=args.eval_iters,
         seed=check_seed(args.seed, "--seed", "Megatron-LM"),
-        mcore=McoreOptions(mid_level_dataset_surplus=args.mid_level_dataset_surplus, num_samples=run.num_samples,
-                           train_consumed=train_consumed(run), arithmetic=run_arithmetic(args, run),
-                           eval_global_batch_size=args.eval_global_batch_size,
-                           start_eval_at_iter=args.start_eval_at_iter),
+        mcore=McoreOptions(
+            mid_level_dataset_surplus=args.mid_level_dataset_surplus,
+            num_samples=run.num_samples,
+            train_consumed=train_consumed(run),
+            arithmetic=run_arithmetic(args, run),
+            eval_global_batch_size=args.eval_global_batch_size,
+            start_eval_at_iter=args.start_eval_at_iter,
+        ),
     )
     if args.data_cache_path and os.path.isdir(args.data_cache_path) and not os.listdir(args.data_cache_path):
-        notes.append(f"--data-cache-path {args.data_cache_path}: empty; Megatron-LM builds this run's index caches "
-                     "there on its first launch (nothing to check yet)")
+        notes.append(
+            f"--data-cache-path {args.data_cache_path}: empty; Megatron-LM builds this run's index caches "
+            "there on its first launch (nothing to check yet)"
+        )
     return MegatronInput(args=args, run=run, inp=inp, notes=tuple(notes), warnings=run_warnings(args, run))
 
 
@@ -181,23 +229,41 @@ def run_warnings(args: MegatronArgs, run: MegatronRun) -> tuple[PlanWarning, ...
     out: list[PlanWarning] = []
     v = args.megatron_lm_version
     if args.rampup_ignored:
-        out.append(PlanWarning("rampup-ignored", f"--rampup-batch-size: Megatron-LM {v} parses it and ignores it "
-                               "(init_num_microbatches_calculator only logs that it is deprecated): "
-                               + ("the step schedule sets the batch" if args.step_batch_size_schedule is not None else
-                                  f"every step takes the global batch {run.global_batch_size}; use "
-                                  "--step-batch-size-schedule for a growing batch"), "train"))
+        out.append(
+            PlanWarning(
+                "rampup-ignored",
+                f"--rampup-batch-size: Megatron-LM {v} parses it and ignores it "
+                "(init_num_microbatches_calculator only logs that it is deprecated): "
+                + (
+                    "the step schedule sets the batch"
+                    if args.step_batch_size_schedule is not None
+                    else f"every step takes the global batch {run.global_batch_size}; use "
+                    "--step-batch-size-schedule for a growing batch"
+                ),
+                "train",
+            )
+        )
     consumed, requested = train_consumed(run), run.num_samples[0]
     if consumed > requested and not args.phase_transition_iterations:
         if args.train_samples:
-            why = (f"update_train_iters counts iterations while consumed < train_samples, so the {run.train_iters} "
-                   f"iterations consume {consumed} samples, {consumed - requested} more than the {requested} asked of "
-                   "the builder (--train-samples)")
+            why = (
+                f"update_train_iters counts iterations while consumed < train_samples, so the {run.train_iters} "
+                f"iterations consume {consumed} samples, {consumed - requested} more than the {requested} asked of "
+                "the builder (--train-samples)"
+            )
         else:
-            why = (f"the builder is asked for train_iters * global_batch_size = {run.train_iters} * "
-                   f"{run.global_batch_size} = {requested} samples (the default global batch micro x dp) and the LR "
-                   f"schedule is counted in those, but the {run.train_iters} iterations consume {consumed}")
-        out.append(PlanWarning("draws-past-request", f"train: Megatron-LM {v}: {why}; a blend sized to the request "
-                               "can run out in the last iteration(s)", "train"))
+            why = (
+                f"the builder is asked for train_iters * global_batch_size = {run.train_iters} * "
+                f"{run.global_batch_size} = {requested} samples (the default global batch micro x dp) and the LR "
+                f"schedule is counted in those, but the {run.train_iters} iterations consume {consumed}"
+            )
+        out.append(
+            PlanWarning(
+                "draws-past-request",
+                f"train: Megatron-LM {v}: {why}; a blend sized to the request can run out in the last iteration(s)",
+                "train",
+            )
+        )
     out += _eval_warnings(args, run)
     return tuple(out)
 
@@ -212,12 +278,18 @@ def _eval_warnings(args: MegatronArgs, run: MegatronRun) -> list[PlanWarning]:
     asked = valid // (args.eval_iters * eg) if eg else 0
     if runs <= asked:
         return []
-    return [PlanWarning("eval-past-request", f"valid: Megatron-LM {args.megatron_lm_version} asks the builder for "
-                        f"{asked} evaluations ({valid} samples) but the run makes {runs}: the training loop evaluates "
-                        f"at every multiple of --eval-interval {args.eval_interval} from --start-eval-at-iter "
-                        f"{args.start_eval_at_iter} on (the request leaves out one evaluation when that start is a "
-                        f"multiple of the interval), then once after training; the last {(runs - asked) * args.eval_iters * eg} samples are read past the "
-                        "request; a validation blend sized to it runs out", "valid")]
+    return [
+        PlanWarning(
+            "eval-past-request",
+            f"valid: Megatron-LM {args.megatron_lm_version} asks the builder for "
+            f"{asked} evaluations ({valid} samples) but the run makes {runs}: the training loop evaluates "
+            f"at every multiple of --eval-interval {args.eval_interval} from --start-eval-at-iter "
+            f"{args.start_eval_at_iter} on (the request leaves out one evaluation when that start is a "
+            f"multiple of the interval), then once after training; the last {(runs - asked) * args.eval_iters * eg} samples are read past the "
+            "request; a validation blend sized to it runs out",
+            "valid",
+        )
+    ]
 
 
 def cache_warnings(args: MegatronArgs, plan: Plan) -> list[PlanWarning]:
@@ -236,10 +308,17 @@ def cache_warnings(args: MegatronArgs, plan: Plan) -> list[PlanWarning]:
         return [PlanWarning("cache-unreadable", f"cache: {path}: {err}")]
     out = [PlanWarning("cache-stale", f"cache: {path}: {f}") for f in res.findings]
     ours = {os.path.abspath(s.prefix) for s in plan.sources}
-    foreign = sorted({r.data_prefix for r in res.indexes if r.data_prefix and os.path.abspath(r.data_prefix) not in ours})
+    foreign = sorted(
+        {r.data_prefix for r in res.indexes if r.data_prefix and os.path.abspath(r.data_prefix) not in ours}
+    )
     if foreign:
-        out.append(PlanWarning("cache-foreign", f"cache: {path} also holds indexes of other data ({', '.join(foreign)}); "
-                                                "harmless, but a shared cache is where a stale index hides"))
+        out.append(
+            PlanWarning(
+                "cache-foreign",
+                f"cache: {path} also holds indexes of other data ({', '.join(foreign)}); "
+                "harmless, but a shared cache is where a stale index hides",
+            )
+        )
     return out
 
 
@@ -293,6 +372,8 @@ def verify_exact(argv: Sequence[str], flags: str, plan: Plan, version: str) -> M
     want = [(s.split, s.prefix, s.samples_drawn) for s in plan.sources]
     got = [(s.split, s.prefix, s.samples_drawn) for s in check.sources]
     if want != got or check.consumed != plan.consumed:
-        raise PlanError(f"exact plan: with the flags {flags!r} Megatron-LM would draw {got} ({check.consumed}), "
-                        f"not {want} ({plan.consumed}); this command line cannot be made exact by flags alone")
+        raise PlanError(
+            f"exact plan: with the flags {flags!r} Megatron-LM would draw {got} ({check.consumed}), "
+            f"not {want} ({plan.consumed}); this command line cannot be made exact by flags alone"
+        )
     return again

@@ -23,8 +23,13 @@ from neox_epoch.plan.schedule import NEOX_DECAY_STYLES, NeoxScheduleKeys
 from neox_epoch.plan.seeds import check_seed
 
 
-def plan_input_from_neox(cfg: NeoxConfig, world_size: int | None = None, gbs_override: int | None = None,
-                         launcher: LauncherSettings | None = None, batch: NeoxBatch | None = None) -> PlanInput:
+def plan_input_from_neox(
+    cfg: NeoxConfig,
+    world_size: int | None = None,
+    gbs_override: int | None = None,
+    launcher: LauncherSettings | None = None,
+    batch: NeoxBatch | None = None,
+) -> PlanInput:
     """Build a PlanInput from a merged NeoX config (NeoX semantics, its defaults where keys are absent).
 
     The batch comes first, as in NeoX (its ``calculate_derived`` runs before any other check): ``batch``
@@ -43,11 +48,13 @@ def plan_input_from_neox(cfg: NeoxConfig, world_size: int | None = None, gbs_ove
     train, valid, test, per_split = _neox_sources(cfg)
     split = cfg.values.get("split", "969, 30, 1")
     if not isinstance(split, str):
-        raise ConfigError(f"{cfg.origin.get('split')}: split: expected a string such as \"969,30,1\", found {split!r}")
+        raise ConfigError(f'{cfg.origin.get("split")}: split: expected a string such as "969,30,1", found {split!r}')
     train_iters, warmup_iters = _neox_iters(cfg)
     pack = cfg.values.get("pack_impl", "packed")
     if pack != "packed":
-        raise ConfigError(f"{cfg.origin.get('pack_impl')}: pack_impl: {pack!r} is not planned; only \"packed\" is supported")
+        raise ConfigError(
+            f'{cfg.origin.get("pack_impl")}: pack_impl: {pack!r} is not planned; only "packed" is supported'
+        )
     return PlanInput(
         framework="neox",
         framework_version="",
@@ -61,15 +68,17 @@ def plan_input_from_neox(cfg: NeoxConfig, world_size: int | None = None, gbs_ove
         train_iters=train_iters,
         eval_interval=get_int(cfg, "eval_interval", 1000) or 1000,
         eval_iters=get_int(cfg, "eval_iters", 100, positive=False) or 0,
-        seed=check_seed(get_int(cfg, "seed", 1234, positive=False) or 0,
-                        f"{cfg.origin.get('seed', '<config>')}: seed", "GPT-NeoX"),
+        seed=check_seed(
+            get_int(cfg, "seed", 1234, positive=False) or 0, f"{cfg.origin.get('seed', '<config>')}: seed", "GPT-NeoX"
+        ),
         warmup_iters=warmup_iters,
         neox=_neox_options(cfg, mbs, gas),
     )
 
 
-def _neox_sources(cfg: NeoxConfig) -> tuple[tuple[SourceSpec, ...], tuple[SourceSpec, ...],
-                                            tuple[SourceSpec, ...], bool]:
+def _neox_sources(
+    cfg: NeoxConfig,
+) -> tuple[tuple[SourceSpec, ...], tuple[SourceSpec, ...], tuple[SourceSpec, ...], bool]:
     """The train, valid and test sources, and whether they come per split (train_data_paths) or from data_path."""
     check_data_keys(cfg)
     train_paths = get_paths(cfg, "train_data_paths")
@@ -77,8 +86,12 @@ def _neox_sources(cfg: NeoxConfig) -> tuple[tuple[SourceSpec, ...], tuple[Source
         tw = get_weights(cfg, "train_data_weights", len(train_paths))
         vp, tp = get_paths(cfg, "valid_data_paths"), get_paths(cfg, "test_data_paths")
         vw, tsw = get_weights(cfg, "valid_data_weights", len(vp)), get_weights(cfg, "test_data_weights", len(tp))
-        return (tuple(SourceSpec(p, w) for p, w in zip(train_paths, tw)),
-                tuple(SourceSpec(p, w) for p, w in zip(vp, vw)), tuple(SourceSpec(p, w) for p, w in zip(tp, tsw)), True)
+        return (
+            tuple(SourceSpec(p, w) for p, w in zip(train_paths, tw)),
+            tuple(SourceSpec(p, w) for p, w in zip(vp, vw)),
+            tuple(SourceSpec(p, w) for p, w in zip(tp, tsw)),
+            True,
+        )
     dp = cfg.values.get("data_path")
     if not dp:
         raise ConfigError("data_path: none of data_path or train_data_paths is set; point data_path at a prefix")
@@ -92,9 +105,11 @@ def _neox_iters(cfg: NeoxConfig) -> tuple[int | None, int | None]:
     train_iters = get_int(cfg, "train_iters")
     if train_iters is not None and get_int(cfg, "train_epochs") is not None and cfg.block is None:
         # NeoX's validate_train_epochs (with the neox_epoch block the plugin clears train_epochs before it runs)
-        raise ConfigError(f"{cfg.origin.get('train_epochs', '<config>')}: train_epochs: given with train_iters "
-                          f"(in {cfg.origin.get('train_iters', '<config>')}); NeoX refuses both (\"Cannot specify both "
-                          "train epochs and train iters simultaneously\"): keep one of them")
+        raise ConfigError(
+            f"{cfg.origin.get('train_epochs', '<config>')}: train_epochs: given with train_iters "
+            f'(in {cfg.origin.get("train_iters", "<config>")}); NeoX refuses both ("Cannot specify both '
+            'train epochs and train iters simultaneously"): keep one of them'
+        )
     warm = get_float(cfg, "warmup", 0.01)
     lr_decay = get_int(cfg, "lr_decay_iters") or train_iters
     warmup_iters = int(warm * lr_decay) if (warm is not None and lr_decay) else None
@@ -132,7 +147,9 @@ def schedule_keys(cfg: NeoxConfig) -> NeoxScheduleKeys:
 
     extra = cfg.values.get("extra_save_iters") or []
     if not isinstance(extra, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in extra):
-        raise ConfigError(f"{where('extra_save_iters')}: {extra!r}; expected a list of iteration numbers, e.g. [0, 500]")
+        raise ConfigError(
+            f"{where('extra_save_iters')}: {extra!r}; expected a list of iteration numbers, e.g. [0, 500]"
+        )
     factor = get_float(cfg, "checkpoint_factor")
     if factor is not None and factor <= 0:
         raise ConfigError(f"{where('checkpoint_factor')}: {factor}; expected a number > 0")

@@ -120,8 +120,10 @@ def split_phase_groups(argv: Sequence[str]) -> tuple[list[str], dict[int, list[s
     rest = list(argv[first:])
     while rest:
         if len(rest) < 2 or not rest[1].isdigit() or int(rest[1]) < 1:
-            raise ConfigError(f"--phase {rest[1] if len(rest) > 1 else ''}: expected --phase K (K = 1, 2, ...) followed by "
-                              "that phase's flags, e.g. --phase 2 --data-path 1 data/code")
+            raise ConfigError(
+                f"--phase {rest[1] if len(rest) > 1 else ''}: expected --phase K (K = 1, 2, ...) followed by "
+                "that phase's flags, e.g. --phase 2 --data-path 1 data/code"
+            )
         k = int(rest[1])
         end = next((i for i in range(2, len(rest)) if rest[i] == PHASE_OPTION), len(rest))
         if k in groups:
@@ -139,8 +141,10 @@ def phase_lines(base: Sequence[str], groups: Mapping[int, Sequence[str]], count:
     """Each phase's command line: the previous phase's with the phase's own flags replacing the same flags."""
     for k in groups:
         if k > count:
-            raise ConfigError(f"--phase {k}: the run has {count} phases (--phase-transition-iterations gives "
-                              f"{count - 1} transitions); give --phase 1 .. --phase {count}")
+            raise ConfigError(
+                f"--phase {k}: the run has {count} phases (--phase-transition-iterations gives "
+                f"{count - 1} transitions); give --phase 1 .. --phase {count}"
+            )
     lines: list[list[str]] = []
     line = list(base)
     for k in range(1, count + 1):
@@ -156,8 +160,15 @@ def phase_lines(base: Sequence[str], groups: Mapping[int, Sequence[str]], count:
 
 def _order(sp: SourcePlan, mi: MegatronInput) -> tuple[object, ...]:
     a = mi.args
-    return (os.path.abspath(sp.prefix), tuple(sp.document_range), a.seq_length, a.seed, sp.epochs_built,
-            sp.separate_final_epoch, a.split if not mi.inp.per_split_paths else None)
+    return (
+        os.path.abspath(sp.prefix),
+        tuple(sp.document_range),
+        a.seq_length,
+        a.seed,
+        sp.epochs_built,
+        sp.separate_final_epoch,
+        a.split if not mi.inp.per_split_paths else None,
+    )
 
 
 def phase_input(mi: MegatronInput, first: int, end: int) -> MegatronInput:
@@ -165,14 +176,30 @@ def phase_input(mi: MegatronInput, first: int, end: int) -> MegatronInput:
     a, run = mi.args, mi.run
     g = run.global_batch_size
     train, valid, test = mlm.get_train_valid_test_num_samples(
-        run.train_iters, a.train_samples, g, a.eval_interval, a.eval_iters, a.full_validation, a.skip_train,
-        a.phase_transition_iterations, first, a.eval_global_batch_size, a.start_eval_at_iter)
+        run.train_iters,
+        a.train_samples,
+        g,
+        a.eval_interval,
+        a.eval_iters,
+        a.full_validation,
+        a.skip_train,
+        a.phase_transition_iterations,
+        first,
+        a.eval_global_batch_size,
+        a.start_eval_at_iter,
+    )
     samples = (end - first) * g
-    mcore = replace(mi.inp.mcore, num_samples=(train, valid, test), train_consumed=samples,
-                    arithmetic=(f"Megatron-LM {a.megatron_lm_version} (get_train_valid_test_num_samples at iteration "
-                                f"{first}): train samples requested = the phase's own = {train}",
-                                f"the phase trains iterations {first}..{end - 1}: {end - first} x {g} = {samples} "
-                                "samples, from its dataset's sample 0"))
+    mcore = replace(
+        mi.inp.mcore,
+        num_samples=(train, valid, test),
+        train_consumed=samples,
+        arithmetic=(
+            f"Megatron-LM {a.megatron_lm_version} (get_train_valid_test_num_samples at iteration "
+            f"{first}): train samples requested = the phase's own = {train}",
+            f"the phase trains iterations {first}..{end - 1}: {end - first} x {g} = {samples} "
+            "samples, from its dataset's sample 0",
+        ),
+    )
     inp = replace(mi.inp, train_iters=end - first, mcore=mcore)
     return replace(mi, inp=inp)
 
@@ -182,14 +209,21 @@ def _check_same(lines: Sequence[MegatronInput]) -> None:
     first = lines[0]
     for k, mi in enumerate(lines[1:], start=2):
         for what, a, b, flag in (
-                ("--phase-transition-iterations", first.args.phase_transition_iterations,
-                 mi.args.phase_transition_iterations, "--phase-transition-iterations"),
-                ("global batch", first.run.global_batch_size, mi.run.global_batch_size, "--global-batch-size"),
-                ("--train-samples", first.args.train_samples, mi.args.train_samples, "--train-samples")):
+            (
+                "--phase-transition-iterations",
+                first.args.phase_transition_iterations,
+                mi.args.phase_transition_iterations,
+                "--phase-transition-iterations",
+            ),
+            ("global batch", first.run.global_batch_size, mi.run.global_batch_size, "--global-batch-size"),
+            ("--train-samples", first.args.train_samples, mi.args.train_samples, "--train-samples"),
+        ):
             if a != b:
-                raise ConfigError(f"--phase {k}: {what} {b} differs from phase 1's {a}; Megatron-LM's phases need the "
-                                  f"same {flag} in every launch (the global batch is checked on load): drop {flag} "
-                                  f"from --phase {k}")
+                raise ConfigError(
+                    f"--phase {k}: {what} {b} differs from phase 1's {a}; Megatron-LM's phases need the "
+                    f"same {flag} in every launch (the global batch is checked on load): drop {flag} "
+                    f"from --phase {k}"
+                )
 
 
 def plan_phases(base: Sequence[str], groups: Mapping[int, Sequence[str]], version: str) -> PhasesPlan:
@@ -198,22 +232,27 @@ def plan_phases(base: Sequence[str], groups: Mapping[int, Sequence[str]], versio
     first = megatron_input(base, version)
     transitions = first.args.phase_transition_iterations
     if not transitions:
-        raise ConfigError("--phase: goes with --phase-transition-iterations T1,T2,... (the iterations where "
-                          "Megatron-LM saves, exits and the next phase's launch resumes)")
+        raise ConfigError(
+            "--phase: goes with --phase-transition-iterations T1,T2,... (the iterations where "
+            "Megatron-LM saves, exits and the next phase's launch resumes)"
+        )
     if first.args.train_samples is None:
         raise ConfigError(
             f"--phase-transition-iterations {','.join(map(str, transitions))}: Megatron-LM "
             f"{first.args.megatron_lm_version} raises TypeError ('<=' not supported between instances of 'NoneType' "
             "and 'int') in get_train_valid_test_num_samples with --train-iters: the phase bounds end with "
-            "train_samples; give --train-samples N (iterations x global batch) instead of --train-iters")
+            "train_samples; give --train-samples N (iterations x global batch) instead of --train-iters"
+        )
     lines = [first] + [megatron_input(argv, version) for argv in phase_lines(base, groups, len(transitions) + 1)[1:]]
     _check_same(lines)
     g, total = first.run.global_batch_size, int(first.args.train_samples)
     bounds = [0, *transitions, total // g]
     if any(b >= bounds[-1] for b in transitions) or len(set(bounds)) != len(bounds):
-        raise ConfigError(f"--phase-transition-iterations {','.join(map(str, transitions))}: expected distinct "
-                          f"iterations inside the run (train_samples {total} // global batch {g} = {bounds[-1]} "
-                          "iterations)")
+        raise ConfigError(
+            f"--phase-transition-iterations {','.join(map(str, transitions))}: expected distinct "
+            f"iterations inside the run (train_samples {total} // global batch {g} = {bounds[-1]} "
+            "iterations)"
+        )
     argvs = phase_lines(base, groups, len(transitions) + 1)
     phases: list[Phase] = []
     drawn: dict[str, list[PhaseSource]] = {}
@@ -229,16 +268,34 @@ def plan_phases(base: Sequence[str], groups: Mapping[int, Sequence[str]], versio
             best = max(same, key=lambda r: r.draws, default=None)
             again = min(sp.samples_drawn, best.draws) if best is not None else 0
             row = PhaseSource(
-                name=sp.name, prefix=sp.prefix, samples_per_epoch=sp.samples_per_epoch, draws=sp.samples_drawn,
-                epochs_built=sp.epochs_built, separate_final_epoch=sp.separate_final_epoch, order=order,
-                earlier_draws=sum(r.draws for r in before), again=again,
+                name=sp.name,
+                prefix=sp.prefix,
+                samples_per_epoch=sp.samples_per_epoch,
+                draws=sp.samples_drawn,
+                epochs_built=sp.epochs_built,
+                separate_final_epoch=sp.separate_final_epoch,
+                order=order,
+                earlier_draws=sum(r.draws for r in before),
+                again=again,
                 again_phase=_phase_of(phases, best) if best is not None else None,
-                other_order=any(r.order != order for r in before if r.draws))
+                other_order=any(r.order != order for r in before if r.draws),
+            )
             rows.append(row)
         for row in rows:
             drawn.setdefault(row.name, []).append(row)
-        phases.append(Phase(k + 1, start, end, (end - start) * g, int(pmi.inp.mcore.num_samples[0] or 0), 0,
-                            tuple(argvs[k]), plan, tuple(rows)))
+        phases.append(
+            Phase(
+                k + 1,
+                start,
+                end,
+                (end - start) * g,
+                int(pmi.inp.mcore.num_samples[0] or 0),
+                0,
+                tuple(argvs[k]),
+                plan,
+                tuple(rows),
+            )
+        )
     return PhasesPlan(tuple(transitions), g, total, tuple(phases), version)
 
 
@@ -256,19 +313,25 @@ def _phase_of(phases: Sequence[Phase], row: PhaseSource) -> int | None:
 def phase_report(pp: PhasesPlan) -> list[str]:
     """Per phase: its iterations, the builder's request, where the loader starts, and per source what it
     trains again / where a continuation would start; then what no phase reaches."""
-    out = [f"Megatron-LM phases (--phase-transition-iterations {','.join(map(str, pp.transitions))}, train_samples "
-           f"{pp.train_samples}, global batch {pp.global_batch_size}): each phase's launch asks the builder for that "
-           "phase's samples only and starts its data loader at the phase's sample 0; one --seed for every source"]
+    out = [
+        f"Megatron-LM phases (--phase-transition-iterations {','.join(map(str, pp.transitions))}, train_samples "
+        f"{pp.train_samples}, global batch {pp.global_batch_size}): each phase's launch asks the builder for that "
+        "phase's samples only and starts its data loader at the phase's sample 0; one --seed for every source"
+    ]
     for ph in pp.phases:
-        out.append(f"phase {ph.number}: iterations {ph.first_iteration}..{ph.end_iteration - 1} ({ph.samples} samples); "
-                   f"builder asked for {ph.requested} train samples; loader starts at sample {ph.loader_start}")
+        out.append(
+            f"phase {ph.number}: iterations {ph.first_iteration}..{ph.end_iteration - 1} ({ph.samples} samples); "
+            f"builder asked for {ph.requested} train samples; loader starts at sample {ph.loader_start}"
+        )
         for s in ph.sources:
             out.append("  " + source_line(s))
     missing = {n: v for n, v in pp.never_reached().items()}
     for name, never in missing.items():
         if never is None:
-            out.append(f"{name}: drawn in other orders (or past one epoch) by different phases: which samples no phase "
-                       "trains is not countable from the draws (see each phase's tokens unseen)")
+            out.append(
+                f"{name}: drawn in other orders (or past one epoch) by different phases: which samples no phase "
+                "trains is not countable from the draws (see each phase's tokens unseen)"
+            )
         elif never:
             n = next(s.samples_per_epoch for ph in pp.phases for s in ph.sources if s.name == name)
             out.append(f"{name}: {never} of its {n} samples per epoch are never trained by any phase")
@@ -277,22 +340,32 @@ def phase_report(pp: PhasesPlan) -> list[str]:
 
 def source_line(s: PhaseSource) -> str:
     """One source of one phase in words."""
-    head = (f"{s.name}: draws {s.draws} ({s.draws / s.samples_per_epoch:.4g} passes of {s.samples_per_epoch}), "
-            f"its samples 0..{max(s.draws - 1, 0)} of {s.epochs_built} epoch(s) built")
+    head = (
+        f"{s.name}: draws {s.draws} ({s.draws / s.samples_per_epoch:.4g} passes of {s.samples_per_epoch}), "
+        f"its samples 0..{max(s.draws - 1, 0)} of {s.epochs_built} epoch(s) built"
+    )
     if not s.earlier_draws:
         return head + "; first phase to draw it"
     done, at = divmod(s.earlier_draws, s.samples_per_epoch)
     if at == 0:
-        return (f"{head}; earlier phases drew exactly {done} whole pass(es), so starting at its sample 0 begins pass "
-                f"{done + 1}: a continuation")
-    cont = (f"a continuation would start at its draw {s.earlier_draws} (pass {done + 1}, sample {at}); Megatron-LM "
-            "starts it at its sample 0")
+        return (
+            f"{head}; earlier phases drew exactly {done} whole pass(es), so starting at its sample 0 begins pass "
+            f"{done + 1}: a continuation"
+        )
+    cont = (
+        f"a continuation would start at its draw {s.earlier_draws} (pass {done + 1}, sample {at}); Megatron-LM "
+        "starts it at its sample 0"
+    )
     if s.again:
         new = s.draws - s.again
-        return (f"{head}; {s.again} of them are phase {s.again_phase}'s first {s.again} samples again, in the same "
-                f"order (same seed, documents and epochs built){f', {new} new' if new else ''}; {cont}")
-    return (f"{head}; another order than the earlier phases' (seed or epochs built differ): what it trains overlaps "
-            f"theirs at random; {cont}")
+        return (
+            f"{head}; {s.again} of them are phase {s.again_phase}'s first {s.again} samples again, in the same "
+            f"order (same seed, documents and epochs built){f', {new} new' if new else ''}; {cont}"
+        )
+    return (
+        f"{head}; another order than the earlier phases' (seed or epochs built differ): what it trains overlaps "
+        f"theirs at random; {cont}"
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -382,8 +455,9 @@ def _wsd_style(tokens: Sequence[str]) -> str:
     return style
 
 
-def phases_lr_schedule(out: Sequence[ExactPhase], decay: Mapping[str, int], mi: MegatronInput,
-                       tokens: Sequence[str]) -> tuple[StageSchedule, str]:
+def phases_lr_schedule(
+    out: Sequence[ExactPhase], decay: Mapping[str, int], mi: MegatronInput, tokens: Sequence[str]
+) -> tuple[StageSchedule, str]:
     """The one scheduler over the phases with the decay on the asked phase boundaries, and its flags in samples
     (the exact phases run sample-based: --lr-decay-samples, --lr-wsd-decay-samples)."""
     g = mi.run.global_batch_size
@@ -395,16 +469,26 @@ def phases_lr_schedule(out: Sequence[ExactPhase], decay: Mapping[str, int], mi: 
         stages.append(StageResult(f"phase {p.number}", first, p.iterations, p.iterations * g, ()))
         first += p.iterations
     names = [s.name for s in stages]
-    sd = StageDecay(from_stage=f"phase {decay['from']}" if "from" in decay else None,
-                    until_stage=f"phase {decay['until']}" if "until" in decay else None)
+    sd = StageDecay(
+        from_stage=f"phase {decay['from']}" if "from" in decay else None,
+        until_stage=f"phase {decay['until']}" if "until" in decay else None,
+    )
     try:
         StagesConfig.check_decay(sd, names)
     except ConfigError as err:
         raise ConfigError(f"--decay-from-phase/--decay-until-phase: {err}") from None
     a = mi.args
-    sched = mcore_stage_schedule(StagesPlan(tuple(stages), g, {}), sd, style=a.lr_decay_style,
-                                 wsd_style=_wsd_style(tokens), warmup_fraction=a.lr_warmup_fraction,
-                                 warmup_samples=a.lr_warmup_samples, lr=a.lr, min_lr=a.min_lr, init_lr=a.lr_warmup_init)
+    sched = mcore_stage_schedule(
+        StagesPlan(tuple(stages), g, {}),
+        sd,
+        style=a.lr_decay_style,
+        wsd_style=_wsd_style(tokens),
+        warmup_fraction=a.lr_warmup_fraction,
+        warmup_samples=a.lr_warmup_samples,
+        lr=a.lr,
+        min_lr=a.min_lr,
+        init_lr=a.lr_warmup_init,
+    )
     settings: dict[str, object] = {}
     for key, value in sched.settings.items():
         if key.endswith("-iters"):
@@ -428,7 +512,8 @@ def _check_whole(per_phase: Sequence[dict[str, float]]) -> None:
                     f"starts every phase at each source's sample 0 (no flag gives a source an offset), so phase "
                     f"{last[name] + 1} would train {name}'s first samples again and never reach the rest; give {name} "
                     f"whole passes in every phase but its last ({name}={max(1, round(p))}), or draw its fractional pass "
-                    "in its last phase")
+                    "in its last phase"
+                )
 
 
 def _check_whole_batches(out: Sequence[ExactPhase], per_phase: Sequence[dict[str, float]], g: int) -> None:
@@ -438,11 +523,18 @@ def _check_whole_batches(out: Sequence[ExactPhase], per_phase: Sequence[dict[str
 
     totals = []
     for k, p in enumerate(out):
-        wanted = {s.name: round(p.targets.get(s.name, p.targets.get(s.prefix, 0)) * s.samples_per_epoch)
-                  for s in p.plan.sources if s.split == "train"}
-        short = [(s.name, wanted[s.name], s.samples_drawn) for s in p.plan.sources if s.split == "train"
-                 and s.samples_drawn != wanted[s.name]
-                 and any(per_phase[j].get(s.name) for j in range(k + 1, len(per_phase)))]
+        wanted = {
+            s.name: round(p.targets.get(s.name, p.targets.get(s.prefix, 0)) * s.samples_per_epoch)
+            for s in p.plan.sources
+            if s.split == "train"
+        }
+        short = [
+            (s.name, wanted[s.name], s.samples_drawn)
+            for s in p.plan.sources
+            if s.split == "train"
+            and s.samples_drawn != wanted[s.name]
+            and any(per_phase[j].get(s.name) for j in range(k + 1, len(per_phase)))
+        ]
         if short:
             totals.append((k, sum(wanted.values()), short))
     if not totals:
@@ -451,21 +543,26 @@ def _check_whole_batches(out: Sequence[ExactPhase], per_phase: Sequence[dict[str
     divisor = math.gcd(*[t for _, t, _ in totals])
     fit = max(d for d in range(1, g + 1) if divisor % d == 0)
     name, want, got = short[0]
-    raise PlanError(f"--phase {k + 1}: {name} needs {want} samples (its whole passes) but the phase's {total} samples are "
-                    f"not whole global batches of {g}: it draws {got}, and the next phase that draws {name} restarts at its "
-                    f"sample 0 and never reaches the rest; use a global batch that divides every such phase's samples "
-                    f"(--global-batch-size {fit}), or give {name} its last passes in one phase")
+    raise PlanError(
+        f"--phase {k + 1}: {name} needs {want} samples (its whole passes) but the phase's {total} samples are "
+        f"not whole global batches of {g}: it draws {got}, and the next phase that draws {name} restarts at its "
+        f"sample 0 and never reaches the rest; use a global batch that divides every such phase's samples "
+        f"(--global-batch-size {fit}), or give {name} its last passes in one phase"
+    )
 
 
-def _phase_targets(lines: Sequence[Sequence[str]], targets: Mapping[int, Mapping[str, float]],
-                   version: str) -> list[dict[str, float]]:
+def _phase_targets(
+    lines: Sequence[Sequence[str]], targets: Mapping[int, Mapping[str, float]], version: str
+) -> list[dict[str, float]]:
     """Passes per source for each phase's line (``{"*": E}``: every source of that phase)."""
     per_phase: list[dict[str, float]] = []
     for k in range(1, len(lines) + 1):
         given = targets.get(k)
         if given is None:
-            raise ConfigError(f"--phase {k}: exact mode needs each phase's passes; add --source-epochs NAME=E ... (or "
-                              f"--epochs E) to --phase {k}")
+            raise ConfigError(
+                f"--phase {k}: exact mode needs each phase's passes; add --source-epochs NAME=E ... (or "
+                f"--epochs E) to --phase {k}"
+            )
         if "*" in given:
             mi = megatron_input(list(lines[k - 1]), version)
             given = {s.label: given["*"] for s in mi.inp.train_sources}
@@ -473,9 +570,13 @@ def _phase_targets(lines: Sequence[Sequence[str]], targets: Mapping[int, Mapping
     return per_phase
 
 
-def exact_phases(base: Sequence[str], groups: Mapping[int, Sequence[str]], version: str,
-                 targets: Mapping[int, Mapping[str, float]],
-                 decay: Mapping[str, int] | None = None) -> tuple[list[ExactPhase], PhasesPlan]:
+def exact_phases(
+    base: Sequence[str],
+    groups: Mapping[int, Sequence[str]],
+    version: str,
+    targets: Mapping[int, Mapping[str, float]],
+    decay: Mapping[str, int] | None = None,
+) -> tuple[list[ExactPhase], PhasesPlan]:
     """Per phase: the exact plan of its ``targets`` (phase -> passes per source, ``{"*": E}`` for every source) and
     the flags to paste into that phase's launch; the phase plan of the lines with those flags (checked: every phase
     draws its targets). ``decay`` (``{"from": K, "until": K}``): the learning-rate decay on those phase boundaries,
@@ -488,8 +589,12 @@ def exact_phases(base: Sequence[str], groups: Mapping[int, Sequence[str]], versi
     g = first.run.global_batch_size
     for k, targets in enumerate(per_phase, start=1):
         mi = megatron_input(lines[k - 1], version)
-        base_inp = replace(mi.inp, train_iters=None, train_samples=None,
-                           mcore=replace(mi.inp.mcore, num_samples=None, train_consumed=None, arithmetic=None))
+        base_inp = replace(
+            mi.inp,
+            train_iters=None,
+            train_samples=None,
+            mcore=replace(mi.inp.mcore, num_samples=None, train_consumed=None, arithmetic=None),
+        )
         plan = exact_plan(base_inp, dict(targets))
         out.append(ExactPhase(k, plan.train_iters, plan.train_samples, dict(targets), plan, ""))
     _check_whole_batches(out, per_phase, g)
@@ -509,6 +614,7 @@ def exact_phases(base: Sequence[str], groups: Mapping[int, Sequence[str]], versi
         flags = f"{fixed} " + data.replace(f"--train-samples {total} ", "", 1)
         final.append(replace(p, flags=flags, lr_schedule=lr_schedule))
         new_groups[p.number] = shlex.split(flags)
+
     def pasted(k: int) -> list[str]:  # phase k's own line with its flags pasted in (the data flags as a whole)
         replaced = _flags_of(new_groups[k]) + ["--train-iters"]
         if "--data-path" in replaced or "--train-data-path" in replaced:
@@ -520,8 +626,10 @@ def exact_phases(base: Sequence[str], groups: Mapping[int, Sequence[str]], versi
         want = {s.name: s.samples_drawn for s in p.plan.sources if s.split == "train"}
         got = {s.name: s.draws for s in ph.sources}
         if want != got:
-            raise PlanError(f"--phase {p.number}: with the flags {p.flags!r} Megatron-LM's phase would draw {got}, not "
-                            f"{want}; this phase cannot be made exact by flags alone")
+            raise PlanError(
+                f"--phase {p.number}: with the flags {p.flags!r} Megatron-LM's phase would draw {got}, not "
+                f"{want}; this phase cannot be made exact by flags alone"
+            )
     return final, checked
 
 
@@ -529,19 +637,47 @@ def phases_json(pp: PhasesPlan, exact: Sequence[ExactPhase] = ()) -> dict[str, o
     """The JSON of ``plan --json`` for a phased command line (keys in docs/plan.md)."""
     flags = {p.number: p for p in exact}
     return {
-        "framework": "megatron-core", "framework_version": pp.version, "phase_transition_iterations": list(pp.transitions),
-        "global_batch_size": pp.global_batch_size, "train_samples": pp.train_samples,
-        "phases": [{
-            "phase": ph.number, "first_iteration": ph.first_iteration, "end_iteration": ph.end_iteration,
-            "samples": ph.samples, "requested": ph.requested, "loader_start": ph.loader_start,
-            "sources": [{"name": s.name, "prefix": s.prefix, "samples_per_epoch": s.samples_per_epoch,
-                         "draws": s.draws, "epochs_built": s.epochs_built, "separate_final_epoch": s.separate_final_epoch,
-                         "earlier_draws": s.earlier_draws, "again": s.again, "again_phase": s.again_phase,
-                         "other_order": s.other_order} for s in ph.sources],
-            **({"targets": flags[ph.number].targets, "megatron_flags": flags[ph.number].flags}
-               if ph.number in flags else {}),
-            **({"lr_schedule": flags[ph.number].lr_schedule.to_json()}  # type: ignore[union-attr]
-               if ph.number in flags and flags[ph.number].lr_schedule is not None else {}),
-            "plan": ph.plan.to_json()} for ph in pp.phases],
+        "framework": "megatron-core",
+        "framework_version": pp.version,
+        "phase_transition_iterations": list(pp.transitions),
+        "global_batch_size": pp.global_batch_size,
+        "train_samples": pp.train_samples,
+        "phases": [
+            {
+                "phase": ph.number,
+                "first_iteration": ph.first_iteration,
+                "end_iteration": ph.end_iteration,
+                "samples": ph.samples,
+                "requested": ph.requested,
+                "loader_start": ph.loader_start,
+                "sources": [
+                    {
+                        "name": s.name,
+                        "prefix": s.prefix,
+                        "samples_per_epoch": s.samples_per_epoch,
+                        "draws": s.draws,
+                        "epochs_built": s.epochs_built,
+                        "separate_final_epoch": s.separate_final_epoch,
+                        "earlier_draws": s.earlier_draws,
+                        "again": s.again,
+                        "again_phase": s.again_phase,
+                        "other_order": s.other_order,
+                    }
+                    for s in ph.sources
+                ],
+                **(
+                    {"targets": flags[ph.number].targets, "megatron_flags": flags[ph.number].flags}
+                    if ph.number in flags
+                    else {}
+                ),
+                **(
+                    {"lr_schedule": flags[ph.number].lr_schedule.to_json()}  # type: ignore[union-attr]
+                    if ph.number in flags and flags[ph.number].lr_schedule is not None
+                    else {}
+                ),
+                "plan": ph.plan.to_json(),
+            }
+            for ph in pp.phases
+        ],
         "never_reached": pp.never_reached(),
     }

@@ -25,8 +25,21 @@ from neox_epoch.semantics.passes import passes as source_passes
 from neox_epoch.util.values import is_whole
 
 FRAMEWORKS = tuple(_FRAMEWORK_RECORDS)
-__all__ = ["FRAMEWORKS", "McoreOptions", "NeoxOptions", "Plan", "PlanInput", "PlanWarning", "SourcePlan",
-           "SourceSpec", "SplitBlend", "TokenCache", "exact_plan", "make_plan", "passes_per_source"]
+__all__ = [
+    "FRAMEWORKS",
+    "McoreOptions",
+    "NeoxOptions",
+    "Plan",
+    "PlanInput",
+    "PlanWarning",
+    "SourcePlan",
+    "SourceSpec",
+    "SplitBlend",
+    "TokenCache",
+    "exact_plan",
+    "make_plan",
+    "passes_per_source",
+]
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -125,7 +138,9 @@ def _train_iters(inp: PlanInput, builds: list[SplitBuild | None] | None = None) 
             f"({size} // {loader_batch}) * {o.train_epochs} // {o.gradient_accumulation_steps} = {iters} "
             "(NeoX's update_iterations; the loader batch is micro * dp, drop_last)"
         )
-    raise PlanError("train_iters: not set; give train_iters (or --train-samples, or train_epochs), or ask for --epochs N")
+    raise PlanError(
+        "train_iters: not set; give train_iters (or --train-samples, or train_epochs), or ask for --epochs N"
+    )
 
 
 def _builds(inp: PlanInput, cache: TokenCache) -> tuple[list[SplitBuild | None], int, str]:
@@ -162,8 +177,9 @@ def _train_screen(inp: PlanInput, built: Built, memo: DrawsMemo) -> tuple[list[i
     return draws, all(d.build.samples_built >= n for d, n in zip(sb.datasets, draws))
 
 
-def make_plan(inp: PlanInput, targets: Sequence[int] | None = None, cache: TokenCache | None = None,
-              memo: DrawsMemo | None = None) -> Plan:
+def make_plan(
+    inp: PlanInput, targets: Sequence[int] | None = None, cache: TokenCache | None = None, memo: DrawsMemo | None = None
+) -> Plan:
     """Plan ``inp`` as the framework will run it (train_iters, train_samples or NeoX train_epochs required).
 
     ``cache`` keeps the token sums of (prefix, first, last sequence) between calls, so the exact-mode
@@ -183,8 +199,9 @@ def _plan_from(inp: PlanInput, built: Built, targets: Sequence[int] | None, memo
     blends: list[SplitBlend] = []
     warnings: list[PlanWarning] = []
     arithmetic = [iters_line] if iters_line else []
-    arithmetic += list(inp.mcore.arithmetic) if inp.mcore.arithmetic is not None else _consumed_lines(
-        inp, train_iters, consumed)
+    arithmetic += (
+        list(inp.mcore.arithmetic) if inp.mcore.arithmetic is not None else _consumed_lines(inp, train_iters, consumed)
+    )
     a = fw.extra_token(inp)
     # train_epochs mode: the loaders (drop_last) are cycled, so at most their full batches are ever drawn
     loader_batch = _loader_batch(inp) if _epochs_mode(inp) else None
@@ -206,43 +223,63 @@ def _plan_from(inp: PlanInput, built: Built, targets: Sequence[int] | None, memo
     warnings.extend(_run_warnings(inp, train_iters, sources))
     requested = fw.train_request(inp)
     return Plan(
-        framework=inp.framework, framework_version=inp.framework_version, seq_length=inp.seq_length,
-        global_batch_size=gbs, train_iters=train_iters,
+        framework=inp.framework,
+        framework_version=inp.framework_version,
+        seq_length=inp.seq_length,
+        global_batch_size=gbs,
+        train_iters=train_iters,
         train_samples=requested if requested is not None else train_iters * gbs,
-        consumed={s: c for s, c in zip(SPLITS, consumed)}, sources=tuple(sources), blends=tuple(blends),
-        warnings=tuple(warnings), arithmetic=tuple(arithmetic),
+        consumed={s: c for s, c in zip(SPLITS, consumed)},
+        sources=tuple(sources),
+        blends=tuple(blends),
+        warnings=tuple(warnings),
+        arithmetic=tuple(arithmetic),
     )
 
 
 def _consumed_lines(inp: PlanInput, train_iters: int, consumed: Sequence[int]) -> list[str]:
     """The arithmetic of the samples each split draws (builds.eval_consumption's)."""
     gbs, o = inp.global_batch_size, inp.mcore
-    eg, name = (o.eval_global_batch_size, "eval_global_batch_size") if o.eval_global_batch_size else (
-        gbs, "global_batch_size")
+    eg, name = (
+        (o.eval_global_batch_size, "eval_global_batch_size") if o.eval_global_batch_size else (gbs, "global_batch_size")
+    )
     if o.start_eval_at_iter is not None:
-        valid = (f"valid samples = max(0, train_iters // eval_interval + 1 - start_eval_at_iter // eval_interval) * "
-                 f"eval_iters * {name} = max(0, {train_iters} // {inp.eval_interval} + 1 - {o.start_eval_at_iter} // "
-                 f"{inp.eval_interval}) * {inp.eval_iters} * {eg} = {consumed[1]}")
+        valid = (
+            f"valid samples = max(0, train_iters // eval_interval + 1 - start_eval_at_iter // eval_interval) * "
+            f"eval_iters * {name} = max(0, {train_iters} // {inp.eval_interval} + 1 - {o.start_eval_at_iter} // "
+            f"{inp.eval_interval}) * {inp.eval_iters} * {eg} = {consumed[1]}"
+        )
     else:
-        valid = (f"valid samples = (train_iters // eval_interval + 1) * eval_iters * {name} = "
-                 f"({train_iters} // {inp.eval_interval} + 1) * {inp.eval_iters} * {eg} = {consumed[1]}")
-    train = (f"train samples consumed = train_iters * global_batch_size = {train_iters} * {gbs} = {consumed[0]}"
-             if o.train_consumed is None else f"train samples consumed = the batch schedule summed over {train_iters} "
-                                              f"iterations = {consumed[0]}")
-    return [train, valid,
-            f"test samples = eval_iters * {name} = {inp.eval_iters} * {eg} = {consumed[2]}"]
+        valid = (
+            f"valid samples = (train_iters // eval_interval + 1) * eval_iters * {name} = "
+            f"({train_iters} // {inp.eval_interval} + 1) * {inp.eval_iters} * {eg} = {consumed[1]}"
+        )
+    train = (
+        f"train samples consumed = train_iters * global_batch_size = {train_iters} * {gbs} = {consumed[0]}"
+        if o.train_consumed is None
+        else f"train samples consumed = the batch schedule summed over {train_iters} iterations = {consumed[0]}"
+    )
+    return [train, valid, f"test samples = eval_iters * {name} = {inp.eval_iters} * {eg} = {consumed[2]}"]
 
 
 def _past_end_warning(inp: PlanInput, split: str, consumed: int, size: int, full: str) -> PlanWarning:
     """More samples consumed than the split's dataset offers: NeoX's loader starts over; Megatron-LM's sampler
     ends, and the run stops with an error in that iteration (or evaluation)."""
     if framework_of(inp).sampler_ends(inp):
-        return PlanWarning("runs-out", f"{split}: {consumed} samples consumed but the {split} dataset offers {size}: "
-                                       "Megatron-LM's sampler has no batch left and its data iterator stops the run "
-                                       "with StopIteration", split)
-    return PlanWarning("loader-restart", f"{split}: {consumed} samples consumed but the {split} dataset offers "
-                                         f"{size}{full}; NeoX's loader starts over from its first sample (the same "
-                                         "order again)", split)
+        return PlanWarning(
+            "runs-out",
+            f"{split}: {consumed} samples consumed but the {split} dataset offers {size}: "
+            "Megatron-LM's sampler has no batch left and its data iterator stops the run "
+            "with StopIteration",
+            split,
+        )
+    return PlanWarning(
+        "loader-restart",
+        f"{split}: {consumed} samples consumed but the {split} dataset offers "
+        f"{size}{full}; NeoX's loader starts over from its first sample (the same "
+        "order again)",
+        split,
+    )
 
 
 def _source_plan(inp: PlanInput, d: Dataset, drawn: int, a: int, target: int | None) -> SourcePlan:
@@ -250,13 +287,24 @@ def _source_plan(inp: PlanInput, d: Dataset, drawn: int, a: int, target: int | N
     unseen = expected_unseen(b, drawn, inp.seq_length, a, separate_all=inp.neox.separate_epochs)
     passes = source_passes(drawn, b.samples_per_epoch, d.tokens, inp.seq_length) or 0.0  # None only without tokens
     return SourcePlan(
-        name=d.source.spec.label, prefix=d.source.spec.prefix, split=d.split,
-        documents=d.doc_range[1] - d.doc_range[0], document_range=d.doc_range, tokens=d.tokens,
-        samples_per_epoch=b.samples_per_epoch, samples_requested=b.samples_requested, epochs_built=b.epochs,
-        samples_built=b.samples_built, length=b.length,
+        name=d.source.spec.label,
+        prefix=d.source.spec.prefix,
+        split=d.split,
+        documents=d.doc_range[1] - d.doc_range[0],
+        document_range=d.doc_range,
+        tokens=d.tokens,
+        samples_per_epoch=b.samples_per_epoch,
+        samples_requested=b.samples_requested,
+        epochs_built=b.epochs,
+        samples_built=b.samples_built,
+        length=b.length,
         separate_final_epoch=b.separate_final_epoch or (inp.neox.separate_epochs and b.epochs > 1),
-        samples_drawn=drawn, passes=round(passes, 6), tokens_unseen=unseen.tokens, tokens_unseen_exact=unseen.exact,
-        target_samples=target, formula=b.formula,
+        samples_drawn=drawn,
+        passes=round(passes, 6),
+        tokens_unseen=unseen.tokens,
+        tokens_unseen_exact=unseen.exact,
+        target_samples=target,
+        formula=b.formula,
     )
 
 
@@ -264,26 +312,41 @@ def _source_warnings(inp: PlanInput, past_end: str, d: Dataset, drawn: int) -> l
     b, split, label = d.build, d.split, d.source.spec.label
     out = []
     if b.samples_per_epoch <= 0:
-        out.append(PlanWarning(
-            "zero-samples-per-epoch",
-            f"{split}: {label}: 0 samples per epoch: its {d.tokens:,d} tokens are fewer than one sample needs "
-            f"(seq_length {inp.seq_length} + 1); the framework repeats the split {b.epochs} times to build "
-            f"{b.samples_built} samples that each span the whole split; lower seq_length or add data", split, label))
+        out.append(
+            PlanWarning(
+                "zero-samples-per-epoch",
+                f"{split}: {label}: 0 samples per epoch: its {d.tokens:,d} tokens are fewer than one sample needs "
+                f"(seq_length {inp.seq_length} + 1); the framework repeats the split {b.epochs} times to build "
+                f"{b.samples_built} samples that each span the whole split; lower seq_length or add data",
+                split,
+                label,
+            )
+        )
     if drawn > b.samples_built:
-        out.append(PlanWarning(
-            "oversampled",
-            f"{split}: {label} is drawn {drawn} times but has {b.samples_built} samples: {past_end}", split, label))
+        out.append(
+            PlanWarning(
+                "oversampled",
+                f"{split}: {label} is drawn {drawn} times but has {b.samples_built} samples: {past_end}",
+                split,
+                label,
+            )
+        )
     if inp.neox.separate_epochs:
         return out
     sp = spillover(b, drawn)
     if sp is not None and drawn + inp.global_batch_size <= b.samples_built:
         unseen, more = sp
         passes = drawn / max(1, b.samples_per_epoch)
-        out.append(PlanWarning(
-            "spillover",
-            f"{split}: {label}: index built for {b.epochs} epochs ({b.samples_built} samples) shuffled jointly, "
-            f"{drawn} drawn ({passes:.3f} passes): expected {unseen:.1%} of its tokens never seen and {more:.1%} "
-            "seen more often than the passes suggest (cross-epoch spillover)", split, label))
+        out.append(
+            PlanWarning(
+                "spillover",
+                f"{split}: {label}: index built for {b.epochs} epochs ({b.samples_built} samples) shuffled jointly, "
+                f"{drawn} drawn ({passes:.3f} passes): expected {unseen:.1%} of its tokens never seen and {more:.1%} "
+                "seen more often than the passes suggest (cross-epoch spillover)",
+                split,
+                label,
+            )
+        )
     return out
 
 
@@ -291,16 +354,24 @@ def _run_warnings(inp: PlanInput, train_iters: int, sources: list[SourcePlan]) -
     out = []
     for s in sources:
         if s.split == "valid" and s.passes > 1.0:
-            out.append(PlanWarning(
-                "valid-passes",
-                f"valid: {s.name}: evaluation consumes {s.samples_drawn} samples = {s.passes:.2f} passes over the "
-                "validation split (the same samples are evaluated again and again); lower eval_iters or raise "
-                "eval_interval", "valid", s.name))
+            out.append(
+                PlanWarning(
+                    "valid-passes",
+                    f"valid: {s.name}: evaluation consumes {s.samples_drawn} samples = {s.passes:.2f} passes over the "
+                    "validation split (the same samples are evaluated again and again); lower eval_iters or raise "
+                    "eval_interval",
+                    "valid",
+                    s.name,
+                )
+            )
     if inp.warmup_iters is not None and train_iters > 0 and inp.warmup_iters > inp.warmup_share_limit * train_iters:
-        out.append(PlanWarning(
-            "warmup",
-            f"warmup: {inp.warmup_iters} warmup iterations are {inp.warmup_iters / train_iters:.0%} of the "
-            f"{train_iters} training iterations (more than {inp.warmup_share_limit:.0%})"))
+        out.append(
+            PlanWarning(
+                "warmup",
+                f"warmup: {inp.warmup_iters} warmup iterations are {inp.warmup_iters / train_iters:.0%} of the "
+                f"{train_iters} training iterations (more than {inp.warmup_share_limit:.0%})",
+            )
+        )
     fw = framework_of(inp)
     if fw.neox_cache_names:
         out.extend(_neox_cache_warnings(inp, sources))
@@ -309,9 +380,11 @@ def _run_warnings(inp: PlanInput, train_iters: int, sources: list[SourcePlan]) -
 
 
 #: why the plan gives no distinct count for copies of a prefix built for different epochs
-DISTINCT_UNKNOWABLE = ("the distinct count is not given: each copy's samples are token spans of its own document "
-                       "order (its document index over all its epochs), so which of them coincide is known "
-                       "only from both built indices")
+DISTINCT_UNKNOWABLE = (
+    "the distinct count is not given: each copy's samples are token spans of its own document "
+    "order (its document index over all its epochs), so which of them coincide is known "
+    "only from both built indices"
+)
 
 
 def _repeated_prefix_warnings(sources: list[SourcePlan], shared: bool, who: str = "NeoX") -> list[PlanWarning]:
@@ -327,18 +400,27 @@ def _repeated_prefix_warnings(sources: list[SourcePlan], shared: bool, who: str 
         if not shared:
             what = f"built as {len(same)} datasets, {drawn} samples drawn in all"
         elif distinct is not None:
-            what = (f"{who} builds {len(same)} datasets with the same shuffle, so the later copies re-train the first "
-                    f"samples: {distinct} distinct of {drawn} drawn ({distinct / max(1, same[0].samples_per_epoch):.4f}"
-                    f" of {drawn / max(1, same[0].samples_per_epoch):.4f} passes)")
+            what = (
+                f"{who} builds {len(same)} datasets with the same shuffle, so the later copies re-train the first "
+                f"samples: {distinct} distinct of {drawn} drawn ({distinct / max(1, same[0].samples_per_epoch):.4f}"
+                f" of {drawn / max(1, same[0].samples_per_epoch):.4f} passes)"
+            )
         else:
             epochs = ", ".join(str(s.epochs_built) for s in same)
-            what = (f"{who} builds {len(same)} datasets for {epochs} epochs, each its own shuffle: {drawn} samples "
-                    f"drawn ({drawn / max(1, same[0].samples_per_epoch):.4f} passes), overlapping by chance; "
-                    f"{DISTINCT_UNKNOWABLE}")
-        out.append(PlanWarning(
-            "repeated-prefix",
-            f"{same[0].split}: {prefix} is listed {len(same)} times in the blend: {what}; list it once "
-            "with the weights added", same[0].split, same[0].name))
+            what = (
+                f"{who} builds {len(same)} datasets for {epochs} epochs, each its own shuffle: {drawn} samples "
+                f"drawn ({drawn / max(1, same[0].samples_per_epoch):.4f} passes), overlapping by chance; "
+                f"{DISTINCT_UNKNOWABLE}"
+            )
+        out.append(
+            PlanWarning(
+                "repeated-prefix",
+                f"{same[0].split}: {prefix} is listed {len(same)} times in the blend: {what}; list it once "
+                "with the weights added",
+                same[0].split,
+                same[0].name,
+            )
+        )
     return out
 
 
@@ -363,16 +445,27 @@ def _neox_cache_warnings(inp: PlanInput, sources: list[SourcePlan]) -> list[Plan
             arr = np.load(doc, mmap_mode="r")
             n = int(arr.shape[0])
         except (OSError, ValueError) as err:
-            out.append(PlanWarning("cache-unreadable", f"cache: {doc} exists but cannot be read ({err}); NeoX would "
-                                   "fail or rebuild", s.split, s.name))
+            out.append(
+                PlanWarning(
+                    "cache-unreadable",
+                    f"cache: {doc} exists but cannot be read ({err}); NeoX would fail or rebuild",
+                    s.split,
+                    s.name,
+                )
+            )
             continue
         expect = s.documents * s.epochs_built
         if n != expect:
-            out.append(PlanWarning(
-                "cache-stale",
-                f"cache: {doc} exists with {n} document entries, expected {s.documents} documents x "
-                f"{s.epochs_built} epochs = {expect}: NeoX will silently reuse this stale index (its cache names "
-                "carry no split, epochs or content hash); delete it or change the seed", s.split, s.name))
+            out.append(
+                PlanWarning(
+                    "cache-stale",
+                    f"cache: {doc} exists with {n} document entries, expected {s.documents} documents x "
+                    f"{s.epochs_built} epochs = {expect}: NeoX will silently reuse this stale index (its cache names "
+                    "carry no split, epochs or content hash); delete it or change the seed",
+                    s.split,
+                    s.name,
+                )
+            )
     return out
 
 
@@ -402,8 +495,12 @@ def passes_per_source(epochs: float | Mapping[str, float], sources: Sequence[Sou
     return {s.label: float(epochs) for s in sources}
 
 
-def exact_plan(inp: PlanInput, passes: dict[str, float], search_seeds: int = 200,
-               batches: Callable[[int], tuple[int, int, str]] | None = None) -> Plan:
+def exact_plan(
+    inp: PlanInput,
+    passes: dict[str, float],
+    search_seeds: int = 200,
+    batches: Callable[[int], tuple[int, int, str]] | None = None,
+) -> Plan:
     """Settings for exactly ``passes[name]`` passes over each train source, and the plan under them.
 
     ``batches``: for a batch that changes from step to step (Megatron-LM 0.19.2's step schedule), total samples ->
@@ -427,22 +524,33 @@ def exact_plan(inp: PlanInput, passes: dict[str, float], search_seeds: int = 200
         raise PlanError(f"exact plan: {total} samples are less than one global batch ({gbs}); lower the batch size")
     remainder = total - consumed
     final = _fit_remainder(targets, want, remainder)
-    arithmetic = [
-        f"{lab}: target = {w} passes -> {t} samples" for lab, w, t in zip(labels, want, targets)
-    ] + [f"{line}; remainder = {total} - {consumed} = {remainder} samples not drawn"]
-    plan, settings = _exact_run(inp, iters, labels, final, search_seeds, cache,
-                                consumed if batches is not None else None)
+    arithmetic = [f"{lab}: target = {w} passes -> {t} samples" for lab, w, t in zip(labels, want, targets)] + [
+        f"{line}; remainder = {total} - {consumed} = {remainder} samples not drawn"
+    ]
+    plan, settings = _exact_run(
+        inp, iters, labels, final, search_seeds, cache, consumed if batches is not None else None
+    )
     warnings = [*plan.warnings, *_remainder_warnings(labels, targets, final, inp.seq_length)]
     if framework_of(inp).buffered_requests(inp):
         warnings.extend(_without_plugin(inp, iters, cache))
     if settings.get("weight_by_num_documents") is False:
-        warnings.append(PlanWarning(
-            "exact-weights", "exact: weight_by_num_documents: true -> false: NeoX's document-count weights "
-            f"(weighted_sampler_alpha {inp.neox.weighted_sampler_alpha:g}) do not draw the targets; the blend "
-            "weights found for them replace those (written with --write-config)", "train"))
-    return replace(plan, settings={"train_iters": iters, "train_samples": consumed, **settings},
-                   remainder_samples=remainder, remainder_tokens=remainder * inp.seq_length,
-                   arithmetic=tuple(arithmetic) + plan.arithmetic, warnings=tuple(warnings))
+        warnings.append(
+            PlanWarning(
+                "exact-weights",
+                "exact: weight_by_num_documents: true -> false: NeoX's document-count weights "
+                f"(weighted_sampler_alpha {inp.neox.weighted_sampler_alpha:g}) do not draw the targets; the blend "
+                "weights found for them replace those (written with --write-config)",
+                "train",
+            )
+        )
+    return replace(
+        plan,
+        settings={"train_iters": iters, "train_samples": consumed, **settings},
+        remainder_samples=remainder,
+        remainder_tokens=remainder * inp.seq_length,
+        arithmetic=tuple(arithmetic) + plan.arithmetic,
+        warnings=tuple(warnings),
+    )
 
 
 def _no_repeated_prefix(specs: Sequence[SourceSpec]) -> None:
@@ -457,7 +565,8 @@ def _no_repeated_prefix(specs: Sequence[SourceSpec]) -> None:
             raise PlanError(
                 f"train_data_paths: {prefix} is listed {len(same)} times; expected each prefix once in exact mode "
                 f"(NeoX builds one dataset per listing with the same shuffle, so the copies re-train the same "
-                f"samples); list it once with the weights added{total}")
+                f"samples); list it once with the weights added{total}"
+            )
 
 
 def _wanted_passes(specs: Sequence[SourceSpec], passes: Mapping[str, float]) -> list[float]:
@@ -491,8 +600,9 @@ def _exact_targets(inp: PlanInput, want: Sequence[float], cache: TokenCache) -> 
         if fw.len_minus_one:
             t = min(t, ((math.ceil(w) * sp.tokens - 1) // inp.seq_length) - 1)
         if t <= 0:
-            raise PlanError(f"--source-epochs: {spec.label}={w} gives {t} samples "
-                            f"(samples per epoch {sp.samples_per_epoch})")
+            raise PlanError(
+                f"--source-epochs: {spec.label}={w} gives {t} samples (samples per epoch {sp.samples_per_epoch})"
+            )
         targets.append(t)
     return targets
 
@@ -509,8 +619,15 @@ def _fit_remainder(targets: list[int], want: Sequence[float], remainder: int) ->
     return final
 
 
-def _exact_run(inp: PlanInput, iters: int, labels: list[str], final: list[int], search_seeds: int,
-               cache: TokenCache, samples: int | None = None) -> tuple[Plan, dict[str, object]]:
+def _exact_run(
+    inp: PlanInput,
+    iters: int,
+    labels: list[str],
+    final: list[int],
+    search_seeds: int,
+    cache: TokenCache,
+    samples: int | None = None,
+) -> tuple[Plan, dict[str, object]]:
     """The plan drawing exactly ``final`` in ``iters`` iterations (``samples``: a changing batch's draws, asked
     of the builder as train_samples), and the settings besides train_iters it needs."""
     settings: dict[str, object] = {}
@@ -535,17 +652,24 @@ def _exact_run(inp: PlanInput, iters: int, labels: list[str], final: list[int], 
         settings.update(fw.exact_block)
     drawn = [s.samples_drawn for s in plan.sources if s.split == "train"]
     if drawn != final:
-        raise PlanError(f"exact plan: the framework would draw {drawn}, not the targets {final}; "
-                        "this blend cannot be exact")
+        raise PlanError(
+            f"exact plan: the framework would draw {drawn}, not the targets {final}; this blend cannot be exact"
+        )
     return plan, settings
 
 
 def _remainder_warnings(labels: list[str], targets: list[int], final: list[int], seq_length: int) -> list[PlanWarning]:
     """One warning per source whose target lost samples to the remainder under one global batch."""
     return [
-        PlanWarning("exact-remainder", f"exact: {lab}: {t0 - t1} of its {t0} target samples fall in the remainder "
-                    f"under one global batch ({(t0 - t1) * seq_length} tokens not drawn)", "train", lab)
-        for lab, t0, t1 in zip(labels, targets, final) if t0 != t1
+        PlanWarning(
+            "exact-remainder",
+            f"exact: {lab}: {t0 - t1} of its {t0} target samples fall in the remainder "
+            f"under one global batch ({(t0 - t1) * seq_length} tokens not drawn)",
+            "train",
+            lab,
+        )
+        for lab, t0, t1 in zip(labels, targets, final)
+        if t0 != t1
     ]
 
 
@@ -583,8 +707,11 @@ def _search_weights(inp: PlanInput, targets: list[int], seeds: int, cache: Token
     memo: DrawsMemo = {}
     for k in range(seeds):
         w = candidate_weights(targets, k)
-        trial = replace(inp, blend_weights_override=tuple(w),
-                        neox=replace(inp.neox, exact_requests=tuple(targets) if framework_of(inp).exact_requests else None))
+        trial = replace(
+            inp,
+            blend_weights_override=tuple(w),
+            neox=replace(inp.neox, exact_requests=tuple(targets) if framework_of(inp).exact_requests else None),
+        )
         built = _builds(trial, cache)
         screen = _train_screen(trial, built, memo)
         if screen is not None and screen != (targets, True):
@@ -598,23 +725,34 @@ def _search_weights(inp: PlanInput, targets: list[int], seeds: int, cache: Token
         tried.append(drawn)
     raise PlanError(
         f"exact plan: no float weights found (after {seeds} tries) under which the greedy blend draws exactly "
-        f"{targets}; last draws {tried[-1]}: "
-        + framework_of(inp).no_weights_fix
+        f"{targets}; last draws {tried[-1]}: " + framework_of(inp).no_weights_fix
     )
 
 
 def _without_plugin(inp: PlanInput, train_iters: int, cache: TokenCache) -> list[PlanWarning]:
     """What stock NeoX (1.005 buffer, config weights) does with the same train_iters, for comparison."""
-    stock = make_plan(replace(inp, train_iters=train_iters, blend_weights_override=None,
-                              neox=replace(inp.neox, blend_buffer=None, exact_requests=None)), cache=cache)
+    stock = make_plan(
+        replace(
+            inp,
+            train_iters=train_iters,
+            blend_weights_override=None,
+            neox=replace(inp.neox, blend_buffer=None, exact_requests=None),
+        ),
+        cache=cache,
+    )
     out = []
     for s in stock.sources:
         if s.split == "train" and s.epochs_built > math.ceil(s.passes - 1e-9):
-            out.append(PlanWarning(
-                "without-plugin",
-                f"without neox-epoch: NeoX asks {s.name} for {s.samples_requested} samples (x1.005), builds "
-                f"{s.epochs_built} epochs shuffled together and draws {s.samples_drawn}: ~{s.tokens_unseen:,d} of its "
-                f"{s.tokens:,d} tokens never seen", "train", s.name))
+            out.append(
+                PlanWarning(
+                    "without-plugin",
+                    f"without neox-epoch: NeoX asks {s.name} for {s.samples_requested} samples (x1.005), builds "
+                    f"{s.epochs_built} epochs shuffled together and draws {s.samples_drawn}: ~{s.tokens_unseen:,d} of its "
+                    f"{s.tokens:,d} tokens never seen",
+                    "train",
+                    s.name,
+                )
+            )
     return out
 
 
@@ -635,17 +773,28 @@ def predict_splits(inp: PlanInput, sizes: Sequence[int | None]) -> list[dict[str
             draws = blend.greedy_counts(list(sb.greedy_weights), sb.size)
         else:
             draws = [d.build.length for d in sb.datasets]
-        out.append({
-            "blended": sb.blended,
-            "size": sb.size,
-            "draws": draws,
-            "oversampled": (mcore.oversampled(draws, [d.build.length for d in sb.datasets], inp.framework_version)
-                            if sb.blended else [False]),
-            "datasets": [
-                {"prefix": d.source.spec.prefix, "num_samples": d.build.samples_requested, "len": d.build.length,
-                 "epochs": d.build.epochs, "separate_final_epoch": d.build.separate_final_epoch,
-                 "doc_range": list(d.doc_range), "tokens": d.tokens}
-                for d in sb.datasets
-            ],
-        })
+        out.append(
+            {
+                "blended": sb.blended,
+                "size": sb.size,
+                "draws": draws,
+                "oversampled": (
+                    mcore.oversampled(draws, [d.build.length for d in sb.datasets], inp.framework_version)
+                    if sb.blended
+                    else [False]
+                ),
+                "datasets": [
+                    {
+                        "prefix": d.source.spec.prefix,
+                        "num_samples": d.build.samples_requested,
+                        "len": d.build.length,
+                        "epochs": d.build.epochs,
+                        "separate_final_epoch": d.build.separate_final_epoch,
+                        "doc_range": list(d.doc_range),
+                        "tokens": d.tokens,
+                    }
+                    for d in sb.datasets
+                ],
+            }
+        )
     return out

@@ -9,9 +9,17 @@ from neox_epoch.util.text import fmt
 from neox_epoch.util.text import table as text_table
 
 COLUMNS = (
-    ("split", "split"), ("name", "source"), ("documents", "docs"), ("tokens", "tokens"),
-    ("samples_per_epoch", "samples/epoch"), ("samples_requested", "requested"), ("epochs_built", "epochs built"),
-    ("samples_built", "built"), ("samples_drawn", "drawn"), ("passes", "passes"), ("tokens_unseen", "tokens unseen"),
+    ("split", "split"),
+    ("name", "source"),
+    ("documents", "docs"),
+    ("tokens", "tokens"),
+    ("samples_per_epoch", "samples/epoch"),
+    ("samples_requested", "requested"),
+    ("epochs_built", "epochs built"),
+    ("samples_built", "built"),
+    ("samples_drawn", "drawn"),
+    ("passes", "passes"),
+    ("tokens_unseen", "tokens unseen"),
 )
 
 
@@ -26,8 +34,11 @@ def table(plan: Plan) -> str:
             if key == "name" and s.copies > 1:
                 text += f" (listed {s.copies}x)"
             if key == "samples_drawn" and s.copies > 1:
-                text += f" ({fmt(s.samples_distinct, float_digits=4)} distinct)" if s.samples_distinct is not None \
+                text += (
+                    f" ({fmt(s.samples_distinct, float_digits=4)} distinct)"
+                    if s.samples_distinct is not None
                     else " (distinct: needs both indices)"
+                )
             if key == "epochs_built" and s.epochs_built > 1:
                 text += " (sep.)" if s.separate_final_epoch else " (joint)"
             row.append(text)
@@ -44,7 +55,9 @@ def schedule_section(entries: object) -> list[str]:
     if not isinstance(entries, list):
         return []
     lines = [ScheduleChange(**e).line() for e in entries if isinstance(e, dict)]
-    return ["", "schedule (learning rate, checkpoints, evaluation for the new train_iters):"] + [f"  {x}" for x in lines]
+    return ["", "schedule (learning rate, checkpoints, evaluation for the new train_iters):"] + [
+        f"  {x}" for x in lines
+    ]
 
 
 def stock_section(stock: object) -> list[str]:
@@ -64,9 +77,12 @@ def render(plan: Plan) -> str:
     out = [
         f"neox-epoch plan ({plan.framework}{ver} semantics)",
         f"seq_length {plan.seq_length}, global batch {plan.global_batch_size}, train_iters {plan.train_iters:,d} "
-        f"-> {plan.train_samples:,d} train samples" + (
-            f" requested, {plan.consumed['train']:,d} consumed" if plan.consumed.get("train", plan.train_samples)
-            != plan.train_samples else ""),
+        f"-> {plan.train_samples:,d} train samples"
+        + (
+            f" requested, {plan.consumed['train']:,d} consumed"
+            if plan.consumed.get("train", plan.train_samples) != plan.train_samples
+            else ""
+        ),
         "",
         table(plan),
         "",
@@ -74,16 +90,22 @@ def render(plan: Plan) -> str:
     ]
     out += [f"  {a}" for a in plan.arithmetic]
     for s in plan.sources:
-        out.append(f"  {s.split}/{s.name}: samples_per_epoch = (tokens - a) // seq_length with tokens {s.tokens:,d}; {s.formula}")
+        out.append(
+            f"  {s.split}/{s.name}: samples_per_epoch = (tokens - a) // seq_length with tokens {s.tokens:,d}; {s.formula}"
+        )
     for b in plan.blends:
         w = ", ".join(f"{x:.6f}" for x in b.weights) if b.weights else "exhaustive"
-        out.append(f"  {b.split} blend: {b.rule}; size {b.size}; greedy weights [{w}]; first {b.consumed} draws "
-                   f"per source {list(b.draws)} (exact greedy replay, not w*N)")
+        out.append(
+            f"  {b.split} blend: {b.rule}; size {b.size}; greedy weights [{w}]; first {b.consumed} draws "
+            f"per source {list(b.draws)} (exact greedy replay, not w*N)"
+        )
     if plan.settings:
         out += ["", "settings for exact passes:"]
         out += [f"  {k}: {v}" for k, v in plan.settings.items() if k not in SECTIONS]
-        out.append(f"  remainder: {plan.remainder_samples} samples ({plan.remainder_tokens:,d} tokens) under one global "
-                   "batch are not drawn")
+        out.append(
+            f"  remainder: {plan.remainder_samples} samples ({plan.remainder_tokens:,d} tokens) under one global "
+            "batch are not drawn"
+        )
         out += schedule_section(plan.settings.get("schedule"))
         out += stock_section(plan.settings.get("stock_neox_exact"))
     if plan.warnings:

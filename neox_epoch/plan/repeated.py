@@ -52,12 +52,17 @@ def merge_rows(same: Sequence[SourcePlan]) -> SourcePlan:
         first,
         samples_requested=None if None in requested else sum(r for r in requested if r is not None),
         epochs_built=max(s.epochs_built for s in same),
-        samples_built=sum(s.samples_built for s in same), length=sum(s.length for s in same),
-        separate_final_epoch=any(s.separate_final_epoch for s in same), samples_drawn=drawn,
+        samples_built=sum(s.samples_built for s in same),
+        length=sum(s.length for s in same),
+        separate_final_epoch=any(s.separate_final_epoch for s in same),
+        samples_drawn=drawn,
         passes=round(drawn / first.samples_per_epoch, 6) if first.samples_per_epoch else 0.0,
-        tokens_unseen=covering.tokens_unseen, tokens_unseen_exact=covering.tokens_unseen_exact and distinct is not None,
-        target_samples=None, formula=" + ".join(s.formula for s in same if s.formula),
-        copies=len(same), samples_distinct=distinct,
+        tokens_unseen=covering.tokens_unseen,
+        tokens_unseen_exact=covering.tokens_unseen_exact and distinct is not None,
+        target_samples=None,
+        formula=" + ".join(s.formula for s in same if s.formula),
+        copies=len(same),
+        samples_distinct=distinct,
     )
 
 

@@ -183,8 +183,10 @@ def neox_decay_iters(lr_decay_iters: int | None, lr_decay_fraction: float | None
 def _decay_progress(run: int, warmup_iter: float, decay: int, style: str) -> str:
     """What the learning rate does by the end of a ``run``-iteration run with this warmup and decay."""
     if warmup_iter >= run:
-        return (f"the warmup ({warmup_iter:g} iterations) outlasts the run: the learning rate never reaches its "
-                "peak and never decays")
+        return (
+            f"the warmup ({warmup_iter:g} iterations) outlasts the run: the learning rate never reaches its "
+            "peak and never decays"
+        )
     if style == "constant":
         return "constant style: no decay; the decay length only sets the warmup"
     if decay <= warmup_iter:
@@ -197,22 +199,33 @@ def _decay_progress(run: int, warmup_iter: float, decay: int, style: str) -> str
 # GPT-NeoX
 
 
-def neox_schedule(keys: NeoxScheduleKeys, old_iters: int | None, new_iters: int, reason: str,
-                  warmup_limit: float = 0.1) -> Schedule:
+def neox_schedule(
+    keys: NeoxScheduleKeys, old_iters: int | None, new_iters: int, reason: str, warmup_limit: float = 0.1
+) -> Schedule:
     """What happens to NeoX's schedule keys when train_iters goes from ``old_iters`` (None: not known) to
     ``new_iters`` for ``reason``."""
     out: list[ScheduleChange] = []
     warnings: list[PlanWarning] = []
     out += _run_length("train_iters", old_iters, new_iters, reason)
     if keys.train_epochs is not None:
-        out.append(ScheduleChange("train_epochs", keys.train_epochs, None, SET,
-                                  "replaced by train_iters: neox_epoch builds each source's index for all the passes "
-                                  "at once (NeoX's train_epochs loop replays the first pass's order)"))
+        out.append(
+            ScheduleChange(
+                "train_epochs",
+                keys.train_epochs,
+                None,
+                SET,
+                "replaced by train_iters: neox_epoch builds each source's index for all the passes "
+                "at once (NeoX's train_epochs loop replays the first pass's order)",
+            )
+        )
     decay_change, decay_warn = _neox_decay(keys, old_iters, new_iters)
     out.append(decay_change)
     warnings += decay_warn
-    decay = neox_decay_iters(decay_change.new if decay_change.key == "lr_decay_iters" else keys.lr_decay_iters,
-                             keys.lr_decay_fraction, new_iters)
+    decay = neox_decay_iters(
+        decay_change.new if decay_change.key == "lr_decay_iters" else keys.lr_decay_iters,
+        keys.lr_decay_fraction,
+        new_iters,
+    )
     warm_change, warm_warn = _neox_warmup(keys, old_iters, new_iters, decay, warmup_limit)
     out.append(warm_change)
     warnings += warm_warn
@@ -220,18 +233,27 @@ def neox_schedule(keys: NeoxScheduleKeys, old_iters: int | None, new_iters: int,
     save_changes, save_warn = _neox_saves(keys, old_iters, new_iters)
     out += save_changes
     warnings += save_warn
-    for change, warn in (_eval(keys.eval_interval, keys.eval_iters, "eval_interval", new_iters),
-                         _exit(keys.exit_interval, "exit_interval", new_iters,
-                               "NeoX calls sys.exit inside the training loop: no final evaluation, and no final "
-                               "checkpoint unless that iteration is a save iteration")):
+    for change, warn in (
+        _eval(keys.eval_interval, keys.eval_iters, "eval_interval", new_iters),
+        _exit(
+            keys.exit_interval,
+            "exit_interval",
+            new_iters,
+            "NeoX calls sys.exit inside the training loop: no final evaluation, and no final "
+            "checkpoint unless that iteration is a save iteration",
+        ),
+    ):
         out += change
         warnings += warn
     if keys.loads and keys.use_checkpoint_lr_scheduler and any(c.action == SCALED for c in out):
-        warnings.append(PlanWarning(
-            "lr-schedule",
-            "lr-schedule: use_checkpoint_lr_scheduler is set: resuming from load, NeoX takes the warmup and decay "
-            "lengths from the checkpoint (AnnealingLR.load_state_dict), not the adjusted ones; unset it, or set "
-            "override_lr_scheduler, for a fresh run of this plan"))
+        warnings.append(
+            PlanWarning(
+                "lr-schedule",
+                "lr-schedule: use_checkpoint_lr_scheduler is set: resuming from load, NeoX takes the warmup and decay "
+                "lengths from the checkpoint (AnnealingLR.load_state_dict), not the adjusted ones; unset it, or set "
+                "override_lr_scheduler, for a fresh run of this plan",
+            )
+        )
     return Schedule(tuple(out), tuple(warnings))
 
 
@@ -245,26 +267,44 @@ def _neox_decay(keys: NeoxScheduleKeys, old: int | None, new: int) -> tuple[Sche
     decay = keys.lr_decay_iters
     if decay is None and keys.lr_decay_fraction is not None:
         length = neox_decay_iters(None, keys.lr_decay_fraction, new)
-        return ScheduleChange("lr_decay_fraction", keys.lr_decay_fraction, keys.lr_decay_fraction, FOLLOWS,
-                              f"NeoX decays over floor(train_iters * lr_decay_fraction) = floor({new} * "
-                              f"{keys.lr_decay_fraction}) = {length} iterations; nothing to change"), []
+        return ScheduleChange(
+            "lr_decay_fraction",
+            keys.lr_decay_fraction,
+            keys.lr_decay_fraction,
+            FOLLOWS,
+            f"NeoX decays over floor(train_iters * lr_decay_fraction) = floor({new} * "
+            f"{keys.lr_decay_fraction}) = {length} iterations; nothing to change",
+        ), []
     if decay is None:
-        return ScheduleChange("lr_decay_iters", None, None, FOLLOWS,
-                              f"not set: NeoX decays over train_iters = {new} iterations; nothing to change"), []
-    ignored = " (NeoX uses lr_decay_iters and ignores lr_decay_fraction when both are set)" \
-        if keys.lr_decay_fraction is not None else ""
+        return ScheduleChange(
+            "lr_decay_iters",
+            None,
+            None,
+            FOLLOWS,
+            f"not set: NeoX decays over train_iters = {new} iterations; nothing to change",
+        ), []
+    ignored = (
+        " (NeoX uses lr_decay_iters and ignores lr_decay_fraction when both are set)"
+        if keys.lr_decay_fraction is not None
+        else ""
+    )
     if old is None or old == new:
         if decay == new:
             return ScheduleChange("lr_decay_iters", decay, decay, KEPT, f"equals train_iters {new}{ignored}"), []
         if old == new:
-            return ScheduleChange("lr_decay_iters", decay, decay, KEPT,
-                                  f"train_iters is unchanged; the decay keeps its length{ignored}"), []
+            return ScheduleChange(
+                "lr_decay_iters", decay, decay, KEPT, f"train_iters is unchanged; the decay keeps its length{ignored}"
+            ), []
         warm = keys.warmup * decay
-        text = (f"lr_decay_iters {decay} is kept in a {new}-iteration run: the config gives no train_iters to scale it "
-                f"from, so the learning rate decays over {decay} iterations ({_decay_progress(new, warm, decay, keys.lr_decay_style)}); "
-                f"remove lr_decay_iters (NeoX then decays over train_iters) or set it to {new}")
-        return (ScheduleChange("lr_decay_iters", decay, decay, WARNED, text + ignored),
-                [PlanWarning("lr-schedule", "lr-schedule: " + text)])
+        text = (
+            f"lr_decay_iters {decay} is kept in a {new}-iteration run: the config gives no train_iters to scale it "
+            f"from, so the learning rate decays over {decay} iterations ({_decay_progress(new, warm, decay, keys.lr_decay_style)}); "
+            f"remove lr_decay_iters (NeoX then decays over train_iters) or set it to {new}"
+        )
+        return (
+            ScheduleChange("lr_decay_iters", decay, decay, WARNED, text + ignored),
+            [PlanWarning("lr-schedule", "lr-schedule: " + text)],
+        )
     new_decay, formula = scale(decay, new, old)
     if decay == old:
         why = f"lr_decay_iters = {formula} (it equalled train_iters: the decay follows the run){ignored}"
@@ -273,20 +313,25 @@ def _neox_decay(keys: NeoxScheduleKeys, old: int | None, new: int) -> tuple[Sche
     return ScheduleChange("lr_decay_iters", decay, new_decay, SCALED, why), []
 
 
-def _neox_warmup(keys: NeoxScheduleKeys, old: int | None, new: int, decay: int,
-                 limit: float) -> tuple[ScheduleChange, list[PlanWarning]]:
+def _neox_warmup(
+    keys: NeoxScheduleKeys, old: int | None, new: int, decay: int, limit: float
+) -> tuple[ScheduleChange, list[PlanWarning]]:
     w = keys.warmup
     warm = w * decay
     was = ""
     if old is not None and old != new:
         old_decay = neox_decay_iters(keys.lr_decay_iters, keys.lr_decay_fraction, old)
         was = f" (was {w} * {old_decay} = {w * old_decay:g})"
-    why = (f"a fraction of the decay length (NeoX: warmup_iter = warmup * decay iterations): {w} * {decay} = "
-           f"{warm:g} warmup iterations{was}")
+    why = (
+        f"a fraction of the decay length (NeoX: warmup_iter = warmup * decay iterations): {w} * {decay} = "
+        f"{warm:g} warmup iterations{was}"
+    )
     if new > 0 and warm > limit * new:
         outlasts = "; it outlasts the run: the learning rate never reaches its peak" if warm >= new else ""
-        text = (f"warmup: {w} * {decay} = {warm:g} warmup iterations are {warm / new:.0%} of the {new} training "
-                f"iterations (more than {limit:.0%}){outlasts}")
+        text = (
+            f"warmup: {w} * {decay} = {warm:g} warmup iterations are {warm / new:.0%} of the {new} training "
+            f"iterations (more than {limit:.0%}){outlasts}"
+        )
         return ScheduleChange("warmup", w, w, WARNED, why), [PlanWarning("warmup", text)]
     return ScheduleChange("warmup", w, w, FOLLOWS, why), []
 
@@ -294,11 +339,14 @@ def _neox_warmup(keys: NeoxScheduleKeys, old: int | None, new: int, decay: int,
 def _neox_cosine(keys: NeoxScheduleKeys, decay: int, new: int) -> list[PlanWarning]:
     if keys.lr_decay_style != "cosine" or decay >= new:
         return []
-    return [PlanWarning(
-        "lr-schedule",
-        f"lr-schedule: lr_decay_style cosine with the decay ending at iteration {decay} of {new}: NeoX's cosine "
-        "(AnnealingLR.get_lr) is not clamped after the decay, so the learning rate rises again for the last "
-        f"{new - decay} iterations; set lr_decay_iters to train_iters ({new}) or remove it")]
+    return [
+        PlanWarning(
+            "lr-schedule",
+            f"lr-schedule: lr_decay_style cosine with the decay ending at iteration {decay} of {new}: NeoX's cosine "
+            "(AnnealingLR.get_lr) is not clamped after the decay, so the learning rate rises again for the last "
+            f"{new - decay} iterations; set lr_decay_iters to train_iters ({new}) or remove it",
+        )
+    ]
 
 
 def _neox_saves(keys: NeoxScheduleKeys, old: int | None, new: int) -> tuple[list[ScheduleChange], list[PlanWarning]]:
@@ -308,25 +356,41 @@ def _neox_saves(keys: NeoxScheduleKeys, old: int | None, new: int) -> tuple[list
     warnings: list[PlanWarning] = []
     f = keys.checkpoint_factor
     if f is not None and keys.checkpoint_scale == "log":
-        out.append(ScheduleChange("checkpoint_factor", f, f, KEPT,
-                                  f"checkpoint_scale log: checkpoints at the powers of {f} below {new}, and at the end"))
+        out.append(
+            ScheduleChange(
+                "checkpoint_factor",
+                f,
+                f,
+                KEPT,
+                f"checkpoint_scale log: checkpoints at the powers of {f} below {new}, and at the end",
+            )
+        )
     elif f is not None:
         ff = int(f)
         if ff > new:
-            hint = f"; for about as many checkpoints as before set it to {scale(ff, new, old)[1]}" \
-                if old is not None and old != new else ""
-            text = (f"checkpoint_factor {ff} > train_iters {new}: no checkpoint until the end of training (NeoX "
-                    f"saves once more after the last iteration){hint}")
+            hint = (
+                f"; for about as many checkpoints as before set it to {scale(ff, new, old)[1]}"
+                if old is not None and old != new
+                else ""
+            )
+            text = (
+                f"checkpoint_factor {ff} > train_iters {new}: no checkpoint until the end of training (NeoX "
+                f"saves once more after the last iteration){hint}"
+            )
             out.append(ScheduleChange("checkpoint_factor", f, f, WARNED, text))
             warnings.append(PlanWarning("checkpoint-interval", text))
         else:
-            out.append(ScheduleChange("checkpoint_factor", f, f, KEPT,
-                                      f"{new // ff} checkpoints at multiples of {ff}, and one at the end"))
+            out.append(
+                ScheduleChange(
+                    "checkpoint_factor", f, f, KEPT, f"{new // ff} checkpoints at multiples of {ff}, and one at the end"
+                )
+            )
     late = [i for i in keys.extra_save_iters if i > new]
     if late:
         text = f"extra_save_iters {late} lie past the run's last iteration {new}: never saved"
-        out.append(ScheduleChange("extra_save_iters", list(keys.extra_save_iters), list(keys.extra_save_iters),
-                                  WARNED, text))
+        out.append(
+            ScheduleChange("extra_save_iters", list(keys.extra_save_iters), list(keys.extra_save_iters), WARNED, text)
+        )
         warnings.append(PlanWarning("checkpoint-interval", text))
     return out, warnings
 
@@ -335,18 +399,25 @@ def _eval(interval: int | None, eval_iters: int, key: str, new: int) -> tuple[li
     if not interval or eval_iters <= 0:
         return [], []
     if interval > new:
-        text = (f"{key} {interval} > train_iters {new}: no evaluation until the end of training (one evaluation "
-                f"after the last iteration); set {key} to at most {new} to evaluate during the run")
+        text = (
+            f"{key} {interval} > train_iters {new}: no evaluation until the end of training (one evaluation "
+            f"after the last iteration); set {key} to at most {new} to evaluate during the run"
+        )
         return [ScheduleChange(key, interval, interval, WARNED, text)], [PlanWarning("eval-interval", text)]
-    return [ScheduleChange(key, interval, interval, KEPT,
-                           f"{new // interval} evaluations during the run, and one at the end")], []
+    return [
+        ScheduleChange(
+            key, interval, interval, KEPT, f"{new // interval} evaluations during the run, and one at the end"
+        )
+    ], []
 
 
 def _exit(interval: int | None, key: str, new: int, how: str) -> tuple[list[ScheduleChange], list[PlanWarning]]:
     if not interval or interval > new:
         return [], []
-    text = (f"{key} {interval}: the run stops at iteration {interval} of its {new} ({how}); the passes are complete "
-            f"only once a resumed run reaches iteration {new}")
+    text = (
+        f"{key} {interval}: the run stops at iteration {interval} of its {new} ({how}); the passes are complete "
+        f"only once a resumed run reaches iteration {new}"
+    )
     return [ScheduleChange(key, interval, interval, WARNED, text)], [PlanWarning("exit-interval", text)]
 
 
@@ -354,9 +425,16 @@ def _exit(interval: int | None, key: str, new: int, how: str) -> tuple[list[Sche
 # Megatron-LM
 
 
-def mcore_schedule(keys: McoreScheduleKeys, old_iters: int | None, old_samples: int | None, new_iters: int,
-                   global_batch_size: int, reason: str, warmup_limit: float = 0.1,
-                   new_samples: int | None = None) -> Schedule:
+def mcore_schedule(
+    keys: McoreScheduleKeys,
+    old_iters: int | None,
+    old_samples: int | None,
+    new_iters: int,
+    global_batch_size: int,
+    reason: str,
+    warmup_limit: float = 0.1,
+    new_samples: int | None = None,
+) -> Schedule:
     """What happens to Megatron-LM's schedule flags when the run goes from ``old_iters`` iterations (or
     ``old_samples`` samples, a sample-based run; both None: not known) to ``new_iters`` iterations
     (``new_samples``: the samples they draw when the batch changes, else new_iters x global batch)."""
@@ -378,47 +456,68 @@ def mcore_schedule(keys: McoreScheduleKeys, old_iters: int | None, old_samples: 
     warnings += warm_warn
     wsd = keys.lr_wsd_decay_samples if samples else keys.lr_wsd_decay_iters
     if wsd is not None:
-        change, warn = _mcore_length(f"--lr-wsd-decay-{unit}", wsd, old, new, unit, keys.lr_decay_style,
-                                     follows_default=False)
+        change, warn = _mcore_length(
+            f"--lr-wsd-decay-{unit}", wsd, old, new, unit, keys.lr_decay_style, follows_default=False
+        )
         out.append(change)
         warnings += warn
-    for change_list, warn in (_mcore_save(keys.save_interval, new_iters, old_iters if not samples else None),
-                              _eval(keys.eval_interval, keys.eval_iters, "--eval-interval", new_iters),
-                              _exit(keys.exit_interval, "--exit-interval", new_iters,
-                                    "Megatron-LM saves a checkpoint first when --save is set, then exits")):
+    for change_list, warn in (
+        _mcore_save(keys.save_interval, new_iters, old_iters if not samples else None),
+        _eval(keys.eval_interval, keys.eval_iters, "--eval-interval", new_iters),
+        _exit(
+            keys.exit_interval,
+            "--exit-interval",
+            new_iters,
+            "Megatron-LM saves a checkpoint first when --save is set, then exits",
+        ),
+    ):
         out += change_list
         warnings += warn
     return Schedule(tuple(out), tuple(warnings))
 
 
-def _mcore_length(key: str, given: int | None, old: int | None, new: int, unit: str, style: str,
-                  follows_default: bool) -> tuple[ScheduleChange, list[PlanWarning]]:
+def _mcore_length(
+    key: str, given: int | None, old: int | None, new: int, unit: str, style: str, follows_default: bool
+) -> tuple[ScheduleChange, list[PlanWarning]]:
     run = f"--train-{unit}"
     if given is None:
-        return ScheduleChange(key, None, None, FOLLOWS,
-                              f"not set: Megatron-LM uses {run} = {new}; nothing to change"), []
+        return ScheduleChange(
+            key, None, None, FOLLOWS, f"not set: Megatron-LM uses {run} = {new}; nothing to change"
+        ), []
     if old is None or old == new:
         if given == new or old == new:
             return ScheduleChange(key, given, given, KEPT, f"{run} is {new}; unchanged"), []
-        text = (f"{key} {given} is kept in a run of {new} {unit}: no {run} was given to scale it from; set it to "
-                f"{new} (or leave it out: Megatron-LM then uses {run})" if follows_default else
-                f"{key} {given} is kept in a run of {new} {unit}: no {run} was given to scale it from")
+        text = (
+            f"{key} {given} is kept in a run of {new} {unit}: no {run} was given to scale it from; set it to "
+            f"{new} (or leave it out: Megatron-LM then uses {run})"
+            if follows_default
+            else f"{key} {given} is kept in a run of {new} {unit}: no {run} was given to scale it from"
+        )
         return ScheduleChange(key, given, given, WARNED, text), [PlanWarning("lr-schedule", "lr-schedule: " + text)]
     value, formula = scale(given, new, old)
-    note = " (it equalled the run: it follows the run)" if given == old else \
-        f" (keeps its ratio {given}/{old} = {given / old:.4g} to {run})"
+    note = (
+        " (it equalled the run: it follows the run)"
+        if given == old
+        else f" (keeps its ratio {given}/{old} = {given / old:.4g} to {run})"
+    )
     if key.startswith("--lr-wsd") and style != "WSD":
         note += f"; used only with --lr-decay-style WSD (here {style})"
     return ScheduleChange(key, given, value, SCALED, f"{key.lstrip('-')} = {formula}{note}"), []
 
 
-def _mcore_warmup(keys: McoreScheduleKeys, samples: bool, old: int | None, new: int, decay: int,
-                  limit: float) -> tuple[ScheduleChange, list[PlanWarning]]:
+def _mcore_warmup(
+    keys: McoreScheduleKeys, samples: bool, old: int | None, new: int, decay: int, limit: float
+) -> tuple[ScheduleChange, list[PlanWarning]]:
     unit = "samples" if samples else "iters"
     if keys.lr_warmup_fraction is not None:
         warm = keys.lr_warmup_fraction * decay
-        change = ScheduleChange("--lr-warmup-fraction", keys.lr_warmup_fraction, keys.lr_warmup_fraction, FOLLOWS,
-                                f"a fraction of the decay: {keys.lr_warmup_fraction} * {decay} = {warm:g} {unit}")
+        change = ScheduleChange(
+            "--lr-warmup-fraction",
+            keys.lr_warmup_fraction,
+            keys.lr_warmup_fraction,
+            FOLLOWS,
+            f"a fraction of the decay: {keys.lr_warmup_fraction} * {decay} = {warm:g} {unit}",
+        )
     else:
         key = f"--lr-warmup-{unit}"
         given = keys.lr_warmup_samples if samples else keys.lr_warmup_iters
@@ -430,9 +529,14 @@ def _mcore_warmup(keys: McoreScheduleKeys, samples: bool, old: int | None, new: 
         else:
             value, formula = scale(given, new, old)
             warm = float(value)
-            change = ScheduleChange(key, given, value, SCALED,
-                                    f"{key.lstrip('-')} = {formula} (keeps its share of the run; Megatron-LM asserts "
-                                    "warmup < decay, which a warmup kept from the old run can break)")
+            change = ScheduleChange(
+                key,
+                given,
+                value,
+                SCALED,
+                f"{key.lstrip('-')} = {formula} (keeps its share of the run; Megatron-LM asserts "
+                "warmup < decay, which a warmup kept from the old run can break)",
+            )
     if new > 0 and warm > limit * new:
         text = f"warmup: {warm:g} warmup {unit} are {warm / new:.0%} of the run's {new} (more than {limit:.0%})"
         if warm >= decay:
@@ -446,15 +550,25 @@ def _mcore_save(interval: int | None, new: int, old: int | None) -> tuple[list[S
     if not interval:
         return [], []
     if interval > new:
-        hint = f"; for about as many checkpoints as before set it to {scale(interval, new, old)[1]}" \
-            if old is not None and old != new else ""
-        text = (f"--save-interval {interval} > train_iters {new}: no checkpoint until the end of training "
-                f"(Megatron-LM saves once after the last iteration){hint}")
-        return ([ScheduleChange("--save-interval", interval, interval, WARNED, text)],
-                [PlanWarning("checkpoint-interval", text)])
+        hint = (
+            f"; for about as many checkpoints as before set it to {scale(interval, new, old)[1]}"
+            if old is not None and old != new
+            else ""
+        )
+        text = (
+            f"--save-interval {interval} > train_iters {new}: no checkpoint until the end of training "
+            f"(Megatron-LM saves once after the last iteration){hint}"
+        )
+        return (
+            [ScheduleChange("--save-interval", interval, interval, WARNED, text)],
+            [PlanWarning("checkpoint-interval", text)],
+        )
     end = "" if new % interval == 0 else ", and one at the end"
-    return [ScheduleChange("--save-interval", interval, interval, KEPT,
-                           f"{new // interval} checkpoints during the run{end}")], []
+    return [
+        ScheduleChange(
+            "--save-interval", interval, interval, KEPT, f"{new // interval} checkpoints during the run{end}"
+        )
+    ], []
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -464,11 +578,16 @@ def _mcore_save(interval: int | None, new: int, old: int | None) -> tuple[list[S
 def exact_reason(plan: Plan, passes: Mapping[str, float]) -> str:
     """Why exact mode set train_iters: the passes and ``sum(targets) // global_batch_size``."""
     values = set(passes.values())
-    what = (f"{passes_text(next(iter(values)))} over every train source" if len(values) == 1
-            else "passes " + ", ".join(f"{k}={_num(v)}" for k, v in passes.items()))
+    what = (
+        f"{passes_text(next(iter(values)))} over every train source"
+        if len(values) == 1
+        else "passes " + ", ".join(f"{k}={_num(v)}" for k, v in passes.items())
+    )
     total = plan.train_samples + plan.remainder_samples
-    return (f"exact mode, {what}: train_iters = sum(targets) // global_batch_size = {total} // "
-            f"{plan.global_batch_size} = {plan.train_iters}")
+    return (
+        f"exact mode, {what}: train_iters = sum(targets) // global_batch_size = {total} // "
+        f"{plan.global_batch_size} = {plan.train_iters}"
+    )
 
 
 def _num(v: float) -> str:
@@ -490,28 +609,47 @@ def with_schedule(plan: Plan, schedule: Schedule, exact: bool) -> Plan:
     return replace(plan, warnings=warnings, settings=settings)
 
 
-def attach_neox(plan: Plan, keys: NeoxScheduleKeys, old_iters: int | None, passes: Mapping[str, float] | None,
-                warmup_limit: float = 0.1) -> tuple[Plan, Schedule]:
+def attach_neox(
+    plan: Plan,
+    keys: NeoxScheduleKeys,
+    old_iters: int | None,
+    passes: Mapping[str, float] | None,
+    warmup_limit: float = 0.1,
+) -> tuple[Plan, Schedule]:
     """The NeoX schedule for ``plan`` and the plan with it attached. ``passes`` None: not exact mode (the
     config's train_iters stands; only the checks run)."""
     if passes is None:
-        sched = neox_schedule(replace(keys, train_epochs=None), plan.train_iters, plan.train_iters,
-                              "train_iters from the config", warmup_limit)
+        sched = neox_schedule(
+            replace(keys, train_epochs=None),
+            plan.train_iters,
+            plan.train_iters,
+            "train_iters from the config",
+            warmup_limit,
+        )
     else:
         sched = neox_schedule(keys, old_iters, plan.train_iters, exact_reason(plan, passes), warmup_limit)
     return with_schedule(plan, sched, passes is not None), sched
 
 
-def attach_mcore(plan: Plan, keys: McoreScheduleKeys, old_iters: int | None, old_samples: int | None,
-                 passes: Mapping[str, float], warmup_limit: float = 0.1,
-                 new_samples: int | None = None) -> tuple[Plan, Schedule]:
+def attach_mcore(
+    plan: Plan,
+    keys: McoreScheduleKeys,
+    old_iters: int | None,
+    old_samples: int | None,
+    passes: Mapping[str, float],
+    warmup_limit: float = 0.1,
+    new_samples: int | None = None,
+) -> tuple[Plan, Schedule]:
     """The Megatron-LM schedule of an exact ``plan`` (the run given as ``old_iters`` or ``old_samples``, None
     when not given) and the plan with it attached; ``new_samples``: the samples a changing batch draws."""
     reason = exact_reason(plan, passes)
     if new_samples is not None:
-        reason = (reason.split(": train_iters =")[0] + f": train_samples = {new_samples}, the batch schedule's first "
-                  f"{plan.train_iters} batches (the most that fit in sum(targets) = "
-                  f"{plan.train_samples + plan.remainder_samples})")
-    sched = mcore_schedule(keys, old_iters, old_samples, plan.train_iters, plan.global_batch_size, reason, warmup_limit,
-                           new_samples)
+        reason = (
+            reason.split(": train_iters =")[0] + f": train_samples = {new_samples}, the batch schedule's first "
+            f"{plan.train_iters} batches (the most that fit in sum(targets) = "
+            f"{plan.train_samples + plan.remainder_samples})"
+        )
+    sched = mcore_schedule(
+        keys, old_iters, old_samples, plan.train_iters, plan.global_batch_size, reason, warmup_limit, new_samples
+    )
     return with_schedule(plan, sched, True), sched

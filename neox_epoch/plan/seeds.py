@@ -18,10 +18,14 @@ SEED_LIMIT = 1 << 32
 def check_seed(seed: int, key: str, framework: str) -> int:
     """``seed`` when ``framework`` ("GPT-NeoX" or "Megatron-LM") starts with it; else ConfigError naming ``key``."""
     if seed <= 0:
-        raise ConfigError(f"{key}: {seed}; {framework} refuses it at start-up (_set_random_seed: 'Seed ({seed}) "
-                          f"should be a positive integer.'): expected a whole number in [1, {SEED_LIMIT - 1}]; "
-                          "set a positive seed")
+        raise ConfigError(
+            f"{key}: {seed}; {framework} refuses it at start-up (_set_random_seed: 'Seed ({seed}) "
+            f"should be a positive integer.'): expected a whole number in [1, {SEED_LIMIT - 1}]; "
+            "set a positive seed"
+        )
     if seed >= SEED_LIMIT:
-        raise ConfigError(f"{key}: {seed}; {framework} seeds numpy with it, which refuses it ('Seed must be between "
-                          f"0 and 2**32 - 1'): expected a whole number in [1, {SEED_LIMIT - 1}]; set a smaller seed")
+        raise ConfigError(
+            f"{key}: {seed}; {framework} seeds numpy with it, which refuses it ('Seed must be between "
+            f"0 and 2**32 - 1'): expected a whole number in [1, {SEED_LIMIT - 1}]; set a smaller seed"
+        )
     return seed

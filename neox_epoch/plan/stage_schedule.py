@@ -49,8 +49,9 @@ if TYPE_CHECKING:
 WSD_STYLES = ("exponential", "linear", "cosine", "minus_sqrt")
 
 
-def neox_lr(num_iters: float, start_lr: float, warmup_iter: float, end_iter: int, style: str,
-            min_lr: float = 0.0) -> float:
+def neox_lr(
+    num_iters: float, start_lr: float, warmup_iter: float, end_iter: int, style: str, min_lr: float = 0.0
+) -> float:
     """GPT-NeoX's ``AnnealingLR.get_lr`` (megatron/learning_rates.py), unchanged."""
     if warmup_iter > 0 and num_iters <= warmup_iter:
         return float(start_lr) * max(1, num_iters) / warmup_iter
@@ -67,8 +68,17 @@ def neox_lr(num_iters: float, start_lr: float, warmup_iter: float, end_iter: int
     return max(lr, min_lr)
 
 
-def mcore_lr(num_steps: float, max_lr: float, min_lr: float, warmup_steps: float, decay_steps: float, style: str,
-             wsd_steps: float | None = None, wsd_style: str = "exponential", init_lr: float = 0.0) -> float:
+def mcore_lr(
+    num_steps: float,
+    max_lr: float,
+    min_lr: float,
+    warmup_steps: float,
+    decay_steps: float,
+    style: str,
+    wsd_steps: float | None = None,
+    wsd_style: str = "exponential",
+    init_lr: float = 0.0,
+) -> float:
     """megatron-core's ``OptimizerParamScheduler.get_lr`` (0.16.1 and 0.19.2 alike), unchanged."""
     if warmup_steps > 0 and num_steps <= warmup_steps:
         return init_lr + (max_lr - init_lr) * float(num_steps) / float(warmup_steps)
@@ -90,11 +100,16 @@ def mcore_lr(num_steps: float, max_lr: float, min_lr: float, warmup_steps: float
             coeff = 1.0
         else:
             r = float(num_steps - start) / float(wsd_steps)
-            coeff = {"linear": 1.0 - r, "cosine": 0.5 * (math.cos(math.pi * r) + 1.0),
-                     "exponential": 2.0 * math.pow(0.5, r) - 1.0, "minus_sqrt": 1.0 - math.sqrt(r)}[wsd_style]
+            coeff = {
+                "linear": 1.0 - r,
+                "cosine": 0.5 * (math.cos(math.pi * r) + 1.0),
+                "exponential": 2.0 * math.pow(0.5, r) - 1.0,
+                "minus_sqrt": 1.0 - math.sqrt(r),
+            }[wsd_style]
     else:
-        raise ConfigError(f"--lr-decay-style {style!r}: expected one of constant, linear, cosine, inverse-square-root, "
-                          "WSD")
+        raise ConfigError(
+            f"--lr-decay-style {style!r}: expected one of constant, linear, cosine, inverse-square-root, WSD"
+        )
     return min_lr + coeff * (max_lr - min_lr)
 
 
@@ -125,17 +140,31 @@ class StageSchedule:
     notes: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {"framework": self.framework, "settings": dict(self.settings), "style": self.style,
-                "warmup_iters": round(self.warmup_iters, 6), "decay_start": round(self.decay_start, 6),
-                "decay_end": self.decay_end, "peak_lr": self.peak if self.lr_given else None,
-                "points": [{"at": what, "iteration": it, "lr": lr if self.lr_given else None,
-                            "share_of_peak": round(lr / self.peak, 6) if self.peak else None}
-                           for what, it, lr in self.points],
-                "notes": list(self.notes)}
+        return {
+            "framework": self.framework,
+            "settings": dict(self.settings),
+            "style": self.style,
+            "warmup_iters": round(self.warmup_iters, 6),
+            "decay_start": round(self.decay_start, 6),
+            "decay_end": self.decay_end,
+            "peak_lr": self.peak if self.lr_given else None,
+            "points": [
+                {
+                    "at": what,
+                    "iteration": it,
+                    "lr": lr if self.lr_given else None,
+                    "share_of_peak": round(lr / self.peak, 6) if self.peak else None,
+                }
+                for what, it, lr in self.points
+            ],
+            "notes": list(self.notes),
+        }
 
     def lines(self) -> list[str]:
-        head = (f"learning-rate schedule over the run ({self.framework}, {self.style}): warmup once, "
-                f"{self.warmup_iters:g} iterations; decay from iteration {self.decay_start:g} to {self.decay_end}")
+        head = (
+            f"learning-rate schedule over the run ({self.framework}, {self.style}): warmup once, "
+            f"{self.warmup_iters:g} iterations; decay from iteration {self.decay_start:g} to {self.decay_end}"
+        )
         if self.settings:
             head += "; " + ", ".join(f"{k} {v}" for k, v in self.settings.items())
         out = [head]
@@ -168,16 +197,25 @@ def _points(plan: StagesPlan, decay_end: int, rate: Any) -> tuple[tuple[str, int
     return tuple(sorted(out, key=lambda p: p[1]))
 
 
-def neox_stage_schedule(plan: StagesPlan, decay: StageDecay | None, *, lr_decay_iters: int | None,
-                        lr_decay_fraction: float | None, warmup: float, style: str, lr: float | None,
-                        min_lr: float = 0.0) -> StageSchedule:
+def neox_stage_schedule(
+    plan: StagesPlan,
+    decay: StageDecay | None,
+    *,
+    lr_decay_iters: int | None,
+    lr_decay_fraction: float | None,
+    warmup: float,
+    style: str,
+    lr: float | None,
+    min_lr: float = 0.0,
+) -> StageSchedule:
     """NeoX's one AnnealingLR over the staged run; with ``decay``, ``lr_decay_iters`` on the asked boundary."""
     start, end = decay_window(plan, decay)
     if start is not None and start > 0:
         raise ConfigError(
             f"neox_epoch.decay.from_stage {decay.from_stage!r}: GPT-NeoX's AnnealingLR (megatron/learning_rates.py) "  # type: ignore[union-attr]
             "decays from the warmup's end and has no constant phase before the decay (no WSD style); remove from_stage "
-            "(until_stage ends the decay on a stage boundary), or train with megatron-core (--lr-decay-style WSD)")
+            "(until_stage ends the decay on a stage boundary), or train with megatron-core (--lr-decay-style WSD)"
+        )
     settings: dict[str, Any] = {}
     if end is not None or decay is not None:
         end = end if end is not None else plan.train_iters
@@ -191,28 +229,56 @@ def neox_stage_schedule(plan: StagesPlan, decay: StageDecay | None, *, lr_decay_
         decay_iters = max(1, plan.train_iters)
     warmup_iter = warmup * decay_iters
     if decay is not None and warmup_iter >= decay_iters:
-        raise ConfigError(f"neox_epoch.decay: the warmup ({warmup} * {decay_iters} = {warmup_iter:g} iterations) is not "
-                          f"shorter than the decay ending at iteration {decay_iters}; lower warmup, or end the decay at "
-                          "a later stage")
+        raise ConfigError(
+            f"neox_epoch.decay: the warmup ({warmup} * {decay_iters} = {warmup_iter:g} iterations) is not "
+            f"shorter than the decay ending at iteration {decay_iters}; lower warmup, or end the decay at "
+            "a later stage"
+        )
     peak = lr if lr is not None else 1.0
     notes = []
     if style == "cosine" and decay_iters < plan.train_iters:
-        notes.append(f"cosine ends at iteration {decay_iters} of {plan.train_iters}: NeoX does not clamp it, the rate "
-                     "rises again after it (use linear, or end the decay with the last stage)")
+        notes.append(
+            f"cosine ends at iteration {decay_iters} of {plan.train_iters}: NeoX does not clamp it, the rate "
+            "rises again after it (use linear, or end the decay with the last stage)"
+        )
     if style == "linear" and decay_iters < plan.train_iters:
         notes.append(f"after iteration {decay_iters} the rate stays at min_lr {min_lr:g}")
-    return StageSchedule("neox", settings, warmup_iter, warmup_iter, decay_iters,
-                         _points(plan, decay_iters, lambda i: neox_lr(i, peak, warmup_iter, decay_iters, style, min_lr)),
-                         style, peak, lr is not None,
-                         {"start_lr": peak, "warmup_iter": warmup_iter, "total_iters": decay_iters, "decay_style": style,
-                          "min_lr": min_lr}, tuple(notes))
+    return StageSchedule(
+        "neox",
+        settings,
+        warmup_iter,
+        warmup_iter,
+        decay_iters,
+        _points(plan, decay_iters, lambda i: neox_lr(i, peak, warmup_iter, decay_iters, style, min_lr)),
+        style,
+        peak,
+        lr is not None,
+        {
+            "start_lr": peak,
+            "warmup_iter": warmup_iter,
+            "total_iters": decay_iters,
+            "decay_style": style,
+            "min_lr": min_lr,
+        },
+        tuple(notes),
+    )
 
 
-def mcore_stage_schedule(plan: StagesPlan, decay: StageDecay | None, *, style: str = "linear",
-                         wsd_style: str = "exponential", lr_decay_iters: int | None = None,
-                         lr_wsd_decay_iters: int | None = None, warmup_iters: int = 0,
-                         warmup_fraction: float | None = None, lr: float | None = None, min_lr: float = 0.0,
-                         init_lr: float = 0.0, warmup_samples: int | None = None) -> StageSchedule:
+def mcore_stage_schedule(
+    plan: StagesPlan,
+    decay: StageDecay | None,
+    *,
+    style: str = "linear",
+    wsd_style: str = "exponential",
+    lr_decay_iters: int | None = None,
+    lr_wsd_decay_iters: int | None = None,
+    warmup_iters: int = 0,
+    warmup_fraction: float | None = None,
+    lr: float | None = None,
+    min_lr: float = 0.0,
+    init_lr: float = 0.0,
+    warmup_samples: int | None = None,
+) -> StageSchedule:
     """Megatron-LM's one OptimizerParamScheduler over the staged run (iteration-based flags, as Megatron-LM's
     get_optimizer_param_scheduler turns them into steps of samples); with ``decay``, the flags that put it on the
     asked boundaries. ``warmup_samples``: a sample-based run's --lr-warmup-samples (instead of ``warmup_iters``)."""
@@ -228,32 +294,58 @@ def mcore_stage_schedule(plan: StagesPlan, decay: StageDecay | None, *, style: s
         settings["--lr-decay-iters"] = decay_iters
         if start is not None:
             style, wsd_iters = "WSD", decay_iters - start
-            settings.update({"--lr-decay-style": "WSD", "--lr-wsd-decay-iters": wsd_iters,
-                             "--lr-wsd-decay-style": wsd_style})
+            settings.update(
+                {"--lr-decay-style": "WSD", "--lr-wsd-decay-iters": wsd_iters, "--lr-wsd-decay-style": wsd_style}
+            )
     if style == "WSD" and wsd_iters is None:
         raise ConfigError("--lr-decay-style WSD: needs --lr-wsd-decay-iters (or decay.from_stage in the stage plan)")
     decay_steps = decay_iters * g
-    warmup_steps = (warmup_fraction * decay_steps if warmup_fraction is not None
-                    else warmup_samples if warmup_samples is not None else warmup_iters * g)
+    warmup_steps = (
+        warmup_fraction * decay_steps
+        if warmup_fraction is not None
+        else warmup_samples
+        if warmup_samples is not None
+        else warmup_iters * g
+    )
     wsd_steps = wsd_iters * g if wsd_iters is not None else None
     if warmup_steps >= decay_steps:
-        raise ConfigError(f"the warmup ({warmup_steps / g:g} iterations) is not shorter than the decay ({decay_iters} "
-                          "iterations): OptimizerParamScheduler asserts lr_warmup_steps < lr_decay_steps; lower the "
-                          "warmup or end the decay at a later stage")
+        raise ConfigError(
+            f"the warmup ({warmup_steps / g:g} iterations) is not shorter than the decay ({decay_iters} "
+            "iterations): OptimizerParamScheduler asserts lr_warmup_steps < lr_decay_steps; lower the "
+            "warmup or end the decay at a later stage"
+        )
     decay_start = warmup_steps / g if style != "WSD" else decay_iters - (wsd_iters or 0)
     if style == "WSD" and decay_start * g < warmup_steps:
-        raise ConfigError(f"decay.from_stage: the decay would start at iteration {decay_start:g}, inside the warmup "
-                          f"({warmup_steps / g:g} iterations); start it at a later stage, or shorten the warmup")
+        raise ConfigError(
+            f"decay.from_stage: the decay would start at iteration {decay_start:g}, inside the warmup "
+            f"({warmup_steps / g:g} iterations); start it at a later stage, or shorten the warmup"
+        )
     peak = lr if lr is not None else 1.0
     return StageSchedule(
-        "megatron-core", settings, warmup_steps / g, decay_start, decay_iters,
-        _points(plan, decay_iters, lambda i: mcore_lr(i * g, peak, min_lr, warmup_steps, decay_steps, style, wsd_steps,
-                                                      wsd_style, init_lr)),
-        style if style != "WSD" else f"WSD, {wsd_style} annealing", peak, lr is not None,
-        {"init_lr": init_lr, "max_lr": peak, "min_lr": min_lr, "lr_warmup_steps": warmup_steps,
-         "lr_decay_steps": decay_steps, "lr_decay_style": style, "wsd_decay_steps": wsd_steps,
-         "lr_wsd_decay_style": wsd_style})
-
+        "megatron-core",
+        settings,
+        warmup_steps / g,
+        decay_start,
+        decay_iters,
+        _points(
+            plan,
+            decay_iters,
+            lambda i: mcore_lr(i * g, peak, min_lr, warmup_steps, decay_steps, style, wsd_steps, wsd_style, init_lr),
+        ),
+        style if style != "WSD" else f"WSD, {wsd_style} annealing",
+        peak,
+        lr is not None,
+        {
+            "init_lr": init_lr,
+            "max_lr": peak,
+            "min_lr": min_lr,
+            "lr_warmup_steps": warmup_steps,
+            "lr_decay_steps": decay_steps,
+            "lr_decay_style": style,
+            "wsd_decay_steps": wsd_steps,
+            "lr_wsd_decay_style": wsd_style,
+        },
+    )
 
 
 def neox_lr_schedule(cfg: NeoxConfig, keys: NeoxScheduleKeys, staged: StagedRun) -> StageSchedule:
@@ -264,21 +356,31 @@ def neox_lr_schedule(cfg: NeoxConfig, keys: NeoxScheduleKeys, staged: StagedRun)
     raw = params.get("lr", 0.001) if isinstance(params, dict) else 0.001
     lr = float(raw) if isinstance(raw, (int, float)) and not isinstance(raw, bool) else None
     try:
-        return neox_stage_schedule(staged.stages, staged.config.decay, lr_decay_iters=keys.lr_decay_iters,
-                                   lr_decay_fraction=keys.lr_decay_fraction, warmup=keys.warmup,
-                                   style=keys.lr_decay_style, lr=lr, min_lr=get_float(cfg, "min_lr", 0.0) or 0.0)
+        return neox_stage_schedule(
+            staged.stages,
+            staged.config.decay,
+            lr_decay_iters=keys.lr_decay_iters,
+            lr_decay_fraction=keys.lr_decay_fraction,
+            warmup=keys.warmup,
+            style=keys.lr_decay_style,
+            lr=lr,
+            min_lr=get_float(cfg, "min_lr", 0.0) or 0.0,
+        )
     except ConfigError as err:
         raise ConfigError(f"{cfg.block_origin or '<config>'}: {err}") from None
 
 
-def with_stage_decay(plan: Plan, schedule: Schedule, keys: NeoxScheduleKeys, lr: StageSchedule,
-                     limit: float) -> tuple[Plan, Schedule]:
+def with_stage_decay(
+    plan: Plan, schedule: Schedule, keys: NeoxScheduleKeys, lr: StageSchedule, limit: float
+) -> tuple[Plan, Schedule]:
     """The schedule with lr_decay_iters set where the block's ``decay`` ends it (a stage's last iteration), and the
     warmup and cosine checks redone for that decay length."""
     end = lr.decay_end
     stage_keys = replace(keys, lr_decay_iters=end)
-    why = (f"lr_decay_iters = {end}: neox_epoch.decay ends the decay with a stage (its last iteration); warmup "
-           f"{keys.warmup} * {end} = {lr.warmup_iters:g} iterations, once, at the start")
+    why = (
+        f"lr_decay_iters = {end}: neox_epoch.decay ends the decay with a stage (its last iteration); warmup "
+        f"{keys.warmup} * {end} = {lr.warmup_iters:g} iterations, once, at the start"
+    )
     changes = []
     for c in schedule.changes:
         if c.key in ("lr_decay_iters", "lr_decay_fraction"):

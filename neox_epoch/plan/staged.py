@@ -58,25 +58,35 @@ def samples_per_source(inp: PlanInput) -> dict[str, int]:
 def plan_staged(inp: PlanInput, config: StagesConfig) -> StagedRun:
     """Plan ``config`` on ``inp``'s train sources (train_data_paths): the stages, then NeoX's one run."""
     if not inp.per_split_paths:
-        raise ConfigError("neox_epoch.stages: needs train_data_paths (one prefix per source, named by the stages); "
-                          "data_path with split has one train source: list the sources in train_data_paths")
+        raise ConfigError(
+            "neox_epoch.stages: needs train_data_paths (one prefix per source, named by the stages); "
+            "data_path with split has one train source: list the sources in train_data_paths"
+        )
     labels = tuple(spec.label for spec in inp.train_sources)
     if len(set(labels)) != len(labels):
-        raise ConfigError(f"neox_epoch.stages: train_data_paths has two sources named alike ({list(labels)}); the "
-                          "stages name sources by the prefix's last path component: rename one of the files")
+        raise ConfigError(
+            f"neox_epoch.stages: train_data_paths has two sources named alike ({list(labels)}); the "
+            "stages name sources by the prefix's last path component: rename one of the files"
+        )
     spe = samples_per_source(inp)
     stages = plan_stages(config, spe, inp.global_batch_size)
     drawn = stages.total_draws()
     idle = [s for s in labels if drawn[s] == 0]
     if idle:
-        raise ConfigError(f"neox_epoch.stages: train source(s) {idle} are in train_data_paths but no stage draws them; "
-                          "give them a target in a stage, or remove them from train_data_paths")
+        raise ConfigError(
+            f"neox_epoch.stages: train source(s) {idle} are in train_data_paths but no stage draws them; "
+            "give them a target in a stage, or remove them from train_data_paths"
+        )
     plan, settings = _stage_run(inp, stages.train_iters, labels, [drawn[s] for s in labels])
-    arithmetic = [f"stages: {len(stages.stages)}; train_iters = sum of the stages' whole global batches = "
-                  f"{' + '.join(str(r.iterations) for r in stages.stages)} = {stages.train_iters}"]
-    plan = replace(plan, settings={"train_iters": stages.train_iters, "train_samples": stages.train_samples,
-                                   **settings},
-                   arithmetic=tuple(arithmetic) + plan.arithmetic)
+    arithmetic = [
+        f"stages: {len(stages.stages)}; train_iters = sum of the stages' whole global batches = "
+        f"{' + '.join(str(r.iterations) for r in stages.stages)} = {stages.train_iters}"
+    ]
+    plan = replace(
+        plan,
+        settings={"train_iters": stages.train_iters, "train_samples": stages.train_samples, **settings},
+        arithmetic=tuple(arithmetic) + plan.arithmetic,
+    )
     plan = _as_staged_builds(plan, stages, labels, inp.seq_length)
     if plan.train_iters != stages.train_iters:  # pragma: no cover - _exact_run keeps the iterations asked
         raise PlanError(f"stages: the run plan has {plan.train_iters} iterations, the stages {stages.train_iters}")
@@ -116,12 +126,22 @@ def _as_staged_builds(plan: Plan, stages: StagesPlan, labels: tuple[str, ...], s
         passes = -(-t // n)
         r = max(0.0, (s.tokens - n * seq_length) / s.tokens)
         full, frac = divmod(t, n)
-        unseen = s.tokens * r ** full * (1 - frac / n * (1 - r)) if frac else s.tokens * r ** full
-        rows.append(replace(s, samples_drawn=t, target_samples=t, epochs_built=passes, samples_built=passes * n, length=passes * n,
-                            separate_final_epoch=True, tokens_unseen=round(unseen),
-                            tokens_unseen_exact=full == 1 and not frac,
-                            formula=f"staged: {passes} passes of (tokens - 1) // seq_length = {n} samples, each "
-                                    "pass built on its own (neox_epoch.semantics.stage_order)"))
+        unseen = s.tokens * r**full * (1 - frac / n * (1 - r)) if frac else s.tokens * r**full
+        rows.append(
+            replace(
+                s,
+                samples_drawn=t,
+                target_samples=t,
+                epochs_built=passes,
+                samples_built=passes * n,
+                length=passes * n,
+                separate_final_epoch=True,
+                tokens_unseen=round(unseen),
+                tokens_unseen_exact=full == 1 and not frac,
+                formula=f"staged: {passes} passes of (tokens - 1) // seq_length = {n} samples, each "
+                "pass built on its own (neox_epoch.semantics.stage_order)",
+            )
+        )
     warnings = tuple(w for w in plan.warnings if not (w.split == "train" and w.code == "spillover"))
     return replace(plan, sources=tuple(rows), warnings=warnings)
 
@@ -135,20 +155,36 @@ def stages_json(run: StagedRun) -> dict[str, Any]:
         draws = {}
         for d in st.draws:
             cumulative[d.source] += d.draws
-            draws[d.source] = {"draws": d.draws, "wanted": round(d.wanted, 6), "start": d.start,
-                               "start_pass": d.start_pass + 1, "start_offset": d.start_offset,
-                               "passes": round(d.draws / d.samples_per_epoch, 6)}
-        out_stages.append({
-            "index": k + 1, "name": st.name, "first_iteration": st.first_iteration, "end_iteration": st.end_iteration,
-            "iterations": st.iterations, "samples": st.samples, "draws": draws,
-            "cumulative_passes": {s: round(cumulative[s] / sp.samples_per_epoch[s], 6) for s in run.labels},
-            "notes": list(st.notes)})
+            draws[d.source] = {
+                "draws": d.draws,
+                "wanted": round(d.wanted, 6),
+                "start": d.start,
+                "start_pass": d.start_pass + 1,
+                "start_offset": d.start_offset,
+                "passes": round(d.draws / d.samples_per_epoch, 6),
+            }
+        out_stages.append(
+            {
+                "index": k + 1,
+                "name": st.name,
+                "first_iteration": st.first_iteration,
+                "end_iteration": st.end_iteration,
+                "iterations": st.iterations,
+                "samples": st.samples,
+                "draws": draws,
+                "cumulative_passes": {s: round(cumulative[s] / sp.samples_per_epoch[s], 6) for s in run.labels},
+                "notes": list(st.notes),
+            }
+        )
     return {
-        "train_iters": sp.train_iters, "global_batch_size": sp.global_batch_size,
-        "boundaries": list(sp.boundaries), "samples_per_pass": {s: sp.samples_per_epoch[s] for s in run.labels},
+        "train_iters": sp.train_iters,
+        "global_batch_size": sp.global_batch_size,
+        "boundaries": list(sp.boundaries),
+        "samples_per_pass": {s: sp.samples_per_epoch[s] for s in run.labels},
         "total_draws": dict(zip(run.labels, run.totals)),
         "cumulative_passes": {s: round(v, 6) for s, v in run.passes().items()},
-        "passes_built": run.passes_built(), "max_passes": run.config.to_mapping()["max_passes"],
+        "passes_built": run.passes_built(),
+        "max_passes": run.config.to_mapping()["max_passes"],
         "stages": out_stages,
     }
 
@@ -156,19 +192,28 @@ def stages_json(run: StagedRun) -> dict[str, Any]:
 def render_stages(run: StagedRun) -> str:
     """One table per stage, then the cumulative passes per source."""
     data = stages_json(run)
-    out = [f"stages: {len(data['stages'])}, train_iters {data['train_iters']:,d} (global batch "
-           f"{data['global_batch_size']}); boundaries at iterations {data['boundaries'] or 'none'}"]
+    out = [
+        f"stages: {len(data['stages'])}, train_iters {data['train_iters']:,d} (global batch "
+        f"{data['global_batch_size']}); boundaries at iterations {data['boundaries'] or 'none'}"
+    ]
     for st in data["stages"]:
-        out += ["", f"stage {st['index']} {st['name']!r}: iterations {st['first_iteration']:,d}..{st['end_iteration']:,d} "
-                f"({st['iterations']:,d} x {data['global_batch_size']} = {st['samples']:,d} samples)",
-                f"  {'source':<20} {'draws':>8} {'wanted':>10} {'from pass':>9} {'offset':>8} {'passes':>9} "
-                f"{'cumulative':>10}"]
+        out += [
+            "",
+            f"stage {st['index']} {st['name']!r}: iterations {st['first_iteration']:,d}..{st['end_iteration']:,d} "
+            f"({st['iterations']:,d} x {data['global_batch_size']} = {st['samples']:,d} samples)",
+            f"  {'source':<20} {'draws':>8} {'wanted':>10} {'from pass':>9} {'offset':>8} {'passes':>9} "
+            f"{'cumulative':>10}",
+        ]
         for source, d in st["draws"].items():
-            out.append(f"  {source:<20} {d['draws']:>8,d} {d['wanted']:>10g} {d['start_pass']:>9} {d['start_offset']:>8,d} "
-                       f"{d['passes']:>9.4f} {st['cumulative_passes'][source]:>10.4f}")
+            out.append(
+                f"  {source:<20} {d['draws']:>8,d} {d['wanted']:>10g} {d['start_pass']:>9} {d['start_offset']:>8,d} "
+                f"{d['passes']:>9.4f} {st['cumulative_passes'][source]:>10.4f}"
+            )
         out += [f"  note: {n}" for n in st["notes"]]
     out += ["", "cumulative passes per source (each source continues where the earlier stages left it):"]
     for s in run.labels:
-        out.append(f"  {s:<20} {data['total_draws'][s]:>8,d} samples of {data['samples_per_pass'][s]:,d} per pass = "
-                   f"{data['cumulative_passes'][s]:.4f} passes ({data['passes_built'][s]} built)")
+        out.append(
+            f"  {s:<20} {data['total_draws'][s]:>8,d} samples of {data['samples_per_pass'][s]:,d} per pass = "
+            f"{data['cumulative_passes'][s]:.4f} passes ({data['passes_built'][s]} built)"
+        )
     return "\n".join(out)

@@ -22,8 +22,17 @@ from dataclasses import dataclass, field
 from neox_epoch.errors import ConfigError, PlanError, did_you_mean
 from neox_epoch.formats.stage_config import Stage, StageDecay, StagesConfig, count
 
-__all__ = ["SourceDraw", "Stage", "StageDecay", "StageResult", "StagesConfig", "StagesPlan", "plan_stages",
-           "refuse_over_cap"]
+__all__ = [
+    "SourceDraw",
+    "Stage",
+    "StageDecay",
+    "StageResult",
+    "StagesConfig",
+    "StagesPlan",
+    "plan_stages",
+    "refuse_over_cap",
+]
+
 
 @dataclass(frozen=True, slots=True)
 class SourceDraw:
@@ -161,8 +170,10 @@ def refuse_over_cap(max_passes: float | Mapping[str, float] | None, targets: Map
     for source, passes in targets.items():
         cap = max_passes.get(source) if isinstance(max_passes, Mapping) else max_passes
         if cap is not None and passes > float(cap) + 1e-9:
-            raise PlanError(f"source {source!r}: epochs asks {passes:g} passes, over max_passes {cap:g}; lower its "
-                            f"epochs or raise max_passes (for this source only: max_passes: {{{source}: {passes:g}}})")
+            raise PlanError(
+                f"source {source!r}: epochs asks {passes:g} passes, over max_passes {cap:g}; lower its "
+                f"epochs or raise max_passes (for this source only: max_passes: {{{source}: {passes:g}}})"
+            )
 
 
 def _stage_wanted(
@@ -219,17 +230,23 @@ def _rounding_notes(name: str, due: dict[str, float], counts: dict[str, int], ba
     want, length = sum(due.values()), sum(counts.values())
     notes: list[str] = []
     if length == 0 and want > 1e-9:
-        notes.append(f"remainder: nothing drawn in stage {name!r}: its {want:g} samples are under one global batch "
-                     f"of {batch} that no source may exceed its passes for")
+        notes.append(
+            f"remainder: nothing drawn in stage {name!r}: its {want:g} samples are under one global batch "
+            f"of {batch} that no source may exceed its passes for"
+        )
     elif length == 0:
         notes.append("nothing due: earlier stages' rounding to whole batches already drew this stage's targets")
     elif length > want + 1e-9:
-        notes.append(f"{want:g} samples wanted, {length} drawn ({length // batch} whole batches of {batch}; rounded up, "
-                     "the extra drawn from sources a later stage draws again)")
+        notes.append(
+            f"{want:g} samples wanted, {length} drawn ({length // batch} whole batches of {batch}; rounded up, "
+            "the extra drawn from sources a later stage draws again)"
+        )
     elif length < want - 1e-9:
         short = ", ".join(f"{s}: {due[s] - counts[s]:g}" for s in due if due[s] - counts[s] > 1e-9)
-        notes.append(f"remainder: {want:g} samples wanted, {length} drawn ({length // batch} whole batches of {batch}; "
-                     f"rounded down, no source may exceed its passes): not drawn here {short}")
+        notes.append(
+            f"remainder: {want:g} samples wanted, {length} drawn ({length // batch} whole batches of {batch}; "
+            f"rounded down, no source may exceed its passes): not drawn here {short}"
+        )
     return notes
 
 

@@ -31,21 +31,33 @@ def data_path_variant(inp: PlanInput, train_iters: int) -> PlanInput:
     """
     split = inp.split if not inp.per_split_paths else ALL_TRAIN
     (spec,) = inp.train_sources
-    return replace(inp, train_sources=(SourceSpec(spec.prefix, None, spec.name),), valid_sources=(), test_sources=(),
-                   per_split_paths=False, split=split, train_iters=train_iters, train_samples=None,
-                   blend_weights_override=None, warmup_iters=None,
-                   neox=replace(inp.neox, blend_buffer=None, exact_requests=None, separate_epochs=False,
-                                train_epochs=None))
+    return replace(
+        inp,
+        train_sources=(SourceSpec(spec.prefix, None, spec.name),),
+        valid_sources=(),
+        test_sources=(),
+        per_split_paths=False,
+        split=split,
+        train_iters=train_iters,
+        train_samples=None,
+        blend_weights_override=None,
+        warmup_iters=None,
+        neox=replace(inp.neox, blend_buffer=None, exact_requests=None, separate_epochs=False, train_epochs=None),
+    )
 
 
 def stock_neox_exact(inp: PlanInput, plan: Plan, passes: Mapping[str, float]) -> dict[str, Any]:
     """``{"exact": bool, "why": str}`` and, when exact, ``"config"``: the stock NeoX keys that give ``plan``."""
     train = [s for s in plan.sources if s.split == "train"]
     if len(train) != 1:
-        return {"exact": False, "why": (
-            f"a blend of {len(train)} sources: stock NeoX blends only in train_data_paths mode, which multiplies "
-            "every source's request by 1.005 and uses the config's float weights; exact per-source counts need "
-            "neox-epoch")}
+        return {
+            "exact": False,
+            "why": (
+                f"a blend of {len(train)} sources: stock NeoX blends only in train_data_paths mode, which multiplies "
+                "every source's request by 1.005 and uses the config's float weights; exact per-source counts need "
+                "neox-epoch"
+            ),
+        }
     (target,) = train
     variant = data_path_variant(inp, plan.train_iters)
     try:
@@ -61,19 +73,27 @@ def stock_neox_exact(inp: PlanInput, plan: Plan, passes: Mapping[str, float]) ->
 
 def _exact_why(inp: PlanInput, stock: SourcePlan, plan: Plan, passes: Mapping[str, float]) -> str:
     request = plan.train_iters * plan.global_batch_size
-    why = (f"data_path + split mode has no 1.005 factor: NeoX asks for train_iters * train_batch_size = "
-           f"{plan.train_iters} * {plan.global_batch_size} = {request} samples, builds 1 epoch "
-           f"({stock.samples_built} samples) and draws {stock.samples_drawn}, the plan's target for "
-           f"{passes_text(next(iter(passes.values())))}; no neox_epoch block needed")
+    why = (
+        f"data_path + split mode has no 1.005 factor: NeoX asks for train_iters * train_batch_size = "
+        f"{plan.train_iters} * {plan.global_batch_size} = {request} samples, builds 1 epoch "
+        f"({stock.samples_built} samples) and draws {stock.samples_drawn}, the plan's target for "
+        f"{passes_text(next(iter(passes.values())))}; no neox_epoch block needed"
+    )
     if inp.per_split_paths:
-        why += (f"; with split {ALL_TRAIN} there is no valid/test split (NeoX's data_path mode splits the one corpus "
-                "and cannot take valid_data_paths), so NeoX skips evaluation")
+        why += (
+            f"; with split {ALL_TRAIN} there is no valid/test split (NeoX's data_path mode splits the one corpus "
+            "and cannot take valid_data_paths), so NeoX skips evaluation"
+        )
     return why
 
 
 def _not_exact(stock: SourcePlan, wanted: int, plan: Plan) -> str:
     if stock.epochs_built != 1:
-        return (f"with data_path and train_iters {plan.train_iters}, NeoX's index for {stock.samples_requested} "
-                f"samples holds {stock.epochs_built} epochs shuffled together, not one; the run needs neox-epoch")
-    return (f"with data_path and train_iters {plan.train_iters}, NeoX draws {stock.samples_drawn} samples, not the "
-            f"target {wanted}; the run needs neox-epoch")
+        return (
+            f"with data_path and train_iters {plan.train_iters}, NeoX's index for {stock.samples_requested} "
+            f"samples holds {stock.epochs_built} epochs shuffled together, not one; the run needs neox-epoch"
+        )
+    return (
+        f"with data_path and train_iters {plan.train_iters}, NeoX draws {stock.samples_drawn} samples, not the "
+        f"target {wanted}; the run needs neox-epoch"
+    )

@@ -39,8 +39,9 @@ def blocks(build: DatasetBuild, seq_length: int, extra_token: int, separate_all:
     return [(0, e)]
 
 
-def expected_unseen(build: DatasetBuild, drawn: int, seq_length: int, extra_token: int = 1,
-                    separate_all: bool = False) -> Unseen:
+def expected_unseen(
+    build: DatasetBuild, drawn: int, seq_length: int, extra_token: int = 1, separate_all: bool = False
+) -> Unseen:
     """Tokens of the split never among the input tokens of its first ``drawn`` samples (in shuffled order).
 
     A block drawn completely covers every token of its epochs (up to the tail of its last epoch, which the

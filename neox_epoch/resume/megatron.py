@@ -52,10 +52,16 @@ def argv_from_args(saved: dict[str, Any], version: str | None = None) -> list[st
     out: list[str] = []
     for spec in flag_table(mlm.rules_for(version).version)["options"]:
         dest, value = spec["dest"], saved.get(spec["dest"])
-        if dest not in PLAN_DESTS or value is None or value == spec["default"] or (
-                dest == "encoder_seq_length" and saved.get("seq_length")) or (
-                dest == "train_iters" and saved.get("train_samples")) or (  # update_train_iters filled it in
-                dest == "global_batch_size" and saved.get("step_batch_size_schedule")):
+        if (
+            dest not in PLAN_DESTS
+            or value is None
+            or value == spec["default"]
+            or (dest == "encoder_seq_length" and saved.get("seq_length"))
+            or (dest == "train_iters" and saved.get("train_samples"))
+            or (  # update_train_iters filled it in
+                dest == "global_batch_size" and saved.get("step_batch_size_schedule")
+            )
+        ):
             continue
         flag = next(o for o in spec["options"] if o.startswith("--") and not o.startswith("--no-"))
         if spec["action"] in ("store_true", "store_false"):
@@ -79,10 +85,14 @@ def _new_run(mi: MegatronInput, plan: Plan, lr_follows: bool) -> NewRun:
     blended = len(train) > 1 or weights is not None
     builds = train_builds(train, blended, separation=True)
     length = split_samples(plan, "train")
-    shape = LoaderShape(args.micro_batch_size, args.data_parallel_size,
-                        run.global_batch_size // (args.micro_batch_size * args.data_parallel_size))
-    return NewRun(shape, plan, tuple(s.name for s in train), weights if blended else None, builds, length, False,
-                  lr_follows)
+    shape = LoaderShape(
+        args.micro_batch_size,
+        args.data_parallel_size,
+        run.global_batch_size // (args.micro_batch_size * args.data_parallel_size),
+    )
+    return NewRun(
+        shape, plan, tuple(s.name for s in train), weights if blended else None, builds, length, False, lr_follows
+    )
 
 
 def _saved(ckpt: Checkpoint, version: str) -> tuple[MegatronInput | None, str]:
@@ -97,19 +107,27 @@ def _end_findings(consumed: int, new: NewRun, mi: MegatronInput, iteration: int)
     """What the new run's length does with the samples left: Megatron-LM's sampler and its loop bound."""
     left = max(0, mi.run.train_iters - iteration)
     if consumed >= new.dataset_samples:
-        return [f"no-samples-left: {consumed} samples consumed and the new train dataset has {new.dataset_samples}: "
-                "Megatron-LM's sampler asserts 'no samples left to consume' (ask for more samples: --train-iters or "
-                "--train-samples)"]
+        return [
+            f"no-samples-left: {consumed} samples consumed and the new train dataset has {new.dataset_samples}: "
+            "Megatron-LM's sampler asserts 'no samples left to consume' (ask for more samples: --train-iters or "
+            "--train-samples)"
+        ]
     if consumed + left * new.shape.train_batch_size > new.dataset_samples:
-        return [f"runs-out: {left} iterations of {new.shape.train_batch_size} from sample {consumed} need "
-                f"{consumed + left * new.shape.train_batch_size} samples and the new train dataset has "
-                f"{new.dataset_samples}: the data loader ends before train_iters {mi.run.train_iters} (with "
-                "--dataloader-type single the next batch raises StopIteration; ask for the samples the run draws)"]
+        return [
+            f"runs-out: {left} iterations of {new.shape.train_batch_size} from sample {consumed} need "
+            f"{consumed + left * new.shape.train_batch_size} samples and the new train dataset has "
+            f"{new.dataset_samples}: the data loader ends before train_iters {mi.run.train_iters} (with "
+            "--dataloader-type single the next batch raises StopIteration; ask for the samples the run draws)"
+        ]
     return []
 
 
-def valid_start(saved_args: dict[str, Any], iteration: int, mi: MegatronInput, plan: Plan,
-                ) -> tuple[ValidStart | None, list[str]]:
+def valid_start(
+    saved_args: dict[str, Any],
+    iteration: int,
+    mi: MegatronInput,
+    plan: Plan,
+) -> tuple[ValidStart | None, list[str]]:
     """Megatron-LM's validation loader at the resume: ``consumed_valid_samples`` from the checkpoint's args (each
     evaluation added ``eval_iters x global_batch_size``; 0 with ``iteration > 0``: recomputed with the new args as
     ``iteration // eval_interval * eval_iters * global_batch_size``), where its sampler starts unless
@@ -132,7 +150,8 @@ def valid_start(saved_args: dict[str, Any], iteration: int, mi: MegatronInput, p
         return ValidStart(drawn, start, drawn, how), [
             f"valid-no-samples-left: the validation loader starts at sample {start} of a validation dataset of "
             f"{length}: Megatron-LM's sampler asserts 'no samples left to consume' at the data build (ask for more "
-            "validation samples: --eval-iters, --eval-interval, --train-iters)"]
+            "validation samples: --eval-iters, --eval-interval, --train-iters)"
+        ]
     interval = args.eval_interval or 0
     evaluations = evaluations_after(iteration, run.train_iters, interval)
     if args.start_eval_at_iter is not None:  # 0.19.2: the loop evaluates from start_eval_at_iter on
@@ -151,7 +170,8 @@ def valid_start(saved_args: dict[str, Any], iteration: int, mi: MegatronInput, p
     return valid, [
         f"valid-runs-out: {evaluations} evaluations after the resume (every {interval} iterations to "
         f"{run.train_iters}, and one at the end) draw {needed} batches of {loader} from sample {start}; the "
-        f"validation dataset has {length} samples: its loader ends (StopIteration) before the last evaluation"]
+        f"validation dataset has {length} samples: its loader ends (StopIteration) before the last evaluation"
+    ]
 
 
 def override_iteration(mi: MegatronInput, saved_gbs: int, saved_consumed: int) -> tuple[int, int, str, list[str]]:
@@ -160,15 +180,23 @@ def override_iteration(mi: MegatronInput, saved_gbs: int, saved_consumed: int) -
     differs, load_checkpoint raises RuntimeError (a finding). (iteration, consumed, how, findings)."""
     k, g, v = mi.args.override_ckpt_iteration or 0, mi.args.global_batch_size, mi.args.megatron_lm_version
     consumed = k * g
-    how = (f"consumed = override_ckpt_iteration * global_batch_size = {k} * {g} = {consumed} (--override-ckpt-iteration: "
-           f"Megatron-LM {v}'s load_checkpoint replaces the saved iteration and consumed_train_samples {saved_consumed})")
+    how = (
+        f"consumed = override_ckpt_iteration * global_batch_size = {k} * {g} = {consumed} (--override-ckpt-iteration: "
+        f"Megatron-LM {v}'s load_checkpoint replaces the saved iteration and consumed_train_samples {saved_consumed})"
+    )
     if saved_gbs == g:
         return k, consumed, how, []
-    return k, consumed, how, [
-        f"override-refused: --override-ckpt-iteration {k}: Megatron-LM {v}'s load_checkpoint raises RuntimeError "
-        f"(checkpoint global_batch_size ({saved_gbs}) != current global_batch_size ({g}): it would recompute "
-        f"consumed_train_samples as {k} * {g} = {consumed} and replay the data loader from the wrong sample offset); "
-        f"resume with the checkpoint's global batch {saved_gbs}, or without --override-ckpt-iteration"]
+    return (
+        k,
+        consumed,
+        how,
+        [
+            f"override-refused: --override-ckpt-iteration {k}: Megatron-LM {v}'s load_checkpoint raises RuntimeError "
+            f"(checkpoint global_batch_size ({saved_gbs}) != current global_batch_size ({g}): it would recompute "
+            f"consumed_train_samples as {k} * {g} = {consumed} and replay the data loader from the wrong sample offset); "
+            f"resume with the checkpoint's global batch {saved_gbs}, or without --override-ckpt-iteration"
+        ],
+    )
 
 
 def recomputed_valid(args: MegatronArgs, global_batch_size: int, iteration: int) -> tuple[int, str]:
@@ -178,25 +206,34 @@ def recomputed_valid(args: MegatronArgs, global_batch_size: int, iteration: int)
     interval, iters = args.eval_interval or 1, args.eval_iters
     if not args.rules.eval_batch:
         value = iteration // interval * iters * global_batch_size
-        return value, (f"iteration // eval_interval * eval_iters * global_batch_size = {iteration} // {interval} * "
-                       f"{iters} * {global_batch_size} = {value}")
+        return value, (
+            f"iteration // eval_interval * eval_iters * global_batch_size = {iteration} // {interval} * "
+            f"{iters} * {global_batch_size} = {value}"
+        )
     start = args.start_eval_at_iter or 0
     eval_gbs = args.eval_global_batch_size or global_batch_size
     value = max(0, iteration // interval - start // interval) * iters * eval_gbs
-    return value, (f"max(0, iteration // eval_interval - start_eval_at_iter // eval_interval) * eval_iters * "
-                   f"eval_global_batch_size = max(0, {iteration} // {interval} - {start} // {interval}) * {iters} * "
-                   f"{eval_gbs} = {value}")
+    return value, (
+        f"max(0, iteration // eval_interval - start_eval_at_iter // eval_interval) * eval_iters * "
+        f"eval_global_batch_size = max(0, {iteration} // {interval} - {start} // {interval}) * {iters} * "
+        f"{eval_gbs} = {value}"
+    )
 
 
 def _scheduler_findings(old: MegatronInput, new: MegatronInput) -> list[str]:
     """OptimizerParamScheduler.load_state_dict: each value the checkpoint holds must equal the new one."""
-    same = (old.args.lr, old.args.min_lr, old.args.lr_decay_style) == (new.args.lr, new.args.min_lr,
-                                                                         new.args.lr_decay_style)
+    same = (old.args.lr, old.args.min_lr, old.args.lr_decay_style) == (
+        new.args.lr,
+        new.args.min_lr,
+        new.args.lr_decay_style,
+    )
     if same and old.run.scheduler == new.run.scheduler:
         return []
-    return [f"lr-schedule: the learning-rate schedule changes ({old.run.scheduler} -> {new.run.scheduler}): "
-            "Megatron-LM's OptimizerParamScheduler refuses the checkpoint ('class input value ... do not match') "
-            "unless --override-opt_param-scheduler or --use-checkpoint-opt_param-scheduler is given"]
+    return [
+        f"lr-schedule: the learning-rate schedule changes ({old.run.scheduler} -> {new.run.scheduler}): "
+        "Megatron-LM's OptimizerParamScheduler refuses the checkpoint ('class input value ... do not match') "
+        "unless --override-opt_param-scheduler or --use-checkpoint-opt_param-scheduler is given"
+    ]
 
 
 def check(ckpt: Checkpoint, argv: Sequence[str], version: str, exposure: bool = False) -> ResumeCheck:
@@ -204,8 +241,10 @@ def check(ckpt: Checkpoint, argv: Sequence[str], version: str, exposure: bool = 
     saved_args, it = ckpt.values, ckpt.iteration
     gbs = saved_args.get("global_batch_size")
     if not isinstance(gbs, int) or gbs < 1:
-        raise ConfigError(f"{ckpt.directory}: the saved args have global_batch_size {gbs!r}, expected a whole number "
-                          ">= 1; not a Megatron-LM training checkpoint")
+        raise ConfigError(
+            f"{ckpt.directory}: the saved args have global_batch_size {gbs!r}, expected a whole number "
+            ">= 1; not a Megatron-LM training checkpoint"
+        )
     consumed = int(saved_args.get("consumed_train_samples") or 0)
     how = f"consumed = consumed_train_samples = {consumed} (the args saved in the checkpoint)"
     if consumed == 0 and it > 0 and not saved_args.get("train_samples"):
@@ -223,8 +262,12 @@ def check(ckpt: Checkpoint, argv: Sequence[str], version: str, exposure: bool = 
     if old_mi is not None:
         old_plan = _new_run(old_mi, make_plan(old_mi.inp), False)
         saved = SavedBuild(old_plan.plan.seq_length, old_plan.weights, old_plan.builds, source, separation=True)
-    start = ResumeStart(consumed, consumed, f"start = consumed_train_samples = {consumed} (Megatron-LM's pretraining "
-                                            "sampler starts there, whatever the batch)")
+    start = ResumeStart(
+        consumed,
+        consumed,
+        f"start = consumed_train_samples = {consumed} (Megatron-LM's pretraining "
+        "sampler starts there, whatever the batch)",
+    )
     old = OldRun(ckpt, gbs, consumed, how, None)
     findings = overridden + build_findings(old, saved, new) + _end_findings(consumed, new, new_mi, it)
     left = max(0, new_mi.run.train_iters - it)
@@ -237,20 +280,39 @@ def check(ckpt: Checkpoint, argv: Sequence[str], version: str, exposure: bool = 
     if new_mi.args.rampup_batch_size is not None:
         notes.append("--rampup-batch-size: the samples drawn after the resume are counted at the final global batch")
     if new_mi.args.step_batch_size_schedule is not None:
-        notes.append(f"--step-batch-size-schedule: the samples drawn after the resume are counted at the global batch "
-                     f"{new_mi.args.global_batch_size} (micro x dp), not the schedule's batches")
+        notes.append(
+            f"--step-batch-size-schedule: the samples drawn after the resume are counted at the global batch "
+            f"{new_mi.args.global_batch_size} (micro x dp), not the schedule's batches"
+        )
     sources = deltas(new, saved, consumed, start, left)
     found: tuple[SourceExposure, ...] = ()
     if exposure and old_plan is not None and old_mi is not None and len(old_plan.names) == len(new.names):
-        found = megatron_exposures(new, [s for s in old_plan.plan.sources if s.split == "train"],
-                                   old_plan.plan.seq_length, old_mi.inp.seed, sources,
-                                   int(new_mi.inp.mcore.add_extra_token_to_sequence))
+        found = megatron_exposures(
+            new,
+            [s for s in old_plan.plan.sources if s.split == "train"],
+            old_plan.plan.seq_length,
+            old_mi.inp.seed,
+            sources,
+            int(new_mi.inp.mcore.add_extra_token_to_sequence),
+        )
     elif exposure:
         notes.append("exposure not computed: the saved run's args do not plan, or its blend has other sources")
-    return ResumeCheck(old, new, start, "Megatron-LM", sources, tuple(findings),
-                       tuple(notes), consumed, semantics=f"Megatron-LM {new_mi.args.megatron_lm_version}", valid=valid,
-                       test=end_test(new_mi.args.eval_iters, new_mi.run.global_batch_size,
-                                     split_samples(new.plan, "test"), "Megatron-LM"), exposures=found)
+    return ResumeCheck(
+        old,
+        new,
+        start,
+        "Megatron-LM",
+        sources,
+        tuple(findings),
+        tuple(notes),
+        consumed,
+        semantics=f"Megatron-LM {new_mi.args.megatron_lm_version}",
+        valid=valid,
+        test=end_test(
+            new_mi.args.eval_iters, new_mi.run.global_batch_size, split_samples(new.plan, "test"), "Megatron-LM"
+        ),
+        exposures=found,
+    )
 
 
 def data_findings(ckpt: Checkpoint, iteration: int, plan: Plan, seed: int | None) -> list[str]:
@@ -276,8 +338,9 @@ def data_findings(ckpt: Checkpoint, iteration: int, plan: Plan, seed: int | None
 # ------------------------------------------------------------------------------------------------ phases
 
 
-def phase_check(ckpt: Checkpoint, argv: list[str], version: str, new_mi: MegatronInput, it: int, consumed: int,
-                how: str) -> ResumeCheck:
+def phase_check(
+    ckpt: Checkpoint, argv: list[str], version: str, new_mi: MegatronInput, it: int, consumed: int, how: str
+) -> ResumeCheck:
     """A resume with --phase-transition-iterations (Megatron-LM 0.19, docs/stages-research.md): the launch builds
     the current phase's train dataset only and starts its loader at ``(iteration - last transition) x global
     batch``, not at consumed_train_samples. Entering a new phase, each source starts at its sample 0: findings name
@@ -298,30 +361,53 @@ def phase_check(ckpt: Checkpoint, argv: list[str], version: str, new_mi: Megatro
     new = _new_run(pmi, plan, follows)
     at = (it - first) * g
     requested = int(pmi.inp.mcore.num_samples[0] or 0) if pmi.inp.mcore.num_samples else 0
-    start = ResumeStart(at, at, f"start = (iteration - last transition) * global_batch_size = ({it} - {first}) * {g} = "
-                                f"{at} in phase {number}'s own train dataset ({requested} samples asked of the builder), "
-                                f"not consumed_train_samples {consumed} (Megatron-LM "
-                                f"{new_mi.args.megatron_lm_version}, --phase-transition-iterations)")
+    start = ResumeStart(
+        at,
+        at,
+        f"start = (iteration - last transition) * global_batch_size = ({it} - {first}) * {g} = "
+        f"{at} in phase {number}'s own train dataset ({requested} samples asked of the builder), "
+        f"not consumed_train_samples {consumed} (Megatron-LM "
+        f"{new_mi.args.megatron_lm_version}, --phase-transition-iterations)",
+    )
     old = OldRun(ckpt, g, consumed, how, None)
-    notes = [f"phase {number} of {len(bounds) - 1}: iterations {first}..{end - 1}; this launch saves and exits at "
-             f"iteration {end}" if end < bounds[-1] else f"phase {number} of {len(bounds) - 1}: iterations "
-             f"{first}..{end - 1}, the last phase"]
+    notes = [
+        f"phase {number} of {len(bounds) - 1}: iterations {first}..{end - 1}; this launch saves and exits at "
+        f"iteration {end}"
+        if end < bounds[-1]
+        else f"phase {number} of {len(bounds) - 1}: iterations {first}..{end - 1}, the last phase"
+    ]
     findings: list[str] = []
     if number > 1 and it == first:
         found, more = _phase_entry(ckpt, argv, version, bounds, number, plan_phases)
         findings += found
         notes += more
     elif it != first:
-        notes.append(f"a resume inside phase {number}: Megatron-LM rebuilds the phase's whole dataset and starts at "
-                     f"its sample {at}; with the command line the phase started with, it continues exactly")
+        notes.append(
+            f"a resume inside phase {number}: Megatron-LM rebuilds the phase's whole dataset and starts at "
+            f"its sample {at}; with the command line the phase started with, it continues exactly"
+        )
     valid, valid_findings = valid_start(ckpt.values, it, new_mi, new.plan)
-    return ResumeCheck(old, new, start, "Megatron-LM", (), tuple(findings + valid_findings), tuple(notes), consumed,
-                       semantics=f"Megatron-LM {new_mi.args.megatron_lm_version}", valid=valid,
-                       test=end_test(new_mi.args.eval_iters, g, split_samples(new.plan, "test"), "Megatron-LM"))
+    return ResumeCheck(
+        old,
+        new,
+        start,
+        "Megatron-LM",
+        (),
+        tuple(findings + valid_findings),
+        tuple(notes),
+        consumed,
+        semantics=f"Megatron-LM {new_mi.args.megatron_lm_version}",
+        valid=valid,
+        test=end_test(new_mi.args.eval_iters, g, split_samples(new.plan, "test"), "Megatron-LM"),
+    )
 
 
-def _earlier_lines(ckpt: Checkpoint, version: str, bounds: list[int], number: int,
-                   ) -> tuple[list[str], dict[int, list[str]], list[str]]:
+def _earlier_lines(
+    ckpt: Checkpoint,
+    version: str,
+    bounds: list[int],
+    number: int,
+) -> tuple[list[str], dict[int, list[str]], list[str]]:
     """Phase k's command line (k < number) is the saved args of the checkpoint phase k saved at its end,
     ``iter_{bounds[k]}`` beside this one (this one for phase number - 1); a phase whose checkpoint is gone is
     planned with the next line found. (phase 1's line, the later phases' lines, notes)."""
@@ -340,24 +426,31 @@ def _earlier_lines(ckpt: Checkpoint, version: str, bounds: list[int], number: in
     base = lines[min(lines)]
     read = ", ".join(f"phase {k}: iter_{bounds[k]:07d}" for k in sorted(lines))
     head = "phase 1" if number == 2 else f"phases 1..{number - 1}"
-    notes = [f"{head} planned with the command line each was launched with, as the checkpoint it "
-             f"saved at its end keeps it ({read})"]
+    notes = [
+        f"{head} planned with the command line each was launched with, as the checkpoint it "
+        f"saved at its end keeps it ({read})"
+    ]
     if gone:
-        notes.append(f"not supported: the command line of a phase whose checkpoint is gone ({', '.join(gone)}): "
-                     "that phase is planned with the next phase's, so one launched with other data flags is not "
-                     "compared")
+        notes.append(
+            f"not supported: the command line of a phase whose checkpoint is gone ({', '.join(gone)}): "
+            "that phase is planned with the next phase's, so one launched with other data flags is not "
+            "compared"
+        )
     return base, {k: v for k, v in lines.items() if k > min(lines)}, notes
 
 
-def _phase_entry(ckpt: Checkpoint, argv: list[str], version: str, bounds: list[int], number: int,
-                 plan_phases: Any) -> tuple[list[str], list[str]]:
+def _phase_entry(
+    ckpt: Checkpoint, argv: list[str], version: str, bounds: list[int], number: int, plan_phases: Any
+) -> tuple[list[str], list[str]]:
     """(findings, notes) for a launch entering phase ``number``: per source, what it trains again and never reaches."""
     base, groups, earlier = _earlier_lines(ckpt, version, bounds, number)
     try:
         pp = plan_phases(base, {**groups, number: argv}, version)
     except NeoxEpochError as err:
-        return [], [f"the phases before {number} are not compared: the checkpoint's saved args do not plan as a "
-                    f"phased run ({err})"]
+        return [], [
+            f"the phases before {number} are not compared: the checkpoint's saved args do not plan as a "
+            f"phased run ({err})"
+        ]
     from neox_epoch.plan.phases import source_line
 
     notes = earlier
@@ -372,17 +465,24 @@ def _phase_entry(ckpt: Checkpoint, argv: list[str], version: str, bounds: list[i
                 f"phase-repeat: {s.name}: phase {number} trains {s.again} of its {s.draws} draws again: phase "
                 f"{s.again_phase}'s first {s.again} samples, in the same order (same --seed, documents and epochs "
                 f"built; Megatron-LM starts each phase at its sample 0); a continuation would start at its draw "
-                f"{s.earlier_draws} (pass {done + 1}, sample {at})")
+                f"{s.earlier_draws} (pass {done + 1}, sample {at})"
+            )
         elif s.other_order and at:
             findings.append(
                 f"phase-reorder: {s.name}: phase {number} draws it in another order than the earlier phases (seed or "
                 f"epochs built differ): its {s.draws} draws overlap the {at} samples of pass {done + 1} already "
-                "trained at random, not a continuation")
+                "trained at random, not a continuation"
+            )
         rows = [r for ph in upto for r in ph.sources if r.name == s.name and r.draws]
-        if len(rows) > 1 and len({r.order for r in rows}) == 1 and all(r.draws <= n and r.epochs_built == 1
-                                                                      for r in rows):
+        if (
+            len(rows) > 1
+            and len({r.order for r in rows}) == 1
+            and all(r.draws <= n and r.epochs_built == 1 for r in rows)
+        ):
             never = n - max(r.draws for r in rows)
             if never and at:
-                findings.append(f"phase-never: {s.name}: after phase {number}, {never} of its {n} samples are "
-                                f"trained by no phase (each drew its first {max(r.draws for r in rows)} at most)")
+                findings.append(
+                    f"phase-never: {s.name}: after phase {number}, {never} of its {n} samples are "
+                    f"trained by no phase (each drew its first {max(r.draws for r in rows)} at most)"
+                )
     return findings, notes

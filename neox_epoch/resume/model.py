@@ -38,8 +38,12 @@ class SourceExposure:
     """Why there are no counts, or what the audit said about the index."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"index": self.index, "resumed": self.resumed.to_json() if self.resumed else None,
-                "continued": self.continued.to_json() if self.continued else None, "note": self.note}
+        return {
+            "index": self.index,
+            "resumed": self.resumed.to_json() if self.resumed else None,
+            "continued": self.continued.to_json() if self.continued else None,
+            "note": self.note,
+        }
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,7 @@ class OldRun:
     consumed: int
     consumed_how: str
     state: ResumeState | None
+
 
 @dataclass(frozen=True)
 class NewRun:
@@ -77,6 +82,7 @@ class NewRun:
     """A staged run's :class:`~neox_epoch.plan.staged.StagedRun` (None without stages): its draw order replaces the
     greedy blend's."""
 
+
 @dataclass(frozen=True)
 class SavedBuild:
     """What the saved run built: its seq_length, blend and train indices."""
@@ -87,6 +93,7 @@ class SavedBuild:
     source: str  # Where it comes from: the hooks' state, or the config files NeoX copied into the checkpoint.
     separation: bool = False  # Its builds say whether the final epoch was shuffled on its own (megatron-core).
     seed: int | None = None  # The shuffles' seed (None: not recorded; taken as the new run's).
+
 
 @dataclass(frozen=True)
 class SourceDelta:
@@ -105,6 +112,7 @@ class SourceDelta:
     first: int = 0
     """The item of its index the resumed run draws first (it draws items ``first .. first + drawn - 1``)."""
 
+
 @dataclass(frozen=True)
 class ResumeCheck:
     old: OldRun
@@ -121,6 +129,7 @@ class ResumeCheck:
     valid: ValidStart | None = None  # The validation loader at the resume.
     test: EndTest | None = None  # The test loader (evaluated after the last iteration).
 
+
 def _counts(weights: tuple[float, ...] | None, positions: list[int]) -> list[list[int]]:
     """Samples drawn from each source by the first ``p`` samples, for each ``p`` of ``positions`` (the blend's
     greedy, in one pass; or the one source)."""
@@ -129,8 +138,10 @@ def _counts(weights: tuple[float, ...] | None, positions: list[int]) -> list[lis
         return [[p] for p in positions]
     return [list(c) for c in blend.greedy_draws(list(weights), positions).counts]
 
-def deltas(new: NewRun, saved: SavedBuild | None, consumed: int, start: ResumeStart,
-            iterations_left: int) -> tuple[SourceDelta, ...]:
+
+def deltas(
+    new: NewRun, saved: SavedBuild | None, consumed: int, start: ResumeStart, iterations_left: int
+) -> tuple[SourceDelta, ...]:
     """Per source: what the saved run drew (the saved blend's draws among the consumed samples) against where the
     resumed run starts drawing in its index (the new blend's among the positions before its start)."""
     weights = saved.weights if saved is not None and saved.weights is not None else new.weights
@@ -146,12 +157,22 @@ def deltas(new: NewRun, saved: SavedBuild | None, consumed: int, start: ResumeSt
         reordered = cut_anew or (was is not None and was.epochs != new.builds[keys[k]].epochs)
         # repeated: the saved run's items 0 .. before-1 that the resumed run's first .. last-1 cover again
         repeated = max(0, min(before[k], last[k]) - first[k])
-        rows.append(SourceDelta(name, None if reordered else max(0, first[k] - before[k]),
-                                None if reordered else repeated, last[k] - first[k], before[k], first[k]))
+        rows.append(
+            SourceDelta(
+                name,
+                None if reordered else max(0, first[k] - before[k]),
+                None if reordered else repeated,
+                last[k] - first[k],
+                before[k],
+                first[k],
+            )
+        )
     return tuple(rows)
 
-def blend_findings(new: NewRun, saved: SavedBuild | None, consumed: int, start: ResumeStart,
-                   iterations_left: int) -> list[str]:
+
+def blend_findings(
+    new: NewRun, saved: SavedBuild | None, consumed: int, start: ResumeStart, iterations_left: int
+) -> list[str]:
     """With another blend the resume moves in each source's index: samples skipped, or drawn again by the
     resumed run's ``iterations_left`` iterations."""
     if saved is None or not blend_changed(saved, new) or len(saved.weights or ()) != len(new.weights or ()):
@@ -159,12 +180,17 @@ def blend_findings(new: NewRun, saved: SavedBuild | None, consumed: int, start: 
     out = []
     for d in deltas(new, saved, consumed, start, iterations_left):
         if d.skipped:
-            out.append(f"skip: {d.name}: {d.skipped} of its samples the saved run had not reached are never drawn "
-                       "(the new blend starts further into it)")
+            out.append(
+                f"skip: {d.name}: {d.skipped} of its samples the saved run had not reached are never drawn "
+                "(the new blend starts further into it)"
+            )
         if d.repeated:
-            out.append(f"repeat: {d.name}: {d.repeated} of its samples the saved run drew are drawn again (the new "
-                       "blend starts earlier in it)")
+            out.append(
+                f"repeat: {d.name}: {d.repeated} of its samples the saved run drew are drawn again (the new "
+                "blend starts earlier in it)"
+            )
     return out
+
 
 def split_samples(plan: Plan, split: str) -> int:
     """Samples of a split's dataset: its blend's size, or the len of its datasets."""
@@ -172,6 +198,7 @@ def split_samples(plan: Plan, split: str) -> int:
     if blends and blends[0].size is not None:
         return blends[0].size
     return sum(s.length for s in plan.sources if s.split == split)
+
 
 def valid_sources(plan: Plan, windows: tuple[tuple[Span, ...], ...]) -> tuple[ValidSource, ...]:
     """Per source of the validation split, its samples among the blend positions of each of the three ``windows``
@@ -186,11 +213,13 @@ def valid_sources(plan: Plan, windows: tuple[tuple[Span, ...], ...]) -> tuple[Va
     counts = [[sum(t * (at[hi][k] - at[lo][k]) for lo, hi, t in w) for w in windows] for k in range(len(names))]
     return tuple(ValidSource(name, *counts[k]) for k, name in enumerate(names))
 
+
 def blend_changed(saved: SavedBuild, new: NewRun) -> bool:
     """The new blend draws with other weights (or other sources) than the saved one."""
     if not saved.weights or new.weights is None:
         return False
     return len(saved.weights) != len(new.weights) or any(abs(a - b) > 1e-12 for a, b in zip(saved.weights, new.weights))
+
 
 def build_findings(old: OldRun, saved: SavedBuild | None, new: NewRun) -> list[str]:
     """Train indices or a blend that would not be the saved run's: positions then name other samples."""
@@ -198,33 +227,47 @@ def build_findings(old: OldRun, saved: SavedBuild | None, new: NewRun) -> list[s
         return []  # no record to compare with
     out = []
     if saved.seq_length and saved.seq_length != new.plan.seq_length:
-        out.append(f"seq-length-changed: seq_length {saved.seq_length} -> {new.plan.seq_length}: the documents "
-                   "are cut into other samples (new index files), so positions before and after the resume are "
-                   "other token spans (--exposure counts each token's times seen over the whole run)")
+        out.append(
+            f"seq-length-changed: seq_length {saved.seq_length} -> {new.plan.seq_length}: the documents "
+            "are cut into other samples (new index files), so positions before and after the resume are "
+            "other token spans (--exposure counts each token's times seen over the whole run)"
+        )
     state = old.state
-    if new.hooks and state is not None and (new.shape.train_batch_size, new.shape.loader_batch) != (
-            state.train_batch_size, state.loader_batch):
+    if (
+        new.hooks
+        and state is not None
+        and (new.shape.train_batch_size, new.shape.loader_batch) != (state.train_batch_size, state.loader_batch)
+    ):
         return out  # the hooks rebuild the saved indices and blend
     if blend_changed(saved, new):
-        out.append(f"blend-changed: the blend's weights {[round(w, 6) for w in new.weights]} differ from the saved "
-                   f"run's {[round(w, 6) for w in saved.weights]}: from the resume on, positions draw other "
-                   "sources than the saved run's")
+        out.append(
+            f"blend-changed: the blend's weights {[round(w, 6) for w in new.weights]} differ from the saved "
+            f"run's {[round(w, 6) for w in saved.weights]}: from the resume on, positions draw other "
+            "sources than the saved run's"
+        )
     for name, built in new.builds.items():
         was = saved.builds.get(name)
-        if was is not None and (was.epochs != built.epochs or saved.separation and
-                                was.separate_final_epoch != built.separate_final_epoch):
+        if was is not None and (
+            was.epochs != built.epochs or saved.separation and was.separate_final_epoch != built.separate_final_epoch
+        ):
+
             def epochs(b: TrainBuild) -> str:
                 return f"{b.epochs} epochs" + (" (the last shuffled on its own)" if b.separate_final_epoch else "")
 
-            out.append(f"orders-change: {name}: {epochs(built)} for num_samples {built.num_samples} now, "
-                       f"{epochs(was)} for {was.num_samples} in the saved run: a new index, shuffled anew, so "
-                       "positions before and after the resume name different samples")
+            out.append(
+                f"orders-change: {name}: {epochs(built)} for num_samples {built.num_samples} now, "
+                f"{epochs(was)} for {was.num_samples} in the saved run: a new index, shuffled anew, so "
+                "positions before and after the resume name different samples"
+            )
     return out
 
 
 def train_builds(train: Sequence[SourcePlan], blended: bool, separation: bool = False) -> dict[str, TrainBuild]:
     """Per train dataset name (``train``, or ``train_0``, ``train_1``, ... in a blend), how the plan builds it;
     ``separation``: record whether the final epoch is shuffled on its own (megatron-core's builds say it)."""
-    return {(f"train_{k}" if blended else "train"): TrainBuild(s.samples_requested, s.epochs_built, s.samples_built,
-                                                               s.separate_final_epoch and separation)
-            for k, s in enumerate(train)}
+    return {
+        (f"train_{k}" if blended else "train"): TrainBuild(
+            s.samples_requested, s.epochs_built, s.samples_built, s.separate_final_epoch and separation
+        )
+        for k, s in enumerate(train)
+    }

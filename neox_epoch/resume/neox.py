@@ -63,15 +63,20 @@ from neox_epoch.util.values import is_whole
 def _int(values: dict[str, Any], key: str, where: str) -> int:
     value = values.get(key)
     if not is_whole(value, 1):
-        raise ConfigError(f"{where}: DeepSpeed's {key} is {value!r}, expected a whole number >= 1; not a DeepSpeed "
-                          "checkpoint of a training run")
+        raise ConfigError(
+            f"{where}: DeepSpeed's {key} is {value!r}, expected a whole number >= 1; not a DeepSpeed "
+            "checkpoint of a training run"
+        )
     return value
+
 
 def old_run(ckpt: Checkpoint) -> OldRun:
     """The consumed samples: the hooks' state when saved, else iteration x the saved train_batch_size."""
     if ckpt.framework != "neox":
-        raise ConfigError(f"{ckpt.directory}: a Megatron-LM checkpoint; give its Megatron-LM command line "
-                          "(--data-path ...) for the resumed run")
+        raise ConfigError(
+            f"{ckpt.directory}: a Megatron-LM checkpoint; give its Megatron-LM command line "
+            "(--data-path ...) for the resumed run"
+        )
     ds = ckpt.values.get("ds_config")
     if not isinstance(ds, dict):
         raise ConfigError(f"{ckpt.directory}: no ds_config saved with it; not a DeepSpeed checkpoint of NeoX")
@@ -80,15 +85,19 @@ def old_run(ckpt: Checkpoint) -> OldRun:
     if state is not None:
         how = f"consumed = {state.consumed_samples} (neox_epoch_state.json, every batch size the run had)"
         return OldRun(ckpt, tbs, state.consumed_samples, how, state)
-    how = (f"consumed = iteration * train_batch_size = {ckpt.iteration} * {tbs} = {ckpt.iteration * tbs} (no "
-           "neox-epoch state in the checkpoint: assumes the batch never changed before it)")
+    how = (
+        f"consumed = iteration * train_batch_size = {ckpt.iteration} * {tbs} = {ckpt.iteration * tbs} (no "
+        "neox-epoch state in the checkpoint: assumes the batch never changed before it)"
+    )
     return OldRun(ckpt, tbs, ckpt.iteration * tbs, how, None)
+
 
 def is_run_log(path: str) -> bool:
     """A run's JSONL (or the directory holding it) rather than a checkpoint directory."""
     if os.path.isdir(path):
         return os.path.isfile(os.path.join(path, JSONL_NAME)) and not os.path.isfile(os.path.join(path, "latest"))
     return path.endswith(".jsonl") and os.path.isfile(path)
+
 
 def old_from_log(path: str, iteration: int | None, records: list[tuple[int, dict[str, Any]]] | None = None) -> OldRun:
     """OLD from the ``checkpoint`` record the hooks wrote into the run's JSONL when NeoX saved the checkpoint the
@@ -97,21 +106,28 @@ def old_from_log(path: str, iteration: int | None, records: list[tuple[int, dict
     log = log_file(path)
     states = states_from_log(log, checkpoint_records(log) if records is None else records)
     if not states:
-        raise ConfigError(f"{log}: no checkpoint record in it (the hooks write one each time NeoX saves a "
-                          "checkpoint); give the checkpoint directory instead")
+        raise ConfigError(
+            f"{log}: no checkpoint record in it (the hooks write one each time NeoX saves a "
+            "checkpoint); give the checkpoint directory instead"
+        )
     at, (tag, state) = recorded_at(log, states, iteration)
     ckpt = Checkpoint("neox", f"{log} ({tag})", at, {"ds_config": {"train_batch_size": state.train_batch_size}})
-    how = (f"consumed = {state.consumed_samples} (the checkpoint record for {tag} in the run's JSONL, every batch "
-           "size the run had)")
+    how = (
+        f"consumed = {state.consumed_samples} (the checkpoint record for {tag} in the run's JSONL, every batch "
+        "size the run had)"
+    )
     return OldRun(ckpt, state.train_batch_size, state.consumed_samples, how, state)
+
 
 def new_run(cfg: NeoxConfig, world_size: int | None) -> NewRun:
     """Plan the new config (its files loaded) as NeoX (with the hooks when it has a ``neox_epoch`` block) will build
     it."""
     batch = neox_batch(cfg, world_size)
     if batch.data_parallel_size is None or batch.micro_batch_size is None:
-        raise ConfigError(f"{', '.join(cfg.files)}: the data-parallel size is needed for where the loader resumes; give "
-                          "--world-size N (GPUs the resumed run uses) or global_num_gpus")
+        raise ConfigError(
+            f"{', '.join(cfg.files)}: the data-parallel size is needed for where the loader resumes; give "
+            "--world-size N (GPUs the resumed run uses) or global_num_gpus"
+        )
     shape = LoaderShape(batch.micro_batch_size, batch.data_parallel_size, batch.gradient_accumulation_steps or 1)
     values = {**cfg.values, "train_batch_size": batch.train_batch_size}
     if cfg.block is not None:
@@ -129,12 +145,25 @@ def new_run(cfg: NeoxConfig, world_size: int | None) -> NewRun:
     blended = len(train) > 1 or bool(weights)
     builds = train_builds(train, blended)
     dataset = total if total is not None else sum(s.length for s in train)
-    lr = any(bool(cfg.values.get(k)) for k in ("override_lr_scheduler", "use_checkpoint_lr_scheduler", "lr_decay_iters"))
+    lr = any(
+        bool(cfg.values.get(k)) for k in ("override_lr_scheduler", "use_checkpoint_lr_scheduler", "lr_decay_iters")
+    )
     evaluation = (get_int(cfg, "eval_interval", 1000) or 0, get_int(cfg, "eval_iters", 100, positive=False) or 0)
-    return NewRun(shape, plan, tuple(s.name for s in train), weights if blended else None, builds, dataset,
-                  cfg.block is not None, lr, get_int(cfg, "seed", 1234, positive=False) or 0, evaluation,
-                  sum(s.length for s in plan.sources if s.split == "valid"),
-                  rp.staged if cfg.block is not None else None)
+    return NewRun(
+        shape,
+        plan,
+        tuple(s.name for s in train),
+        weights if blended else None,
+        builds,
+        dataset,
+        cfg.block is not None,
+        lr,
+        get_int(cfg, "seed", 1234, positive=False) or 0,
+        evaluation,
+        sum(s.length for s in plan.sources if s.split == "valid"),
+        rp.staged if cfg.block is not None else None,
+    )
+
 
 def valid_samples_at(cfg: NeoxConfig, world_size: int | None, train_iters: int) -> int:
     """Samples of the validation dataset NeoX builds for the config at ``train_iters``: a resume the hooks make
@@ -146,6 +175,7 @@ def valid_samples_at(cfg: NeoxConfig, world_size: int | None, train_iters: int) 
     plan = make_plan(plan_input_from_neox(cfg, world_size, batch=neox_batch(cfg, world_size)))
     return sum(s.length for s in plan.sources if s.split == "valid")
 
+
 @contextlib.contextmanager
 def _config_files(ckpt: Checkpoint) -> Iterator[list[str]]:
     """The config files NeoX copied into the checkpoint, written out to a temporary directory."""
@@ -156,13 +186,16 @@ def _config_files(ckpt: Checkpoint) -> Iterator[list[str]]:
             write_output_text(Output(paths[-1], "the copy of a checkpoint config", example="config.yml"), text)
         yield paths
 
+
 def saved_run(old: OldRun) -> tuple[NewRun | None, str | None]:
     """The config files NeoX copied into the checkpoint's ``configs/``, planned as NeoX built them with the world
     DeepSpeed saved (data parallel x its model-parallel group); (the run, or None and why not)."""
     ckpt = old.checkpoint
     if not ckpt.config_files:
-        return None, ("no config files in the checkpoint (NeoX copies them into configs/): the saved run's blend and "
-                      "train indices are not compared with the new ones")
+        return None, (
+            "no config files in the checkpoint (NeoX copies them into configs/): the saved run's blend and "
+            "train indices are not compared with the new ones"
+        )
     world = int(ckpt.values.get("dp_world_size") or 1) * int(ckpt.values.get("mp_world_size") or 1)
     with _config_files(ckpt) as paths:
         try:
@@ -170,9 +203,12 @@ def saved_run(old: OldRun) -> tuple[NewRun | None, str | None]:
         except NeoxEpochError as err:
             return None, f"the config files in the checkpoint do not plan ({err}): the saved build is not compared"
     if saved.shape.train_batch_size != old.train_batch_size:
-        return None, (f"the config files in the checkpoint plan train_batch_size {saved.shape.train_batch_size}, "
-                      f"DeepSpeed saved {old.train_batch_size}: the saved build is not compared")
+        return None, (
+            f"the config files in the checkpoint plan train_batch_size {saved.shape.train_batch_size}, "
+            f"DeepSpeed saved {old.train_batch_size}: the saved build is not compared"
+        )
     return saved, None
+
 
 def saved_build(old: OldRun, saved: NewRun | None, why_not: str | None) -> tuple[SavedBuild | None, str | None]:
     """The saved run's build: the hooks' state, else its config files planned (:func:`saved_run`). (build, a note)."""
@@ -181,8 +217,10 @@ def saved_build(old: OldRun, saved: NewRun | None, why_not: str | None) -> tuple
         return SavedBuild(state.seq_length, tuple(state.greedy_weights) or None, state.builds, "neox-epoch state"), None
     if saved is None:
         return None, why_not
-    return SavedBuild(saved.plan.seq_length, saved.weights, saved.builds, "the config files in the checkpoint",
-                      seed=saved.seed), None
+    return SavedBuild(
+        saved.plan.seq_length, saved.weights, saved.builds, "the config files in the checkpoint", seed=saved.seed
+    ), None
+
 
 def valid_start(old: OldRun, new: NewRun, end: int, saved: NewRun | None) -> ValidStart | None:
     """Where NeoX's resumed validation loader starts against what the saved run's evaluations drew, and per source
@@ -191,8 +229,11 @@ def valid_start(old: OldRun, new: NewRun, end: int, saved: NewRun | None) -> Val
     state, else ``saved``, those files planned), its batch shape from DeepSpeed's saved config and data-parallel size; without them (a
     run's JSONL), from the hooks' state (None when neither has them, or without evaluation)."""
     ckpt, ds, state = old.checkpoint, old.checkpoint.values.get("ds_config"), old.state
-    old_valid = state.valid_samples if state is not None and state.valid_samples else (
-        saved.valid_samples if saved is not None else None)
+    old_valid = (
+        state.valid_samples
+        if state is not None and state.valid_samples
+        else (saved.valid_samples if saved is not None else None)
+    )
     if not ckpt.config_files or not isinstance(ds, dict):
         if state is None or not state.eval_interval:
             return None
@@ -206,28 +247,37 @@ def valid_start(old: OldRun, new: NewRun, end: int, saved: NewRun | None) -> Val
             shape = LoaderShape(micro, dp, gas)
             with _config_files(ckpt) as paths:
                 cfg = load_neox_configs(paths, check_keys=False)
-            evaluation = (get_int(cfg, "eval_interval", 1000) or 0,
-                          get_int(cfg, "eval_iters", 100, positive=False) or 0)
+            evaluation = (
+                get_int(cfg, "eval_interval", 1000) or 0,
+                get_int(cfg, "eval_iters", 100, positive=False) or 0,
+            )
         except (KeyError, TypeError, ZeroDivisionError, NeoxEpochError):
             return None
-    valid = neox_valid_start(ckpt.iteration, shape, evaluation, new.shape, new.evaluation, new.valid_samples, end,
-                             old_valid)
+    valid = neox_valid_start(
+        ckpt.iteration, shape, evaluation, new.shape, new.evaluation, new.valid_samples, end, old_valid
+    )
     return None if valid is None else replace(valid, sources=valid_sources(new.plan, valid.spans))
+
 
 def _valid_notes(valid: ValidStart | None) -> list[str]:
     """What a NeoX resume changes in which validation samples are evaluated (nothing is trained on them)."""
     notes = []
     if valid is not None and valid.start != valid.continued:
-        notes.append(f"valid: NeoX restarts the validation loader at sample {valid.start}; the saved run's "
-                     f"evaluations drew {valid.drawn} (the next at {valid.continued}): the validation "
-                     "loss after the resume is measured on other samples than continuing would (nothing is trained "
-                     "on them)")
+        notes.append(
+            f"valid: NeoX restarts the validation loader at sample {valid.start}; the saved run's "
+            f"evaluations drew {valid.drawn} (the next at {valid.continued}): the validation "
+            "loss after the resume is measured on other samples than continuing would (nothing is trained "
+            "on them)"
+        )
     if valid is not None and valid.replayed:
         lo, hi = valid.replayed
-        notes.append(f"valid: the resumed evaluations reach the validation dataset's end and NeoX's loader "
-                     f"(itertools.cycle over the launch's first pass) evaluates samples {lo}..{hi - 1} again, not "
-                     f"0..{lo - 1}")
+        notes.append(
+            f"valid: the resumed evaluations reach the validation dataset's end and NeoX's loader "
+            f"(itertools.cycle over the launch's first pass) evaluates samples {lo}..{hi - 1} again, not "
+            f"0..{lo - 1}"
+        )
     return notes
+
 
 def staged_deltas(new: NewRun, consumed: int, start: ResumeStart, iterations_left: int) -> tuple[SourceDelta, ...]:
     """Per source of a staged run: the stages' draw order (each source drawn in its own order) before the saved
@@ -247,8 +297,17 @@ def staged_deltas(new: NewRun, consumed: int, start: ResumeStart, iterations_lef
 
     before, first = upto(consumed), upto(start.start)
     last = upto(start.start + iterations_left * new.shape.train_batch_size)
-    return tuple(SourceDelta(name, max(0, first[k] - before[k]), max(0, min(before[k], last[k]) - first[k]),
-                             last[k] - first[k], before[k], first[k]) for k, name in enumerate(staged.labels))
+    return tuple(
+        SourceDelta(
+            name,
+            max(0, first[k] - before[k]),
+            max(0, min(before[k], last[k]) - first[k]),
+            last[k] - first[k],
+            before[k],
+            first[k],
+        )
+        for k, name in enumerate(staged.labels)
+    )
 
 
 def data_change(old: OldRun, cfg: NeoxConfig, new: NewRun) -> tuple[str, str]:
@@ -261,8 +320,12 @@ def data_change(old: OldRun, cfg: NeoxConfig, new: NewRun) -> tuple[str, str]:
     prefixes = [s.prefix for s in new.plan.sources if s.split == "train"]
     stages = cfg.block.stages_config() if cfg.block is not None and cfg.block.stages is not None else None
     try:
-        current = fp.fingerprint(prefixes, new.plan.seq_length, get_int(cfg, "seed", 1234, positive=False) or 0,
-                                 stages.to_mapping() if stages is not None else None)
+        current = fp.fingerprint(
+            prefixes,
+            new.plan.seq_length,
+            get_int(cfg, "seed", 1234, positive=False) or 0,
+            stages.to_mapping() if stages is not None else None,
+        )
     except NeoxEpochError as err:
         return "", f"data fingerprint: not compared ({err})"
     diffs, allowed = fingerprint_changes(state, current)
@@ -273,45 +336,64 @@ def data_change(old: OldRun, cfg: NeoxConfig, new: NewRun) -> tuple[str, str]:
         return "", f"data fingerprint: {line} (allow_data_change: the hooks resume anyway)"
     if cfg.block is None:
         return "", f"data fingerprint: {line} (no neox_epoch block: no hooks, nothing stops the run)"
-    return (f"data-changed: {line}; the hooks stop before the first step: resume on the data the checkpoint was "
-            "trained on, or set \"allow_data_change\": true in the neox_epoch block"), ""
+    return (
+        f"data-changed: {line}; the hooks stop before the first step: resume on the data the checkpoint was "
+        'trained on, or set "allow_data_change": true in the neox_epoch block'
+    ), ""
 
 
-def check(checkpoint: str, configs: list[str], world_size: int | None = None, exposure: bool = False,
-          iteration: int | None = None, records: list[tuple[int, dict[str, Any]]] | None = None) -> ResumeCheck:
+def check(
+    checkpoint: str,
+    configs: list[str],
+    world_size: int | None = None,
+    exposure: bool = False,
+    iteration: int | None = None,
+    records: list[tuple[int, dict[str, Any]]] | None = None,
+) -> ResumeCheck:
     """``checkpoint``: the checkpoint directory, or the run's JSONL (``iteration``: which checkpoint record;
     ``records``: its checkpoint records when already read)."""
-    old = (old_from_log(checkpoint, iteration, records) if is_run_log(checkpoint)
-           else old_run(read_checkpoint(checkpoint)))
+    old = (
+        old_from_log(checkpoint, iteration, records) if is_run_log(checkpoint) else old_run(read_checkpoint(checkpoint))
+    )
     cfg = load_neox_configs(configs)
     new = new_run(cfg, world_size)
     it = old.checkpoint.iteration
     findings, notes = [], []
     if new.hooks and old.state is not None:
-        same = (new.shape.train_batch_size, new.shape.loader_batch) == (old.state.train_batch_size,
-                                                                          old.state.loader_batch)
+        same = (new.shape.train_batch_size, new.shape.loader_batch) == (
+            old.state.train_batch_size,
+            old.state.loader_batch,
+        )
         start = hooked_start(old.consumed, new.shape)
         decision = decide(old.state, new.shape)
         if not same and old.state.greedy_weights:  # the hooks rebuild the saved run's blend
             new = replace(new, weights=tuple(old.state.greedy_weights))
         findings += [] if same else list(decision.findings)
         if not same and decision.train_iters != old.state.train_iters and not new.lr_follows:
-            findings.append(f"lr-schedule: the run's end moves from iteration {old.state.train_iters} to "
-                            f"{decision.train_iters} and NeoX's learning-rate scheduler refuses the checkpoint (the "
-                            "hooks stop before training): set override_lr_scheduler or use_checkpoint_lr_scheduler")
+            findings.append(
+                f"lr-schedule: the run's end moves from iteration {old.state.train_iters} to "
+                f"{decision.train_iters} and NeoX's learning-rate scheduler refuses the checkpoint (the "
+                "hooks stop before training): set override_lr_scheduler or use_checkpoint_lr_scheduler"
+            )
         who, counters = "hooks", old.consumed
     else:
         start = neox_start(it, old.consumed, new.shape, new.dataset_samples)
         who, counters = "NeoX", it * new.shape.train_batch_size
         if new.hooks:
-            notes.append("the config has a neox_epoch block but the checkpoint no neox-epoch state: the hooks resume "
-                         "where NeoX does")
+            notes.append(
+                "the config has a neox_epoch block but the checkpoint no neox-epoch state: the hooks resume "
+                "where NeoX does"
+            )
     if start.skipped:
-        findings.append(f"skip: samples {start.skipped[0]}..{start.skipped[1] - 1} are never trained "
-                        f"({start.skipped[1] - start.skipped[0]} samples)")
+        findings.append(
+            f"skip: samples {start.skipped[0]}..{start.skipped[1] - 1} are never trained "
+            f"({start.skipped[1] - start.skipped[0]} samples)"
+        )
     if start.repeated and who == "NeoX":
-        findings.append(f"repeat: samples {start.repeated[0]}..{start.repeated[1] - 1} are trained again "
-                        f"({start.repeated[1] - start.repeated[0]} samples)")
+        findings.append(
+            f"repeat: samples {start.repeated[0]}..{start.repeated[1] - 1} are trained again "
+            f"({start.repeated[1] - start.repeated[0]} samples)"
+        )
     planned, why_not = saved_run(old)
     saved, note = saved_build(old, planned, why_not)
     end = decide(old.state, new.shape).train_iters if who == "hooks" and old.state else new.plan.train_iters
@@ -322,13 +404,29 @@ def check(checkpoint: str, configs: list[str], world_size: int | None = None, ex
     findings += build_findings(old, saved, new) + blend_findings(new, saved, old.consumed, start, max(0, end - it))
     notes += [note] if note else [f"the saved run's build from {saved.source}"] if saved else []
     if new.hooks and counters != old.consumed:
-        findings.append(f"counters: the counters will say {counters} samples consumed at iteration {it} "
-                        f"(iteration * new train_batch_size), {old.consumed} were")
+        findings.append(
+            f"counters: the counters will say {counters} samples consumed at iteration {it} "
+            f"(iteration * new train_batch_size), {old.consumed} were"
+        )
     finding, note = data_change(old, cfg, new)
     findings += [finding] if finding else []
     notes += [note] if note else []
-    sources = (staged_deltas(new, old.consumed, start, max(0, end - it)) if new.staged is not None
-               else deltas(new, saved, old.consumed, start, max(0, end - it)))
+    sources = (
+        staged_deltas(new, old.consumed, start, max(0, end - it))
+        if new.staged is not None
+        else deltas(new, saved, old.consumed, start, max(0, end - it))
+    )
     test = end_test(new.evaluation[1], new.shape.train_batch_size, split_samples(new.plan, "test"), "GPT-NeoX")
-    return ResumeCheck(old, new, start, who, sources, tuple(findings), tuple(notes), counters,
-                       exposures=source_exposures(new, sources, saved) if exposure else (), valid=valid, test=test)
+    return ResumeCheck(
+        old,
+        new,
+        start,
+        who,
+        sources,
+        tuple(findings),
+        tuple(notes),
+        counters,
+        exposures=source_exposures(new, sources, saved) if exposure else (),
+        valid=valid,
+        test=test,
+    )

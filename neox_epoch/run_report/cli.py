@@ -24,22 +24,30 @@ def register(subparsers: Any) -> None:
         description="Read the run log the plugin writes (neox_epoch.jsonl in the neox_epoch block's log_dir) and "
         "draw per-source passes over iterations with the pass boundaries, resumes with what changed, early stops "
         "and the token exposure histogram, with every number's arithmetic.",
-        **examples("neox-epoch report logs/ --html run.html                       # one self-contained page",
-                   "neox-epoch report logs/ --audit audit.json --html run.html    # exact histograms from audit --json",
-                   "neox-epoch report logs/neox_epoch.jsonl --json"),
+        **examples(
+            "neox-epoch report logs/ --html run.html                       # one self-contained page",
+            "neox-epoch report logs/ --audit audit.json --html run.html    # exact histograms from audit --json",
+            "neox-epoch report logs/neox_epoch.jsonl --json",
+        ),
     )
-    p.add_argument("run", metavar="RUN_LOG_DIR", help="the run's log_dir, a directory of launch log dirs, or the "
-                   ".jsonl file")
+    p.add_argument(
+        "run", metavar="RUN_LOG_DIR", help="the run's log_dir, a directory of launch log dirs, or the .jsonl file"
+    )
     p.add_argument("--html", metavar="OUT.html", help="write the page here (one file: inline SVG, no scripts)")
-    p.add_argument("--audit", metavar="AUDIT.json", help="neox-epoch audit --json output: draw its exact per-index "
-                   "token histograms instead of the estimate from the counters")
+    p.add_argument(
+        "--audit",
+        metavar="AUDIT.json",
+        help="neox-epoch audit --json output: draw its exact per-index "
+        "token histograms instead of the estimate from the counters",
+    )
     p.add_argument("--json", action="store_true", help="print the parsed series as one JSON object")
     p.add_argument("--title", help="the page's title (default: neox-epoch run report)")
     p.set_defaults(func=run)
 
 
-def build(path: str, audit_path: str | None = None) -> tuple[series.Series, list[exposure.Histogram], list[str],
-                                                                list[series.NumberRow]]:
+def build(
+    path: str, audit_path: str | None = None
+) -> tuple[series.Series, list[exposure.Histogram], list[str], list[series.NumberRow]]:
     """Everything the page and the JSON show."""
     rl = log.read_run(path)
     s = series.compute(rl)
@@ -48,8 +56,9 @@ def build(path: str, audit_path: str | None = None) -> tuple[series.Series, list
     return s, hists, notes, series.numbers(s)
 
 
-def to_json(s: series.Series, hists: list[exposure.Histogram], notes: list[str],
-            rows: list[series.NumberRow]) -> dict[str, Any]:
+def to_json(
+    s: series.Series, hists: list[exposure.Histogram], notes: list[str], rows: list[series.NumberRow]
+) -> dict[str, Any]:
     """The parsed series with stable keys (docs/report.md)."""
     return {
         "files": list(s.files),
@@ -57,33 +66,109 @@ def to_json(s: series.Series, hists: list[exposure.Histogram], notes: list[str],
         "last_iteration": s.last_iteration,
         "train_iters": s.train_iters,
         "seq_length": s.seq_length,
-        "launches": [{"launch": r.number, "file": r.file, "line": r.line, "from_iteration": r.start,
-                      "to_iteration": r.end, "train_iters": r.train_iters, "train_batch_size": r.train_batch_size,
-                      "seq_length": r.seq_length, "mode": r.mode, "status": r.status} for r in s.launches],
-        "sources": [{"name": x.name, "prefix": x.prefix, "samples_per_epoch": x.samples_per_epoch, "tokens": x.tokens,
-                     "planned_passes": x.planned_passes,
-                     "points": [{"launch": p.launch, "iteration": p.iteration, "samples": p.samples,
-                                 "passes": p.passes, "pass": p.pass_number} for p in x.points],
-                     "pass_starts": [{"launch": b.launch, "iteration": b.iteration, "pass": b.pass_number,
-                                      "sample": b.sample} for b in x.boundaries]} for x in s.sources],
-        "resumes": [{"launch": r.launch, "iteration": r.iteration, "label": r.label(),
-                     "changed": {c.key: [c.old, c.new] for c in r.changes}, "changed_from": r.changes_from,
-                     "previous_iteration": r.previous_iteration,
-                     "jumps": {j.source: [j.before, j.after] for j in r.jumps},
-                     "consumed_samples": r.consumed_samples, "notes": r.notes()} for r in s.resumes],
-        "stops": [{"launch": x.launch, "iteration": x.iteration, "train_iters": x.train_iters, "kind": x.kind,
-                   "label": x.label()} for x in s.stops],
-        "numbers": [{"source": r.source, "iteration": r.iteration, "samples": r.samples,
-                     "samples_per_epoch": r.samples_per_epoch, "passes": round(r.passes, 6),
-                     "planned_passes": r.planned_passes, "tokens": r.tokens, "input_tokens": r.input_tokens,
-                     "arithmetic": r.arithmetic()} for r in rows],
+        "launches": [
+            {
+                "launch": r.number,
+                "file": r.file,
+                "line": r.line,
+                "from_iteration": r.start,
+                "to_iteration": r.end,
+                "train_iters": r.train_iters,
+                "train_batch_size": r.train_batch_size,
+                "seq_length": r.seq_length,
+                "mode": r.mode,
+                "status": r.status,
+            }
+            for r in s.launches
+        ],
+        "sources": [
+            {
+                "name": x.name,
+                "prefix": x.prefix,
+                "samples_per_epoch": x.samples_per_epoch,
+                "tokens": x.tokens,
+                "planned_passes": x.planned_passes,
+                "points": [
+                    {
+                        "launch": p.launch,
+                        "iteration": p.iteration,
+                        "samples": p.samples,
+                        "passes": p.passes,
+                        "pass": p.pass_number,
+                    }
+                    for p in x.points
+                ],
+                "pass_starts": [
+                    {"launch": b.launch, "iteration": b.iteration, "pass": b.pass_number, "sample": b.sample}
+                    for b in x.boundaries
+                ],
+            }
+            for x in s.sources
+        ],
+        "resumes": [
+            {
+                "launch": r.launch,
+                "iteration": r.iteration,
+                "label": r.label(),
+                "changed": {c.key: [c.old, c.new] for c in r.changes},
+                "changed_from": r.changes_from,
+                "previous_iteration": r.previous_iteration,
+                "jumps": {j.source: [j.before, j.after] for j in r.jumps},
+                "consumed_samples": r.consumed_samples,
+                "notes": r.notes(),
+            }
+            for r in s.resumes
+        ],
+        "stops": [
+            {
+                "launch": x.launch,
+                "iteration": x.iteration,
+                "train_iters": x.train_iters,
+                "kind": x.kind,
+                "label": x.label(),
+            }
+            for x in s.stops
+        ],
+        "numbers": [
+            {
+                "source": r.source,
+                "iteration": r.iteration,
+                "samples": r.samples,
+                "samples_per_epoch": r.samples_per_epoch,
+                "passes": round(r.passes, 6),
+                "planned_passes": r.planned_passes,
+                "tokens": r.tokens,
+                "input_tokens": r.input_tokens,
+                "arithmetic": r.arithmetic(),
+            }
+            for r in rows
+        ],
         "exposure": {"sources": {h.source: h.to_json() for h in hists}, "notes": list(notes)},
-        "missing": [{"file": m.file, "line": m.line, "launch": m.launch, "kind": m.kind, "records": m.records,
-                     "events": {e: {"records": n, "iterations": [a, b]} for e, n, a, b in m.events}, "lost": m.lost,
-                     "error": m.error, "seconds": m.seconds, "label": m.label()} for m in s.missing],
-        **({"stages": {**(s.stages or {}), "started": [{"iteration": it, "stage": k, "name": n}
-                                                        for it, k, n in s.stage_starts]}}
-           if s.stages or s.stage_starts else {}),
+        "missing": [
+            {
+                "file": m.file,
+                "line": m.line,
+                "launch": m.launch,
+                "kind": m.kind,
+                "records": m.records,
+                "events": {e: {"records": n, "iterations": [a, b]} for e, n, a, b in m.events},
+                "lost": m.lost,
+                "error": m.error,
+                "seconds": m.seconds,
+                "label": m.label(),
+            }
+            for m in s.missing
+        ],
+        **(
+            {
+                "stages": {
+                    **(s.stages or {}),
+                    "started": [{"iteration": it, "stage": k, "name": n} for it, k, n in s.stage_starts],
+                }
+            }
+            if s.stages or s.stage_starts
+            else {}
+        ),
     }
 
 
@@ -99,11 +184,15 @@ def run(args: argparse.Namespace) -> int:
         text = page.render(s, hists, notes, rows, args.title or "neox-epoch run report")
         write_output_text(out, text, inputs + [(path, "the run log") for path in s.files])
         if not args.json:
-            print(f"neox-epoch report: wrote {args.html} ({len(s.launches)} launches, {len(s.sources)} sources, "
-                  f"last iteration {s.last_iteration} of {s.train_iters})")
+            print(
+                f"neox-epoch report: wrote {args.html} ({len(s.launches)} launches, {len(s.sources)} sources, "
+                f"last iteration {s.last_iteration} of {s.train_iters})"
+            )
     if s.missing and not args.json:
-        print(f"neox-epoch report: the run log lacks records in {len(s.missing)} place"
-              f"{'s' if len(s.missing) > 1 else ''} (the curves join the records around them):")
+        print(
+            f"neox-epoch report: the run log lacks records in {len(s.missing)} place"
+            f"{'s' if len(s.missing) > 1 else ''} (the curves join the records around them):"
+        )
         for m in s.missing:
             print(f"  launch {m.launch}: {m.label()}")
     if args.json:

@@ -50,8 +50,12 @@ class Histogram:
         return sum(n for _, n in self.tokens)
 
     def to_json(self) -> dict[str, Any]:
-        return {"method": self.method, "samples": self.samples, "tokens": {str(k): v for k, v in self.tokens},
-                "derivation": self.derivation}
+        return {
+            "method": self.method,
+            "samples": self.samples,
+            "tokens": {str(k): v for k, v in self.tokens},
+            "derivation": self.derivation,
+        }
 
 
 #: an audit histogram up to this many times seen is drawn with every count; past it, with the counts seen only
@@ -79,8 +83,15 @@ def _binomial(n: int, j: int, p: float) -> float:
     return math.exp(log)
 
 
-def estimate(source: str, samples: int, samples_per_epoch: int, tokens: int, epochs_built: int | None,
-             samples_built: int | None, separate: bool | None) -> Histogram:
+def estimate(
+    source: str,
+    samples: int,
+    samples_per_epoch: int,
+    tokens: int,
+    epochs_built: int | None,
+    samples_built: int | None,
+    separate: bool | None,
+) -> Histogram:
     """The histogram of one source from its counters and plan (see the module docstring)."""
     joint = bool(epochs_built and epochs_built > 1 and not separate and samples_built)
     if joint:
@@ -89,8 +100,10 @@ def estimate(source: str, samples: int, samples_per_epoch: int, tokens: int, epo
         fr = [_binomial(e, j, p) for j in range(e + 1)]
         counts = _integer_split(tokens, fr)
         parts = ", ".join(f"{j}: {f:.4f}" for j, f in enumerate(fr))
-        how = (f"{e} epochs shuffled together: p = samples / samples_built = {samples:,d} / {built:,d} = {p:.6f}; "
-               f"Binomial({e}, p) gives the fraction of tokens seen j times ({parts}); x {tokens:,d} tokens")
+        how = (
+            f"{e} epochs shuffled together: p = samples / samples_built = {samples:,d} / {built:,d} = {p:.6f}; "
+            f"Binomial({e}, p) gives the fraction of tokens seen j times ({parts}); x {tokens:,d} tokens"
+        )
         if samples > built:
             how += f"; the counters drew {samples - built:,d} samples more than were built (an index wrap)"
     else:
@@ -99,9 +112,11 @@ def estimate(source: str, samples: int, samples_per_epoch: int, tokens: int, epo
         fr = [0.0] * k + [1 - f, f]
         counts = _integer_split(tokens, fr)
         why = "each epoch shuffled on its own" if separate else "one epoch built"
-        how = (f"{why}: samples / samples_per_epoch = {samples:,d} / {samples_per_epoch:,d} = {k} whole "
-               f"pass{'' if k == 1 else 'es'} + {f:.6f} of a pass; {1 - f:.6f} of the {tokens:,d} tokens seen {k}x, "
-               f"{f:.6f} seen {k + 1}x")
+        how = (
+            f"{why}: samples / samples_per_epoch = {samples:,d} / {samples_per_epoch:,d} = {k} whole "
+            f"pass{'' if k == 1 else 'es'} + {f:.6f} of a pass; {1 - f:.6f} of the {tokens:,d} tokens seen {k}x, "
+            f"{f:.6f} seen {k + 1}x"
+        )
     while len(counts) > 1 and counts[-1] == 0:
         counts.pop()
     return Histogram(source, ESTIMATED, tuple(enumerate(counts)), how, samples)
@@ -115,8 +130,17 @@ def estimated(series: Series, last: Launch) -> list[Histogram]:
         p = s.last
         if plan is None or plan.tokens is None or p is None or not plan.samples_per_epoch:
             continue  # (a source shorter than one sample: every sample spans all its tokens; no histogram estimated)
-        out.append(estimate(s.name, p.samples, plan.samples_per_epoch, plan.tokens, plan.epochs_built,
-                            plan.samples_built, plan.separate_epochs))
+        out.append(
+            estimate(
+                s.name,
+                p.samples,
+                plan.samples_per_epoch,
+                plan.tokens,
+                plan.epochs_built,
+                plan.samples_built,
+                plan.separate_epochs,
+            )
+        )
     return out
 
 
@@ -130,12 +154,13 @@ def read_audit(path: str) -> dict[str, Any]:
         with open_input(path, "audit JSON (--audit)", JSON_BYTES, RunLogError, encoding="utf-8") as f:
             data = json.load(f)
     except OSError as err:
-        raise RunLogError(f"--audit {path}: cannot read it ({err}); give the file written by neox-epoch audit "
-                          "... --json > AUDIT.json") from err
+        raise RunLogError(
+            f"--audit {path}: cannot read it ({err}); give the file written by neox-epoch audit ... --json > AUDIT.json"
+        ) from err
     except ValueError as err:
         raise RunLogError(f"--audit {path}: not JSON ({err}); give the output of neox-epoch audit ... --json") from err
     if not isinstance(data, dict) or not isinstance(data.get("indexes"), list):
-        raise RunLogError(f"--audit {path}: no \"indexes\" list: not the output of neox-epoch audit --json")
+        raise RunLogError(f'--audit {path}: no "indexes" list: not the output of neox-epoch audit --json')
     return data
 
 
@@ -147,36 +172,57 @@ def from_audit(audit: dict[str, Any], last: Launch, path: str) -> tuple[list[His
     """The audit's per-index token histograms matched to the last launch's train sources (by NeoX dataset name,
     else by the data prefix's base name); notes for what could not be matched."""
     out, notes = [], []
-    indexes = [x for x in audit["indexes"] if isinstance(x, dict) and isinstance(x.get("exposure"), dict)
-               and str(x.get("split", "")).startswith("train")]
+    indexes = [
+        x
+        for x in audit["indexes"]
+        if isinstance(x, dict) and isinstance(x.get("exposure"), dict) and str(x.get("split", "")).startswith("train")
+    ]
     for s in last.sources:
-        match = [x for x in indexes if s.dataset and x.get("split") == s.dataset
-                 and (not s.prefix or _base(x.get("data_prefix")) in (None, _base(s.prefix)))]
+        match = [
+            x
+            for x in indexes
+            if s.dataset
+            and x.get("split") == s.dataset
+            and (not s.prefix or _base(x.get("data_prefix")) in (None, _base(s.prefix)))
+        ]
         if not match:
             match = [x for x in indexes if _base(x.get("data_prefix")) in (_base(s.prefix), s.name)]
         if len(match) != 1:
-            notes.append(f"{s.name}: the audit has {len(match) or 'no'} train index{'es' if len(match) > 1 else ''} "
-                         "with its exposure for this source; its histogram is estimated from the counters")
+            notes.append(
+                f"{s.name}: the audit has {len(match) or 'no'} train index{'es' if len(match) > 1 else ''} "
+                "with its exposure for this source; its histogram is estimated from the counters"
+            )
             continue
         x = match[0]
         exp = x["exposure"]
         try:
             hist = {int(k): int(v) for k, v in dict(exp["tokens"]).items()}
         except (KeyError, TypeError, ValueError) as err:
-            raise RunLogError(f"--audit {path}: {x.get('path')}: exposure.tokens: expected {{times: tokens}} "
-                              f"({err})") from err
+            raise RunLogError(
+                f"--audit {path}: {x.get('path')}: exposure.tokens: expected {{times: tokens}} ({err})"
+            ) from err
         top = max(hist, default=0)
         consumed = exp.get("consumed_samples")
-        how = (f"counted token by token by neox-epoch audit over {_base(x.get('path'))} ({x.get('split')}) for "
-               f"{consumed} samples of this source")
+        how = (
+            f"counted token by token by neox-epoch audit over {_base(x.get('path'))} ({x.get('split')}) for "
+            f"{consumed} samples of this source"
+        )
         bins = range(top + 1) if top <= DENSE_BINS else sorted(hist)  # (a count at many passes: its bins only)
-        out.append(Histogram(s.name, AUDIT, tuple((k, hist.get(k, 0)) for k in bins), how,
-                             int(consumed) if isinstance(consumed, int) else None))
+        out.append(
+            Histogram(
+                s.name,
+                AUDIT,
+                tuple((k, hist.get(k, 0)) for k in bins),
+                how,
+                int(consumed) if isinstance(consumed, int) else None,
+            )
+        )
     return out, notes
 
 
-def histograms(series: Series, last: Launch, audit: dict[str, Any] | None = None,
-               audit_path: str = "") -> tuple[list[Histogram], list[str]]:
+def histograms(
+    series: Series, last: Launch, audit: dict[str, Any] | None = None, audit_path: str = ""
+) -> tuple[list[Histogram], list[str]]:
     """The audit's histogram where it has one, else the estimate; notes (unmatched sources, other samples)."""
     est = {h.source: h for h in estimated(series, last)}
     if audit is None:
@@ -190,7 +236,9 @@ def histograms(series: Series, last: Launch, audit: dict[str, Any] | None = None
             continue
         drawn = s.last.samples if s.last else None
         if h.method == AUDIT and h.samples is not None and drawn is not None and h.samples != drawn:
-            notes.append(f"{s.name}: the audit counted {h.samples:,d} samples, the counters end at {drawn:,d}: "
-                         "the audit is for another consumption (its --train-iters/--consumed)")
+            notes.append(
+                f"{s.name}: the audit counted {h.samples:,d} samples, the counters end at {drawn:,d}: "
+                "the audit is for another consumption (its --train-iters/--consumed)"
+            )
         out.append(h)
     return out, notes

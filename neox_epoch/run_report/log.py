@@ -160,8 +160,10 @@ class Missing:
         if self.records:
             parts.append(f"{self.records} records missing ({what})")
         if self.lost:
-            parts.append(f"the {self.lost} records written before it are not in this file (it was removed or "
-                         "replaced during the run)")
+            parts.append(
+                f"the {self.lost} records written before it are not in this file (it was removed or "
+                "replaced during the run)"
+            )
         if not parts:
             parts.append("no record missing (written late)")
         took = "" if self.seconds is None else f" for {self.seconds:.0f} s"
@@ -191,15 +193,19 @@ def find_logs(path: str) -> list[str]:
     if os.path.isfile(path):
         return [path]
     if not os.path.exists(path):
-        raise RunLogError(f"{path}: no such file or directory; give the run's log_dir (the neox_epoch block's "
-                          f"log_dir, holding {JSONL_NAME}) or the .jsonl file")
+        raise RunLogError(
+            f"{path}: no such file or directory; give the run's log_dir (the neox_epoch block's "
+            f"log_dir, holding {JSONL_NAME}) or the .jsonl file"
+        )
     direct = os.path.join(path, JSONL_NAME)
     if os.path.lexists(direct):  # (read_jsonl refuses a directory, pipe or device by that name)
         return [direct]
     found = sorted(os.path.join(root, JSONL_NAME) for root, _, files in os.walk(path) if JSONL_NAME in files)
     if not found:
-        raise RunLogError(f"{path}: no {JSONL_NAME} in this directory or below it; the plugin writes it into the "
-                          "neox_epoch block's log_dir (set \"log_dir\" in the block) - give that directory")
+        raise RunLogError(
+            f"{path}: no {JSONL_NAME} in this directory or below it; the plugin writes it into the "
+            'neox_epoch block\'s log_dir (set "log_dir" in the block) - give that directory'
+        )
     return sorted(found, key=lambda f: (_first_time(f), f))
 
 
@@ -234,7 +240,7 @@ def read_log(path: str, missing: list[Missing] | None = None) -> list[Launch]:
     for number, obj in read_jsonl(path, RunLogError):
         where = f"{path}:{number}"
         if not isinstance(obj, dict) or not isinstance(obj.get("event"), str):
-            raise RunLogError(f"{where}: expected a JSON object with an \"event\" name, found {_short(obj)}")
+            raise RunLogError(f'{where}: expected a JSON object with an "event" name, found {_short(obj)}')
         event = obj["event"]
         if event in (LOG_GAP, TORN_EVENT):
             if missing is not None:
@@ -246,12 +252,16 @@ def read_log(path: str, missing: list[Missing] | None = None) -> list[Launch]:
             builders.append(_Builder(path, number, _plan(obj, where)))
             continue
         if not builders:
-            raise RunLogError(f"{where}: a \"{event}\" event before any \"plan\" event; each launch writes its plan "
-                              "first: is this the start of the file, or were lines removed?")
+            raise RunLogError(
+                f'{where}: a "{event}" event before any "plan" event; each launch writes its plan '
+                "first: is this the start of the file, or were lines removed?"
+            )
         builders[-1].add(event, obj, number, where)
     if not builders:
-        raise RunLogError(f"{path}: no \"plan\" event; the plugin writes one when NeoX builds the data (a file "
-                          "without it is not a run log of neox-epoch, or the run stopped before building its data)")
+        raise RunLogError(
+            f'{path}: no "plan" event; the plugin writes one when NeoX builds the data (a file '
+            "without it is not a run log of neox-epoch, or the run stopped before building its data)"
+        )
     return [b.build() for b in builders]
 
 
@@ -269,7 +279,7 @@ def _int(obj: Mapping[str, Any], key: str, where: str, optional: bool = False) -
     if v is None and optional:
         return None
     if not is_whole(v, 0):
-        raise RunLogError(f"{where}: \"{key}\": expected an integer >= 0, found {_short(v)}")
+        raise RunLogError(f'{where}: "{key}": expected an integer >= 0, found {_short(v)}')
     return v
 
 
@@ -278,45 +288,61 @@ def _num(obj: Mapping[str, Any], key: str, where: str, optional: bool = False) -
     if v is None and optional:
         return None
     if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise RunLogError(f"{where}: \"{key}\": expected a number, found {_short(v)}")
+        raise RunLogError(f'{where}: "{key}": expected a number, found {_short(v)}')
     return float(v)
 
 
 def _map(obj: Mapping[str, Any], key: str, where: str) -> dict[str, Any]:
     v = obj.get(key)
     if not isinstance(v, dict):
-        raise RunLogError(f"{where}: \"{key}\": expected an object, found {_short(v)}")
+        raise RunLogError(f'{where}: "{key}": expected an object, found {_short(v)}')
     return v
 
 
 def _plan(obj: Mapping[str, Any], where: str) -> dict[str, Any]:
     raw = obj.get("sources")
     if not isinstance(raw, list) or not raw:
-        raise RunLogError(f"{where}: plan: \"sources\": expected a non-empty list of the train sources, found "
-                          f"{_short(raw)}")
+        raise RunLogError(
+            f'{where}: plan: "sources": expected a non-empty list of the train sources, found {_short(raw)}'
+        )
     sources = []
     for k, s in enumerate(raw):
         at = f"{where}: plan: sources[{k}]"
         if not isinstance(s, dict) or not isinstance(s.get("name"), str):
-            raise RunLogError(f"{at}: expected an object with a \"name\", found {_short(s)}")
+            raise RunLogError(f'{at}: expected an object with a "name", found {_short(s)}')
         spe = _int(s, "samples_per_epoch", at)
-        sources.append(PlanSource(
-            name=s["name"], samples_per_epoch=spe, prefix=s.get("prefix"), dataset=s.get("dataset"),
-            tokens=_int(s, "tokens", at, True), epochs_built=_int(s, "epochs_built", at, True),
-            samples_built=_int(s, "samples_built", at, True), samples_drawn=_int(s, "samples_drawn", at, True),
-            passes=_num(s, "passes", at, True), target_passes=_num(s, "target_passes", at, True),
-            separate_epochs=bool(s["separate_epochs"]) if "separate_epochs" in s else None))
+        sources.append(
+            PlanSource(
+                name=s["name"],
+                samples_per_epoch=spe,
+                prefix=s.get("prefix"),
+                dataset=s.get("dataset"),
+                tokens=_int(s, "tokens", at, True),
+                epochs_built=_int(s, "epochs_built", at, True),
+                samples_built=_int(s, "samples_built", at, True),
+                samples_drawn=_int(s, "samples_drawn", at, True),
+                passes=_num(s, "passes", at, True),
+                target_passes=_num(s, "target_passes", at, True),
+                separate_epochs=bool(s["separate_epochs"]) if "separate_epochs" in s else None,
+            )
+        )
     settings = obj.get("settings") if isinstance(obj.get("settings"), dict) else {}
     w = settings.get("weights") if settings else None
     weights = tuple(float(x) for x in w) if isinstance(w, list) and w else None
     tbs = _int(obj, "train_batch_size", f"{where}: plan")
     if tbs == 0:
-        raise RunLogError(f"{where}: plan: \"train_batch_size\": 0; expected samples per iteration > 0")
-    return {"iteration": _int(obj, "iteration", f"{where}: plan", True) or 0,
-            "train_iters": _int(obj, "train_iters", f"{where}: plan"), "train_batch_size": tbs,
-            "seq_length": _int(obj, "seq_length", f"{where}: plan", True), "mode": obj.get("mode"),
-            "separate_epochs": obj.get("separate_epochs"), "weights": weights, "sources": tuple(sources),
-            "stages": obj["stages"] if isinstance(obj.get("stages"), dict) else None}
+        raise RunLogError(f'{where}: plan: "train_batch_size": 0; expected samples per iteration > 0')
+    return {
+        "iteration": _int(obj, "iteration", f"{where}: plan", True) or 0,
+        "train_iters": _int(obj, "train_iters", f"{where}: plan"),
+        "train_batch_size": tbs,
+        "seq_length": _int(obj, "seq_length", f"{where}: plan", True),
+        "mode": obj.get("mode"),
+        "separate_epochs": obj.get("separate_epochs"),
+        "weights": weights,
+        "sources": tuple(sources),
+        "stages": obj["stages"] if isinstance(obj.get("stages"), dict) else None,
+    }
 
 
 def _snapshot(obj: Mapping[str, Any], number: int, where: str, names: set[str], final: bool = False) -> Snapshot:
@@ -326,14 +352,29 @@ def _snapshot(obj: Mapping[str, Any], number: int, where: str, names: set[str], 
     for name, v in raw.items():
         at = f"{where}: {event}: sources.{name}"
         if name not in names:
-            raise RunLogError(f"{at}: not a train source of this launch's plan ({sorted(names)}); the lines of "
-                              "two runs mixed in one file?")
+            raise RunLogError(
+                f"{at}: not a train source of this launch's plan ({sorted(names)}); the lines of "
+                "two runs mixed in one file?"
+            )
         if not isinstance(v, dict):
-            raise RunLogError(f"{at}: expected {{\"samples\", \"passes\", \"pass\"}}, found {_short(v)}")
-        out.append((name, SourceState(_int(v, "samples", at), _num(v, "passes", at), _int(v, "pass", at),
-                                      _num(v, "planned_passes", at, True) if final else None)))
-    return Snapshot(number, _int(obj, "iteration", f"{where}: {event}"), tuple(out),
-                    _int(obj, "consumed_samples", f"{where}: {event}", True))
+            raise RunLogError(f'{at}: expected {{"samples", "passes", "pass"}}, found {_short(v)}')
+        out.append(
+            (
+                name,
+                SourceState(
+                    _int(v, "samples", at),
+                    _num(v, "passes", at),
+                    _int(v, "pass", at),
+                    _num(v, "planned_passes", at, True) if final else None,
+                ),
+            )
+        )
+    return Snapshot(
+        number,
+        _int(obj, "iteration", f"{where}: {event}"),
+        tuple(out),
+        _int(obj, "consumed_samples", f"{where}: {event}", True),
+    )
 
 
 def _missing(obj: Mapping[str, Any], path: str, number: int, launch: int) -> Missing:
@@ -341,21 +382,38 @@ def _missing(obj: Mapping[str, Any], path: str, number: int, launch: int) -> Mis
     if obj["event"] == TORN_EVENT:
         text = str(obj.get("text", ""))
         ev, it = re.search(r'"event": "(\w+)"', text), re.search(r'"iteration": (\d+)[,}]', text)
-        events = ((ev.group(1), 1, int(it.group(1)), int(it.group(1))),) if ev and it else (
-            ((ev.group(1), 1, None, None),) if ev else ())
+        events = (
+            ((ev.group(1), 1, int(it.group(1)), int(it.group(1))),)
+            if ev and it
+            else (((ev.group(1), 1, None, None),) if ev else ())
+        )
         return Missing(path, number, launch, TORN_EVENT, 1, events)
     raw = obj.get("missing_events") if isinstance(obj.get("missing_events"), dict) else {}
     events = []
     for name, v in raw.items():
         its = v.get("iterations") if isinstance(v, dict) and isinstance(v.get("iterations"), list) else [None, None]
         first, last = (its + [None, None])[:2]
-        events.append((str(name), _int(v, "records", f"{path}:{number}: {LOG_GAP}: {name}"),
-                       first if is_whole(first, 0) else None, last if is_whole(last, 0) else None))
+        events.append(
+            (
+                str(name),
+                _int(v, "records", f"{path}:{number}: {LOG_GAP}: {name}"),
+                first if is_whole(first, 0) else None,
+                last if is_whole(last, 0) else None,
+            )
+        )
     since, until = obj.get("since"), obj.get("until")
     seconds = float(until) - float(since) if all(isinstance(t, (int, float)) for t in (since, until)) else None
-    return Missing(path, number, launch, LOG_GAP, _int(obj, "missing", f"{path}:{number}: {LOG_GAP}", True) or 0,
-                   tuple(events), _int(obj, "lost", f"{path}:{number}: {LOG_GAP}", True) or 0, str(obj.get("error", "")),
-                   seconds)
+    return Missing(
+        path,
+        number,
+        launch,
+        LOG_GAP,
+        _int(obj, "missing", f"{path}:{number}: {LOG_GAP}", True) or 0,
+        tuple(events),
+        _int(obj, "lost", f"{path}:{number}: {LOG_GAP}", True) or 0,
+        str(obj.get("error", "")),
+        seconds,
+    )
 
 
 class _Builder:
@@ -372,8 +430,10 @@ class _Builder:
 
     def add(self, event: str, obj: Mapping[str, Any], number: int, where: str) -> None:
         if self.final is not None:
-            raise RunLogError(f"{where}: a \"{event}\" event after this launch's \"final\" (line {self.final.line}) "
-                              "and no new \"plan\" between them; lines of two runs mixed in one file?")
+            raise RunLogError(
+                f'{where}: a "{event}" event after this launch\'s "final" (line {self.final.line}) '
+                'and no new "plan" between them; lines of two runs mixed in one file?'
+            )
         if event == "counters":
             self.counters.append(_snapshot(obj, number, where, self.names))
         elif event == "stage_start":
@@ -383,37 +443,63 @@ class _Builder:
             at = f"{where}: pass_start"
             src = obj.get("source")
             if src not in self.names:
-                raise RunLogError(f"{at}: \"source\": {_short(src)} is not a train source of this launch's plan "
-                                  f"({sorted(self.names)})")
-            self.pass_starts.append(PassStart(number, _int(obj, "iteration", at), src, _int(obj, "pass", at),
-                                              _int(obj, "sample", at)))
+                raise RunLogError(
+                    f'{at}: "source": {_short(src)} is not a train source of this launch\'s plan ({sorted(self.names)})'
+                )
+            self.pass_starts.append(
+                PassStart(number, _int(obj, "iteration", at), src, _int(obj, "pass", at), _int(obj, "sample", at))
+            )
         elif event == "resume":
             if self.resume is not None or self.counters:
-                raise RunLogError(f"{where}: a second \"resume\" or one after counters in the same launch (plan at "
-                                  f"line {self.line}); each launch resumes once, before training")
+                raise RunLogError(
+                    f'{where}: a second "resume" or one after counters in the same launch (plan at '
+                    f"line {self.line}); each launch resumes once, before training"
+                )
             changed = obj.get("changed")
             pairs = None
             if changed is not None:
-                if not isinstance(changed, dict) or not all(isinstance(v, list) and len(v) == 2
-                                                           for v in changed.values()):
-                    raise RunLogError(f"{where}: resume: \"changed\": expected {{key: [old, new]}}, found "
-                                      f"{_short(changed)}")
+                if not isinstance(changed, dict) or not all(
+                    isinstance(v, list) and len(v) == 2 for v in changed.values()
+                ):
+                    raise RunLogError(
+                        f'{where}: resume: "changed": expected {{key: [old, new]}}, found {_short(changed)}'
+                    )
                 pairs = tuple((str(k), v[0], v[1]) for k, v in changed.items())
             snap = _snapshot(obj, number, where, self.names)
-            self.resume = Resume(number, snap.iteration, snap, pairs,
-                                 _int(obj, "consumed_samples", f"{where}: resume", True),
-                                 _int(obj, "train_iters", f"{where}: resume", True))
+            self.resume = Resume(
+                number,
+                snap.iteration,
+                snap,
+                pairs,
+                _int(obj, "consumed_samples", f"{where}: resume", True),
+                _int(obj, "train_iters", f"{where}: resume", True),
+            )
         elif event == "final":
             snap = _snapshot(obj, number, where, self.names, final=True)
             complete = obj.get("complete")
             if not isinstance(complete, bool):
-                raise RunLogError(f"{where}: final: \"complete\": expected true or false, found {_short(complete)}")
+                raise RunLogError(f'{where}: final: "complete": expected true or false, found {_short(complete)}')
             self.final = Final(number, snap.iteration, _int(obj, "train_iters", f"{where}: final"), complete, snap)
 
     def build(self) -> Launch:
         p, r = self.plan, self.resume
         batch = dict((key, new) for key, _, new in (r.changed or ())).get("train_batch_size") if r else None
         iters = r.train_iters if r is not None and r.train_iters is not None else p["train_iters"]
-        return Launch(self.path, self.line, p["iteration"], iters, batch or p["train_batch_size"], p["seq_length"],
-                      p["mode"], p["separate_epochs"], p["weights"], p["sources"], tuple(self.counters),
-                      tuple(self.pass_starts), self.resume, self.final, p.get("stages"), tuple(self.stage_starts))
+        return Launch(
+            self.path,
+            self.line,
+            p["iteration"],
+            iters,
+            batch or p["train_batch_size"],
+            p["seq_length"],
+            p["mode"],
+            p["separate_epochs"],
+            p["weights"],
+            p["sources"],
+            tuple(self.counters),
+            tuple(self.pass_starts),
+            self.resume,
+            self.final,
+            p.get("stages"),
+            tuple(self.stage_starts),
+        )

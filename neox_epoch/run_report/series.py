@@ -96,19 +96,27 @@ class ResumeMark:
     def notes(self) -> list[str]:
         out = []
         if self.previous_iteration is not None and self.previous_iteration > self.iteration:
-            out.append(f"the previous launch reached iteration {self.previous_iteration}; this one resumes at "
-                       f"{self.iteration}: iterations {self.iteration + 1}..{self.previous_iteration} are trained "
-                       "again (their samples repeated)")
+            out.append(
+                f"the previous launch reached iteration {self.previous_iteration}; this one resumes at "
+                f"{self.iteration}: iterations {self.iteration + 1}..{self.previous_iteration} are trained "
+                "again (their samples repeated)"
+            )
         if self.previous_iteration is not None and self.previous_iteration < self.iteration:
-            out.append(f"the previous launch's record ends at iteration {self.previous_iteration}; this one resumes "
-                       f"at {self.iteration} (records of iterations in between are missing)")
+            out.append(
+                f"the previous launch's record ends at iteration {self.previous_iteration}; this one resumes "
+                f"at {self.iteration} (records of iterations in between are missing)"
+            )
         for j in self.jumps:
-            out.append(f"{j.source}: the counters say {j.before} samples before the resume and {j.after} after it, "
-                       f"at the same iteration {self.iteration} (the resumed counters assume this launch's batch "
-                       "from iteration 0)")
+            out.append(
+                f"{j.source}: the counters say {j.before} samples before the resume and {j.after} after it, "
+                f"at the same iteration {self.iteration} (the resumed counters assume this launch's batch "
+                "from iteration 0)"
+            )
             if j.pass_after > j.pass_before:
-                out.append(f"{j.source}: {_passes(j.pass_before + 1, j.pass_after)} began inside that jump (pass "
-                           f"{j.pass_before} before, {j.pass_after} after): no pass_start record marks it")
+                out.append(
+                    f"{j.source}: {_passes(j.pass_before + 1, j.pass_after)} began inside that jump (pass "
+                    f"{j.pass_before} before, {j.pass_after} after): no pass_start record marks it"
+                )
         return out
 
 
@@ -225,8 +233,9 @@ def _resume(number: int, launch: Launch, previous: Launch | None) -> ResumeMark 
             before = prev.get(name)
             if before is not None and before.samples != st.samples:
                 jumps.append(Jump(name, before.samples, st.samples, before.pass_number, st.pass_number))
-    return ResumeMark(number, r.iteration, changes, origin, prev.iteration if prev else None, tuple(jumps),
-                      r.consumed_samples)
+    return ResumeMark(
+        number, r.iteration, changes, origin, prev.iteration if prev else None, tuple(jumps), r.consumed_samples
+    )
 
 
 def compute(run: RunLog) -> Series:
@@ -261,8 +270,11 @@ def compute(run: RunLog) -> Series:
             status = "no final record"
         if status != "complete":
             stops.append(StopMark(k, end if end is not None else start, la.train_iters, status))
-        rows.append(LaunchRow(k, la.file, la.line, start, end, la.train_iters, la.train_batch_size, la.seq_length,
-                              la.mode, status))
+        rows.append(
+            LaunchRow(
+                k, la.file, la.line, start, end, la.train_iters, la.train_batch_size, la.seq_length, la.mode, status
+            )
+        )
     sources = []
     for n in names:
         plan_src = next(s for la in reversed(launches) for s in la.sources if s.name == n)
@@ -271,13 +283,33 @@ def compute(run: RunLog) -> Series:
             fs = last.final.state.get(n)
             if fs is not None and fs.planned_passes is not None:
                 planned = fs.planned_passes
-        sources.append(SourceSeries(n, plan_src.prefix, plan_src.samples_per_epoch, plan_src.tokens, planned,
-                                    tuple(points[n]), tuple(bounds[n])))
+        sources.append(
+            SourceSeries(
+                n,
+                plan_src.prefix,
+                plan_src.samples_per_epoch,
+                plan_src.tokens,
+                planned,
+                tuple(points[n]),
+                tuple(bounds[n]),
+            )
+        )
     end_snap = last_snapshot(last)
     last_iteration = end_snap.iteration if end_snap else 0
-    return Series(run.files, tuple(rows), tuple(sources), tuple(resumes), tuple(stops), last.seq_length,
-                  last.train_iters, last_iteration, bool(last.final and last.final.complete), last.stages,
-                  tuple(x for launch in run.launches for x in launch.stage_starts), run.missing)
+    return Series(
+        run.files,
+        tuple(rows),
+        tuple(sources),
+        tuple(resumes),
+        tuple(stops),
+        last.seq_length,
+        last.train_iters,
+        last_iteration,
+        bool(last.final and last.final.complete),
+        last.stages,
+        tuple(x for launch in run.launches for x in launch.stage_starts),
+        run.missing,
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -322,14 +354,34 @@ def numbers(series: Series) -> list[NumberRow]:
             continue
         passes = passes_of(p.samples, s.samples_per_epoch, s.tokens, series.seq_length)
         if passes is None:
-            raise ConfigError(f"{s.name}: samples_per_epoch is 0 (shorter than one sample) and the run log records no "
-                              "tokens or seq_length for it: its passes cannot be counted; expected the plan's tokens "
-                              "in the log: rerun with this neox-epoch's hooks")
+            raise ConfigError(
+                f"{s.name}: samples_per_epoch is 0 (shorter than one sample) and the run log records no "
+                "tokens or seq_length for it: its passes cannot be counted; expected the plan's tokens "
+                "in the log: rerun with this neox-epoch's hooks"
+            )
         inputs = p.samples * series.seq_length if series.seq_length else None
-        unmarked = tuple((j.pass_before + 1, j.pass_after, r.iteration) for r in series.resumes for j in r.jumps
-                         if j.source == s.name and j.pass_after > j.pass_before)
-        out.append(NumberRow(s.name, p.iteration, p.samples, s.samples_per_epoch, passes, p.passes, s.planned_passes,
-                             s.tokens, inputs, s.boundaries, unmarked, series.seq_length))
+        unmarked = tuple(
+            (j.pass_before + 1, j.pass_after, r.iteration)
+            for r in series.resumes
+            for j in r.jumps
+            if j.source == s.name and j.pass_after > j.pass_before
+        )
+        out.append(
+            NumberRow(
+                s.name,
+                p.iteration,
+                p.samples,
+                s.samples_per_epoch,
+                passes,
+                p.passes,
+                s.planned_passes,
+                s.tokens,
+                inputs,
+                s.boundaries,
+                unmarked,
+                series.seq_length,
+            )
+        )
     return out
 
 

@@ -15,7 +15,7 @@ from neox_epoch.run_report.series import Series, SourceSeries
 #: Okabe-Ito colours (distinguishable with colour-vision deficiencies)
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
 T = TypeVar("T")
-FONT = "font-family=\"sans-serif\""
+FONT = 'font-family="sans-serif"'
 #: a white outline under text drawn over lines
 HALO = 'paint-order="stroke" stroke="#fff" stroke-width="3"'
 
@@ -67,8 +67,17 @@ def _t(text: str) -> str:
 class Frame:
     """A plot area inside an SVG: data coordinates to pixels."""
 
-    def __init__(self, width: int, height: int, left: int, right: int, top: int, bottom: int,
-                 x: tuple[float, float], y: tuple[float, float]) -> None:
+    def __init__(
+        self,
+        width: int,
+        height: int,
+        left: int,
+        right: int,
+        top: int,
+        bottom: int,
+        x: tuple[float, float],
+        y: tuple[float, float],
+    ) -> None:
         self.width, self.height = width, height
         self.x0, self.x1 = left, width - right
         self.y0, self.y1 = height - bottom, top
@@ -82,25 +91,31 @@ class Frame:
         lo, hi = self.yd
         return round(self.y0 - (y - lo) / ((hi - lo) or 1) * (self.y0 - self.y1), 2)
 
-    def axes(self, xticks: list[float], yticks: list[float], xlabel: str, ylabel: str,
-             yfmt: str = "{:g}") -> list[str]:
-        out = [f'<rect x="{self.x0}" y="{self.y1}" width="{self.x1 - self.x0}" height="{self.y0 - self.y1}" '
-               'fill="#fff" stroke="#999"/>']
+    def axes(self, xticks: list[float], yticks: list[float], xlabel: str, ylabel: str, yfmt: str = "{:g}") -> list[str]:
+        out = [
+            f'<rect x="{self.x0}" y="{self.y1}" width="{self.x1 - self.x0}" height="{self.y0 - self.y1}" '
+            'fill="#fff" stroke="#999"/>'
+        ]
         for t in yticks:
             y = self.py(t)
             out.append(f'<line x1="{self.x0}" y1="{y}" x2="{self.x1}" y2="{y}" stroke="#e6e6e6"/>')
-            out.append(f'<text x="{self.x0 - 6}" y="{y + 4}" text-anchor="end" font-size="11" {FONT}>'
-                       f'{_t(yfmt.format(t))}</text>')
+            out.append(
+                f'<text x="{self.x0 - 6}" y="{y + 4}" text-anchor="end" font-size="11" {FONT}>'
+                f"{_t(yfmt.format(t))}</text>"
+            )
         for t in xticks:
             x = self.px(t)
             out.append(f'<line x1="{x}" y1="{self.y0}" x2="{x}" y2="{self.y0 + 4}" stroke="#666"/>')
             out.append(f'<text x="{x}" y="{self.y0 + 17}" text-anchor="middle" font-size="11" {FONT}>{_num(t)}</text>')
         mid_x = (self.x0 + self.x1) / 2
-        out.append(f'<text x="{mid_x}" y="{self.height - 6}" text-anchor="middle" font-size="12" {FONT}>'
-                   f'{_t(xlabel)}</text>')
+        out.append(
+            f'<text x="{mid_x}" y="{self.height - 6}" text-anchor="middle" font-size="12" {FONT}>{_t(xlabel)}</text>'
+        )
         mid_y = (self.y0 + self.y1) / 2
-        out.append(f'<text x="14" y="{mid_y}" text-anchor="middle" font-size="12" {FONT} '
-                   f'transform="rotate(-90 14 {mid_y})">{_t(ylabel)}</text>')
+        out.append(
+            f'<text x="14" y="{mid_y}" text-anchor="middle" font-size="12" {FONT} '
+            f'transform="rotate(-90 14 {mid_y})">{_t(ylabel)}</text>'
+        )
         return out
 
 
@@ -115,8 +130,10 @@ def _label_x(x: float, label: str, size: int, width: int) -> tuple[float, str]:
 
 
 def _svg(width: int, height: int, body: list[str], label: str) -> str:
-    return (f'<svg width="{width}" height="{height}" '
-            f'viewBox="0 0 {width} {height}" role="img" aria-label="{_t(label)}">' + "".join(body) + "</svg>")
+    return (
+        f'<svg width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" role="img" aria-label="{_t(label)}">' + "".join(body) + "</svg>"
+    )
 
 
 def _source_marks(fr: Frame, s: SourceSeries, k: int, n_bounds: int) -> list[str]:
@@ -126,44 +143,58 @@ def _source_marks(fr: Frame, s: SourceSeries, k: int, n_bounds: int) -> list[str
     c = colour(k)
     if s.planned_passes is not None:
         y = fr.py(s.planned_passes)
-        body.append(f'<line x1="{fr.x0}" y1="{y}" x2="{fr.x1}" y2="{y}" stroke="{c}" stroke-width="1.2" '
-                    f'stroke-dasharray="6 4" opacity="0.8"><title>{_t(s.name)}: planned '
-                    f'{s.planned_passes:g} passes</title></line>')
+        body.append(
+            f'<line x1="{fr.x0}" y1="{y}" x2="{fr.x1}" y2="{y}" stroke="{c}" stroke-width="1.2" '
+            f'stroke-dasharray="6 4" opacity="0.8"><title>{_t(s.name)}: planned '
+            f"{s.planned_passes:g} passes</title></line>"
+        )
     for a, b in zip(s.points, s.points[1:]):
         if a.launch != b.launch:  # a resume: what the counters say before and after it, joined by dots
-            body.append(f'<line x1="{fr.px(a.iteration)}" y1="{fr.py(a.passes)}" x2="{fr.px(b.iteration)}" '
-                        f'y2="{fr.py(b.passes)}" stroke="{c}" stroke-width="1.5" stroke-dasharray="1 3">'
-                        f'<title>{_t(s.name)}: {a.samples:,d} samples at iteration {a.iteration:,d} (launch '
-                        f'{a.launch}), {b.samples:,d} at iteration {b.iteration:,d} (launch {b.launch})</title>'
-                        '</line>')
+            body.append(
+                f'<line x1="{fr.px(a.iteration)}" y1="{fr.py(a.passes)}" x2="{fr.px(b.iteration)}" '
+                f'y2="{fr.py(b.passes)}" stroke="{c}" stroke-width="1.5" stroke-dasharray="1 3">'
+                f"<title>{_t(s.name)}: {a.samples:,d} samples at iteration {a.iteration:,d} (launch "
+                f"{a.launch}), {b.samples:,d} at iteration {b.iteration:,d} (launch {b.launch})</title>"
+                "</line>"
+            )
     dots = len(s.points) <= MAX_DOTS
     for launch in sorted({p.launch for p in s.points}):
         pts = thin([p for p in s.points if p.launch == launch], MAX_POINTS)
         path = " ".join(f"{fr.px(p.iteration)},{fr.py(p.passes)}" for p in pts)
-        body.append(f'<polyline points="{path}" fill="none" stroke="{c}" stroke-width="2.2" '
-                    f'stroke-linejoin="round"><title>{_t(s.name)}, launch {launch}</title></polyline>')
+        body.append(
+            f'<polyline points="{path}" fill="none" stroke="{c}" stroke-width="2.2" '
+            f'stroke-linejoin="round"><title>{_t(s.name)}, launch {launch}</title></polyline>'
+        )
         for p in pts if dots else ():
-            body.append(f'<circle cx="{fr.px(p.iteration)}" cy="{fr.py(p.passes)}" r="2.2" fill="{c}">'
-                        f'<title>{_t(s.name)} @ iteration {p.iteration:,d}: {p.samples:,d} samples = '
-                        f'{p.passes:.6f} passes (pass {p.pass_number})</title></circle>')
+            body.append(
+                f'<circle cx="{fr.px(p.iteration)}" cy="{fr.py(p.passes)}" r="2.2" fill="{c}">'
+                f"<title>{_t(s.name)} @ iteration {p.iteration:,d}: {p.samples:,d} samples = "
+                f"{p.passes:.6f} passes (pass {p.pass_number})</title></circle>"
+            )
     r = 6 if n_bounds <= MAX_LABELS else 4
     for b in s.boundaries:
         x, y = fr.px(b.iteration), fr.py(b.pass_number - 1)
-        body.append(f'<path d="M{x},{y - r} L{x + r},{y} L{x},{y + r} L{x - r},{y} Z" fill="#fff" stroke="{c}" '
-                    f'stroke-width="2"><title>{_t(s.name)} starts pass {b.pass_number} at iteration '
-                    f'{b.iteration:,d} (blend sample {b.sample:,d})</title></path>')
+        body.append(
+            f'<path d="M{x},{y - r} L{x + r},{y} L{x},{y + r} L{x - r},{y} Z" fill="#fff" stroke="{c}" '
+            f'stroke-width="2"><title>{_t(s.name)} starts pass {b.pass_number} at iteration '
+            f"{b.iteration:,d} (blend sample {b.sample:,d})</title></path>"
+        )
         if n_bounds <= MAX_LABELS:
             text = f"pass {b.pass_number} @ {b.iteration:,d}"
             tx, anchor = _label_x(x + 4, text, 10, int(fr.x1))
-            body.append(f'<text x="{tx}" y="{y - 7}" text-anchor="{anchor}" font-size="10" fill="{c}" {HALO} '
-                        f'{FONT}>{_t(text)}</text>')
+            body.append(
+                f'<text x="{tx}" y="{y - 7}" text-anchor="{anchor}" font-size="10" fill="{c}" {HALO} '
+                f"{FONT}>{_t(text)}</text>"
+            )
     # legend
     ly = fr.y1 + 14 + 34 * k
     body.append(f'<line x1="{fr.x1 + 12}" y1="{ly}" x2="{fr.x1 + 34}" y2="{ly}" stroke="{c}" stroke-width="2.5"/>')
     body.append(f'<text x="{fr.x1 + 40}" y="{ly + 4}" font-size="12" {FONT}>{_t(s.name)}</text>')
     if s.planned_passes is not None:
-        body.append(f'<text x="{fr.x1 + 40}" y="{ly + 18}" font-size="10" fill="#555" {FONT}>planned '
-                    f'{s.planned_passes:g} (dashed)</text>')
+        body.append(
+            f'<text x="{fr.x1 + 40}" y="{ly + 18}" font-size="10" fill="#555" {FONT}>planned '
+            f"{s.planned_passes:g} (dashed)</text>"
+        )
     return body
 
 
@@ -171,18 +202,21 @@ def _event_marks(fr: Frame, series: Series, width: int) -> list[str]:
     """Resumes and early stops as vertical lines with their label."""
     body: list[str] = []
     marks = [(r.iteration, r.label(), "#333", "5 4") for r in series.resumes]
-    marks += [(st.iteration, st.label(), "#C00000", "")
-              for st in series.stops]
+    marks += [(st.iteration, st.label(), "#C00000", "") for st in series.stops]
     for j, (it, label, c, dash) in enumerate(marks):
         x = fr.px(it)
         ty = 16 + 16 * j
         tx, anchor = _label_x(x, label, 11, width)
         dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
-        body.append(f'<line x1="{x}" y1="{ty + 3}" x2="{x}" y2="{fr.y0}" stroke="{c}" stroke-width="1.5"{dash_attr}>'
-                    f'<title>{_t(label)}</title></line>')
-        body.append(f'<text x="{tx}" y="{ty}" text-anchor="{anchor}" font-size="11" fill="{c}" {HALO} {FONT}>'
-                    f'{_t(label)}</text>')
+        body.append(
+            f'<line x1="{x}" y1="{ty + 3}" x2="{x}" y2="{fr.y0}" stroke="{c}" stroke-width="1.5"{dash_attr}>'
+            f"<title>{_t(label)}</title></line>"
+        )
+        body.append(
+            f'<text x="{tx}" y="{ty}" text-anchor="{anchor}" font-size="11" fill="{c}" {HALO} {FONT}>{_t(label)}</text>'
+        )
     return body
+
 
 def passes_plot(series: Series, width: int = 960) -> str:
     """Passes over iterations: one curve per source (a segment per launch), its planned passes as a dashed
@@ -190,21 +224,27 @@ def passes_plot(series: Series, width: int = 960) -> str:
     n_marks = len(series.resumes) + len(series.stops)
     top = 30 + 16 * n_marks
     height = 380 + 16 * n_marks
-    legend = [s.name for s in series.sources] + [f"planned {s.planned_passes:g} (dashed)" for s in series.sources
-                                                   if s.planned_passes is not None]
+    legend = [s.name for s in series.sources] + [
+        f"planned {s.planned_passes:g} (dashed)" for s in series.sources if s.planned_passes is not None
+    ]
     right = int(min(300, max(150, 50 + 6.6 * max(len(t) for t in legend))))
     x_hi = max([series.train_iters, series.last_iteration, 1] + [p.iteration for s in series.sources for p in s.points])
-    y_hi = max([1.0] + [p.passes for s in series.sources for p in s.points]
-               + [s.planned_passes or 0.0 for s in series.sources])
+    y_hi = max(
+        [1.0] + [p.passes for s in series.sources for p in s.points] + [s.planned_passes or 0.0 for s in series.sources]
+    )
     yt = nice_ticks(0, y_hi * 1.05, 6)
     fr = Frame(width, height, 64, right, top, 44, (0, x_hi), (0, max(yt[-1], y_hi * 1.05)))
     body = fr.axes(nice_ticks(0, x_hi, 8), yt, "iteration", "passes over the source (samples / samples_per_epoch)")
     # the planned end
     xe = fr.px(series.train_iters)
-    body.append(f'<line x1="{xe}" y1="{fr.y1}" x2="{xe}" y2="{fr.y0}" stroke="#999" stroke-dasharray="2 3">'
-                f'<title>train_iters {series.train_iters:,d} (the last launch\'s plan)</title></line>')
-    body.append(f'<text x="{xe - 4}" y="{fr.y0 - 6}" text-anchor="end" font-size="10" fill="#777" {HALO} {FONT}>'
-                f'train_iters {series.train_iters:,d}</text>')
+    body.append(
+        f'<line x1="{xe}" y1="{fr.y1}" x2="{xe}" y2="{fr.y0}" stroke="#999" stroke-dasharray="2 3">'
+        f"<title>train_iters {series.train_iters:,d} (the last launch's plan)</title></line>"
+    )
+    body.append(
+        f'<text x="{xe - 4}" y="{fr.y0 - 6}" text-anchor="end" font-size="10" fill="#777" {HALO} {FONT}>'
+        f"train_iters {series.train_iters:,d}</text>"
+    )
     n_bounds = sum(len(s.boundaries) for s in series.sources)
     for k, s in enumerate(series.sources):
         body += _source_marks(fr, s, k, n_bounds)
@@ -223,14 +263,21 @@ def histogram_plot(h: Histogram, k: int, width: int = 300, height: int = 230) ->
     bw = (fr.x1 - fr.x0) / max(1, len(h.tokens)) * 0.7
     for times, n in h.tokens:
         x, y = fr.px(times) - bw / 2, fr.py(n / total * 100)
-        body.append(f'<rect x="{x:.2f}" y="{y}" width="{bw:.2f}" height="{fr.y0 - y:.2f}" fill="{c}" '
-                    f'opacity="{0.55 if h.method == ESTIMATED else 0.9}"><title>{_t(h.source)}: {n:,d} tokens seen '
-                    f'{times} times ({n / total:.2%})</title></rect>')
-        body.append(f'<text x="{fr.px(times)}" y="{y - 4}" text-anchor="middle" font-size="10" {FONT}>'
-                    f'{n / total:.1%}</text>')
+        body.append(
+            f'<rect x="{x:.2f}" y="{y}" width="{bw:.2f}" height="{fr.y0 - y:.2f}" fill="{c}" '
+            f'opacity="{0.55 if h.method == ESTIMATED else 0.9}"><title>{_t(h.source)}: {n:,d} tokens seen '
+            f"{times} times ({n / total:.2%})</title></rect>"
+        )
+        body.append(
+            f'<text x="{fr.px(times)}" y="{y - 4}" text-anchor="middle" font-size="10" {FONT}>{n / total:.1%}</text>'
+        )
     what = "estimated from counters" if h.method == ESTIMATED else "exact (audit)"
-    body.append(f'<text x="{width / 2}" y="13" text-anchor="middle" font-size="12" font-weight="bold" {FONT}>'
-                f'{_t(h.source)}</text>')
-    body.append(f'<text x="{width / 2}" y="27" text-anchor="middle" font-size="10" fill="#555" {FONT}>'
-                f'{h.total:,d} tokens, {what}</text>')
+    body.append(
+        f'<text x="{width / 2}" y="13" text-anchor="middle" font-size="12" font-weight="bold" {FONT}>'
+        f"{_t(h.source)}</text>"
+    )
+    body.append(
+        f'<text x="{width / 2}" y="27" text-anchor="middle" font-size="10" fill="#555" {FONT}>'
+        f"{h.total:,d} tokens, {what}</text>"
+    )
     return _svg(width, height, body, f"token exposure histogram of {h.source}")

@@ -186,8 +186,9 @@ def _jump(weights: Sequence[float], start: int, counts: Sequence[int], stop: int
     return _collapse([float(x) for x in weights], b, _states(caps, [int(c) for c in counts], spare), stop)
 
 
-def _marked(weights: Sequence[float], start: int, counts: Sequence[int], stop: int,
-            marks: Sequence[tuple[int, int]]) -> tuple[list[int], list[int]]:
+def _marked(
+    weights: Sequence[float], start: int, counts: Sequence[int], stop: int, marks: Sequence[tuple[int, int]]
+) -> tuple[list[int], list[int]]:
     """``advance`` with marks, jumping between them: no source i can draw its k-th sample before step
     ``ceil((k - 1 - T) / w_i)`` (the band's cap), so every stretch before the next mark's earliest step is
     jumped (or replayed where the jump does not apply), and only the few steps around a mark are replayed."""
@@ -242,13 +243,16 @@ def advance(
     if stop < start:
         raise ValueError(f"stop ({stop}) < start ({start})")
     if stop > MAX_DRAWS:
-        raise PlanError(f"a greedy blend of {stop:,d} samples; expected at most {MAX_DRAWS:,d} (the framework's "
-                        f"blending index would take {9 * stop / 1e9:,.0f} GB or more): check train_iters, "
-                        "eval_interval and eval_iters")
+        raise PlanError(
+            f"a greedy blend of {stop:,d} samples; expected at most {MAX_DRAWS:,d} (the framework's "
+            f"blending index would take {9 * stop / 1e9:,.0f} GB or more): check train_iters, "
+            "eval_interval and eval_iters"
+        )
     if len(weights) == 1:  # one source draws every step, whatever its weight: no replay
         c0 = int(counts[0])
-        return [c0 + stop - start], [start + k - c0 - 1 if i == 0 and c0 < k <= c0 + stop - start else -1
-                                     for i, k in marks]
+        return [c0 + stop - start], [
+            start + k - c0 - 1 if i == 0 and c0 < k <= c0 + stop - start else -1 for i, k in marks
+        ]
     if marks and stop - start >= _JUMP_MIN_STEPS and _greedy is not None:
         return _marked(weights, start, counts, stop, marks)
     if not marks and stop - start >= _JUMP_MIN_STEPS:
@@ -262,8 +266,11 @@ def advance(
         c, p = _greedy.advance(list(map(float, weights)), int(start), list(map(int, counts)), int(stop), list(marks))
         return list(c), list(p)
     if stop - start > _SLOW_WARN_STEPS:
-        log.warning("neox_epoch._greedy is not built: replaying %d blend steps in Python is slow "
-                    "(reinstall with a C compiler: pip install -e .)", stop - start)
+        log.warning(
+            "neox_epoch._greedy is not built: replaying %d blend steps in Python is slow "
+            "(reinstall with a C compiler: pip install -e .)",
+            stop - start,
+        )
     return _advance_py(weights, start, counts, stop, marks)
 
 

@@ -21,27 +21,35 @@ class IndexNumbers:
     separate: bool | None  # The 80% rule separates the last epoch (None: no request to tell).
 
 
-def index_numbers(framework: str, tokens: int, seq_length: int, epochs: int, requested: int | None,
-                  add_extra_token: int) -> IndexNumbers:
+def index_numbers(
+    framework: str, tokens: int, seq_length: int, epochs: int, requested: int | None, add_extra_token: int
+) -> IndexNumbers:
     """:class:`IndexNumbers` of ``framework`` (:data:`NEOX`, :data:`MCORE` or :data:`LEGACY`)."""
     if framework == NEOX:
-        return IndexNumbers(neox.samples_per_epoch(tokens, seq_length),
-                            neox.build(tokens, seq_length, None, epochs=epochs).samples_built,
-                            neox.num_epochs(tokens, seq_length, requested) if requested is not None and tokens > 0
-                            else None, 0, False)
+        return IndexNumbers(
+            neox.samples_per_epoch(tokens, seq_length),
+            neox.build(tokens, seq_length, None, epochs=epochs).samples_built,
+            neox.num_epochs(tokens, seq_length, requested) if requested is not None and tokens > 0 else None,
+            0,
+            False,
+        )
     if framework == MCORE:
         build = mcore.build(max(tokens, 1), seq_length, requested, add_extra_token) if tokens > 0 else None
-        return IndexNumbers(max(0, mcore.samples_built(tokens, seq_length, 1, add_extra_token)),
-                            mcore.samples_built(tokens, seq_length, epochs, add_extra_token),
-                            build.epochs if build else None,
-                            mcore.samples_built(tokens, seq_length, epochs - 1, add_extra_token),
-                            build.separate_final_epoch if build and requested is not None else None)
+        return IndexNumbers(
+            max(0, mcore.samples_built(tokens, seq_length, 1, add_extra_token)),
+            mcore.samples_built(tokens, seq_length, epochs, add_extra_token),
+            build.epochs if build else None,
+            mcore.samples_built(tokens, seq_length, epochs - 1, add_extra_token),
+            build.separate_final_epoch if build and requested is not None else None,
+        )
     request = legacy.build(tokens, seq_length, requested) if tokens > 0 else None
-    return IndexNumbers(neox.samples_per_epoch(tokens, seq_length),
-                        neox.build(tokens, seq_length, None, epochs=epochs).samples_built if epochs else 0,
-                        request.epochs if request and requested is not None else None,
-                        neox.build(tokens, seq_length, None, epochs=epochs - 1).samples_built if epochs > 1 else 0,
-                        request.separate_final_epoch if request and requested is not None else None)
+    return IndexNumbers(
+        neox.samples_per_epoch(tokens, seq_length),
+        neox.build(tokens, seq_length, None, epochs=epochs).samples_built if epochs else 0,
+        request.epochs if request and requested is not None else None,
+        neox.build(tokens, seq_length, None, epochs=epochs - 1).samples_built if epochs > 1 else 0,
+        request.separate_final_epoch if request and requested is not None else None,
+    )
 
 
 def extra_token_from_files(stream_tokens: int, last_position: int | None, samples: int, seq_length: int) -> int | None:

@@ -64,8 +64,9 @@ class Consumption:
         return Consumption.from_prefixes(length, [(consumed, 1)], period=length)
 
     @staticmethod
-    def from_prefixes(length: int, prefixes: Sequence[tuple[int, int]], period: int = 0,
-                      positions: np.ndarray | None = None) -> Consumption:
+    def from_prefixes(
+        length: int, prefixes: Sequence[tuple[int, int]], period: int = 0, positions: np.ndarray | None = None
+    ) -> Consumption:
         """Indices drawn as ``mult`` passes over the prefix ``[0, P)`` each, wrapping modulo ``length``; a negative
         ``mult`` takes a prefix away again (``[a, b)`` is ``(b, 1), (a, -1)``)."""
         if length <= 0:
@@ -80,8 +81,13 @@ class Consumption:
         for stop in [*sorted(cuts), length]:
             runs += [(start, stop, count)] if stop > start and count > 0 else []
             count, start = count - cuts.get(stop, 0), stop
-        return Consumption(length=length, runs=tuple(runs), consumed=sum(prefix * mult for prefix, mult in prefixes),
-                           positions=positions, period=period)
+        return Consumption(
+            length=length,
+            runs=tuple(runs),
+            consumed=sum(prefix * mult for prefix, mult in prefixes),
+            positions=positions,
+            period=period,
+        )
 
     @property
     def max_count(self) -> int:
@@ -105,8 +111,10 @@ class Consumption:
             runs = tuple((a, b, c - passes + modulus) for a, b, c in self.runs)
             return replace(self, runs=runs, folded=Fold(passes, modulus))
         if epochs * top + 1 > MAX_BINS or (self.tokens_out is not None and epochs * top >= 1 << 31):
-            raise ValueError(f"{top} draws of a sample over {epochs} copies: the exposure per sample and token "
-                             f"needs {epochs * top + 1} counts, more than the {MAX_BINS} kept")
+            raise ValueError(
+                f"{top} draws of a sample over {epochs} copies: the exposure per sample and token "
+                f"needs {epochs * top + 1} counts, more than the {MAX_BINS} kept"
+            )
         return self
 
     def segments(self, start: int, stop: int) -> list[tuple[int, int, int]]:

@@ -81,11 +81,15 @@ def neox_start(iteration: int, consumed: int, new: LoaderShape, dataset_samples:
     """Where stock NeoX's resumed train loader starts (``shift_and_wrap_data_loaders``)."""
     batches = loader_batches(dataset_samples, new)
     if batches < 1:
-        raise ConfigError(f"the train dataset has {dataset_samples} samples, fewer than one loader batch of "
-                          f"{new.loader_batch}; nothing can be drawn")
+        raise ConfigError(
+            f"the train dataset has {dataset_samples} samples, fewer than one loader batch of "
+            f"{new.loader_batch}; nothing can be drawn"
+        )
     first = iteration * new.gradient_accumulation % batches
-    how = (f"start = (iteration * gas % len(loader)) * micro * dp = ({iteration} * {new.gradient_accumulation} % "
-           f"{batches}) * {new.micro_batch} * {new.data_parallel} = {first * new.loader_batch}")
+    how = (
+        f"start = (iteration * gas % len(loader)) * micro * dp = ({iteration} * {new.gradient_accumulation} % "
+        f"{batches}) * {new.micro_batch} * {new.data_parallel} = {first * new.loader_batch}"
+    )
     return ResumeStart(consumed, first * new.loader_batch, how)
 
 
@@ -93,8 +97,10 @@ def hooked_start(consumed: int, new: LoaderShape) -> ResumeStart:
     """Where the resumed train loader starts under neox-epoch's hooks: the consumed samples, in whole loader
     batches (a partial last batch is drawn again from its first sample)."""
     first = consumed // new.loader_batch
-    how = (f"start = consumed // (micro * dp) * (micro * dp) = {consumed} // {new.loader_batch} * "
-           f"{new.loader_batch} = {first * new.loader_batch}")
+    how = (
+        f"start = consumed // (micro * dp) * (micro * dp) = {consumed} // {new.loader_batch} * "
+        f"{new.loader_batch} = {first * new.loader_batch}"
+    )
     return ResumeStart(consumed, first * new.loader_batch, how)
 
 
@@ -160,9 +166,16 @@ def evaluations_after(iteration: int, end: int, interval: int) -> int:
     return (max(0, end // interval - iteration // interval) if interval else 0) + 1
 
 
-def neox_valid_start(iteration: int, old: LoaderShape, old_eval: tuple[int, int], new: LoaderShape,
-                     new_eval: tuple[int, int], valid_samples: int, end: int | None = None,
-                     old_valid_samples: int | None = None) -> ValidStart | None:
+def neox_valid_start(
+    iteration: int,
+    old: LoaderShape,
+    old_eval: tuple[int, int],
+    new: LoaderShape,
+    new_eval: tuple[int, int],
+    valid_samples: int,
+    end: int | None = None,
+    old_valid_samples: int | None = None,
+) -> ValidStart | None:
     """NeoX evaluates every ``eval_interval`` iterations, ``eval_iters`` times ``gradient_accumulation_steps``
     loader batches (``evaluate``), after the checkpoint of the same iteration is saved; the resumed loader starts
     at ``((iteration * gas) // eval_interval) * eval_iters % len(loader)`` batches (``shift_and_wrap_data_loaders``).
@@ -178,23 +191,32 @@ def neox_valid_start(iteration: int, old: LoaderShape, old_eval: tuple[int, int]
     old_size = (old_valid_samples or valid_samples) // old.loader_batch * old.loader_batch or size
     drawn = iteration // old_interval * old_iters * old.gradient_accumulation * old.loader_batch
     first = iteration * new.gradient_accumulation // new_interval * new_iters % batches * new.loader_batch
-    how = (f"drawn = (iteration // eval_interval) * eval_iters * gas * micro * dp = ({iteration} // {old_interval}) * "
-           f"{old_iters} * {old.gradient_accumulation} * {old.loader_batch} = {drawn}; start = ((iteration * gas) // "
-           f"eval_interval) * eval_iters % len(loader) * micro * dp = (({iteration} * {new.gradient_accumulation}) // "
-           f"{new_interval}) * {new_iters} % {batches} * {new.loader_batch} = {first}")
+    how = (
+        f"drawn = (iteration // eval_interval) * eval_iters * gas * micro * dp = ({iteration} // {old_interval}) * "
+        f"{old_iters} * {old.gradient_accumulation} * {old.loader_batch} = {drawn}; start = ((iteration * gas) // "
+        f"eval_interval) * eval_iters % len(loader) * micro * dp = (({iteration} * {new.gradient_accumulation}) // "
+        f"{new_interval}) * {new_iters} % {batches} * {new.loader_batch} = {first}"
+    )
     valid = ValidStart(drawn, first, drawn % old_size, how)
     if end is None:
         return valid
     evaluations = evaluations_after(iteration, end, new_interval)
     count = evaluations * new_iters * new.gradient_accumulation * new.loader_batch
-    how += (f"; the resumed run's evaluations draw (end // eval_interval - iteration // eval_interval + 1) * "
-            f"eval_iters * gas * micro * dp = ({end} // {new_interval} - {iteration} // {new_interval} + 1) * "
-            f"{new_iters} * {new.gradient_accumulation} * {new.loader_batch} = {count} samples")
+    how += (
+        f"; the resumed run's evaluations draw (end // eval_interval - iteration // eval_interval + 1) * "
+        f"eval_iters * gas * micro * dp = ({end} // {new_interval} - {iteration} // {new_interval} + 1) * "
+        f"{new_iters} * {new.gradient_accumulation} * {new.loader_batch} = {count} samples"
+    )
     if first and first + count > size:
-        how += (f" from {first}: past sample {size - 1} (len(loader) * micro * dp = {batches} * {new.loader_batch}) "
-                f"itertools.cycle replays the launch's first pass from sample {first}")
-    spans = (cycle_spans(0, drawn, 0, old_size), cycle_spans(first, count, first, size),
-             cycle_spans(valid.continued, count, 0, old_size))
+        how += (
+            f" from {first}: past sample {size - 1} (len(loader) * micro * dp = {batches} * {new.loader_batch}) "
+            f"itertools.cycle replays the launch's first pass from sample {first}"
+        )
+    spans = (
+        cycle_spans(0, drawn, 0, old_size),
+        cycle_spans(first, count, first, size),
+        cycle_spans(valid.continued, count, 0, old_size),
+    )
     return replace(valid, how=how, spans=spans)
 
 
@@ -215,7 +237,9 @@ def end_test(eval_iters: int, train_batch_size: int, test_samples: int, framewor
     if eval_iters < 1 or test_samples < 1:
         return None
     drawn = min(eval_iters * train_batch_size, test_samples)
-    return EndTest(drawn, f"{framework} starts the test loader at sample 0 in every launch and evaluates it after the "
-                            f"last iteration: samples 0..{drawn - 1} (eval_iters * global batch = {eval_iters} * "
-                            f"{train_batch_size}): the same start as continuing unchanged")
-
+    return EndTest(
+        drawn,
+        f"{framework} starts the test loader at sample 0 in every launch and evaluates it after the "
+        f"last iteration: samples 0..{drawn - 1} (eval_iters * global batch = {eval_iters} * "
+        f"{train_batch_size}): the same start as continuing unchanged",
+    )

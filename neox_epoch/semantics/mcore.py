@@ -44,7 +44,7 @@ def parse_split(split: str) -> list[float]:
     values = [float(x) for x in re.findall(r"[.0-9]+", split)]
     values = values + [0.0] * (3 - len(values))
     if len(values) != 3 or sum(values) <= 0:
-        raise PlanError(f"split: {split!r} must give 3 non-negative numbers with a positive sum, e.g. \"969,30,1\"")
+        raise PlanError(f'split: {split!r} must give 3 non-negative numbers with a positive sum, e.g. "969,30,1"')
     return normalize(values)
 
 
@@ -198,11 +198,19 @@ def routes(
             wn = normalize(w) if w is not None else None
             n = sizes[i]
             if len(pfx) == 1:
-                out[i] = SplitRoute(SPLITS[i], tuple(pfx), ((0.0, 1.0),), (n,), False, None, (None,), n,
-                                    "blend_per_split with one prefix: the GPTDataset directly, no buffer")
+                out[i] = SplitRoute(
+                    SPLITS[i],
+                    tuple(pfx),
+                    ((0.0, 1.0),),
+                    (n,),
+                    False,
+                    None,
+                    (None,),
+                    n,
+                    "blend_per_split with one prefix: the GPTDataset directly, no buffer",
+                )
                 continue
-            out[i] = _blend_route(SPLITS[i], pfx, wn, [(0.0, 1.0)] * len(pfx), n, version, surplus,
-                                  "blend_per_split")
+            out[i] = _blend_route(SPLITS[i], pfx, wn, [(0.0, 1.0)] * len(pfx), n, version, surplus, "blend_per_split")
         return out
     if split is None:
         raise PlanError("split: required with a blend (data_path) in megatron-core; e.g. --split 969,30,1")
@@ -213,8 +221,17 @@ def routes(
             continue
         n = sizes[i]
         if len(prefixes) == 1 and wn is None:
-            out[i] = SplitRoute(SPLITS[i], (prefixes[0],), (bookends,), (n,), False, None, (None,), n,
-                                "one prefix without a weight: the GPTDataset directly, no buffer, no blend")
+            out[i] = SplitRoute(
+                SPLITS[i],
+                (prefixes[0],),
+                (bookends,),
+                (n,),
+                False,
+                None,
+                (None,),
+                n,
+                "one prefix without a weight: the GPTDataset directly, no buffer, no blend",
+            )
             continue
         out[i] = _blend_route(SPLITS[i], list(prefixes), wn, [bookends] * len(prefixes), n, version, surplus, "blend")
     return out
@@ -231,19 +248,41 @@ def _blend_route(
     what: str,
 ) -> SplitRoute:
     if weights is None:
-        rule = (f"{what} with weights None: each source built for exactly one epoch, blended by length; "
-                + ("exhaustive (every sample once)" if n is None else f"size = min({n}, sum of lengths)"))
-        return SplitRoute(split, tuple(prefixes), tuple(bookends), tuple([None] * len(prefixes)), True, None,
-                          tuple([None] * len(prefixes)), n, rule)
+        rule = f"{what} with weights None: each source built for exactly one epoch, blended by length; " + (
+            "exhaustive (every sample once)" if n is None else f"size = min({n}, sum of lengths)"
+        )
+        return SplitRoute(
+            split,
+            tuple(prefixes),
+            tuple(bookends),
+            tuple([None] * len(prefixes)),
+            True,
+            None,
+            tuple([None] * len(prefixes)),
+            n,
+            rule,
+        )
     if n is None:
         raise PlanError(f"{split}: weights given but no size requested: megatron-core requires a size with weights")
     targets, requests = mid_level_sizes(weights, n, version, surplus)
     br = buffer_rule(version)
-    buf = {"ceil_n_w_1005": "ceil(N*w*1.005)", "hard_margin": "ceil(ceil(N*w)*1.005)",
-           "surplus": f"ceil(ceil(N*w)*(1+{surplus}))"}[br]
+    buf = {
+        "ceil_n_w_1005": "ceil(N*w*1.005)",
+        "hard_margin": "ceil(ceil(N*w)*1.005)",
+        "surplus": f"ceil(ceil(N*w)*(1+{surplus}))",
+    }[br]
     single = " (one prefix WITH a weight still goes through the blend and its buffer)" if len(prefixes) == 1 else ""
-    return SplitRoute(split, tuple(prefixes), tuple(bookends), tuple(requests), True, tuple(weights), tuple(targets),
-                      n, f"{what} with weights: each source asked for {buf}{single}")
+    return SplitRoute(
+        split,
+        tuple(prefixes),
+        tuple(bookends),
+        tuple(requests),
+        True,
+        tuple(weights),
+        tuple(targets),
+        n,
+        f"{what} with weights: each source asked for {buf}{single}",
+    )
 
 
 def blend_size_and_weights(

@@ -54,12 +54,28 @@ class Rules:
 
 #: the Megatron-LM versions this project has read and tests against (their option tables ship with it)
 RULES: dict[str, Rules] = {
-    "0.16.1": Rules("0.16.1", rampup_used=True, rampup_refused_with_train_iters=True, phases_refuse_rampup=True,
-                    step_schedule=False, eval_batch=False, skip_train_skips_lr_checks=False, gtp_weight_remat=False,
-                    override_ckpt_iteration=False),
-    "0.19.2": Rules("0.19.2", rampup_used=False, rampup_refused_with_train_iters=False, phases_refuse_rampup=False,
-                    step_schedule=True, eval_batch=True, skip_train_skips_lr_checks=True, gtp_weight_remat=True,
-                    override_ckpt_iteration=True),
+    "0.16.1": Rules(
+        "0.16.1",
+        rampup_used=True,
+        rampup_refused_with_train_iters=True,
+        phases_refuse_rampup=True,
+        step_schedule=False,
+        eval_batch=False,
+        skip_train_skips_lr_checks=False,
+        gtp_weight_remat=False,
+        override_ckpt_iteration=False,
+    ),
+    "0.19.2": Rules(
+        "0.19.2",
+        rampup_used=False,
+        rampup_refused_with_train_iters=False,
+        phases_refuse_rampup=False,
+        step_schedule=True,
+        eval_batch=True,
+        skip_train_skips_lr_checks=True,
+        gtp_weight_remat=True,
+        override_ckpt_iteration=True,
+    ),
 }
 _CURRENT: ContextVar[Rules] = ContextVar("megatron_lm_rules", default=RULES[MEGATRON_LM_VERSION])
 
@@ -101,8 +117,9 @@ class MegatronRefusal(ConfigError):
     real function raises (None for the planner's own refusals).
     """
 
-    def __init__(self, message: str, stage: str, megatron_error: str | None = None,
-                 megatron_message: str | None = None) -> None:
+    def __init__(
+        self, message: str, stage: str, megatron_error: str | None = None, megatron_message: str | None = None
+    ) -> None:
         super().__init__(message)
         self.stage = stage
         self.megatron_error = megatron_error
@@ -142,10 +159,16 @@ def get_blend_from_list(blend: Sequence[str] | None) -> tuple[list[str], list[fl
     first_none = next((i for i, w in enumerate(weights) if w is None), None)
     if first_none is None:
         return [t.strip() for t in tokens[1::2]], [float(w) for w in weights if w is not None]
-    if any(w is not None for w in weights[first_none + 1:]):
-        raise refuse("--data-path", " ".join(tokens), "get_blend_and_blend_per_split", "AssertionError", "",
-                     "some weight positions hold numbers and some do not",
-                     "give 'PREFIX ...' or 'WEIGHT PREFIX WEIGHT PREFIX ...'")
+    if any(w is not None for w in weights[first_none + 1 :]):
+        raise refuse(
+            "--data-path",
+            " ".join(tokens),
+            "get_blend_and_blend_per_split",
+            "AssertionError",
+            "",
+            "some weight positions hold numbers and some do not",
+            "give 'PREFIX ...' or 'WEIGHT PREFIX WEIGHT PREFIX ...'",
+        )
     return [t.strip() for t in tokens], None
 
 
@@ -162,14 +185,28 @@ def gtp_weight_remat_size(tensor: int, num_weight_shards: int | None) -> int:
     validate_args calls: --tensor-parallel-num-weight-shards S (default tp) gives gtp_weight_remat_size S // tp."""
     if num_weight_shards is None:
         return 1
-    for bad, message in ((num_weight_shards < tensor, f"tensor_parallel_num_weight_shards ({num_weight_shards}) must "
-                                                      f"be >= tensor_model_parallel_size ({tensor})."),
-                         (num_weight_shards % tensor != 0, f"tensor_parallel_num_weight_shards ({num_weight_shards}) "
-                                                           f"must be divisible by tensor_model_parallel_size ({tensor}).")):
+    for bad, message in (
+        (
+            num_weight_shards < tensor,
+            f"tensor_parallel_num_weight_shards ({num_weight_shards}) must "
+            f"be >= tensor_model_parallel_size ({tensor}).",
+        ),
+        (
+            num_weight_shards % tensor != 0,
+            f"tensor_parallel_num_weight_shards ({num_weight_shards}) "
+            f"must be divisible by tensor_model_parallel_size ({tensor}).",
+        ),
+    ):
         if bad:
-            raise refuse("--tensor-parallel-num-weight-shards", num_weight_shards, "validate_args", "ValueError",
-                         message, "each weight is split into tp x gtp_weight_remat_size shards",
-                         f"use a multiple of --tensor-model-parallel-size {tensor}")
+            raise refuse(
+                "--tensor-parallel-num-weight-shards",
+                num_weight_shards,
+                "validate_args",
+                "ValueError",
+                message,
+                "each weight is split into tp x gtp_weight_remat_size shards",
+                f"use a multiple of --tensor-model-parallel-size {tensor}",
+            )
     return num_weight_shards // tensor
 
 
@@ -183,9 +220,15 @@ def data_parallel_size(world_size: int, tensor: int, pipeline: int, context: int
     if world_size % total:
         msg = f"world size ({world_size}) is not divisible by total_model_size (total_model_size={total})"
         remat = f" x gtp_weight_remat_size {gtp_remat}" if gtp_remat != 1 else ""
-        raise refuse("--world-size", world_size, "validate_args", "AssertionError", msg,
-                     f"tensor {tensor} x pipeline {pipeline} x context {context}{remat} = {total} GPUs per model "
-                     "replica", f"use a world size that is a multiple of {total}")
+        raise refuse(
+            "--world-size",
+            world_size,
+            "validate_args",
+            "AssertionError",
+            msg,
+            f"tensor {tensor} x pipeline {pipeline} x context {context}{remat} = {total} GPUs per model replica",
+            f"use a world size that is a multiple of {total}",
+        )
     return world_size // total
 
 
@@ -243,42 +286,74 @@ class BatchSchedule:
         return current
 
 
-def build_num_microbatches_calculator(global_batch_size: int, micro_batch_size: int, data_parallel_size: int,
-                                      decrease_batch_size_if_needed: bool,
-                                      rampup_batch_size: Sequence[int] | None, step_schedule: str | None = None,
-                                      seq_length: int | None = None) -> BatchSchedule:
+def build_num_microbatches_calculator(
+    global_batch_size: int,
+    micro_batch_size: int,
+    data_parallel_size: int,
+    decrease_batch_size_if_needed: bool,
+    rampup_batch_size: Sequence[int] | None,
+    step_schedule: str | None = None,
+    seq_length: int | None = None,
+) -> BatchSchedule:
     """Mirror ``_build_num_microbatches_calculator`` (megatron/core/num_microbatches_calculator.py) and the
     calculators' ``__init__`` checks. 0.16.1: constant or ramp-up. 0.19.2: a ramp-up is ignored
     (``init_num_microbatches_calculator`` only warns), --step-batch-size-schedule builds the step calculator.
     ``data_parallel_size`` is the one the calculator gets (0.19.2: dp x gtp_weight_remat_size)."""
     if step_schedule is not None:
-        return _step_calculator(global_batch_size, micro_batch_size, data_parallel_size,
-                                decrease_batch_size_if_needed, step_schedule, seq_length)
+        return _step_calculator(
+            global_batch_size,
+            micro_batch_size,
+            data_parallel_size,
+            decrease_batch_size_if_needed,
+            step_schedule,
+            seq_length,
+        )
     if rampup_batch_size is not None and current().rampup_used:
-        return _rampup_calculator(global_batch_size, micro_batch_size, data_parallel_size,
-                                  decrease_batch_size_if_needed, rampup_batch_size)
+        return _rampup_calculator(
+            global_batch_size, micro_batch_size, data_parallel_size, decrease_batch_size_if_needed, rampup_batch_size
+        )
     unit = micro_batch_size * data_parallel_size
     flag_vals = f"--global-batch-size {global_batch_size} --micro-batch-size {micro_batch_size}"
     if decrease_batch_size_if_needed:
         num = ((global_batch_size // unit) * unit) // unit
     else:
         if global_batch_size % unit:
-            msg = (f"global batch size ({global_batch_size}) is not divisible by micro batch size "
-                   f"({micro_batch_size}) times data parallel size ({data_parallel_size})")
-            raise refuse("--global-batch-size", global_batch_size, "num_microbatches_calculator", "AssertionError",
-                         msg, f"each step is micro {micro_batch_size} x dp {data_parallel_size} x microbatches",
-                         f"use a multiple of {unit} (or --decrease-batch-size-if-needed)")
+            msg = (
+                f"global batch size ({global_batch_size}) is not divisible by micro batch size "
+                f"({micro_batch_size}) times data parallel size ({data_parallel_size})"
+            )
+            raise refuse(
+                "--global-batch-size",
+                global_batch_size,
+                "num_microbatches_calculator",
+                "AssertionError",
+                msg,
+                f"each step is micro {micro_batch_size} x dp {data_parallel_size} x microbatches",
+                f"use a multiple of {unit} (or --decrease-batch-size-if-needed)",
+            )
         num = global_batch_size // unit
     if num < 1:
-        raise refuse("--global-batch-size", global_batch_size, "num_microbatches_calculator", "AssertionError",
-                     f"number of microbatches should be at least 1, got {num}.",
-                     f"{flag_vals} is smaller than micro x dp = {unit}", f"use at least {unit}")
-    return BatchSchedule(global_batch_size, micro_batch_size, data_parallel_size, decrease_batch_size_if_needed,
-                         None, None)
+        raise refuse(
+            "--global-batch-size",
+            global_batch_size,
+            "num_microbatches_calculator",
+            "AssertionError",
+            f"number of microbatches should be at least 1, got {num}.",
+            f"{flag_vals} is smaller than micro x dp = {unit}",
+            f"use at least {unit}",
+        )
+    return BatchSchedule(
+        global_batch_size, micro_batch_size, data_parallel_size, decrease_batch_size_if_needed, None, None
+    )
 
 
-def _rampup_calculator(global_batch_size: int, micro_batch_size: int, data_parallel_size: int,
-                       decrease_batch_size_if_needed: bool, rampup_batch_size: Sequence[int]) -> BatchSchedule:
+def _rampup_calculator(
+    global_batch_size: int,
+    micro_batch_size: int,
+    data_parallel_size: int,
+    decrease_batch_size_if_needed: bool,
+    rampup_batch_size: Sequence[int],
+) -> BatchSchedule:
     """Mirror ``RampupBatchsizeNumMicroBatchesCalculator.__init__``'s checks (0.16.1)."""
     unit = micro_batch_size * data_parallel_size
     start, increment, samples = (int(v) for v in rampup_batch_size)
@@ -289,26 +364,55 @@ def _rampup_calculator(global_batch_size: int, micro_batch_size: int, data_paral
         (increment > 0, f"batch size increment should be positive, got {increment}."),
         (samples >= 0, f"ramp-up samples should be non-negative, got {samples}."),
         (unit > 0, ""),
-        (global_batch_size - start >= 0, "expected global batch size to be greater than or equal to start batch "
-                                         f"size, got {global_batch_size} and {start}"),
+        (
+            global_batch_size - start >= 0,
+            "expected global batch size to be greater than or equal to start batch "
+            f"size, got {global_batch_size} and {start}",
+        ),
     )
     for ok, msg in checks:
         if not ok:
-            raise refuse("--rampup-batch-size", value, "num_microbatches_calculator", "AssertionError", msg,
-                         "the ramp must go from a positive start up to --global-batch-size in positive steps",
-                         "fix the three values: START INCREMENT SAMPLES")
+            raise refuse(
+                "--rampup-batch-size",
+                value,
+                "num_microbatches_calculator",
+                "AssertionError",
+                msg,
+                "the ramp must go from a positive start up to --global-batch-size in positive steps",
+                "fix the three values: START INCREMENT SAMPLES",
+            )
     diff = global_batch_size - start
     if diff % increment:
-        msg = (f"expected global batch size interval ({diff}) to be divisible by global batch size increment "
-               f"({increment})")
-        raise refuse("--rampup-batch-size", value, "num_microbatches_calculator", "AssertionError", msg,
-                     "the ramp must land exactly on --global-batch-size", "use an increment that divides the gap")
+        msg = (
+            f"expected global batch size interval ({diff}) to be divisible by global batch size increment ({increment})"
+        )
+        raise refuse(
+            "--rampup-batch-size",
+            value,
+            "num_microbatches_calculator",
+            "AssertionError",
+            msg,
+            "the ramp must land exactly on --global-batch-size",
+            "use an increment that divides the gap",
+        )
     if diff == 0:
-        raise refuse("--rampup-batch-size", value, "num_microbatches_calculator", "ZeroDivisionError",
-                     "division by zero", "a ramp whose start equals --global-batch-size has no increments",
-                     "drop --rampup-batch-size or start below the global batch")
-    return BatchSchedule(global_batch_size, micro_batch_size, data_parallel_size, decrease_batch_size_if_needed,
-                         (start, increment, samples), samples / (diff // increment))
+        raise refuse(
+            "--rampup-batch-size",
+            value,
+            "num_microbatches_calculator",
+            "ZeroDivisionError",
+            "division by zero",
+            "a ramp whose start equals --global-batch-size has no increments",
+            "drop --rampup-batch-size or start below the global batch",
+        )
+    return BatchSchedule(
+        global_batch_size,
+        micro_batch_size,
+        data_parallel_size,
+        decrease_batch_size_if_needed,
+        (start, increment, samples),
+        samples / (diff // increment),
+    )
 
 
 # ------------------------------------------------------------------------------ step batch-size schedule
@@ -326,9 +430,15 @@ def _schedule_number(text: str, schedule: str) -> int:
     try:
         return int(float(value) * multiplier)
     except (ValueError, OverflowError) as err:
-        raise refuse("--step-batch-size-schedule", repr(schedule), "num_microbatches_calculator", type(err).__name__,
-                     str(err), f"{text!r} is not a number (with an optional K, M, B or T suffix)",
-                     'write it like "0:768 250B:1536"') from err
+        raise refuse(
+            "--step-batch-size-schedule",
+            repr(schedule),
+            "num_microbatches_calculator",
+            type(err).__name__,
+            str(err),
+            f"{text!r} is not a number (with an optional K, M, B or T suffix)",
+            'write it like "0:768 250B:1536"',
+        ) from err
 
 
 def parse_step_schedule(schedule: str, seq_length: int | None) -> tuple[tuple[int, int], ...]:
@@ -339,9 +449,15 @@ def parse_step_schedule(schedule: str, seq_length: int | None) -> tuple[tuple[in
     pairs = []
     for entry in schedule.strip().replace(",", " ").split():
         if ":" not in entry:
-            raise refuse("--step-batch-size-schedule", repr(schedule), "num_microbatches_calculator", "ValueError",
-                         f'Invalid schedule entry "{entry}". Expected format: "THRESHOLD:BATCH_SIZE"',
-                         f"{entry!r} has no colon", 'write it like "0:768 250B:1536"')
+            raise refuse(
+                "--step-batch-size-schedule",
+                repr(schedule),
+                "num_microbatches_calculator",
+                "ValueError",
+                f'Invalid schedule entry "{entry}". Expected format: "THRESHOLD:BATCH_SIZE"',
+                f"{entry!r} has no colon",
+                'write it like "0:768 250B:1536"',
+            )
         threshold_text, batch_text = entry.split(":", 1)
         threshold = _schedule_number(threshold_text, schedule)
         batch = _schedule_number(batch_text, schedule)
@@ -350,26 +466,46 @@ def parse_step_schedule(schedule: str, seq_length: int | None) -> tuple[tuple[in
     checks = [(len(pairs) > 0, "schedule must have at least one entry")]
     if pairs:
         checks.append((pairs[0][0] == 0, f"first schedule entry must have threshold 0, got {pairs[0][0]}"))
-        checks += [(b[0] > a[0], f"schedule thresholds must be strictly increasing, got {a[0]} before {b[0]}")
-                   for a, b in zip(pairs, pairs[1:])]
+        checks += [
+            (b[0] > a[0], f"schedule thresholds must be strictly increasing, got {a[0]} before {b[0]}")
+            for a, b in zip(pairs, pairs[1:])
+        ]
         checks += [(size > 0, f"batch size must be positive, got {size}") for _, size in pairs]
     for ok, message in checks:
         if not ok:
-            raise refuse("--step-batch-size-schedule", repr(schedule), "num_microbatches_calculator",
-                         "AssertionError", message, "thresholds (in tokens) start at 0 and grow, batches are >= 1",
-                         "fix the schedule")
+            raise refuse(
+                "--step-batch-size-schedule",
+                repr(schedule),
+                "num_microbatches_calculator",
+                "AssertionError",
+                message,
+                "thresholds (in tokens) start at 0 and grow, batches are >= 1",
+                "fix the schedule",
+            )
     return tuple(pairs)
 
 
-def _step_calculator(global_batch_size: int, micro_batch_size: int, data_parallel_size: int,
-                     decrease_batch_size_if_needed: bool, step_schedule: str, seq_length: int | None) -> BatchSchedule:
+def _step_calculator(
+    global_batch_size: int,
+    micro_batch_size: int,
+    data_parallel_size: int,
+    decrease_batch_size_if_needed: bool,
+    step_schedule: str,
+    seq_length: int | None,
+) -> BatchSchedule:
     """Mirror ``StepBatchsizeNumMicroBatchesCalculator.__init__`` (0.19.2): refused with
     --decrease-batch-size-if-needed; the schedule parsed and validated (divisibility is checked per step in
     the training loop: :func:`train_batch_consistency`)."""
     if decrease_batch_size_if_needed:
-        raise refuse("--decrease-batch-size-if-needed", "set", "num_microbatches_calculator", "ValueError",
-                     "Cannot specify both --step-batch-size-schedule and --decrease-batch-size-if-needed",
-                     "given with --step-batch-size-schedule", "drop one of the two")
+        raise refuse(
+            "--decrease-batch-size-if-needed",
+            "set",
+            "num_microbatches_calculator",
+            "ValueError",
+            "Cannot specify both --step-batch-size-schedule and --decrease-batch-size-if-needed",
+            "given with --step-batch-size-schedule",
+            "drop one of the two",
+        )
     steps = parse_step_schedule(step_schedule, seq_length)
     return BatchSchedule(global_batch_size, micro_batch_size, data_parallel_size, False, None, None, steps)
 
@@ -393,11 +529,19 @@ def train_batch_consistency(schedule: BatchSchedule, train_iters: int) -> None:
     for _ in range(train_iters):
         current = schedule.current_global_batch_size(consumed)
         if current % unit:
-            msg = (f"current global batch size ({current}) is not divisible by micro-batch-size "
-                   f"({schedule.micro_batch_size}) timesdata parallel size ({schedule.data_parallel_size})")
-            raise refuse("--rampup-batch-size", " ".join(map(str, schedule.rampup)), "train", "AssertionError", msg,
-                         f"the ramp reaches batch {current} at {consumed} consumed samples",
-                         f"use a start and increment that are multiples of micro x dp = {unit}")
+            msg = (
+                f"current global batch size ({current}) is not divisible by micro-batch-size "
+                f"({schedule.micro_batch_size}) timesdata parallel size ({schedule.data_parallel_size})"
+            )
+            raise refuse(
+                "--rampup-batch-size",
+                " ".join(map(str, schedule.rampup)),
+                "train",
+                "AssertionError",
+                msg,
+                f"the ramp reaches batch {current} at {consumed} consumed samples",
+                f"use a start and increment that are multiples of micro x dp = {unit}",
+            )
         if consumed > schedule.rampup[2]:
             return  # constant from here on: global batch size was checked by the calculator
         consumed += schedule.running_global_batch_size(consumed)
@@ -413,17 +557,30 @@ def _step_consistency(schedule: BatchSchedule, train_iters: int) -> None:
     for iteration in range(train_iters):
         current = schedule.current_global_batch_size(consumed)
         if iteration and current // unit < previous:
-            raise refuse("--step-batch-size-schedule", value, "train", "AssertionError",
-                         f"Number of microbatches should not decrease; going from {previous} to {current // unit}",
-                         f"the schedule lowers the batch to {current} at {consumed} consumed samples",
-                         "give batches that only grow")
+            raise refuse(
+                "--step-batch-size-schedule",
+                value,
+                "train",
+                "AssertionError",
+                f"Number of microbatches should not decrease; going from {previous} to {current // unit}",
+                f"the schedule lowers the batch to {current} at {consumed} consumed samples",
+                "give batches that only grow",
+            )
         previous = current // unit
         if current % unit:
-            msg = (f"current global batch size ({current}) is not divisible by micro_batch_size "
-                   f"({schedule.micro_batch_size}) * data_parallel_size ({schedule.data_parallel_size})")
-            raise refuse("--step-batch-size-schedule", value, "train", "AssertionError", msg,
-                         f"the schedule reaches batch {current} at {consumed} consumed samples",
-                         f"use batches that are multiples of micro x dp = {unit}")
+            msg = (
+                f"current global batch size ({current}) is not divisible by micro_batch_size "
+                f"({schedule.micro_batch_size}) * data_parallel_size ({schedule.data_parallel_size})"
+            )
+            raise refuse(
+                "--step-batch-size-schedule",
+                value,
+                "train",
+                "AssertionError",
+                msg,
+                f"the schedule reaches batch {current} at {consumed} consumed samples",
+                f"use batches that are multiples of micro x dp = {unit}",
+            )
         if consumed >= schedule.steps[-1][0]:
             return  # the last batch from here on
         consumed += current
@@ -444,9 +601,15 @@ def update_train_iters(train_iters: int | None, train_samples: int | None, sched
     if train_iters:
         return train_iters
     if train_samples is None:
-        raise refuse("--train-iters/--train-samples", "neither", "get_optimizer_param_scheduler", "Exception",
-                     "either train-iters or train-samples should be provided.",
-                     "the run length is unknown", "give --train-iters N or --train-samples N")
+        raise refuse(
+            "--train-iters/--train-samples",
+            "neither",
+            "get_optimizer_param_scheduler",
+            "Exception",
+            "either train-iters or train-samples should be provided.",
+            "the run length is unknown",
+            "give --train-iters N or --train-samples N",
+        )
     iterations = 0
     consumed = 0
     if schedule.steps is not None:
@@ -471,8 +634,11 @@ def schedule_fit(schedule: BatchSchedule, total: int) -> tuple[int, int]:
     iterations = consumed = 0
     while True:
         batch = schedule.running_global_batch_size(consumed)
-        last = schedule.constant or (schedule.steps is not None and consumed >= schedule.steps[-1][0]) or (
-            schedule.rampup is not None and consumed > schedule.rampup[2])
+        last = (
+            schedule.constant
+            or (schedule.steps is not None and consumed >= schedule.steps[-1][0])
+            or (schedule.rampup is not None and consumed > schedule.rampup[2])
+        )
         if last:  # the final batch from here on: the rest in one step
             more = (total - consumed) // batch
             return iterations + more, consumed + more * batch
@@ -496,11 +662,19 @@ def schedule_consumed(schedule: BatchSchedule, train_iters: int) -> int:
     return consumed
 
 
-def get_train_valid_test_num_samples(train_iters: int, train_samples: int | None, global_batch_size: int,
-                                     eval_interval: int | None, eval_iters: int, full_validation: bool,
-                                     skip_train: bool, phase_transition_iterations: Sequence[int] | None,
-                                     iteration: int = 0, eval_global_batch_size: int | None = None,
-                                     start_eval_at_iter: int | None = None) -> tuple[int, int | None, int]:
+def get_train_valid_test_num_samples(
+    train_iters: int,
+    train_samples: int | None,
+    global_batch_size: int,
+    eval_interval: int | None,
+    eval_iters: int,
+    full_validation: bool,
+    skip_train: bool,
+    phase_transition_iterations: Sequence[int] | None,
+    iteration: int = 0,
+    eval_global_batch_size: int | None = None,
+    start_eval_at_iter: int | None = None,
+) -> tuple[int, int | None, int]:
     """Mirror ``megatron.training.training.get_train_valid_test_num_samples`` at ``iteration`` (0: a new run).
 
     train = train_samples or train_iters * gbs; valid = evaluations * eval_iters * eval_gbs with evaluations =
@@ -518,14 +692,25 @@ def get_train_valid_test_num_samples(train_iters: int, train_samples: int | None
         valid = eval_iters * eval_gbs
     else:
         if eval_interval is None:
-            raise refuse("--eval-interval", "not given", "get_train_valid_test_num_samples", "TypeError",
-                         "unsupported operand type(s) for //: 'int' and 'NoneType'",
-                         f"Megatron-LM {current().version} has no default and divides train_iters by it",
-                         "give --eval-interval N (or --full-validation / --skip-train)")
+            raise refuse(
+                "--eval-interval",
+                "not given",
+                "get_train_valid_test_num_samples",
+                "TypeError",
+                "unsupported operand type(s) for //: 'int' and 'NoneType'",
+                f"Megatron-LM {current().version} has no default and divides train_iters by it",
+                "give --eval-interval N (or --full-validation / --skip-train)",
+            )
         if eval_interval == 0:
-            raise refuse("--eval-interval", 0, "get_train_valid_test_num_samples", "ZeroDivisionError",
-                         "integer division or modulo by zero", "train_iters is divided by it",
-                         "give --eval-interval N with N >= 1")
+            raise refuse(
+                "--eval-interval",
+                0,
+                "get_train_valid_test_num_samples",
+                "ZeroDivisionError",
+                "integer division or modulo by zero",
+                "train_iters is divided by it",
+                "give --eval-interval N with N >= 1",
+            )
         points = train_iters // eval_interval + 1
         if start_eval_at_iter is not None:
             points = max(0, points - start_eval_at_iter // eval_interval)
@@ -547,23 +732,34 @@ def evaluations_run(train_iters: int, eval_interval: int | None, start_eval_at_i
     return loop + 1
 
 
-def _phase_train_samples(train_samples: int | None, global_batch_size: int,
-                         phase_transition_iterations: Sequence[int], iteration: int) -> int:
+def _phase_train_samples(
+    train_samples: int | None, global_batch_size: int, phase_transition_iterations: Sequence[int], iteration: int
+) -> int:
     """The current phase's train samples (get_train_valid_test_num_samples with phase transitions)."""
     if train_samples is None:
-        raise refuse("--phase-transition-iterations", ",".join(map(str, phase_transition_iterations)),
-                     "get_train_valid_test_num_samples", "TypeError",
-                     "'<=' not supported between instances of 'NoneType' and 'int'",
-                     "the phase bounds end with train_samples, which iteration-based runs leave None",
-                     "use --train-samples with phase transitions")
+        raise refuse(
+            "--phase-transition-iterations",
+            ",".join(map(str, phase_transition_iterations)),
+            "get_train_valid_test_num_samples",
+            "TypeError",
+            "'<=' not supported between instances of 'NoneType' and 'int'",
+            "the phase bounds end with train_samples, which iteration-based runs leave None",
+            "use --train-samples with phase transitions",
+        )
     bounds = [0] + [t * global_batch_size for t in phase_transition_iterations] + [train_samples]
     now = iteration * global_batch_size
     last = max(s for s in bounds if s <= now)
     later = [s for s in bounds if s > now]
     if not later:
-        raise refuse("--phase-transition-iterations", ",".join(map(str, phase_transition_iterations)),
-                     "get_train_valid_test_num_samples", "ValueError", "min() arg is an empty sequence",
-                     "no phase starts after the current iteration", "give transitions inside the run")
+        raise refuse(
+            "--phase-transition-iterations",
+            ",".join(map(str, phase_transition_iterations)),
+            "get_train_valid_test_num_samples",
+            "ValueError",
+            "min() arg is an empty sequence",
+            "no phase starts after the current iteration",
+            "give transitions inside the run",
+        )
     return min(later) - last
 
 
@@ -584,12 +780,22 @@ class SchedulerSteps:
     """WSD decay length in samples (None unless given)."""
 
 
-def get_optimizer_param_scheduler(train_iters: int | None, train_samples: int | None, global_batch_size: int,
-                                  lr_decay_iters: int | None, lr_decay_samples: int | None,
-                                  lr_warmup_iters: int, lr_warmup_samples: int, lr_warmup_fraction: float | None,
-                                  lr_wsd_decay_iters: int | None, lr_wsd_decay_samples: int | None,
-                                  lr_decay_style: str, lr: float | None, min_lr: float,
-                                  lr_warmup_init: float) -> SchedulerSteps:
+def get_optimizer_param_scheduler(
+    train_iters: int | None,
+    train_samples: int | None,
+    global_batch_size: int,
+    lr_decay_iters: int | None,
+    lr_decay_samples: int | None,
+    lr_warmup_iters: int,
+    lr_warmup_samples: int,
+    lr_warmup_fraction: float | None,
+    lr_wsd_decay_iters: int | None,
+    lr_wsd_decay_samples: int | None,
+    lr_decay_style: str,
+    lr: float | None,
+    min_lr: float,
+    lr_warmup_init: float,
+) -> SchedulerSteps:
     """Mirror the step arithmetic of ``get_optimizer_param_scheduler`` and OptimizerParamScheduler's checks.
 
     ``train_iters`` is the iteration-based value (before update_train_iters); sample-based runs use samples.
@@ -599,38 +805,80 @@ def get_optimizer_param_scheduler(train_iters: int | None, train_samples: int | 
         decay = decay_iters * global_batch_size
         wd = train_iters * global_batch_size
         wsd = lr_wsd_decay_iters * global_batch_size if lr_wsd_decay_iters is not None else None
-        warmup: float = (lr_warmup_fraction * decay if lr_warmup_fraction is not None
-                         else lr_warmup_iters * global_batch_size)
+        warmup: float = (
+            lr_warmup_fraction * decay if lr_warmup_fraction is not None else lr_warmup_iters * global_batch_size
+        )
     elif train_samples:
         decay = lr_decay_samples if lr_decay_samples is not None else train_samples
         wd = train_samples
         wsd = lr_wsd_decay_samples
         warmup = lr_warmup_fraction * decay if lr_warmup_fraction is not None else lr_warmup_samples
     else:
-        raise refuse("--train-iters/--train-samples", "neither", "get_optimizer_param_scheduler", "Exception",
-                     "either train-iters or train-samples should be provided.", "the run length is unknown",
-                     "give --train-iters N or --train-samples N")
+        raise refuse(
+            "--train-iters/--train-samples",
+            "neither",
+            "get_optimizer_param_scheduler",
+            "Exception",
+            "either train-iters or train-samples should be provided.",
+            "the run length is unknown",
+            "give --train-iters N or --train-samples N",
+        )
     if lr is None:
-        raise refuse("--lr", "not given", "get_optimizer_param_scheduler", "TypeError",
-                     "float() argument must be a string or a real number, not 'NoneType'",
-                     "the scheduler needs the peak learning rate", "give --lr VALUE")
-    for ok, flag_name, value in ((min_lr >= 0.0, "--min-lr", min_lr), (lr >= min_lr, "--lr", lr),
-                                 (lr_warmup_init <= lr, "--lr-warmup-init", lr_warmup_init)):
+        raise refuse(
+            "--lr",
+            "not given",
+            "get_optimizer_param_scheduler",
+            "TypeError",
+            "float() argument must be a string or a real number, not 'NoneType'",
+            "the scheduler needs the peak learning rate",
+            "give --lr VALUE",
+        )
+    for ok, flag_name, value in (
+        (min_lr >= 0.0, "--min-lr", min_lr),
+        (lr >= min_lr, "--lr", lr),
+        (lr_warmup_init <= lr, "--lr-warmup-init", lr_warmup_init),
+    ):
         if not ok:
-            raise refuse(flag_name, value, "get_optimizer_param_scheduler", "AssertionError", "",
-                         "the scheduler needs 0 <= --min-lr <= --lr and --lr-warmup-init <= --lr",
-                         "fix the learning rates")
+            raise refuse(
+                flag_name,
+                value,
+                "get_optimizer_param_scheduler",
+                "AssertionError",
+                "",
+                "the scheduler needs 0 <= --min-lr <= --lr and --lr-warmup-init <= --lr",
+                "fix the learning rates",
+            )
     flag = "--lr-decay-iters" if train_iters else "--lr-decay-samples"
     if not decay > 0:
-        raise refuse(flag, decay, "get_optimizer_param_scheduler", "AssertionError", "",
-                     "the LR decay must last at least one sample", f"give {flag} >= 1")
+        raise refuse(
+            flag,
+            decay,
+            "get_optimizer_param_scheduler",
+            "AssertionError",
+            "",
+            "the LR decay must last at least one sample",
+            f"give {flag} >= 1",
+        )
     if not warmup < decay:
-        raise refuse("--lr-warmup-*", warmup, "get_optimizer_param_scheduler", "AssertionError", "",
-                     f"warmup ({warmup} samples) must end before the decay ({decay} samples)",
-                     "shorten the warmup or lengthen the decay")
+        raise refuse(
+            "--lr-warmup-*",
+            warmup,
+            "get_optimizer_param_scheduler",
+            "AssertionError",
+            "",
+            f"warmup ({warmup} samples) must end before the decay ({decay} samples)",
+            "shorten the warmup or lengthen the decay",
+        )
     if lr_decay_style == "WSD" and wsd is None:
-        raise refuse("--lr-decay-style", "WSD", "get_optimizer_param_scheduler", "AssertionError", "",
-                     "WSD needs its decay length", "give --lr-wsd-decay-iters or --lr-wsd-decay-samples")
+        raise refuse(
+            "--lr-decay-style",
+            "WSD",
+            "get_optimizer_param_scheduler",
+            "AssertionError",
+            "",
+            "WSD needs its decay length",
+            "give --lr-wsd-decay-iters or --lr-wsd-decay-samples",
+        )
     return SchedulerSteps(warmup, int(decay), int(wd), None if wsd is None else int(wsd))
 
 

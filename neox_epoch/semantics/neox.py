@@ -31,13 +31,13 @@ def split_boundaries(split: str, num_documents: int) -> list[int]:
     try:
         values = [float(s) for s in parts]
     except ValueError as err:
-        raise PlanError(f"split: {split!r} is not a list of numbers; expected e.g. \"969,30,1\"") from err
+        raise PlanError(f'split: {split!r} is not a list of numbers; expected e.g. "969,30,1"') from err
     while len(values) < 3:
         values.append(0.0)
     values = values[:3]
     total = sum(values)
     if total <= 0.0 or any(v < 0 for v in values):
-        raise PlanError(f"split: {split!r} must have non-negative parts with a positive sum, e.g. \"969,30,1\"")
+        raise PlanError(f'split: {split!r} must have non-negative parts with a positive sum, e.g. "969,30,1"')
     values = [v / total for v in values]
     idx = [0]
     for i, v in enumerate(values):
@@ -149,12 +149,16 @@ def blend_passes(weights: Sequence[float], lengths: Sequence[int], consumed: int
 
     size, weights = blend_size(lengths), blend_weights(weights)
     passes, rest = divmod(consumed, size)
-    return (passes, greedy_counts(weights, size) if passes else [0] * len(lengths),
-            greedy_counts(weights, rest) if rest else [0] * len(lengths))
+    return (
+        passes,
+        greedy_counts(weights, size) if passes else [0] * len(lengths),
+        greedy_counts(weights, rest) if rest else [0] * len(lengths),
+    )
 
 
-def blend_positions(weights: Sequence[float], lengths: Sequence[int], draws: Sequence[int | None],
-                    consumed: int) -> list[int | None]:
+def blend_positions(
+    weights: Sequence[float], lengths: Sequence[int], draws: Sequence[int | None], consumed: int
+) -> list[int | None]:
     """The blend position of each source's draw number ``draws[i]`` (0-based) within the first blend pass and
     the first ``consumed`` samples (None: not there)."""
     from neox_epoch.semantics.blend import greedy_draws  # (its replay: only for blends)

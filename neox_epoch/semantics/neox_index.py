@@ -30,8 +30,15 @@ from neox_epoch.semantics.orders import sample_order, seeded_orders
 NAME_SUFFIX = "-sepep"
 
 
-def cache_prefix(data_prefix: str, name: str, num_samples: int | None, seq_length: int, seed: int,
-                 pack_impl: str, allow_chopped: bool) -> str:
+def cache_prefix(
+    data_prefix: str,
+    name: str,
+    num_samples: int | None,
+    seq_length: int,
+    seed: int,
+    pack_impl: str,
+    allow_chopped: bool,
+) -> str:
     """NeoX's cache file stem ``{prefix}_{name}_indexmap_{ns}ns_{sl}sl_{seed}s_{pi}pi[_ac]``."""
     stem = f"{data_prefix}_{name}_indexmap_{num_samples}ns_{seq_length}sl_{seed}s_{pack_impl}pi"
     return stem + ("_ac" if allow_chopped else "")
@@ -58,8 +65,14 @@ def pass_boundaries(tokens: int, seq_length: int, epochs: int, separate: bool, s
 separated_shuffle = sample_order
 
 
-def build_separated(documents: np.ndarray, sizes: np.ndarray, epochs: int, seq_length: int, seed: int,
-                    build_sample_idx: Callable[..., Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def build_separated(
+    documents: np.ndarray,
+    sizes: np.ndarray,
+    epochs: int,
+    seq_length: int,
+    seed: int,
+    build_sample_idx: Callable[..., Any],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The three arrays for ``epochs`` separated epochs. ``build_sample_idx(sizes, doc_idx, seq, E, T)``
     is NeoX's compiled helper (int32 or int64 variant, chosen by the caller with NeoX's rule)."""
     docs = np.asarray(documents, dtype=np.int32)
@@ -84,8 +97,9 @@ def sample_rows(sizes: np.ndarray, doc_idx: np.ndarray, seq_length: int, samples
     return rows.astype(np.int32 if 2 * (samples + 1) < np.iinfo(np.int32).max else np.int64)
 
 
-def build_joint(documents: np.ndarray, sizes: np.ndarray, epochs: int, seq_length: int,
-                seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def build_joint(
+    documents: np.ndarray, sizes: np.ndarray, epochs: int, seq_length: int, seed: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The three arrays GPT-NeoX's ``_build_index_mappings`` builds for ``epochs`` epochs shuffled together (the
     documents of all epochs in one shuffle, then all samples): what a run will build before it has built it."""
     tokens = int(np.sum(sizes[documents], dtype=np.int64))
@@ -99,5 +113,7 @@ def save_atomic(path: str, array: np.ndarray) -> None:
     special file; the umask's mode)."""
     from neox_epoch.util.output import Output, write_output
 
-    write_output(Output(path, "the index cache", example=os.path.basename(path), own=(".npy",)),
-                 lambda f: np.save(f, array, allow_pickle=True))
+    write_output(
+        Output(path, "the index cache", example=os.path.basename(path), own=(".npy",)),
+        lambda f: np.save(f, array, allow_pickle=True),
+    )

@@ -38,10 +38,10 @@ def sample_order(starts: Sequence[int], rng: np.random.RandomState) -> np.ndarra
     return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
 
 
-def seeded_orders(documents: np.ndarray, epoch_blocks: Sequence[int], sample_starts: Sequence[int],
-                  seed: int) -> tuple[np.ndarray, np.ndarray]:
+def seeded_orders(
+    documents: np.ndarray, epoch_blocks: Sequence[int], sample_starts: Sequence[int], seed: int
+) -> tuple[np.ndarray, np.ndarray]:
     """The document order then the sample order from one ``RandomState(seed)``, in the order both frameworks'
     builders draw them (building the sample index in between draws nothing)."""
     rng = np.random.RandomState(seed=seed)
     return document_order(documents, epoch_blocks, rng), sample_order(sample_starts, rng)
-

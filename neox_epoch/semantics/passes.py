@@ -28,5 +28,7 @@ def how(samples: int, samples_per_epoch: int, tokens: int | None, seq_length: in
         return f"passes = samples / samples_per_epoch = {samples:,d} / {samples_per_epoch:,d}"
     if not tokens or not seq_length:
         return "passes: n/a (the source is shorter than one sample and its tokens or seq_length are not recorded)"
-    return (f"passes = samples x seq_length / tokens = {samples:,d} x {seq_length} / {tokens:,d} (the source is "
-            "shorter than one sample: samples_per_epoch 0)")
+    return (
+        f"passes = samples x seq_length / tokens = {samples:,d} x {seq_length} / {tokens:,d} (the source is "
+        "shorter than one sample: samples_per_epoch 0)"
+    )

@@ -38,8 +38,9 @@ def pass_rng(seed: int, k: int) -> np.random.RandomState:
     return np.random.RandomState([int(seed) & 0xFFFFFFFF, int(k)])
 
 
-def build_passes(documents: np.ndarray, sizes: np.ndarray, passes: int, seq_length: int,
-                 seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def build_passes(
+    documents: np.ndarray, sizes: np.ndarray, passes: int, seq_length: int, seed: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """NeoX's three index arrays for ``passes`` passes of a source's own order.
 
     ``doc_idx``: pass k's documents at ``[k*D, (k+1)*D)``; ``sample_idx``: ``N + 1`` rows per pass (row

@@ -33,8 +33,15 @@ def config_inputs(paths: Sequence[str], others: Sequence[Input] = ()) -> list[In
     return [(path, "the input config") for path in paths] + list(others)
 
 
-def check_output_path(out: Output, inputs: Sequence[Input], *, extensions: Sequence[str] = (), kind: str = "",
-                      unique_name: bool = False, existing_dir: bool = False) -> None:
+def check_output_path(
+    out: Output,
+    inputs: Sequence[Input],
+    *,
+    extensions: Sequence[str] = (),
+    kind: str = "",
+    unique_name: bool = False,
+    existing_dir: bool = False,
+) -> None:
     """Raise a one-line error (the path, why, the fix) when ``out`` cannot be written.
 
     Always refused: what the output policy refuses (:func:`neox_epoch.util.output.check_output`). ``extensions``:
@@ -49,10 +56,12 @@ def check_output_path(out: Output, inputs: Sequence[Input], *, extensions: Seque
                 raise ConfigError(
                     f"{label} has the same file name as the input config {path}; NeoX refuses two config files with "
                     "the same name (it saves them side by side with the checkpoint); choose another name, e.g. "
-                    f"{suggested_name(out.path)}")
+                    f"{suggested_name(out.path)}"
+                )
     if extensions and not out.path.lower().endswith(tuple(extensions)):
-        raise ConfigError(f"{label} must end in {' or '.join(extensions)} to be read back as a {kind} config; "
-                          "rename it")
+        raise ConfigError(
+            f"{label} must end in {' or '.join(extensions)} to be read back as a {kind} config; rename it"
+        )
 
 
 def yaml_config_text(header: Sequence[str], data: Mapping[str, Any]) -> str:

@@ -20,13 +20,20 @@ CONFIG_BYTES = 64 << 20
 JSON_BYTES = 256 << 20
 RUN_LOG_BYTES = 4 << 30
 
-_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 
 def kind_of(mode: int) -> str:
     """What a file of ``mode`` is, for a message (``"a regular file"``, ``"a FIFO (named pipe)"``, ...)."""
-    return next((name for test, name in _KINDS if test(mode)), "a regular file" if stat.S_ISREG(mode) else "a special file")
+    return next(
+        (name for test, name in _KINDS if test(mode)), "a regular file" if stat.S_ISREG(mode) else "a special file"
+    )
 
 
 def _refuse(path: str, what: str, found: str, error: type[NeoxEpochError]) -> NeoxEpochError:
@@ -43,8 +50,10 @@ def _os_error(path: str, what: str, err: OSError, error: type[NeoxEpochError]) -
     if isinstance(err, FileNotFoundError):
         return error(f"{path}: {what} not found; check the path")
     if isinstance(err, PermissionError):
-        return error(f"{path}: permission denied reading the {what}; make it readable for this user (chmod/chown) "
-                     "or run as a user who can read it")
+        return error(
+            f"{path}: permission denied reading the {what}; make it readable for this user (chmod/chown) "
+            "or run as a user who can read it"
+        )
     return error(f"{path}: the {what} cannot be read ({err.strerror or err}); check the file and its directory")
 
 
@@ -52,12 +61,15 @@ def _check(path: str, st: os.stat_result, what: str, max_bytes: int | None, erro
     if not stat.S_ISREG(st.st_mode):
         raise _refuse(path, what, f"is {kind_of(st.st_mode)}", error)
     if max_bytes is not None and st.st_size > max_bytes:
-        raise error(f"{path}: {st.st_size} bytes, more than a {what} can be ({max_bytes} bytes at most); "
-                    "check that the path names the right file")
+        raise error(
+            f"{path}: {st.st_size} bytes, more than a {what} can be ({max_bytes} bytes at most); "
+            "check that the path names the right file"
+        )
 
 
-def check_input(path: str, what: str, max_bytes: int | None = None,
-                error: type[NeoxEpochError] = ConfigError) -> os.stat_result:
+def check_input(
+    path: str, what: str, max_bytes: int | None = None, error: type[NeoxEpochError] = ConfigError
+) -> os.stat_result:
     """``path``'s stat when it is a regular file of at most ``max_bytes`` (symlinks followed); else ``error``."""
     try:
         st = os.stat(path)
@@ -67,8 +79,13 @@ def check_input(path: str, what: str, max_bytes: int | None = None,
     return st
 
 
-def open_input(path: str, what: str, max_bytes: int | None = None, error: type[NeoxEpochError] = ConfigError,
-               encoding: str | None = None) -> IO:
+def open_input(
+    path: str,
+    what: str,
+    max_bytes: int | None = None,
+    error: type[NeoxEpochError] = ConfigError,
+    encoding: str | None = None,
+) -> IO:
     """``path`` open for reading (binary, or text in ``encoding``) when it is a regular file of at most ``max_bytes``;
     ``error`` naming the file, what it is and the fix otherwise. A FIFO never blocks: it is opened non-blocking
     and refused."""
@@ -85,16 +102,19 @@ def open_input(path: str, what: str, max_bytes: int | None = None, error: type[N
         raise
 
 
-def read_input_text(path: str, what: str, max_bytes: int = CONFIG_BYTES,
-                    error: type[NeoxEpochError] = ConfigError) -> str:
+def read_input_text(
+    path: str, what: str, max_bytes: int = CONFIG_BYTES, error: type[NeoxEpochError] = ConfigError
+) -> str:
     """The UTF-8 text of ``path`` (see :func:`open_input`); ``error`` on anything else, undecodable bytes included."""
     with open_input(path, what, max_bytes, error) as f:
         data = f.read()
     try:
         return str(data.decode("utf-8"))
     except UnicodeDecodeError as err:
-        raise error(f"{path}: is not UTF-8 text (byte 0x{data[err.start]:02x} at offset {err.start}); expected a "
-                    f"{what}: save it as UTF-8") from None
+        raise error(
+            f"{path}: is not UTF-8 text (byte 0x{data[err.start]:02x} at offset {err.start}); expected a "
+            f"{what}: save it as UTF-8"
+        ) from None
 
 
 def file_states(paths: list[str]) -> dict[str, tuple[int, int, int, int] | None]:

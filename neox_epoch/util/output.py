@@ -30,13 +30,24 @@ from neox_epoch.errors import OutputError
 from neox_epoch.util.atomic import WriteFailed, write_atomic
 
 #: suffix -> what such a file is: never written over or named so, unless it is the writer's own output kind
-DATA_SUFFIXES = {".bin": "tokenized data", ".idx": "a tokenized dataset's index", ".npy": "an index cache",
-                 ".pt": "a checkpoint", ".pth": "a checkpoint", ".safetensors": "a checkpoint",
-                 ".jsonl": "a run log"}
+DATA_SUFFIXES = {
+    ".bin": "tokenized data",
+    ".idx": "a tokenized dataset's index",
+    ".npy": "an index cache",
+    ".pt": "a checkpoint",
+    ".pth": "a checkpoint",
+    ".safetensors": "a checkpoint",
+    ".jsonl": "a run log",
+}
 #: how deep an input directory's files count as inputs (a run log directory holds launch directories)
 _INPUT_DEPTH = 3
-_KIND = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"),
-         (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"))
+_KIND = (
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISDIR, "a directory"),
+)
 
 
 @dataclass(frozen=True)
@@ -115,41 +126,53 @@ def check_output(out: Output, inputs: Iterable[Input] = (), *, existing_dir: boo
     for name in {out.path, final}:
         suffix = os.path.splitext(name)[1].lower()
         if suffix in DATA_SUFFIXES and suffix not in out.own:
-            raise OutputError(f"{out.label}: a {suffix} file is {DATA_SUFFIXES[suffix]}, which neox-epoch never "
-                              f"writes over or names so; write to another file, e.g. {out.elsewhere()}")
+            raise OutputError(
+                f"{out.label}: a {suffix} file is {DATA_SUFFIXES[suffix]}, which neox-epoch never "
+                f"writes over or names so; write to another file, e.g. {out.elsewhere()}"
+            )
     try:
         st: os.stat_result | None = os.stat(final)
     except FileNotFoundError:
         st = None
     except OSError as err:
-        raise OutputError(f"{out.label}: cannot be checked ({err.strerror}); write to another path, "
-                          f"e.g. {out.elsewhere()}") from None
+        raise OutputError(
+            f"{out.label}: cannot be checked ({err.strerror}); write to another path, e.g. {out.elsewhere()}"
+        ) from None
     if st is not None and stat.S_ISDIR(st.st_mode):
-        raise OutputError(f"{out.label} is a directory; expected a file path, e.g. "
-                          f"{os.path.join(out.path, out.example)}")
+        raise OutputError(
+            f"{out.label} is a directory; expected a file path, e.g. {os.path.join(out.path, out.example)}"
+        )
     if st is not None:
         found = _input_ids(inputs).get((st.st_dev, st.st_ino))
         if found is not None:
-            raise OutputError(f"{out.label} is {found}; writing it would overwrite that file; expected a new "
-                              f"path: write to another file, e.g. {out.elsewhere()}")
+            raise OutputError(
+                f"{out.label} is {found}; writing it would overwrite that file; expected a new "
+                f"path: write to another file, e.g. {out.elsewhere()}"
+            )
         kind = _kind(st.st_mode)
         if kind is not None or not stat.S_ISREG(st.st_mode):
-            raise OutputError(f"{out.label}{' (' + final + ')' if final != os.path.abspath(out.path) else ''} is "
-                              f"{kind or 'not a regular file'}; neox-epoch only writes regular files and never "
-                              f"replaces special files: write to a regular file, e.g. {out.elsewhere()}")
+            raise OutputError(
+                f"{out.label}{' (' + final + ')' if final != os.path.abspath(out.path) else ''} is "
+                f"{kind or 'not a regular file'}; neox-epoch only writes regular files and never "
+                f"replaces special files: write to a regular file, e.g. {out.elsewhere()}"
+            )
     if existing_dir and not os.path.isdir(os.path.dirname(final)):
-        raise OutputError(f"{out.label}: its directory {os.path.dirname(out.path) or os.path.dirname(final)} does "
-                          "not exist; create it first or write to an existing directory")
+        raise OutputError(
+            f"{out.label}: its directory {os.path.dirname(out.path) or os.path.dirname(final)} does "
+            "not exist; create it first or write to an existing directory"
+        )
     return final
 
 
-_FIX = {errno.ENOSPC: "free space on its filesystem or write elsewhere",
-        errno.EDQUOT: "free space within the quota or write elsewhere",
-        errno.EROFS: "the filesystem is mounted read-only: write to a writable one",
-        errno.EACCES: "write to a directory you may write to, or fix its permissions",
-        errno.EPERM: "write to a directory you may write to, or fix its permissions",
-        errno.ENOTDIR: "a part of the path is a file, not a directory: fix the path",
-        errno.ENAMETOOLONG: "use a shorter name"}
+_FIX = {
+    errno.ENOSPC: "free space on its filesystem or write elsewhere",
+    errno.EDQUOT: "free space within the quota or write elsewhere",
+    errno.EROFS: "the filesystem is mounted read-only: write to a writable one",
+    errno.EACCES: "write to a directory you may write to, or fix its permissions",
+    errno.EPERM: "write to a directory you may write to, or fix its permissions",
+    errno.ENOTDIR: "a part of the path is a file, not a directory: fix the path",
+    errno.ENAMETOOLONG: "use a shorter name",
+}
 
 
 def failed(out: Output, err: OSError) -> OutputError:
@@ -158,8 +181,9 @@ def failed(out: Output, err: OSError) -> OutputError:
     return OutputError(f"{out.label}: cannot be written ({err.strerror or err}); {fix}")
 
 
-def write_output(out: Output, write: Callable[[IO[bytes]], None], inputs: Iterable[Input] = (), *,
-                 existing_dir: bool = False) -> None:
+def write_output(
+    out: Output, write: Callable[[IO[bytes]], None], inputs: Iterable[Input] = (), *, existing_dir: bool = False
+) -> None:
     """Check ``out`` (:func:`check_output`), then call ``write(f)`` on its atomic temporary file and rename it."""
     final = check_output(out, inputs, existing_dir=existing_dir)
     try:

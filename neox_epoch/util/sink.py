@@ -70,18 +70,24 @@ class _Gap:
             entry[2] = line.iteration if entry[2] is None else max(int(entry[2]), line.iteration)
 
     def record(self, path: str) -> dict[str, Any]:
-        return {"event": GAP_EVENT, "file": path, "error": self.error, "since": round(self.since, 3),
-                "until": round(self.until or time.time(), 3),
-                "missing": sum(int(v[0] or 0) for v in self.missing.values()),
-                "missing_events": {k: {"records": v[0], "iterations": [v[1], v[2]]} for k, v in self.missing.items()},
-                "lost": self.lost}
+        return {
+            "event": GAP_EVENT,
+            "file": path,
+            "error": self.error,
+            "since": round(self.since, 3),
+            "until": round(self.until or time.time(), 3),
+            "missing": sum(int(v[0] or 0) for v in self.missing.values()),
+            "missing_events": {k: {"records": v[0], "iterations": [v[1], v[2]]} for k, v in self.missing.items()},
+            "lost": self.lost,
+        }
 
 
 class LineSink:
     """Appends one JSON object per line to ``path`` (None: writes nothing); never raises for an OSError."""
 
-    def __init__(self, path: str | None, *, max_pending: int | None = None,
-                 header_events: tuple[str, ...] = HEADER_EVENTS) -> None:
+    def __init__(
+        self, path: str | None, *, max_pending: int | None = None, header_events: tuple[str, ...] = HEADER_EVENTS
+    ) -> None:
         self.path = path
         self.max_pending = max(1, int(max_pending or _queue_bound()))
         self.header_events = header_events
@@ -119,8 +125,12 @@ class LineSink:
             return False
         if self.error is not None:
             self.error = None
-            log.info("neox_epoch: the run log %s can be written again; the records kept meanwhile are written (a %s "
-                     "record says what is missing, if anything)", self.path, GAP_EVENT)
+            log.info(
+                "neox_epoch: the run log %s can be written again; the records kept meanwhile are written (a %s "
+                "record says what is missing, if anything)",
+                self.path,
+                GAP_EVENT,
+            )
         return True
 
     def close(self) -> None:
@@ -131,9 +141,14 @@ class LineSink:
         gap = _Gap(time.time(), self.error or "")
         for line in lines:
             gap.drop(line)
-        log.warning("neox_epoch: the run log %s still cannot be written (%s): %d records are lost with this process "
-                    "(%s); training itself was not affected", self.path, self.error,
-                    len(lines), json.dumps(gap.record(self.path)["missing_events"]))
+        log.warning(
+            "neox_epoch: the run log %s still cannot be written (%s): %d records are lost with this process "
+            "(%s); training itself was not affected",
+            self.path,
+            self.error,
+            len(lines),
+            json.dumps(gap.record(self.path)["missing_events"]),
+        )
 
     # ------------------------------------------------------------------------------------------------------
     def _append(self, path: str) -> None:
@@ -145,8 +160,11 @@ class LineSink:
             st = os.fstat(fd)
             regular = stat.S_ISREG(st.st_mode)
             size = st.st_size if regular else 0
-            if self._identity is not None and regular and (
-                    (st.st_dev, st.st_ino) != self._identity[:2] or size < self._identity[2]):
+            if (
+                self._identity is not None
+                and regular
+                and ((st.st_dev, st.st_ino) != self._identity[:2] or size < self._identity[2])
+            ):
                 self._replaced(path)
             lead = b"\n" if regular and size and os.pread(fd, 1, size - 1) != b"\n" else b""
             while self.pending:
@@ -164,11 +182,21 @@ class LineSink:
 
     def _replaced(self, path: str) -> None:
         """The file at ``path`` is not the one written (removed, replaced or cut): the headers again, then a gap."""
-        gap = _Gap(time.time(), f"{path} was removed or replaced after {self.written} records were written to it",
-                   lost=self.written)
-        _report_once("replaced", path, "neox_epoch: the run log %s was removed or replaced during the run (%d records "
-                     "written to it are not in it); writing goes on into the new file, with the plan again and a %s "
-                     "record", path, self.written, GAP_EVENT)
+        gap = _Gap(
+            time.time(),
+            f"{path} was removed or replaced after {self.written} records were written to it",
+            lost=self.written,
+        )
+        _report_once(
+            "replaced",
+            path,
+            "neox_epoch: the run log %s was removed or replaced during the run (%d records "
+            "written to it are not in it); writing goes on into the new file, with the plan again and a %s "
+            "record",
+            path,
+            self.written,
+            GAP_EVENT,
+        )
         queued = {id(e) for e in self.pending}
         self.pending.extendleft(reversed([*[h for h in self.headers if id(h) not in queued], gap]))
         self.written = 0
@@ -179,17 +207,27 @@ class LineSink:
         if self.error is None and not isinstance(self.pending[0], _Gap):
             self.pending.appendleft(_Gap(time.time(), text))
         self.error = text
-        _report_once("failed", path, "neox_epoch: cannot write the run log %s: %s; training goes on: the counters keep "
-                     "counting, up to %d records wait in memory and are written when the file can be written again "
-                     "(past that a %s record says which are missing)", path, text, self.max_pending, GAP_EVENT)
+        _report_once(
+            "failed",
+            path,
+            "neox_epoch: cannot write the run log %s: %s; training goes on: the counters keep "
+            "counting, up to %d records wait in memory and are written when the file can be written again "
+            "(past that a %s record says which are missing)",
+            path,
+            text,
+            self.max_pending,
+            GAP_EVENT,
+        )
 
     def _bound(self) -> None:
         """Past ``max_pending`` records, drop the oldest that is not a header into the gap where it was."""
         lines = sum(1 for e in self.pending if isinstance(e, _Line))
         while lines > self.max_pending:
             entries = list(self.pending)
-            k = next((i for i, e in enumerate(entries) if isinstance(e, _Line) and e.event not in self.header_events),
-                     next(i for i, e in enumerate(entries) if isinstance(e, _Line)))
+            k = next(
+                (i for i, e in enumerate(entries) if isinstance(e, _Line) and e.event not in self.header_events),
+                next(i for i, e in enumerate(entries) if isinstance(e, _Line)),
+            )
             line = entries[k]
             assert isinstance(line, _Line)
             before = entries[k - 1] if k else None
@@ -239,12 +277,19 @@ def _report_once(what: str, path: str, message: str, *args: Any) -> None:
 def guarded(write: Callable[..., None], what: str) -> Callable[..., None]:
     """``write`` (a TensorBoard/W&B scalar writer) that logs its first failure (any exception: those writers
     raise their own kinds) once and goes on: a metrics writer never stops training."""
+
     def call(*args: Any, **kwargs: Any) -> None:
         try:
             write(*args, **kwargs)
         except Exception as err:  # noqa: BLE001 - the metrics writer's failure must not stop training
-            _report_once("scalars", what, "neox_epoch: cannot write the %s scalars (%s: %s); training goes on, the "
-                         "counters keep counting and the run log (neox_epoch.jsonl) has the same numbers", what,
-                         type(err).__name__, err)
+            _report_once(
+                "scalars",
+                what,
+                "neox_epoch: cannot write the %s scalars (%s: %s); training goes on, the "
+                "counters keep counting and the run log (neox_epoch.jsonl) has the same numbers",
+                what,
+                type(err).__name__,
+                err,
+            )
 
     return call

@@ -15,13 +15,17 @@ from neox_epoch.errors import OutputError
 
 
 def closed_error() -> OutputError:
-    return OutputError("standard output is closed (the command was started with fd 1 closed, e.g. '>&-'): expected "
-                       "an open stdout for its result; redirect it to a file or to /dev/null instead of closing it")
+    return OutputError(
+        "standard output is closed (the command was started with fd 1 closed, e.g. '>&-'): expected "
+        "an open stdout for its result; redirect it to a file or to /dev/null instead of closing it"
+    )
 
 
 def _failed(err: OSError) -> OutputError:
-    return OutputError(f"standard output: cannot write the result ({err.strerror or err}): expected a writable "
-                       "stdout; free space on the device it goes to, or redirect it to another file")
+    return OutputError(
+        f"standard output: cannot write the result ({err.strerror or err}): expected a writable "
+        "stdout; free space on the device it goes to, or redirect it to another file"
+    )
 
 
 class GuardedStdout:

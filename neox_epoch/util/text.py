@@ -19,8 +19,9 @@ def fmt(value: Any, float_digits: int | None = None) -> str:
     return str(value)
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]], left: int = 0, indent: str = "",
-          rule: bool = False) -> list[str]:
+def table(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], left: int = 0, indent: str = "", rule: bool = False
+) -> list[str]:
     """Aligned lines of already formatted cells: the first ``left`` columns left-aligned, the rest right-aligned,
     with a dashed rule under the header when ``rule``."""
     widths = [max([len(h)] + [len(r[k]) for r in rows]) for k, h in enumerate(headers)]

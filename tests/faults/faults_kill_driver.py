@@ -99,8 +99,18 @@ def run_writer(writer: dict[str, Any], runs: int, rng: random.Random) -> dict[st
         walls.append(time.monotonic() - start)
     assert _state(files) == new, f"{writer['name']}: a second complete run wrote other content"
     wall = min(walls)
-    result: dict[str, Any] = {"name": writer["name"], "wall": wall, "runs": 0, "old": 0, "new": 0, "mixed": 0,
-                              "torn": [], "temps_left": 0, "healed": 0, "unhealed": []}
+    result: dict[str, Any] = {
+        "name": writer["name"],
+        "wall": wall,
+        "runs": 0,
+        "old": 0,
+        "new": 0,
+        "mixed": 0,
+        "torn": [],
+        "temps_left": 0,
+        "healed": 0,
+        "unhealed": [],
+    }
     for _ in range(runs):
         _restore(files)
         delay = rng.uniform(0.0, 1.2 * wall)

@@ -23,8 +23,9 @@ ROOT = os.path.dirname(TESTS)
 NEOX_CACHE = os.path.join(TESTS, "fixtures", "neox", "neox_cache")
 
 
-def cli(args: list[str], cwd: str | None = None, umask: int | None = None,
-        timeout: float = 120) -> tuple[int, str, str]:
+def cli(
+    args: list[str], cwd: str | None = None, umask: int | None = None, timeout: float = 120
+) -> tuple[int, str, str]:
     """``python -m neox_epoch.cli ARGS`` with this stack's interpreter: (exit code, stdout, stderr)."""
     env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
@@ -32,8 +33,15 @@ def cli(args: list[str], cwd: str | None = None, umask: int | None = None,
         if umask is not None:
             os.umask(umask)
 
-    p = subprocess.run([sys.executable, "-m", "neox_epoch.cli", *args], cwd=cwd, env=env, capture_output=True,
-                       text=True, timeout=timeout, preexec_fn=preexec)
+    p = subprocess.run(
+        [sys.executable, "-m", "neox_epoch.cli", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        preexec_fn=preexec,
+    )
     return p.returncode, p.stdout, p.stderr
 
 
@@ -109,11 +117,22 @@ def corpus(directory: str, name: str = "small", seed: int = 3, docs: int = 60) -
 
 def plan_config(directory: str, prefix: str, name: str = "run.yml") -> str:
     """A NeoX config over ``prefix`` with a neox_epoch block: ``plan CFG --write-config OUT`` writes an overlay."""
-    values: dict[str, Any] = {"train_data_paths": [prefix], "valid_data_paths": [prefix], "test_data_paths": [prefix],
-                              "train_data_weights": [1.0], "seq_length": 32, "train_batch_size": 4,
-                              "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
-                              "global_num_gpus": 1, "eval_interval": 1000, "eval_iters": 1, "train_iters": 10,
-                              "lr_decay_iters": 10, "neox_epoch": {"epochs": 1}}
+    values: dict[str, Any] = {
+        "train_data_paths": [prefix],
+        "valid_data_paths": [prefix],
+        "test_data_paths": [prefix],
+        "train_data_weights": [1.0],
+        "seq_length": 32,
+        "train_batch_size": 4,
+        "train_micro_batch_size_per_gpu": 4,
+        "gradient_accumulation_steps": 1,
+        "global_num_gpus": 1,
+        "eval_interval": 1000,
+        "eval_iters": 1,
+        "train_iters": 10,
+        "lr_decay_iters": 10,
+        "neox_epoch": {"epochs": 1},
+    }
     path = os.path.join(directory, name)
     with open(path, "w", encoding="utf-8") as f:
         yaml.safe_dump(values, f, sort_keys=False)
@@ -128,8 +147,16 @@ def batch_config(directory: str) -> tuple[str, str]:
         f.write("localhost slots=4\n")
     path = os.path.join(directory, "batch.yml")
     with open(path, "w", encoding="utf-8") as f:
-        yaml.safe_dump({"train_batch_size": 16, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2,
-                        "hostfile": hostfile}, f, sort_keys=False)
+        yaml.safe_dump(
+            {
+                "train_batch_size": 16,
+                "train_micro_batch_size_per_gpu": 4,
+                "gradient_accumulation_steps": 2,
+                "hostfile": hostfile,
+            },
+            f,
+            sort_keys=False,
+        )
     return path, hostfile
 
 

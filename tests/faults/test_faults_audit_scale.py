@@ -73,8 +73,9 @@ def test_truth_matches_the_walk_token_by_token(index: tuple[str, dict]) -> None:
         assert exposure_truth(arr, SEQ, consumed) == hist(brute_force(arr, SEQ, consumed)[0])
 
 
-@pytest.mark.parametrize("passes, extra", [(0, 17), (3, 5), (1 << 32, 0), (1 << 32, 9), (None, None),
-                                           ((1 << 62) // 100, 77)])
+@pytest.mark.parametrize(
+    "passes, extra", [(0, 17), (3, 5), (1 << 32, 0), (1 << 32, 9), (None, None), ((1 << 62) // 100, 77)]
+)
 def test_exposure_exact_at_any_count(index: tuple[str, dict], passes: int | None, extra: int | None) -> None:
     """Up to 2^62 draws: 2^32 passes (said 100% never seen before: the per-sample counts wrapped) and 2^40 samples
     (ran out of memory: one histogram bin per pass) included."""
@@ -107,8 +108,12 @@ def test_past_int64_refused(index: tuple[str, dict]) -> None:
     directory, _ = index
     before = tree(directory)
     refused(cli(["audit", directory, "--consumed", str(1 << 63)]), "audit", "--consumed", str(1 << 63), "64-bit")
-    refused(cli(["audit", directory, "--train-iters", str(1 << 40), "--global-batch-size", str(1 << 30)]), "audit",
-            "--consumed", "64-bit")
+    refused(
+        cli(["audit", directory, "--train-iters", str(1 << 40), "--global-batch-size", str(1 << 30)]),
+        "audit",
+        "--consumed",
+        "64-bit",
+    )
     assert tree(directory) == before
 
 
@@ -117,6 +122,10 @@ def test_manifest_past_its_counts_refused(index: tuple[str, dict], tmp_path: str
     directory, _ = index
     before = tree(directory)
     out = os.path.join(str(tmp_path), "m.csv")
-    refused(cli(["audit", directory, "--consumed", str(1 << 40), "--manifest", out, "--no-progress"]), "audit",
-            "--manifest", "draws of a sample")
+    refused(
+        cli(["audit", directory, "--consumed", str(1 << 40), "--manifest", out, "--no-progress"]),
+        "audit",
+        "--manifest",
+        "draws of a sample",
+    )
     assert tree(directory) == before and not os.path.exists(out)

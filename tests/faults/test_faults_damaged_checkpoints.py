@@ -30,8 +30,12 @@ def _pt(obj_bytes: bytes) -> bytes:
 
 
 def _neox_states(iteration: object) -> bytes:
-    saved = {"iteration": iteration, "dp_world_size": 1, "mp_world_size": 1,
-             "ds_config": {"train_batch_size": 4, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1}}
+    saved = {
+        "iteration": iteration,
+        "dp_world_size": 1,
+        "mp_world_size": 1,
+        "ds_config": {"train_batch_size": 4, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1},
+    }
     return _pt(pickle.dumps(saved, protocol=2))
 
 
@@ -69,40 +73,81 @@ def _megatron(save: str, tracker: bytes) -> None:
 TAG = "global_step20"
 #: case -> (damage(save directory), the file the message names (relative to save), needles)
 CASES: dict[str, tuple[Callable[[str], None], str, tuple[str, ...]]] = {
-    "state truncated": (lambda s: _write(os.path.join(s, TAG, "neox_epoch_state.json"), b'{"version": 1, "consu'),
-                        os.path.join(TAG, "neox_epoch_state.json"), ("not a neox-epoch state (not JSON", "delete it to resume")),
-    "state not UTF-8": (lambda s: _write(os.path.join(s, TAG, "neox_epoch_state.json"), b'{"version": \xff}'),
-                        os.path.join(TAG, "neox_epoch_state.json"), ("is not UTF-8 text: byte b'\\xff' at offset 12",
-                                                  "restore it from the checkpoint's copy")),
-    "latest not UTF-8": (lambda s: _write(os.path.join(s, "latest"), b"global_step\xe920"), "latest",
-                         ("DeepSpeed's 'latest' file is not UTF-8 text", "write the tag of the last complete save")),
-    "latest cut off": (lambda s: _write(os.path.join(s, "latest"), b"global_st"), "latest",
-                       ("names checkpoint global_st, which is missing",)),
-    "tracker abc": (lambda s: _megatron(s, b"abc\n"), "latest_checkpointed_iteration.txt",
-                    ("holds 'abc', expected an iteration (a whole number >= 0) or 'release'", "Invalid metadata file",
-                     "write the iteration of the last complete save")),
-    "tracker negative": (lambda s: _megatron(s, b"-80"), "latest_checkpointed_iteration.txt",
-                         ("iteration is -80, expected a whole number >= 0", "Megatron-LM refuses a negative one")),
-    "tracker not UTF-8": (lambda s: _megatron(s, b"\xff10"), "latest_checkpointed_iteration.txt",
-                          ("is not UTF-8 text", "or 'release' into it")),
-    "iteration None": (lambda s: _write(os.path.join(s, TAG, "mp_rank_00_model_states.pt"), _neox_states(None)),
-                       os.path.join(TAG, "mp_rank_00_model_states.pt"), ("iteration is None, expected a whole number >= 0",
-                                                      "use another save")),
-    "iteration forty": (lambda s: _write(os.path.join(s, TAG, "mp_rank_00_model_states.pt"), _neox_states("forty")),
-                        os.path.join(TAG, "mp_rank_00_model_states.pt"), ("iteration is 'forty', expected a whole number >= 0",)),
-    "iteration negative": (lambda s: _write(os.path.join(s, TAG, "mp_rank_00_model_states.pt"), _neox_states(-80)),
-                           os.path.join(TAG, "mp_rank_00_model_states.pt"), ("iteration is -80, expected a whole number >= 0",)),
+    "state truncated": (
+        lambda s: _write(os.path.join(s, TAG, "neox_epoch_state.json"), b'{"version": 1, "consu'),
+        os.path.join(TAG, "neox_epoch_state.json"),
+        ("not a neox-epoch state (not JSON", "delete it to resume"),
+    ),
+    "state not UTF-8": (
+        lambda s: _write(os.path.join(s, TAG, "neox_epoch_state.json"), b'{"version": \xff}'),
+        os.path.join(TAG, "neox_epoch_state.json"),
+        ("is not UTF-8 text: byte b'\\xff' at offset 12", "restore it from the checkpoint's copy"),
+    ),
+    "latest not UTF-8": (
+        lambda s: _write(os.path.join(s, "latest"), b"global_step\xe920"),
+        "latest",
+        ("DeepSpeed's 'latest' file is not UTF-8 text", "write the tag of the last complete save"),
+    ),
+    "latest cut off": (
+        lambda s: _write(os.path.join(s, "latest"), b"global_st"),
+        "latest",
+        ("names checkpoint global_st, which is missing",),
+    ),
+    "tracker abc": (
+        lambda s: _megatron(s, b"abc\n"),
+        "latest_checkpointed_iteration.txt",
+        (
+            "holds 'abc', expected an iteration (a whole number >= 0) or 'release'",
+            "Invalid metadata file",
+            "write the iteration of the last complete save",
+        ),
+    ),
+    "tracker negative": (
+        lambda s: _megatron(s, b"-80"),
+        "latest_checkpointed_iteration.txt",
+        ("iteration is -80, expected a whole number >= 0", "Megatron-LM refuses a negative one"),
+    ),
+    "tracker not UTF-8": (
+        lambda s: _megatron(s, b"\xff10"),
+        "latest_checkpointed_iteration.txt",
+        ("is not UTF-8 text", "or 'release' into it"),
+    ),
+    "iteration None": (
+        lambda s: _write(os.path.join(s, TAG, "mp_rank_00_model_states.pt"), _neox_states(None)),
+        os.path.join(TAG, "mp_rank_00_model_states.pt"),
+        ("iteration is None, expected a whole number >= 0", "use another save"),
+    ),
+    "iteration forty": (
+        lambda s: _write(os.path.join(s, TAG, "mp_rank_00_model_states.pt"), _neox_states("forty")),
+        os.path.join(TAG, "mp_rank_00_model_states.pt"),
+        ("iteration is 'forty', expected a whole number >= 0",),
+    ),
+    "iteration negative": (
+        lambda s: _write(os.path.join(s, TAG, "mp_rank_00_model_states.pt"), _neox_states(-80)),
+        os.path.join(TAG, "mp_rank_00_model_states.pt"),
+        ("iteration is -80, expected a whole number >= 0",),
+    ),
     "pickle announcing 2^62 bytes": (
-        lambda s: _write(os.path.join(s, TAG, "mp_rank_00_model_states.pt"),
-                         _pt(b"\x80\x04\x8e" + (1 << 62).to_bytes(8, "little") + b"abc.")),
-        os.path.join(TAG, "mp_rank_00_model_states.pt"), ("announces an object larger than the file", "copy it again from the save")),
-    "pickle cut off": (lambda s: _write(os.path.join(s, TAG, "mp_rank_00_model_states.pt"),
-                                        _pt(pickle.dumps({"iteration": 20, "args": {"x": 1}}, protocol=2)[:-9])),
-                       os.path.join(TAG, "mp_rank_00_model_states.pt"), ("its data.pkl cannot be read", "truncated or not a checkpoint")),
-    "configs holds a directory": (lambda s: os.makedirs(os.path.join(s, TAG, "configs", "extra.yml")),
-                                  os.path.join(TAG, "configs", "extra.yml"),
-                                  ("a directory where a config file NeoX copied belongs",
-                                   "delete configs/ to compare without them")),
+        lambda s: _write(
+            os.path.join(s, TAG, "mp_rank_00_model_states.pt"),
+            _pt(b"\x80\x04\x8e" + (1 << 62).to_bytes(8, "little") + b"abc."),
+        ),
+        os.path.join(TAG, "mp_rank_00_model_states.pt"),
+        ("announces an object larger than the file", "copy it again from the save"),
+    ),
+    "pickle cut off": (
+        lambda s: _write(
+            os.path.join(s, TAG, "mp_rank_00_model_states.pt"),
+            _pt(pickle.dumps({"iteration": 20, "args": {"x": 1}}, protocol=2)[:-9]),
+        ),
+        os.path.join(TAG, "mp_rank_00_model_states.pt"),
+        ("its data.pkl cannot be read", "truncated or not a checkpoint"),
+    ),
+    "configs holds a directory": (
+        lambda s: os.makedirs(os.path.join(s, TAG, "configs", "extra.yml")),
+        os.path.join(TAG, "configs", "extra.yml"),
+        ("a directory where a config file NeoX copied belongs", "delete configs/ to compare without them"),
+    ),
 }
 
 

@@ -33,12 +33,24 @@ def _run(argv: list[str], stdout: str | None) -> tuple[int, str, str]:
     """The CLI with its stdout on the file ``stdout`` (opened for writing), or with fd 1 closed (None)."""
     env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
     if stdout is None:
-        p = subprocess.run([sys.executable, "-m", "neox_epoch.cli", *argv], env=env, stderr=subprocess.PIPE,
-                           text=True, timeout=120, preexec_fn=lambda: os.close(1))
+        p = subprocess.run(
+            [sys.executable, "-m", "neox_epoch.cli", *argv],
+            env=env,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+            preexec_fn=lambda: os.close(1),
+        )
         return p.returncode, "", p.stderr
     with open(stdout, "w") as out:
-        p = subprocess.run([sys.executable, "-m", "neox_epoch.cli", *argv], env=env, stdout=out,
-                           stderr=subprocess.PIPE, text=True, timeout=120)
+        p = subprocess.run(
+            [sys.executable, "-m", "neox_epoch.cli", *argv],
+            env=env,
+            stdout=out,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
     return p.returncode, "", p.stderr
 
 
@@ -57,8 +69,12 @@ def test_stdout_full_is_exit_2(work: dict[str, str], name: str, tmp_path) -> Non
     argv = [a.format(**work) for a in COMMANDS[name]]
     device = _full_device(str(tmp_path))
     before = tree(work["dir"])
-    refused(_run(argv, device), argv[0], "standard output: cannot write the result (No space left on device)",
-            "redirect it to another file")
+    refused(
+        _run(argv, device),
+        argv[0],
+        "standard output: cannot write the result (No space left on device)",
+        "redirect it to another file",
+    )
     assert tree(work["dir"]) == before
 
 
@@ -72,9 +88,15 @@ def test_stdout_closed_is_exit_2(work: dict[str, str], name: str) -> None:
 
 def test_a_pipe_closed_by_its_reader_stays_exit_0(work: dict[str, str]) -> None:
     env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    p = subprocess.run(f"{sys.executable} -m neox_epoch.cli plan {work['config']} | head -c 10 >/dev/null; "
-                       "echo ${PIPESTATUS[0]}", shell=True, executable="/bin/bash", env=env, capture_output=True,
-                       text=True, timeout=120)
+    p = subprocess.run(
+        f"{sys.executable} -m neox_epoch.cli plan {work['config']} | head -c 10 >/dev/null; echo ${{PIPESTATUS[0]}}",
+        shell=True,
+        executable="/bin/bash",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.stdout.strip() == "0", p.stderr
     assert "Traceback" not in p.stderr and "internal error" not in p.stderr
 

@@ -39,8 +39,14 @@ def _counters(sink: JsonlSink) -> PassCounters:
 
 def _plan(c: PassCounters) -> dict[str, Any]:
     """A plan record as the hooks write it, with the fields the report reads."""
-    return {"event": "plan", "iteration": 0, "train_iters": ITERS, "train_batch_size": 4, "seq_length": 8,
-            "sources": [{"name": s.name, "samples_per_epoch": s.samples_per_epoch} for s in c.sources]}
+    return {
+        "event": "plan",
+        "iteration": 0,
+        "train_iters": ITERS,
+        "train_batch_size": 4,
+        "seq_length": 8,
+        "sources": [{"name": s.name, "samples_per_epoch": s.samples_per_epoch} for s in c.sources],
+    }
 
 
 def _root() -> None:
@@ -82,8 +88,9 @@ def _expected(c: PassCounters, iteration: int) -> dict[str, int]:
     return dict(zip("abc", c.counts_at(iteration)))
 
 
-def test_a_full_disk_keeps_counting_drops_the_oldest_and_says_which(tmpfs: str,
-                                                                    caplog: pytest.LogCaptureFixture) -> None:
+def test_a_full_disk_keeps_counting_drops_the_oldest_and_says_which(
+    tmpfs: str, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO, logger="neox_epoch")
     subprocess.run(["mount", "-o", "remount,size=4k", tmpfs], check=True, timeout=60)  # one page
     log_dir = os.path.join(tmpfs, "epoch")
@@ -114,8 +121,9 @@ def test_a_full_disk_keeps_counting_drops_the_oldest_and_says_which(tmpfs: str,
     assert any("can be written again" in r.getMessage() for r in caplog.records)
 
 
-def test_read_only_then_writable_again_nothing_lost_within_the_bound(tmpfs: str,
-                                                                    caplog: pytest.LogCaptureFixture) -> None:
+def test_read_only_then_writable_again_nothing_lost_within_the_bound(
+    tmpfs: str, caplog: pytest.LogCaptureFixture
+) -> None:
     log_dir = os.path.join(tmpfs, "epoch")
     sink = JsonlSink(log_dir)  # the default bound: every record waits
     c = _counters(sink)
@@ -158,7 +166,8 @@ def test_a_removed_log_dir_is_made_again_with_the_plan(tmp_path: Any, capsys: py
 
 
 def test_the_full_device_as_the_log_never_raises_and_says_what_is_lost(
-        tmp_path: Any, caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     _root()
     log_dir = tmp_path / "epoch"
     log_dir.mkdir()

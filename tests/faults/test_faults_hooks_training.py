@@ -82,8 +82,14 @@ def _trained(record_dir: str) -> int:
         return 0
 
 
-def _interrupt(jsonl: str, record_dir: str, block: Callable[[], Any], unblock: Callable[[Any], None],
-               done: threading.Event, seen: dict[str, Any]) -> None:
+def _interrupt(
+    jsonl: str,
+    record_dir: str,
+    block: Callable[[], Any],
+    unblock: Callable[[Any], None],
+    done: threading.Event,
+    seen: dict[str, Any],
+) -> None:
     """Once the log holds the plan and training is under way: block for HOLD iterations, then unblock."""
     while not done.is_set() and not (os.path.exists(jsonl) and _trained(record_dir) >= 3):
         time.sleep(0.005)
@@ -97,8 +103,12 @@ def _interrupt(jsonl: str, record_dir: str, block: Callable[[], Any], unblock: C
     seen["unblocked"] = _trained(record_dir)
 
 
-def _run(tmp_path_factory: pytest.TempPathFactory, name: str,
-         block: Callable[[str], Callable[[], Any]], unblock: Callable[[str], Callable[[Any], None]]) -> dict[str, Any]:
+def _run(
+    tmp_path_factory: pytest.TempPathFactory,
+    name: str,
+    block: Callable[[str], Callable[[], Any]],
+    unblock: Callable[[str], Callable[[Any], None]],
+) -> dict[str, Any]:
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs for log_dir needs root (the test container and CI run as root)")
     run = tn._new_run(tmp_path_factory, name)
@@ -112,8 +122,11 @@ def _run(tmp_path_factory: pytest.TempPathFactory, name: str,
         cfg = tn._config(run.root, ["a", "b", "c"], tn.BLEND_BLOCK, log_interval=1)
         cfg["neox_epoch"]["log_dir"] = log_dir
         done = threading.Event()
-        watcher = threading.Thread(target=_interrupt, args=(os.path.join(log_dir, JSONL_NAME), run.path("rec", name),
-                                                            block(fs), unblock(fs), done, seen), daemon=True)
+        watcher = threading.Thread(
+            target=_interrupt,
+            args=(os.path.join(log_dir, JSONL_NAME), run.path("rec", name), block(fs), unblock(fs), done, seen),
+            daemon=True,
+        )
         watcher.start()
         try:
             result = tn._launch(run, cfg, name, frameworks.neox_dir(), extra_env={"NEOX_EPOCH_LOG_QUEUE": "2"})
@@ -124,10 +137,26 @@ def _run(tmp_path_factory: pytest.TempPathFactory, name: str,
     finally:
         subprocess.run(["mount", "-o", "remount,rw", fs], capture_output=True, timeout=60)
         subprocess.run(["umount", fs], capture_output=True, timeout=60)
-    report = subprocess.run([sys.executable, "-m", "neox_epoch.cli", "report", run.path("logs", "epoch"), "--json"],
-                            capture_output=True, text=True, timeout=300)
-    text = subprocess.run([sys.executable, "-m", "neox_epoch.cli", "report", run.path("logs", "epoch"), "--html",
-                           run.path("report.html")], capture_output=True, text=True, timeout=300)
+    report = subprocess.run(
+        [sys.executable, "-m", "neox_epoch.cli", "report", run.path("logs", "epoch"), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    text = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "neox_epoch.cli",
+            "report",
+            run.path("logs", "epoch"),
+            "--html",
+            run.path("report.html"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     return {"run": run, "result": result, "seen": seen, "report": report, "text": text}
 
 
@@ -138,8 +167,9 @@ def full_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def readonly_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    return _run(tmp_path_factory, "readonly", lambda fs: lambda: _remount(fs, "ro"),
-                lambda fs: lambda _: _remount(fs, "rw"))
+    return _run(
+        tmp_path_factory, "readonly", lambda fs: lambda: _remount(fs, "ro"), lambda fs: lambda _: _remount(fs, "rw")
+    )
 
 
 @pytest.fixture(params=["full_run", "readonly_run"])

@@ -38,33 +38,63 @@ def _writers(d: str) -> list[dict[str, Any]]:
         os.mkdir(folder)
     old = "old content\n"
     writers = [
-        {"name": "report --html", "argv": ["report", log, "--html", f"{out}/run.html"], "files": {f"{out}/run.html": old}},
-        {"name": "audit --manifest", "argv": ["audit", cache, "--consumed", "200", "--manifest", f"{out}/m.csv",
-                                              "--no-progress"], "files": {f"{out}/m.csv": old}},
-        {"name": "plan --write-config", "argv": ["plan", config, "--write-config", f"{out}/exact.yml"],
-         "files": {f"{out}/exact.yml": old}},
-        {"name": "demo corpus", "argv": ["demo", "--data-dir", demo, "--configs", os.path.join(d, "no_configs")],
-         "files": {f"{demo}/{n}_text_document.{e}": (old if e == "bin" else None)
-                   for n in ("web", "code", "books") for e in ("bin", "idx")}},
-        {"name": "hooks resume state", "python": STATE.format(tag=os.path.join(d, "tag")),
-         "files": {os.path.join(d, "tag", "neox_epoch_state.json"): old}},
-        {"name": "check-batch --fix", "argv": ["check-batch", batch, "--fix", f"{out}/fixed.yml"],
-         "files": {f"{out}/fixed.yml": old}},
+        {
+            "name": "report --html",
+            "argv": ["report", log, "--html", f"{out}/run.html"],
+            "files": {f"{out}/run.html": old},
+        },
+        {
+            "name": "audit --manifest",
+            "argv": ["audit", cache, "--consumed", "200", "--manifest", f"{out}/m.csv", "--no-progress"],
+            "files": {f"{out}/m.csv": old},
+        },
+        {
+            "name": "plan --write-config",
+            "argv": ["plan", config, "--write-config", f"{out}/exact.yml"],
+            "files": {f"{out}/exact.yml": old},
+        },
+        {
+            "name": "demo corpus",
+            "argv": ["demo", "--data-dir", demo, "--configs", os.path.join(d, "no_configs")],
+            "files": {
+                f"{demo}/{n}_text_document.{e}": (old if e == "bin" else None)
+                for n in ("web", "code", "books")
+                for e in ("bin", "idx")
+            },
+        },
+        {
+            "name": "hooks resume state",
+            "python": STATE.format(tag=os.path.join(d, "tag")),
+            "files": {os.path.join(d, "tag", "neox_epoch_state.json"): old},
+        },
+        {
+            "name": "check-batch --fix",
+            "argv": ["check-batch", batch, "--fix", f"{out}/fixed.yml"],
+            "files": {f"{out}/fixed.yml": old},
+        },
     ]
     try:
         import matplotlib  # noqa: F401
 
-        writers.insert(2, {"name": "audit --plot", "argv": ["audit", cache, "--consumed", "200", "--plot",
-                                                            f"{out}/e.png", "--no-progress"],
-                           "files": {f"{out}/e.png": old}})
+        writers.insert(
+            2,
+            {
+                "name": "audit --plot",
+                "argv": ["audit", cache, "--consumed", "200", "--plot", f"{out}/e.png", "--no-progress"],
+                "files": {f"{out}/e.png": old},
+            },
+        )
     except ImportError:
         pass
     return writers
 
 
 def _summary(results: list[dict[str, Any]]) -> str:
-    return "; ".join(f"{r['name']}: {r['runs']} kills over {r['wall']:.3f} s, old {r['old']}, new {r['new']}, "
-                     f"mixed {r['mixed']}, temporary left then removed {r['healed']}" for r in results)
+    return "; ".join(
+        f"{r['name']}: {r['runs']} kills over {r['wall']:.3f} s, old {r['old']}, new {r['new']}, "
+        f"mixed {r['mixed']}, temporary left then removed {r['healed']}"
+        for r in results
+    )
 
 
 @pytest.fixture(scope="module")
@@ -73,9 +103,18 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     spec = {"seed": 20261129, "runs": RUNS, "writers": _writers(d)}
     with open(os.path.join(d, "spec.json"), "w", encoding="utf-8") as f:
         json.dump(spec, f)
-    p = subprocess.run([sys.executable, os.path.join(HERE, "faults_kill_driver.py"), os.path.join(d, "spec.json"),
-                        os.path.join(d, "result.json")], env={**os.environ, "PYTHONPATH": ROOT}, capture_output=True,
-                       text=True, timeout=300)
+    p = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(HERE, "faults_kill_driver.py"),
+            os.path.join(d, "spec.json"),
+            os.path.join(d, "result.json"),
+        ],
+        env={**os.environ, "PYTHONPATH": ROOT},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     with open(os.path.join(d, "result.json"), encoding="utf-8") as f:
         found = list(json.load(f))

@@ -35,7 +35,9 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     w["cache"] = neox_cache(d)
     w["log"] = run_log(d)
     w["audit"] = audit_json(d, w["cache"])
-    w["doc_idx"] = next(os.path.join(w["cache"], n) for n in sorted(os.listdir(w["cache"])) if n.endswith("_doc_idx.npy"))
+    w["doc_idx"] = next(
+        os.path.join(w["cache"], n) for n in sorted(os.listdir(w["cache"])) if n.endswith("_doc_idx.npy")
+    )
     os.symlink(w["audit"], os.path.join(d, "linked_audit.html"))
     os.link(os.path.join(w["log"], "neox_epoch.jsonl"), os.path.join(d, "hardlinked_log.html"))
     os.link(w["doc_idx"], os.path.join(d, "hardlinked_doc_idx.csv"))
@@ -54,38 +56,79 @@ def unchanged(work: dict[str, str], args: list[str], command: str, *needles: str
 
 CASES = {
     # report --html: over its run log (suffix), its hard link (inode), its --audit input, a symlink to it
-    "report-html-runlog": (["report", "{log}", "--html", "{log}/neox_epoch.jsonl"], "report",
-                           ["--html", "a .jsonl file is a run log", "report.html"]),
-    "report-html-hardlinked-runlog": (["report", "{log}", "--html", "{dir}/hardlinked_log.html"], "report",
-                                      ["--html", "read from the run log", "writing it would overwrite"]),
-    "report-html-audit-input": (["report", "{log}", "--audit", "{audit}", "--html", "{audit}"], "report",
-                                ["--html", "is the --audit input", "write to another file"]),
-    "report-html-symlink-to-audit": (["report", "{log}", "--audit", "{audit}", "--html", "{dir}/linked_audit.html"],
-                                     "report", ["--html", "is the --audit input"]),
+    "report-html-runlog": (
+        ["report", "{log}", "--html", "{log}/neox_epoch.jsonl"],
+        "report",
+        ["--html", "a .jsonl file is a run log", "report.html"],
+    ),
+    "report-html-hardlinked-runlog": (
+        ["report", "{log}", "--html", "{dir}/hardlinked_log.html"],
+        "report",
+        ["--html", "read from the run log", "writing it would overwrite"],
+    ),
+    "report-html-audit-input": (
+        ["report", "{log}", "--audit", "{audit}", "--html", "{audit}"],
+        "report",
+        ["--html", "is the --audit input", "write to another file"],
+    ),
+    "report-html-symlink-to-audit": (
+        ["report", "{log}", "--audit", "{audit}", "--html", "{dir}/linked_audit.html"],
+        "report",
+        ["--html", "is the --audit input"],
+    ),
     # audit --manifest / --plot: over the tokenized data's index, a cache file, a hard link to the index
-    "audit-manifest-idx": (["audit", "{cache}", "--consumed", "40", "--manifest", "{prefix}.idx"], "audit",
-                           ["--manifest", "a .idx file is a tokenized dataset's index", "manifest.csv"]),
-    "audit-manifest-doc-idx": (["audit", "{cache}", "--consumed", "40", "--manifest", "{doc_idx}"], "audit",
-                               ["--manifest", "a .npy file is an index cache"]),
-    "audit-manifest-cache-file-by-inode": (["audit", "{cache}", "--consumed", "40", "--manifest",
-                                            "{dir}/hardlinked_doc_idx.csv"], "audit",
-                                           ["--manifest", "an audited", "writing it would overwrite"]),
-    "audit-plot-npy": (["audit", "{cache}", "--consumed", "40", "--plot", "{doc_idx}"], "audit",
-                       ["--plot", "a .npy file is an index cache"]),
+    "audit-manifest-idx": (
+        ["audit", "{cache}", "--consumed", "40", "--manifest", "{prefix}.idx"],
+        "audit",
+        ["--manifest", "a .idx file is a tokenized dataset's index", "manifest.csv"],
+    ),
+    "audit-manifest-doc-idx": (
+        ["audit", "{cache}", "--consumed", "40", "--manifest", "{doc_idx}"],
+        "audit",
+        ["--manifest", "a .npy file is an index cache"],
+    ),
+    "audit-manifest-cache-file-by-inode": (
+        ["audit", "{cache}", "--consumed", "40", "--manifest", "{dir}/hardlinked_doc_idx.csv"],
+        "audit",
+        ["--manifest", "an audited", "writing it would overwrite"],
+    ),
+    "audit-plot-npy": (
+        ["audit", "{cache}", "--consumed", "40", "--plot", "{doc_idx}"],
+        "audit",
+        ["--plot", "a .npy file is an index cache"],
+    ),
     # plan --write-config: over an index, the input config (by ./ and by a hard link)
-    "plan-write-config-idx": (["plan", "{config}", "--write-config", "{prefix}.idx"], "plan",
-                              ["--write-config", "a .idx file"]),
-    "plan-write-config-input-dot": (["plan", "run.yml", "--write-config", "./run.yml"], "plan",
-                                    ["--write-config", "is the input config"]),
-    "plan-write-config-input-hardlink": (["plan", "{config}", "--write-config", "{dir}/hardlinked_config.yml"],
-                                         "plan", ["--write-config", "is the input config"]),
+    "plan-write-config-idx": (
+        ["plan", "{config}", "--write-config", "{prefix}.idx"],
+        "plan",
+        ["--write-config", "a .idx file"],
+    ),
+    "plan-write-config-input-dot": (
+        ["plan", "run.yml", "--write-config", "./run.yml"],
+        "plan",
+        ["--write-config", "is the input config"],
+    ),
+    "plan-write-config-input-hardlink": (
+        ["plan", "{config}", "--write-config", "{dir}/hardlinked_config.yml"],
+        "plan",
+        ["--write-config", "is the input config"],
+    ),
     # check-batch --fix: over the hostfile (given and by a hard link), over the config
-    "check-batch-fix-hostfile": (["check-batch", "{batch}", "--hostfile", "{hostfile}", "--fix", "{hostfile}"],
-                                 "check-batch", ["--fix", "is the hostfile"]),
-    "check-batch-fix-config-hostfile-by-inode": (["check-batch", "{batch}", "--fix", "{dir}/hardlinked_hosts.yml"],
-                                                 "check-batch", ["--fix", "is the hostfile"]),
-    "check-batch-fix-config": (["check-batch", "{batch}", "--fix", "{batch}"], "check-batch",
-                               ["--fix", "is the input config"]),
+    "check-batch-fix-hostfile": (
+        ["check-batch", "{batch}", "--hostfile", "{hostfile}", "--fix", "{hostfile}"],
+        "check-batch",
+        ["--fix", "is the hostfile"],
+    ),
+    "check-batch-fix-config-hostfile-by-inode": (
+        ["check-batch", "{batch}", "--fix", "{dir}/hardlinked_hosts.yml"],
+        "check-batch",
+        ["--fix", "is the hostfile"],
+    ),
+    "check-batch-fix-config": (
+        ["check-batch", "{batch}", "--fix", "{batch}"],
+        "check-batch",
+        ["--fix", "is the input config"],
+    ),
 }
 
 

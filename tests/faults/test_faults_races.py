@@ -75,6 +75,8 @@ def test_shrunk_mapping_reads_zeros_and_counts(tmp_path: str) -> None:
         total = int(mapped.sum())
         counted = faults()
     if not AVAILABLE:
-        pytest.fail("neox_epoch._mapguard is not built: the audit copies instead of mapping (python setup.py build_ext)")
+        pytest.fail(
+            "neox_epoch._mapguard is not built: the audit copies instead of mapping (python setup.py build_ext)"
+        )
     kept = (3 * 4096 - 128) // 8  # the int64 values left after the 128-byte header
     assert total == sum(range(kept)) and counted == (8 * (1 << 20) + 128 - 1) // 4096 + 1 - 3

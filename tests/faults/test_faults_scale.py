@@ -22,10 +22,21 @@ SAMPLES = 2000 * 8
 
 
 def _config(folder: str, paths: list[str], name: str) -> str:
-    values = {"train_data_paths": paths, "train_data_weights": [1.0] * len(paths), "valid_data_paths": paths[:1],
-              "test_data_paths": paths[:1], "seq_length": 64, "train_micro_batch_size_per_gpu": 8,
-              "global_num_gpus": 1, "gradient_accumulation_steps": 1, "train_iters": 2000, "lr_decay_iters": 2000,
-              "eval_interval": 1000, "eval_iters": 1, "seed": 1234}
+    values = {
+        "train_data_paths": paths,
+        "train_data_weights": [1.0] * len(paths),
+        "valid_data_paths": paths[:1],
+        "test_data_paths": paths[:1],
+        "seq_length": 64,
+        "train_micro_batch_size_per_gpu": 8,
+        "global_num_gpus": 1,
+        "gradient_accumulation_steps": 1,
+        "train_iters": 2000,
+        "lr_decay_iters": 2000,
+        "eval_interval": 1000,
+        "eval_iters": 1,
+        "seed": 1234,
+    }
     path = os.path.join(folder, name)
     with open(path, "w") as f:
         yaml.safe_dump(values, f)
@@ -41,8 +52,12 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         paths.append(os.path.join(d, "data", f"src{i}"))
         for ext in (".bin", ".idx"):
             os.link(first + ext, paths[-1] + ext)
-    return {"dir": d, "first": first, "many": _config(d, paths, "many.yml"),
-            "repeated": _config(d, [first] * N, "repeated.yml")}
+    return {
+        "dir": d,
+        "first": first,
+        "many": _config(d, paths, "many.yml"),
+        "repeated": _config(d, [first] * N, "repeated.yml"),
+    }
 
 
 def _tokens(prefix: str) -> int:

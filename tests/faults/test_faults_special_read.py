@@ -18,10 +18,31 @@ from test_audit_unit import write_neox_index
 
 from neox_epoch.formats.corpus import write_corpus
 
-KINDS = {"fifo": "a FIFO", "zero": "a character device", "null": "a character device", "socket": "a socket",
-         "directory": "a directory"}
-MEGATRON = ["--framework-version", "0.16.1", "--split", "100,0,0", "--seq-length", "8", "--global-batch-size", "2",
-            "--micro-batch-size", "1", "--lr", "1e-4", "--eval-interval", "10", "--train-iters", "3"]
+KINDS = {
+    "fifo": "a FIFO",
+    "zero": "a character device",
+    "null": "a character device",
+    "socket": "a socket",
+    "directory": "a directory",
+}
+MEGATRON = [
+    "--framework-version",
+    "0.16.1",
+    "--split",
+    "100,0,0",
+    "--seq-length",
+    "8",
+    "--global-batch-size",
+    "2",
+    "--micro-batch-size",
+    "1",
+    "--lr",
+    "1e-4",
+    "--eval-interval",
+    "10",
+    "--train-iters",
+    "3",
+]
 
 
 def make_special(path: str, kind: str) -> None:

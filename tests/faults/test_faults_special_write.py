@@ -51,12 +51,21 @@ def _special(kind: str, folder: str) -> str:
     return path
 
 
-KINDS = {"null": "a character device", "full": "a character device", "fifo": "a FIFO", "socket": "a socket",
-         "dir": "is a directory", "symlink-to-fifo": "a FIFO"}
+KINDS = {
+    "null": "a character device",
+    "full": "a character device",
+    "fifo": "a FIFO",
+    "socket": "a socket",
+    "dir": "is a directory",
+    "symlink-to-fifo": "a FIFO",
+}
 WRITERS = {
     "report --html": (["report", "{log}", "--html", "{out}"], "report", "--html"),
-    "audit --manifest": (["audit", "{cache}", "--consumed", "40", "--manifest", "{out}", "--no-progress"], "audit",
-                         "--manifest"),
+    "audit --manifest": (
+        ["audit", "{cache}", "--consumed", "40", "--manifest", "{out}", "--no-progress"],
+        "audit",
+        "--manifest",
+    ),
     "audit --plot": (["audit", "{cache}", "--consumed", "40", "--plot", "{out}", "--no-progress"], "audit", "--plot"),
     "plan --write-config": (["plan", "{config}", "--write-config", "{out}"], "plan", "--write-config"),
     "check-batch --fix": (["check-batch", "{batch}", "--fix", "{out}"], "check-batch", "--fix"),
@@ -85,8 +94,13 @@ def test_demo_never_replaces_a_special_file(tmp_path: Any, kind: str) -> None:
     special = _special(kind, str(tmp_path))
     os.rename(special, data / "web_text_document.bin")
     before = tree(str(tmp_path))
-    refused(cli(["demo", "--data-dir", str(data), "--configs", str(tmp_path / "configs")]), "demo",
-            "--data-dir", "web_text_document.bin", "a FIFO" if kind == "fifo" else "a character device")
+    refused(
+        cli(["demo", "--data-dir", str(data), "--configs", str(tmp_path / "configs")]),
+        "demo",
+        "--data-dir",
+        "web_text_document.bin",
+        "a FIFO" if kind == "fifo" else "a character device",
+    )
     after = tree(str(tmp_path))
     assert after["data/web_text_document.bin"] == before["data/web_text_document.bin"]
 
@@ -94,8 +108,13 @@ def test_demo_never_replaces_a_special_file(tmp_path: Any, kind: str) -> None:
 def test_bad_plot_extension_is_exit_2(work: dict[str, str], tmp_path: Any) -> None:
     pytest.importorskip("matplotlib", reason="matplotlib is not installed (optional: --plot)")
     out = str(tmp_path / "exposure.bmpx")
-    refused(cli(["audit", work["cache"], "--consumed", "40", "--plot", out, "--no-progress"]), "audit",
-            "--plot", "cannot write .bmpx files", ".png")
+    refused(
+        cli(["audit", work["cache"], "--consumed", "40", "--plot", out, "--no-progress"]),
+        "audit",
+        "--plot",
+        "cannot write .bmpx files",
+        ".png",
+    )
     assert os.listdir(tmp_path) == []
 
 
@@ -112,8 +131,14 @@ def _in_namespace(setup: str, args: list[str], cwd: str) -> tuple[int, str, str]
         pytest.skip(f"no private mount namespace here (unshare -m: {probe.stderr.decode().strip()})")
     env = {**os.environ, "D": os.path.join(cwd, "mnt"), "PYTHONPATH": ROOT}
     script = f'{setup} && exec "$0" -m neox_epoch.cli "$@"'
-    p = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script, sys.executable, *args],
-                       cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", script, sys.executable, *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     if "mount:" in p.stderr:
         pytest.skip(f"tmpfs cannot be mounted here: {p.stderr.strip()}")
     return p.returncode, p.stdout, p.stderr
@@ -122,16 +147,36 @@ def _in_namespace(setup: str, args: list[str], cwd: str) -> tuple[int, str, str]
 FULL = 'mount -t tmpfs -o size=64k tmpfs "$D" && (head -c 1048576 /dev/zero > "$D/fill" 2>/dev/null; true)'
 READ_ONLY = 'mount -t tmpfs -o ro,size=64k tmpfs "$D"'
 ENVIRONMENT = {
-    "report --html disk full": (FULL, ["report", "{log}", "--html", "mnt/run.html"], "report",
-                                ["--html", "No space left on device", "free space"]),
-    "audit --manifest disk full": (FULL, ["audit", "{cache}", "--consumed", "40", "--manifest", "mnt/m.csv",
-                                          "--no-progress"], "audit", ["--manifest", "No space left on device"]),
-    "report --html read-only": (READ_ONLY, ["report", "{log}", "--html", "mnt/run.html"], "report",
-                                ["--html", "Read-only file system", "writable"]),
-    "audit --manifest read-only": (READ_ONLY, ["audit", "{cache}", "--consumed", "40", "--manifest", "mnt/m.csv",
-                                               "--no-progress"], "audit", ["--manifest", "Read-only file system"]),
-    "plan --write-config read-only": (READ_ONLY, ["plan", "{config}", "--write-config", "mnt/exact.yml"], "plan",
-                                      ["--write-config", "Read-only file system"]),
+    "report --html disk full": (
+        FULL,
+        ["report", "{log}", "--html", "mnt/run.html"],
+        "report",
+        ["--html", "No space left on device", "free space"],
+    ),
+    "audit --manifest disk full": (
+        FULL,
+        ["audit", "{cache}", "--consumed", "40", "--manifest", "mnt/m.csv", "--no-progress"],
+        "audit",
+        ["--manifest", "No space left on device"],
+    ),
+    "report --html read-only": (
+        READ_ONLY,
+        ["report", "{log}", "--html", "mnt/run.html"],
+        "report",
+        ["--html", "Read-only file system", "writable"],
+    ),
+    "audit --manifest read-only": (
+        READ_ONLY,
+        ["audit", "{cache}", "--consumed", "40", "--manifest", "mnt/m.csv", "--no-progress"],
+        "audit",
+        ["--manifest", "Read-only file system"],
+    ),
+    "plan --write-config read-only": (
+        READ_ONLY,
+        ["plan", "{config}", "--write-config", "mnt/exact.yml"],
+        "plan",
+        ["--write-config", "Read-only file system"],
+    ),
 }
 
 
@@ -148,8 +193,12 @@ def test_full_or_read_only_disk_is_exit_2(work: dict[str, str], tmp_path: Any, c
 
 def test_a_directory_as_out_is_exit_2(work: dict[str, str], tmp_path: Any) -> None:
     for args, command, option in (WRITERS["report --html"], WRITERS["audit --manifest"]):
-        refused(cli([a.format(out=str(tmp_path), **work) for a in args]), command, option,
-                "is a directory; expected a file path")
+        refused(
+            cli([a.format(out=str(tmp_path), **work) for a in args]),
+            command,
+            option,
+            "is a directory; expected a file path",
+        )
     assert snap(str(tmp_path)) is not None and os.listdir(tmp_path) == []
 
 
@@ -187,8 +236,9 @@ def test_permission_denied_is_exit_2() -> None:
         args = [sys.executable, "-m", "neox_epoch.cli", "report", log, "--html", os.path.join(locked, "run.html")]
         args, words, immutable = _unprivileged(args, locked)
         before = tree(d)
-        p = subprocess.run(args, cwd=d, env={**os.environ, "PYTHONPATH": ROOT}, capture_output=True, text=True,
-                           timeout=60)
+        p = subprocess.run(
+            args, cwd=d, env={**os.environ, "PYTHONPATH": ROOT}, capture_output=True, text=True, timeout=60
+        )
         refused((p.returncode, p.stdout, p.stderr), "report", "--html", words, "write to a directory you may write to")
         assert tree(d) == before
     finally:

@@ -46,20 +46,40 @@ def test_kill_9_without_o_tmpfile_heals(tmp_path: Any) -> None:
     prefix = corpus(os.path.join(d, "data"))
     config, log = plan_config(d, prefix), run_log(d)
     os.mkdir(os.path.join(d, "out"))
-    writers = [{"name": "report --html", "argv": ["report", log, "--html", f"{d}/out/run.html"],
-                "files": {f"{d}/out/run.html": "old\n"}},
-               {"name": "plan --write-config", "argv": ["plan", config, "--write-config", f"{d}/out/exact.yml"],
-                "files": {f"{d}/out/exact.yml": "old\n"}}]
+    writers = [
+        {
+            "name": "report --html",
+            "argv": ["report", log, "--html", f"{d}/out/run.html"],
+            "files": {f"{d}/out/run.html": "old\n"},
+        },
+        {
+            "name": "plan --write-config",
+            "argv": ["plan", config, "--write-config", f"{d}/out/exact.yml"],
+            "files": {f"{d}/out/exact.yml": "old\n"},
+        },
+    ]
     with open(os.path.join(d, "spec.json"), "w", encoding="utf-8") as f:
         json.dump({"seed": 11, "runs": 16, "no_tmpfile": True, "writers": writers}, f)
-    p = subprocess.run([sys.executable, os.path.join(HERE, "faults_kill_driver.py"), os.path.join(d, "spec.json"),
-                        os.path.join(d, "result.json")], env={**os.environ, "PYTHONPATH": ROOT}, capture_output=True,
-                       text=True, timeout=300)
+    p = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(HERE, "faults_kill_driver.py"),
+            os.path.join(d, "spec.json"),
+            os.path.join(d, "result.json"),
+        ],
+        env={**os.environ, "PYTHONPATH": ROOT},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     with open(os.path.join(d, "result.json"), encoding="utf-8") as f:
         results = json.load(f)
     for r in results:
         assert r["runs"] == 16 and r["torn"] == [] and r["mixed"] == 0, r
         assert r["unhealed"] == [] and r["temps_left"] == r["healed"], r
-    print("; ".join(f"{r['name']}: old {r['old']}, new {r['new']}, temporary left then removed {r['healed']}"
-                    for r in results))
+    print(
+        "; ".join(
+            f"{r['name']}: old {r['old']}, new {r['new']}, temporary left then removed {r['healed']}" for r in results
+        )
+    )

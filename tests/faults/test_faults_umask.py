@@ -46,8 +46,14 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 
 def _python(code: str, arg: str, umask: int) -> None:
-    p = subprocess.run([sys.executable, "-c", code, arg], env={**os.environ, "PYTHONPATH": ROOT},
-                       preexec_fn=lambda: os.umask(umask), capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [sys.executable, "-c", code, arg],
+        env={**os.environ, "PYTHONPATH": ROOT},
+        preexec_fn=lambda: os.umask(umask),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 0, p.stderr
 
 
@@ -55,12 +61,16 @@ def _python(code: str, arg: str, umask: int) -> None:
 WRITERS = {
     "plan --write-config": (["plan", "{config}", "--write-config", "{out}/exact.yml"], ["exact.yml"]),
     "check-batch --fix": (["check-batch", "{batch}", "--fix", "{out}/fixed.yml"], ["fixed.yml"]),
-    "audit --manifest": (["audit", "{cache}", "--consumed", "40", "--manifest", "{out}/m.csv", "--no-progress"],
-                         ["m.csv"]),
+    "audit --manifest": (
+        ["audit", "{cache}", "--consumed", "40", "--manifest", "{out}/m.csv", "--no-progress"],
+        ["m.csv"],
+    ),
     "audit --plot": (["audit", "{cache}", "--consumed", "40", "--plot", "{out}/e.svg", "--no-progress"], ["e.svg"]),
     "report --html": (["report", "{log}", "--html", "{out}/run.html"], ["run.html"]),
-    "demo corpus": (["demo", "--data-dir", "{out}", "--configs", "{no_configs}"],
-                    [f"{n}_text_document.{e}" for n in ("web", "code", "books") for e in ("bin", "idx")]),
+    "demo corpus": (
+        ["demo", "--data-dir", "{out}", "--configs", "{no_configs}"],
+        [f"{n}_text_document.{e}" for n in ("web", "code", "books") for e in ("bin", "idx")],
+    ),
     "hooks resume state": (STATE, ["neox_epoch_state.json"]),
     "hooks index cache": (CACHE, ["web_train_indexmap_80ns_32sl_1234s_packedpi_ac_doc_idx.npy"]),
 }

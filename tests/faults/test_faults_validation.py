@@ -49,19 +49,27 @@ def test_an_index_whose_pointers_disagree_with_its_sizes(base: dict[str, str], t
         (size,) = struct.unpack("<i", f.read(4))
         f.seek(34)
         f.write(struct.pack("<i", size + 5))
-    config = _config(base, str(tmp_path), train_data_paths=[prefix], valid_data_paths=[prefix],
-                     test_data_paths=[prefix])
+    config = _config(
+        base, str(tmp_path), train_data_paths=[prefix], valid_data_paths=[prefix], test_data_paths=[prefix]
+    )
     before = tree(str(tmp_path))
-    refused(cli(["plan", config]), "plan", f"{prefix}.idx: pointers[1] = {2 * size}, expected {2 * size + 10}",
-            "the index is damaged: re-tokenize")
+    refused(
+        cli(["plan", config]),
+        "plan",
+        f"{prefix}.idx: pointers[1] = {2 * size}, expected {2 * size + 10}",
+        "the index is damaged: re-tokenize",
+    )
     assert tree(str(tmp_path)) == before
 
 
-@pytest.mark.parametrize("seed,needles", [
-    (-1, ("seed: -1; GPT-NeoX refuses it at start-up", "'Seed (-1) should be a positive integer.'")),
-    (0, ("seed: 0; GPT-NeoX refuses it", "expected a whole number in [1, 4294967295]")),
-    (1 << 32, ("seed: 4294967296; GPT-NeoX seeds numpy with it", "'Seed must be between 0 and 2**32 - 1'")),
-])
+@pytest.mark.parametrize(
+    "seed,needles",
+    [
+        (-1, ("seed: -1; GPT-NeoX refuses it at start-up", "'Seed (-1) should be a positive integer.'")),
+        (0, ("seed: 0; GPT-NeoX refuses it", "expected a whole number in [1, 4294967295]")),
+        (1 << 32, ("seed: 4294967296; GPT-NeoX seeds numpy with it", "'Seed must be between 0 and 2**32 - 1'")),
+    ],
+)
 def test_a_seed_neox_refuses(base: dict[str, str], tmp_path, seed: int, needles: tuple[str, ...]) -> None:  # type: ignore[no-untyped-def]
     config = _config(base, str(tmp_path), seed=seed)
     before = tree(str(tmp_path))
@@ -75,15 +83,45 @@ def test_the_largest_seed_numpy_takes_plans(base: dict[str, str], tmp_path) -> N
     assert code == 0, err
 
 
-MEGATRON = ["pretrain_gpt.py", "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
-            "--seq-length", "32", "--max-position-embeddings", "32", "--micro-batch-size", "2", "--global-batch-size",
-            "4", "--train-iters", "10", "--lr", "0.001", "--eval-interval", "5", "--eval-iters", "1", "--split", "90,5,5"]
+MEGATRON = [
+    "pretrain_gpt.py",
+    "--num-layers",
+    "2",
+    "--hidden-size",
+    "64",
+    "--num-attention-heads",
+    "4",
+    "--seq-length",
+    "32",
+    "--max-position-embeddings",
+    "32",
+    "--micro-batch-size",
+    "2",
+    "--global-batch-size",
+    "4",
+    "--train-iters",
+    "10",
+    "--lr",
+    "0.001",
+    "--eval-interval",
+    "5",
+    "--eval-iters",
+    "1",
+    "--split",
+    "90,5,5",
+]
 
 
-@pytest.mark.parametrize("seed,needles", [
-    ("0", ("--seed: 0; Megatron-LM refuses it at start-up", "'Seed (0) should be a positive integer.'")),
-    ("4294967296", ("--seed: 4294967296; Megatron-LM seeds numpy with it", "'Seed must be between 0 and 2**32 - 1'")),
-])
+@pytest.mark.parametrize(
+    "seed,needles",
+    [
+        ("0", ("--seed: 0; Megatron-LM refuses it at start-up", "'Seed (0) should be a positive integer.'")),
+        (
+            "4294967296",
+            ("--seed: 4294967296; Megatron-LM seeds numpy with it", "'Seed must be between 0 and 2**32 - 1'"),
+        ),
+    ],
+)
 def test_a_seed_megatron_lm_refuses(base: dict[str, str], seed: str, needles: tuple[str, ...]) -> None:
     before = tree(base["dir"])
     refused(cli(["plan", *MEGATRON, "--data-path", base["prefix"], "--seed", seed]), "plan", *needles)
@@ -92,14 +130,26 @@ def test_a_seed_megatron_lm_refuses(base: dict[str, str], seed: str, needles: tu
     assert code == 0, err
 
 
-@pytest.mark.parametrize("block,needles", [
-    ({"epochs": float("inf")}, ("neox_epoch.epochs: inf; expected the passes over every train source",
-                                "fix it in the config's neox_epoch block")),
-    ({"epochs": {"small": 0}}, ("neox_epoch.epochs.small: expected a value > 0, found 0",)),
-    ({"epochs": {"nosuch": 1}}, ("neox_epoch.epochs.nosuch: unknown train source 'nosuch'", "['small']")),
-])
-def test_the_block_s_epochs_are_named_as_written(base: dict[str, str], tmp_path, block: dict,  # type: ignore[no-untyped-def]
-                                                 needles: tuple[str, ...]) -> None:
+@pytest.mark.parametrize(
+    "block,needles",
+    [
+        (
+            {"epochs": float("inf")},
+            (
+                "neox_epoch.epochs: inf; expected the passes over every train source",
+                "fix it in the config's neox_epoch block",
+            ),
+        ),
+        ({"epochs": {"small": 0}}, ("neox_epoch.epochs.small: expected a value > 0, found 0",)),
+        ({"epochs": {"nosuch": 1}}, ("neox_epoch.epochs.nosuch: unknown train source 'nosuch'", "['small']")),
+    ],
+)
+def test_the_block_s_epochs_are_named_as_written(
+    base: dict[str, str],
+    tmp_path,
+    block: dict,  # type: ignore[no-untyped-def]
+    needles: tuple[str, ...],
+) -> None:
     config = _config(base, str(tmp_path), block=block)
     before = tree(str(tmp_path))
     line = refused(cli(["plan", config]), "plan", *needles)
@@ -115,16 +165,30 @@ def test_a_one_token_source_has_its_passes_counted_in_tokens(tmp_path) -> None: 
     write_sized_corpus(str(tmp_path / "big"), [500] * 20)
     write_sized_corpus(str(tmp_path / "one"), [1])
     paths = [str(tmp_path / "big"), str(tmp_path / "one")]
-    values = {"train_data_paths": paths, "train_data_weights": [1.0, 1.0], "valid_data_paths": paths[:1],
-              "test_data_paths": paths[:1], "seq_length": 32, "train_micro_batch_size_per_gpu": 4, "global_num_gpus": 1,
-              "gradient_accumulation_steps": 1, "train_iters": 200, "lr_decay_iters": 200, "eval_interval": 1000,
-              "eval_iters": 1}
+    values = {
+        "train_data_paths": paths,
+        "train_data_weights": [1.0, 1.0],
+        "valid_data_paths": paths[:1],
+        "test_data_paths": paths[:1],
+        "seq_length": 32,
+        "train_micro_batch_size_per_gpu": 4,
+        "global_num_gpus": 1,
+        "gradient_accumulation_steps": 1,
+        "train_iters": 200,
+        "lr_decay_iters": 200,
+        "eval_interval": 1000,
+        "eval_iters": 1,
+    }
     (tmp_path / "one.yml").write_text(yaml.safe_dump(values))
     code, out, err = cli(["plan", str(tmp_path / "one.yml"), "--json"])
     assert code == 0, err
     rows = {s["name"]: s for s in json.loads(out)["sources"] if s["split"] == "train"}
     one, big = rows["one"], rows["big"]
-    assert (one["samples_per_epoch"], one["samples_requested"], one["epochs_built"], one["samples_drawn"]) == \
-        (0, 402, 12865, 400)
+    assert (one["samples_per_epoch"], one["samples_requested"], one["epochs_built"], one["samples_drawn"]) == (
+        0,
+        402,
+        12865,
+        400,
+    )
     assert one["passes"] == 400 * 32 / 1 == 12800.0
     assert (big["samples_per_epoch"], big["samples_drawn"], big["passes"]) == (312, 400, round(400 / 312, 6))

@@ -26,13 +26,50 @@ from neox_epoch.formats.idx import read_header
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 SEQ = 64
-MODEL = ["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", str(SEQ),
-         "--max-position-embeddings", str(SEQ), "--micro-batch-size", "2", "--lr", "1e-3",
-         "--tokenizer-type", "NullTokenizer", "--vocab-size", "65536", "--split", "100,0,0",
-         "--eval-iters", "0", "--eval-interval", "1000", "--transformer-impl", "local",
-         "--no-gradient-accumulation-fusion", "--no-persist-layer-norm", "--distributed-backend", "gloo",
-         "--hidden-dropout", "0", "--attention-dropout", "0", "--clip-grad", "0.0", "--ckpt-format", "torch",
-         "--log-interval", "1", "--seed", "1234"]
+MODEL = [
+    "--num-layers",
+    "2",
+    "--hidden-size",
+    "64",
+    "--num-attention-heads",
+    "4",
+    "--seq-length",
+    str(SEQ),
+    "--max-position-embeddings",
+    str(SEQ),
+    "--micro-batch-size",
+    "2",
+    "--lr",
+    "1e-3",
+    "--tokenizer-type",
+    "NullTokenizer",
+    "--vocab-size",
+    "65536",
+    "--split",
+    "100,0,0",
+    "--eval-iters",
+    "0",
+    "--eval-interval",
+    "1000",
+    "--transformer-impl",
+    "local",
+    "--no-gradient-accumulation-fusion",
+    "--no-persist-layer-norm",
+    "--distributed-backend",
+    "gloo",
+    "--hidden-dropout",
+    "0",
+    "--attention-dropout",
+    "0",
+    "--clip-grad",
+    "0.0",
+    "--ckpt-format",
+    "torch",
+    "--log-interval",
+    "1",
+    "--seed",
+    "1234",
+]
 
 
 @dataclass
@@ -48,14 +85,41 @@ class Run:
         return os.path.join(self.root, *parts)
 
     def flags(self, batch: int, *extra: str) -> list[str]:
-        return [*MODEL, "--global-batch-size", str(batch), "--train-iters", "1000",
-                "--data-path", "0.5", self.path("a"), "0.5", self.path("b"), "--save", self.path("ckpt"),
-                "--tensorboard-dir", self.path("tb"), "--data-cache-path", self.path("cache"), *extra]
+        return [
+            *MODEL,
+            "--global-batch-size",
+            str(batch),
+            "--train-iters",
+            "1000",
+            "--data-path",
+            "0.5",
+            self.path("a"),
+            "0.5",
+            self.path("b"),
+            "--save",
+            self.path("ckpt"),
+            "--tensorboard-dir",
+            self.path("tb"),
+            "--data-cache-path",
+            self.path("cache"),
+            *extra,
+        ]
 
     def launch(self, batch: int, *extra: str) -> subprocess.CompletedProcess[str]:
-        argv = [os.path.join(os.path.dirname(sys.executable), "neox-epoch"), "launch", "--source-epochs", "a=1",
-                "b=2", "torchrun", "--nproc-per-node", "2", "--master-port", str(_free_port()), self.script,
-                *self.flags(batch, *extra)]
+        argv = [
+            os.path.join(os.path.dirname(sys.executable), "neox-epoch"),
+            "launch",
+            "--source-epochs",
+            "a=1",
+            "b=2",
+            "torchrun",
+            "--nproc-per-node",
+            "2",
+            "--master-port",
+            str(_free_port()),
+            self.script,
+            *self.flags(batch, *extra),
+        ]
         proc = subprocess.run(argv, env=self.env, cwd=self.root, capture_output=True, text=True, timeout=900)
         self.procs.append(proc)
         return proc
@@ -82,8 +146,13 @@ class Run:
         return out
 
     def report(self) -> dict[str, Any]:
-        proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "neox-epoch"), "report", "--json",
-                               self.path("tb")], env=self.env, capture_output=True, text=True, check=True)
+        proc = subprocess.run(
+            [os.path.join(os.path.dirname(sys.executable), "neox-epoch"), "report", "--json", self.path("tb")],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         return json.loads(proc.stdout)
 
 
@@ -103,8 +172,11 @@ def new_run(root: str, script: str, env: dict[str, str]) -> Run:
     env = dict(env)
     env["PYTHONPATH"] = os.pathsep.join([HERE, REPO, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
-    env.update(NEOX_EPOCH_MEGATRON_CPU="1", NEOX_EPOCH_MEGATRON_RECORD_DIR=os.path.join(root, "rec"),
-               CUDA_DEVICE_MAX_CONNECTIONS="1")
+    env.update(
+        NEOX_EPOCH_MEGATRON_CPU="1",
+        NEOX_EPOCH_MEGATRON_RECORD_DIR=os.path.join(root, "rec"),
+        CUDA_DEVICE_MAX_CONNECTIONS="1",
+    )
     for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(var, None)
     return Run(root, script, env)
@@ -129,7 +201,7 @@ class Source:
 
     def doc(self, d: int) -> np.ndarray:
         start = int(self.pointers[d]) // self.bin.itemsize
-        return np.asarray(self.bin[start:start + int(self.sizes[d])])
+        return np.asarray(self.bin[start : start + int(self.sizes[d])])
 
     def spans(self, i: int) -> list[tuple[int, int, int]]:
         """Sample ``i``'s (document, start, stop) pieces, seq_length + 1 tokens in all (GPTDataset's walk)."""
@@ -154,5 +226,7 @@ class Source:
 
 def sources(run: Run, names: tuple[str, ...] = ("a", "b")) -> dict[tuple[int, str], Source]:
     """The source datasets the recorded rows came from, per (dataset_id, build)."""
-    return {(r["dataset_id"], r["build"]): Source(run.path(names[r["dataset_id"]]), run.path("cache"), r["build"])
-            for r in run.rows()}
+    return {
+        (r["dataset_id"], r["build"]): Source(run.path(names[r["dataset_id"]]), run.path("cache"), r["build"])
+        for r in run.rows()
+    }

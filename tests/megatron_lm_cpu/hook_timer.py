@@ -26,6 +26,7 @@ def _timed(name: str, real: Callable[..., Any]) -> Callable[..., Any]:
             entry = _TIMES.setdefault(name, [0, 0.0])
             entry[0] += 1
             entry[1] += time.perf_counter() - start
+
     return wrapper
 
 

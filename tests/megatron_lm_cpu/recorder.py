@@ -54,9 +54,15 @@ def _record(batch: dict[str, Any]) -> None:
     tokens, labels = batch["tokens"], batch["labels"]
     rows = []
     for i in range(tokens.shape[0]):
-        rows.append({"dataset_id": int(batch["dataset_id"][i]), "blend_index": int(batch["blend_index"][i]),
-                     "sample_id": int(batch["sample_id"][i]), "build": batch["build"][i],
-                     "tokens": _ints(tokens[i]) + [int(labels[i][-1])]})
+        rows.append(
+            {
+                "dataset_id": int(batch["dataset_id"][i]),
+                "blend_index": int(batch["blend_index"][i]),
+                "sample_id": int(batch["sample_id"][i]),
+                "build": batch["build"][i],
+                "tokens": _ints(tokens[i]) + [int(labels[i][-1])],
+            }
+        )
     _SINK.write({"rank": int(os.environ.get("RANK", "0")), "iteration": iteration, "micro": micro, "rows": rows})
 
 

@@ -25,9 +25,13 @@ from megatron.data.samplers import DistributedBatchSampler  # noqa: E402
 
 def _loader(samples: int, case: dict, rank: int) -> torch.utils.data.DataLoader:
     dataset = list(range(samples))
-    sampler = DistributedBatchSampler(sampler=torch.utils.data.SequentialSampler(dataset),
-                                      batch_size=case["micro"] * case["dp"], drop_last=True, rank=rank,
-                                      world_size=case["dp"])
+    sampler = DistributedBatchSampler(
+        sampler=torch.utils.data.SequentialSampler(dataset),
+        batch_size=case["micro"] * case["dp"],
+        drop_last=True,
+        rank=rank,
+        world_size=case["dp"],
+    )
     return torch.utils.data.DataLoader(dataset, batch_sampler=sampler)
 
 
@@ -36,10 +40,17 @@ def drawn(case: dict) -> dict:
     train: list[list[int]] = []
     valid: list[list[int]] = []
     for rank in range(case["dp"]):
-        args = types.SimpleNamespace(iteration=case["iteration"], gradient_accumulation_steps=case["gas"],
-                                     eval_interval=case.get("eval_interval", 1000), eval_iters=case.get("eval_iters", 0))
-        loaders = {"train": _loader(case["samples"], case, rank), "test": None,
-                   "valid": _loader(valid_samples, case, rank) if valid_samples else None}
+        args = types.SimpleNamespace(
+            iteration=case["iteration"],
+            gradient_accumulation_steps=case["gas"],
+            eval_interval=case.get("eval_interval", 1000),
+            eval_iters=case.get("eval_iters", 0),
+        )
+        loaders = {
+            "train": _loader(case["samples"], case, rank),
+            "test": None,
+            "valid": _loader(valid_samples, case, rank) if valid_samples else None,
+        }
         with contextlib.redirect_stdout(io.StringIO()):  # NeoX prints the start iterations
             train_it, valid_it, _ = shift_and_wrap_data_loaders(args, loaders)
         train.append([int(x) for _ in range(case["gas"]) for x in next(train_it)])
@@ -48,7 +59,7 @@ def drawn(case: dict) -> dict:
     micro = case["micro"]
 
     def merged(per_rank: list[list[int]], batches: int) -> list[int]:
-        return [x for s in range(batches) for r in range(case["dp"]) for x in per_rank[r][s * micro:(s + 1) * micro]]
+        return [x for s in range(batches) for r in range(case["dp"]) for x in per_rank[r][s * micro : (s + 1) * micro]]
 
     return {"train": merged(train, case["gas"]), "valid": merged(valid, case.get("valid_batches", 0))}
 
