@@ -4,7 +4,7 @@ The same wrong config (train_batch_size 12, micro 2, grad accumulation 2 on `--n
 is given to
 
 * ``neox-epoch check-batch ds.json --num_gpus 2`` (exits 2 with the fix), and
-* ``deepspeed --num_gpus 2 tests/ds_rank_probe.py --ds_config ds.json --with_shm_op``: a tiny 4x4 model
+* ``deepspeed --num_gpus 2 tests/helpers/ds_rank_probe.py --ds_config ds.json --with_shm_op``: a tiny 4x4 model
   and ``deepspeed.initialize``, which stops with DeepSpeed's AssertionError; timed until the launcher exits,
   and until the rank reports the error.
 
@@ -49,7 +49,7 @@ MEASURED = {
 }
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PROBE = os.path.join(ROOT, "tests", "ds_rank_probe.py")
+PROBE = os.path.join(ROOT, "tests", "helpers", "ds_rank_probe.py")
 CONFIG = {"train_batch_size": 12, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2}
 
 

@@ -8,7 +8,7 @@ Blends: 2 sources (random, log-uniform 1e-6..1), plan_bench's 8 sources, 8 equal
 35-source blend from the real configs (its weights copied below), each normalised as megatron-core does
 (``blend.normalize``). StableLM's plain replay is 35 comparisons a draw: it stops at ``--max-draws-35``.
 Every line: blend, draws, seconds fast and plain, and ``equal`` or ``DIFFERENT``. Exit status 1 on any
-difference. tests/test_greedy_corpora.py checks every blend of the test corpora up to 10^6 draws.
+difference. tests/semantics/test_greedy_corpora.py checks every blend of the test corpora up to 10^6 draws.
 """
 
 from __future__ import annotations

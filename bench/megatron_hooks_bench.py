@@ -1,13 +1,13 @@
 """What neox-epoch's Megatron-LM hooks cost per training step (run by hand, not a test).
 
 Megatron-LM's real pretrain_gpt.py trains a tiny GPT on CPU (2 ranks, torchrun, gloo; the GPU test double of
-tests/megatron_lm_cpu) on a 2-source blend, interleaved: ``neox-epoch launch --source-epochs a=1 b=2 torchrun
+tests/helpers/megatron_lm_cpu) on a 2-source blend, interleaved: ``neox-epoch launch --source-epochs a=1 b=2 torchrun
 ... pretrain_gpt.py FLAGS`` (hooks on) and the same torchrun line with the flags the launch applied but without
 the worker (hooks off): same run length. Per run: the mean wall time per step from Megatron-LM's own iteration
 log timestamps (first step excluded), and, with hooks on, the seconds spent inside the hook methods
-(tests/megatron_lm_cpu/hook_timer.py) divided by the steps. Prints each repeat and the differences/ratios.
+(tests/helpers/megatron_lm_cpu/hook_timer.py) divided by the steps. Prints each repeat and the differences/ratios.
 
-Usage (the stack's Python; MEGATRON_LM_019_DIR / MEGATRON_LM_DIR as tests/frameworks.py reads them):
+Usage (the stack's Python; MEGATRON_LM_019_DIR / MEGATRON_LM_DIR as tests/helpers/frameworks.py reads them):
     python bench/megatron_hooks_bench.py [--repeats 3] [--docs 120]
 """
 
@@ -25,7 +25,7 @@ import tempfile
 from datetime import datetime
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [os.path.join(REPO, "tests"), os.path.join(REPO, "tests", "megatron_lm_cpu")]
+sys.path[:0] = [os.path.join(REPO, "tests", "helpers"), os.path.join(REPO, "tests", "helpers", "megatron_lm_cpu")]
 
 import frameworks  # noqa: E402
 import harness  # noqa: E402

@@ -1,5 +1,5 @@
 """Plan time of every real Pythia/StableLM config in the test corpora (the vendored tarball of
-tests/test_neox_real_configs.py) at 256 GPUs: ``plan``, exact mode (``--epochs 1``) and ``--epochs 1e9``.
+tests/neox/test_neox_real_configs.py) at 256 GPUs: ``plan``, exact mode (``--epochs 1``) and ``--epochs 1e9``.
 
     python bench/real_config_bench.py [--world 256] [--repeat 1]
 
@@ -20,15 +20,15 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "helpers"))
 
 
 def prepare(root: str, n: int) -> list[tuple[str, list[str]]]:
     """In ``root`` (the working directory): every real config with its data file and an ``n``-GPU hostfile;
     (the config's path in the tarball, the files to give ``plan``) per config."""
     import numpy as np
-    import test_neox_real_configs as real
 
+    import tests.neox.test_neox_real_configs as real
     from neox_epoch.formats.corpus import write_sized_corpus
 
     configs = real.extract_configs(root)
@@ -60,7 +60,7 @@ def main() -> None:
     ap.add_argument("--world", type=int, default=256)
     ap.add_argument("--repeat", type=int, default=1)
     args = ap.parse_args()
-    import test_neox_real_configs as real
+    import tests.neox.test_neox_real_configs as real
 
     root = tempfile.mkdtemp(prefix="real-config-bench-")
     os.chdir(root)

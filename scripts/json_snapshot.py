@@ -15,7 +15,7 @@ compared. The package itself is imported only in
 restructure). Inputs the package does not write are written here from plain data: NeoX configs (the shipped
 ``configs/*.yml`` and the configs of ``tests/fixtures/neox/neox_golden.json``'s cases), DeepSpeed/NeoX batch
 configs and hostfiles, checkpoints in DeepSpeed's and Megatron-LM's layouts (zip-format pickles of plain
-dicts, as ``tests/test_checkpoint.py`` writes them), run logs (``neox_epoch.jsonl``) and a megatron-core
+dicts, as ``tests/formats/test_checkpoint.py`` writes them), run logs (``neox_epoch.jsonl``) and a megatron-core
 index cache built by the installed megatron-core's own BlendedMegatronDatasetBuilder (skipped, and said so in
 the index, when megatron-core or torch is not importable).
 
@@ -101,7 +101,7 @@ def _write_json(path: str, obj: Any) -> str:
 
 
 def _zip_pickle(obj: Any) -> bytes:
-    """A torch.save zip-format file holding ``obj`` (plain Python objects only), as tests/test_checkpoint.py."""
+    """A torch.save zip-format file holding ``obj`` (plain Python objects only), as tests/formats/test_checkpoint.py."""
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as z:
         z.writestr("archive/data.pkl", pickle.dumps(obj, protocol=2))
@@ -405,7 +405,7 @@ def build_inputs(work: str, env: dict[str, str]) -> tuple[list[dict[str, Any]], 
         ("out/c1.overlay.yml",),
     )
 
-    # --- plan: Megatron-LM flags and pasted command lines (tests/test_plan_cli.py, tests/test_pasted_line.py)
+    # --- plan: Megatron-LM flags and pasted command lines (tests/plan/test_plan_cli.py, tests/formats/test_pasted_line.py)
     web, code = "demo/data/web_text_document", "demo/data/code_text_document"
     model = ["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4", "--lr", "3e-4"]
     case(
@@ -695,7 +695,7 @@ def build_inputs(work: str, env: dict[str, str]) -> tuple[list[dict[str, Any]], 
             ],
         )
 
-    # --- resume-check (tests/test_checkpoint.py's layouts)
+    # --- resume-check (tests/formats/test_checkpoint.py's layouts)
     for seed, name in enumerate("abc", start=1):
         write_random_corpus(os.path.join(work, "rc", name), seed, 200 * seed, 20, 180)
 
@@ -811,7 +811,7 @@ def build_inputs(work: str, env: dict[str, str]) -> tuple[list[dict[str, Any]], 
     )
     case("resume-check-missing-checkpoint", ["resume-check", "nowhere", "rc/new_121.yml", "--json"])
 
-    # --- check-batch (tests/test_check_batch.py)
+    # --- check-batch (tests/batch/test_check_batch.py)
     _write(f"{work}/hosts/2x4", "node1 slots=4\nnode2 slots=4\n")
     _write(f"{work}/hosts/2x8", "node1 slots=8\nnode2 slots=8\n")
     _write_json(

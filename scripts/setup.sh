@@ -51,7 +51,7 @@ setup_neox() {
     python -m pip install -q "numpy<2" packaging pyyaml pytest ruff matplotlib hypothesis
     python -m pip install -q megatron-core==0.16.1
     python -m pip install -q deepspeed==0.19.8
-    # Megatron-LM's training side (tests/frameworks.py, megatron_lm_*) imports these beyond megatron-core.
+    # Megatron-LM's training side (tests/helpers/frameworks.py, megatron_lm_*) imports these beyond megatron-core.
     # triton 3.9.0 is the large one: a 286 MB wheel, about 1 GB installed.
     python -m pip install -q six regex triton==3.9.0 pydantic
     # Megatron-LM's own TensorBoard writer (--tensorboard-dir), which the Megatron-LM hooks write through
@@ -82,8 +82,8 @@ setup_today() {
 }
 
 setup_system() {
-  # The multi-node launch test (tests/test_neox_training.py) runs DeepSpeed's pdsh launcher over ssh to
-  # 127.0.0.1 with a private sshd (tests/local_sshd.py): Debian's openssh-server and pdsh, installed here as
+  # The multi-node launch test (tests/neox/test_neox_training.py) runs DeepSpeed's pdsh launcher over ssh to
+  # 127.0.0.1 with a private sshd (tests/helpers/local_sshd.py): Debian's openssh-server and pdsh, installed here as
   # root when missing (elsewhere install them yourself; without them that test skips, and fails under CI=true).
   if { [ ! -x /usr/sbin/sshd ] || ! command -v pdsh >/dev/null; } && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     export DEBIAN_FRONTEND=noninteractive

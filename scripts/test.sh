@@ -5,7 +5,7 @@
 #   tests that run on one stack only carry the `stack` marker (GPT-NeoX's own tests: NeoX pins numpy<2) and are
 #   deselected on the other, with the reason in the summary (tests/conftest.py).
 # Real GPT-NeoX and Megatron-LM come from NEOX_DIR / MEGATRON_LM_DIR, else from the vendored tarballs in
-# ../shared/vendor, extracted into .cache/ (tests/frameworks.py); under CI=true none may skip.
+# ../shared/vendor, extracted into .cache/ (tests/helpers/frameworks.py); under CI=true none may skip.
 # Arguments are passed to both pytest runs; STACKS="neox" (or "today") runs one stack only.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -3,7 +3,7 @@
 # the audit on real caches, resume-check vs the real loaders, the counters) against megatron-core VERSION.
 #   bash scripts/verify_megatron.sh 0.19.3            on today's stack (.venv-today, Python 3.12)
 #   STACK=neox bash scripts/verify_megatron.sh 0.16.2 on NeoX's stack (.venv, Python 3.11)
-# VERSION is installed without its dependencies into .cache/mcore-VERSION (tests/mcore_env.py) and put first
+# VERSION is installed without its dependencies into .cache/mcore-VERSION (tests/helpers/mcore_env.py) and put first
 # on PYTHONPATH, so it shadows the stack's own megatron-core. When everything passes, adding VERSION to
 # VERIFIED_MCORE_VERSIONS in neox_epoch/formats/detect.py is the one-line change that lets `neox-epoch plan` use it
 # without --force-version (and to tests/mcore_env.STACK_VERSIONS, so CI keeps checking it).
@@ -30,5 +30,5 @@ where=${target:-the install of stack $stack}
 echo "== megatron-core $version from $where"
 export DS_ACCELERATOR=cpu NEOX_EPOCH_STACK=$stack NEOX_EPOCH_MCORE_VERSIONS=$version
 PYTHONPATH="$target${PYTHONPATH:+:$PYTHONPATH}" "$py" -m pytest -ra \
-  tests/test_mcore_truth.py tests/test_plan_vs_audit.py tests/test_exact_tokens_mcore.py tests/test_audit_mcore.py \
-  tests/test_mcore_e2e.py tests/test_mcore_counters.py tests/test_resume_moves.py "$@"
+  tests/mcore/test_mcore_truth.py tests/audit/test_plan_vs_audit.py tests/mcore/test_exact_tokens_mcore.py tests/audit/test_audit_mcore.py \
+  tests/mcore/test_mcore_e2e.py tests/mcore/test_mcore_counters.py tests/resume/test_resume_moves.py "$@"

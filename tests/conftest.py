@@ -1,7 +1,7 @@
 """Shared fixtures: tiny real .bin/.idx corpora written with the same layout the frameworks read.
 
 Also the framework markers (``neox``, ``megatron_lm``: the test runs a real framework found through
-tests/frameworks.py): under ``CI=true`` such a test that skips is reported as a failure, and the terminal
+tests/helpers/frameworks.py): under ``CI=true`` such a test that skips is reported as a failure, and the terminal
 summary ends with one line per framework saying how many of its tests ran, passed and skipped.
 
 And the stacks (scripts/test.sh runs the suite on each): ``neox`` (Python 3.11, numpy<2, megatron-core 0.16.1,
@@ -19,8 +19,10 @@ from collections.abc import Generator
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+#: the checkout (the package) and the helpers (tests/helpers: shared test code, probes, the CPU test doubles)
+for _path in (ROOT, os.path.join(ROOT, "tests", "helpers")):
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
 
 from optional import in_ci  # noqa: E402
 
@@ -99,7 +101,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         report.longrepr = (
             f"CI=true: this {' / '.join(FRAMEWORKS[n] for n in names)} test skipped ({reason}); "
             "under CI every framework test must run: make the framework available "
-            "(see tests/frameworks.py)"
+            "(see tests/helpers/frameworks.py)"
         )
     state = "failed" if report.failed else "skipped" if report.skipped else "passed"
     ran = report.when == "call" and not skipped

@@ -1,4 +1,4 @@
-"""tests/frameworks.py finds the expected framework trees, and tests/conftest.py's framework markers behave.
+"""tests/helpers/frameworks.py finds the expected framework trees, and tests/conftest.py's framework markers behave.
 
 The ``neox`` / ``megatron_lm`` tests check the trees the other framework tests run: GPT-NeoX's
 arguments module is there, Megatron-LM's package_info.py says 0.16.1 (read from the file, not imported),
@@ -162,7 +162,10 @@ def test_extract_in_parallel_processes(tmp_path):
     )
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", code, HERE, dest, vendor], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            [sys.executable, "-c", code, os.path.join(HERE, "helpers"), dest, vendor],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         for _ in range(4)
     ]
@@ -214,7 +217,7 @@ def _inner_pytest(tmp_path, ci: str | None, stack: str = "neox") -> subprocess.C
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     if ci is not None:
         env["CI"] = ci
-    env["PYTHONPATH"] = os.pathsep.join([HERE, env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([HERE, os.path.join(HERE, "helpers"), env.get("PYTHONPATH", "")])
     env["NEOX_EPOCH_STACK"] = stack
     return subprocess.run(
         [

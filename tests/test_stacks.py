@@ -1,6 +1,6 @@
 """The same answers on GPT-NeoX's stack (numpy 1.x) and on the stack users install today (numpy 2.x).
 
-Each command runs as ``python -m neox_epoch.cli ...`` under both interpreters (tests/stacks.py: the environment
+Each command runs as ``python -m neox_epoch.cli ...`` under both interpreters (tests/helpers/stacks.py: the environment
 variable NEOX_EPOCH_STACK_PYTHONS, or .venv and .venv-today) on the same files, with this checkout's code
 (PYTHONPATH): ``plan --json`` of a NeoX config and of a Megatron-LM command line with ``--data-cache-path``,
 ``audit --json`` of a cache built by the real megatron-core and of the index files real GPT-NeoX wrote
@@ -9,7 +9,7 @@ batch size, and ``report --json`` of a run log written by the hooks' own writers
 bytes and their exit codes the same; a few numbers in each are checked against where they come from.
 
 The corpora are real .bin/.idx files (neox_epoch.formats.corpus.write_random_corpus); the megatron-core cache is built by
-BlendedMegatronDatasetBuilder in the "neox" stack (megatron-core 0.16.1, a verified version; tests/mcore_live.py).
+BlendedMegatronDatasetBuilder in the "neox" stack (megatron-core 0.16.1, a verified version; tests/helpers/mcore_live.py).
 """
 
 from __future__ import annotations
@@ -92,8 +92,8 @@ def test_stacks_from_the_variable(tmp_path: Any, monkeypatch: pytest.MonkeyPatch
     python = tmp_path / "python"
     python.write_text("#!/bin/sh\n")
     python.chmod(0o755)
-    monkeypatch.setenv(stacks.ENV, f" neox={python} , today=tests/stacks.py")
-    assert stacks.stack_pythons() == {"neox": str(python)}  # tests/stacks.py is no executable
+    monkeypatch.setenv(stacks.ENV, f" neox={python} , today=tests/helpers/stacks.py")
+    assert stacks.stack_pythons() == {"neox": str(python)}  # tests/helpers/stacks.py is no executable
     monkeypatch.setenv(stacks.ENV, f"neox={python},today={os.path.relpath(python, ROOT)}")
     assert stacks.stack_pythons() == {"neox": str(python), "today": os.path.join(ROOT, os.path.relpath(python, ROOT))}
     monkeypatch.setenv(stacks.ENV, f"neox={python},tody={python}")
@@ -154,7 +154,7 @@ def inputs(pythons: dict[str, str], tmp_path_factory: pytest.TempPathFactory) ->
     launch(str(d / "run"), values, block, 0, 30, 5)
     launch(str(d / "run"), {**values, "train_batch_size": 2 * GBS}, block, 30, None, 5)
     r = subprocess.run(
-        [pythons["neox"], "-c", BUILD_MCORE, HERE, str(data), str(d / "mcore_cache")],
+        [pythons["neox"], "-c", BUILD_MCORE, os.path.join(HERE, "helpers"), str(data), str(d / "mcore_cache")],
         capture_output=True,
         text=True,
         timeout=600,

@@ -1,6 +1,6 @@
 """Run GPT-NeoX's real dataset-building path on a CPU, with or without the hooks, and measure coverage.
 
-Verification tool (used by tests/test_neox_integration.py, runnable by hand)::
+Verification tool (used by tests/neox/test_neox_integration.py, runnable by hand)::
 
     python -m neox_epoch.neox.probe --neox-dir NEOX --case case.json --out result.json
 

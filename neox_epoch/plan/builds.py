@@ -326,7 +326,7 @@ class Framework:
     """It runs a blend weight of 0 (that source is never drawn); megatron-core is not verified with one."""
     copies_share_order: bool = False
     """A prefix listed twice in one blend is built twice with the same seed: the copies share one shuffle (NeoX:
-    scripts/neox_repeated_prefix.py; megatron-core: equal index hashes, tests/test_mcore_repeated_prefix.py)."""
+    scripts/neox_repeated_prefix.py; megatron-core: equal index hashes, tests/mcore/test_mcore_repeated_prefix.py)."""
     buffered_requests: Callable[[PlanInput], bool] = lambda inp: False
     """It multiplies every per-source request by a buffer (NeoX's 1.005 with train_data_paths)."""
     exact_surplus_zero: bool = False

@@ -16,7 +16,7 @@ The learning rate at iteration ``i`` (0-based) is what the framework's scheduler
 rate of the ``(i + 1)``-th optimizer step: NeoX's ``AnnealingLR.get_lr`` with ``num_iters = i``, megatron-core's
 ``OptimizerParamScheduler.get_lr`` with ``num_steps = i * global_batch_size`` (Megatron-LM's
 ``get_optimizer_param_scheduler``: every length in samples for iteration-based runs too). :func:`neox_lr` and
-:func:`mcore_lr` mirror those two functions line by line (tests/test_stage_schedule.py runs the real ones).
+:func:`mcore_lr` mirror those two functions line by line (tests/plan/test_stage_schedule.py runs the real ones).
 Pure: no torch, no framework.
 """
 

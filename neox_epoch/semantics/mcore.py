@@ -2,7 +2,7 @@
 gpt_dataset.py, blended_dataset.py, blended_megatron_dataset_config.py).
 
 Verified against the real BlendedMegatronDatasetBuilder of megatron-core 0.10.0 and 0.16.1 by
-tests/test_mcore_truth.py (randomized corpora and configs, exact equality).
+tests/mcore/test_mcore_truth.py (randomized corpora and configs, exact equality).
 """
 
 from __future__ import annotations

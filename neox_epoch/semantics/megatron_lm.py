@@ -9,7 +9,7 @@ comparing version strings.
 One function per Megatron-LM function mirrored, named after it; each raises :class:`MegatronRefusal` where
 the real function raises (same exception type and message recorded on the error), so a plan never
 promises a run that Megatron-LM would not start. Verified against the real functions by
-tests/test_megatron_lm.py (tests/megatron_lm_truth.py runs them).
+tests/megatron_lm/test_megatron_lm.py (tests/helpers/megatron_lm_truth.py runs them).
 
 Pure: no torch, no megatron import.
 """

@@ -11,15 +11,12 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
 import numpy as np
 import pytest
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from faults_util import cli, neox_cache, refused, tree  # noqa: E402
 
-from tests.test_audit_unit import brute_force, hist, write_neox_index  # noqa: E402
+from tests.audit.test_audit_unit import brute_force, hist, write_neox_index  # noqa: E402
 
 SEQ = 16
 
@@ -67,7 +64,7 @@ def audit_tokens(directory: str, consumed: int) -> dict[int, int]:
 
 
 def test_truth_matches_the_walk_token_by_token(index: tuple[str, dict]) -> None:
-    """The difference-array count equals the token-by-token walk of tests/test_audit_unit.py where both run."""
+    """The difference-array count equals the token-by-token walk of tests/audit/test_audit_unit.py where both run."""
     _, arr = index
     for consumed in (1, arr["S"] - 2, 3 * (arr["S"] - 1) + 5):
         assert exposure_truth(arr, SEQ, consumed) == hist(brute_force(arr, SEQ, consumed)[0])

@@ -10,8 +10,9 @@ import sys
 
 import numpy as np
 import pytest
-from test_audit_unit import write_neox_index
 from test_faults_special_read import snapshot
+
+from tests.audit.test_audit_unit import write_neox_index
 
 CASES = [
     ("random_seed", -1),

@@ -1,6 +1,6 @@
 """GPT-NeoX's real CPU training with the hooks' log_dir on a filesystem that fills up, or turns read-only, mid-run.
 
-One real launch per case (the 3-source blend of tests/test_neox_training.py, targets a 1, b 2, c 0.5 passes,
+One real launch per case (the 3-source blend of tests/neox/test_neox_training.py, targets a 1, b 2, c 0.5 passes,
 separate_epochs, 245 iterations of 4, counters every iteration), through ``neox-epoch launch`` as users launch it,
 with the launch fixtures of tests/test_neox_training.py. ``log_dir`` is on a small tmpfs of its own (we are root
 in the test container and CI: ``mount -t tmpfs``). Once training has written its first counters, a thread in the
@@ -34,8 +34,8 @@ import frameworks
 import neox_trained as nt
 import numpy as np
 import pytest
-import test_neox_training as tn
 
+import tests.neox.test_neox_training as tn
 from neox_epoch.neox.counters import JSONL_NAME
 
 pytestmark = [pytest.mark.neox, pytest.mark.slow]

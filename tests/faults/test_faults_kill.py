@@ -106,7 +106,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     p = subprocess.run(
         [
             sys.executable,
-            os.path.join(HERE, "faults_kill_driver.py"),
+            os.path.join(os.path.dirname(HERE), "helpers", "faults_kill_driver.py"),
             os.path.join(d, "spec.json"),
             os.path.join(d, "result.json"),
         ],

@@ -20,7 +20,7 @@ import pytest
 
 from neox_epoch.audit.audit import AuditOptions, run_audit
 from neox_epoch.formats.cache_names import discover
-from tests.test_audit_unit import write_neox_index
+from tests.audit.test_audit_unit import write_neox_index
 
 RACES = 60
 

@@ -3,21 +3,16 @@
 NeoX builds a one-token source thousands of epochs over (each sample spans the whole split many times). The report
 printed passes 0.0 for it, and its exposure estimate over those epochs stopped the report (exit 3, a float
 overflow). Its passes are counted in tokens, ``samples x seq_length / tokens``; a log that records no tokens for it
-is refused in one line. The run log is written by the hooks' own writers (tests/run_logs.py).
+is refused in one line. The run log is written by the hooks' own writers (tests/helpers/run_logs.py).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import sys
 
 import pytest
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from faults_util import TESTS, cli, refused, tree  # noqa: E402
-
-sys.path.insert(0, TESTS)
+from faults_util import cli, refused, tree  # noqa: E402
 from run_logs import blend_values, launch  # noqa: E402
 
 from neox_epoch.formats.corpus import write_corpus  # noqa: E402

@@ -14,9 +14,9 @@ import sys
 import tempfile
 
 import pytest
-from test_audit_unit import write_neox_index
 
 from neox_epoch.formats.corpus import write_corpus
+from tests.audit.test_audit_unit import write_neox_index
 
 KINDS = {
     "fifo": "a FIFO",

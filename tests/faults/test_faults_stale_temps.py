@@ -63,7 +63,7 @@ def test_kill_9_without_o_tmpfile_heals(tmp_path: Any) -> None:
     p = subprocess.run(
         [
             sys.executable,
-            os.path.join(HERE, "faults_kill_driver.py"),
+            os.path.join(os.path.dirname(HERE), "helpers", "faults_kill_driver.py"),
             os.path.join(d, "spec.json"),
             os.path.join(d, "result.json"),
         ],
