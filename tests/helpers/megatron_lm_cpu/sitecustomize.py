@@ -30,8 +30,6 @@ when ``NEOX_EPOCH_MEGATRON_HOOK_TIMES`` is set, the hook timer (``hook_timer.py`
 from __future__ import annotations
 
 import contextlib
-import importlib.abc
-import importlib.machinery
 import os
 import sys
 from collections.abc import Callable
@@ -40,27 +38,9 @@ from typing import Any
 SHIM_VAR = "NEOX_EPOCH_MEGATRON_CPU"
 
 
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Runs ``patches[name](module)`` right after the module ``name`` is executed (first import)."""
-
-    def __init__(self, patches: dict[str, Callable[[Any], None]]) -> None:
-        self.patches = patches
-
-    def find_spec(self, name: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
-        patch = self.patches.get(name)
-        if patch is None:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(name, path, target)
-        if spec is None or spec.loader is None:
-            return None
-        real = spec.loader.exec_module  # type: ignore[union-attr]
-
-        def exec_module(module: Any) -> None:
-            real(module)
-            patch(module)
-
-        spec.loader.exec_module = exec_module  # type: ignore[method-assign,union-attr]
-        return spec
+# tests/helpers (after_import.py, shared by both test doubles) at the END of sys.path: it shadows nothing
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from after_import import AfterImport  # noqa: E402
 
 
 def _cpu(device: Any) -> Any:
@@ -180,7 +160,7 @@ def _install() -> None:
         import hook_timer
 
         patches["neox_epoch.megatron_lm.hooks"] = hook_timer.patch
-    sys.meta_path.insert(0, _AfterImport(patches))
+    sys.meta_path.insert(0, AfterImport(patches))
 
 
 if os.environ.get(SHIM_VAR) == "1":

@@ -26,8 +26,6 @@ the batch recorder (``batch_recorder.py`` beside this file) is attached too.
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
 import os
 import sys
 from collections.abc import Callable
@@ -36,27 +34,9 @@ from typing import Any
 SHIM_VAR = "NEOX_EPOCH_CPU_SHIM"
 
 
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Runs ``patches[name](module)`` right after the module ``name`` is executed (first import)."""
-
-    def __init__(self, patches: dict[str, Callable[[Any], None]]) -> None:
-        self.patches = patches
-
-    def find_spec(self, name: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
-        patch = self.patches.get(name)
-        if patch is None:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(name, path, target)
-        if spec is None or spec.loader is None:
-            return None
-        real = spec.loader.exec_module  # type: ignore[union-attr]
-
-        def exec_module(module: Any) -> None:
-            real(module)
-            patch(module)
-
-        spec.loader.exec_module = exec_module  # type: ignore[method-assign,union-attr]
-        return spec
+# tests/helpers (after_import.py, shared by both test doubles) at the END of sys.path: it shadows nothing
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from after_import import AfterImport  # noqa: E402
 
 
 def _torch() -> None:
@@ -119,4 +99,4 @@ def _training(module: Any) -> None:
 
 if os.environ.get(SHIM_VAR) == "1":
     _torch()
-    sys.meta_path.insert(0, _AfterImport({"megatron.initialize": _initialize, "megatron.training": _training}))
+    sys.meta_path.insert(0, AfterImport({"megatron.initialize": _initialize, "megatron.training": _training}))
