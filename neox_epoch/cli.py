@@ -5,7 +5,9 @@ Exit codes: 0 success, 1 findings (audit, check-batch, plan with ``enforce``), 2
 neox_epoch.util.stdout), 3 internal error (an unexpected exception: one line naming the command and its
 input; the traceback only with ``--debug``).
 Each subcommand module provides ``register(subparsers)`` (adds its parser, sets ``func``) and a
-``run(args) -> int`` function.
+``run(args) -> int`` function. The global options (``-v``, ``--debug``, ``--version``) go before or after the
+command's name: :class:`Commands` gives every command's parser them as an argparse parent parser. Public argparse
+only (no private attribute of the parser or its actions).
 """
 
 from __future__ import annotations
