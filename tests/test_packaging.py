@@ -24,7 +24,9 @@ import pytest
 
 from neox_epoch import __version__
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.abspath(__file__))
+while not os.path.isfile(os.path.join(ROOT, "setup.py")) and ROOT != os.path.dirname(ROOT):  # the checkout
+    ROOT = os.path.dirname(ROOT)
 EXTENSIONS = ("_greedy", "_exposure", "_mapguard")
 #: what a copy of the checkout leaves out (built files, the venvs and caches, which are links to elsewhere)
 NOT_COPIED = shutil.ignore_patterns(
@@ -72,7 +74,7 @@ def dist(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 def _checkout(pattern: str) -> set[str]:
-    return {os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, pattern))}
+    return {os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, pattern), recursive=True)}
 
 
 def test_sdist_carries_tests_docs_configs_and_c_sources(dist: dict[str, Any]) -> None:
@@ -80,7 +82,14 @@ def test_sdist_carries_tests_docs_configs_and_c_sources(dist: dict[str, Any]) ->
     wanted = set().union(
         *(
             _checkout(p)
-            for p in ("tests/test_*.py", "tests/fixtures/neox/*.json", "docs/*.md", "configs/*.yml", "scripts/*")
+            for p in (
+                "tests/**/test_*.py",
+                "tests/**/*.json",
+                "docs/*.md",
+                "configs/*.yml",
+                "scripts/*.py",
+                "scripts/*.sh",
+            )
         ),
         {f"neox_epoch/{e}.c" for e in EXTENSIONS},
         {"LICENSE", "MANIFEST.in", "README.md", "pyproject.toml", "setup.py", "patches/neox_epoch_hook.patch"},
