@@ -5,7 +5,9 @@ Exit codes: 0 success, 1 findings (audit, check-batch, plan with ``enforce``), 2
 neox_epoch.util.stdout), 3 internal error (an unexpected exception: one line naming the command and its
 input; the traceback only with ``--debug``).
 Each subcommand module provides ``register(subparsers)`` (adds its parser, sets ``func``) and a
-``run(args) -> int`` function.
+``run(args) -> int`` function. The global options (``-v``, ``--debug``, ``--version``) go before or after the
+command's name: :class:`Commands` gives every command's parser them as an argparse parent parser. Public argparse
+only (no private attribute of the parser or its actions).
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from neox_epoch import __version__
 from neox_epoch.errors import NeoxEpochError, OutputError
 from neox_epoch.util import stdout
+from neox_epoch.util.helptext import wrapped
 
 #: exit code of an unexpected exception (a bug), distinct from bad input (2)
 INTERNAL_ERROR = 3
@@ -53,39 +57,83 @@ def one_line(message: str) -> str:
     return " ".join(part.strip() for part in message.splitlines() if part.strip())
 
 
+#: the global options that take no value (``--version`` prints and exits): every command takes them, before or
+#: after its name
+GLOBAL_FLAGS = ("-v", "--verbose", "--debug")
+
+
+def global_options(inherited: bool) -> argparse.ArgumentParser:
+    """The global options as a parent parser. A command's copy (``inherited``) has no default, so that its parse
+    keeps what the main parser found before the command's name (argparse copies a subparser's defaults over it)."""
+    default = argparse.SUPPRESS if inherited else False
+    parent = argparse.ArgumentParser(add_help=False)
+    group = parent.add_argument_group("global options (before or after the command)")
+    group.add_argument("--version", action="version", version=f"neox-epoch {__version__}")
+    group.add_argument("-v", "--verbose", action="store_true", default=default, help="log at DEBUG level")
+    group.add_argument(
+        "--debug", action="store_true", default=default, help="print the traceback of an internal error (exit 3)"
+    )
+    return parent
+
+
+class Commands:
+    """The subparsers handed to each command's ``register``: every parser added gets the global options, and the
+    commands' names and help lines are kept for :func:`no_command` (argparse's own list of them is private)."""
+
+    def __init__(self, sub: Any) -> None:
+        self.sub = sub
+        self.choices = sub.choices  # (public: the name -> parser map; launch extends its parser)
+        self.helps: dict[str, str] = {}
+        self.parent = global_options(inherited=True)
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        kwargs["parents"] = [*kwargs.get("parents", ()), self.parent]
+        if "description" in kwargs:  # kept as given by examples()' formatter: filled here as argparse would
+            kwargs["description"] = wrapped(kwargs["description"])
+        self.helps[name] = str(kwargs.get("help", ""))
+        parser: argparse.ArgumentParser = self.sub.add_parser(name, **kwargs)
+        return parser
+
+
 def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="neox-epoch",
         description="Exact epochs for GPT-NeoX and megatron-core pretraining: plan, audit, check.",
+        parents=[global_options(inherited=False)],
     )
-    parser.add_argument("--version", action="version", version=f"neox-epoch {__version__}")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
-    parser.add_argument("--debug", action="store_true", help="print the traceback of an internal error (exit 3)")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands = Commands(parser.add_subparsers(dest="command", metavar="COMMAND"))
     wanted = next((a for a in argv if a in COMMANDS), None)
     for name, module in COMMANDS.items():
         if wanted is not None and name != wanted:
-            sub.add_parser(name, help=f"see neox-epoch {name} --help")
+            commands.add_parser(name, help=f"see neox-epoch {name} --help")
             continue
         try:
-            importlib.import_module(module).register(sub)
+            importlib.import_module(module).register(commands)
         except ModuleNotFoundError as err:
             if err.name and err.name.startswith("neox_epoch"):
                 continue  # subcommand not part of this build
             raise
+    parser.set_defaults(command_helps=commands.helps)
     return parser
 
 
-def no_command(parser: argparse.ArgumentParser) -> str:
+def no_command(parser: argparse.ArgumentParser, helps: dict[str, str]) -> str:
     """What a bare ``neox-epoch`` prints (on stderr): the usage line, the commands, one error line."""
     lines = [parser.format_usage().strip(), "commands:"]
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            lines += [f"  {choice.dest:<13} {choice.help}" for choice in action._choices_actions]
+    lines += [f"  {name:<13} {text}" for name, text in helps.items()]
     lines.append(
         "neox-epoch: error: no command given; choose one (neox-epoch COMMAND --help shows its options and examples)"
     )
     return "\n".join(lines)
+
+
+def command_tokens(argv: Sequence[str], command: str | None) -> list[str]:
+    """The command line as the commands re-read it (Megatron-LM flags after ``plan``, ``resume-check``): without
+    the global options argparse took. ``launch`` keeps its line as typed (its own options drop them)."""
+    if command in STARTS_PROGRAMS:
+        return list(argv)
+    end = argv.index("--") if "--" in argv else len(argv)
+    return [t for k, t in enumerate(argv) if k >= end or t not in GLOBAL_FLAGS]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -96,13 +144,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if extra and not getattr(args, "accepts_extra", False):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.extra = extra
-    args.raw_argv = argv
+    args.raw_argv = command_tokens(argv, args.command)
     args.main = main  # for a command that runs others as typed (demo)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s"
     )
     if not getattr(args, "func", None):
-        print(no_command(parser), file=sys.stderr)
+        print(no_command(parser, args.command_helps), file=sys.stderr)
         return 2
     if sys.stdout is None:  # started with fd 1 closed: nothing it prints would reach anyone
         print(f"neox-epoch {args.command}: error: {stdout.closed_error()}", file=sys.stderr)

@@ -15,6 +15,7 @@ from neox_epoch.audit.exposure import ManifestChunk
 from neox_epoch.audit.validate import IndexReport, Progress
 from neox_epoch.errors import AuditError
 from neox_epoch.util.output import Input, Output, write_output
+from neox_epoch.util.schema import stamped
 from neox_epoch.util.text import fmt as _fmt
 from neox_epoch.util.text import table
 
@@ -153,7 +154,7 @@ def render_text(res: AuditResult) -> str:
 
 
 def render_json(res: AuditResult) -> str:
-    return json.dumps(res.to_json(), indent=1, sort_keys=False) + "\n"
+    return json.dumps(stamped(res.to_json()), indent=1, sort_keys=False) + "\n"
 
 
 class ManifestWriter:

@@ -16,6 +16,7 @@ from typing import Any
 from neox_epoch.batch.config import LauncherSettings
 from neox_epoch.errors import BatchError
 from neox_epoch.util.helptext import examples
+from neox_epoch.util.schema import stamped
 
 _FLAGS = ("hostfile", "include", "exclude", "num_nodes", "num_gpus", "launcher")
 
@@ -132,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
         )
     result = preflight(args.configs, overrides)
     if args.json:
-        print(json.dumps(result.to_json(), indent=2, sort_keys=False))
+        print(json.dumps(stamped(result.to_json()), indent=2, sort_keys=False))
     else:
         print(format_table(result))
     if args.fix is None:

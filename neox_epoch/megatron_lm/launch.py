@@ -32,6 +32,7 @@ from typing import Any
 from neox_epoch.errors import ConfigError
 from neox_epoch.megatron_lm.line import LaunchOptions, changes, cut_line, split_options, values_of, worker_argv
 from neox_epoch.megatron_lm.payload import ENV_VAR, Payload
+from neox_epoch.util.schema import stamp
 
 
 def register(sub: Any) -> None:
@@ -245,6 +246,7 @@ def run(tokens: Sequence[str]) -> int:
         print(
             json.dumps(
                 {
+                    **stamp(),
                     "argv": argv,
                     "env": {ENV_VAR: value},
                     "mode": payload.mode,

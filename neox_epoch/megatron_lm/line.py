@@ -29,6 +29,10 @@ OWN_OPTIONS: dict[str, int] = {
     "--framework-version": 1,
     "--dry-run": 0,
     "--stages": 1,
+    # neox-epoch's global options (neox_epoch.cli.GLOBAL_FLAGS: argparse took them): skipped here
+    "--debug": 0,
+    "-v": 0,
+    "--verbose": 0,
 }
 
 

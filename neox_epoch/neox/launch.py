@@ -49,6 +49,7 @@ from neox_epoch.formats.neox_config import BLOCK, load_neox_configs
 from neox_epoch.neox.block import ENV_VAR, EXPORT_PREFIX, HookBlock, parse_block
 from neox_epoch.util.helptext import examples
 from neox_epoch.util.output import Output, write_output_text
+from neox_epoch.util.schema import stamp
 from neox_epoch.util.textfile import read_config_text
 
 if TYPE_CHECKING:
@@ -317,6 +318,7 @@ def run(args: argparse.Namespace) -> int:
         print(
             json.dumps(
                 {
+                    **stamp(),
                     "launcher_argv": argv,
                     "env": {ENV_VAR: STATE.env_value},
                     "export_prefix": EXPORT_PREFIX,

@@ -46,7 +46,8 @@ from neox_epoch.util.config_out import (
     write_config_text,
     yaml_config_text,
 )
-from neox_epoch.util.helptext import examples
+from neox_epoch.util.helptext import examples, option_names
+from neox_epoch.util.schema import stamped
 
 #: Megatron-LM schedule flags (exact mode adjusts them like Megatron-LM's get_optimizer_param_scheduler reads them)
 SCHEDULE_FLAGS = (
@@ -80,8 +81,8 @@ EXAMPLES = examples(
 )
 
 log = logging.getLogger(__name__)
-#: the plan parser's actions (for the did-you-mean of an unknown option)
-_PARSER_ACTIONS: list[argparse.Action] = []
+#: the plan parser's options (for the did-you-mean of an unknown option)
+_PARSER_OPTIONS: list[str] = []
 
 
 def register(sub: Any) -> None:
@@ -177,7 +178,7 @@ def register(sub: Any) -> None:
         "merged as NeoX merges them with train_iters and the schedule changes replaced, and the block",
     )
     p.set_defaults(func=run, accepts_extra=True)
-    _PARSER_ACTIONS[:] = p._actions
+    _PARSER_OPTIONS[:] = option_names(p)
 
 
 class _NameValues(argparse.Action):
@@ -354,7 +355,7 @@ def _no_extra(args: argparse.Namespace) -> None:
         from neox_epoch.errors import did_you_mean
 
         flag = extra[0].partition("=")[0]
-        known = [o for a in _PARSER_ACTIONS for o in a.option_strings]
+        known = _PARSER_OPTIONS
         raise ConfigError(
             f"{flag}: not an option of neox-epoch plan{did_you_mean(flag, known)}; Megatron-LM flags are "
             "read when the command line has --data-path (or --train-data-path)"
@@ -431,7 +432,7 @@ def run_megatron(args: argparse.Namespace) -> int:
         out = plan.to_json()
         out["notes"] = list(mi.notes)
         out["world_size"] = {"value": mi.args.world_size, "from": mi.args.world_size_source}
-        print(json.dumps(out, indent=1, sort_keys=False))
+        print(json.dumps(stamped(out), indent=1, sort_keys=False))
         return 0
     print(render(plan))
     print(
@@ -485,7 +486,7 @@ def run_phases(args: argparse.Namespace, version: str) -> int:
     else:
         pp = ph.plan_phases(argv, groups, version)
     if args.json:
-        print(json.dumps(ph.phases_json(pp, exact), indent=1, sort_keys=False))
+        print(json.dumps(stamped(ph.phases_json(pp, exact)), indent=1, sort_keys=False))
         return 0
     print("\n".join(ph.phase_report(pp)))
     for p in exact:
@@ -867,7 +868,7 @@ def run(args: argparse.Namespace) -> int:
             out["config_notes"] = list(getattr(args, "config_notes", []))
         if targets and inp.framework == "neox":
             out["settings"]["neox_overlay"] = overlay(plan, block, targets, schedule)  # type: ignore[index]
-        print(json.dumps(out, indent=1, sort_keys=False))
+        print(json.dumps(stamped(out), indent=1, sort_keys=False))
     else:
         if block is not None:
             print(block_line(block))
@@ -913,7 +914,7 @@ def run_staged(args: argparse.Namespace, inp: PlanInput, cfg: NeoxConfig, block:
         out["settings"]["neox_overlay"] = overlay(plan, block, targets, schedule)  # type: ignore[index]
         out["stages"] = stages_json(staged)
         out["stages"]["lr_schedule"] = lr_schedule.to_json()
-        print(json.dumps(out, indent=1, sort_keys=False))
+        print(json.dumps(stamped(out), indent=1, sort_keys=False))
     else:
         print(block_line(block))
         print(render(plan))

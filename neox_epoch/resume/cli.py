@@ -19,6 +19,7 @@ from neox_epoch.resume.model import ResumeCheck
 from neox_epoch.resume.neox import check, is_run_log
 from neox_epoch.resume.render import render, to_json
 from neox_epoch.util.helptext import examples
+from neox_epoch.util.schema import stamped
 
 
 def register(sub: Any) -> None:
@@ -194,5 +195,5 @@ def run(args: argparse.Namespace) -> int:
             f"counters; {args.checkpoint} is {wanted.split(';')[0]}"
         )
     rc = CHECKERS[ckpt.framework](ckpt, args, tokens, records)
-    print(json.dumps(to_json(rc), indent=1) if args.json else render(rc))
+    print(json.dumps(stamped(to_json(rc)), indent=1) if args.json else render(rc))
     return 1 if rc.findings else 0

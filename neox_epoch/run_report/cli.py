@@ -15,6 +15,7 @@ from typing import Any
 from neox_epoch.run_report import exposure, log, page, series
 from neox_epoch.util.helptext import examples
 from neox_epoch.util.output import Output, check_output, write_output_text
+from neox_epoch.util.schema import describe, stamped
 
 
 def register(subparsers: Any) -> None:
@@ -78,6 +79,8 @@ def to_json(
                 "seq_length": r.seq_length,
                 "mode": r.mode,
                 "status": r.status,
+                "schema": r.stamp[0],
+                "version": r.stamp[1],
             }
             for r in s.launches
         ],
@@ -172,6 +175,19 @@ def to_json(
     }
 
 
+def read_schemas(s: series.Series) -> str:
+    """Which run-log schema(s) the report read: ``run log schema 1 (neox-epoch 0.1.0)``, per launch when they
+    differ (a run resumed with another neox-epoch)."""
+    found: dict[tuple[int, str | None], list[int]] = {}
+    for r in s.launches:
+        found.setdefault(r.stamp, []).append(r.number)
+    if len(found) == 1:
+        return f"run log {describe(*next(iter(found)))}"
+    return "run log " + "; ".join(
+        f"launch{'es' if len(n) > 1 else ''} {','.join(map(str, n))}: {describe(*st)}" for st, n in found.items()
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     if not args.html and not args.json:
         raise log.RunLogError("report: nothing to write; give --html OUT.html and/or --json")
@@ -186,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
         if not args.json:
             print(
                 f"neox-epoch report: wrote {args.html} ({len(s.launches)} launches, {len(s.sources)} sources, "
-                f"last iteration {s.last_iteration} of {s.train_iters})"
+                f"last iteration {s.last_iteration} of {s.train_iters}); read {read_schemas(s)}"
             )
     if s.missing and not args.json:
         print(
@@ -196,6 +212,6 @@ def run(args: argparse.Namespace) -> int:
         for m in s.missing:
             print(f"  launch {m.launch}: {m.label()}")
     if args.json:
-        json.dump(to_json(s, hists, notes, rows), sys.stdout, indent=1)
+        json.dump(stamped(to_json(s, hists, notes, rows)), sys.stdout, indent=1)
         sys.stdout.write("\n")
     return 0

@@ -17,6 +17,7 @@ from typing import Any
 from neox_epoch.errors import NeoxEpochError
 from neox_epoch.formats.runlog import JSONL_NAME, LOG_GAP, TORN_EVENT, read_jsonl
 from neox_epoch.util.inputs import RUN_LOG_BYTES, open_input
+from neox_epoch.util.schema import UNSTAMPED, read_stamp
 from neox_epoch.util.values import is_whole
 
 #: events the report reads; others (future writers) are skipped
@@ -125,6 +126,8 @@ class Launch:
     """A staged run: the plan record's ``stages`` (the keys of ``plan --json``), else None."""
     stage_starts: tuple[tuple[int, int, str], ...] = ()
     """A staged run: (iteration, stage number, name) of each ``stage_start`` record of this launch."""
+    stamp: tuple[int, str | None] = (UNSTAMPED, None)
+    """(schema, neox-epoch version) of the plan record (neox_epoch.util.schema); UNSTAMPED: an older writer's."""
 
     def source(self, name: str) -> PlanSource | None:
         return next((s for s in self.sources if s.name == name), None)
@@ -342,6 +345,7 @@ def _plan(obj: Mapping[str, Any], where: str) -> dict[str, Any]:
         "weights": weights,
         "sources": tuple(sources),
         "stages": obj["stages"] if isinstance(obj.get("stages"), dict) else None,
+        "stamp": read_stamp(obj, f"{where}: plan", RunLogError),
     }
 
 
@@ -502,4 +506,5 @@ class _Builder:
             self.final,
             p.get("stages"),
             tuple(self.stage_starts),
+            p["stamp"],
         )

@@ -147,6 +147,8 @@ class LaunchRow:
     mode: str | None
     status: str
     """"complete", "stopped early" or "no final record"."""
+    stamp: tuple[int, str | None] = (0, None)
+    """(schema, neox-epoch version) of the launch's plan record (:attr:`log.Launch.stamp`)."""
 
 
 @dataclass(frozen=True)
@@ -272,7 +274,17 @@ def compute(run: RunLog) -> Series:
             stops.append(StopMark(k, end if end is not None else start, la.train_iters, status))
         rows.append(
             LaunchRow(
-                k, la.file, la.line, start, end, la.train_iters, la.train_batch_size, la.seq_length, la.mode, status
+                k,
+                la.file,
+                la.line,
+                start,
+                end,
+                la.train_iters,
+                la.train_batch_size,
+                la.seq_length,
+                la.mode,
+                status,
+                la.stamp,
             )
         )
     sources = []

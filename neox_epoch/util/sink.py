@@ -6,7 +6,8 @@ bounded queue in memory and are written, in order, as soon as a write succeeds a
 records that are not headers are dropped and a ``log_gap`` record, written where they were, says how many of which
 event and which iterations are missing. Every outage leaves a ``log_gap`` record (``missing`` 0 when nothing was
 lost: the records were only written late). A file replaced or removed under the sink (its inode changed, or it
-shrank) gets the header records again (``plan``, ``resume``: what a reader needs to read what follows) and a
+shrank) gets the header records again (``plan``, ``resume``: what a reader needs to read what follows, each with
+the ``version`` and ``schema`` of :mod:`neox_epoch.util.schema`) and a
 ``log_gap`` saying how many records the earlier file held.
 
 Each record is one ``write`` of its complete line; a short write (the disk filled within it) is cut back to the
@@ -27,6 +28,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from neox_epoch.util.schema import stamp
 
 log = logging.getLogger("neox_epoch.sink")
 
@@ -105,6 +108,8 @@ class LineSink:
         """Queue ``record`` (with ``"time"`` first) and write what is queued; True when all of it is in the file."""
         if self.path is None:
             return True
+        if record.get("event") in self.header_events:  # what a reader meets first says who wrote the log
+            record = {**record, **stamp()}
         data = (json.dumps({"time": round(time.time(), 3), **record}, sort_keys=False) + "\n").encode("utf-8")
         iteration = record.get("iteration")
         line = _Line(data, record.get("event"), int(iteration) if isinstance(iteration, int) else None)

@@ -568,6 +568,8 @@ def test_removed_key_lists_match_deepspeed() -> None:
 
 
 JSON_KEYS = {
+    "version",
+    "schema",
     "world_size",
     "pipe_parallel_size",
     "model_parallel_size",

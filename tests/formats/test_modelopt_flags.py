@@ -13,6 +13,7 @@ import frameworks
 import pytest
 
 from neox_epoch.formats.megatron_args import modelopt_specs, parse_megatron_argv
+from neox_epoch.util.helptext import option_names
 
 FLAGS = (
     "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --lr 1e-4 --seq-length 128 --micro-batch-size 2 "
@@ -45,7 +46,7 @@ def _real_modelopt_options(tree: str) -> set[str]:
     spec.loader.exec_module(module)
     parser = argparse.ArgumentParser(add_help=False)
     module.add_modelopt_args(parser)
-    return {o for a in parser._actions for o in a.option_strings}
+    return set(option_names(parser))  # from its --help: argparse's list of actions is private
 
 
 @pytest.mark.parametrize("version", ["0.16.1", "0.19.2"])

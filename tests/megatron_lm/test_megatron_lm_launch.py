@@ -181,6 +181,7 @@ def test_cli_dry_run_and_bad_name(corpus: tuple[str, str], capsys: pytest.Captur
     out = capsys.readouterr()
     got = json.loads(out.out.splitlines()[-1])
     assert got["mode"] == "exact" and pl.ENV_VAR in got["env"] and "-m" in got["argv"]
+    assert list(got)[:2] == ["version", "schema"] and got["schema"] == 1  # neox_epoch.util.schema's stamp
     assert "neox_epoch: --train-iters 10 ->" in out.err
     assert cli.main(["launch", "--dry-run", "--source-epochs", "nope=1", *line]) == 2
     assert "nope" in capsys.readouterr().err

@@ -593,6 +593,7 @@ def test_launch_dry_run_through_deepy(data, tmp_path):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     argv, mc = out["launcher_argv"], out["megatron_config"]
+    assert list(out)[:2] == ["version", "schema"] and out["schema"] == 1  # neox_epoch.util.schema's stamp
     assert argv[0] == "--module" and argv[argv.index("neox_epoch.neox.worker") + 1] == "train.py"
     assert "--num_gpus" in argv and argv[argv.index("--num_gpus") + 1] == "2"
     assert "neox_epoch" not in mc and mc["train_iters"] == out["settings"]["train_iters"]

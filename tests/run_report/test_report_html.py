@@ -273,10 +273,12 @@ def test_json_keys_are_stable(runs: dict[str, str]) -> None:
         "missing",
         "numbers",
         "resumes",
+        "schema",
         "seq_length",
         "sources",
         "stops",
         "train_iters",
+        "version",
     ]
     assert d["missing"] == []  # a log written whole lacks nothing
     assert sorted(d["launches"][0]) == [
@@ -285,11 +287,13 @@ def test_json_keys_are_stable(runs: dict[str, str]) -> None:
         "launch",
         "line",
         "mode",
+        "schema",
         "seq_length",
         "status",
         "to_iteration",
         "train_batch_size",
         "train_iters",
+        "version",
     ]
     assert sorted(d["sources"][0]) == [
         "name",
