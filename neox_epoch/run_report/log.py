@@ -358,17 +358,8 @@ def _snapshot(obj: Mapping[str, Any], number: int, where: str, names: set[str], 
             )
         if not isinstance(v, dict):
             raise RunLogError(f'{at}: expected {{"samples", "passes", "pass"}}, found {_short(v)}')
-        out.append(
-            (
-                name,
-                SourceState(
-                    _int(v, "samples", at),
-                    _num(v, "passes", at),
-                    _int(v, "pass", at),
-                    _num(v, "planned_passes", at, True) if final else None,
-                ),
-            )
-        )
+        planned = _num(v, "planned_passes", at, True) if final else None
+        out.append((name, SourceState(_int(v, "samples", at), _num(v, "passes", at), _int(v, "pass", at), planned)))
     return Snapshot(
         number,
         _int(obj, "iteration", f"{where}: {event}"),
