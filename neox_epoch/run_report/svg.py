@@ -3,7 +3,7 @@
 Hovering any mark shows its numbers (an SVG ``<title>``). The legend sits under the plot and grows with the
 sources (1 to 64 and more); each source has its own colour (and past 8 its own dash pattern). Curves that
 coincide (two sources with equal passes at every record) are drawn in alternating dashes of their colours, so
-each stays visible, and the legend says "same curve as" the first of them.
+each stays visible, and the legend says "= same as" the first of them.
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ def legend_texts(series: Series, shares: list[tuple[int, int, int]]) -> list[str
     out = []
     for s, (first, j, _) in zip(series.sources, shares):
         text = s.name if s.planned_passes is None else f"{s.name} (planned {s.planned_passes:g})"
-        out.append(text + (f" = same curve as {series.sources[first].name}" if j else ""))
+        out.append(text + (f" = same as {series.sources[first].name}" if j else ""))
     return out
 
 

@@ -28,8 +28,9 @@ T = TypeVar("T")
 FONT = 'font-family="sans-serif"'
 #: a white outline under text drawn over lines
 HALO = 'paint-order="stroke" stroke="#fff" stroke-width="3"'
-#: a generous width per character of 12 px sans-serif text (legend columns are sized with it)
-CHAR_W = 7.2
+#: a generous width per character of 12 px sans-serif text (legend columns are sized with it; DejaVu Sans, the
+#: widest of the common defaults, averages about 6.5)
+CHAR_W = 6.8
 #: one legend row
 ROW_H = 18
 
@@ -156,7 +157,7 @@ def legend_shape(texts: list[str], width: int, left: int = 12) -> tuple[int, int
 
 
 def legend_column(texts: list[str]) -> int:
-    return int(44 + CHAR_W * max([len(t) for t in texts] + [1]))
+    return int(56 + CHAR_W * max([len(t) for t in texts] + [1]))
 
 
 def legend(entries: list[tuple[str, str, str, str]], width: int, top: float, left: int = 12) -> list[str]:
