@@ -347,6 +347,9 @@ def test_html_is_one_self_contained_file(runs: dict[str, str], tmp_path: Any) ->
     assert "resume @ 30: train_batch_size 8 \u2192 16" in html
     assert "stopped early @ 30 of 111" in html
     assert "estimated from counters" in html
+    hists = re.findall(r'<svg width="300".*?</svg>', html)
+    ticks = [re.findall(r'text-anchor="end"[^>]*>([\d.]+%)</text>', h) for h in hists]
+    assert len(ticks) == 3 and ticks[0] == ticks[1] == ticks[2] and ticks[0][0] == "0%"  # one y-scale
     assert "passes = samples / samples_per_epoch = 315 / 216 = 1.458333" in html
     assert str(runs["blend"]) not in html  # files named by their directory and name only
 

@@ -201,4 +201,8 @@ def plot(res: AuditResult, out: Output, inputs: Sequence[Input] = ()) -> None:
         )
     hists = [(label, [(t, e.tokens.get(t, 0)) for t in range(max(e.tokens, default=0) + 1)]) for label, e in series]
     text = histogram_grid(hists, "Token exposure: % of the split's tokens seen 0, 1, 2, ... times as inputs")
-    write_output(out, lambda f: f.write(text.encode("utf-8")), inputs)
+
+    def write(f: IO[bytes]) -> None:
+        f.write(text.encode("utf-8"))
+
+    write_output(out, write, inputs)

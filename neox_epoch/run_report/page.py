@@ -145,14 +145,14 @@ def _stages(series: Series) -> str:
         + "".join(f"<th>{_e(n)} draws</th><th>{_e(n)} cumulative passes</th>" for n in names)
         + "</tr>"
     )
-    rows = []
+    lines = []
     for s in st.get("stages", []):
         cells = "".join(
             f"<td>{s['draws'].get(n, {}).get('draws', 0):,d}</td><td>{s['cumulative_passes'].get(n, 0):.4f}</td>"
             for n in names
         )
         at = started.get(s["index"], 1 if s["index"] == 1 else None)
-        rows.append(
+        lines.append(
             f"<tr><td>{s['index']}</td><td class=l>{_e(s['name'])}</td><td>{s['first_iteration'] + 1:,d}.."
             f"{s['end_iteration']:,d}</td><td>{'-' if at is None else f'{at:,d}'}</td>{cells}</tr>"
         )
@@ -160,7 +160,7 @@ def _stages(series: Series) -> str:
         "<h2>Stages</h2><p class=note>Each source continues where the earlier stages left it. Boundaries (first "
         f"iteration of each later stage, 0-based): {_e(st.get('boundaries'))}; started at: the stage_start records "
         "(1-based iteration).</p>"
-        f"<table>{head}{''.join(rows)}</table>"
+        f"<table>{head}{''.join(lines)}</table>"
     )
 
 

@@ -8,6 +8,8 @@ each stays visible, and the legend says "= same as" the first of them.
 
 from __future__ import annotations
 
+import numpy as np
+
 from neox_epoch.run_report.exposure import ESTIMATED, Histogram
 from neox_epoch.run_report.series import Series, SourceSeries
 from neox_epoch.util.svg import (
@@ -39,23 +41,33 @@ MAX_LABELS = 12
 MAX_DOTS = 400
 #: the length of one colour's dash where coinciding curves alternate
 SHARE = 8
+#: curves at most this many pixels apart at every vertex are drawn as coinciding (one would hide the other)
+NEAR = 1.5
 
 
-def _key(fr: Frame, s: SourceSeries) -> tuple[tuple[int, float, float], ...]:
-    """The curve as drawn (pixels): two sources with the same key draw the same line."""
-    return tuple((p.launch, round(fr.px(p.iteration)), round(fr.py(p.passes))) for p in s.points)
+def _drawn(fr: Frame, s: SourceSeries) -> tuple[tuple[tuple[int, float], ...], np.ndarray]:
+    """The curve as drawn: (launch, x pixel) of its vertices, and their y pixels."""
+    pts = thin(list(s.points), MAX_POINTS)
+    return tuple((p.launch, round(fr.px(p.iteration), 1)) for p in pts), np.array([fr.py(p.passes) for p in pts])
 
 
 def coinciding(fr: Frame, sources: tuple[SourceSeries, ...]) -> list[tuple[int, int, int]]:
-    """Per source ``(first, position, size)`` of its group of coinciding curves: the index of the group's first
-    source, this source's place in the group and the group's size (1: a curve of its own)."""
-    groups: dict[tuple[tuple[int, float, float], ...], list[int]] = {}
+    """Per source ``(first, position, size)`` of its group of coinciding curves (the same vertices across, at
+    most ``NEAR`` pixels apart up or down): the index of the group's first source, this source's place in the
+    group and the group's size (1: a curve of its own)."""
+    leaders: dict[tuple[tuple[int, float], ...], list[tuple[np.ndarray, list[int]]]] = {}
     for k, s in enumerate(sources):
-        groups.setdefault(_key(fr, s) or ((-1 - k, 0.0, 0.0),), []).append(k)
+        xs, ys = _drawn(fr, s)
+        same = leaders.setdefault(xs, []) if xs else []
+        group = next((g for y0, g in same if np.abs(y0 - ys).max() <= NEAR), None)
+        if group is None:
+            same.append((ys, [k]))
+        else:
+            group.append(k)
     out = [(k, 0, 1) for k in range(len(sources))]
-    for members in groups.values():
-        for j, k in enumerate(members):
-            out[k] = (members[0], j, len(members))
+    for group in (g for same in leaders.values() for _, g in same):
+        for j, k in enumerate(group):
+            out[k] = (group[0], j, len(group))
     return out
 
 
