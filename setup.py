@@ -86,7 +86,6 @@ setup(
         "neox": ["deepspeed", "torch"],
         "megatron-core": ["megatron-core>=0.10", "torch"],
         "deepspeed": ["deepspeed", "torch"],
-        "plot": ["matplotlib"],
         "dev": ["pytest", "ruff", "hypothesis"],
     },
     entry_points={"console_scripts": ["neox-epoch=neox_epoch.cli:main"]},

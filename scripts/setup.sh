@@ -48,7 +48,7 @@ setup_neox() {
   if [ ! -f .venv/.neox-epoch-setup-v4 ]; then
     base_tools
     python -m pip install -q torch==2.13.0
-    python -m pip install -q "numpy<2" packaging pyyaml pytest ruff matplotlib hypothesis
+    python -m pip install -q "numpy<2" packaging pyyaml pytest ruff hypothesis
     python -m pip install -q megatron-core==0.16.1
     python -m pip install -q deepspeed==0.19.8
     # Megatron-LM's training side (tests/helpers/frameworks.py, megatron_lm_*) imports these beyond megatron-core.
@@ -72,7 +72,7 @@ setup_today() {
   if [ ! -f .venv-today/.neox-epoch-setup-v2 ]; then
     base_tools
     python -m pip install -q torch==2.14.1
-    python -m pip install -q "numpy>=2" packaging pyyaml pytest ruff matplotlib hypothesis
+    python -m pip install -q "numpy>=2" packaging pyyaml pytest ruff hypothesis
     python -m pip install -q megatron-core==0.19.2 deepspeed==0.19.8
     python -m pip install -q six regex pydantic tensorboard
     touch .venv-today/.neox-epoch-setup-v2
@@ -91,10 +91,23 @@ setup_system() {
   fi
 }
 
+setup_chromium() {
+  # The report page's browser test (tests/test_report_browser.py) renders the page in headless Chromium:
+  # Debian's chromium, installed here as root when missing (elsewhere install it yourself; without it that test
+  # skips, and fails under CI=true).
+  command -v chromium >/dev/null 2>&1 && return 0
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null
+  else
+    echo "setup: chromium is not installed; the report page's browser test needs it: as root, apt-get install -y chromium" >&2
+  fi
+}
+
 case "$what" in
   core) setup_core ;;
-  neox) setup_neox; setup_system ;;
-  today) setup_today ;;
-  all) setup_neox; setup_today; setup_system ;;
+  neox) setup_neox; setup_system; setup_chromium ;;
+  today) setup_today; setup_chromium ;;
+  all) setup_neox; setup_today; setup_system; setup_chromium ;;
   *) echo "usage: bash scripts/setup.sh [all|core|neox|today]" >&2; exit 2 ;;
 esac

@@ -59,7 +59,7 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--manifest", metavar="FILE", help="write per-document exposure (CSV) with first/last iteration seen"
     )
-    p.add_argument("--plot", metavar="FILE.png", help="bar chart of the token exposure (needs matplotlib)")
+    p.add_argument("--plot", metavar="FILE.svg", help="the token exposure histograms on one y-scale, as an SVG image")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     p.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     p.set_defaults(func=run)
@@ -147,11 +147,6 @@ def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
 
     out = out or sys.stdout
     options = _options(args)
-    if args.plot:
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError as err:
-            raise AuditError(f"--plot {args.plot}: matplotlib is not installed; pip install matplotlib") from err
     if args.manifest and options.consumed is None:
         raise AuditError(
             "--manifest needs a consumption: --consumed, --train-iters with --global-batch-size, or --config"
@@ -175,14 +170,14 @@ def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
     res = results[0] if results else run_audit(groups, options, progress)
     out.write(report.render_json(res) if args.json else report.render_text(res))
     if args.plot:
-        report.plot(res, Output(args.plot, "--plot", example="exposure.png"), inputs)
+        report.plot(res, Output(args.plot, "--plot", example="exposure.svg"), inputs)
     return 1 if res.findings else 0
 
 
 def _outputs(args: argparse.Namespace) -> list[Output]:
     """The files this run writes (--manifest, --plot)."""
     return ([Output(args.manifest, "--manifest", example="manifest.csv")] if args.manifest else []) + (
-        [Output(args.plot, "--plot", example="exposure.png")] if args.plot else []
+        [Output(args.plot, "--plot", example="exposure.svg")] if args.plot else []
     )
 
 

@@ -16,6 +16,7 @@ from neox_epoch.audit.validate import IndexReport, Progress
 from neox_epoch.errors import AuditError
 from neox_epoch.util.output import Input, Output, write_output
 from neox_epoch.util.schema import stamped
+from neox_epoch.util.svg import histogram_grid
 from neox_epoch.util.text import fmt as _fmt
 from neox_epoch.util.text import table
 
@@ -180,55 +181,29 @@ def _csv(s: str) -> str:
     return '"' + s.replace('"', '""') + '"' if any(c in s for c in ',"\n') else s
 
 
-def _pyplot(path: str) -> Any:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as err:
-        raise AuditError(
-            f"--plot {path}: matplotlib is not installed; pip install matplotlib (or pip install 'neox-epoch[plot]')"
-        ) from err
-    return plt
-
-
 def check_plot_format(path: str) -> None:
-    """Refuse a --plot name whose extension matplotlib does not write (no extension: png)."""
-    plt = _pyplot(path)
+    """Refuse a --plot name for another format than SVG (the plot is drawn as SVG, without a plotting library)."""
     ext = os.path.splitext(path)[1].lstrip(".").lower()
-    known = plt.figure().canvas.get_supported_filetypes()
-    plt.close("all")
-    if ext and ext not in known:
+    if ext not in ("", "svg"):
         raise AuditError(
-            f'--plot "{path}": matplotlib cannot write .{ext} files; use one of the extensions '
-            f"{', '.join('.' + k for k in sorted(known))}, e.g. exposure.png"
+            f'--plot "{path}": the plot is an SVG image (drawn without a plotting library), not .{ext}; '
+            "name it .svg, e.g. exposure.svg (a browser shows it; convert it with any SVG tool)"
         )
 
 
 def plot(res: AuditResult, out: Output, inputs: Sequence[Input] = ()) -> None:
-    """Bar chart of the token exposure histogram of each index (and blend), written through the output policy."""
-    path = out.path
-    plt = _pyplot(path)
+    """The token exposure histogram of each index (and blend) on one y-scale, as one SVG image written through
+    the output policy."""
     series = [(os.path.basename(r.path), r.exposure) for r in res.indexes if r.exposure is not None]
     series += [(f"blend {os.path.basename(b.path)}", b.exposure) for b in res.blends if b.exposure is not None]
     if not series:
         raise AuditError(
-            f"--plot {path}: no exposure to plot; give --consumed, --train-iters/--global-batch-size or --config"
+            f"--plot {out.path}: no exposure to plot; give --consumed, --train-iters/--global-batch-size or --config"
         )
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    width = 0.8 / len(series)
-    for k, (label, e) in enumerate(series):
-        total = sum(e.tokens.values()) or 1
-        xs = sorted(e.tokens)
-        ax.bar(
-            [x + (k - (len(series) - 1) / 2) * width for x in xs],
-            [100.0 * e.tokens[x] / total for x in xs],
-            width=width,
-            label=label[:60],
-        )
-    ax.set(xlabel="times seen as an input token", ylabel="% of the split's tokens", title="Token exposure")
-    ax.legend(fontsize="small")
-    fig.tight_layout()
-    write_output(out, lambda f: fig.savefig(f, format=os.path.splitext(path)[1].lstrip(".").lower() or "png"), inputs)
-    plt.close(fig)
+    hists = [(label, [(t, e.tokens.get(t, 0)) for t in range(max(e.tokens, default=0) + 1)]) for label, e in series]
+    text = histogram_grid(hists, "Token exposure: % of the split's tokens seen 0, 1, 2, ... times as inputs")
+
+    def write(f: IO[bytes]) -> None:
+        f.write(text.encode("utf-8"))
+
+    write_output(out, write, inputs)

@@ -362,17 +362,8 @@ def _snapshot(obj: Mapping[str, Any], number: int, where: str, names: set[str], 
             )
         if not isinstance(v, dict):
             raise RunLogError(f'{at}: expected {{"samples", "passes", "pass"}}, found {_short(v)}')
-        out.append(
-            (
-                name,
-                SourceState(
-                    _int(v, "samples", at),
-                    _num(v, "passes", at),
-                    _int(v, "pass", at),
-                    _num(v, "planned_passes", at, True) if final else None,
-                ),
-            )
-        )
+        planned = _num(v, "planned_passes", at, True) if final else None
+        out.append((name, SourceState(_int(v, "samples", at), _num(v, "passes", at), _int(v, "pass", at), planned)))
     return Snapshot(
         number,
         _int(obj, "iteration", f"{where}: {event}"),
@@ -386,17 +377,14 @@ def _missing(obj: Mapping[str, Any], path: str, number: int, launch: int) -> Mis
     if obj["event"] == TORN_EVENT:
         text = str(obj.get("text", ""))
         ev, it = re.search(r'"event": "(\w+)"', text), re.search(r'"iteration": (\d+)[,}]', text)
-        events = (
-            ((ev.group(1), 1, int(it.group(1)), int(it.group(1))),)
-            if ev and it
-            else (((ev.group(1), 1, None, None),) if ev else ())
-        )
-        return Missing(path, number, launch, TORN_EVENT, 1, events)
-    raw = obj.get("missing_events") if isinstance(obj.get("missing_events"), dict) else {}
+        at = int(it.group(1)) if ev and it else None
+        torn: tuple[tuple[str, int, int | None, int | None], ...] = ((ev.group(1), 1, at, at),) if ev else ()
+        return Missing(path, number, launch, TORN_EVENT, 1, torn)
+    raw = obj.get("missing_events")
     events = []
-    for name, v in raw.items():
-        its = v.get("iterations") if isinstance(v, dict) and isinstance(v.get("iterations"), list) else [None, None]
-        first, last = (its + [None, None])[:2]
+    for name, v in raw.items() if isinstance(raw, dict) else ():
+        its = v.get("iterations") if isinstance(v, dict) else None
+        first, last = (its + [None, None])[:2] if isinstance(its, list) else (None, None)
         events.append(
             (
                 str(name),
@@ -405,8 +393,9 @@ def _missing(obj: Mapping[str, Any], path: str, number: int, launch: int) -> Mis
                 last if is_whole(last, 0) else None,
             )
         )
-    since, until = obj.get("since"), obj.get("until")
-    seconds = float(until) - float(since) if all(isinstance(t, (int, float)) for t in (since, until)) else None
+    since, until, seconds = obj.get("since"), obj.get("until"), None
+    if isinstance(since, (int, float)) and isinstance(until, (int, float)):
+        seconds = float(until) - float(since)
     return Missing(
         path,
         number,
@@ -451,7 +440,7 @@ class _Builder:
                     f'{at}: "source": {_short(src)} is not a train source of this launch\'s plan ({sorted(self.names)})'
                 )
             self.pass_starts.append(
-                PassStart(number, _int(obj, "iteration", at), src, _int(obj, "pass", at), _int(obj, "sample", at))
+                PassStart(number, _int(obj, "iteration", at), str(src), _int(obj, "pass", at), _int(obj, "sample", at))
             )
         elif event == "resume":
             if self.resume is not None or self.counters:

@@ -6,7 +6,7 @@ from html import escape
 
 from neox_epoch.run_report.exposure import AUDIT, ESTIMATED, Histogram
 from neox_epoch.run_report.series import NumberRow, Series, short_path
-from neox_epoch.run_report.svg import colour, histogram_plot, passes_plot
+from neox_epoch.run_report.svg import colour, histogram_plot, passes_plot, shared_top
 
 CSS = """
 body { font-family: sans-serif; margin: 24px; color: #222; max-width: 1100px; }
@@ -90,7 +90,8 @@ def _numbers_table(rows: list[NumberRow], series: Series) -> str:
 def _histograms(hists: list[Histogram], names: list[str], notes: list[str]) -> str:
     if not hists:
         return "<p class=note>No histogram: the plan events carry no token counts.</p>"
-    plots = "".join(f"<div>{histogram_plot(h, names.index(h.source))}</div>" for h in hists)
+    top = shared_top([list(h.tokens) for h in hists])  # one y-scale: the histograms are compared
+    plots = "".join(f"<div>{histogram_plot(h, names.index(h.source), top)}</div>" for h in hists)
     rows = []
     for h in hists:
         badge = (
@@ -120,7 +121,8 @@ def _histograms(hists: list[Histogram], names: list[str], notes: list[str]) -> s
         )
     elif any(h.method == AUDIT for h in hists):
         how = "<p class=note>Counted token by token by <code>neox-epoch audit</code> from the index caches.</p>"
-    return f"<div class=hists>{plots}</div>{table}{how}{warn}"
+    scale = "<p class=note>One y-scale for all the histograms: % of each source's tokens.</p>" if len(hists) > 1 else ""
+    return f"<div class=hists>{plots}</div>{scale}{table}{how}{warn}"
 
 
 def _stages(series: Series) -> str:
@@ -143,14 +145,14 @@ def _stages(series: Series) -> str:
         + "".join(f"<th>{_e(n)} draws</th><th>{_e(n)} cumulative passes</th>" for n in names)
         + "</tr>"
     )
-    rows = []
+    lines = []
     for s in st.get("stages", []):
         cells = "".join(
             f"<td>{s['draws'].get(n, {}).get('draws', 0):,d}</td><td>{s['cumulative_passes'].get(n, 0):.4f}</td>"
             for n in names
         )
         at = started.get(s["index"], 1 if s["index"] == 1 else None)
-        rows.append(
+        lines.append(
             f"<tr><td>{s['index']}</td><td class=l>{_e(s['name'])}</td><td>{s['first_iteration'] + 1:,d}.."
             f"{s['end_iteration']:,d}</td><td>{'-' if at is None else f'{at:,d}'}</td>{cells}</tr>"
         )
@@ -158,7 +160,7 @@ def _stages(series: Series) -> str:
         "<h2>Stages</h2><p class=note>Each source continues where the earlier stages left it. Boundaries (first "
         f"iteration of each later stage, 0-based): {_e(st.get('boundaries'))}; started at: the stage_start records "
         "(1-based iteration).</p>"
-        f"<table>{head}{''.join(rows)}</table>"
+        f"<table>{head}{''.join(lines)}</table>"
     )
 
 
@@ -189,9 +191,10 @@ def render(series: Series, hists: list[Histogram], notes: list[str], rows: list[
         f"{_missing(series)}"
         "<h2>Passes over iterations</h2>"
         "<p class=note>Solid: passes drawn from each source as the counters logged them (one segment per launch). "
-        "Dashed: the planned passes. Diamonds: where a source starts its next pass (pass_start). Vertical lines: "
-        "resumes with what changed (dashed), early stops (red), the planned train_iters (dotted). Hover for the "
-        "numbers.</p>"
+        "Thin dashes: the planned passes. Past 8 sources a curve also has its own dash pattern; curves that "
+        "coincide are drawn in alternating dashes of their colours (the legend says which). Diamonds: where a "
+        "source starts its next pass (pass_start). Vertical lines: resumes with what changed (dashed), early stops "
+        "(red), the planned train_iters (dotted). Hover for the numbers.</p>"
         f"{passes_plot(series)}"
         f"{_stages(series)}"
         "<h2>Resumes and stops</h2>"

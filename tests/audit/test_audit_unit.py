@@ -361,21 +361,42 @@ def test_reports_json_text_and_progress(tmp_path, capsys):
     assert "stream:  50.0%" in buf.getvalue()
 
 
-def test_plot_needs_matplotlib(tmp_path, monkeypatch, capsys):
+def test_plot_refuses_another_format(tmp_path, capsys):
+    """--plot draws SVG (no plotting library): a .png name is refused before the audit, nothing is written."""
     write_neox_index(str(tmp_path), "p", [30, 12, 55], 8, 2)
-    monkeypatch.setitem(sys.modules, "matplotlib", None)
     rc = main(["audit", str(tmp_path), "--consumed", "5", "--plot", str(tmp_path / "x.png")])
     assert rc == 2
-    assert "pip install matplotlib" in capsys.readouterr().err
+    assert "not .png; name it .svg, e.g. exposure.svg" in capsys.readouterr().err
     assert not (tmp_path / "x.png").exists()
 
 
-def test_plot_written(tmp_path):
-    pytest.importorskip("matplotlib", reason="matplotlib is not installed (optional: pip install matplotlib)")
+def test_plot_written(tmp_path, capsys):
+    """One SVG: a histogram per index, bars titled with the audit's own token counts, one y-scale for all."""
+    import xml.etree.ElementTree as ET
+
     write_neox_index(str(tmp_path), "p", [30, 12, 55], 8, 2)
-    out = tmp_path / "plots" / "exp.png"
-    assert main(["audit", str(tmp_path), "--consumed", "5", "--plot", str(out), "--no-progress"]) == 0
-    assert out.read_bytes()[:4] == b"\x89PNG"
+    write_neox_index(str(tmp_path), "q", [9, 70, 41, 23], 8, 3)
+    out = tmp_path / "plots" / "exp.svg"
+    capsys.readouterr()
+    argv = ["audit", str(tmp_path), "--consumed", "5", "--no-progress"]
+    assert main([*argv, "--json"]) == 0
+    exposures = {
+        os.path.basename(r["path"]): r["exposure"]["tokens"] for r in json.loads(capsys.readouterr().out)["indexes"]
+    }
+    assert main([*argv, "--plot", str(out)]) == 0
+    ns = "{http://www.w3.org/2000/svg}"
+    root = ET.fromstring(out.read_text(encoding="utf-8"))
+    assert root.tag == f"{ns}svg"
+    inner = root.findall(f"./{ns}g/{ns}svg")
+    assert len(inner) == len(exposures) == 2
+    for hist in inner:
+        name = hist.find(f"./{ns}text/{ns}title").text
+        bars = [r.find(f"{ns}title").text for r in hist.iter(f"{ns}rect") if r.find(f"{ns}title") is not None]
+        tokens = exposures[name]
+        total = sum(tokens.values())
+        assert bars == [f"{name}: {n:,d} tokens seen {t} times ({n / total:.2%})" for t, n in tokens.items()]
+    ticks = [[(t.text, t.get("y")) for t in h.findall(f"./{ns}text[@text-anchor='end']")] for h in inner]
+    assert ticks[0] == ticks[1] and len(ticks[0]) >= 3 and ticks[0][0][0] == "0%"  # one y-scale: same labels, same y
 
 
 def test_audit_core_imports_no_torch(tmp_path):

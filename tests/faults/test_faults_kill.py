@@ -73,19 +73,14 @@ def _writers(d: str) -> list[dict[str, Any]]:
             "files": {f"{out}/fixed.yml": old},
         },
     ]
-    try:
-        import matplotlib  # noqa: F401
-
-        writers.insert(
-            2,
-            {
-                "name": "audit --plot",
-                "argv": ["audit", cache, "--consumed", "200", "--plot", f"{out}/e.png", "--no-progress"],
-                "files": {f"{out}/e.png": old},
-            },
-        )
-    except ImportError:
-        pass
+    writers.insert(
+        2,
+        {
+            "name": "audit --plot",
+            "argv": ["audit", cache, "--consumed", "200", "--plot", f"{out}/e.svg", "--no-progress"],
+            "files": {f"{out}/e.svg": old},
+        },
+    )
     return writers
 
 

@@ -75,8 +75,6 @@ WRITERS = {
 @pytest.mark.parametrize("kind", sorted(KINDS))
 @pytest.mark.parametrize("writer", sorted(WRITERS))
 def test_writer_never_replaces_a_special_file(work: dict[str, str], tmp_path: Any, writer: str, kind: str) -> None:
-    if writer == "audit --plot":
-        pytest.importorskip("matplotlib", reason="matplotlib is not installed (optional: --plot)")
     out = _special(kind, str(tmp_path))
     args, command, option = WRITERS[writer]
     before, inputs = tree(str(tmp_path)), tree(work["dir"])
@@ -106,14 +104,15 @@ def test_demo_never_replaces_a_special_file(tmp_path: Any, kind: str) -> None:
 
 
 def test_bad_plot_extension_is_exit_2(work: dict[str, str], tmp_path: Any) -> None:
-    pytest.importorskip("matplotlib", reason="matplotlib is not installed (optional: --plot)")
-    out = str(tmp_path / "exposure.bmpx")
+    """--plot draws SVG: another extension (here .png, matplotlib's old default) is refused before the audit."""
+    out = str(tmp_path / "exposure.png")
     refused(
         cli(["audit", work["cache"], "--consumed", "40", "--plot", out, "--no-progress"]),
         "audit",
         "--plot",
-        "cannot write .bmpx files",
-        ".png",
+        "an SVG image",
+        "not .png",
+        "exposure.svg",
     )
     assert os.listdir(tmp_path) == []
 

@@ -91,8 +91,6 @@ def _modes(folder: str, names: list[str]) -> dict[str, int]:
 
 @pytest.mark.parametrize("writer", sorted(WRITERS))
 def test_new_files_get_the_umask_mode(work: dict[str, str], tmp_path: Any, writer: str) -> None:
-    if writer == "audit --plot":
-        pytest.importorskip("matplotlib", reason="matplotlib is not installed (optional: --plot)")
     names = WRITERS[writer][1]
     for umask in UMASKS:
         out = tmp_path / f"u{umask:03o}"

@@ -1,4 +1,4 @@
-"""Tests that need a package beyond the core install (deepspeed, torch, megatron-core, matplotlib).
+"""Tests that need a package beyond the core install (deepspeed, torch, megatron-core).
 
 With only the core installed (``pip install -e .[dev]``: numpy, pyyaml, pytest, ruff, hypothesis) those tests
 skip and say which package and which install command would run them. Under ``CI=true`` (where
@@ -18,7 +18,6 @@ INSTALL = {
     "deepspeed": "pip install -e .[deepspeed] (or bash scripts/setup.sh)",
     "torch": "pip install torch==2.13.0 (or bash scripts/setup.sh)",
     "megatron.core": "pip install -e .[megatron-core] (or bash scripts/setup.sh)",
-    "matplotlib": "pip install -e .[plot]",
 }
 
 

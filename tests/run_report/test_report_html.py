@@ -351,6 +351,9 @@ def test_html_is_one_self_contained_file(runs: dict[str, str], tmp_path: Any) ->
     assert "resume @ 30: train_batch_size 8 \u2192 16" in html
     assert "stopped early @ 30 of 111" in html
     assert "estimated from counters" in html
+    hists = re.findall(r'<svg width="300".*?</svg>', html)
+    ticks = [re.findall(r'text-anchor="end"[^>]*>([\d.]+%)</text>', h) for h in hists]
+    assert len(ticks) == 3 and ticks[0] == ticks[1] == ticks[2] and ticks[0][0] == "0%"  # one y-scale
     assert "passes = samples / samples_per_epoch = 315 / 216 = 1.458333" in html
     assert str(runs["blend"]) not in html  # files named by their directory and name only
 
@@ -437,3 +440,33 @@ def test_long_runs_keep_the_page_small() -> None:
     assert len(thinned) == svg.MAX_POINTS and thinned[0] == 0 and thinned[-1] == 99_999
     assert thinned == sorted(set(thinned))
     assert svg.thin(pts[:10], svg.MAX_POINTS) == pts[:10]
+
+
+def _lab(hex_colour: str) -> tuple[float, float, float]:
+    """sRGB to CIELAB (D65)."""
+    lin = [
+        (c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4)
+        for c in (int(hex_colour[i : i + 2], 16) / 255 for i in (1, 3, 5))
+    ]
+    r, g, b = lin
+    xyz = (
+        (0.4124 * r + 0.3576 * g + 0.1805 * b) / 0.95047,
+        0.2126 * r + 0.7152 * g + 0.0722 * b,
+        (0.0193 * r + 0.1192 * g + 0.9505 * b) / 1.08883,
+    )
+    fx, fy, fz = (t ** (1 / 3) if t > 0.008856 else 7.787 * t + 16 / 116 for t in xyz)
+    return 116 * fy - 16, 500 * (fx - fy), 200 * (fy - fz)
+
+
+def test_palette_has_64_colours_apart() -> None:
+    """64 sources, 64 colours: the 8 Okabe-Ito first, no two closer than 19 CIELAB units, none near the white
+    background; past 8 a curve also gets a dash pattern."""
+    from neox_epoch.util import svg as draw
+
+    cols = [draw.colour(k) for k in range(64)]
+    assert cols[:8] == ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"]
+    lab = [_lab(c) for c in cols]
+    gaps = [sum((x - y) ** 2 for x, y in zip(a, b)) ** 0.5 for i, a in enumerate(lab) for b in lab[i + 1 :]]
+    assert len(set(cols)) == 64 and min(gaps) >= 19
+    assert min(sum((x - y) ** 2 for x, y in zip(a, _lab("#FFFFFF"))) ** 0.5 for a in lab) >= 19
+    assert [draw.dash(k) for k in (0, 7, 8, 16, 24)] == ["", "", "9 3", "2 3", "9 3 2 3"]
