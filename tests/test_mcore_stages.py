@@ -269,7 +269,7 @@ def test_blend_per_split_builds_the_same_stages(corpora: dict[str, str], tmp_pat
 
 #: issue 35's config (src0 0.5 + 0.5, src1 0.5 + 1.5, src2 1 + 1 over three stages; totals whole passes 1, 2, 2) on
 #: the corpora a, b, c
-ISSUE_35 = {
+ISSUE_35: dict[str, Any] = {
     "stages": [
         {"name": "warm", "passes": {"a": 0.5, "b": 0.5}},
         {"name": "main", "passes": {"a": 0.5, "c": 1}},
