@@ -114,7 +114,7 @@ def test_stages_are_the_planned_ranges_of_the_real_per_source_datasets(corpora: 
     b_order = np.asarray(staged.dataset_sample_index)[staged.dataset_index == 1]
     assert np.bincount(b_order, minlength=82).tolist() == [2] * 82
     a_counts = np.bincount(np.asarray(staged.dataset_sample_index)[staged.dataset_index == 0], minlength=123)
-    assert a_counts.max() == 2 and a_counts.sum() == 184
+    assert int(np.max(a_counts)) == 2 and a_counts.sum() == 184
 
 
 def _span(start_draws: tuple[int, int]) -> tuple[int, int]:
@@ -309,7 +309,7 @@ def test_whole_pass_totals_never_train_a_sample_past_its_passes(corpora: dict[st
     for k, n in enumerate(names):
         order = sample[which == k]
         counts = np.bincount(order, minlength=per_epoch[k])
-        assert counts.max() <= passes[n], n  # no sample trained more than its passes
+        assert int(np.max(counts)) <= passes[n], n  # no sample trained more than its passes
         assert len(order) <= passes[n] * per_epoch[k] and len(order) > passes[n] * per_epoch[k] - GBS
         for p in range(-(-len(order) // per_epoch[k])):  # pass p: distinct samples, after pass p - 1 is complete
             chunk = order[p * per_epoch[k] : (p + 1) * per_epoch[k]].tolist()
