@@ -297,7 +297,7 @@ def plan_phases(base: Sequence[str], groups: Mapping[int, Sequence[str]], versio
                 start,
                 end,
                 (end - start) * g,
-                int(pmi.inp.mcore.num_samples[0] or 0),
+                int((pmi.inp.mcore.num_samples or (0,))[0] or 0),
                 0,
                 tuple(argvs[k]),
                 plan,
@@ -397,7 +397,7 @@ def exact_phases(
     _check_whole(per_phase)
     out: list[ExactPhase] = []
     g = first.run.global_batch_size
-    for k, targets in enumerate(per_phase, start=1):
+    for k, own in enumerate(per_phase, start=1):
         mi = megatron_input(lines[k - 1], version)
         base_inp = replace(
             mi.inp,
@@ -405,8 +405,8 @@ def exact_phases(
             train_samples=None,
             mcore=replace(mi.inp.mcore, num_samples=None, train_consumed=None, arithmetic=None),
         )
-        plan = exact_plan(base_inp, dict(targets))
-        out.append(ExactPhase(k, plan.train_iters, plan.train_samples, dict(targets), plan, ""))
+        plan = exact_plan(base_inp, dict(own))
+        out.append(ExactPhase(k, plan.train_iters, plan.train_samples, dict(own), plan, ""))
     _check_whole_batches(out, per_phase, g)
     iters = [p.iterations for p in out]
     bounds = [sum(iters[:k]) for k in range(1, len(iters))]
