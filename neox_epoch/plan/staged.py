@@ -43,9 +43,9 @@ class StagedRun:
         return {s: self.stages.cumulative_passes()[s] for s in self.labels}
 
     def passes_built(self) -> dict[str, int]:
-        """Passes the hooks build per source (whole passes covering its draws)."""
-        spe = self.stages.samples_per_epoch
-        return {s: -(-t // spe[s]) for s, t in zip(self.labels, self.totals)}
+        """Passes the hooks build per source: the passes its total target needs (:meth:`StagesPlan.passes_built`)."""
+        built = self.stages.passes_built()
+        return {s: built[s] for s in self.labels}
 
 
 def samples_per_source(inp: PlanInput) -> dict[str, int]:
@@ -116,14 +116,14 @@ def _as_staged_builds(plan: Plan, stages: StagesPlan, labels: tuple[str, ...], s
     warnings go), with the expected unseen tokens: a full pass leaves its stream's tail (under one sample) unseen,
     a token misses every full pass with probability ``r`` (the tail's share) and a partial pass drawing ``f`` of
     its samples with ``1 - f (1 - r)``."""
-    drawn, spe = stages.total_draws(), stages.samples_per_epoch
+    drawn, spe, built = stages.total_draws(), stages.samples_per_epoch, stages.passes_built()
     rows = []
     for s in plan.sources:
         if s.split != "train" or s.name not in drawn:
             rows.append(s)
             continue
         n, t = spe[s.name], drawn[s.name]
-        passes = -(-t // n)
+        passes = built[s.name]
         r = max(0.0, (s.tokens - n * seq_length) / s.tokens)
         full, frac = divmod(t, n)
         unseen = s.tokens * r**full * (1 - frac / n * (1 - r)) if frac else s.tokens * r**full

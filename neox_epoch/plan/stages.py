@@ -15,6 +15,7 @@ Pure: numpy-free arithmetic on integers and floats; no torch, no framework.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -94,6 +95,8 @@ class StagesPlan:
     stages: tuple[StageResult, ...]
     global_batch_size: int
     samples_per_epoch: Mapping[str, int]
+    targets: Mapping[str, int] = field(default_factory=dict)
+    """Each source's total target in whole samples: ``floor(sum of its stages' passes x samples per epoch)``."""
 
     @property
     def train_iters(self) -> int:
@@ -117,6 +120,13 @@ class StagesPlan:
 
     def cumulative_passes(self) -> dict[str, float]:
         return {s: n / self.samples_per_epoch[s] for s, n in self.total_draws().items()}
+
+    def passes_built(self) -> dict[str, int]:
+        """Passes to build per source: the passes its total target needs, ``ceil(target / samples per epoch)``
+        (the target in whole samples), or more if its draws need more (a weights stage's split); a last stage
+        rounded down to whole batches may leave the last pass short, never unbuilt."""
+        spe, drawn = self.samples_per_epoch, self.total_draws()
+        return {s: -(-max(self.targets.get(s, 0), drawn[s]) // spe[s]) for s in spe}
 
     def stage_at(self, iteration: int) -> StageResult:
         """The stage that trains iteration ``iteration`` (0-based); the last one past the end."""
@@ -160,7 +170,8 @@ def _check_cap(config: StagesConfig, targets: dict[str, list[tuple[str, float]]]
         detail = ", ".join(f"{name}: {p:g}" for name, p in per_stage if p)
         raise PlanError(
             f"source {source!r}: the stages ask {total:g} passes ({detail}), over max_passes {cap:g}; "
-            f"lower its pass targets (or weights) or raise max_passes (for this source only: max_passes: {{{source}: {total:g}}})"
+            "lower its pass targets (or weights) or raise max_passes (for this source only: "
+            f"max_passes: {{{source}: {total:g}}})"
         )
 
 
@@ -213,17 +224,60 @@ def _fit(length: int, due: dict[str, float], room: dict[str, int]) -> dict[str, 
     return counts
 
 
+def _closest(length: int, due: dict[str, float], room: dict[str, int]) -> dict[str, int]:
+    """``length`` samples split over ``due`` so that the largest ``|draws - due|`` is as small as it can be, none
+    above its ``room`` (the caller checks ``sum(room) >= length``): from each source's whole part, one sample at a
+    time to (or from) the source whose deviation grows least; ties to the larger share, then the earlier source."""
+    order = {s: k for k, s in enumerate(due)}
+    counts = {s: min(room[s], max(0, math.floor(due[s] + 1e-9))) for s in due}
+    rest = length - sum(counts.values())
+    step = 1 if rest > 0 else -1
+    heap = [_closest_key(s, counts[s], due[s], order[s], step) for s in due if _movable(counts[s], room[s], step)]
+    heapq.heapify(heap)
+    while rest:
+        *_, s = heapq.heappop(heap)
+        counts[s] += step
+        rest -= step
+        if _movable(counts[s], room[s], step):
+            heapq.heappush(heap, _closest_key(s, counts[s], due[s], order[s], step))
+    return counts
+
+
+def _movable(n: int, room: int, step: int) -> bool:
+    return n < room if step > 0 else n > 0
+
+
+def _closest_key(s: str, n: int, due: float, index: int, step: int) -> tuple[float, float, int, str]:
+    """Heap key of moving one sample of ``s``: the deviation that move leaves (smallest first)."""
+    return (abs(n + step - due), -due, index, s)
+
+
+def _within(counts: dict[str, int], due: dict[str, float], batch: int) -> bool:
+    return all(abs(counts[s] - due[s]) < batch for s in due)
+
+
+def _split(length: int, due: dict[str, float], room: dict[str, int], batch: int) -> dict[str, int]:
+    """The proportional split (largest remainder) when every source is within one batch of its due, else the
+    closest split."""
+    counts = _fit(length, due, room)
+    return counts if _within(counts, due, batch) else _closest(length, due, room)
+
+
 def _passes_stage(due: dict[str, float], room: dict[str, int], batch: int, last: bool) -> tuple[int, dict[str, int]]:
     """A passes stage's length (whole batches) and draws: rounded up when that pushes no source past its total
-    target (the extra goes to sources that draw again later; the later stage owes that much less), else down."""
+    target and keeps every source within one batch of its due (the extra goes to sources that draw again later;
+    the later stage owes that much less), else down (each source from its whole part down to the length: under one
+    batch below its due, so the carried shortfall stays under one batch too)."""
     want = sum(due.values())
     room = {s: room[s] if due[s] > 0 else 0 for s in due}
     up = math.ceil(round(want, 9) / batch) * batch
     if not last and up <= sum(room.values()):
-        return up, _fit(up, due, room)
+        counts = _split(up, due, room, batch)
+        if _within(counts, due, batch):
+            return up, counts
     near = {s: min(room[s], math.ceil(due[s] - 1e-9)) for s in due}
     length = math.floor(round(min(want, sum(near.values())), 9) / batch) * batch
-    return length, _fit(length, due, near)
+    return length, _split(length, due, near, batch)
 
 
 def _rounding_notes(name: str, due: dict[str, float], counts: dict[str, int], batch: int) -> list[str]:
@@ -306,4 +360,4 @@ def plan_stages(config: StagesConfig, samples_per_epoch: Mapping[str, int], glob
             drawn[s] += n
         results.append(StageResult(stage.name, first, length // batch, length, draws, tuple(notes)))
         first += length // batch
-    return StagesPlan(tuple(results), batch, dict(samples_per_epoch))
+    return StagesPlan(tuple(results), batch, dict(samples_per_epoch), caps)

@@ -114,7 +114,7 @@ def test_stages_are_the_planned_ranges_of_the_real_per_source_datasets(corpora: 
     b_order = np.asarray(staged.dataset_sample_index)[staged.dataset_index == 1]
     assert np.bincount(b_order, minlength=82).tolist() == [2] * 82
     a_counts = np.bincount(np.asarray(staged.dataset_sample_index)[staged.dataset_index == 0], minlength=123)
-    assert a_counts.max() == 2 and a_counts.sum() == 184
+    assert int(np.max(a_counts)) == 2 and a_counts.sum() == 184
 
 
 def _span(start_draws: tuple[int, int]) -> tuple[int, int]:
@@ -265,3 +265,73 @@ def test_blend_per_split_builds_the_same_stages(corpora: dict[str, str], tmp_pat
     assert np.array_equal(per_split.dataset_sample_index, plain.dataset_sample_index)
     for i in (0, 200, 499):
         assert np.array_equal(per_split[i]["tokens"], plain[i]["tokens"])
+
+
+#: issue 35's config (src0 0.5 + 0.5, src1 0.5 + 1.5, src2 1 + 1 over three stages; totals whole passes 1, 2, 2) on
+#: the corpora a, b, c
+ISSUE_35: dict[str, Any] = {
+    "stages": [
+        {"name": "warm", "passes": {"a": 0.5, "b": 0.5}},
+        {"name": "main", "passes": {"a": 0.5, "c": 1}},
+        {"name": "anneal", "passes": {"b": 1.5, "c": 1}},
+    ]
+}
+
+
+def test_whole_pass_totals_never_train_a_sample_past_its_passes(corpora: dict[str, str], tmp_path: Path) -> None:
+    """Issue 35 on megatron-core: against each source's GPTDataset built independently, every row trained is the
+    planned source's sample token for token, each iteration draws only its stage's sources, no sample is trained
+    more than its total passes, a source's second pass starts only after every sample of its first; a resume
+    inside the middle stage continues to the planned totals, and a rewritten corpus is refused on resume."""
+    init_gloo()
+    names = ["a", "b", "c"]
+    config = gpt_config([corpora[n] for n in names], str(tmp_path / "cache"))
+    setup = exact_stages(config, ISSUE_35, GBS)
+    staged = build_stages(setup)
+    refs = [reference(corpora[n], str(tmp_path / f"ref-{n}")) for n in names]
+    per_epoch = [len(r) for r in refs]
+    assert [s.samples_per_epoch for s in setup.plan.sources] == per_epoch
+    passes = {n: sum(st["passes"].get(n, 0) for st in ISSUE_35["stages"]) for n in names}
+    assert passes == {"a": 1, "b": 2, "c": 2}
+    which = np.asarray(staged.dataset_index)
+    sample = np.asarray(staged.dataset_sample_index)
+    first = 0
+    for stage, cfg in zip(setup.stages_plan.stages, ISSUE_35["stages"]):
+        rows = slice(first, first + stage.samples)
+        assert stage.samples % GBS == 0
+        # each iteration of the stage draws only the stage's sources
+        assert {names[k] for k in np.unique(which[rows]).tolist()} <= set(cfg["passes"]), stage.name
+        first += stage.samples
+    assert first == len(staged) == setup.train_iters * GBS
+    for i in range(0, len(staged), 5):  # the tokens trained are the reference dataset's sample, token for token
+        k = int(which[i])
+        assert np.array_equal(staged[i]["tokens"], refs[k][int(sample[i])]["tokens"])
+    for k, n in enumerate(names):
+        order = sample[which == k]
+        counts = np.bincount(order, minlength=per_epoch[k])
+        assert int(np.max(counts)) <= passes[n], n  # no sample trained more than its passes
+        assert len(order) <= passes[n] * per_epoch[k] and len(order) > passes[n] * per_epoch[k] - GBS
+        for p in range(-(-len(order) // per_epoch[k])):  # pass p: distinct samples, after pass p - 1 is complete
+            chunk = order[p * per_epoch[k] : (p + 1) * per_epoch[k]].tolist()
+            assert len(set(chunk)) == len(chunk), (n, p)
+    # a resume inside the middle stage continues to the planned totals
+    stop = (setup.boundaries[0] + setup.boundaries[1]) // 2
+    c = live_counters(staged, setup, active=False)
+    for it in range(1, stop + 1):
+        c.step(it, it * GBS)
+    state = json.loads(json.dumps(c.state_dict()))
+    assert state["stage"] == "main"
+    again = live_counters(staged, setup, active=False)
+    again.load_state_dict(state)
+    for it in range(stop + 1, setup.train_iters + 1):
+        again.step(it, it * GBS)
+    final = again.final()
+    totals = {n: int(np.sum(which == k)) for k, n in enumerate(names)}
+    assert {k: v["samples"] for k, v in final["sources"].items()} == totals == setup.stages_plan.total_draws()
+    # the corpus c rewritten: the resume is refused in one line naming it
+    write_random_corpus(corpora["c"], 9, 20)
+    rebuilt = exact_stages(config, ISSUE_35, GBS)
+    with pytest.raises(CountersStateError) as err:
+        live_counters(staged, rebuilt, active=False).load_state_dict(state)
+    assert str(err.value).startswith("counters state: the data changed since the checkpoint: source 'c' tokens ")
+    assert "\n" not in str(err.value)

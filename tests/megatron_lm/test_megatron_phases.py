@@ -12,6 +12,8 @@ Corpora and numbers as docs/stages-research.md: a 123, b 82, c 76 samples per ep
 from __future__ import annotations
 
 import json
+import math
+import random
 from typing import Any
 
 import frameworks
@@ -130,6 +132,78 @@ def test_exact_phases_flags(data: dict[str, str]) -> None:
         exact_phases(line(*base[len(MODEL) + 2 :], gbs=4), groups, VERSION, targets)
 
 
+PHASE_CONFIGS = 40
+
+
+def _random_phases(rng: random.Random, names: list[str]) -> tuple[list[list[str]], dict[int, dict[str, float]], int]:
+    """2-4 phases of 1-3 sources; whole passes (1-2) in every phase but a source's last, there any passes; a batch."""
+    phases = [rng.sample(names, rng.randint(1, min(3, len(names)))) for _ in range(rng.randint(2, 4))]
+    last = {n: k for k, ph in enumerate(phases) for n in ph}
+    targets = {
+        k + 1: {
+            n: rng.choice([0.25, 0.5, 0.75, 1.5, 2, round(rng.uniform(0.1, 2.5), 3)])
+            if last[n] == k
+            else float(rng.randint(1, 2))
+            for n in ph
+        }
+        for k, ph in enumerate(phases)
+    }
+    return phases, targets, rng.choice([1, 2, 3, 4, 5, 8, 16])
+
+
+def _check_exact(
+    pp: PhasesPlan, targets: dict[int, dict[str, float]], gbs: int, real: dict[int, list[int]] | None = None
+) -> float:
+    """No source drawn past its total target; each phase's draws under one global batch from its wanted samples
+    (whole passes exactly in every phase but a source's last). ``real``: per phase the draws Megatron-LM's own
+    builder made (else the plan's). The largest ``|draws - wanted| / gbs``."""
+    spe = {s.name: s.samples_per_epoch for ph in pp.phases for s in ph.sources}
+    total = {n: 0.0 for n in spe}
+    drawn = dict.fromkeys(spe, 0)
+    worst = 0.0
+    for ph in pp.phases:
+        draws = real[ph.number] if real is not None else [s.draws for s in ph.sources]
+        assert ph.samples % gbs == 0 and ph.samples == sum(draws)
+        for s, n in zip(ph.sources, draws):
+            wanted = targets[ph.number][s.name] * spe[s.name]
+            total[s.name] += wanted
+            drawn[s.name] += n
+            assert abs(n - wanted) < gbs, (ph.number, s.name, n, wanted, gbs)
+            if any(s.name in targets[k] for k in range(ph.number + 1, len(pp.phases) + 1)):
+                assert n == wanted, (ph.number, s.name)  # a whole pass: the next phase restarts at sample 0
+            worst = max(worst, abs(n - wanted) / gbs)
+    for name, d in drawn.items():
+        assert d <= math.floor(total[name] + 1e-9), (name, d, total[name])
+    return worst
+
+
+def test_random_exact_phases_never_draw_past_their_passes(data: dict[str, str], tmp_path: Any) -> None:
+    """Issue 35's rule for Megatron-LM phases in exact mode, on random phase configs through the phase planner (the
+    flags pasted into each phase's line and planned again, as Megatron-LM's builder would draw them): a config is
+    planned or refused in one line (a whole pass that is not whole global batches), never overshot."""
+    write_random_corpus(str(tmp_path / "d"), 4, 25)
+    paths = {**data, "d": str(tmp_path / "d")}
+    rng = random.Random(35)
+    planned, refused, worst = 0, [], 0.0
+    for _ in range(PHASE_CONFIGS):
+        phases, targets, gbs = _random_phases(rng, list(paths))
+        transitions = ",".join(str(10 * k) for k in range(1, len(phases)))
+        base = line("--train-samples", "1000", "--phase-transition-iterations", transitions, gbs=gbs)
+        groups = {k + 1: ["--data-path", *[paths[n] for n in ph]] for k, ph in enumerate(phases)}
+        base += groups.pop(1)
+        try:
+            _, pp = exact_phases(base, groups, VERSION, targets)
+        except PlanError as err:
+            known = ("not whole global batches", "less than one global batch")
+            assert "\n" not in str(err) and any(k in str(err) for k in known), str(err)
+            refused.append(str(err))
+            continue
+        worst = max(worst, _check_exact(pp, targets, gbs))
+        planned += 1
+    assert planned + len(refused) == PHASE_CONFIGS and planned >= PHASE_CONFIGS // 2, refused
+    assert 0.5 < worst < 1
+
+
 def test_train_iters_with_phases_is_one_line(data: dict[str, str]) -> None:
     with pytest.raises(Exception) as err:
         plan_phases(
@@ -172,11 +246,12 @@ def test_phase_plans_equal_megatron_lm_0_19(data: dict[str, str], tmp_path: Any)
     import megatron_lm_env as env
 
     base = line("--train-samples", "504", "--phase-transition-iterations", "31,67", "--data-path", data["a"], gbs=3)
+    targets = {1: {"a": 1.0}, 2: {"a": 1.0, "b": 1.0}, 3: {"b": 1.0, "c": 2.0}}
     exact, exact_pp = exact_phases(
         base,
         {2: ["--data-path", data["a"], data["b"]], 3: ["--data-path", data["b"], data["c"]]},
         VERSION,
-        {1: {"a": 1.0}, 2: {"a": 1.0, "b": 1.0}, 3: {"b": 1.0, "c": 2.0}},
+        targets,
     )
     plans = {
         "issue": issue_phases(data),
@@ -203,7 +278,7 @@ def test_phase_plans_equal_megatron_lm_0_19(data: dict[str, str], tmp_path: Any)
             for s, order in zip(ph.sources, built):
                 orders[(ph.number, s.name)] = order
                 if s.again:  # the same samples again: the real index arrays are identical
-                    assert order == orders[(s.again_phase, s.name)]
+                    assert s.again_phase is not None and order == orders[(s.again_phase, s.name)]
                 if s.other_order:
                     assert all(o != order for (k, n), o in orders.items() if n == s.name and k < ph.number)
             checked += 1
@@ -211,6 +286,10 @@ def test_phase_plans_equal_megatron_lm_0_19(data: dict[str, str], tmp_path: Any)
     # the real numbers of docs/stages-research.md: requests 124, 144, 236; b trained again in phase 3
     assert [truth[f"issue-phase-{k}"]["num_samples"][0] for k in (1, 2, 3)] == [124, 144, 236]
     assert json.dumps(truth["exact-phase-3"]["draws_at"]) == "[82, 152]"
+    # issue 35's rule on the real builder's draws of the exact phases: no source past its total target, each phase
+    # under one global batch from its wanted samples (a's 123 + 122 of 246: phase 2's 205 are not whole batches of 3)
+    real = {ph.number: list(truth[f"exact-phase-{ph.number}"]["draws_at"]) for ph in exact_pp.phases}
+    assert 0 < _check_exact(exact_pp, targets, 3, real) < 1
 
 
 @pytest.mark.megatron_lm
