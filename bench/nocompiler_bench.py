@@ -73,7 +73,8 @@ def audit_part(documents: int, epochs: int) -> float:
             times.append(time.perf_counter() - start)
             outs.append(run.stdout)
             print(
-                f"audit {documents:,d} documents x {epochs} epochs, {label:6s}: {times[-1]:7.2f} s (rc {run.returncode})"
+                f"audit {documents:,d} documents x {epochs} epochs, {label:6s}: {times[-1]:7.2f} s"
+                f" (rc {run.returncode})"
             )
     ratio = times[1] / times[0]
     print(f"audit: numpy / kernel = {ratio:.1f}x; same JSON: {outs[0] == outs[1]}")
