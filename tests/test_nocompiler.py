@@ -109,3 +109,65 @@ def test_the_fix_named_is_the_one_for_this_checkout(monkeypatch):
     assert extensions.editable() and "pip install -e ." in extensions.fix()
     monkeypatch.setenv(extensions.SWITCH, "1")
     assert extensions.disabled() and extensions.SWITCH in extensions.fix()
+
+
+def _compiler_less_install(tmp: str) -> str:
+    """The sdist of this checkout installed into a fresh venv (this stack's packages on its path), ``CC=/bin/false``:
+    every extension build fails, as on a machine without a compiler. Returns the venv's bin directory."""
+    src = os.path.join(tmp, "src")
+    skip = shutil.ignore_patterns(".*", "*.so", "build", "dist", "*.egg-info", "__pycache__", "demo_out*")
+    shutil.copytree(ROOT, src, ignore=skip)
+    quiet = {"capture_output": True, "text": True}
+    built = subprocess.run([sys.executable, "setup.py", "-q", "sdist", "-d", tmp], cwd=src, **quiet)  # type: ignore[call-overload]
+    assert built.returncode == 0, built.stderr
+    (sdist,) = [f for f in os.listdir(tmp) if f.endswith(".tar.gz")]
+    venv = os.path.join(tmp, "venv")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
+    purelib = subprocess.run(
+        [sys.executable, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], check=True, **quiet
+    ).stdout.strip()
+    target = subprocess.run(
+        [os.path.join(venv, "bin", "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        **quiet,
+    ).stdout.strip()
+    with open(os.path.join(target, "stack.pth"), "w", encoding="utf-8") as f:
+        f.write(purelib + "\n")  # numpy, pyyaml, setuptools and pip of this stack (a plain path: no .pth of theirs)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", extensions.SWITCH)}
+    pip = [
+        os.path.join(venv, "bin", "python"),
+        "-m",
+        "pip",
+        "install",
+        "--no-deps",
+        "--no-build-isolation",
+        "--no-index",
+    ]
+    run = subprocess.run([*pip, os.path.join(tmp, sdist)], env=dict(env, CC="/bin/false"), **quiet)
+    assert run.returncode == 0, run.stdout + run.stderr
+    installed = os.path.join(target, "neox_epoch")
+    assert os.path.isdir(installed) and not [f for f in os.listdir(installed) if f.endswith(".so")]
+    return os.path.join(venv, "bin")
+
+
+def test_a_compiler_less_install_audits_and_plans_the_same(tmp_path, demo_dir):
+    """The real thing once: no extension built (CC fails), then `neox-epoch audit` and `plan` from that install give
+    the compiled kernels' JSON byte for byte, and the one warning names the fix for an installed sdist."""
+    bin_dir = _compiler_less_install(str(tmp_path))
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", extensions.SWITCH)}
+    runs = {
+        "audit": ["audit", CACHE, "--consumed", "3000", "--json", "--no-progress"],
+        "plan": ["plan", "configs/blend_per_source_epochs.yml", "--json"],
+    }
+    for name, args in runs.items():
+        cwd = ROOT if name == "audit" else demo_dir
+        run = subprocess.run(
+            [os.path.join(bin_dir, "neox-epoch"), *args], cwd=cwd, env=env, capture_output=True, text=True
+        )
+        assert run.returncode in (0, 1), run.stderr
+        on, _ = cli(args, cwd, off=False)
+        assert run.stdout == on, f"{name}: the compiler-less install's JSON differs"
+        if name == "audit":
+            assert any(e is not None and e["token_exposures"] > 0 for e in exposures(on))
+            assert run.stderr.count("is not built (no C compiler at install time)") == 1, run.stderr
+            assert "pip install --force-reinstall --no-binary neox-epoch neox-epoch" in run.stderr

@@ -72,7 +72,7 @@ def scatter(ids: np.ndarray, store: np.ndarray, value: int, bound: int) -> tuple
     if bound > (store.size * 64 if bits else store.size):
         bound = -1
     wide = flat.astype(np.int64)
-    top = int(wide.view(np.uint64).max())
+    top = int(np.max(wide.view(np.uint64)))
     bad = -1
     if bound < 0 or top >= bound:
         outside = (wide < 0) | (wide >= bound)
