@@ -5,15 +5,17 @@
 
 Part 1: the greedy blend counts of a 22-source blend at ``--draws`` draws, with an epoch mark per source as the plan
 asks (``blend.greedy_draws``), with ``neox_epoch._greedy`` and with the numpy fallback (``blend._greedy`` set to None,
-what an install without a compiler runs). Part 2: ``neox-epoch audit --json`` on a written NeoX-like packed index of
-two epochs, with the kernel and with ``NEOX_EPOCH_NO_EXTENSIONS=1``, in fresh processes (wall time of each). Prints
-the times, the ratio fallback/kernel and whether the outputs are equal (they must be).
+what an install without a compiler runs), and the counts alone; then 22 log-uniform weights, where the jump's proof
+does not apply and numpy's lanes replay every draw (``--lane-draws``). Part 2: ``neox-epoch audit --json`` on a
+written NeoX-like packed index of two epochs, with the kernel and with ``NEOX_EPOCH_NO_EXTENSIONS=1``, in fresh
+processes (wall time of each). Prints the times, the ratio fallback/kernel and whether the outputs are equal.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -55,6 +57,22 @@ def greedy_part(draws: int) -> float:
     return ratio
 
 
+def lanes_part(draws: int) -> float:
+    """22 log-uniform weights (1e-4..1), where the jump's proof does not apply: numpy's lanes against the C loop."""
+    rng = random.Random(36)
+    weights = [float(w) for w in blend.normalize([10 ** rng.uniform(-4, 0) for _ in range(22)])]
+    kernel, got = blend._greedy, []
+    for label, module in (("kernel", kernel), ("numpy", None)):
+        blend._greedy = module
+        start = time.perf_counter()
+        got.append((blend.greedy_counts(weights, draws), time.perf_counter() - start))
+        print(f"greedy 22 log-uniform weights, {draws:,d} draws, {label:6s}: {got[-1][1]:7.2f} s")
+    blend._greedy = kernel
+    ratio = got[1][1] / got[0][1]
+    print(f"log-uniform: numpy / kernel = {ratio:.1f}x; same: {got[0][0] == got[1][0]}")
+    return ratio
+
+
 def audit_part(documents: int, epochs: int) -> float:
     from test_audit_unit import write_neox_index
 
@@ -84,12 +102,15 @@ def audit_part(documents: int, epochs: int) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--draws", type=int, default=50_000_000)
+    ap.add_argument("--lane-draws", type=int, default=5_000_000, help="draws of the log-uniform blend (0: skip)")
     ap.add_argument("--documents", type=int, default=2_000_000)
     ap.add_argument("--epochs", type=int, default=2)
     args = ap.parse_args()
     if blend._greedy is None:
         sys.exit("neox_epoch._greedy is not built here: nothing to compare against")
     greedy_part(args.draws)
+    if args.lane_draws:
+        lanes_part(args.lane_draws)
     audit_part(args.documents, args.epochs)
 
 
