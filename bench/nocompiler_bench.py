@@ -3,17 +3,20 @@
     python bench/nocompiler_bench.py                 # 22 sources (the Pile's weights), 50M draws; audit exposure
     python bench/nocompiler_bench.py --draws 5000000
 
-Part 1: the greedy blend counts of a 22-source blend at ``--draws`` draws, with an epoch mark per source as the plan
-asks (``blend.greedy_draws``), with ``neox_epoch._greedy`` and with the numpy fallback (``blend._greedy`` set to None,
-what an install without a compiler runs), and the counts alone; then 22 log-uniform weights, where the jump's proof
-does not apply and numpy's lanes replay every draw (``--lane-draws``). Part 2: ``neox-epoch audit --json`` on a
-written NeoX-like packed index of two epochs, with the kernel and with ``NEOX_EPOCH_NO_EXTENSIONS=1``, in fresh
-processes (wall time of each). Prints the times, the ratio fallback/kernel and whether the outputs are equal.
+Part 1: ``neox-epoch plan --json`` of a 22-source NeoX config (the Pile's weights) of about ``--draws`` train samples,
+in fresh processes with the extensions and with ``NEOX_EPOCH_NO_EXTENSIONS=1``. Then the greedy blend counts of that
+blend at ``--draws`` draws, with an epoch mark per source as the plan asks (``blend.greedy_draws``), with
+``neox_epoch._greedy`` and with the numpy fallback (``blend._greedy`` set to None, what an install without a compiler
+runs), and the counts alone; then 22 log-uniform weights, where the jump's proof does not apply and numpy's lanes
+replay every draw (``--lane-draws``). Part 2: ``neox-epoch audit --json`` on a written NeoX-like packed index of two
+epochs, with the kernel and with ``NEOX_EPOCH_NO_EXTENSIONS=1``, in fresh processes (wall time of each). Prints the
+times, the ratio fallback/kernel and whether the outputs are equal.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import subprocess
@@ -54,6 +57,56 @@ def greedy_part(draws: int) -> float:
         print(f"greedy counts only, {label:6s}: {plain[-1][1]:7.2f} s")
     blend._greedy = kernel
     print(f"counts only: numpy / kernel = {plain[1][1] / plain[0][1]:.1f}x; same: {plain[0][0] == plain[1][0]}")
+    return ratio
+
+
+def plan_part(draws: int) -> float:
+    """``neox-epoch plan --json`` of a 22-source NeoX config (the Pile's weights, small written corpora) whose
+    train_iters x train_batch_size is about ``draws``, in fresh processes, with the extensions and without."""
+    from neox_epoch.formats.corpus import write_random_corpus
+
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = []
+        for i in range(len(PILE)):
+            paths.append(os.path.join(tmp, f"source{i:02d}_text_document"))
+            write_random_corpus(paths[-1], 100 + i, 3000, 1, 400)
+        batch = 1024
+        config = {
+            "train_data_paths": paths,
+            "train_data_weights": list(PILE),
+            "valid_data_paths": paths[:1],
+            "test_data_paths": paths[:1],
+            "seq_length": 64,
+            "train_batch_size": batch,
+            "train_iters": -(-draws // batch),
+            "eval_interval": 10**9,
+            "eval_iters": 0,
+            "seed": 1234,
+        }
+        path = os.path.join(tmp, "pile22.yml")
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(config, f)
+        env = dict(os.environ, PYTHONPATH=ROOT)
+        env.pop("NEOX_EPOCH_NO_EXTENSIONS", None)
+        outs, times = [], []
+        for label, off in (("kernel", False), ("numpy", True)):
+            if off:
+                env["NEOX_EPOCH_NO_EXTENSIONS"] = "1"
+            start = time.perf_counter()
+            run = subprocess.run(
+                [sys.executable, "-m", "neox_epoch.cli", "plan", path, "--json"],
+                env=env,
+                capture_output=True,
+                text=True,
+            )
+            times.append(time.perf_counter() - start)
+            outs.append(run.stdout)
+            print(
+                f"plan 22 sources, {batch * config['train_iters']:,d} samples, {label:6s}: {times[-1]:7.2f} s"
+                f" (rc {run.returncode})"
+            )
+    ratio = times[1] / times[0]
+    print(f"plan: numpy / kernel = {ratio:.1f}x; same JSON: {outs[0] == outs[1]}")
     return ratio
 
 
@@ -108,6 +161,7 @@ def main() -> None:
     args = ap.parse_args()
     if blend._greedy is None:
         sys.exit("neox_epoch._greedy is not built here: nothing to compare against")
+    plan_part(args.draws)
     greedy_part(args.draws)
     if args.lane_draws:
         lanes_part(args.lane_draws)
