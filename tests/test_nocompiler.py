@@ -117,19 +117,24 @@ def _compiler_less_install(tmp: str) -> str:
     src = os.path.join(tmp, "src")
     skip = shutil.ignore_patterns(".*", "*.so", "build", "dist", "*.egg-info", "__pycache__", "demo_out*")
     shutil.copytree(ROOT, src, ignore=skip)
-    quiet = {"capture_output": True, "text": True}
-    built = subprocess.run([sys.executable, "setup.py", "-q", "sdist", "-d", tmp], cwd=src, **quiet)  # type: ignore[call-overload]
+    built = subprocess.run(
+        [sys.executable, "setup.py", "-q", "sdist", "-d", tmp], cwd=src, capture_output=True, text=True
+    )
     assert built.returncode == 0, built.stderr
     (sdist,) = [f for f in os.listdir(tmp) if f.endswith(".tar.gz")]
     venv = os.path.join(tmp, "venv")
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
     purelib = subprocess.run(
-        [sys.executable, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], check=True, **quiet
+        [sys.executable, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout.strip()
     target = subprocess.run(
         [os.path.join(venv, "bin", "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         check=True,
-        **quiet,
+        capture_output=True,
+        text=True,
     ).stdout.strip()
     with open(os.path.join(target, "stack.pth"), "w", encoding="utf-8") as f:
         f.write(purelib + "\n")  # numpy, pyyaml, setuptools and pip of this stack (a plain path: no .pth of theirs)
@@ -143,7 +148,9 @@ def _compiler_less_install(tmp: str) -> str:
         "--no-build-isolation",
         "--no-index",
     ]
-    run = subprocess.run([*pip, os.path.join(tmp, sdist)], env=dict(env, CC="/bin/false"), **quiet)
+    run = subprocess.run(
+        [*pip, os.path.join(tmp, sdist)], env=dict(env, CC="/bin/false"), capture_output=True, text=True
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     installed = os.path.join(target, "neox_epoch")
     assert os.path.isdir(installed) and not [f for f in os.listdir(installed) if f.endswith(".so")]
