@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -19,6 +20,7 @@ import pytest
 from test_audit_unit import write_neox_index
 
 from neox_epoch.demo import write_demo_corpus
+from neox_epoch.semantics import blend, greedy_numpy
 from neox_epoch.util import extensions
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -178,3 +180,30 @@ def test_a_compiler_less_install_audits_and_plans_the_same(tmp_path, demo_dir):
             assert any(e is not None and e["token_exposures"] > 0 for e in exposures(on))
             assert run.stderr.count("is not built (no C compiler at install time)") == 1, run.stderr
             assert "pip install --force-reinstall --no-binary neox-epoch neox-epoch" in run.stderr
+
+
+def _blends() -> list[list[float]]:
+    rng = random.Random(36)
+    out = [blend.normalize([1.0] * n) for n in (2, 7, 22)]  # exact ties
+    out += [blend.normalize([rng.choice([1.0, 2.0, 3.0]) / 3.0 for _ in range(n)]) for n in (3, 12)]  # near-ties
+    out += [blend.normalize([10 ** rng.uniform(-4, 0) for _ in range(n)]) for n in (2, 3, 5, 8, 22, 40)]
+    return out
+
+
+@pytest.mark.parametrize("k", range(len(_blends())))
+def test_greedy_without_the_extension_equals_the_c_loop(monkeypatch, k):
+    """The fallback's three ways (numpy lanes, the jump with numpy's candidates, marks between jumps) against the C
+    extension's plain loop, in the same process: the same counts and mark positions."""
+    oracle = extensions.load("_greedy")
+    if oracle is None:
+        pytest.skip("neox_epoch._greedy is not built here: nothing to compare with")
+    w = _blends()[k]
+    n = len(w)
+    monkeypatch.setattr(blend, "_greedy", None)
+    for start, stop in ((0, 3_000), (1, 150_001), (0, 300_000)):
+        counts = list(oracle.advance_plain(w, 0, [0] * n, start, [])[0])
+        marks = [(i, max(1, int(w[i] * stop * 0.7))) for i in range(n)]
+        want = oracle.advance_plain(w, start, counts, stop, marks)
+        assert greedy_numpy.replay(w, start, counts, stop) == list(want[0])
+        assert blend.advance(w, start, counts, stop)[0] == list(want[0])
+        assert blend.advance(w, start, counts, stop, marks) == (list(want[0]), list(want[1]))
