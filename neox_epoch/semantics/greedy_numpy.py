@@ -6,8 +6,10 @@ frameworks' float64 arithmetic unchanged (``fl(fl(w * x) - c)``, ties to the low
 lane 0 starts from the true state, every other lane from a GUESSED state at its start step (the largest-remainder
 rounding of ``w * b``) and keeps its first states. Walking the lanes in order, the true state at a lane's start
 (the end of the lane before) is stepped forward until it equals that lane's kept state at the same step; from there
-the two are the same deterministic sequence, so the lane's end is the true end. A lane whose guess never meets the
-true state within the kept steps is replayed again from the true state (:func:`replay` on that lane alone).
+the two are the same deterministic sequence, so the lane's end is the true end. This is done for all lanes at once, in
+rounds: every lane whose start differs from its predecessor's end runs again from that end, keeping its end where it
+meets its earlier trajectory within the kept states, else running to its end. Lane 0 is exact, so once no start
+changes every lane is.
 """
 
 from __future__ import annotations
@@ -18,11 +20,13 @@ import numpy as np
 
 LANE_STEPS = 2048
 """Steps per lane (at least): fewer lanes per step costs numpy's per-call overhead, more costs memory."""
-MAX_LANES = 16384
-KEPT = 48
+MAX_LANES = 8192
+KEPT = 32
 """States kept at the start of each lane (the true and the guessed trajectories meet within a few steps)."""
 SHORT = 20_000
 """Runs shorter than this are stepped one at a time (:func:`steps`)."""
+MAX_ROUNDS = 64
+"""Rounds of lanes run again (:func:`_round`); past them (trajectories that do not meet) the rest is stepped."""
 
 
 def steps(weights: Sequence[float], start: int, counts: Sequence[int], stop: int) -> list[int]:
@@ -81,24 +85,32 @@ def replay(weights: Sequence[float], start: int, counts: Sequence[int], stop: in
     lanes = max(2, min(MAX_LANES, total // LANE_STEPS))
     length = total // lanes
     bases = start + length * np.arange(lanes, dtype=np.int64)
-    state = _guesses(w, bases)
-    state[0] = np.asarray(counts, dtype=np.int64)
-    firsts = state.copy()
-    ends, history = lockstep(w, bases, state, length, KEPT)
-    true = [int(c) for c in counts]
-    for lane in range(lanes):
-        true = _follow(w, int(bases[lane]), true, firsts[lane], history[:, lane], ends[lane], length)
-    return steps(weights, start + lanes * length, true, stop)
+    begun = _guesses(w, bases)
+    begun[0] = np.asarray(counts, dtype=np.int64)
+    ends, history = lockstep(w, bases, begun.copy(), length, KEPT)
+    for _ in range(MAX_ROUNDS):
+        if not _round(w, bases, begun, ends, history, length):
+            return steps(weights, start + lanes * length, ends[-1].tolist(), stop)
+    exact = int(np.argmax(np.any(begun[1:] != ends[:-1], axis=1)))  # lanes [0, exact] are exact
+    return steps(weights, int(bases[exact + 1]), ends[exact].tolist(), stop)
 
 
-def _follow(
-    w: np.ndarray, base: int, true: list[int], guess: np.ndarray, history: np.ndarray, end: np.ndarray, length: int
-) -> list[int]:
-    """The true state at the end of a lane from the true state at its start (see the module docstring)."""
-    if guess.tolist() == true:
-        return [int(c) for c in end]
-    for t in range(history.shape[0]):
-        true = steps(w.tolist(), base + t, true, base + t + 1)
-        if history[t].tolist() == true:
-            return [int(c) for c in end]
-    return replay(w.tolist(), base + history.shape[0], true, base + length)
+def _round(
+    w: np.ndarray, bases: np.ndarray, begun: np.ndarray, ends: np.ndarray, history: np.ndarray, length: int
+) -> bool:
+    """Every lane whose start is not its predecessor's end runs again from that end (in place); False: none did.
+
+    A lane meeting its earlier trajectory within the kept states keeps its end (the same sequence from there on);
+    the others run to their end. Lane 0 starts from the true state, so the lanes are all exact once none changes."""
+    changed = 1 + np.flatnonzero(np.any(begun[1:] != ends[:-1], axis=1))
+    if not changed.size:
+        return False
+    begun[changed] = ends[changed - 1]
+    kept = history.shape[0]
+    now, seen = lockstep(w, bases[changed], begun[changed].copy(), kept, kept)
+    met = np.any(np.all(seen == history[:, changed], axis=2), axis=0)
+    again = changed[~met]
+    if again.size:
+        history[:, again] = seen[:, ~met]
+        ends[again] = lockstep(w, bases[again] + kept, now[~met], length - kept)[0]
+    return True
