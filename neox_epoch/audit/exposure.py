@@ -113,7 +113,7 @@ def release(view: np.ndarray, start: int = 0, stop: int | None = None) -> None:
 def zeros(shape: int | tuple[int, ...], dtype: type) -> np.ndarray:
     """Zeros on transparent huge pages: numpy asks Linux for them for its large ``np.empty`` only (calloc's
     4 kB pages, ``np.zeros``, make each random access into hundreds of MB a TLB miss)."""
-    out = np.empty(shape, dtype)
+    out: np.ndarray = np.empty(shape, dtype)
     out.fill(0)
     return out
 
@@ -218,8 +218,10 @@ class StreamPass:
         if self.token_starts is not None and stop > first:
             self.token_starts[first:stop] = np.cumsum(sizes[first:stop], dtype=np.int64) - sizes[first:stop]
         self.tokens_out = tokens_out if tokens_out is not None and self.exposing else None
-        if self.tokens_out is not None and (
-            self.tokens_out.dtype != np.int32 or self.tokens_out.size != sizes[first:stop].sum(dtype=np.int64)
+        if (
+            tokens_out is not None
+            and self.tokens_out is not None
+            and (tokens_out.dtype != np.int32 or tokens_out.size != sizes[first:stop].sum(dtype=np.int64))
         ):
             raise AuditError(
                 f"tokens_out: int32, one per token of the documents, expected; got {tokens_out.dtype} "
