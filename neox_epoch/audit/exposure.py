@@ -3,8 +3,8 @@
 Sample ``i`` covers the input tokens ``[i*L, i*L + L)`` of the stream (the documents of ``doc_idx``
 concatenated), coverage ending at ``min(S*L, E*T)``; a token's exposure is the number of consumed samples
 covering one of its ``E`` copies. :class:`StreamPass` walks the document index once with the compiled
-``neox_epoch._exposure`` (see its comment); without it numpy gives the positions and copies and the exposure
-is withheld with a note (docs/audit.md).
+``neox_epoch._exposure`` (see its comment); without it (no C compiler at install time, or NEOX_EPOCH_NO_EXTENSIONS)
+:mod:`neox_epoch.audit.exposure_numpy` does the same in numpy, slower, with the same numbers (docs/install.md).
 """
 
 from __future__ import annotations
@@ -17,14 +17,16 @@ from typing import Any
 
 import numpy as np
 
+from neox_epoch.audit import exposure_numpy
 from neox_epoch.errors import AuditError
 from neox_epoch.semantics.consumption import Fold
+from neox_epoch.util import extensions
 
-kernel: ModuleType | None
-try:
-    from neox_epoch import _exposure as kernel
-except ImportError:  # not built (no C compiler at install time)
-    kernel = None
+kernel: ModuleType | None = extensions.load("_exposure")
+COMPILED = kernel is not None
+"""Whether the compiled kernel runs (else numpy's, :mod:`neox_epoch.audit.exposure_numpy`)."""
+if kernel is None:  # not built (no C compiler at install time) or switched off
+    kernel = exposure_numpy
 
 
 @dataclass
@@ -111,7 +113,7 @@ def release(view: np.ndarray, start: int = 0, stop: int | None = None) -> None:
 def zeros(shape: int | tuple[int, ...], dtype: type) -> np.ndarray:
     """Zeros on transparent huge pages: numpy asks Linux for them for its large ``np.empty`` only (calloc's
     4 kB pages, ``np.zeros``, make each random access into hundreds of MB a TLB miss)."""
-    out = np.empty(shape, dtype)
+    out: np.ndarray = np.empty(shape, dtype)
     out.fill(0)
     return out
 
@@ -186,6 +188,8 @@ class StreamPass:
         self.position, self.buffer = 0, np.empty(0, np.int64)
         self.exposing = draws is not None and kernel is not None and epochs > 0
         self.draws = draws if self.exposing else None
+        if self.exposing and kernel is exposure_numpy:
+            extensions.say_missing("_exposure", "the audit's stream pass runs in numpy")
         self.samples = (
             0 if draws is None else draws.shape[0] * (64 if draws.dtype == np.uint64 else 1)
         )  # (bits past S: 0)
@@ -214,8 +218,10 @@ class StreamPass:
         if self.token_starts is not None and stop > first:
             self.token_starts[first:stop] = np.cumsum(sizes[first:stop], dtype=np.int64) - sizes[first:stop]
         self.tokens_out = tokens_out if tokens_out is not None and self.exposing else None
-        if self.tokens_out is not None and (
-            self.tokens_out.dtype != np.int32 or self.tokens_out.size != sizes[first:stop].sum(dtype=np.int64)
+        if (
+            tokens_out is not None
+            and self.tokens_out is not None
+            and (tokens_out.dtype != np.int32 or tokens_out.size != sizes[first:stop].sum(dtype=np.int64))
         ):
             raise AuditError(
                 f"tokens_out: int32, one per token of the documents, expected; got {tokens_out.dtype} "

@@ -26,19 +26,19 @@ import logging
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from neox_epoch.errors import PlanError
+from neox_epoch.semantics import greedy_numpy as gnp
 from neox_epoch.semantics import normalize  # noqa: F401 - the blends' normalization, here with them
+from neox_epoch.util import extensions
 
-try:  # the C extension is optional; the Python loop gives identical answers, only slower
-    from neox_epoch import _greedy  # type: ignore[attr-defined]
-except ImportError:  # pragma: no cover - exercised only without a compiler
-    _greedy = None
+# the C extension is optional (None: not built, or NEOX_EPOCH_NO_EXTENSIONS); the fallback gives identical answers
+_greedy: Any = extensions.load("_greedy")
 
 log = logging.getLogger(__name__)
-_SLOW_WARN_STEPS = 20_000_000
 MAX_DRAWS = 10_000_000_000
 """Longest blend counted: both frameworks' blending index holds a source id (uint8/int16) and an int64 per
 sample (90-100 GB here), and no real run draws that many. Longer requests are refused before any replay."""
@@ -52,6 +52,8 @@ _JUMP_WINDOW = 1 << 16
 """The base step ``b`` is chosen among this many steps before the tail (a wider window finds smaller sets)."""
 _JUMP_MAX_STATES = 250_000
 """Largest candidate set ``A(b)`` replayed; past it (many sources) the plain replay is cheaper."""
+_NUMPY_MAX_STATES = 20_000
+"""... without the C extension (the candidates then run in numpy, all in one step: :func:`_collapse`)."""
 _JUMP_STEPS_PER_STATE = 20_000
 """A candidate state costs about as much as this many replayed draws of one source (enumeration, first round)."""
 
@@ -142,17 +144,21 @@ def _states(caps: Sequence[int], floors: Sequence[int], spare: int) -> Iterator[
 
 def _collapse(weights: list[float], b: int, states: Iterator[list[int]], stop: int) -> list[int] | None:
     """Replay every state from ``b`` in lockstep, merging equal ones; the one end state, or None if several remain."""
-    assert _greedy is not None
     cur = {tuple(c) for c in states}
     s, chunk = b, 64
     while len(cur) > 1 and s < stop:
         e = min(stop, s + chunk)
-        cur = {tuple(_greedy.advance(weights, s, list(c), e, [])[0]) for c in cur}
+        if _greedy is None:  # every state in one numpy step
+            rows = np.array(sorted(cur), dtype=np.int64)
+            starts = np.full(rows.shape[0], s, np.int64)
+            cur = {tuple(r) for r in gnp.lockstep(np.asarray(weights), starts, rows, e - s)[0].tolist()}
+        else:
+            cur = {tuple(_greedy.advance(weights, s, list(c), e, [])[0]) for c in cur}
         s, chunk = e, min(4 * chunk, 1 << 20)
     if len(cur) != 1:
         return None
     (one,) = cur
-    return list(_greedy.advance(weights, s, list(one), stop, [])[0])
+    return _run(weights, s, list(one), stop, [])[0]
 
 
 def _jump(weights: Sequence[float], start: int, counts: Sequence[int], stop: int) -> list[int] | None:
@@ -162,7 +168,7 @@ def _jump(weights: Sequence[float], start: int, counts: Sequence[int], stop: int
     they meet) to ``stop``; one common end state is the answer.
     """
     n = len(weights)
-    if _greedy is None or n < 2 or start < 1 or sum(counts) != start:
+    if n < 2 or start < 1 or sum(counts) != start:
         return None
     if not all(math.isfinite(w) and w > 0 for w in weights):
         return None
@@ -173,7 +179,10 @@ def _jump(weights: Sequence[float], start: int, counts: Sequence[int], stop: int
     band = _Band.of(weights, stop)
     if 4 * band.slack > band.den or any(c > cap for c, cap in zip(counts, band.caps(start))):
         return None  # unnormalized weights, or a start state off the greedy's band: replay
-    budget = min(_JUMP_MAX_STATES, (stop - start) * n // (4 * _JUMP_STEPS_PER_STATE))
+    budget = min(
+        _JUMP_MAX_STATES if _greedy is not None else _NUMPY_MAX_STATES,
+        (stop - start) * n // (4 * _JUMP_STEPS_PER_STATE),
+    )
     # a narrow probe first: with many sources no window gets the set under budget (saves 0.08 s at 64)
     probe = _best_base(weights, stop - tail - min(1024, _JUMP_WINDOW), stop - tail, band.slack / band.den)
     if math.comb(max(0, sum(band.caps(probe)) - probe - 4) + n - 1, n - 1) > budget:
@@ -192,14 +201,13 @@ def _marked(
     """``advance`` with marks, jumping between them: no source i can draw its k-th sample before step
     ``ceil((k - 1 - T) / w_i)`` (the band's cap), so every stretch before the next mark's earliest step is
     jumped (or replayed where the jump does not apply), and only the few steps around a mark are replayed."""
-    assert _greedy is not None
     w = [float(x) for x in weights]
     n, band = len(w), _Band.of(weights, stop)
     s, c, pos = int(start), [int(x) for x in counts], [-1] * len(marks)
 
-    def replay(to: int) -> None:
+    def replay(to: int, free: bool = False) -> None:  # free: no mark can be drawn in [s, to) (the band's bound)
         nonlocal s, c
-        c, got = (list(r) for r in _greedy.advance(w, s, c, to, list(marks)))
+        c, got = _run(w, s, c, to, [] if free else list(marks))
         for j, p in enumerate(got):
             if p >= 0:
                 pos[j] = p
@@ -217,12 +225,12 @@ def _marked(
         if jumped is not None:
             s, c = target, jumped
         elif target > s:
-            replay(target)
+            replay(target, free=True)
         replay(min(stop, s + _JUMP_TAIL + int(_JUMP_MERGE / min(w))))
     if s < stop:
         jumped = _jump(weights, s, c, stop)
         if jumped is None:
-            replay(stop)
+            replay(stop, free=all(x > 0 and math.isfinite(x) for x in w))
         else:
             c = jumped
     return c, pos
@@ -253,24 +261,30 @@ def advance(
         return [c0 + stop - start], [
             start + k - c0 - 1 if i == 0 and c0 < k <= c0 + stop - start else -1 for i, k in marks
         ]
-    if marks and stop - start >= _JUMP_MIN_STEPS and _greedy is not None:
+    if _greedy is None and stop - start >= gnp.SHORT:
+        extensions.say_missing("_greedy", "the blend's greedy draws are replayed in numpy")
+    if marks and stop - start >= _JUMP_MIN_STEPS:
         return _marked(weights, start, counts, stop, marks)
     if not marks and stop - start >= _JUMP_MIN_STEPS:
-        c0, s0 = [int(c) for c in counts], int(start)
-        if s0 == 0 and _greedy is not None:  # step 0 (x = 1) is outside the band argument: take it
-            c0, s0 = list(_greedy.advance(list(map(float, weights)), 0, c0, 1, [])[0]), 1
-        jumped = _jump(weights, s0, c0, int(stop))
+        first: list[int] = [int(c) for c in counts]
+        s0 = int(start)
+        if s0 == 0:  # step 0 (x = 1) is outside the band argument: take it
+            first, s0 = _run(list(map(float, weights)), 0, first, 1, [])[0], 1
+        jumped = _jump(weights, s0, first, int(stop))
         if jumped is not None:
             return jumped, []
+    return _run(list(map(float, weights)), int(start), list(map(int, counts)), int(stop), list(marks))
+
+
+def _run(
+    weights: Sequence[float], start: int, counts: Sequence[int], stop: int, marks: Sequence[tuple[int, int]]
+) -> tuple[list[int], list[int]]:
+    """The plain replay of ``[start, stop)``: the C loop, else numpy's lanes (no marks) or the Python loop (marks)."""
     if _greedy is not None:
         c, p = _greedy.advance(list(map(float, weights)), int(start), list(map(int, counts)), int(stop), list(marks))
         return list(c), list(p)
-    if stop - start > _SLOW_WARN_STEPS:
-        log.warning(
-            "neox_epoch._greedy is not built: replaying %d blend steps in Python is slow "
-            "(reinstall with a C compiler: pip install -e .)",
-            stop - start,
-        )
+    if not marks:
+        return gnp.replay(weights, int(start), counts, int(stop)), []
     return _advance_py(weights, start, counts, stop, marks)
 
 

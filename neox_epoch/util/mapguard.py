@@ -2,7 +2,8 @@
 
 While a guard is on, a read of a mapped page past the file's new end reads zeros instead of ending the process with
 SIGBUS, and is counted; the caller reports its files as changed while being read. Without the compiled module (no C
-compiler at install time) :data:`AVAILABLE` is False and readers copy instead of mapping (:mod:`neox_epoch.formats.npy`).
+compiler at install time, or NEOX_EPOCH_NO_EXTENSIONS) :data:`AVAILABLE` is False and readers copy instead of mapping
+(:mod:`neox_epoch.formats.npy`).
 """
 
 from __future__ import annotations
@@ -11,11 +12,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import ModuleType
 
-_guard: ModuleType | None
-try:
-    from neox_epoch import _mapguard as _guard
-except ImportError:  # not built
-    _guard = None
+from neox_epoch.util import extensions
+
+_guard: ModuleType | None = extensions.load("_mapguard")  # None: not built, or NEOX_EPOCH_NO_EXTENSIONS
 
 AVAILABLE = _guard is not None
 
