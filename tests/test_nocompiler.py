@@ -17,11 +17,11 @@ import subprocess
 import sys
 
 import pytest
-from test_audit_unit import write_neox_index
 
 from neox_epoch.demo import write_demo_corpus
 from neox_epoch.semantics import blend, greedy_numpy
 from neox_epoch.util import extensions
+from tests.audit.test_audit_unit import write_neox_index
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures", "neox")
