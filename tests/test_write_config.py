@@ -138,7 +138,7 @@ def test_overlay_names_the_input_line_when_no_spelling_replaces_a_key(tmp_path: 
     value planned and the fix."""
     from neox_epoch.errors import ConfigError
     from neox_epoch.formats.neox_config import load_neox_configs
-    from neox_epoch.plan.cli import overlay_spelling
+    from neox_epoch.plan.overlay import overlay_spelling
 
     cfg = load_neox_configs([write_cfg(tmp_path / "run.yml", {"warmup": 0.01, "train_iters": 5})], check_keys=False)
     assert overlay_spelling(cfg, {"train_iters": 7, "eval_interval": 3}, "W") == {"train-iters": 7, "eval_interval": 3}
