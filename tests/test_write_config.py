@@ -65,7 +65,7 @@ def refused(code: int, err: str, *parts: str) -> None:
 
 def plan_files(files: list[str]) -> int:
     """train_iters of the files loaded with the project's NeoX loader (NeoX's merge rules) and planned."""
-    from neox_epoch.plan.planner import exact_plan, passes_per_source
+    from neox_epoch.plan.exact import exact_plan, passes_per_source
 
     cfg = load_neox_configs(files)
     inp = plan_input_from_neox(cfg)

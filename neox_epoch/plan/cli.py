@@ -27,13 +27,13 @@ from neox_epoch.plan.cli_input import (
     targets_from,
 )
 from neox_epoch.plan.cli_megatron import _table_version, run_megatron
+from neox_epoch.plan.exact import exact_plan
 from neox_epoch.plan.from_neox import plan_input_from_neox, schedule_keys
 from neox_epoch.plan.overlay import _write, _write_label, check_write_request, overlay
 from neox_epoch.plan.planner import (
     FRAMEWORKS,
     Plan,
     PlanInput,
-    exact_plan,
     make_plan,
 )
 from neox_epoch.plan.render import render

@@ -12,7 +12,8 @@ from typing import Any
 from neox_epoch.batch.config import LauncherSettings
 from neox_epoch.errors import ConfigError
 from neox_epoch.formats.neox_config import EpochBlock
-from neox_epoch.plan.planner import McoreOptions, PlanInput, SourceSpec, passes_per_source
+from neox_epoch.plan.exact import passes_per_source
+from neox_epoch.plan.planner import McoreOptions, PlanInput, SourceSpec
 from neox_epoch.plan.stages import refuse_over_cap
 
 

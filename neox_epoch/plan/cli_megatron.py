@@ -10,7 +10,8 @@ from typing import Any
 from neox_epoch.errors import ConfigError
 from neox_epoch.formats import detect
 from neox_epoch.plan.cli_input import _plan_argv, targets_from
-from neox_epoch.plan.planner import exact_plan, make_plan
+from neox_epoch.plan.exact import exact_plan
+from neox_epoch.plan.planner import make_plan
 from neox_epoch.plan.render import render
 from neox_epoch.plan.repeated import merge_repeated
 from neox_epoch.plan.schedule import McoreScheduleKeys, attach_mcore

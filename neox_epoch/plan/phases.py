@@ -26,9 +26,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from neox_epoch.errors import ConfigError, PlanError
+from neox_epoch.plan.exact import exact_plan
 from neox_epoch.plan.from_megatron import MegatronInput, exact_flags, megatron_input, without
 from neox_epoch.plan.model import Plan, SourcePlan
-from neox_epoch.plan.planner import exact_plan, make_plan
+from neox_epoch.plan.planner import make_plan
 from neox_epoch.plan.stage_schedule import StageSchedule, mcore_stage_schedule
 from neox_epoch.plan.stages import StageDecay, StageResult, StagesConfig, StagesPlan
 from neox_epoch.semantics import megatron_lm as mlm
