@@ -38,7 +38,8 @@ from neox_epoch.plan.planner import (
 )
 from neox_epoch.plan.render import render
 from neox_epoch.plan.repeated import merge_repeated
-from neox_epoch.plan.schedule import McoreScheduleKeys, Schedule, attach_mcore, attach_neox
+from neox_epoch.plan.schedule import Schedule, attach_neox
+from neox_epoch.plan.schedule_mcore import McoreScheduleKeys, attach_mcore
 from neox_epoch.plan.stage_schedule import neox_lr_schedule, with_stage_decay
 from neox_epoch.plan.staged import plan_staged, render_stages, stages_json
 from neox_epoch.plan.stock import stock_neox_exact

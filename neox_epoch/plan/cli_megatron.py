@@ -14,7 +14,7 @@ from neox_epoch.plan.exact import exact_plan
 from neox_epoch.plan.planner import make_plan
 from neox_epoch.plan.render import render
 from neox_epoch.plan.repeated import merge_repeated
-from neox_epoch.plan.schedule import McoreScheduleKeys, attach_mcore
+from neox_epoch.plan.schedule_mcore import McoreScheduleKeys, attach_mcore
 
 
 def run_megatron(args: argparse.Namespace) -> int:
