@@ -21,18 +21,18 @@ def run_megatron(args: argparse.Namespace) -> int:
     """A pasted Megatron-LM command line: planned with Megatron-LM's own arithmetic, megatron-core's builder."""
     from dataclasses import replace
 
-    from neox_epoch.plan import from_megatron as mp
+    from neox_epoch.plan import from_megatron
 
     if args.configs and any(c.endswith((".yml", ".yaml")) for c in args.configs):
         raise ConfigError("give NeoX config files or Megatron-LM flags (--data-path ...), not both")
     version = mcore_version(args)
     if _phased(_plan_argv(args)):
         return run_phases(args, version)
-    argv = mp.megatron_argv(_plan_argv(args))
+    argv = from_megatron.megatron_argv(_plan_argv(args))
     wants_exact = args.epochs is not None or bool(args.source_epochs)
     if wants_exact and not any(t.partition("=")[0] in ("--train-iters", "--train-samples") for t in argv):
         argv += ["--train-iters", "1"]  # exact mode computes the length; Megatron-LM needs one to parse
-    mi = mp.megatron_input(argv, version)
+    mi = from_megatron.megatron_input(argv, version)
     mi = replace(mi, notes=mi.notes + tuple(version_notes(args, version, mi.args.megatron_lm_version)))
     targets = targets_from(args, mi.inp, None)
     if targets:
@@ -69,12 +69,12 @@ def run_megatron(args: argparse.Namespace) -> int:
             mi.inp.warmup_share_limit,
             plan.train_samples if batches is not None else None,
         )
-        flags = mp.exact_flags(mi.args, plan, schedule.overwrite())
-        mi = replace(mi, warnings=mp.verify_exact(argv, flags, plan, version).warnings)  # the exact run's
+        flags = from_megatron.exact_flags(mi.args, plan, schedule.overwrite())
+        mi = replace(mi, warnings=from_megatron.verify_exact(argv, flags, plan, version).warnings)  # the exact run's
         plan = replace(plan, settings={**plan.settings, "megatron_flags": flags})
     else:
         plan = merge_repeated(make_plan(mi.inp))  # a prefix listed twice: one row, as NeoX's plan
-    plan = replace(plan, warnings=plan.warnings + mi.warnings + tuple(mp.cache_warnings(mi.args, plan)))
+    plan = replace(plan, warnings=plan.warnings + mi.warnings + tuple(from_megatron.cache_warnings(mi.args, plan)))
     if args.write_config:
         raise ConfigError("--write-config: writes a NeoX config; for Megatron-LM paste the flags exact mode prints")
     if args.json:
@@ -106,38 +106,37 @@ def _phased(tokens: list[str]) -> bool:
 
 def run_phases(args: argparse.Namespace, version: str) -> int:
     """A phased Megatron-LM command line: every phase as Megatron-LM builds it; with passes, each phase's flags."""
-    from neox_epoch.plan import from_megatron as mp
-    from neox_epoch.plan import phases as ph
+    from neox_epoch.plan import from_megatron, phases
 
-    base, raw_groups = ph.split_phase_groups(_plan_argv(args))
+    base, raw_groups = phases.split_phase_groups(_plan_argv(args))
     targets: dict[int, dict[str, float]] = {}
-    decay, base = ph.phase_decay(base)
-    base_targets, base_rest = ph.phase_targets(base)
+    decay, base = phases.phase_decay(base)
+    base_targets, base_rest = phases.phase_targets(base)
     if base_targets is not None:
         targets[1] = base_targets
     groups: dict[int, list[str]] = {}
     for k, tokens in raw_groups.items():
-        own, rest = ph.phase_targets(tokens)
+        own, rest = phases.phase_targets(tokens)
         if own is not None:
             targets[k] = own
-        groups[k] = mp.megatron_argv(rest)
-    argv = mp.megatron_argv(base_rest)
+        groups[k] = from_megatron.megatron_argv(rest)
+    argv = from_megatron.megatron_argv(base_rest)
     if args.write_config:
         raise ConfigError("--write-config: writes a NeoX config; for Megatron-LM paste the flags exact mode prints")
-    exact: list[ph.ExactPhase] = []
+    exact: list[phases.ExactPhase] = []
     if decay and not targets:
         raise ConfigError(
-            f"{' / '.join(ph.DECAY_OPTIONS)}: place the decay in exact mode's flags; give each phase's "
+            f"{' / '.join(phases.DECAY_OPTIONS)}: place the decay in exact mode's flags; give each phase's "
             "passes (--epochs E or --source-epochs NAME=E in its --phase K group)"
         )
     if targets:
-        exact, pp = ph.exact_phases(argv, groups, version, targets, decay)
+        exact, pp = phases.exact_phases(argv, groups, version, targets, decay)
     else:
-        pp = ph.plan_phases(argv, groups, version)
+        pp = phases.plan_phases(argv, groups, version)
     if args.json:
-        print(json.dumps(ph.phases_json(pp, exact), indent=1, sort_keys=False))
+        print(json.dumps(phases.phases_json(pp, exact), indent=1, sort_keys=False))
         return 0
-    print("\n".join(ph.phase_report(pp)))
+    print("\n".join(phases.phase_report(pp)))
     for p in exact:
         print(
             f"\nphase {p.number} ({', '.join(f'{k}={v:g}' for k, v in p.targets.items())}: {p.iterations} iterations, "
@@ -158,7 +157,7 @@ def _changing_batch(mi: Any) -> Any:
     """Exact mode's batches for a step schedule (0.19.2): total -> (iterations, samples, arithmetic), the run
     sample-based so that Megatron-LM asks the builder for exactly what the schedule draws; None for a constant
     batch; a ramp-up (0.16.1), or a step schedule under --train-iters, is refused in one line."""
-    from neox_epoch.semantics import megatron_lm as mlm
+    from neox_epoch.semantics import megatron_lm as megatron_lm_sem
 
     sched, args = mi.run.schedule, mi.args
     if sched.constant:
@@ -176,7 +175,7 @@ def _changing_batch(mi: Any) -> Any:
         )
 
     def batches(total: int) -> tuple[int, int, str]:
-        iters, samples = mlm.schedule_fit(sched, total)
+        iters, samples = megatron_lm_sem.schedule_fit(sched, total)
         return (
             iters,
             samples,

@@ -32,7 +32,7 @@ from neox_epoch.plan.model import Plan, SourcePlan
 from neox_epoch.plan.planner import make_plan
 from neox_epoch.plan.stage_schedule import StageSchedule, mcore_stage_schedule
 from neox_epoch.plan.stages import StageDecay, StageResult, StagesConfig, StagesPlan
-from neox_epoch.semantics import megatron_lm as mlm
+from neox_epoch.semantics import megatron_lm as megatron_lm_sem
 
 #: the option that starts a phase's own flags in ``neox-epoch plan``
 PHASE_OPTION = "--phase"
@@ -176,7 +176,7 @@ def phase_input(mi: MegatronInput, first: int, end: int) -> MegatronInput:
     """The phase's plan input: the builder asked what Megatron-LM asks at ``first``, the phase trains its samples."""
     a, run = mi.args, mi.run
     g = run.global_batch_size
-    train, valid, test = mlm.get_train_valid_test_num_samples(
+    train, valid, test = megatron_lm_sem.get_train_valid_test_num_samples(
         run.train_iters,
         a.train_samples,
         g,
