@@ -21,7 +21,7 @@ import pytest
 from neox_epoch.audit import passes
 from neox_epoch.audit.audit import AuditOptions, run_audit
 from neox_epoch.audit.exposure import PIECES, read_sizes
-from neox_epoch.audit.passes import _splits
+from neox_epoch.audit.passes import RowPiece, SampleGrid, _splits
 from neox_epoch.audit.report import TtyProgress, render_text
 from neox_epoch.cli import main
 from neox_epoch.errors import AuditError
@@ -282,7 +282,7 @@ def test_two_threads_find_what_one_finds(tmp_path, monkeypatch, damage):
     cut = (PIECES // 2) * sample.shape[0] // PIECES  # where the kernel's middle piece starts:
     with monkeypatch.context() as patch:
         patch.setattr("neox_epoch.audit.passes.SPLIT_MIN", 2)
-        cuts = _splits([(0, 0, sample)], 0, doc.shape[0], 16, arr["S"])
+        cuts = _splits([RowPiece(0, 0, sample)], 0, doc.shape[0], SampleGrid(arr["S"], 16))
     assert cuts is not None and [sample[cut, 0], cut * 16 - sample[cut, 1]] in cuts.tolist()
     rows = {"split row": cut, "early row": 3, "late row": sample.shape[0] - 5}
     if damage in rows:

@@ -63,18 +63,22 @@ def count_copies(
     return Copies(documents, int(sizes[present].sum(dtype=np.int64)), epochs, tuple(found))
 
 
-def number_findings(
-    paths: tuple[str, str],
-    kind: str,
-    numbers: IndexNumbers,
-    copies: Copies,
-    samples: int,
-    requested: int | None,
-    seq_length: int,
-    trusted: bool,
-) -> list[Finding]:
+@dataclass(frozen=True)
+class Built:
+    """What one index's files hold, as its name or description and its sample index say."""
+
+    doc_path: str
+    sample_path: str
+    kind: str  # names.NEOX, names.MCORE or names.LEGACY
+    samples: int  # The sample index's rows - 1.
+    requested: int | None  # num_samples (None: not recorded, or null).
+    seq_length: int
+
+
+def number_findings(built: Built, numbers: IndexNumbers, copies: Copies, trusted: bool) -> list[Finding]:
     """The files' epochs and samples against the framework's (``trusted``: the copies and boundaries are)."""
-    doc_path, sample_path = paths
+    doc_path, sample_path, kind = built.doc_path, built.sample_path, built.kind
+    samples, requested, seq_length = built.samples, built.requested, built.seq_length
     epochs, tokens, found = copies.epochs, copies.tokens, []
     if numbers.epochs_for_request is not None and numbers.epochs_for_request != epochs:
         expected = (
@@ -100,10 +104,21 @@ def number_findings(
     return found
 
 
-def seed_findings(
-    doc_r: NpyReader, shuffle_r: NpyReader, seed: int, first_id: int, stop_id: int, epochs: int, first_block: int | None
-) -> list[Finding]:
+@dataclass(frozen=True)
+class SeedOrder:
+    """What the orders of one index are built from: the seed, the split's documents and their epochs."""
+
+    seed: int
+    first_id: int
+    stop_id: int
+    epochs: int
+    first_block: int | None  # Samples in the shuffle's first block (None: the last epoch not shuffled on its own).
+
+
+def seed_findings(doc_r: NpyReader, shuffle_r: NpyReader, order: SeedOrder) -> list[Finding]:
     """doc_idx and shuffle_idx exactly what the seed builds (:mod:`neox_epoch.semantics.orders`)."""
+    seed, first_id, stop_id, epochs = order.seed, order.first_id, order.stop_id, order.epochs
+    first_block = order.first_block
     blocks = [epochs - 1, 1] if first_block is not None and epochs > 1 else [epochs]
     samples = shuffle_r.info.rows
     cut = first_block if first_block is not None and 0 < first_block < samples else samples

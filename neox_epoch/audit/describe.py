@@ -3,7 +3,7 @@ its .npy headers (complete files of the dtypes and shapes the frameworks write).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from neox_epoch.audit.findings import Finding, finding
 from neox_epoch.audit.index_report import IndexReport
@@ -17,16 +17,35 @@ from neox_epoch.semantics import mcore as mcore_sem
 Bookends = tuple[float, float]
 
 
-def describe(
-    group: names.CacheGroup, report: IndexReport, add_extra_token: int | None
-) -> tuple[str | None, Bookends | None]:
+class Described(NamedTuple):
+    """:func:`describe`'s answer."""
+
+    prefix: str | None  # The data prefix the index was built from.
+    bookends: Bookends | None  # The split's bookends in the .idx (None: not recorded).
+
+
+class Headers(NamedTuple):
+    """:func:`check_headers`' answer."""
+
+    infos: list[NpyInfo | None]  # The doc, sample and shuffle headers (None: not an index at all).
+    findings: list[Finding]
+
+
+class CheckedHeader(NamedTuple):
+    """:func:`check_dtype`'s answer."""
+
+    info: NpyInfo | None  # The header (None: the file cannot be read as an index at all).
+    findings: list[Finding]
+
+
+def describe(group: names.CacheGroup, report: IndexReport, add_extra_token: int | None) -> Described:
     """The index's parameters, as its name (NeoX) or description (megatron) gives them, into the report;
     returns (the data prefix, the split's bookends in the .idx: None when not recorded)."""
     neox = group.neox
     if neox is not None:
         report.seq_length, report.seed, report.num_samples_requested = neox.seq_length, neox.seed, neox.num_samples
         report.pack_impl, report.add_extra_token = neox.pack_impl, 1
-        return neox.prefix, None
+        return Described(neox.prefix, None)
     path, mcore = group.files[names.DESCRIPTION], group.kind == names.MCORE
     description = (read_mcore_description if mcore else read_legacy_description)(path)
     if description.digest != group.digest:
@@ -48,12 +67,12 @@ def describe(
         fields.get("num_samples"),
     )
     report.split, report.add_extra_token = name if isinstance(name, str) else group.split, 1
-    return fields.get("data_prefix"), None
+    return Described(fields.get("data_prefix"), None)
 
 
 def _describe_mcore(
     group: names.CacheGroup, report: IndexReport, path: str, fields: dict[str, Any], add_extra_token: int | None
-) -> tuple[str | None, Bookends | None]:
+) -> Described:
     """megatron-core's description (``add_extra_token`` None: not recorded, inferred from the files later); a
     null split_matrix (blend_per_split) makes the split the whole .idx."""
     found = report.findings
@@ -96,7 +115,7 @@ def _describe_mcore(
     report.num_samples_requested = requested if isinstance(requested, int) else None
     report.add_extra_token = add_extra_token
     report.notes.extend(filter(None, [tokenizer_form_note(fields)]))
-    return prefix if isinstance(prefix, str) else None, bookends
+    return Described(prefix if isinstance(prefix, str) else None, bookends)
 
 
 def _split_findings(path: str, split: Any, matrix: list[Any]) -> list[Finding]:
@@ -125,35 +144,33 @@ def _split_findings(path: str, split: Any, matrix: list[Any]) -> list[Finding]:
 # ---- stage 2: the .npy headers ---------------------------------------------------------------------------
 
 
-def check_dtype(info: NpyInfo, allowed: tuple[str, ...], ndim: int, role: str) -> tuple[NpyInfo | None, list[Finding]]:
-    """(the header, None when the file cannot be read as an index at all; the findings)."""
+def check_dtype(info: NpyInfo, allowed: tuple[str, ...], ndim: int, role: str) -> CheckedHeader:
+    """The header (None when the file cannot be read as an index at all) and the findings."""
     if info.dtype.kind not in "iu" or len(info.shape) != ndim:
         shape = "[N+1, 2]" if ndim == 2 else "[N]"
-        return None, [
-            finding(
-                info.path,
-                f"{role} dtype/shape",
-                f"an integer array of shape {shape} ({' or '.join(allowed)})",
-                f"{info.dtype} of shape {list(info.shape)}",
-                "not an index the frameworks write: delete it to rebuild",
-            )
-        ]
+        problem = finding(
+            info.path,
+            f"{role} dtype/shape",
+            f"an integer array of shape {shape} ({' or '.join(allowed)})",
+            f"{info.dtype} of shape {list(info.shape)}",
+            "not an index the frameworks write: delete it to rebuild",
+        )
+        return CheckedHeader(None, [problem])
     if ndim == 2 and info.shape[1] != 2:
-        return None, [finding(info.path, "sample index shape", "[N+1, 2]", list(info.shape))]
+        return CheckedHeader(None, [finding(info.path, "sample index shape", "[N+1, 2]", list(info.shape))])
     if info.dtype.name not in allowed:
-        return info, [
-            finding(
-                info.path,
-                f"{role} dtype",
-                " or ".join(allowed),
-                info.dtype.name,
-                "the frameworks write these dtypes; this file was written by something else or converted",
-            )
-        ]
-    return info, []
+        problem = finding(
+            info.path,
+            f"{role} dtype",
+            " or ".join(allowed),
+            info.dtype.name,
+            "the frameworks write these dtypes; this file was written by something else or converted",
+        )
+        return CheckedHeader(info, [problem])
+    return CheckedHeader(info, [])
 
 
-def check_headers(group: names.CacheGroup, packed: bool) -> tuple[list[NpyInfo | None], list[Finding]]:
+def check_headers(group: names.CacheGroup, packed: bool) -> Headers:
     """The doc/sample/shuffle headers (None: not an index at all) and their findings: complete .npy files of
     the dtypes the frameworks write (NeoX's unpacked index: int64 document ids)."""
     doc, sample, shuffle = (read_header(group.files[role]) for role in names.GPT_ROLES)
@@ -162,4 +179,4 @@ def check_headers(group: names.CacheGroup, packed: bool) -> tuple[list[NpyInfo |
         check_dtype(sample, ("int32", "int64"), 2, "sample index"),
         check_dtype(shuffle, ("uint32", "int64"), 1, "shuffle index"),
     ]
-    return [info for info, _ in checked], [problem for _, found in checked for problem in found]
+    return Headers([c.info for c in checked], [problem for c in checked for problem in c.findings])

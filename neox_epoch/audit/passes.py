@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -20,25 +21,66 @@ from neox_epoch.semantics.consumption import Consumption
 STREAM_CHUNK = 1 << 20
 
 
+@dataclass(frozen=True)
+class SampleGrid:
+    """Where an index's sample rows belong: row ``i`` at stream token ``i * seq_length``, rows ``0 .. samples``."""
+
+    samples: int  # S: the sample index's rows - 1.
+    seq_length: int
+
+
+class DocumentScan(NamedTuple):
+    """:func:`scan_documents`' answer."""
+
+    first_id: int  # The smallest document id.
+    stop_id: int  # The largest + 1.
+    problem: Finding | None
+    ids_mix: int | None  # The ids' mix sum (the kernel's scan; None without it or for dtypes not int32/int64).
+
+
+class Scattered(NamedTuple):
+    """:func:`_scatter`'s answer."""
+
+    bad: int  # The position in ``ids`` of the first id outside the store (-1: none).
+    mix: int  # The ids' mix sum (the kernel's; 0 without it).
+    largest: int  # Their largest id (the kernel's; -1 without it).
+
+
+class RowPiece(NamedTuple):
+    """Sample rows of one document chunk (:meth:`SampleRows.upto`)."""
+
+    first_row: int
+    previous: int  # The document position of the row before the first.
+    rows: np.ndarray
+
+
+class RowCheck(NamedTuple):
+    """:func:`check_rows`' answer."""
+
+    last: int | None  # The stream position of row S when among the rows.
+    problem: Finding | None
+
+
 # ---- stage 3: the passes ---------------------------------------------------------------------------------
 
 
-def scan_documents(
-    reader: NpyReader, sequences: int, idx_path: str, progress: Progress
-) -> tuple[int, int, Finding | None, int | None]:
+def scan_documents(reader: NpyReader, sequences: int, idx_path: str, progress: Progress) -> DocumentScan:
     """(the smallest document id, the largest + 1, a problem, the ids' mix sum: the kernel's scan, None without it
     or for other dtypes than int32/int64): the ids must be inside the .idx."""
     fast = kernel is not None and reader.info.dtype in (np.dtype(np.int32), np.dtype(np.int64))
+    scanner = kernel if fast else None
     scans = [
-        kernel.scan(ids) if fast else (int(ids.min()), int(ids.max()), 0)
+        scanner.scan(ids) if scanner is not None else (int(ids.min()), int(ids.max()), 0)
         for _, ids in reader.chunks(progress=progress, label="documents")
     ]
     mix = sum(scan[2] for scan in scans) % (1 << 64) if fast else None
     if not scans:
-        return 0, 0, finding(reader.info.path, "document index", "at least one document", "an empty array"), mix
+        return DocumentScan(
+            0, 0, finding(reader.info.path, "document index", "at least one document", "an empty array"), mix
+        )
     low, high = min(scan[0] for scan in scans), max(scan[1] for scan in scans)
     if low < 0 or high >= sequences:
-        return (
+        return DocumentScan(
             low,
             high + 1,
             finding(
@@ -50,7 +92,7 @@ def scan_documents(
             ),
             mix,
         )
-    return low, high + 1, None, mix
+    return DocumentScan(low, high + 1, None, mix)
 
 
 @dataclass(frozen=True)
@@ -126,7 +168,7 @@ def count_draws(
             bad, mix, top = _scatter(store, ids, start, pieces, 0 if hashing else 1, samples)
             largest = top if kernel is not None else largest
         else:
-            mix = kernel.mixed(ids) if hashing and bad < 0 else 0
+            mix = kernel.mixed(ids) if hashing and kernel is not None and bad < 0 else 0
         tops.append((start, stop, largest))
         if bad >= 0:
             return Draws(
@@ -146,7 +188,7 @@ def count_draws(
         mix_sum += mix
         if sample_draws is not None and consumption is not None:
             sample_draws[ids, 0], sample_draws[ids, 1] = consumption.first_last(start, stop)
-    if hashing:
+    if hashing and kernel is not None:
         if mix_sum % (1 << 64) == kernel.mixed(0, samples):
             return Draws(store, sample_draws, tuple(tops))
         return count_draws(reader, samples, None, manifest, progress, exact=True)
@@ -173,7 +215,7 @@ def count_draws(
 
 def _scatter(
     store: np.ndarray, ids: np.ndarray, start: int, pieces: list[tuple[int, int, int]], offset: int, samples: int
-) -> tuple[int, int, int]:
+) -> Scattered:
     """``store[ids] = draws + offset`` (zeros not written), piece by piece (the kernel's ``scatter``; numpy, with intp
     indices, the ids checked before): the position in ``ids`` of the first id outside the store (-1: none), the
     ids' mix sum and their largest id (the kernel's; 0 and -1 without it)."""
@@ -186,8 +228,8 @@ def _scatter(
         bad, part_mix, top = kernel.scatter(part, store, count + offset, samples)
         mix, largest = mix + part_mix, max(largest, top) if part.size else largest
         if bad >= 0:
-            return lo - start + bad, mix, largest
-    return -1, mix, largest
+            return Scattered(lo - start + bad, mix, largest)
+    return Scattered(-1, mix, largest)
 
 
 class SampleRows:
@@ -197,9 +239,10 @@ class SampleRows:
         self.reader, self.next_row, self.first_row, self.previous = reader, 0, 0, 0
         self.pending = np.zeros((0, 2), np.int64)
 
-    def upto(self, stop: int) -> list[tuple[int, int, np.ndarray]]:
+    def upto(self, stop: int) -> list[RowPiece]:
         """The next rows whose document position is below ``stop``, as pieces (first row, the document position of
-        the row before it, rows), views of the chunks read (rows out of order are cut anywhere: check_rows finds them)."""
+        the row before it, rows), views of the chunks read (rows out of order are cut anywhere: check_rows finds
+        them)."""
         pieces = []
         while self.pending.shape[0] or self.next_row < self.reader.info.rows:
             if not self.pending.shape[0]:
@@ -207,7 +250,7 @@ class SampleRows:
                 self.next_row += self.pending.shape[0]
             cut = bisect_left(self.pending[:, 0], stop)  # (np.searchsorted would copy the strided column)
             if cut:
-                pieces.append((self.first_row, self.previous, self.pending[:cut]))
+                pieces.append(RowPiece(self.first_row, self.previous, self.pending[:cut]))
                 self.previous = int(self.pending[cut - 1, 0])
             self.pending, self.first_row = self.pending[cut:], self.first_row + cut
             if self.pending.shape[0]:
@@ -246,37 +289,30 @@ def _row_order(path: str, first_row: int, rows: np.ndarray, previous: int) -> Fi
     return None
 
 
-def check_rows(
-    path: str,
-    first_row: int,
-    previous: int,
-    rows: np.ndarray,
-    start: int,
-    positions: np.ndarray,
-    samples: int,
-    seq_length: int,
-) -> tuple[int | None, Finding | None]:
-    """Sample boundaries ``rows`` (from row ``first_row``; the row before at document position ``previous``) of the
-    document chunk at ``start`` whose copies start at ``positions`` (one more: the chunk's end): in order, row ``i``
-    at ``i * seq_length``, every offset inside its document (the kernel's ``rows``; numpy when it is not built or to
-    say where a row is off). Returns (the stream position of row S when among them, the first problem)."""
+def check_rows(path: str, piece: RowPiece, start: int, positions: np.ndarray, grid: SampleGrid) -> RowCheck:
+    """Sample boundaries ``piece.rows`` (from row ``first_row``; the row before at document position ``previous``) of
+    the document chunk at ``start`` whose copies start at ``positions`` (one more: the chunk's end): in order, row
+    ``i`` at ``i * seq_length``, every offset inside its document (the kernel's ``rows``; numpy when it is not built or
+    to say where a row is off). Returns the stream position of row S when among them, and the first problem."""
+    first_row, previous, rows = piece
+    samples, seq_length = grid.samples, grid.seq_length
     count = rows.shape[0]
     if not count:
-        return None, None
+        return RowCheck(None, None)
     good = kernel is not None and kernel.rows(positions, rows, start, first_row, seq_length, samples) < 0
     order = None if good else _row_order(path, first_row, rows, previous)
     if order is not None:
-        return None, order
+        return RowCheck(None, order)
     # (rows in order from `previous` are entries of this chunk) row S: where the last (dropped or kept) sample ends
     last = int(positions[int(rows[-1, 0]) - start]) + int(rows[-1, 1]) if first_row + count - 1 == samples else None
     if good:
-        return last, None
+        return RowCheck(last, None)
     local = np.clip(rows[:, 0].astype(np.intp) - start, 0, positions.shape[0] - 2)  # (upto: in range)
     where = positions[local] + rows[:, 1]
     expected = np.arange(first_row, first_row + count, dtype=np.int64) * seq_length
     bad = (where > positions[local + 1]) | (rows[:, 1] < 0) | ((where != expected) & (expected < samples * seq_length))
     if not bad.any():
-        return last, None
+        return RowCheck(last, None)
     at = int(np.argmax(bad))
     entry, offset, size = int(rows[at, 0]), int(rows[at, 1]), int(positions[local[at] + 1] - positions[local[at]])
     row = f"sample_idx[{first_row + at}] = ({entry}, {offset})"
@@ -289,7 +325,7 @@ def check_rows(
         f"stream token {(first_row + at) * seq_length} (= {first_row + at} x seq_length {seq_length}) "
         "from doc_idx and the current .idx sizes"
     )
-    return last, finding(path, "sample boundary", expected_text, found, DIVERGENCE)
+    return RowCheck(last, finding(path, "sample boundary", expected_text, found, DIVERGENCE))
 
 
 @dataclass(frozen=True)
@@ -304,13 +340,12 @@ class Stream:
     findings: tuple[Finding, ...]
 
 
-def _splits(
-    pieces: list[tuple[int, int, np.ndarray]], start: int, count: int, seq_length: int, samples: int
-) -> np.ndarray | None:
+def _splits(pieces: list[RowPiece], start: int, count: int, grid: SampleGrid) -> np.ndarray | None:
     """Where the kernel's two threads may start a piece of the chunk of ``count`` copies at ``start``: ``PIECES - 1``
     of its sample rows ``pieces``, evenly apart (rows are seq_length tokens apart: the pieces hold about as many
     tokens), each as (its entry, the stream position the row says it is at) (None: one thread). A wrong one is that
     row off its boundary: check_rows finds it (the kernel keeps the positions exact)."""
+    seq_length, samples = grid.seq_length, grid.samples
     total = sum(block.shape[0] for _, _, block in pieces)
     if count < SPLIT_MIN or not total:
         return None
@@ -327,39 +362,40 @@ def _splits(
     return np.array(cuts, np.int64) if cuts else None
 
 
-def walk_stream(
-    doc_r: NpyReader,
-    sample_r: NpyReader,
-    walker: StreamPass,
-    samples: int,
-    tail_from: int | None,
-    progress: Progress,
-    ids_mix: int | None,
-    range_mix: int | None,
-) -> Stream:
-    """One pass over doc_idx with sample_idx alongside (see :class:`StreamPass` for the exposure); ``ids_mix``: the
-    ids' mix sum (scan_documents') that says the copies are all there against ``range_mix``, the split's."""
+@dataclass(frozen=True)
+class StreamFiles:
+    """What the stream pass reads of one index besides its walker."""
+
+    doc: NpyReader
+    sample: NpyReader
+    grid: SampleGrid
+    tail_from: int | None  # The document index entry where the last epoch's own block starts (None: not separate).
+    ids_mix: int | None  # The ids' mix sum (scan_documents'): the copies are all there when it is range_mix.
+    range_mix: int | None  # The split's ids' mix sum.
+
+
+def walk_stream(files: StreamFiles, walker: StreamPass, progress: Progress) -> Stream:
+    """One pass over doc_idx with sample_idx alongside (see :class:`StreamPass` for the exposure); the mix sums say
+    whether the copies are all there, or are counted one by one."""
+    doc_r, sample_r, grid, tail_from = files.doc, files.sample, files.grid, files.tail_from
     rows = SampleRows(sample_r)
     problem: Finding | None = None
     last: int | None = None
     tail = np.zeros(walker.sizes.shape[0], bool) if tail_from is not None else None
     for start, ids in doc_r.chunks(rows=STREAM_CHUNK, progress=progress, label="stream"):
         pieces = rows.upto(start + ids.shape[0]) if problem is None else []
-        positions = walker.advance(ids, _splits(pieces, start, ids.shape[0], walker.seq_length, samples))
+        positions = walker.advance(ids, _splits(pieces, start, ids.shape[0], grid))
         if tail is not None and tail_from is not None and start + ids.shape[0] > tail_from:
             tail[ids[max(0, tail_from - start) :] - walker.first_id] = True
-        for first_row, previous, block in pieces:
-            found_last, problem = check_rows(
-                sample_r.info.path, first_row, previous, block, start, positions, samples, walker.seq_length
-            )
+        for piece in pieces:
+            found_last, problem = check_rows(sample_r.info.path, piece, start, positions, grid)
             last = found_last if found_last is not None else last
             if problem is not None:
                 break
     problem = problem or rows.leftover(doc_r.info.rows)
     copies = None
-    if not walker.copies_match(
-        ids_mix, range_mix
-    ):  # the mix sum says they are not all `epochs` (or no kernel): count them
+    # the mix sum says they are not all `epochs` (or no kernel): count them
+    if not walker.copies_match(files.ids_mix, files.range_mix):
         copies = np.zeros(walker.sizes.shape[0], np.int64)
         for _, ids in doc_r.chunks(rows=STREAM_CHUNK):
             copies += np.bincount(ids - walker.first_id, minlength=copies.shape[0])

@@ -14,10 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
-from neox_epoch.audit.build_checks import Copies, count_copies, number_findings, seed_findings
+from neox_epoch.audit.build_checks import Built, Copies, SeedOrder, count_copies, number_findings, seed_findings
 from neox_epoch.audit.describe import Bookends, check_headers, describe
 from neox_epoch.audit.exposure import (
     ManifestChunk,
@@ -27,7 +28,7 @@ from neox_epoch.audit.exposure import (
 )
 from neox_epoch.audit.findings import Finding, finding
 from neox_epoch.audit.index_report import DIVERGENCE, STALE_HINT, IndexReport
-from neox_epoch.audit.passes import Draws, Stream, count_draws, scan_documents, walk_stream
+from neox_epoch.audit.passes import Draws, SampleGrid, Stream, StreamFiles, count_draws, scan_documents, walk_stream
 from neox_epoch.errors import AuditError, FileProblem, IndexFileError
 from neox_epoch.formats import cache_names as names
 from neox_epoch.formats import idx as idxmod
@@ -61,6 +62,38 @@ class Setting:
     seq_length: int
 
 
+@dataclass(frozen=True)
+class PassOptions:
+    """What the audit's caller asks of the passes over every index: the draws, the manifest, the progress shown."""
+
+    consumption_for: ConsumptionFor | None
+    manifest: ManifestSink | None
+    progress: Progress
+    iteration_of: IterationOf | None
+
+
+class Separation(NamedTuple):
+    """:func:`_separation`'s answer."""
+
+    separate: bool  # The last epoch shuffled on its own.
+    findings: list[Finding]
+
+
+class SplitDocuments(NamedTuple):
+    """The split's documents in the .idx: their sizes, the sum of them and the first document's id."""
+
+    sizes: np.ndarray
+    tokens: int
+    first_id: int
+
+
+class Conclusion(NamedTuple):
+    """:func:`_conclude`'s answer."""
+
+    copies: Copies
+    final_ok: bool  # The final boundary (row S) where the framework puts it.
+
+
 def audit_index(
     group: names.CacheGroup,
     resolve_prefix: Callable[[str | None], str | None] | None = None,
@@ -79,7 +112,8 @@ def audit_index(
         try:
             setting = _setting(report, group, resolve_prefix, add_extra_token)
             if setting is not None:
-                _run_passes(report, setting, consumption_for, manifest, progress or Progress(), iteration_of)
+                options = PassOptions(consumption_for, manifest, progress or Progress(), iteration_of)
+                _run_passes(report, setting, options)
         except FileProblem as problem:
             report.findings.append(Finding.of(problem))
             report.exposure = None
@@ -123,9 +157,10 @@ def _setting(
     packed = report.pack_impl in (None, "packed")
     if not packed:
         report.notes.append(f"pack_impl {report.pack_impl}: only headers and document ids are audited (no exposure)")
-    infos, found = check_headers(group, packed)
-    report.findings.extend(found)
-    if any(info is None for info in infos):
+    headers = check_headers(group, packed)
+    report.findings.extend(headers.findings)
+    infos = [info for info in headers.infos if info is not None]
+    if len(infos) < len(headers.infos):
         return None
     samples = max(0, infos[1].rows - 1)
     report.samples, report.length = samples, samples - 1 if group.kind == names.NEOX else samples
@@ -161,35 +196,30 @@ def _sizes(header: idxmod.IdxHeader, first_id: int, stop_id: int) -> np.ndarray:
         return reader.read(first_id, stop_id)
 
 
-def _separation(
-    path: str, numbers: IndexNumbers, draws: Draws, block_max: int, samples: int
-) -> tuple[bool, list[Finding]]:
+def _separation(path: str, numbers: IndexNumbers, draws: Draws, block_max: int, samples: int) -> Separation:
     """Whether the last epoch is shuffled on its own: the 80% rule against the shuffle index's blocks (``block_max``:
     the largest id among the first block's entries)."""
     in_files = block_max < numbers.first_block if not draws.findings and 0 < numbers.first_block < samples else None
     if numbers.separate is None or in_files is None or in_files == numbers.separate:
-        return bool(numbers.separate if numbers.separate is not None else in_files), []
-    return numbers.separate, [
-        finding(
-            path,
-            "final-epoch separation",
-            f"{'a separately' if numbers.separate else 'a jointly'} shuffled final epoch (80% rule)",
-            f"{'separate' if in_files else 'joint'} shuffle blocks",
-            "the index was built with other parameters than its description says: " + STALE_HINT,
-        )
-    ]
+        return Separation(bool(numbers.separate if numbers.separate is not None else in_files), [])
+    return Separation(
+        numbers.separate,
+        [
+            finding(
+                path,
+                "final-epoch separation",
+                f"{'a separately' if numbers.separate else 'a jointly'} shuffled final epoch (80% rule)",
+                f"{'separate' if in_files else 'joint'} shuffle blocks",
+                "the index was built with other parameters than its description says: " + STALE_HINT,
+            )
+        ],
+    )
 
 
-def _run_passes(
-    report: IndexReport,
-    setting: Setting,
-    consumption_for: ConsumptionFor | None,
-    manifest: ManifestSink | None,
-    progress: Progress,
-    iteration_of: IterationOf | None,
-) -> None:
+def _run_passes(report: IndexReport, setting: Setting, options: PassOptions) -> None:
     doc_info, sample_info, shuffle_info = setting.infos
     packed = report.pack_impl in (None, "packed")
+    consumption_for = options.consumption_for
     consumption = consumption_for(report.split, report.length or 0) if consumption_for and packed else None
     # (the pool's exit, first, waits for its thread before the readers close)
     with (
@@ -201,34 +231,27 @@ def _run_passes(
         # the shuffle pass on a second thread (its progress not shown) beside the documents' scan and the records'
         # fresh pages, whose first touch costs 0.02-0.25 s at 30M samples as the machine gives them
         def shuffle_pass(drawn: Consumption | None) -> Future[Draws]:
-            return side.submit(count_draws, shuffle_r, setting.samples, drawn, manifest is not None, Progress())
+            return side.submit(count_draws, shuffle_r, setting.samples, drawn, options.manifest is not None, Progress())
 
         # (a consumption folded for many draws waits for the copies' count: Consumption.fold)
         folds = consumption is not None and consumption.max_count >= FOLD_FROM
+        readers = (doc_r, sample_r, shuffle_r)
         _stream_passes(
-            report,
-            setting,
-            consumption,
-            manifest,
-            progress,
-            iteration_of,
-            (doc_r, sample_r, shuffle_r),
-            shuffle_pass if folds else shuffle_pass(consumption),
+            report, setting, options, consumption, readers, shuffle_pass if folds else shuffle_pass(consumption)
         )
 
 
 def _stream_passes(
     report: IndexReport,
     setting: Setting,
+    options: PassOptions,
     consumption: Consumption | None,
-    manifest: ManifestSink | None,
-    progress: Progress,
-    iteration_of: IterationOf | None,
     readers: tuple[NpyReader, NpyReader, NpyReader],
     shuffle_pass: Future[Draws] | Callable[[Consumption | None], Future[Draws]],
 ) -> None:
     """The passes of :func:`_run_passes` with its readers, the shuffle pass running on another thread."""
     kind, samples, sequences = setting.group.kind, setting.samples, setting.header.sequence_count
+    manifest, progress = options.manifest, options.progress
     doc_info, _, shuffle_info = setting.infos
     doc_r, sample_r, shuffle_r = readers
     packed = report.pack_impl in (None, "packed")
@@ -282,9 +305,10 @@ def _stream_passes(
         records=records,
     )
     tail_from = (epochs - 1) * documents if separate and epochs > 1 else None
-    stream = walk_stream(doc_r, sample_r, walker, samples, tail_from, progress, ids_mix, range_mix)
+    files = StreamFiles(doc_r, sample_r, SampleGrid(samples, setting.seq_length), tail_from, ids_mix, range_mix)
+    stream = walk_stream(files, walker, progress)
     report.findings.extend(stream.findings)
-    copies, final_ok = _conclude(report, setting, stream, sizes, tokens, first_id, separate)
+    copies, final_ok = _conclude(report, setting, stream, SplitDocuments(sizes, tokens, first_id), separate)
     trusted = not draws.findings and not stream.findings and final_ok
     small = doc_r.info.rows + samples <= REGEN_LIMIT
     if small and trusted and not copies.findings and copies.epochs > 0 and (report.seed or -1) >= 0:
@@ -292,21 +316,21 @@ def _stream_passes(
             seed_findings(
                 doc_r,
                 shuffle_r,
-                int(report.seed or 0),
-                first_id,
-                stop_id,
-                copies.epochs,
-                numbers.first_block if separate else None,
+                SeedOrder(
+                    int(report.seed or 0), first_id, stop_id, copies.epochs, numbers.first_block if separate else None
+                ),
             )
         )
     if consumption is not None:
-        _expose(report, walker, consumption, trusted and not copies.findings, manifest, iteration_of)
+        _expose(report, walker, consumption, trusted and not copies.findings, options)
 
 
 def _conclude(
-    report: IndexReport, setting: Setting, stream: Stream, sizes: np.ndarray, tokens: int, first_id: int, separate: bool
-) -> tuple[Copies, bool]:
-    """The copies, the final boundary and the framework's numbers into the report; (copies, final boundary ok)."""
+    report: IndexReport, setting: Setting, stream: Stream, split: SplitDocuments, separate: bool
+) -> Conclusion:
+    """The copies, the final boundary and the framework's numbers into the report; the copies, and whether the final
+    boundary is where the framework puts it."""
+    sizes, tokens, first_id = split
     kind, samples, seq_length = setting.group.kind, setting.samples, setting.seq_length
     doc_path, sample_path = setting.group.files[names.DOC], setting.group.files[names.SAMPLE]
     copies = count_copies(doc_path, stream.copies, tokens, sizes, first_id, stream.epochs)
@@ -350,12 +374,9 @@ def _conclude(
     report.samples_per_epoch = numbers.samples_per_epoch
     report.separated_final_epoch = bool(separate) and copies.epochs > 1 and kind != names.NEOX
     trusted = not stream.findings and not copies.findings
-    report.findings.extend(
-        number_findings(
-            (doc_path, sample_path), kind, numbers, copies, samples, report.num_samples_requested, seq_length, trusted
-        )
-    )
-    return copies, final_ok
+    built = Built(doc_path, sample_path, kind, samples, report.num_samples_requested, seq_length)
+    report.findings.extend(number_findings(built, numbers, copies, trusted))
+    return Conclusion(copies, final_ok)
 
 
 def _expose(
@@ -363,10 +384,10 @@ def _expose(
     walker: StreamPass,
     consumption: Consumption,
     trusted: bool,
-    manifest: ManifestSink | None,
-    iteration_of: IterationOf | None,
+    options: PassOptions,
 ) -> None:
     """The exposure into the report (withheld when the files cannot be trusted: the findings say why)."""
+    manifest, iteration_of = options.manifest, options.iteration_of
     if kernel is None:
         report.notes.append(
             "exposure not computed: the compiled kernel neox_epoch._exposure is not built "
@@ -393,5 +414,6 @@ def _expose(
             )
         )
     report.exposure = exposure
-    for chunk in walker.manifest() if manifest is not None else []:
-        manifest(report, chunk)
+    if manifest is not None:
+        for chunk in walker.manifest():
+            manifest(report, chunk)
