@@ -98,7 +98,7 @@ def per_candidate(inp: PlanInput, plan: Plan, repeat: int) -> tuple[float, float
         planner.make_plan(trial, targets, cache)
         full = min(full, time.process_time() - t)
         t = time.process_time()
-        got = planner._train_screen(trial, planner._builds(trial, cache), {})
+        got = planner.train_screen(trial, planner.build_splits(trial, cache), {})
         screen = min(screen, time.process_time() - t)
         assert got == (targets, True), got
     return full, screen
@@ -161,7 +161,10 @@ def main() -> int:
             if isinstance(new, Plan) and "weights" in new.settings:
                 full, screen = per_candidate(inp, new, args.repeat)
                 cand_ratios.append(full / screen)
-                cand = f"  one candidate: full plan {full * 1e3:6.1f} ms, screen {screen * 1e3:6.1f} ms ({full / screen:4.1f}x)"
+                cand = (
+                    f"  one candidate: full plan {full * 1e3:6.1f} ms, screen {screen * 1e3:6.1f} ms "
+                    f"({full / screen:4.1f}x)"
+                )
             print(
                 f"blend {b:3d} {fw:<13} {n} sources {what:<14} candidates {tries:3d}  search: full plan per candidate "
                 f"{t_old * 1e3:7.1f} ms, screened {t_new * 1e3:7.1f} ms ({t_old / t_new:4.2f}x)  "
@@ -180,7 +183,8 @@ def main() -> int:
         )
         if cand_ratios:
             print(
-                f"a candidate that fails costs the screen instead of a full plan: median {sorted(cand_ratios)[len(cand_ratios) // 2]:.1f}x "
+                "a candidate that fails costs the screen instead of a full plan: median "
+                f"{sorted(cand_ratios)[len(cand_ratios) // 2]:.1f}x "
                 f"cheaper (min {min(cand_ratios):.1f}x, max {max(cand_ratios):.1f}x; CPU time, least of {args.repeat})"
             )
         return 0 if same == args.blends else 1

@@ -19,17 +19,17 @@ from neox_epoch.formats.neox_config import (
     load_neox_configs,
 )
 from neox_epoch.plan.cli_input import (
-    _apply_flag_overrides,
-    _megatron_input,
-    _plan_argv,
+    apply_flag_overrides,
+    flags_input,
     launcher_flags,
     no_directories,
+    plan_argv,
     targets_from,
 )
-from neox_epoch.plan.cli_megatron import _table_version, run_megatron
+from neox_epoch.plan.cli_megatron import run_megatron, table_version
 from neox_epoch.plan.exact import exact_plan
 from neox_epoch.plan.from_neox import plan_input_from_neox, schedule_keys
-from neox_epoch.plan.overlay import _write, _write_label, check_write_request, overlay
+from neox_epoch.plan.overlay import check_write_request, overlay, write_label, write_plan_config
 from neox_epoch.plan.planner import (
     FRAMEWORKS,
     Plan,
@@ -218,7 +218,7 @@ def build_input(args: argparse.Namespace) -> tuple[PlanInput, NeoxConfig | None]
         batch = None if args.global_batch_size else neox_batch(cfg, args.world_size, launcher_flags(args))
         args.config_notes = [*([batch.describe()] if batch else []), *cfg.notes]
         inp = plan_input_from_neox(cfg, gbs_override=args.global_batch_size, batch=batch)
-        inp = _apply_flag_overrides(inp, args)
+        inp = apply_flag_overrides(inp, args)
         inp = replace(inp, framework=framework, framework_version=args.framework_version or detect.neox_version())
         return inp, cfg
     if not (args.data_path or args.train_data_path):
@@ -227,7 +227,7 @@ def build_input(args: argparse.Namespace) -> tuple[PlanInput, NeoxConfig | None]
     if framework == "megatron-core":
         raise AssertionError("megatron-core command lines are planned by megatron_plan")  # routed in run()
     _no_extra(args)
-    return _megatron_input(args, framework, args.framework_version or ""), None
+    return flags_input(args, framework, args.framework_version or ""), None
 
 
 def _no_extra(args: argparse.Namespace) -> None:
@@ -325,8 +325,8 @@ def run(args: argparse.Namespace) -> int:
     from neox_epoch.plan.from_megatron import is_megatron_argv, megatron_argv
 
     args.configs = [*args.configs, *getattr(args, "source_epochs_rest", [])]
-    check_foreign(megatron_argv(_plan_argv(args)), _table_version(args))
-    if (args.framework in (None, "megatron-core")) and is_megatron_argv(_plan_argv(args)):
+    check_foreign(megatron_argv(plan_argv(args)), table_version(args))
+    if (args.framework in (None, "megatron-core")) and is_megatron_argv(plan_argv(args)):
         return run_megatron(args)
     if args.configs:
         _no_extra(args)
@@ -338,12 +338,12 @@ def run(args: argparse.Namespace) -> int:
     targets = targets_from(args, inp, block)
     if args.write_config and not targets:
         raise ConfigError(
-            f"{_write_label(args)}: writes the config of an exact plan; add --epochs N (or a neox_epoch "
+            f"{write_label(args)}: writes the config of an exact plan; add --epochs N (or a neox_epoch "
             "block with epochs)"
         )
     plan, schedule = plan_with_schedule(args, inp, cfg, targets)
     if args.write_config and cfg is not None and targets and schedule is not None:
-        _write(args, cfg, plan, targets, schedule)
+        write_plan_config(args, cfg, plan, targets, schedule)
     if args.json:
         out = plan.to_json()
         out["enforce_findings"] = enforce_findings(plan, block)
@@ -389,14 +389,13 @@ def run_staged(args: argparse.Namespace, inp: PlanInput, cfg: NeoxConfig, block:
     if staged.config.decay is not None:
         plan, schedule = with_stage_decay(plan, schedule, keys, lr_schedule, inp.warmup_share_limit)
     if args.write_config:
-        _write(args, cfg, plan, targets, schedule)
+        write_plan_config(args, cfg, plan, targets, schedule)
     if args.json:
         out = plan.to_json()
         out["enforce_findings"] = enforce_findings(plan, block)
         out["config_notes"] = list(getattr(args, "config_notes", []))
         out["settings"]["neox_overlay"] = overlay(plan, block, targets, schedule)  # type: ignore[index]
-        out["stages"] = stages_json(staged)
-        out["stages"]["lr_schedule"] = lr_schedule.to_json()
+        out["stages"] = {**stages_json(staged), "lr_schedule": lr_schedule.to_json()}
         print(json.dumps(out, indent=1, sort_keys=False))
     else:
         print(block_line(block))

@@ -34,7 +34,7 @@ def parse_data_path(tokens: list[str], flag: str) -> list[SourceSpec]:
     return [SourceSpec(pr, float(w)) for w, pr in zip(tokens[0::2], tokens[1::2])]
 
 
-def _megatron_input(args: argparse.Namespace, framework: str, version: str) -> PlanInput:
+def flags_input(args: argparse.Namespace, framework: str, version: str) -> PlanInput:
     for flag in ("seq_length", "global_batch_size"):
         if getattr(args, flag) is None:
             raise ConfigError(f"--{flag.replace('_', '-')}: required with --data-path")
@@ -67,7 +67,7 @@ def _megatron_input(args: argparse.Namespace, framework: str, version: str) -> P
     )
 
 
-def _apply_flag_overrides(inp: PlanInput, args: argparse.Namespace) -> PlanInput:
+def apply_flag_overrides(inp: PlanInput, args: argparse.Namespace) -> PlanInput:
     changes: dict[str, Any] = {}
     for flag, key in (
         ("seq_length", "seq_length"),
@@ -102,7 +102,14 @@ _LAUNCHER_FLAGS = ("hostfile", "include", "exclude", "num_nodes", "num_gpus")
 
 def launcher_flags(args: argparse.Namespace) -> LauncherSettings:
     """The launcher flags given to ``plan`` (they replace the configs' hostfile/include/... keys)."""
-    return LauncherSettings(**{name: getattr(args, name, None) for name in _LAUNCHER_FLAGS})
+    flag = {name: getattr(args, name, None) for name in _LAUNCHER_FLAGS}
+    return LauncherSettings(
+        hostfile=flag["hostfile"],
+        include=flag["include"],
+        exclude=flag["exclude"],
+        num_nodes=flag["num_nodes"],
+        num_gpus=flag["num_gpus"],
+    )
 
 
 def no_directories(configs: list[str], conf_dir: str | None) -> None:
@@ -129,7 +136,7 @@ def no_directories(configs: list[str], conf_dir: str | None) -> None:
         )
 
 
-def _plan_argv(args: argparse.Namespace) -> list[str]:
+def plan_argv(args: argparse.Namespace) -> list[str]:
     """The tokens after ``plan`` on the command line."""
     raw = list(getattr(args, "raw_argv", []) or [])
     return raw[raw.index("plan") + 1 :] if "plan" in raw else raw

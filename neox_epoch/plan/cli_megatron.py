@@ -9,7 +9,7 @@ from typing import Any
 
 from neox_epoch.errors import ConfigError
 from neox_epoch.formats import detect
-from neox_epoch.plan.cli_input import _plan_argv, targets_from
+from neox_epoch.plan.cli_input import plan_argv, targets_from
 from neox_epoch.plan.exact import exact_plan
 from neox_epoch.plan.planner import make_plan
 from neox_epoch.plan.render import render
@@ -26,9 +26,9 @@ def run_megatron(args: argparse.Namespace) -> int:
     if args.configs and any(c.endswith((".yml", ".yaml")) for c in args.configs):
         raise ConfigError("give NeoX config files or Megatron-LM flags (--data-path ...), not both")
     version = mcore_version(args)
-    if _phased(_plan_argv(args)):
+    if _phased(plan_argv(args)):
         return run_phases(args, version)
-    argv = from_megatron.megatron_argv(_plan_argv(args))
+    argv = from_megatron.megatron_argv(plan_argv(args))
     wants_exact = args.epochs is not None or bool(args.source_epochs)
     if wants_exact and not any(t.partition("=")[0] in ("--train-iters", "--train-samples") for t in argv):
         argv += ["--train-iters", "1"]  # exact mode computes the length; Megatron-LM needs one to parse
@@ -59,7 +59,7 @@ def run_megatron(args: argparse.Namespace) -> int:
             eval_iters=a.eval_iters,
             exit_interval=a.exit_interval,
         )
-        old_iters = a.train_iters if any(t.partition("=")[0] == "--train-iters" for t in _plan_argv(args)) else None
+        old_iters = a.train_iters if any(t.partition("=")[0] == "--train-iters" for t in plan_argv(args)) else None
         plan, schedule = attach_mcore(
             plan,
             keys,
@@ -91,9 +91,8 @@ def run_megatron(args: argparse.Namespace) -> int:
     for note in mi.notes:
         print(f"note: {note}")
     if targets:
-        print(
-            f"\nflags for exact passes (paste after your command line; the last one wins):\n  {plan.settings['megatron_flags']}"
-        )
+        exact_flags = plan.settings["megatron_flags"]
+        print(f"\nflags for exact passes (paste after your command line; the last one wins):\n  {exact_flags}")
     return 0
 
 
@@ -108,7 +107,7 @@ def run_phases(args: argparse.Namespace, version: str) -> int:
     """A phased Megatron-LM command line: every phase as Megatron-LM builds it; with passes, each phase's flags."""
     from neox_epoch.plan import from_megatron, phases
 
-    base, raw_groups = phases.split_phase_groups(_plan_argv(args))
+    base, raw_groups = phases.split_phase_groups(plan_argv(args))
     targets: dict[int, dict[str, float]] = {}
     decay, base = phases.phase_decay(base)
     base_targets, base_rest = phases.phase_targets(base)
@@ -218,7 +217,7 @@ def mlm_versions() -> tuple[str, ...]:
     return table_versions()
 
 
-def _table_version(args: argparse.Namespace) -> str | None:
+def table_version(args: argparse.Namespace) -> str | None:
     """The megatron-core version whose Megatron-LM option table decides which ``*.py`` token is the script (a
     ``.py`` value of that version's flag is not): the one the plan mirrors (None: not known yet, the default's)."""
     if args.framework_version:

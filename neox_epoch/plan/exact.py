@@ -17,7 +17,7 @@ from neox_epoch.errors import PlanError
 from neox_epoch.plan.builds import TokenCache, framework_of
 from neox_epoch.plan.inputs import PlanInput, PlanWarning, SourceSpec
 from neox_epoch.plan.model import Plan
-from neox_epoch.plan.planner import DrawsMemo, _builds, _check_input, _plan_from, _train_screen, make_plan
+from neox_epoch.plan.planner import DrawsMemo, build_splits, check_input, make_plan, plan_from, train_screen
 
 
 def _target_samples(tokens: int, seq_length: int, passes: float, a: int) -> int:
@@ -53,7 +53,7 @@ def exact_plan(
     ``batches``: for a batch that changes from step to step (Megatron-LM 0.19.2's step schedule), total samples ->
     (iterations, the samples they draw: the most that fit, the arithmetic); the run then asks for exactly those
     samples (``train_samples``). None: a constant global batch, train_iters = total // global batch."""
-    _check_input(inp)
+    check_input(inp)
     _no_repeated_prefix(inp.train_sources)
     labels = [s.label for s in inp.train_sources]
     want = _wanted_passes(inp.train_sources, passes)
@@ -247,7 +247,7 @@ def candidate_weights(targets: Sequence[int], k: int) -> list[float]:
 def _search_weights(inp: PlanInput, targets: list[int], seeds: int, cache: TokenCache) -> tuple[Plan, list[float]]:
     """Float weights under which the framework's greedy draws exactly ``targets`` (tried, then verified).
 
-    Each candidate is screened by its train draws alone (:func:`_train_screen`: the exact greedy replay, kept in
+    Each candidate is screened by its train draws alone (:func:`train_screen`: the exact greedy replay, kept in
     ``memo``); the full plan is built once, for the candidate that passes, reusing that replay, and checked again."""
 
     tried = []
@@ -259,12 +259,12 @@ def _search_weights(inp: PlanInput, targets: list[int], seeds: int, cache: Token
             blend_weights_override=tuple(w),
             neox=replace(inp.neox, exact_requests=tuple(targets) if framework_of(inp).exact_requests else None),
         )
-        built = _builds(trial, cache)
-        screen = _train_screen(trial, built, memo)
+        built = build_splits(trial, cache)
+        screen = train_screen(trial, built, memo)
         if screen is not None and screen != (targets, True):
             tried.append(screen[0])
             continue
-        plan = _plan_from(trial, built, targets, memo)  # the winner (or an empty train split: make_plan's error)
+        plan = plan_from(trial, built, targets, memo)  # the winner (or an empty train split: make_plan's error)
         drawn = [s.samples_drawn for s in plan.sources if s.split == "train"]
         built_ok = all(s.samples_built >= s.samples_drawn for s in plan.sources if s.split == "train")
         if drawn == targets and built_ok:
@@ -294,8 +294,8 @@ def _without_plugin(inp: PlanInput, train_iters: int, cache: TokenCache) -> list
                 PlanWarning(
                     "without-plugin",
                     f"without neox-epoch: NeoX asks {s.name} for {s.samples_requested} samples (x1.005), builds "
-                    f"{s.epochs_built} epochs shuffled together and draws {s.samples_drawn}: ~{s.tokens_unseen:,d} of its "
-                    f"{s.tokens:,d} tokens never seen",
+                    f"{s.epochs_built} epochs shuffled together and draws {s.samples_drawn}: "
+                    f"~{s.tokens_unseen:,d} of its {s.tokens:,d} tokens never seen",
                     "train",
                     s.name,
                 )

@@ -69,7 +69,7 @@ def full_config(
     return data
 
 
-def _write_label(args: argparse.Namespace) -> str:
+def write_label(args: argparse.Namespace) -> str:
     return f'--write-config "{args.write_config}"'
 
 
@@ -81,14 +81,14 @@ def check_write_request(args: argparse.Namespace, cfg: NeoxConfig | None) -> Non
         return
     if cfg is None or (args.framework or "neox") != "neox":
         raise ConfigError(
-            f"{_write_label(args)}: writes GPT-NeoX configs; give NeoX config files (not --data-path) "
+            f"{write_label(args)}: writes GPT-NeoX configs; give NeoX config files (not --data-path) "
             "with neox semantics (no --framework megatron-legacy)"
         )
     for flag in OVERRIDE_FLAGS:
         if getattr(args, flag) is not None:
             name = "--" + flag.replace("_", "-")
             raise ConfigError(
-                f"{_write_label(args)}: {name} {getattr(args, flag)} overrides the config files, and the "
+                f"{write_label(args)}: {name} {getattr(args, flag)} overrides the config files, and the "
                 f"written file would not carry it; set it in a config file instead of {name}"
             )
     check_output_path(
@@ -147,13 +147,13 @@ def _header(args: argparse.Namespace, cfg: NeoxConfig, schedule: Schedule) -> li
     return head + ["changes:"] + [f"  {line}" for line in changed]
 
 
-def _write(
+def write_plan_config(
     args: argparse.Namespace, cfg: NeoxConfig, plan: Plan, targets: dict[str, float], schedule: Schedule
 ) -> None:
     if args.full:
         data = full_config(cfg, plan, cfg.block, targets, schedule)
     else:
-        data = overlay_spelling(cfg, overlay(plan, cfg.block, targets, schedule), _write_label(args))
+        data = overlay_spelling(cfg, overlay(plan, cfg.block, targets, schedule), write_label(args))
     write_config_text(
         config_output(args.write_config, "--write-config"),
         yaml_config_text(_header(args, cfg, schedule), data),

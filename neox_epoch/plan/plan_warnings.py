@@ -11,7 +11,7 @@ from neox_epoch.plan.model import SourcePlan
 from neox_epoch.plan.unseen import spillover
 
 
-def _past_end_warning(inp: PlanInput, split: str, consumed: int, size: int, full: str) -> PlanWarning:
+def past_end_warning(inp: PlanInput, split: str, consumed: int, size: int, full: str) -> PlanWarning:
     """More samples consumed than the split's dataset offers: NeoX's loader starts over; Megatron-LM's sampler
     ends, and the run stops with an error in that iteration (or evaluation)."""
     if framework_of(inp).sampler_ends(inp):
@@ -31,7 +31,7 @@ def _past_end_warning(inp: PlanInput, split: str, consumed: int, size: int, full
     )
 
 
-def _source_warnings(inp: PlanInput, past_end: str, d: Dataset, drawn: int) -> list[PlanWarning]:
+def source_warnings(inp: PlanInput, past_end: str, d: Dataset, drawn: int) -> list[PlanWarning]:
     b, split, label = d.build, d.split, d.source.spec.label
     out = []
     if b.samples_per_epoch <= 0:
@@ -73,7 +73,7 @@ def _source_warnings(inp: PlanInput, past_end: str, d: Dataset, drawn: int) -> l
     return out
 
 
-def _run_warnings(inp: PlanInput, train_iters: int, sources: list[SourcePlan]) -> list[PlanWarning]:
+def run_warnings(inp: PlanInput, train_iters: int, sources: list[SourcePlan]) -> list[PlanWarning]:
     out = []
     for s in sources:
         if s.split == "valid" and s.passes > 1.0:

@@ -16,7 +16,7 @@ from neox_epoch.plan.builds import FRAMEWORKS as _FRAMEWORK_RECORDS
 from neox_epoch.plan.builds import SPLITS, Dataset, SplitBuild, TokenCache, framework_of
 from neox_epoch.plan.inputs import McoreOptions, NeoxOptions, PlanInput, PlanWarning, SourceSpec
 from neox_epoch.plan.model import Plan, SourcePlan, SplitBlend
-from neox_epoch.plan.plan_warnings import _past_end_warning, _run_warnings, _source_warnings
+from neox_epoch.plan.plan_warnings import past_end_warning, run_warnings, source_warnings
 from neox_epoch.plan.unseen import expected_unseen
 from neox_epoch.semantics import blend, mcore
 from neox_epoch.semantics.passes import passes as source_passes
@@ -49,7 +49,7 @@ def _positive_int(value: object, key: str, allow_zero: bool = False) -> None:
         raise PlanError(f"{key}: {value!r}; expected {want}")
 
 
-def _check_input(inp: PlanInput) -> None:
+def check_input(inp: PlanInput) -> None:
     fw = framework_of(inp)
     for key in ("seq_length", "global_batch_size", "eval_interval"):
         _positive_int(getattr(inp, key), key)
@@ -123,12 +123,13 @@ def _train_iters(inp: PlanInput, builds: list[SplitBuild | None] | None = None) 
     if inp.train_samples is not None:
         iters = inp.train_samples // gbs
         return iters, f"train_iters = train_samples // global_batch_size = {inp.train_samples} // {gbs} = {iters}"
-    if inp.neox.train_epochs is not None and builds is not None and builds[0] is not None:
+    epochs = inp.neox.train_epochs
+    if epochs is not None and builds is not None and builds[0] is not None:
         o = inp.neox
         loader_batch = _loader_batch(inp)
         size = builds[0].size
         batches = size // loader_batch
-        iters = batches * o.train_epochs // o.gradient_accumulation_steps
+        iters = batches * epochs // o.gradient_accumulation_steps
         return iters, (
             f"train_epochs: train_iters = len(train_loader) * train_epochs // gradient_accumulation_steps = "
             f"({size} // {loader_batch}) * {o.train_epochs} // {o.gradient_accumulation_steps} = {iters} "
@@ -139,9 +140,9 @@ def _train_iters(inp: PlanInput, builds: list[SplitBuild | None] | None = None) 
     )
 
 
-def _builds(inp: PlanInput, cache: TokenCache) -> tuple[list[SplitBuild | None], int, str]:
+def build_splits(inp: PlanInput, cache: TokenCache) -> tuple[list[SplitBuild | None], int, str]:
     """The split builds of ``inp``, its train_iters and the line of arithmetic giving them (checked input)."""
-    _check_input(inp)
+    check_input(inp)
     fw = framework_of(inp)
     builds: list[SplitBuild | None] | None = None
     if _epochs_mode(inp):
@@ -155,10 +156,10 @@ def _builds(inp: PlanInput, cache: TokenCache) -> tuple[list[SplitBuild | None],
 
 
 Built = tuple[list[SplitBuild | None], int, str]
-"""What :func:`_builds` returns: the split builds, train_iters and its line of arithmetic."""
+"""What :func:`build_splits` returns: the split builds, train_iters and its line of arithmetic."""
 
 
-def _train_screen(inp: PlanInput, built: Built, memo: DrawsMemo) -> tuple[list[int], bool] | None:
+def train_screen(inp: PlanInput, built: Built, memo: DrawsMemo) -> tuple[list[int], bool] | None:
     """What :func:`make_plan` would find for the train split alone: per-source draws (the same exact greedy
     replay) and whether each source's build holds its draws. None when the train split is empty (make_plan
     raises). The valid and test splits, warnings and exposure estimates are left out: the exact-mode search
@@ -182,10 +183,10 @@ def make_plan(
     search reads each .idx once; ``memo`` the greedy blend counts, so its winner's plan replays none twice.
     """
     cache = {} if cache is None else cache
-    return _plan_from(inp, _builds(inp, cache), targets, memo)
+    return plan_from(inp, build_splits(inp, cache), targets, memo)
 
 
-def _plan_from(inp: PlanInput, built: Built, targets: Sequence[int] | None, memo: DrawsMemo | None) -> Plan:
+def plan_from(inp: PlanInput, built: Built, targets: Sequence[int] | None, memo: DrawsMemo | None) -> Plan:
     """:func:`make_plan` once the split builds are known."""
     builds, train_iters, iters_line = built
     fw = framework_of(inp)
@@ -210,13 +211,13 @@ def _plan_from(inp: PlanInput, built: Built, targets: Sequence[int] | None, memo
         draws, n = _draws(sb, min(consumed[i], limit), memo)
         if consumed[i] > limit:
             full = f" ({limit} in full loader batches of {loader_batch})" if limit != sb.size else ""
-            warnings.append(_past_end_warning(inp, sb.split, consumed[i], sb.size, full))
+            warnings.append(past_end_warning(inp, sb.split, consumed[i], sb.size, full))
         if sb.blended:
             blends.append(SplitBlend(sb.split, sb.size, sb.greedy_weights, n, tuple(draws), sb.rule))
         for k, (d, drawn) in enumerate(zip(sb.datasets, draws)):
             sources.append(_source_plan(inp, d, drawn, a, targets[k] if targets is not None and i == 0 else None))
-            warnings.extend(_source_warnings(inp, fw.past_end, d, drawn))
-    warnings.extend(_run_warnings(inp, train_iters, sources))
+            warnings.extend(source_warnings(inp, fw.past_end, d, drawn))
+    warnings.extend(run_warnings(inp, train_iters, sources))
     requested = fw.train_request(inp)
     return Plan(
         framework=inp.framework,

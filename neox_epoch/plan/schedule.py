@@ -22,9 +22,10 @@ The rules mirror what the frameworks do with these keys:
   last iteration was a ``--save-interval`` multiple; evaluation runs at ``--eval-interval`` multiples and
   at the end.
 
-``min_lr`` and ``lr`` are rates, not lengths: they never change. So: a key the framework derives from the run's length follows by itself (nothing to change); a length
-equal to the old run's follows the new run; another explicit length keeps its ratio to the run; an
-interval the new run never reaches is kept and warned about. Pure functions, no I/O.
+``min_lr`` and ``lr`` are rates, not lengths: they never change. So: a key the framework derives from the run's
+length follows by itself (nothing to change); a length equal to the old run's follows the new run; another explicit
+length keeps its ratio to the run; an interval the new run never reaches is kept and warned about. Megatron-LM's
+rules are in :mod:`neox_epoch.plan.schedule_mcore`. Pure functions, no I/O.
 """
 
 from __future__ import annotations
@@ -176,7 +177,7 @@ def neox_schedule(
     ``new_iters`` for ``reason``."""
     out: list[ScheduleChange] = []
     warnings: list[PlanWarning] = []
-    out += _run_length("train_iters", old_iters, new_iters, reason)
+    out += run_length_changes("train_iters", old_iters, new_iters, reason)
     if keys.train_epochs is not None:
         out.append(
             ScheduleChange(
@@ -204,8 +205,8 @@ def neox_schedule(
     out += save_changes
     warnings += save_warn
     for change, warn in (
-        _eval(keys.eval_interval, keys.eval_iters, "eval_interval", new_iters),
-        _exit(
+        eval_changes(keys.eval_interval, keys.eval_iters, "eval_interval", new_iters),
+        exit_changes(
             keys.exit_interval,
             "exit_interval",
             new_iters,
@@ -227,7 +228,7 @@ def neox_schedule(
     return Schedule(tuple(out), tuple(warnings))
 
 
-def _run_length(key: str, old: int | None, new: int, reason: str) -> list[ScheduleChange]:
+def run_length_changes(key: str, old: int | None, new: int, reason: str) -> list[ScheduleChange]:
     if old == new:
         return [ScheduleChange(key, old, new, KEPT, f"unchanged: {reason}")]
     return [ScheduleChange(key, old, new, SET, reason)]
@@ -266,9 +267,10 @@ def _neox_decay(keys: NeoxScheduleKeys, old: int | None, new: int) -> tuple[Sche
                 "lr_decay_iters", decay, decay, KEPT, f"train_iters is unchanged; the decay keeps its length{ignored}"
             ), []
         warm = keys.warmup * decay
+        progress = _decay_progress(new, warm, decay, keys.lr_decay_style)
         text = (
             f"lr_decay_iters {decay} is kept in a {new}-iteration run: the config gives no train_iters to scale it "
-            f"from, so the learning rate decays over {decay} iterations ({_decay_progress(new, warm, decay, keys.lr_decay_style)}); "
+            f"from, so the learning rate decays over {decay} iterations ({progress}); "
             f"remove lr_decay_iters (NeoX then decays over train_iters) or set it to {new}"
         )
         return (
@@ -365,7 +367,9 @@ def _neox_saves(keys: NeoxScheduleKeys, old: int | None, new: int) -> tuple[list
     return out, warnings
 
 
-def _eval(interval: int | None, eval_iters: int, key: str, new: int) -> tuple[list[ScheduleChange], list[PlanWarning]]:
+def eval_changes(
+    interval: int | None, eval_iters: int, key: str, new: int
+) -> tuple[list[ScheduleChange], list[PlanWarning]]:
     if not interval or eval_iters <= 0:
         return [], []
     if interval > new:
@@ -381,7 +385,7 @@ def _eval(interval: int | None, eval_iters: int, key: str, new: int) -> tuple[li
     ], []
 
 
-def _exit(interval: int | None, key: str, new: int, how: str) -> tuple[list[ScheduleChange], list[PlanWarning]]:
+def exit_changes(interval: int | None, key: str, new: int, how: str) -> tuple[list[ScheduleChange], list[PlanWarning]]:
     if not interval or interval > new:
         return [], []
     text = (

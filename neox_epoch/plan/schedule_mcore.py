@@ -15,10 +15,10 @@ from neox_epoch.plan.schedule import (
     WARNED,
     Schedule,
     ScheduleChange,
-    _eval,
-    _exit,
-    _run_length,
+    eval_changes,
     exact_reason,
+    exit_changes,
+    run_length_changes,
     scale,
     with_schedule,
 )
@@ -77,7 +77,7 @@ def mcore_schedule(
     new = (new_samples if new_samples is not None else new_iters * global_batch_size) if samples else new_iters
     out: list[ScheduleChange] = []
     warnings: list[PlanWarning] = []
-    out += _run_length(f"--train-{unit}", old, new, reason)
+    out += run_length_changes(f"--train-{unit}", old, new, reason)
     decay_key = f"--lr-decay-{unit}"
     decay_given = keys.lr_decay_samples if samples else keys.lr_decay_iters
     change, warn = _mcore_length(decay_key, decay_given, old, new, unit, keys.lr_decay_style, follows_default=True)
@@ -96,8 +96,8 @@ def mcore_schedule(
         warnings += warn
     for change_list, warn in (
         _mcore_save(keys.save_interval, new_iters, old_iters if not samples else None),
-        _eval(keys.eval_interval, keys.eval_iters, "--eval-interval", new_iters),
-        _exit(
+        eval_changes(keys.eval_interval, keys.eval_iters, "--eval-interval", new_iters),
+        exit_changes(
             keys.exit_interval,
             "--exit-interval",
             new_iters,
