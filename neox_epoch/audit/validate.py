@@ -260,17 +260,7 @@ def _stream_passes(
         report.findings.append(problem)
         return
     report.document_range = [first_id, stop_id]
-    expected = mcore_sem.split_range(setting.bookends, sequences) if setting.bookends is not None else None
-    if expected is not None and expected[1] > expected[0] and (first_id, stop_id) != expected:
-        report.findings.append(
-            finding(
-                doc_info.path,
-                "document range",
-                f"[{expected[0]}, {expected[1]}) from split_matrix and {sequences} sequences",
-                f"[{first_id}, {stop_id})",
-                "the corpus or split changed since the build: " + STALE_HINT,
-            )
-        )
+    report.findings.extend(_range_findings(setting, first_id, stop_id))
     range_mix = kernel.mixed(first_id, stop_id) if kernel is not None else None  # (the shuffle pass still runs)
     sizes = _sizes(setting.header, first_id, stop_id)
     documents = stop_id - first_id
@@ -279,10 +269,7 @@ def _stream_passes(
     records, stats = read_sizes(sizes, epochs if exposing else 0)
     tokens = stats[2]
     if not isinstance(shuffle_pass, Future):
-        try:
-            consumption = consumption.fold(epochs, manifest is not None) if consumption is not None else None
-        except ValueError as err:
-            raise AuditError(f"{doc_info.path}: {err}: audit without --manifest, or a smaller --consumed") from None
+        consumption = _folded(consumption, epochs, manifest is not None, doc_info.path)
         shuffle_pass = shuffle_pass(consumption)
     numbers = index_numbers(
         kind, tokens, setting.seq_length, epochs, report.num_samples_requested, report.add_extra_token or 1
@@ -293,17 +280,9 @@ def _stream_passes(
     report.findings.extend(draws.findings + tuple(found))
     if not packed:
         return
-    walker = StreamPass(
-        sizes,
-        first_id,
-        epochs,
-        draws.counts,
-        setting.seq_length,
-        draws.sample_draws,
-        *((consumption.tokens_out, consumption.tokens_window) if consumption else (None, None)),
-        stats=stats,
-        records=records,
-    )
+    window = (consumption.tokens_out, consumption.tokens_window) if consumption else (None, None)
+    walked = (sizes, first_id, epochs, draws.counts, setting.seq_length, draws.sample_draws, *window)
+    walker = StreamPass(*walked, stats=stats, records=records)
     tail_from = (epochs - 1) * documents if separate and epochs > 1 else None
     files = StreamFiles(doc_r, sample_r, SampleGrid(samples, setting.seq_length), tail_from, ids_mix, range_mix)
     stream = walk_stream(files, walker, progress)
@@ -312,17 +291,36 @@ def _stream_passes(
     trusted = not draws.findings and not stream.findings and final_ok
     small = doc_r.info.rows + samples <= REGEN_LIMIT
     if small and trusted and not copies.findings and copies.epochs > 0 and (report.seed or -1) >= 0:
-        report.findings.extend(
-            seed_findings(
-                doc_r,
-                shuffle_r,
-                SeedOrder(
-                    int(report.seed or 0), first_id, stop_id, copies.epochs, numbers.first_block if separate else None
-                ),
-            )
-        )
+        first_block = numbers.first_block if separate else None
+        order = SeedOrder(int(report.seed or 0), first_id, stop_id, copies.epochs, first_block)
+        report.findings.extend(seed_findings(doc_r, shuffle_r, order))
     if consumption is not None:
         _expose(report, walker, consumption, trusted and not copies.findings, options)
+
+
+def _range_findings(setting: Setting, first_id: int, stop_id: int) -> list[Finding]:
+    """The document ids' range against the one megatron-core's split_matrix gives (none: not recorded)."""
+    sequences = setting.header.sequence_count
+    expected = mcore_sem.split_range(setting.bookends, sequences) if setting.bookends is not None else None
+    if expected is None or expected[1] <= expected[0] or (first_id, stop_id) == expected:
+        return []
+    return [
+        finding(
+            setting.infos[0].path,
+            "document range",
+            f"[{expected[0]}, {expected[1]}) from split_matrix and {sequences} sequences",
+            f"[{first_id}, {stop_id})",
+            "the corpus or split changed since the build: " + STALE_HINT,
+        )
+    ]
+
+
+def _folded(consumption: Consumption | None, epochs: int, manifest: bool, path: str) -> Consumption | None:
+    """A consumption folded for many draws once the copies' count is known (:meth:`Consumption.fold`)."""
+    try:
+        return consumption.fold(epochs, manifest) if consumption is not None else None
+    except ValueError as err:
+        raise AuditError(f"{path}: {err}: audit without --manifest, or a smaller --consumed") from None
 
 
 def _conclude(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from neox_epoch.errors import ConfigError
 from neox_epoch.formats import detect
@@ -15,6 +15,11 @@ from neox_epoch.plan.planner import make_plan
 from neox_epoch.plan.render import render
 from neox_epoch.plan.repeated import merge_repeated
 from neox_epoch.plan.schedule_mcore import McoreScheduleKeys, attach_mcore
+
+if TYPE_CHECKING:
+    from neox_epoch.formats.megatron_args import MegatronArgs
+    from neox_epoch.plan.from_megatron import MegatronInput
+    from neox_epoch.plan.model import Plan
 
 
 def run_megatron(args: argparse.Namespace) -> int:
@@ -36,42 +41,7 @@ def run_megatron(args: argparse.Namespace) -> int:
     mi = replace(mi, notes=mi.notes + tuple(version_notes(args, version, mi.args.megatron_lm_version)))
     targets = targets_from(args, mi.inp, None)
     if targets:
-        batches = _changing_batch(mi)
-        base = replace(
-            mi.inp,
-            train_iters=None,
-            train_samples=None,
-            mcore=replace(mi.inp.mcore, num_samples=None, train_consumed=None, arithmetic=None),
-        )
-        plan = exact_plan(base, targets, batches=batches)
-        a = mi.args
-        keys = McoreScheduleKeys(
-            lr_decay_style=a.lr_decay_style,
-            lr_decay_iters=a.lr_decay_iters,
-            lr_decay_samples=a.lr_decay_samples,
-            lr_warmup_fraction=a.lr_warmup_fraction,
-            lr_warmup_iters=a.lr_warmup_iters,
-            lr_warmup_samples=a.lr_warmup_samples,
-            lr_wsd_decay_iters=a.lr_wsd_decay_iters,
-            lr_wsd_decay_samples=a.lr_wsd_decay_samples,
-            save_interval=a.save_interval,
-            eval_interval=a.eval_interval,
-            eval_iters=a.eval_iters,
-            exit_interval=a.exit_interval,
-        )
-        old_iters = a.train_iters if any(t.partition("=")[0] == "--train-iters" for t in plan_argv(args)) else None
-        plan, schedule = attach_mcore(
-            plan,
-            keys,
-            old_iters,
-            a.train_samples,
-            targets,
-            mi.inp.warmup_share_limit,
-            plan.train_samples if batches is not None else None,
-        )
-        flags = from_megatron.exact_flags(mi.args, plan, schedule.overwrite())
-        mi = replace(mi, warnings=from_megatron.verify_exact(argv, flags, plan, version).warnings)  # the exact run's
-        plan = replace(plan, settings={**plan.settings, "megatron_flags": flags})
+        plan, mi = _exact_megatron(args, mi, argv, version, targets)
     else:
         plan = merge_repeated(make_plan(mi.inp))  # a prefix listed twice: one row, as NeoX's plan
     plan = replace(plan, warnings=plan.warnings + mi.warnings + tuple(from_megatron.cache_warnings(mi.args, plan)))
@@ -94,6 +64,57 @@ def run_megatron(args: argparse.Namespace) -> int:
         exact_flags = plan.settings["megatron_flags"]
         print(f"\nflags for exact passes (paste after your command line; the last one wins):\n  {exact_flags}")
     return 0
+
+
+def _exact_megatron(
+    args: argparse.Namespace, mi: MegatronInput, argv: list[str], version: str, targets: dict[str, float]
+) -> tuple[Plan, MegatronInput]:
+    """Exact mode on a pasted Megatron-LM command line: the plan with its schedule and the flags to paste after the
+    line (``settings["megatron_flags"]``), and the input with the exact run's warnings."""
+    from dataclasses import replace
+
+    from neox_epoch.plan import from_megatron
+
+    batches = _changing_batch(mi)
+    base = replace(
+        mi.inp,
+        train_iters=None,
+        train_samples=None,
+        mcore=replace(mi.inp.mcore, num_samples=None, train_consumed=None, arithmetic=None),
+    )
+    plan = exact_plan(base, targets, batches=batches)
+    a = mi.args
+    old_iters = a.train_iters if any(t.partition("=")[0] == "--train-iters" for t in plan_argv(args)) else None
+    plan, schedule = attach_mcore(
+        plan,
+        _schedule_keys(a),
+        old_iters,
+        a.train_samples,
+        targets,
+        mi.inp.warmup_share_limit,
+        plan.train_samples if batches is not None else None,
+    )
+    flags = from_megatron.exact_flags(mi.args, plan, schedule.overwrite())
+    mi = replace(mi, warnings=from_megatron.verify_exact(argv, flags, plan, version).warnings)  # the exact run's
+    return replace(plan, settings={**plan.settings, "megatron_flags": flags}), mi
+
+
+def _schedule_keys(a: MegatronArgs) -> McoreScheduleKeys:
+    """The schedule flags of a parsed Megatron-LM command line."""
+    return McoreScheduleKeys(
+        lr_decay_style=a.lr_decay_style,
+        lr_decay_iters=a.lr_decay_iters,
+        lr_decay_samples=a.lr_decay_samples,
+        lr_warmup_fraction=a.lr_warmup_fraction,
+        lr_warmup_iters=a.lr_warmup_iters,
+        lr_warmup_samples=a.lr_warmup_samples,
+        lr_wsd_decay_iters=a.lr_wsd_decay_iters,
+        lr_wsd_decay_samples=a.lr_wsd_decay_samples,
+        save_interval=a.save_interval,
+        eval_interval=a.eval_interval,
+        eval_iters=a.eval_iters,
+        exit_interval=a.exit_interval,
+    )
 
 
 def _phased(tokens: list[str]) -> bool:
