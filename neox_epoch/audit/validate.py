@@ -1,12 +1,12 @@
 """Audit one GPT index (a doc/sample/shuffle triple) against the .bin/.idx it was built from.
 
-One way through: :func:`describe` (the name or the description, into the report), :func:`check_headers`
-(complete .npy files of the dtypes and shapes the frameworks write), :func:`scan_documents` (document ids
-inside the .idx), :func:`count_draws` (the shuffle index a permutation; with a consumption, each sample's
-draw count), :func:`walk_stream` (every sample boundary at ``i * seq_length`` of the stream the document
-index and the *current* .idx sizes give; copies per document; the exposure), then :func:`number_findings`
-compares what the framework would build (:mod:`neox_epoch.semantics.built`) with what the files say. A
-damaged file is a finding, never a traceback.
+One way through (:func:`audit_index`): :func:`~neox_epoch.audit.describe.describe` (the name or the
+description, into the report), :func:`~neox_epoch.audit.describe.check_headers` (complete .npy files of the dtypes
+and shapes the frameworks write), the passes of :mod:`neox_epoch.audit.passes` (document ids inside the .idx; the
+shuffle index a permutation and, with a consumption, each sample's draw count; every sample boundary at
+``i * seq_length`` of the stream the document index and the *current* .idx sizes give, copies per document, the
+exposure), then :mod:`neox_epoch.audit.build_checks` compares what the framework would build
+(:mod:`neox_epoch.semantics.built`) with what the files say. A damaged file is a finding, never a traceback.
 """
 
 from __future__ import annotations

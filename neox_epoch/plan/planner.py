@@ -1,9 +1,10 @@
 """The epoch plan: from .idx files and batch settings to what the framework builds and draws.
 
 Pure functions over numpy and the semantics modules; no torch. ``make_plan`` answers "what will this
-config do", ``exact_plan`` answers "which settings give exactly these passes" and returns the plan
-under those settings, checked by replaying the framework's own arithmetic. The inputs are in
-:mod:`neox_epoch.plan.inputs`, the per-framework builds in :mod:`neox_epoch.plan.builds`.
+config do"; ``exact_plan`` (:mod:`neox_epoch.plan.exact`) answers "which settings give exactly these passes"
+and returns the plan under those settings, checked by replaying the framework's own arithmetic. The inputs are
+in :mod:`neox_epoch.plan.inputs`, the per-framework builds in :mod:`neox_epoch.plan.builds`, the plan's warnings
+in :mod:`neox_epoch.plan.plan_warnings`.
 """
 
 from __future__ import annotations
