@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 from neox_epoch.errors import PlanError  # noqa: E402
 from neox_epoch.formats.corpus import write_sized_corpus  # noqa: E402
-from neox_epoch.plan import planner  # noqa: E402
+from neox_epoch.plan import exact, planner  # noqa: E402
 from neox_epoch.plan.builds import TokenCache, framework_of  # noqa: E402
 from neox_epoch.plan.inputs import NeoxOptions, PlanInput, SourceSpec  # noqa: E402
 from neox_epoch.plan.model import Plan  # noqa: E402
@@ -44,7 +44,7 @@ def full_plan_per_candidate(
     tried = []
     for k in range(seeds):
         TRIES["n"] = k + 1
-        w = planner.candidate_weights(targets, k)
+        w = exact.candidate_weights(targets, k)
         trial = replace(
             inp,
             blend_weights_override=tuple(w),
@@ -61,20 +61,20 @@ def full_plan_per_candidate(
 
 def timed(inp: PlanInput, passes: dict[str, float], search: object, repeat: int) -> tuple[float, Plan | str]:
     """Least CPU seconds of ``repeat`` exact plans with ``search`` as the weight search, and the plan."""
-    shipped = planner._search_weights
-    planner._search_weights = search  # type: ignore[assignment]
+    shipped = exact._search_weights
+    exact._search_weights = search  # type: ignore[assignment]
     best = float("inf")
     try:
         for _ in range(repeat):
             t = time.process_time()
             try:
-                out: Plan | str = planner.exact_plan(inp, passes)
+                out: Plan | str = exact.exact_plan(inp, passes)
             except PlanError as err:
                 out = str(err).split(";")[0]
             best = min(best, time.process_time() - t)
         return best, out
     finally:
-        planner._search_weights = shipped
+        exact._search_weights = shipped
 
 
 def per_candidate(inp: PlanInput, plan: Plan, repeat: int) -> tuple[float, float]:
@@ -98,7 +98,7 @@ def per_candidate(inp: PlanInput, plan: Plan, repeat: int) -> tuple[float, float
         planner.make_plan(trial, targets, cache)
         full = min(full, time.process_time() - t)
         t = time.process_time()
-        got = planner._train_screen(trial, planner._builds(trial, cache), {})
+        got = planner.train_screen(trial, planner.build_splits(trial, cache), {})
         screen = min(screen, time.process_time() - t)
         assert got == (targets, True), got
     return full, screen
@@ -148,7 +148,7 @@ def main() -> int:
             TRIES["n"] = 0
             t_old, old = timed(inp, passes, full_plan_per_candidate, args.repeat)
             tries = TRIES["n"]
-            t_new, new = timed(inp, passes, planner._search_weights, args.repeat)
+            t_new, new = timed(inp, passes, exact._search_weights, args.repeat)
             ok = old == new
             same += ok
             totals["old"] += t_old
@@ -161,7 +161,10 @@ def main() -> int:
             if isinstance(new, Plan) and "weights" in new.settings:
                 full, screen = per_candidate(inp, new, args.repeat)
                 cand_ratios.append(full / screen)
-                cand = f"  one candidate: full plan {full * 1e3:6.1f} ms, screen {screen * 1e3:6.1f} ms ({full / screen:4.1f}x)"
+                cand = (
+                    f"  one candidate: full plan {full * 1e3:6.1f} ms, screen {screen * 1e3:6.1f} ms "
+                    f"({full / screen:4.1f}x)"
+                )
             print(
                 f"blend {b:3d} {fw:<13} {n} sources {what:<14} candidates {tries:3d}  search: full plan per candidate "
                 f"{t_old * 1e3:7.1f} ms, screened {t_new * 1e3:7.1f} ms ({t_old / t_new:4.2f}x)  "
@@ -180,7 +183,8 @@ def main() -> int:
         )
         if cand_ratios:
             print(
-                f"a candidate that fails costs the screen instead of a full plan: median {sorted(cand_ratios)[len(cand_ratios) // 2]:.1f}x "
+                "a candidate that fails costs the screen instead of a full plan: median "
+                f"{sorted(cand_ratios)[len(cand_ratios) // 2]:.1f}x "
                 f"cheaper (min {min(cand_ratios):.1f}x, max {max(cand_ratios):.1f}x; CPU time, least of {args.repeat})"
             )
         return 0 if same == args.blends else 1

@@ -18,11 +18,12 @@ import numpy as np
 
 from neox_epoch.audit.exposure import ExposureReport
 from neox_epoch.audit.findings import Finding, finding
-from neox_epoch.audit.validate import ConsumptionFor, IndexReport, IterationOf, ManifestSink, Progress, audit_index
+from neox_epoch.audit.index_report import IndexReport
+from neox_epoch.audit.validate import ConsumptionFor, IterationOf, ManifestSink, audit_index
 from neox_epoch.errors import FileProblem, IndexFileError
 from neox_epoch.formats import cache_names as names
 from neox_epoch.formats import idx as idxmod
-from neox_epoch.formats.npy import read_header
+from neox_epoch.formats.npy import Progress, read_header
 from neox_epoch.semantics import neox as neox_sem
 from neox_epoch.semantics.consumption import Consumption
 

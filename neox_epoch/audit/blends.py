@@ -18,11 +18,11 @@ import numpy as np
 
 from neox_epoch.audit.exposure import ExposureReport
 from neox_epoch.audit.findings import Finding, JsonFields, finding
-from neox_epoch.audit.validate import STALE_HINT, Progress
+from neox_epoch.audit.index_report import STALE_HINT
 from neox_epoch.errors import FileProblem
 from neox_epoch.formats import cache_names as names
 from neox_epoch.formats.cache_descriptions import child_digest, read_mcore_description
-from neox_epoch.formats.npy import NpyInfo, NpyReader, read_header
+from neox_epoch.formats.npy import NpyInfo, NpyReader, Progress, read_header
 from neox_epoch.semantics import blend as greedy
 from neox_epoch.semantics import neox as neox_sem
 

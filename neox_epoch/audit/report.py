@@ -12,8 +12,9 @@ from typing import IO, Any
 from neox_epoch.audit.audit import AuditResult
 from neox_epoch.audit.blends import BlendReport
 from neox_epoch.audit.exposure import ManifestChunk
-from neox_epoch.audit.validate import IndexReport, Progress
+from neox_epoch.audit.index_report import IndexReport
 from neox_epoch.errors import AuditError
+from neox_epoch.formats.npy import Progress
 from neox_epoch.util.output import Input, Output, write_output
 from neox_epoch.util.schema import stamped
 from neox_epoch.util.svg import histogram_grid

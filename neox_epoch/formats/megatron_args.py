@@ -31,12 +31,12 @@ from typing import Any
 
 from neox_epoch.errors import ConfigError, did_you_mean
 from neox_epoch.formats import launch_line
-from neox_epoch.semantics import megatron_lm as mlm
+from neox_epoch.semantics import megatron_lm as megatron_lm_sem
 from neox_epoch.semantics.megatron_lm import MegatronRefusal, refuse
 from neox_epoch.util.inputs import JSON_BYTES, open_input
 
 FLAGS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "megatron_flags")
-DEFAULT_VERSION = mlm.MEGATRON_LM_VERSION
+DEFAULT_VERSION = megatron_lm_sem.MEGATRON_LM_VERSION
 WORLD_FLAGS = ("--world-size", "--nproc-per-node", "--nproc_per_node", "--nnodes")
 _TYPES: dict[str, Any] = {"int": int, "float": float, "str": str, "bool": bool}
 
@@ -124,7 +124,7 @@ def megatron_lm_version(version: str = DEFAULT_VERSION) -> str:
 def table_versions() -> tuple[str, ...]:
     """The Megatron-LM versions with an option table here (the verified ones of
     :data:`neox_epoch.semantics.megatron_lm.RULES`)."""
-    return tuple(mlm.RULES)
+    return tuple(megatron_lm_sem.RULES)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -325,9 +325,9 @@ class MegatronArgs:
     """--rampup-batch-size given to a Megatron-LM that parses and ignores it (0.19.2)."""
 
     @property
-    def rules(self) -> mlm.Rules:
+    def rules(self) -> megatron_lm_sem.Rules:
         """The rules of :attr:`megatron_lm_version`."""
-        return mlm.RULES[self.megatron_lm_version]
+        return megatron_lm_sem.RULES[self.megatron_lm_version]
 
     @property
     def calculator_dp(self) -> int:
@@ -345,9 +345,9 @@ class MegatronRun:
     """The final global batch."""
     num_samples: tuple[int, int | None, int]
     """get_train_valid_test_num_samples(): train, valid (None: full validation), test."""
-    scheduler: mlm.SchedulerSteps
+    scheduler: megatron_lm_sem.SchedulerSteps
     """The LR schedule's lengths in samples."""
-    schedule: mlm.BatchSchedule
+    schedule: megatron_lm_sem.BatchSchedule
     """The batch-size calculator (constant or ramp)."""
 
 
@@ -359,7 +359,7 @@ def split_launcher(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     (``torchrun --nproc_per_node 8 pretrain_gpt.py ...``; a ``.py`` value of a Megatron-LM flag is not a script),
     except options given before the launcher and ``--world-size``: those count as if given after the script
     (one given again there with another value is refused). A Megatron-LM flag among torchrun's is refused."""
-    line = launch_line.cut([str(t) for t in argv], _option_specs(mlm.current().version))
+    line = launch_line.cut([str(t) for t in argv], _option_specs(megatron_lm_sem.current().version))
     launch_line.check_given_twice(line.before, line.after, line.script)
     return line.launcher, line.before + line.after
 
@@ -526,7 +526,7 @@ def _read_json(flag: str, path: str) -> Any:
 
 def _blend(tokens: Sequence[str] | None) -> Blend | None:
     """get_blend_from_list as a frozen tuple."""
-    got = mlm.get_blend_from_list(tokens)
+    got = megatron_lm_sem.get_blend_from_list(tokens)
     if got is None:
         return None
     return tuple(got[0]), None if got[1] is None else tuple(got[1])
@@ -676,7 +676,7 @@ def _phases(ns: argparse.Namespace) -> tuple[int, ...] | None:
             "expected comma-separated iterations",
             "e.g. --phase-transition-iterations 1000,2000",
         ) from err
-    if ns.rampup_batch_size is not None and mlm.current().phases_refuse_rampup:
+    if ns.rampup_batch_size is not None and megatron_lm_sem.current().phases_refuse_rampup:
         raise refuse(
             "--phase-transition-iterations",
             ns.phase_transition_iterations,
@@ -692,7 +692,7 @@ def _phases(ns: argparse.Namespace) -> tuple[int, ...] | None:
 def _iteration_or_sample_based(ns: argparse.Namespace) -> None:
     """Mirror validate_args' iteration-based and sample-based blocks (same order, same messages); 0.19.2
     skips them with --skip-train and no longer refuses a ramp-up with --train-iters (it ignores ramp-ups)."""
-    rules = mlm.current()
+    rules = megatron_lm_sem.current()
     if ns.skip_train and rules.skip_train_skips_lr_checks:
         return
     if ns.train_iters:
@@ -825,11 +825,11 @@ def validate_args(ns: argparse.Namespace, world_size: int) -> tuple[int, int, st
     Returns (data-parallel size, global batch size, split). Model checks (required --num-layers ...,
     layer divisibility, precision ...) are not repeated here.
     """
-    rules = mlm.current()
+    rules = megatron_lm_sem.current()
     gtp = 1
     if rules.gtp_weight_remat:
-        gtp = mlm.gtp_weight_remat_size(ns.tensor_model_parallel_size, ns.tensor_parallel_num_weight_shards)
-    dp = mlm.data_parallel_size(
+        gtp = megatron_lm_sem.gtp_weight_remat_size(ns.tensor_model_parallel_size, ns.tensor_parallel_num_weight_shards)
+    dp = megatron_lm_sem.data_parallel_size(
         world_size, ns.tensor_model_parallel_size, ns.pipeline_model_parallel_size, ns.context_parallel_size, gtp
     )
     _deprecated(ns)
@@ -951,7 +951,7 @@ def _unplannable(
     blends = [blend] if blend is not None else list(per_split or [])
     for b in blends:
         for prefix in b[0] if b else ():
-            if mlm.is_object_storage_path(prefix):
+            if megatron_lm_sem.is_object_storage_path(prefix):
                 raise no(
                     "--data-path",
                     prefix,
@@ -962,7 +962,7 @@ def _unplannable(
         raise no(
             "--data-path",
             "not given",
-            f"without data Megatron-LM {mlm.current().version} silently trains on mock data",
+            f"without data Megatron-LM {megatron_lm_sem.current().version} silently trains on mock data",
             "give --data-path PREFIX ... or --train-data-path ...",
         )
 
@@ -971,7 +971,7 @@ def check_foreign(argv: Sequence[str], version: str | None = None) -> None:
     """Another framework's command line (Megatron-DeepSpeed, NeMo, GPT-NeoX's deepy.py) is refused once, in one
     line naming the framework and what is supported, instead of one unknown flag per rerun. ``version``: the
     megatron-core version planned (None: the default rules' table, before the version is known)."""
-    version = mlm.rules_for(version).version
+    version = megatron_lm_sem.rules_for(version).version
     launch_line.refuse_foreign([str(t) for t in argv], _option_specs(version), megatron_lm_version(version))
 
 
@@ -983,11 +983,11 @@ def parse_megatron_argv(argv: Sequence[str], version: str | None = None) -> Mega
     runs before building data on the plan's flags: parse_args, validate_args and the num-microbatches
     calculator's checks; then refuses what cannot be planned.
     """
-    with mlm.using(mlm.rules_for(version)) as rules:
+    with megatron_lm_sem.using(megatron_lm_sem.rules_for(version)) as rules:
         return _parse(argv, rules)
 
 
-def _parse(argv: Sequence[str], rules: mlm.Rules) -> MegatronArgs:
+def _parse(argv: Sequence[str], rules: megatron_lm_sem.Rules) -> MegatronArgs:
     """parse_megatron_argv under ``rules``."""
     check_foreign(argv, rules.version)
     launcher_tokens, tokens = split_launcher([str(t) for t in argv])
@@ -998,14 +998,14 @@ def _parse(argv: Sequence[str], rules: mlm.Rules) -> MegatronArgs:
     _sanity(ns)
     dp, gbs, split = validate_args(ns, world)
     gtp = (
-        mlm.gtp_weight_remat_size(ns.tensor_model_parallel_size, ns.tensor_parallel_num_weight_shards)
+        megatron_lm_sem.gtp_weight_remat_size(ns.tensor_model_parallel_size, ns.tensor_parallel_num_weight_shards)
         if rules.gtp_weight_remat
         else 1
     )
     rampup = tuple(int(v) for v in ns.rampup_batch_size) if ns.rampup_batch_size is not None else None
     step = getattr(ns, "step_batch_size_schedule", None)
     try:
-        mlm.build_num_microbatches_calculator(
+        megatron_lm_sem.build_num_microbatches_calculator(
             gbs, ns.micro_batch_size, dp * gtp, ns.decrease_batch_size_if_needed, rampup, step, _seq_length(ns)
         )
     except MegatronRefusal as err:
@@ -1117,7 +1117,7 @@ def megatron_run(args: MegatronArgs) -> MegatronRun:
     """What Megatron-LM does with the command line, in its order: the LR scheduler (update_train_iters for
     sample-based runs), get_train_valid_test_num_samples, the dataset config's checks, under the rules of
     ``args.megatron_lm_version``."""
-    with mlm.using(args.rules):
+    with megatron_lm_sem.using(args.rules):
         return _run(args)
 
 
@@ -1128,7 +1128,7 @@ def _run(args: MegatronArgs) -> MegatronRun:
         "global_batch_size": args.global_batch_size,
     }
     try:
-        schedule = mlm.build_num_microbatches_calculator(
+        schedule = megatron_lm_sem.build_num_microbatches_calculator(
             args.global_batch_size,
             args.micro_batch_size,
             args.calculator_dp,
@@ -1138,10 +1138,10 @@ def _run(args: MegatronArgs) -> MegatronRun:
             args.seq_length,
         )
         if not args.train_iters and args.train_samples:
-            train_iters = mlm.update_train_iters(args.train_iters, args.train_samples, schedule)
+            train_iters = megatron_lm_sem.update_train_iters(args.train_iters, args.train_samples, schedule)
         else:
             train_iters = args.train_iters or 0
-        steps = mlm.get_optimizer_param_scheduler(
+        steps = megatron_lm_sem.get_optimizer_param_scheduler(
             args.train_iters,
             args.train_samples,
             args.global_batch_size,
@@ -1158,9 +1158,11 @@ def _run(args: MegatronArgs) -> MegatronRun:
             args.lr_warmup_init,
         )
         known.update(
-            train_iters=train_iters, scheduler=steps, train_consumed=mlm.schedule_consumed(schedule, train_iters)
+            train_iters=train_iters,
+            scheduler=steps,
+            train_consumed=megatron_lm_sem.schedule_consumed(schedule, train_iters),
         )
-        num = mlm.get_train_valid_test_num_samples(
+        num = megatron_lm_sem.get_train_valid_test_num_samples(
             train_iters,
             args.train_samples,
             args.global_batch_size,
@@ -1175,7 +1177,7 @@ def _run(args: MegatronArgs) -> MegatronRun:
         known.update(num_samples=num)
         _dataset_config(args)
         _builder_sizes(args, num)
-        mlm.train_batch_consistency(schedule, train_iters)
+        megatron_lm_sem.train_batch_consistency(schedule, train_iters)
     except MegatronRefusal as err:
         err.known.update(known)
         raise

@@ -34,6 +34,7 @@ from neox_epoch.errors import ConfigError, NeoxEpochError, PlanError
 from neox_epoch.formats.detect import megatron_core_version
 from neox_epoch.formats.runlog import is_logging_rank
 from neox_epoch.mcore.counters import CountersStateError, LiveCounters, live_counters
+from neox_epoch.plan.exact import exact_plan, passes_per_source
 from neox_epoch.plan.planner import (
     SPLITS,
     McoreOptions,
@@ -41,8 +42,6 @@ from neox_epoch.plan.planner import (
     PlanInput,
     SourcePlan,
     SourceSpec,
-    exact_plan,
-    passes_per_source,
 )
 from neox_epoch.util.values import is_whole
 

@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from neox_epoch.errors import DataChangedError, NeoxEpochError, PlanError
-from neox_epoch.formats import fingerprint as fp
+from neox_epoch.formats import fingerprint as fingerprint_format
 from neox_epoch.neox import run_table
 from neox_epoch.neox.block import HookBlock
 from neox_epoch.neox.counters import JsonlSink, PassCounters, SourceCounter
@@ -59,9 +59,8 @@ from neox_epoch.neox.resume_state import (
 )
 from neox_epoch.plan.schedule import CODES as SCHEDULE_CODES
 from neox_epoch.plan.staged import StagedRun, stages_json
-from neox_epoch.semantics import TrainBuild, stage_order
+from neox_epoch.semantics import TrainBuild, neox_index, stage_order
 from neox_epoch.semantics import neox as neox_sem
-from neox_epoch.semantics import neox_index as sep
 from neox_epoch.semantics.loader import LoaderShape, neox_start
 from neox_epoch.util.sink import guarded
 
@@ -130,7 +129,7 @@ class State:
     iteration_base: int = 0
     valid_samples: int = 0
     """len of the validation dataset NeoX built (0: none), recorded with each checkpoint's state."""
-    fingerprint: fp.DataFingerprint | None = None
+    fingerprint: fingerprint_format.DataFingerprint | None = None
     """The run's data fingerprint (computed once, saved with every checkpoint state)."""
 
     @property
@@ -229,13 +228,13 @@ def _resumed(state: State, neox_args: Any, rp: RunPlan) -> RunPlan:
     return replace(rp, plan=replace(rp.plan, train_iters=decision.train_iters), weights=weights)
 
 
-def data_fingerprint(state: State, neox_args: Any) -> fp.DataFingerprint:
+def data_fingerprint(state: State, neox_args: Any) -> fingerprint_format.DataFingerprint:
     """The run's data fingerprint (computed once per process): its train sources, seq_length, seed, stage plan."""
     if state.fingerprint is None:
         rp = state.run
         assert rp is not None
         stages = rp.staged.config.to_mapping() if rp.staged is not None else None
-        state.fingerprint = fp.fingerprint(
+        state.fingerprint = fingerprint_format.fingerprint(
             [s.prefix for s in rp.train], rp.plan.seq_length, int(getattr(neox_args, "seed", 1234) or 0), stages
         )
     return state.fingerprint
@@ -273,7 +272,7 @@ def _check_fingerprint(state: State, neox_args: Any, tag: str) -> None:
         log.warning("neox_epoch: resume: %s", note)
     if not diffs:
         return
-    line = f"neox_epoch: {fp.message(diffs)} ({os.path.basename(tag)})"
+    line = f"neox_epoch: {fingerprint_format.message(diffs)} ({os.path.basename(tag)})"
     if state.block.allow_data_change:
         if rank() == 0:
             log.warning("%s; allow_data_change is set: resuming anyway", line)
@@ -403,7 +402,7 @@ def _build_wrappers(state: State) -> dict[tuple[str, str], Any]:
             and epochs > 1
         )
         if separated:
-            a["name"] = str(a["name"]) + sep.NAME_SUFFIX
+            a["name"] = str(a["name"]) + neox_index.NAME_SUFFIX
             _prebuild_separated(state, a, documents, sizes, epochs)
         out = real_index(**a)
         state.builds.append(
@@ -554,7 +553,7 @@ def _blend_request(state: State, rp: RunPlan, weights: Any, num_samples: Any) ->
 
 def _prebuild_separated(state: State, a: dict[str, Any], documents: np.ndarray, sizes: np.ndarray, epochs: int) -> None:
     """Write the epoch-separated index files NeoX will load (on the rank NeoX builds on)."""
-    stem = sep.cache_prefix(
+    stem = neox_index.cache_prefix(
         a["data_prefix"], a["name"], a["num_samples"], a["seq_length"], a["seed"], a["packing_impl"], a["allow_chopped"]
     )
     files = [stem + f"_{k}_idx.npy" for k in ("doc", "sample", "shuffle")]
@@ -565,9 +564,11 @@ def _prebuild_separated(state: State, a: dict[str, Any], documents: np.ndarray, 
     tokens = int(np.sum(sizes[documents], dtype=np.int64))
     big = 2 * ((epochs * tokens - 1) / a["seq_length"] + 1) >= np.iinfo(np.int32).max
     build = helpers.build_sample_idx_int64 if big else helpers.build_sample_idx_int32
-    doc_idx, sample_idx, shuffle_idx = sep.build_separated(documents, sizes, epochs, a["seq_length"], a["seed"], build)
+    doc_idx, sample_idx, shuffle_idx = neox_index.build_separated(
+        documents, sizes, epochs, a["seq_length"], a["seed"], build
+    )
     for f, arr in zip(files, (doc_idx, sample_idx, shuffle_idx)):
-        sep.save_atomic(f, arr)
+        neox_index.save_atomic(f, arr)
     log.info(
         "neox_epoch: built an epoch-separated index for %s (%d epochs, each shuffled on its own)", a["name"], epochs
     )
@@ -594,7 +595,7 @@ def _staged_index(
             f"plan {staged.stages.samples_per_epoch[label]}; the data changed since the plan: replan"
         )
     a["name"] = str(a["name"]) + stage_order.STAGES_SUFFIX
-    stem = sep.cache_prefix(
+    stem = neox_index.cache_prefix(
         a["data_prefix"], a["name"], a["num_samples"], a["seq_length"], a["seed"], a["packing_impl"], a["allow_chopped"]
     )
     files = [stem + f"_{kind}_idx.npy" for kind in ("doc", "sample", "shuffle")]
@@ -602,7 +603,7 @@ def _staged_index(
     if builder and not all(os.path.isfile(f) for f in files):
         arrays = stage_order.build_passes(documents, sizes, passes, a["seq_length"], a["seed"])
         for f, arr in zip(files, arrays):
-            sep.save_atomic(f, arr)
+            neox_index.save_atomic(f, arr)
         log.info(
             "neox_epoch: built %s's own order: %d passes of %d samples, each pass on its own", label, passes, per_pass
         )
@@ -758,7 +759,7 @@ def _rows(state: State, rp: RunPlan, problems: list[str]) -> list[dict[str, Any]
 
 def _base_name(name: str) -> str:
     """NeoX's dataset name without the suffix of an epoch-separated or staged index."""
-    return name.replace(sep.NAME_SUFFIX, "").replace(stage_order.STAGES_SUFFIX, "")
+    return name.replace(neox_index.NAME_SUFFIX, "").replace(stage_order.STAGES_SUFFIX, "")
 
 
 def _log_plan(rp: RunPlan, rows: Any) -> None:
@@ -921,7 +922,7 @@ def save_state(state: State, neox_args: Any, iteration: int) -> None:
 def build_counters(state: State, rp: RunPlan, neox_args: Any, active: bool) -> PassCounters:
     srcs = []
     for s, row in zip(rp.train, state.table or [{}] * len(rp.train)):
-        bounds = sep.pass_boundaries(
+        bounds = neox_index.pass_boundaries(
             s.tokens, rp.plan.seq_length, s.epochs_built, rp.separate_epochs, s.samples_per_epoch
         )
         planned = row.get("target_passes") or s.passes

@@ -14,8 +14,9 @@ from typing import Any
 
 from neox_epoch.errors import ConfigError, PlanError
 from neox_epoch.formats.neox_config import EpochBlock, NeoxConfig
+from neox_epoch.plan.exact import exact_plan, passes_per_source
 from neox_epoch.plan.from_neox import plan_input_from_neox, schedule_keys
-from neox_epoch.plan.planner import Plan, PlanInput, SourcePlan, SourceSpec, exact_plan, make_plan, passes_per_source
+from neox_epoch.plan.planner import Plan, PlanInput, SourcePlan, SourceSpec, make_plan
 from neox_epoch.plan.schedule import Schedule, attach_neox
 from neox_epoch.plan.stage_schedule import neox_lr_schedule, with_stage_decay
 from neox_epoch.plan.staged import StagedRun, plan_staged

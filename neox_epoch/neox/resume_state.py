@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from neox_epoch.errors import ConfigError
-from neox_epoch.formats import fingerprint as fp
+from neox_epoch.formats import fingerprint as fingerprint_format
 from neox_epoch.formats.checkpoint import STATE_NAME
 from neox_epoch.semantics import TrainBuild
 from neox_epoch.semantics.loader import LoaderShape, hooked_start
@@ -189,13 +189,15 @@ def started_stages(boundaries: list[int], iteration: int) -> int:
     return 1 + sum(1 for b in boundaries[1:] if iteration > b)
 
 
-def fingerprint_changes(saved: ResumeState, new: fp.DataFingerprint) -> tuple[list[fp.Difference], str]:
+def fingerprint_changes(
+    saved: ResumeState, new: fingerprint_format.DataFingerprint
+) -> tuple[list[fingerprint_format.Difference], str]:
     """What differs from the checkpoint's data, and a note on stage changes that are allowed: a stage the saved run
     had not started yet (or only max_passes) may change; a started one may not."""
     if saved.fingerprint is None:
         return [], ""
-    old = fp.DataFingerprint.from_dict(saved.fingerprint)
-    diffs = fp.compare(old, new)
+    old = fingerprint_format.DataFingerprint.from_dict(saved.fingerprint)
+    diffs = fingerprint_format.compare(old, new)
     if old.stages is None or new.stages is None:
         return diffs, ""
     started = started_stages(saved.stage_boundaries or [0], saved.iteration)

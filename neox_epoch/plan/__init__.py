@@ -3,8 +3,9 @@
 The Python API: ``PlanInput``, ``SourceSpec``, ``make_plan`` and ``exact_plan`` (see docs/plan.md).
 """
 
+from neox_epoch.plan.exact import exact_plan, passes_per_source
 from neox_epoch.plan.inputs import McoreOptions, NeoxOptions, PlanInput, PlanWarning, SourceSpec
-from neox_epoch.plan.planner import Plan, SourcePlan, exact_plan, make_plan, passes_per_source
+from neox_epoch.plan.planner import Plan, SourcePlan, make_plan
 
 __all__ = [
     "McoreOptions",

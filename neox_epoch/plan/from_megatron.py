@@ -17,7 +17,7 @@ from neox_epoch.formats.megatron_args import Blend, MegatronArgs, MegatronRun, m
 from neox_epoch.plan.inputs import McoreOptions, PlanInput, PlanWarning, SourceSpec
 from neox_epoch.plan.model import Plan
 from neox_epoch.plan.seeds import check_seed
-from neox_epoch.semantics import megatron_lm as mlm
+from neox_epoch.semantics import megatron_lm as megatron_lm_sem
 
 #: neox-epoch's own ``plan`` options (name -> number of values), removed before Megatron-LM parses the rest
 OWN_OPTIONS: dict[str, int] = {
@@ -104,10 +104,10 @@ def _specs(blend: Blend | None) -> tuple[SourceSpec, ...]:
 def train_consumed(run: MegatronRun) -> int:
     """Samples training draws in ``train_iters`` iterations: the batch schedule summed (a ramp-up or a step
     schedule changes it; :func:`neox_epoch.semantics.megatron_lm.schedule_consumed`)."""
-    return mlm.schedule_consumed(run.schedule, run.train_iters)
+    return megatron_lm_sem.schedule_consumed(run.schedule, run.train_iters)
 
 
-def _schedule_words(sched: mlm.BatchSchedule) -> str:
+def _schedule_words(sched: megatron_lm_sem.BatchSchedule) -> str:
     """The batch schedule in words, for the arithmetic."""
     if sched.steps is not None:
         return "the step schedule (" + ", ".join(f"{b} from {t} samples" for t, b in sched.steps) + ")"
@@ -274,7 +274,7 @@ def _eval_warnings(args: MegatronArgs, run: MegatronRun) -> list[PlanWarning]:
     if valid is None or args.skip_train or not args.eval_iters:
         return []
     eg = args.eval_global_batch_size if args.eval_global_batch_size is not None else run.global_batch_size
-    runs = mlm.evaluations_run(run.train_iters, args.eval_interval, args.start_eval_at_iter)
+    runs = megatron_lm_sem.evaluations_run(run.train_iters, args.eval_interval, args.start_eval_at_iter)
     asked = valid // (args.eval_iters * eg) if eg else 0
     if runs <= asked:
         return []

@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from neox_epoch.errors import ConfigError, PlanError
+from neox_epoch.plan.exact import exact_plan
 from neox_epoch.plan.from_megatron import MegatronInput, exact_flags, megatron_input, without
 from neox_epoch.plan.model import Plan, SourcePlan
 from neox_epoch.plan.phase_options import DECAY_OPTIONS as DECAY_OPTIONS  # re-exported: plan/cli.py's ph.*
@@ -38,8 +39,8 @@ from neox_epoch.plan.phase_options import (
 )
 from neox_epoch.plan.phase_options import phase_decay as phase_decay
 from neox_epoch.plan.phase_options import phase_targets as phase_targets
-from neox_epoch.plan.planner import exact_plan, make_plan
-from neox_epoch.semantics import megatron_lm as mlm
+from neox_epoch.plan.planner import make_plan
+from neox_epoch.semantics import megatron_lm as megatron_lm_sem
 
 #: the option that starts a phase's own flags in ``neox-epoch plan``
 PHASE_OPTION = "--phase"
@@ -183,7 +184,7 @@ def phase_input(mi: MegatronInput, first: int, end: int) -> MegatronInput:
     """The phase's plan input: the builder asked what Megatron-LM asks at ``first``, the phase trains its samples."""
     a, run = mi.args, mi.run
     g = run.global_batch_size
-    train, valid, test = mlm.get_train_valid_test_num_samples(
+    train, valid, test = megatron_lm_sem.get_train_valid_test_num_samples(
         run.train_iters,
         a.train_samples,
         g,

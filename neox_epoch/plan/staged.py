@@ -16,9 +16,10 @@ from typing import Any
 
 from neox_epoch.errors import ConfigError, PlanError
 from neox_epoch.plan.builds import framework_of
+from neox_epoch.plan.exact import _exact_run
 from neox_epoch.plan.inputs import PlanInput
 from neox_epoch.plan.model import Plan
-from neox_epoch.plan.planner import _exact_run, make_plan
+from neox_epoch.plan.planner import make_plan
 from neox_epoch.plan.stages import StagesConfig, StagesPlan, plan_stages
 from neox_epoch.semantics.stage_order import samples_per_pass
 

@@ -37,7 +37,7 @@ from neox_epoch.resume.model import (
     train_builds,
     valid_sources,
 )
-from neox_epoch.semantics import megatron_lm as mlm
+from neox_epoch.semantics import megatron_lm as megatron_lm_sem
 from neox_epoch.semantics.loader import LoaderShape, ResumeStart, ValidStart, end_test, evaluations_after
 
 #: Megatron-LM flags that let OptimizerParamScheduler take a checkpoint saved with another schedule
@@ -50,7 +50,7 @@ def argv_from_args(saved: dict[str, Any], version: str | None = None) -> list[st
     fills, e.g. the global batch, are equivalent when given; not with a step schedule, which refuses a given
     global batch); the saved world size."""
     out: list[str] = []
-    for spec in flag_table(mlm.rules_for(version).version)["options"]:
+    for spec in flag_table(megatron_lm_sem.rules_for(version).version)["options"]:
         dest, value = spec["dest"], saved.get(spec["dest"])
         if (
             dest not in PLAN_DESTS

@@ -26,7 +26,7 @@ from typing import Any
 
 from neox_epoch.batch.neox import neox_batch
 from neox_epoch.errors import ConfigError, NeoxEpochError
-from neox_epoch.formats import fingerprint as fp
+from neox_epoch.formats import fingerprint as fingerprint_format
 from neox_epoch.formats.checkpoint import Checkpoint, read_checkpoint
 from neox_epoch.formats.neox_config import NeoxConfig, get_int, load_neox_configs
 from neox_epoch.formats.runlog import JSONL_NAME, checkpoint_records, log_file, recorded_at
@@ -320,7 +320,7 @@ def data_change(old: OldRun, cfg: NeoxConfig, new: NewRun) -> tuple[str, str]:
     prefixes = [s.prefix for s in new.plan.sources if s.split == "train"]
     stages = cfg.block.stages_config() if cfg.block is not None and cfg.block.stages is not None else None
     try:
-        current = fp.fingerprint(
+        current = fingerprint_format.fingerprint(
             prefixes,
             new.plan.seq_length,
             get_int(cfg, "seed", 1234, positive=False) or 0,
@@ -331,7 +331,7 @@ def data_change(old: OldRun, cfg: NeoxConfig, new: NewRun) -> tuple[str, str]:
     diffs, allowed = fingerprint_changes(state, current)
     if not diffs:
         return "", ("data fingerprint: unchanged since the checkpoint" + (f"; {allowed}" if allowed else ""))
-    line = fp.message(diffs)
+    line = fingerprint_format.message(diffs)
     if cfg.block is not None and cfg.block.allow_data_change:
         return "", f"data fingerprint: {line} (allow_data_change: the hooks resume anyway)"
     if cfg.block is None:

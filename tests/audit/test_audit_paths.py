@@ -63,7 +63,7 @@ def test_steps_equal_brute_force(tmp_path, epochs, passes):
 def test_both_epochs_in_one_chunk_reversed(tmp_path):
     """One chunk holding both epochs, the second in the reverse order of the first: each document completed
     at its second copy, counted once; equal to the brute force."""
-    from neox_epoch.audit import validate
+    from neox_epoch.audit import passes
     from neox_epoch.formats.corpus import write_corpus
 
     documents, seq = 3000, 16
@@ -81,7 +81,7 @@ def test_both_epochs_in_one_chunk_reversed(tmp_path):
     np.save(base + "_doc_idx.npy", doc)
     np.save(base + "_sample_idx.npy", sample)
     np.save(base + "_shuffle_idx.npy", shuffle)
-    assert doc.shape[0] <= validate.STREAM_CHUNK
+    assert doc.shape[0] <= passes.STREAM_CHUNK
     res = run_audit(names.discover([str(tmp_path)]), AuditOptions(consumed=S // 3))
     assert [f.what for f in res.findings] == ["document index vs seed"]  # why: the order is the point here
     e = res.indexes[0].exposure

@@ -18,11 +18,11 @@ import sys
 import numpy as np
 import pytest
 
-from neox_epoch.audit import validate
+from neox_epoch.audit import passes
 from neox_epoch.audit.audit import AuditOptions, run_audit
 from neox_epoch.audit.exposure import PIECES, read_sizes
+from neox_epoch.audit.passes import RowPiece, SampleGrid, _splits
 from neox_epoch.audit.report import TtyProgress, render_text
-from neox_epoch.audit.validate import _splits
 from neox_epoch.cli import main
 from neox_epoch.errors import AuditError
 from neox_epoch.formats import cache_names as names
@@ -221,7 +221,7 @@ def test_exposure_equals_brute_force(tmp_path, monkeypatch, shape, packed, split
     if not packed:  # the stream pass's records as for documents of 2^24 tokens and more: a word per copy
         monkeypatch.setattr("neox_epoch.audit.exposure.PACKED", 0)
     if split:  # the kernel's second thread on these few copies (from 2^16 copies a chunk otherwise)
-        monkeypatch.setattr("neox_epoch.audit.validate.SPLIT_MIN", 2)
+        monkeypatch.setattr("neox_epoch.audit.passes.SPLIT_MIN", 2)
     _, arr = write_neox_index(str(tmp_path), "c", lengths, seq, epochs)
     length = arr["S"] - 1
     consumed = max(1, int(frac * length))
@@ -252,7 +252,7 @@ def test_two_copies_by_pairs_equal_brute_force(tmp_path, monkeypatch, seq, frac,
     on documents of every length from empty to past 2 x seq_length + 1 (where a first copy keeps its position), a
     seq_length that is not a power of two among them."""
     if split:
-        monkeypatch.setattr("neox_epoch.audit.validate.SPLIT_MIN", 2)
+        monkeypatch.setattr("neox_epoch.audit.passes.SPLIT_MIN", 2)
     lengths = [int(n) for n in np.random.RandomState(seed).randint(0, 2 * seq + 4, size=120)]
     lengths += [seq, 2 * seq, 2 * seq + 1, 2 * seq + 2, 1, 0]
     _, arr = write_neox_index(str(tmp_path), "p", lengths, seq, 2)
@@ -281,8 +281,8 @@ def test_two_threads_find_what_one_finds(tmp_path, monkeypatch, damage):
     sample, doc, shuffle = arr["sample"].copy(), arr["doc"].copy(), arr["shuffle"].copy()
     cut = (PIECES // 2) * sample.shape[0] // PIECES  # where the kernel's middle piece starts:
     with monkeypatch.context() as patch:
-        patch.setattr("neox_epoch.audit.validate.SPLIT_MIN", 2)
-        cuts = _splits([(0, 0, sample)], 0, doc.shape[0], 16, arr["S"])
+        patch.setattr("neox_epoch.audit.passes.SPLIT_MIN", 2)
+        cuts = _splits([RowPiece(0, 0, sample)], 0, doc.shape[0], SampleGrid(arr["S"], 16))
     assert cuts is not None and [sample[cut, 0], cut * 16 - sample[cut, 1]] in cuts.tolist()
     rows = {"split row": cut, "early row": 3, "late row": sample.shape[0] - 5}
     if damage in rows:
@@ -300,7 +300,7 @@ def test_two_threads_find_what_one_finds(tmp_path, monkeypatch, damage):
         return run_audit(names.discover([str(tmp_path)]), AuditOptions(consumed=arr["S"] // 2)).to_json()
 
     one = audit()
-    monkeypatch.setattr("neox_epoch.audit.validate.SPLIT_MIN", 2)
+    monkeypatch.setattr("neox_epoch.audit.passes.SPLIT_MIN", 2)
     assert audit() == one
     assert (one["indexes"][0]["exposure"] is None) == (damage is not None)
     if damage is None:
@@ -456,7 +456,7 @@ def test_neox_unpacked_index_checked_without_exposure(tmp_path):
 def test_without_the_kernel_the_checks_are_the_same(tmp_path, monkeypatch, damage):
     """No C compiler at install time: numpy counts the copies one by one (the kernel checks them by a mix sum)
     and the findings are the same; the exposure is withheld with a note saying how to get it."""
-    from neox_epoch.audit import exposure, validate
+    from neox_epoch.audit import exposure, passes, validate
 
     _, arr = write_neox_index(str(tmp_path), "k", [50, 7, 33, 12, 90, 5, 41], 8, 2)
     doc = arr["doc"].copy()
@@ -476,6 +476,7 @@ def test_without_the_kernel_the_checks_are_the_same(tmp_path, monkeypatch, damag
     with_kernel = audit()
     monkeypatch.setattr(exposure, "kernel", None)
     monkeypatch.setattr(validate, "kernel", None)
+    monkeypatch.setattr(passes, "kernel", None)
     without = audit()
     # why: the same checks on the same files; only the exposure needs the kernel
     assert without["findings"] == with_kernel["findings"]
@@ -563,12 +564,12 @@ def test_sizes_read_in_one_pass(monkeypatch, high):
 def test_first_block_max_from_the_chunks(tmp_path, monkeypatch, consumed):
     """The shuffle pass keeps each chunk's largest id (it runs before the first block's end is known): the largest id
     of any first block, from chunks wholly inside it and the chunk across its end read again, equals numpy's."""
-    monkeypatch.setattr("neox_epoch.audit.validate.STREAM_CHUNK", 7)
+    monkeypatch.setattr("neox_epoch.audit.passes.STREAM_CHUNK", 7)
     rng = np.random.RandomState(3)
     shuffle = np.concatenate([rng.permutation(40), 40 + rng.permutation(20)]).astype(np.uint32)  # blocks of 40 and 20
     np.save(tmp_path / "s.npy", shuffle)
     with NpyReader(read_header(str(tmp_path / "s.npy"))) as reader:
-        draws = validate.count_draws(
+        draws = passes.count_draws(
             reader, 60, Consumption.prefix(59, consumed) if consumed else None, False, Progress()
         )
         assert not draws.findings and len(draws.tops) >= 60 // 7

@@ -16,7 +16,8 @@ from exposure_util import check_tokens, count_gpt_exposure, histogram  # noqa: E
 from mcore_live import build  # noqa: E402
 
 from neox_epoch.formats.detect import megatron_core_version  # noqa: E402
-from neox_epoch.plan.planner import PlanInput, SourceSpec, exact_plan  # noqa: E402
+from neox_epoch.plan.exact import exact_plan  # noqa: E402
+from neox_epoch.plan.planner import PlanInput, SourceSpec  # noqa: E402
 
 VERSION = megatron_core_version() or ""
 

@@ -28,8 +28,8 @@ from neox_epoch.neox.counters import JSONL_NAME, JsonlSink, counters_for
 from neox_epoch.neox.launch import clean_configs, strip_block_text, worker_argv
 from neox_epoch.neox.planning import make_run_plan
 from neox_epoch.neox.worker import split_argv
+from neox_epoch.plan.exact import exact_plan
 from neox_epoch.plan.from_neox import plan_input_from_neox
-from neox_epoch.plan.planner import exact_plan
 from neox_epoch.semantics import blend
 from neox_epoch.semantics import neox_index as sep
 

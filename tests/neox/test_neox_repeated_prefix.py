@@ -18,7 +18,7 @@ import pytest
 
 from neox_epoch.cli import main
 from neox_epoch.formats.corpus import write_random_corpus
-from neox_epoch.plan.planner import DISTINCT_UNKNOWABLE
+from neox_epoch.plan.plan_warnings import DISTINCT_UNKNOWABLE
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
 SCRIPT = os.path.join(HERE, "..", "scripts", "neox_repeated_prefix.py")

@@ -394,8 +394,8 @@ def test_issue_37_staged_config_plans_without_one_blend_over_the_run(tmp_path, c
 
     from neox_epoch.errors import PlanError
     from neox_epoch.formats.neox_config import NeoxConfig
+    from neox_epoch.plan.exact import _exact_run
     from neox_epoch.plan.from_neox import plan_input_from_neox
-    from neox_epoch.plan.planner import _exact_run
 
     for k, n in enumerate([196, 116, 154]):
         total = n * 64 + 1 + 30

@@ -22,7 +22,8 @@ from neox_epoch.cli import main
 from neox_epoch.formats.neox_config import EpochBlock
 from neox_epoch.neox.hooks import apply_overwrite
 from neox_epoch.neox.planning import make_run_plan
-from neox_epoch.plan.schedule import McoreScheduleKeys, NeoxScheduleKeys, mcore_schedule, neox_schedule, scale
+from neox_epoch.plan.schedule import NeoxScheduleKeys, neox_schedule, scale
+from neox_epoch.plan.schedule_mcore import McoreScheduleKeys, mcore_schedule
 
 DOCS = [1000] * 95 + [1745]
 SHIPPED = {

@@ -65,7 +65,7 @@ def refused(code: int, err: str, *parts: str) -> None:
 
 def plan_files(files: list[str]) -> int:
     """train_iters of the files loaded with the project's NeoX loader (NeoX's merge rules) and planned."""
-    from neox_epoch.plan.planner import exact_plan, passes_per_source
+    from neox_epoch.plan.exact import exact_plan, passes_per_source
 
     cfg = load_neox_configs(files)
     inp = plan_input_from_neox(cfg)
@@ -138,7 +138,7 @@ def test_overlay_names_the_input_line_when_no_spelling_replaces_a_key(tmp_path: 
     value planned and the fix."""
     from neox_epoch.errors import ConfigError
     from neox_epoch.formats.neox_config import load_neox_configs
-    from neox_epoch.plan.cli import overlay_spelling
+    from neox_epoch.plan.overlay import overlay_spelling
 
     cfg = load_neox_configs([write_cfg(tmp_path / "run.yml", {"warmup": 0.01, "train_iters": 5})], check_keys=False)
     assert overlay_spelling(cfg, {"train_iters": 7, "eval_interval": 3}, "W") == {"train-iters": 7, "eval_interval": 3}
