@@ -428,7 +428,7 @@ def test_replay_guard_counts_batches_from_the_resumed_iteration():
     the loader), so a resumed run that would replay is caught at the same iteration as an uninterrupted one."""
     from types import SimpleNamespace
 
-    from neox_epoch.neox.hooks import ReplayGuard, WrapError
+    from neox_epoch.neox.hook_state import ReplayGuard, WrapError
 
     args = SimpleNamespace(iteration=3, gradient_accumulation_steps=2)
     guard = ReplayGuard(iter(range(100)), args, batches=10, enforce=True)

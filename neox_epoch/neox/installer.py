@@ -21,7 +21,8 @@ from typing import Any
 
 from neox_epoch.errors import ConfigError
 from neox_epoch.neox.block import HookBlock, from_environ, parse_block
-from neox_epoch.neox.hooks import State, make_wrappers, rank
+from neox_epoch.neox.hook_state import State, rank
+from neox_epoch.neox.hooks import make_wrappers
 from neox_epoch.util.loghandler import ensure_log_handler as _ensure_log_handler
 
 log = logging.getLogger("neox_epoch.neox")
