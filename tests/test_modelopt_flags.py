@@ -12,7 +12,8 @@ import re
 import frameworks
 import pytest
 
-from neox_epoch.formats.megatron_args import modelopt_specs, parse_megatron_argv
+from neox_epoch.formats.megatron_args import parse_megatron_argv
+from neox_epoch.formats.megatron_flags import modelopt_specs
 
 FLAGS = (
     "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --lr 1e-4 --seq-length 128 --micro-batch-size 2 "

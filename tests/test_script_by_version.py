@@ -12,7 +12,7 @@ import pytest
 
 from neox_epoch.cli import main
 from neox_epoch.formats.corpus import write_random_corpus
-from neox_epoch.formats.megatron_args import split_launcher
+from neox_epoch.formats.megatron_launcher import split_launcher
 from neox_epoch.semantics import megatron_lm as mlm
 
 FLAGS = (
