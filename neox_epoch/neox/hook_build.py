@@ -4,10 +4,9 @@ then after the build the per-source table, the JSON record, the draws verified a
 from __future__ import annotations
 
 import importlib
-import logging
 import math
 import os
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -21,7 +20,6 @@ from neox_epoch.neox.hook_state import (
     WrapError,
     accumulation_steps,
     base_name,
-    rank,
     replay_message,
 )
 from neox_epoch.neox.planning import RunPlan
@@ -30,9 +28,10 @@ from neox_epoch.plan.staged import StagedRun, stages_json
 from neox_epoch.semantics import TrainBuild, stage_order
 from neox_epoch.semantics import neox as neox_sem
 from neox_epoch.semantics import neox_index as sep
+from neox_epoch.util.ranklog import EVERY_RANK, is_rank_zero, rank_zero_logger
 from neox_epoch.util.sink import guarded
 
-log = logging.getLogger("neox_epoch.neox")
+log = rank_zero_logger("neox_epoch.neox")
 
 
 def train_blend_request(state: State, rp: RunPlan, weights: Any, num_samples: Any) -> tuple[list[float], list[int]]:
@@ -46,7 +45,7 @@ def train_blend_request(state: State, rp: RunPlan, weights: Any, num_samples: An
             "train sources; the hooks and the config disagree"
         )
     if rp.exact_targets is not None:
-        raw = [float(w) for w in rp.plan.settings["weights"]]  # type: ignore[union-attr]
+        raw = [float(w) for w in cast("list[float]", rp.plan.settings["weights"])]
         total = sum(raw)
         return [w / total for w in raw], list(rp.exact_targets)
     total = sum(weights)
@@ -61,7 +60,7 @@ def prebuild_separated(state: State, a: dict[str, Any], documents: np.ndarray, s
         a["data_prefix"], a["name"], a["num_samples"], a["seq_length"], a["seed"], a["packing_impl"], a["allow_chopped"]
     )
     files = [stem + f"_{k}_idx.npy" for k in ("doc", "sample", "shuffle")]
-    builder = int(os.environ.get("LOCAL_RANK", "0")) == 0 if not a["use_shared_fs"] else rank() == 0
+    builder = int(os.environ.get("LOCAL_RANK", "0")) == 0 if not a["use_shared_fs"] else is_rank_zero()
     if not builder or all(os.path.isfile(f) for f in files):
         return
     helpers = importlib.import_module("megatron.data.helpers")
@@ -72,7 +71,10 @@ def prebuild_separated(state: State, a: dict[str, Any], documents: np.ndarray, s
     for f, arr in zip(files, (doc_idx, sample_idx, shuffle_idx)):
         sep.save_atomic(f, arr)
     log.info(
-        "neox_epoch: built an epoch-separated index for %s (%d epochs, each shuffled on its own)", a["name"], epochs
+        "neox_epoch: built an epoch-separated index for %s (%d epochs, each shuffled on its own)",
+        a["name"],
+        epochs,
+        extra=EVERY_RANK,  # each node's builder says what it wrote
     )
 
 
@@ -101,13 +103,17 @@ def staged_index(
         a["data_prefix"], a["name"], a["num_samples"], a["seq_length"], a["seed"], a["packing_impl"], a["allow_chopped"]
     )
     files = [stem + f"_{kind}_idx.npy" for kind in ("doc", "sample", "shuffle")]
-    builder = int(os.environ.get("LOCAL_RANK", "0")) == 0 if not a["use_shared_fs"] else rank() == 0
+    builder = int(os.environ.get("LOCAL_RANK", "0")) == 0 if not a["use_shared_fs"] else is_rank_zero()
     if builder and not all(os.path.isfile(f) for f in files):
         arrays = stage_order.build_passes(documents, sizes, passes, a["seq_length"], a["seed"])
         for f, arr in zip(files, arrays):
             sep.save_atomic(f, arr)
         log.info(
-            "neox_epoch: built %s's own order: %d passes of %d samples, each pass on its own", label, passes, per_pass
+            "neox_epoch: built %s's own order: %d passes of %d samples, each pass on its own",
+            label,
+            passes,
+            per_pass,
+            extra=EVERY_RANK,  # each node's builder says what it wrote
         )
     out = real_index(**a)
     state.builds.append(
@@ -141,10 +147,10 @@ def _staged_draws(state: State, staged: StagedRun, ds: Any, problems: list[str])
         if len(ds.datasets[k]) < total:
             problems.append(f"{label}: NeoX's dataset has {len(ds.datasets[k])} samples, the stages draw {total}")
     ds.dataset_index, ds.dataset_sample_index, ds.size = which, position, int(which.shape[0])
-    if rank() == 0:  # what a stage boundary could not make exact (a remainder, a stage rounded up), as the plan says
-        for st in staged.stages.stages:
-            for note in st.notes:
-                log.info("neox_epoch: stage %s: note: %s", st.name, note)
+    # what a stage boundary could not make exact (a remainder, a stage rounded up), as the plan says
+    for st in staged.stages.stages:
+        for note in st.notes:
+            log.info("neox_epoch: stage %s: note: %s", st.name, note)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -218,8 +224,7 @@ def after_build(state: State, rp: RunPlan, neox_args: Any, loaders: Any) -> None
         msg = replay_message(len(train_loader) // gas + 1, len(train_loader), gas)
         if state.block.enforce:
             raise WrapError(f"neox_epoch: train_iters {rp.train_iters}: at {msg} (enforce is on)")
-        if rank() == 0:
-            log.warning("neox_epoch: train_iters %d: at %s", rp.train_iters, msg)
+        log.warning("neox_epoch: train_iters %d: at %s", rp.train_iters, msg)
     if ds is not None and hasattr(ds, "dataset_index") and rp.staged is not None:
         _staged_draws(state, rp.staged, ds, problems)
     elif ds is not None and hasattr(ds, "dataset_index") and rp.blended:
@@ -231,25 +236,23 @@ def after_build(state: State, rp: RunPlan, neox_args: Any, loaders: Any) -> None
         elif rp.exact_targets is not None and n < int(ds.size):
             # the greedy blend goes on drawing past the targets; NeoX's loader would prefetch those samples after
             # the last iteration (printing "index out of bounds ... taking modulo"); they are never trained
-            if rank() == 0:
-                log.info(
-                    "neox_epoch: train blend ends at the %d samples the run draws (NeoX built %d; the rest "
-                    "would only be prefetched after the last iteration)",
-                    n,
-                    int(ds.size),
-                )
+            log.info(
+                "neox_epoch: train blend ends at the %d samples the run draws (NeoX built %d; the rest "
+                "would only be prefetched after the last iteration)",
+                n,
+                int(ds.size),
+            )
             ds.size = n
     state.table = rows
-    top = rank() == 0
+    top = is_rank_zero()
     sink = JsonlSink(state.block.log_dir) if top else JsonlSink(None)
     state.sink = sink
     if problems:
         msg = "neox_epoch: NeoX's build differs from the plan: " + "; ".join(problems)
         if state.block.enforce:
             raise PlanError(msg + " (enforce is on)")
-        log.warning(msg) if top else None
-    if top:
-        _log_plan(rp, rows)
+        log.warning(msg)
+    _log_plan(rp, rows)
     sink.write(
         {
             "event": "plan",
@@ -337,8 +340,9 @@ def _staged_counters(
         )
         for label in staged.labels
     ]
-    counts = [[st.draw_of(s).draws if st.draw_of(s) else 0 for s in staged.labels] for st in staged.stages.stages]
-    starts = [[st.draw_of(s).start if st.draw_of(s) else 0 for s in staged.labels] for st in staged.stages.stages]
+    draws = [[st.draw_of(s) for s in staged.labels] for st in staged.stages.stages]
+    counts = [[d.draws if d else 0 for d in row] for row in draws]
+    starts = [[d.start if d else 0 for d in row] for row in draws]
     which, _ = stage_order.draw_order(counts, starts)
     stages = tuple((st.name, st.first_iteration, st.end_iteration) for st in staged.stages.stages)
     return PassCounters(

@@ -3,15 +3,15 @@ them, and train_iters checked equal on all ranks (an all-reduce)."""
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from neox_epoch.errors import PlanError
 from neox_epoch.neox.hook_resume import resumed_plan
-from neox_epoch.neox.hook_state import State, rank, set_arg
+from neox_epoch.neox.hook_state import State, set_arg
 from neox_epoch.neox.planning import RunPlan, make_run_plan, values_from_args
+from neox_epoch.util.ranklog import rank_zero_logger
 
-log = logging.getLogger("neox_epoch.neox")
+log = rank_zero_logger("neox_epoch.neox")
 
 
 def plan_for(state: State, neox_args: Any) -> RunPlan:
@@ -41,8 +41,7 @@ def apply_overwrite(neox_args: Any, rp: RunPlan) -> None:
         if current == value:
             continue
         set_arg(neox_args, key, value)
-        if rank() == 0:
-            log.warning("neox_epoch: %s %s -> %s: %s", key, current, value, why.get(key, "planned by neox_epoch"))
+        log.warning("neox_epoch: %s %s -> %s: %s", key, current, value, why.get(key, "planned by neox_epoch"))
 
 
 def _same_on_all_ranks(value: int) -> None:

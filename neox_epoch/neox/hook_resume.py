@@ -4,14 +4,13 @@ learning-rate schedule check, where the train loader starts, and the data positi
 from __future__ import annotations
 
 import itertools
-import logging
 import os
 from dataclasses import asdict, replace
 from typing import Any
 
 from neox_epoch.errors import DataChangedError, NeoxEpochError, PlanError
 from neox_epoch.formats import fingerprint as fp
-from neox_epoch.neox.hook_state import State, base_name, loader_shape, rank
+from neox_epoch.neox.hook_state import State, base_name, loader_shape
 from neox_epoch.neox.planning import RunPlan
 from neox_epoch.neox.resume_state import (
     ResumeDecision,
@@ -24,8 +23,9 @@ from neox_epoch.neox.resume_state import (
 )
 from neox_epoch.semantics import TrainBuild
 from neox_epoch.semantics.loader import neox_start
+from neox_epoch.util.ranklog import is_rank_zero, rank_zero_logger
 
-log = logging.getLogger("neox_epoch.neox")
+log = rank_zero_logger("neox_epoch.neox")
 
 
 def resumed_plan(state: State, neox_args: Any, rp: RunPlan) -> RunPlan:
@@ -46,8 +46,7 @@ def resumed_plan(state: State, neox_args: Any, rp: RunPlan) -> RunPlan:
         )
         if state.block.enforce:
             raise PlanError(f"neox_epoch: this resume would not be exact: {msg} (enforce is on)")
-        if rank() == 0:
-            log.warning("neox_epoch: resume: %s", msg)
+        log.warning("neox_epoch: resume: %s", msg)
     shape = loader_shape(neox_args)
     if (shape.train_batch_size, shape.loader_batch) == (saved.train_batch_size, saved.loader_batch):
         if rp.staged is not None:  # later stages changed: the run's end moved, and NeoX's scheduler checks it
@@ -62,17 +61,16 @@ def resumed_plan(state: State, neox_args: Any, rp: RunPlan) -> RunPlan:
         )
     decision = decide(saved, shape)
     state.resume = decision
-    if rank() == 0:
-        log.warning(
-            "neox_epoch: resuming iteration %d with %s changed: the train loader starts at sample %d "
-            "(the %d consumed) and train_iters is %d (%d samples in all)",
-            saved.iteration,
-            decision.changed,
-            decision.start,
-            saved.consumed_samples,
-            decision.train_iters,
-            saved.samples_total,
-        )
+    log.warning(
+        "neox_epoch: resuming iteration %d with %s changed: the train loader starts at sample %d "
+        "(the %d consumed) and train_iters is %d (%d samples in all)",
+        saved.iteration,
+        decision.changed,
+        decision.start,
+        saved.consumed_samples,
+        decision.train_iters,
+        saved.samples_total,
+    )
     check_lr_schedule(neox_args, saved, decision.train_iters)
     for finding in decision.findings:
         if state.block.enforce:
@@ -80,8 +78,7 @@ def resumed_plan(state: State, neox_args: Any, rp: RunPlan) -> RunPlan:
                 f"neox_epoch: this resume would not be exact: {finding} (neox-epoch resume-check "
                 "finding; enforce is on)"
             )
-        if rank() == 0:
-            log.warning("neox_epoch: resume: %s", finding)
+        log.warning("neox_epoch: resume: %s", finding)
     weights = tuple(saved.greedy_weights) if saved.greedy_weights else rp.weights
     return replace(rp, plan=replace(rp.plan, train_iters=decision.train_iters), weights=weights)
 
@@ -105,8 +102,7 @@ def _fingerprint_or_none(state: State, neox_args: Any) -> dict[str, Any] | None:
     except NeoxEpochError as err:
         if state.run is not None and state.run.staged is not None:
             raise
-        if rank() == 0:
-            log.info("neox_epoch: no data fingerprint saved: %s", err)
+        log.info("neox_epoch: no data fingerprint saved: %s", err)
         return None
 
 
@@ -117,23 +113,21 @@ def check_fingerprint(state: State, neox_args: Any, tag: str) -> None:
     if saved is None:
         return
     if saved.fingerprint is None:
-        if rank() == 0:
-            log.warning(
-                "neox_epoch: resume: the checkpoint's state (%s) holds no data fingerprint (saved before "
-                "neox-epoch recorded one, or its sources were named alike): the data is not compared; the "
-                "next checkpoint carries one",
-                os.path.basename(tag),
-            )
+        log.warning(
+            "neox_epoch: resume: the checkpoint's state (%s) holds no data fingerprint (saved before "
+            "neox-epoch recorded one, or its sources were named alike): the data is not compared; the "
+            "next checkpoint carries one",
+            os.path.basename(tag),
+        )
         return
     diffs, note = fingerprint_changes(saved, data_fingerprint(state, neox_args))
-    if note and rank() == 0:
+    if note:
         log.warning("neox_epoch: resume: %s", note)
     if not diffs:
         return
     line = f"neox_epoch: {fp.message(diffs)} ({os.path.basename(tag)})"
     if state.block.allow_data_change:
-        if rank() == 0:
-            log.warning("%s; allow_data_change is set: resuming anyway", line)
+        log.warning("%s; allow_data_change is set: resuming anyway", line)
         return
     raise DataChangedError(
         f'{line}; resume on the data the checkpoint was trained on, or set "allow_data_change": '
@@ -167,16 +161,15 @@ def resumed_train_iterator(resume: ResumeDecision, loader: Any, loop: bool) -> t
     ``itertools.cycle`` creates the iterator), so the start is set here before wrapping, as NeoX wraps."""
     first = resume.start // resume.shape.loader_batch
     loader.batch_sampler.start_iter = first
-    if rank() == 0:
-        stock = neox_start(
-            resume.state.iteration, resume.state.consumed_samples, resume.shape, len(loader) * resume.shape.loader_batch
-        )
-        log.warning(
-            "neox_epoch: train loader starts at batch %d (sample %d, the consumed samples); stock NeoX: %s",
-            first,
-            resume.start,
-            stock.how,
-        )
+    stock = neox_start(
+        resume.state.iteration, resume.state.consumed_samples, resume.shape, len(loader) * resume.shape.loader_batch
+    )
+    log.warning(
+        "neox_epoch: train loader starts at batch %d (sample %d, the consumed samples); stock NeoX: %s",
+        first,
+        resume.start,
+        stock.how,
+    )
     return first, itertools.cycle(loader) if loop else iter(loader)
 
 
@@ -199,7 +192,7 @@ def save_state(state: State, neox_args: Any, iteration: int) -> None:
     """Rank 0: write the data position into the checkpoint NeoX just saved (``{save}/global_step{iteration}``)."""
     rp = state.run
     save = getattr(neox_args, "save", None)
-    if rp is None or not save or rank() != 0:
+    if rp is None or not save or not is_rank_zero():
         return
     tag_dir = os.path.join(save, f"global_step{int(iteration)}")
     if not os.path.isdir(tag_dir):

@@ -3,8 +3,6 @@ shares: the rank, the loader shape, the train iterator's replay guard."""
 
 from __future__ import annotations
 
-import logging
-import os
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -21,8 +19,9 @@ from neox_epoch.neox.resume_state import (
 from neox_epoch.semantics import neox_index as sep
 from neox_epoch.semantics import stage_order
 from neox_epoch.semantics.loader import LoaderShape
+from neox_epoch.util.ranklog import rank_zero_logger
 
-log = logging.getLogger("neox_epoch.neox")
+log = rank_zero_logger("neox_epoch.neox")
 
 
 #: why valid and test keep NeoX's own build (its 1.005 buffer, epochs shuffled jointly)
@@ -34,18 +33,6 @@ EVAL_NOTE = (
 
 class WrapError(NeoxEpochError):
     """``enforce``: NeoX would have wrapped an index past a dataset's end (``idx % len``)."""
-
-
-def rank() -> int:
-    """Global rank: torch.distributed's when initialized, else $RANK, else 0."""
-    try:
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            return int(dist.get_rank())
-    except ImportError:  # pragma: no cover - NeoX always has torch
-        pass
-    return int(os.environ.get("RANK", "0") or 0)
 
 
 @dataclass
@@ -148,7 +135,7 @@ class ReplayGuard:
             msg = replay_message(iteration, self.batches, self.gas)
             if self.enforce:
                 raise WrapError(msg + " (enforce is on)")
-            if not self.warned and rank() == 0:
+            if not self.warned:
                 log.warning("neox_epoch: %s", msg)
             self.warned = True
         self.position += 1

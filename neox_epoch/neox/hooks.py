@@ -31,7 +31,6 @@ NeoX name (patched where NeoX looks it up)             what the wrapper does
 from __future__ import annotations
 
 import inspect
-import logging
 from typing import Any
 
 import numpy as np
@@ -42,8 +41,6 @@ from neox_epoch.neox.hook_resume import resumed_train_iterator, save_state, star
 from neox_epoch.neox.hook_state import DatasetRecord, ReplayGuard, State, WrapError, set_arg
 from neox_epoch.semantics import neox as neox_sem
 from neox_epoch.semantics import neox_index as sep
-
-log = logging.getLogger("neox_epoch.neox")
 
 
 def make_wrappers(state: State) -> dict[tuple[str, str], Any]:
