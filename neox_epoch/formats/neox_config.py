@@ -66,7 +66,7 @@ class EpochBlock:
         for k in fields:
             if k not in known:
                 raise ConfigError(
-                    f"{where}: {BLOCK}.{k}: unknown key{did_you_mean(k, known)}; known keys: {sorted(known)}"
+                    f"{where}: {BLOCK}.{k}: unknown key{did_you_mean(k, list(known))}; known keys: {sorted(known)}"
                 )
         ep = fields.get("epochs")
         if ep is not None:
@@ -94,7 +94,7 @@ class EpochBlock:
                 f"{where}: {BLOCK}.weights: expected a list of positive numbers, found {wt!r}; "
                 "rewrite it with neox-epoch plan --write-config"
             )
-        if (tg is None) != (wt is None) or (tg is not None and len(wt) != len(tg)):
+        if (tg is None) != (wt is None) or (tg is not None and wt is not None and len(wt) != len(tg)):
             raise ConfigError(
                 f"{where}: {BLOCK}.weights: expected {len(tg or ())} numbers (one per target), found "
                 f"{wt!r}; rewrite the overlay with neox-epoch plan --write-config"
@@ -288,7 +288,7 @@ def _check_known(merge: _Merge, known: dict[str, str]) -> None:
                 f"'{k}'); {what}: use {new}"
             )
         raise ConfigError(
-            f"{where}: unknown NeoX config key{did_you_mean(k, known)}; NeoX stops with TypeError: "
+            f"{where}: unknown NeoX config key{did_you_mean(k, list(known))}; NeoX stops with TypeError: "
             f"unexpected keyword argument '{k}': remove it or correct its name"
         )
 
@@ -396,4 +396,4 @@ def get_weights(cfg: NeoxConfig, key: str, n: int) -> list[float | None]:
             f"{cfg.origin.get(key)}: {key}: {v!r}; expected weights >= 0 with a sum > 0 (NeoX stops "
             'on a sum of 0: "assert sum_weights > 0.0"); give each source a weight, 0 to leave it out'
         )
-    return weights
+    return list(weights)
