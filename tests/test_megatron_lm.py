@@ -30,7 +30,9 @@ from neox_epoch.formats.megatron_launcher import split_launcher
 from neox_epoch.plan.from_megatron import megatron_input
 from neox_epoch.plan.planner import make_plan
 from neox_epoch.semantics import mcore
+from neox_epoch.semantics import megatron_batches as mlb
 from neox_epoch.semantics import megatron_lm as mlm
+from neox_epoch.semantics import megatron_lr as mlr
 from neox_epoch.semantics.megatron_lm import MegatronRefusal
 
 MODEL = (
@@ -249,7 +251,7 @@ def test_args_files_are_read(tmp_path: Any) -> None:
 
 
 def test_update_train_iters_rampup() -> None:
-    sched = mlm.build_num_microbatches_calculator(64, 1, 8, False, (16, 16, 100))
+    sched = mlb.build_num_microbatches_calculator(64, 1, 8, False, (16, 16, 100))
     # consumed 0 -> 16, 16 -> 16, 32 -> 32 (steps = int(32 / 33.3) = 0 -> 16) ...
     sizes, consumed = [], 0
     while consumed <= 100:
@@ -417,7 +419,7 @@ def test_0_19_exact_mode_counts_the_eval_batch(tmp_path: Any, capsys: pytest.Cap
 def test_schedule_fit_stops_on_a_batch_boundary() -> None:
     """The most whole batches of "0:16 64K:32 200K:64" (seq 128: 500 and 1562 samples) within a total, and
     update_train_iters on that total runs exactly those iterations and consumes exactly it."""
-    sched = mlm.build_num_microbatches_calculator(16, 2, 8, False, None, "0:16 64K:32 200K:64", 128)
+    sched = mlb.build_num_microbatches_calculator(16, 2, 8, False, None, "0:16 64K:32 200K:64", 128)
     for total in (15, 16, 500, 511, 515, 1561, 1600, 5000):
         iters, samples = mlm.schedule_fit(sched, total)
         assert samples <= total and samples + sched.current_global_batch_size(samples) > total
@@ -660,7 +662,7 @@ def ours(tokens: list[str], world: int, version: str = "0.16.1") -> dict[str, An
         out.update(err.known)
         if "num_samples" in out:
             out["num_samples"] = list(out["num_samples"])
-        if isinstance(out.get("scheduler"), mlm.SchedulerSteps):
+        if isinstance(out.get("scheduler"), mlr.SchedulerSteps):
             steps = out["scheduler"]
             out["scheduler"] = {
                 "lr_warmup_steps": steps.lr_warmup_steps,

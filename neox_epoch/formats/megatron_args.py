@@ -34,7 +34,9 @@ from neox_epoch.formats.megatron_flags import (
 )
 from neox_epoch.formats.megatron_launcher import launcher_world, resolve_world, split_launcher
 from neox_epoch.formats.megatron_validate import phase_transitions, sanity, seq_length_of, unplannable, validate_args
+from neox_epoch.semantics import megatron_batches as mlb
 from neox_epoch.semantics import megatron_lm as mlm
+from neox_epoch.semantics import megatron_lr as mlr
 from neox_epoch.semantics.megatron_lm import MegatronRefusal, refuse
 
 #: dests of Megatron-LM options that change what is built or drawn (the rest is "not affecting the plan")
@@ -251,9 +253,9 @@ class MegatronRun:
     """The final global batch."""
     num_samples: tuple[int, int | None, int]
     """get_train_valid_test_num_samples(): train, valid (None: full validation), test."""
-    scheduler: mlm.SchedulerSteps
+    scheduler: mlr.SchedulerSteps
     """The LR schedule's lengths in samples."""
-    schedule: mlm.BatchSchedule
+    schedule: mlb.BatchSchedule
     """The batch-size calculator (constant or ramp)."""
 
 
@@ -295,7 +297,7 @@ def _parse(argv: Sequence[str], rules: mlm.Rules) -> MegatronArgs:
     rampup = tuple(int(v) for v in ns.rampup_batch_size) if ns.rampup_batch_size is not None else None
     step = getattr(ns, "step_batch_size_schedule", None)
     try:
-        mlm.build_num_microbatches_calculator(
+        mlb.build_num_microbatches_calculator(
             gbs, ns.micro_batch_size, dp * gtp, ns.decrease_batch_size_if_needed, rampup, step, seq_length_of(ns)
         )
     except MegatronRefusal as err:
@@ -418,7 +420,7 @@ def _run(args: MegatronArgs) -> MegatronRun:
         "global_batch_size": args.global_batch_size,
     }
     try:
-        schedule = mlm.build_num_microbatches_calculator(
+        schedule = mlb.build_num_microbatches_calculator(
             args.global_batch_size,
             args.micro_batch_size,
             args.calculator_dp,
@@ -431,7 +433,7 @@ def _run(args: MegatronArgs) -> MegatronRun:
             train_iters = mlm.update_train_iters(args.train_iters, args.train_samples, schedule)
         else:
             train_iters = args.train_iters or 0
-        steps = mlm.get_optimizer_param_scheduler(
+        steps = mlr.get_optimizer_param_scheduler(
             args.train_iters,
             args.train_samples,
             args.global_batch_size,
@@ -465,7 +467,7 @@ def _run(args: MegatronArgs) -> MegatronRun:
         known.update(num_samples=num)
         _dataset_config(args)
         _builder_sizes(args, num)
-        mlm.train_batch_consistency(schedule, train_iters)
+        mlb.train_batch_consistency(schedule, train_iters)
     except MegatronRefusal as err:
         err.known.update(known)
         raise

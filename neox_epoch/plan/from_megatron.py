@@ -17,6 +17,7 @@ from neox_epoch.formats.megatron_args import Blend, MegatronArgs, MegatronRun, m
 from neox_epoch.plan.inputs import McoreOptions, PlanInput, PlanWarning, SourceSpec
 from neox_epoch.plan.model import Plan
 from neox_epoch.plan.seeds import check_seed
+from neox_epoch.semantics import megatron_batches as mlb
 from neox_epoch.semantics import megatron_lm as mlm
 
 #: neox-epoch's own ``plan`` options (name -> number of values), removed before Megatron-LM parses the rest
@@ -107,7 +108,7 @@ def train_consumed(run: MegatronRun) -> int:
     return mlm.schedule_consumed(run.schedule, run.train_iters)
 
 
-def _schedule_words(sched: mlm.BatchSchedule) -> str:
+def _schedule_words(sched: mlb.BatchSchedule) -> str:
     """The batch schedule in words, for the arithmetic."""
     if sched.steps is not None:
         return "the step schedule (" + ", ".join(f"{b} from {t} samples" for t, b in sched.steps) + ")"
