@@ -24,9 +24,10 @@ import pytest
 from neox_epoch.errors import ConfigError
 from neox_epoch.formats import idx
 from neox_epoch.formats.corpus import write_random_corpus
-from neox_epoch.formats.megatron_args import megatron_run, parse_megatron_argv
+from neox_epoch.formats.megatron_args import parse_megatron_argv
 from neox_epoch.formats.megatron_flags import megatron_lm_version
 from neox_epoch.formats.megatron_launcher import split_launcher
+from neox_epoch.formats.megatron_run import megatron_run
 from neox_epoch.plan.from_megatron import megatron_input
 from neox_epoch.plan.planner import make_plan
 from neox_epoch.semantics import mcore

@@ -20,8 +20,11 @@ Pure: stdlib and the JSON table; no torch, no megatron import.
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from neox_epoch.formats import launch_line
 from neox_epoch.formats.megatron_data_args import Blend, data_blends, sequences_per_dataset
@@ -33,11 +36,16 @@ from neox_epoch.formats.megatron_flags import (
     option_specs,
 )
 from neox_epoch.formats.megatron_launcher import launcher_world, resolve_world, split_launcher
-from neox_epoch.formats.megatron_validate import phase_transitions, sanity, seq_length_of, unplannable, validate_args
-from neox_epoch.semantics import megatron_batches as mlb
+from neox_epoch.formats.megatron_validate import (
+    batch_schedule,
+    phase_transitions,
+    sanity,
+    seq_length_of,
+    unplannable,
+    validate_args,
+)
 from neox_epoch.semantics import megatron_lm as mlm
-from neox_epoch.semantics import megatron_lr as mlr
-from neox_epoch.semantics.megatron_lm import MegatronRefusal, refuse
+from neox_epoch.semantics.megatron_lm import MegatronRefusal
 
 #: dests of Megatron-LM options that change what is built or drawn (the rest is "not affecting the plan")
 PLAN_DESTS = frozenset(
@@ -243,22 +251,6 @@ class MegatronArgs:
         return self.calculator_data_parallel_size or self.data_parallel_size
 
 
-@dataclass(frozen=True)
-class MegatronRun:
-    """What Megatron-LM does with a command line: iterations, samples asked per split, the LR schedule."""
-
-    train_iters: int
-    """After update_train_iters (sample-based runs: derived from train_samples and the batch schedule)."""
-    global_batch_size: int
-    """The final global batch."""
-    num_samples: tuple[int, int | None, int]
-    """get_train_valid_test_num_samples(): train, valid (None: full validation), test."""
-    scheduler: mlr.SchedulerSteps
-    """The LR schedule's lengths in samples."""
-    schedule: mlb.BatchSchedule
-    """The batch-size calculator (constant or ramp)."""
-
-
 def check_foreign(argv: Sequence[str], version: str | None = None) -> None:
     """Another framework's command line (Megatron-DeepSpeed, NeMo, GPT-NeoX's deepy.py) is refused once, in one
     line naming the framework and what is supported, instead of one unknown flag per rerun. ``version``: the
@@ -297,8 +289,15 @@ def _parse(argv: Sequence[str], rules: mlm.Rules) -> MegatronArgs:
     rampup = tuple(int(v) for v in ns.rampup_batch_size) if ns.rampup_batch_size is not None else None
     step = getattr(ns, "step_batch_size_schedule", None)
     try:
-        mlb.build_num_microbatches_calculator(
-            gbs, ns.micro_batch_size, dp * gtp, ns.decrease_batch_size_if_needed, rampup, step, seq_length_of(ns)
+        batch_schedule(
+            rules.version,
+            gbs,
+            ns.micro_batch_size,
+            dp * gtp,
+            bool(ns.decrease_batch_size_if_needed),
+            rampup if rules.rampup_used else None,
+            step,
+            seq_length_of(ns),
         )
     except MegatronRefusal as err:
         err.known.update(data_parallel_size=dp, global_batch_size=gbs)
@@ -306,197 +305,48 @@ def _parse(argv: Sequence[str], rules: mlm.Rules) -> MegatronArgs:
     blend, per_split = data_blends(ns)
     unplannable(ns, blend, per_split)
     specs = option_specs(rules.version)
-    ignored = [f for f in given_flags(tokens) if f in specs and specs[f]["dest"] not in PLAN_DESTS]
-    return MegatronArgs(
-        argv=tuple(str(t) for t in argv),
-        world_size=world,
-        world_size_source=source,
-        tensor_model_parallel_size=ns.tensor_model_parallel_size,
-        pipeline_model_parallel_size=ns.pipeline_model_parallel_size,
-        context_parallel_size=ns.context_parallel_size,
-        expert_model_parallel_size=ns.expert_model_parallel_size,
-        data_parallel_size=dp,
-        micro_batch_size=ns.micro_batch_size,
-        global_batch_size=gbs,
-        global_batch_size_given=ns.global_batch_size is not None,
-        rampup_batch_size=rampup if rules.rampup_used else None,  # type: ignore[arg-type]
-        decrease_batch_size_if_needed=bool(ns.decrease_batch_size_if_needed),
-        seq_length=ns.seq_length if ns.seq_length is not None else ns.encoder_seq_length,
-        blend=blend,
-        blend_per_split=per_split,
-        split=split,
-        data_args_path=ns.data_args_path,
-        per_split_data_args_path=ns.per_split_data_args_path,
-        data_cache_path=ns.data_cache_path,
-        per_dataset_sequences_path=ns.per_dataset_sequences_path,
-        sequences_per_dataset=sequences_per_dataset(ns.per_dataset_sequences_path),
-        multiple_validation_sets=bool(ns.multiple_validation_sets),
-        full_validation=bool(ns.full_validation),
-        mid_level_dataset_surplus=float(ns.mid_level_dataset_surplus),
-        seed=int(ns.seed),
-        dataloader_type=ns.dataloader_type or "single",
-        train_iters=ns.train_iters,
-        train_samples=ns.train_samples,
-        eval_interval=ns.eval_interval,
-        eval_iters=int(ns.eval_iters),
-        skip_train=bool(ns.skip_train),
-        phase_transition_iterations=phase_transitions(ns),
-        iterations_to_skip=tuple(ns.iterations_to_skip or ()),
-        exit_interval=ns.exit_interval,
-        exit_duration_in_mins=ns.exit_duration_in_mins,
-        lr=ns.lr,
-        min_lr=float(ns.min_lr),
-        lr_warmup_init=float(ns.lr_warmup_init),
-        lr_decay_style=ns.lr_decay_style,
-        lr_decay_iters=ns.lr_decay_iters,
-        lr_decay_samples=ns.lr_decay_samples,
-        lr_warmup_iters=int(ns.lr_warmup_iters),
-        lr_warmup_samples=int(ns.lr_warmup_samples),
-        lr_warmup_fraction=ns.lr_warmup_fraction,
-        lr_wsd_decay_iters=ns.lr_wsd_decay_iters,
-        lr_wsd_decay_samples=ns.lr_wsd_decay_samples,
-        save_interval=ns.save_interval,
-        not_affecting_plan=tuple(ignored),
-        megatron_lm_version=rules.version,
-        step_batch_size_schedule=step,
-        eval_global_batch_size=getattr(ns, "eval_global_batch_size", None),
-        eval_micro_batch_size=getattr(ns, "eval_micro_batch_size", None),
-        start_eval_at_iter=getattr(ns, "start_eval_at_iter", None),
-        override_ckpt_iteration=getattr(ns, "override_ckpt_iteration", None),
-        gtp_weight_remat_size=gtp,
-        calculator_data_parallel_size=dp * gtp,
-        rampup_ignored=rampup is not None and not rules.rampup_used,
-    )
-
-
-def _dataset_config(args: MegatronArgs) -> None:
-    """Mirror the GPTDatasetConfig checks core_gpt_dataset_config_from_args triggers."""
-    if args.blend_per_split is not None and any(args.blend_per_split):
-        if args.split is not None:
-            raise refuse(
-                "--split",
-                args.split,
-                "core_gpt_dataset_config_from_args",
-                "AssertionError",
-                "split and blend_per_split are incompatible",
-                "per-split data paths are not split",
-                "drop --split",
-            )
-        for b in args.blend_per_split:
-            if b is not None and b[1] is not None and len(b[0]) != len(b[1]):
-                raise refuse(
-                    "--*-data-path",
-                    b,
-                    "core_gpt_dataset_config_from_args",
-                    "AssertionError",
-                    "blend per split prefixes and weights must be equal in number",
-                    "",
-                    "fix the blend",
-                )
-    elif args.blend is not None and args.split is None:
-        raise refuse(
-            "--split",
-            "not given",
-            "core_gpt_dataset_config_from_args",
-            "AssertionError",
-            "split must be provided when blend is not None",
-            "--data-args-path gets no legacy default split",
-            "give --split e.g. 969,30,1",
-        )
-
-
-def megatron_run(args: MegatronArgs) -> MegatronRun:
-    """What Megatron-LM does with the command line, in its order: the LR scheduler (update_train_iters for
-    sample-based runs), get_train_valid_test_num_samples, the dataset config's checks, under the rules of
-    ``args.megatron_lm_version``."""
-    with mlm.using(args.rules):
-        return _run(args)
-
-
-def _run(args: MegatronArgs) -> MegatronRun:
-    """megatron_run under the rules in force."""
-    known: dict[str, object] = {
-        "data_parallel_size": args.data_parallel_size,
-        "global_batch_size": args.global_batch_size,
+    computed: dict[str, Any] = {
+        "argv": tuple(str(t) for t in argv),
+        "world_size": world,
+        "world_size_source": source,
+        "data_parallel_size": dp,
+        "global_batch_size": gbs,
+        "global_batch_size_given": ns.global_batch_size is not None,
+        "rampup_batch_size": rampup if rules.rampup_used else None,
+        "seq_length": ns.seq_length if ns.seq_length is not None else ns.encoder_seq_length,
+        "blend": blend,
+        "blend_per_split": per_split,
+        "split": split,
+        "sequences_per_dataset": sequences_per_dataset(ns.per_dataset_sequences_path),
+        "dataloader_type": ns.dataloader_type or "single",
+        "phase_transition_iterations": phase_transitions(ns),
+        "iterations_to_skip": tuple(ns.iterations_to_skip or ()),
+        "not_affecting_plan": tuple(
+            f for f in given_flags(tokens) if f in specs and specs[f]["dest"] not in PLAN_DESTS
+        ),
+        "megatron_lm_version": rules.version,
+        "step_batch_size_schedule": step,
+        "gtp_weight_remat_size": gtp,
+        "calculator_data_parallel_size": dp * gtp,
+        "rampup_ignored": rampup is not None and not rules.rampup_used,
     }
-    try:
-        schedule = mlb.build_num_microbatches_calculator(
-            args.global_batch_size,
-            args.micro_batch_size,
-            args.calculator_dp,
-            args.decrease_batch_size_if_needed,
-            args.rampup_batch_size,
-            args.step_batch_size_schedule,
-            args.seq_length,
-        )
-        if not args.train_iters and args.train_samples:
-            train_iters = mlm.update_train_iters(args.train_iters, args.train_samples, schedule)
-        else:
-            train_iters = args.train_iters or 0
-        steps = mlr.get_optimizer_param_scheduler(
-            args.train_iters,
-            args.train_samples,
-            args.global_batch_size,
-            args.lr_decay_iters,
-            args.lr_decay_samples,
-            args.lr_warmup_iters,
-            args.lr_warmup_samples,
-            args.lr_warmup_fraction,
-            args.lr_wsd_decay_iters,
-            args.lr_wsd_decay_samples,
-            args.lr_decay_style,
-            args.lr,
-            args.min_lr,
-            args.lr_warmup_init,
-        )
-        known.update(
-            train_iters=train_iters, scheduler=steps, train_consumed=mlm.schedule_consumed(schedule, train_iters)
-        )
-        num = mlm.get_train_valid_test_num_samples(
-            train_iters,
-            args.train_samples,
-            args.global_batch_size,
-            args.eval_interval,
-            args.eval_iters,
-            args.full_validation,
-            args.skip_train,
-            args.phase_transition_iterations,
-            eval_global_batch_size=args.eval_global_batch_size,
-            start_eval_at_iter=args.start_eval_at_iter,
-        )
-        known.update(num_samples=num)
-        _dataset_config(args)
-        _builder_sizes(args, num)
-        mlb.train_batch_consistency(schedule, train_iters)
-    except MegatronRefusal as err:
-        err.known.update(known)
-        raise
-    return MegatronRun(train_iters, args.global_batch_size, num, steps, schedule)
+    return _from_namespace(ns, computed)
 
 
-def _builder_sizes(args: MegatronArgs, num: tuple[int, int | None, int]) -> None:
-    """Mirror ``BlendedMegatronDatasetBuilder.__init__``'s check: a split asked for no size (the valid split
-    with --full-validation) must have no weights."""
-    if num[1] is not None:
-        return
-    if args.blend_per_split is not None:
-        weighted = args.blend_per_split[1] is not None and args.blend_per_split[1][1] is not None
-    else:
-        weighted = args.blend is not None and args.blend[1] is not None
-    if weighted:
-        message = (
-            "size_is_none => weights_are_none fails \n"
-            + " " * 20
-            + "for valid split\n"
-            + " " * 20
-            + "This can occur with multiple validation sets if datasets have weights"
-        )
-        raise refuse(
-            "--full-validation",
-            "set",
-            "builder",
-            "AssertionError",
-            message,
-            "the valid split is asked for no size, and a blend with weights needs one",
-            "drop the weights (blend by length) or drop --full-validation",
-        )
+#: how a MegatronArgs field read as is from the namespace is converted, by its annotation
+_CONVERT: dict[str, Any] = {"int": int, "float": float, "bool": bool}
+
+
+def _from_namespace(ns: argparse.Namespace, computed: dict[str, Any]) -> MegatronArgs:
+    """MegatronArgs from ``computed`` and, for every other field, the parsed option of the same name (converted by
+    the field's annotation: ``int``, ``float``, ``bool``; anything else as parsed). A field this version's table
+    does not have keeps its default."""
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(MegatronArgs):
+        if f.name in computed:
+            values[f.name] = computed[f.name]
+        elif hasattr(ns, f.name):
+            value = getattr(ns, f.name)
+            convert = _CONVERT.get(str(f.type))
+            values[f.name] = convert(value) if convert is not None else value
+    return MegatronArgs(**values)

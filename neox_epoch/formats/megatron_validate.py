@@ -6,9 +6,12 @@ Pure: stdlib only; no torch, no megatron import."""
 from __future__ import annotations
 
 import argparse
+import functools
 import math
+from typing import Any
 
 from neox_epoch.formats.megatron_data_args import Blend
+from neox_epoch.semantics import megatron_batches as mlb
 from neox_epoch.semantics import megatron_lm as mlm
 from neox_epoch.semantics.megatron_lm import MegatronRefusal, refuse
 
@@ -133,7 +136,7 @@ def _iteration_or_sample_based(ns: argparse.Namespace) -> None:
     if ns.skip_train and rules.skip_train_skips_lr_checks:
         return
     if ns.train_iters:
-        checks = (
+        checks: tuple[tuple[Any, str, Any, str], ...] = (
             (ns.train_samples is None, "--train-samples", ns.train_samples, "expected iteration-based training"),
             (
                 ns.lr_decay_samples is None,
@@ -401,4 +404,29 @@ def unplannable(
             "not given",
             f"without data Megatron-LM {mlm.current().version} silently trains on mock data",
             "give --data-path PREFIX ... or --train-data-path ...",
+        )
+
+
+@functools.lru_cache(maxsize=32)
+def batch_schedule(
+    version: str,
+    global_batch_size: int,
+    micro_batch_size: int,
+    data_parallel_size: int,
+    decrease_batch_size_if_needed: bool,
+    rampup_batch_size: tuple[int, ...] | None,
+    step_batch_size_schedule: str | None,
+    seq_length: int | None,
+) -> mlb.BatchSchedule:
+    """The num-microbatches calculator of Megatron-LM ``version``, built once per input: parsing a line builds it
+    for validate_args' checks, :func:`megatron_run` takes the same one (a refusal is not cached: it raises again)."""
+    with mlm.using(mlm.RULES[version]):
+        return mlb.build_num_microbatches_calculator(
+            global_batch_size,
+            micro_batch_size,
+            data_parallel_size,
+            decrease_batch_size_if_needed,
+            rampup_batch_size,
+            step_batch_size_schedule,
+            seq_length,
         )

@@ -13,7 +13,8 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from neox_epoch.formats.megatron_args import Blend, MegatronArgs, MegatronRun, megatron_run, parse_megatron_argv
+from neox_epoch.formats.megatron_args import Blend, MegatronArgs, parse_megatron_argv
+from neox_epoch.formats.megatron_run import MegatronRun, megatron_run
 from neox_epoch.plan.inputs import McoreOptions, PlanInput, PlanWarning, SourceSpec
 from neox_epoch.plan.model import Plan
 from neox_epoch.plan.seeds import check_seed
