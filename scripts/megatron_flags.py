@@ -30,8 +30,8 @@ import re
 import sys
 from typing import Any
 
-#: one table per Megatron-LM version, named after it (0.16.1.json, 0.19.2.json ...); neox_epoch.formats.megatron_args picks
-#: the one of the megatron-core version a plan mirrors
+#: one table per Megatron-LM version, named after it (0.16.1.json, 0.19.2.json ...);
+#: neox_epoch.formats.megatron_flags picks the one of the megatron-core version a plan mirrors
 OUT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "neox_epoch", "data", "megatron_flags")
 
 #: argparse action classes by the name a reader expects (the ``action=`` string that creates them)

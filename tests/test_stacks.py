@@ -58,7 +58,7 @@ def _env() -> dict[str, str]:
 
 
 def _stopped_run(log_dir: str, values: dict[str, Any], block: EpochBlock, iteration: int) -> None:
-    """The checkpoint record the hooks write (hooks.save_state) for a run of ``values`` stopped at ``iteration``
+    """The checkpoint record the hooks write (hook_resume.save_state) for a run of ``values`` stopped at ``iteration``
     with its first batch shape (one loader batch per iteration), its builds those the plan asks NeoX for."""
     rp = make_run_plan(values, block)
     state = ResumeState(

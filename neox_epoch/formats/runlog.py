@@ -33,7 +33,6 @@ import bisect
 import json
 import logging
 import os
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -289,11 +288,3 @@ def scalars_writer(writer: Any) -> ScalarsWriter | None:
         f"writer: {type(writer).__name__} has neither add_scalar(tag, value, step) (TensorBoard) nor "
         "log(dict, step=) (W&B); pass a torch.utils.tensorboard.SummaryWriter, a wandb run or None"
     )
-
-
-def is_logging_rank() -> bool:
-    """Rank 0 of torch.distributed when it is initialized, else ``$RANK`` (unset: 0)."""
-    dist = sys.modules.get("torch.distributed")
-    if dist is not None and dist.is_available() and dist.is_initialized():  # type: ignore[attr-defined]
-        return int(dist.get_rank()) == 0  # type: ignore[attr-defined]
-    return int(os.environ.get("RANK", "0") or 0) == 0

@@ -47,7 +47,6 @@ from neox_epoch.formats.runlog import (
     counters_record,
     final_record,
     fmt,
-    is_logging_rank,
     log_final,
     log_pass_start,
     pass_start_record,
@@ -56,6 +55,7 @@ from neox_epoch.formats.runlog import (
     sources_state,
 )
 from neox_epoch.plan.model import Plan
+from neox_epoch.util.ranklog import is_rank_zero
 from neox_epoch.util.values import is_whole
 
 log = logging.getLogger("neox_epoch.mcore")
@@ -203,7 +203,7 @@ class LiveCounters:
         self.log_interval = int(log_interval)
         self.train_iters = int(plan.train_iters)
         self.train_samples = int(plan.train_samples)
-        self.active = is_logging_rank() if active is None else bool(active)
+        self.active = is_rank_zero() if active is None else bool(active)
         self.sink = JsonlSink(log_dir if self.active else None)
         self._write: ScalarsWriter | None = scalars_writer(writer) if self.active else None
         self.iteration = 0

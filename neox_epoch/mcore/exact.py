@@ -32,7 +32,6 @@ from typing import Any
 
 from neox_epoch.errors import ConfigError, NeoxEpochError, PlanError
 from neox_epoch.formats.detect import megatron_core_version
-from neox_epoch.formats.runlog import is_logging_rank
 from neox_epoch.mcore.counters import CountersStateError, LiveCounters, live_counters
 from neox_epoch.plan.exact import exact_plan, passes_per_source
 from neox_epoch.plan.planner import (
@@ -43,6 +42,7 @@ from neox_epoch.plan.planner import (
     SourcePlan,
     SourceSpec,
 )
+from neox_epoch.util.ranklog import is_rank_zero
 from neox_epoch.util.values import is_whole
 
 logger = logging.getLogger("neox_epoch.mcore")
@@ -211,10 +211,6 @@ def _check_no_spillover(plan: Plan, specs: Sequence[SourceSpec], passes: Mapping
 # logging
 
 
-def _is_rank_zero() -> bool:
-    return is_logging_rank()
-
-
 def plan_lines(plan: Plan) -> list[str]:
     """The lines :func:`log_plan` logs: run numbers, then per train source samples per epoch, epochs, passes."""
     lines = [
@@ -237,7 +233,7 @@ def plan_lines(plan: Plan) -> list[str]:
 def log_plan(plan: Plan | ExactSetup, log: logging.Logger | None = None) -> None:
     """Log the plan through ``logging`` (INFO), on rank 0 only."""
     p = plan.plan if isinstance(plan, ExactSetup) else plan
-    if not _is_rank_zero():
+    if not is_rank_zero():
         return
     for line in plan_lines(p):
         (log or logger).info(line)
@@ -327,7 +323,7 @@ def verify_build(datasets: Sequence[Any], plan: Plan | ExactSetup) -> dict[str, 
             + "; ".join(problems)
             + " (were the datasets built with ExactSetup.config and ExactSetup.sizes?)"
         )
-    if _is_rank_zero():
+    if is_rank_zero():
         logger.info("neox-epoch: build verified: train draws %s = planned targets", draws.get("train"))
     return draws
 

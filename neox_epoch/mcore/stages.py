@@ -37,12 +37,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from neox_epoch.errors import ConfigError
-from neox_epoch.formats.runlog import is_logging_rank
 from neox_epoch.mcore.exact import BuildMismatchError, _with_fields, plan_input
 from neox_epoch.plan.model import Plan, SourcePlan
 from neox_epoch.plan.planner import make_plan
 from neox_epoch.plan.stage_schedule import StageSchedule, mcore_stage_schedule
 from neox_epoch.plan.stages import StagesConfig, StagesPlan, plan_stages
+from neox_epoch.util.ranklog import is_rank_zero
 
 logger = logging.getLogger("neox_epoch.mcore")
 
@@ -303,7 +303,7 @@ def build_stages(
         datasets.append(built)
     staged = StagedDataset(datasets, setup)
     verify_stages(staged, setup)
-    if is_logging_rank():
+    if is_rank_zero():
         for line in stage_lines(setup):
             logger.info(line)
     return staged

@@ -26,11 +26,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from neox_epoch.errors import NeoxEpochError
-from neox_epoch.formats.runlog import is_logging_rank
 from neox_epoch.megatron_lm import build_check, state_file
 from neox_epoch.megatron_lm.payload import Payload
 from neox_epoch.megatron_lm.writers import MegatronWriters
 from neox_epoch.plan.model import Plan
+from neox_epoch.util.ranklog import is_rank_zero, rank_zero_logger
 
 log = logging.getLogger("neox_epoch.megatron_lm")
 _MARK = "_neox_epoch_megatron_lm"
@@ -66,7 +66,7 @@ class Hooks:
         from neox_epoch.mcore.counters import LiveCounters
 
         self.log_dir = self.payload.log_dir or getattr(args, "tensorboard_dir", None) or getattr(args, "save", None)
-        rank0 = is_logging_rank()
+        rank0 = is_rank_zero()
         self.writers = MegatronWriters.from_megatron()
         interval = self.payload.log_interval or int(getattr(args, "log_interval", 100) or 100)
         kwargs = {
@@ -84,8 +84,7 @@ class Hooks:
                 raise
             log.warning("neox_epoch: no counters for this build (%s); training continues", err)
             return
-        if not rank0:
-            logging.getLogger("neox_epoch.mcore").addFilter(lambda _record: False)
+        rank_zero_logger("neox_epoch.mcore")  # from here on the counters log on rank 0 only
         self.limit = _limit(self.counters, self.plan) if self.payload.mode == "exact" else None
         resume = self.payload.settings.get("resume")
         if resume:
@@ -137,7 +136,7 @@ class Hooks:
         if nums is None:
             nums = training.get_train_valid_test_num_samples()
         nums = [int(resume["train_request"]), *list(nums)[1:]]
-        if is_logging_rank():
+        if is_rank_zero():
             log.info("neox_epoch: train split requested for %d samples (the plan's): %s", nums[0], resume["why"])
         kw = {k: v for k, v in kw.items() if k != "train_valid_test_num_samples"}
         return (a[0], nums), kw
@@ -174,7 +173,7 @@ class Hooks:
         args = _args()
         try:
             state = self.counters.state_dict()
-            if is_logging_rank():
+            if is_rank_zero():
                 state_file.write(getattr(args, "save", None), int(iteration), state)
         except OSError as err:
             log.warning("neox_epoch: could not write %s (%s); training continues", state_file.STATE_NAME, err)

@@ -1,4 +1,5 @@
-"""What each Megatron-LM rank runs under ``neox-epoch launch``: ``-m neox_epoch.megatron_lm.worker pretrain_gpt.py FLAGS``.
+"""What each Megatron-LM rank runs under ``neox-epoch launch``:
+``-m neox_epoch.megatron_lm.worker pretrain_gpt.py FLAGS``.
 
 Reads ``$NEOX_EPOCH_MEGATRON_LM``, plans the script's flags with the planner ``neox-epoch plan`` uses (the
 exact flags are already in them), puts the script's directory first on ``sys.path`` (as ``python
@@ -17,6 +18,7 @@ from neox_epoch.errors import ConfigError, NeoxEpochError
 from neox_epoch.megatron_lm.payload import ENV_VAR, Payload, from_environ
 from neox_epoch.plan.model import Plan
 from neox_epoch.util.loghandler import ensure_log_handler
+from neox_epoch.util.ranklog import is_rank_zero
 
 log = logging.getLogger("neox_epoch.megatron_lm")
 
@@ -48,10 +50,9 @@ def plan_flags(flags: list[str], payload: Payload) -> Plan:
 
 
 def log_plan(plan: Plan, payload: Payload) -> None:
-    from neox_epoch.formats.runlog import is_logging_rank
     from neox_epoch.plan.render import table
 
-    if not is_logging_rank():
+    if not is_rank_zero():
         return
     log.info("neox_epoch: %s run: %d iterations, %d train samples", payload.mode, plan.train_iters, plan.train_samples)
     for line in table(plan).splitlines():

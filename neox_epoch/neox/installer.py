@@ -15,16 +15,17 @@ globals are replaced in memory and :func:`uninstall` puts the originals back.
 from __future__ import annotations
 
 import importlib
-import logging
 from collections.abc import Mapping
 from typing import Any
 
 from neox_epoch.errors import ConfigError
 from neox_epoch.neox.block import HookBlock, from_environ, parse_block
-from neox_epoch.neox.hooks import State, make_wrappers, rank
+from neox_epoch.neox.hook_state import State
+from neox_epoch.neox.hooks import make_wrappers
 from neox_epoch.util.loghandler import ensure_log_handler as _ensure_log_handler
+from neox_epoch.util.ranklog import rank_zero_logger
 
-log = logging.getLogger("neox_epoch.neox")
+log = rank_zero_logger("neox_epoch.neox")
 
 _MODULES = {
     "training": "megatron.training",
@@ -36,7 +37,7 @@ _MODULES = {
 _state: State | None = None
 
 
-def _target(state: State, key: str) -> tuple[Any, str]:
+def _target(state: State, key: tuple[str, str]) -> tuple[Any, str]:
     where, attr = key
     mod, _, cls = where.partition(".")
     obj: Any = state.modules[mod]
@@ -73,8 +74,7 @@ def install(block: Mapping[str, Any] | HookBlock, settings: Mapping[str, Any] | 
         obj, attr = _target(state, key)
         setattr(obj, attr, fn)
     _state = state
-    if rank() == 0:
-        log.info("neox_epoch: hooks installed: %s", hb.block.to_mapping())
+    log.info("neox_epoch: hooks installed: %s", hb.block.to_mapping())
     return state
 
 

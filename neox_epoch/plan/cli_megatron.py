@@ -234,7 +234,7 @@ def version_notes(args: argparse.Namespace, version: str, megatron_lm: str) -> l
 
 def mlm_versions() -> tuple[str, ...]:
     """The Megatron-LM versions with an option table."""
-    from neox_epoch.formats.megatron_args import table_versions
+    from neox_epoch.formats.megatron_flags import table_versions
 
     return table_versions()
 

@@ -13,10 +13,12 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from neox_epoch.formats.megatron_args import Blend, MegatronArgs, MegatronRun, megatron_run, parse_megatron_argv
+from neox_epoch.formats.megatron_args import Blend, MegatronArgs, parse_megatron_argv
+from neox_epoch.formats.megatron_run import MegatronRun, megatron_run
 from neox_epoch.plan.inputs import McoreOptions, PlanInput, PlanWarning, SourceSpec
 from neox_epoch.plan.model import Plan
 from neox_epoch.plan.seeds import check_seed
+from neox_epoch.semantics import megatron_batches
 from neox_epoch.semantics import megatron_lm as megatron_lm_sem
 
 #: neox-epoch's own ``plan`` options (name -> number of values), removed before Megatron-LM parses the rest
@@ -107,7 +109,7 @@ def train_consumed(run: MegatronRun) -> int:
     return megatron_lm_sem.schedule_consumed(run.schedule, run.train_iters)
 
 
-def _schedule_words(sched: megatron_lm_sem.BatchSchedule) -> str:
+def _schedule_words(sched: megatron_batches.BatchSchedule) -> str:
     """The batch schedule in words, for the arithmetic."""
     if sched.steps is not None:
         return "the step schedule (" + ", ".join(f"{b} from {t} samples" for t, b in sched.steps) + ")"

@@ -7,11 +7,9 @@ from __future__ import annotations
 from neox_epoch.batch.config import LauncherSettings
 from neox_epoch.batch.neox import NeoxBatch, neox_batch, neox_gas
 from neox_epoch.errors import ConfigError
+from neox_epoch.formats.neox_checks import check_attention_config, check_data_keys, check_types
 from neox_epoch.formats.neox_config import (
     NeoxConfig,
-    check_attention_config,
-    check_data_keys,
-    check_types,
     get_bool,
     get_float,
     get_int,

@@ -20,7 +20,8 @@ from typing import Any
 
 from neox_epoch.errors import ConfigError, NeoxEpochError
 from neox_epoch.formats.checkpoint import Checkpoint
-from neox_epoch.formats.megatron_args import PLAN_DESTS, MegatronArgs, flag_table
+from neox_epoch.formats.megatron_args import PLAN_DESTS, MegatronArgs
+from neox_epoch.formats.megatron_flags import flag_table
 from neox_epoch.plan.from_megatron import MegatronInput, megatron_input
 from neox_epoch.plan.planner import Plan, make_plan
 from neox_epoch.resume.exposure import megatron_exposures

@@ -12,7 +12,8 @@ import re
 import frameworks
 import pytest
 
-from neox_epoch.formats.megatron_args import modelopt_specs, parse_megatron_argv
+from neox_epoch.formats.megatron_args import parse_megatron_argv
+from neox_epoch.formats.megatron_flags import modelopt_specs
 from neox_epoch.util.helptext import option_names
 
 FLAGS = (

@@ -12,8 +12,8 @@ import pytest
 
 from neox_epoch.cli import main
 from neox_epoch.formats.corpus import write_random_corpus
-from neox_epoch.formats.megatron_args import split_launcher
-from neox_epoch.semantics import megatron_lm as mlm
+from neox_epoch.formats.megatron_launcher import split_launcher
+from neox_epoch.semantics import megatron_lm as megatron_lm_sem
 
 FLAGS = (
     "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --lr 1e-4 --seq-length 128 --micro-batch-size 2 "
@@ -23,12 +23,14 @@ FLAGS = (
 
 def test_split_launcher_reads_the_planned_versions_table() -> None:
     line = ["--chat-template", "deepy.py", "torchrun", "--nproc_per_node", "2", "pretrain_gpt.py", "--seed", "3"]
-    with mlm.using(mlm.rules_for("0.19.2")):
+    with megatron_lm_sem.using(megatron_lm_sem.rules_for("0.19.2")):
         assert split_launcher(line) == (
             ["torchrun", "--nproc_per_node", "2"],
             ["--chat-template", "deepy.py", "--seed", "3"],
         )
-    with mlm.using(mlm.rules_for("0.16.1")):  # --chat-template is not a 0.16.1 flag: deepy.py is the script
+    with megatron_lm_sem.using(
+        megatron_lm_sem.rules_for("0.16.1")
+    ):  # --chat-template is not a 0.16.1 flag: deepy.py is the script
         assert split_launcher(line) == (
             [],
             ["--chat-template", "torchrun", "--nproc_per_node", "2", "pretrain_gpt.py", "--seed", "3"],

@@ -15,7 +15,8 @@ from typing import Any
 from neox_epoch.formats.neox_config import EpochBlock
 from neox_epoch.neox.block import HookBlock
 from neox_epoch.neox.counters import JSONL_NAME
-from neox_epoch.neox.hooks import State, after_build
+from neox_epoch.neox.hook_build import after_build
+from neox_epoch.neox.hook_state import State
 from neox_epoch.neox.planning import make_run_plan
 
 

@@ -25,11 +25,14 @@ from paths import HELPERS
 from neox_epoch.errors import ConfigError
 from neox_epoch.formats import idx
 from neox_epoch.formats.corpus import write_random_corpus
-from neox_epoch.formats.megatron_args import megatron_lm_version, megatron_run, parse_megatron_argv, split_launcher
+from neox_epoch.formats.megatron_args import parse_megatron_argv
+from neox_epoch.formats.megatron_flags import megatron_lm_version
+from neox_epoch.formats.megatron_launcher import split_launcher
+from neox_epoch.formats.megatron_run import megatron_run
 from neox_epoch.plan.from_megatron import megatron_input
 from neox_epoch.plan.planner import make_plan
-from neox_epoch.semantics import mcore
-from neox_epoch.semantics import megatron_lm as mlm
+from neox_epoch.semantics import mcore, megatron_batches, megatron_lr
+from neox_epoch.semantics import megatron_lm as megatron_lm_sem
 from neox_epoch.semantics.megatron_lm import MegatronRefusal
 
 MODEL = (
@@ -99,7 +102,9 @@ def test_start_eval_at_iter_is_not_a_0_16_1_flag() -> None:
 def test_tables_by_version() -> None:
     """One option table per Megatron-LM version, chosen from the megatron-core version planned."""
     assert (megatron_lm_version("0.16.1"), megatron_lm_version("0.19.2")) == ("0.16.1", "0.19.2")
-    assert [mlm.rules_for(v).version for v in ("0.10.0", "0.16.1", "0.16.0", "0.19.0", "0.19.2", "0.20.1")] == [
+    assert [
+        megatron_lm_sem.rules_for(v).version for v in ("0.10.0", "0.16.1", "0.16.0", "0.19.0", "0.19.2", "0.20.1")
+    ] == [
         "0.16.1",
         "0.16.1",
         "0.16.1",
@@ -248,14 +253,14 @@ def test_args_files_are_read(tmp_path: Any) -> None:
 
 
 def test_update_train_iters_rampup() -> None:
-    sched = mlm.build_num_microbatches_calculator(64, 1, 8, False, (16, 16, 100))
+    sched = megatron_batches.build_num_microbatches_calculator(64, 1, 8, False, (16, 16, 100))
     # consumed 0 -> 16, 16 -> 16, 32 -> 32 (steps = int(32 / 33.3) = 0 -> 16) ...
     sizes, consumed = [], 0
     while consumed <= 100:
         sizes.append(sched.current_global_batch_size(consumed))
         consumed += sizes[-1]
     assert sizes == [16, 16, 16, 32, 48]
-    assert mlm.update_train_iters(None, 1000, sched) == 5 + (1000 - 128) // 64
+    assert megatron_lm_sem.update_train_iters(None, 1000, sched) == 5 + (1000 - 128) // 64
 
 
 def test_rampup_plan_shows_requested_and_consumed(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
@@ -327,11 +332,11 @@ def test_0_19_step_schedule_numbers() -> None:
     a = parse_megatron_argv(argv("--train-samples", "5000", "--start-eval-at-iter", "20", *STEP), "0.19.2")
     run = megatron_run(a)
     assert (a.global_batch_size, run.train_iters, run.num_samples) == (16, 119, (5000, 320, 32))
-    assert mlm.schedule_consumed(run.schedule, run.train_iters) == 5024
+    assert megatron_lm_sem.schedule_consumed(run.schedule, run.train_iters) == 5024
     b = megatron_run(
         parse_megatron_argv(argv("--train-iters", "50", "--eval-global-batch-size", "32", *STEP), "0.19.2")
     )
-    assert (mlm.schedule_consumed(b.schedule, 50), b.num_samples, b.scheduler.lr_decay_steps) == (
+    assert (megatron_lm_sem.schedule_consumed(b.schedule, 50), b.num_samples, b.scheduler.lr_decay_steps) == (
         1088,
         (800, 384, 64),
         800,
@@ -346,7 +351,7 @@ def test_0_19_warnings_and_arithmetic(corpus: Any) -> None:
     assert "consume 5024 samples, 24 more than the 5000 asked of the builder" in codes["draws-past-request"]
     assert "asks the builder for 10 evaluations (320 samples) but the run makes 11" in codes["eval-past-request"]
     assert "the last 32 samples are read past the request" in codes["eval-past-request"]
-    assert mlm.evaluations_run(119, 10, 21) == 10 and mi.inp.mcore.arithmetic is not None
+    assert megatron_lm_sem.evaluations_run(119, 10, 21) == 10 and mi.inp.mcore.arithmetic is not None
     assert (
         "valid samples = max(0, train_iters // eval_interval + 1 - start_eval_at_iter // eval_interval) * "
         "eval_iters * eval_global_batch_size = max(0, 119 // 10 + 1 - 20 // 10) * 2 * 16 = 320"
@@ -416,15 +421,18 @@ def test_0_19_exact_mode_counts_the_eval_batch(tmp_path: Any, capsys: pytest.Cap
 def test_schedule_fit_stops_on_a_batch_boundary() -> None:
     """The most whole batches of "0:16 64K:32 200K:64" (seq 128: 500 and 1562 samples) within a total, and
     update_train_iters on that total runs exactly those iterations and consumes exactly it."""
-    sched = mlm.build_num_microbatches_calculator(16, 2, 8, False, None, "0:16 64K:32 200K:64", 128)
+    sched = megatron_batches.build_num_microbatches_calculator(16, 2, 8, False, None, "0:16 64K:32 200K:64", 128)
     for total in (15, 16, 500, 511, 515, 1561, 1600, 5000):
-        iters, samples = mlm.schedule_fit(sched, total)
+        iters, samples = megatron_lm_sem.schedule_fit(sched, total)
         assert samples <= total and samples + sched.current_global_batch_size(samples) > total
         if samples:
-            assert mlm.update_train_iters(None, samples, sched) == iters
-            assert mlm.schedule_consumed(sched, iters) == samples
+            assert megatron_lm_sem.update_train_iters(None, samples, sched) == iters
+            assert megatron_lm_sem.schedule_consumed(sched, iters) == samples
     # 32 x 16 = 512; then 33 x 32 to 1568 (>= 1562); then 53 x 64 to 4960
-    assert mlm.schedule_fit(sched, 515) == (32, 512) and mlm.schedule_fit(sched, 5000) == (118, 4960)
+    assert megatron_lm_sem.schedule_fit(sched, 515) == (32, 512) and megatron_lm_sem.schedule_fit(sched, 5000) == (
+        118,
+        4960,
+    )
 
 
 def test_0_19_rampup_is_ignored_and_batch_flags_refused() -> None:
@@ -643,7 +651,7 @@ def ours(tokens: list[str], world: int, version: str = "0.16.1") -> dict[str, An
         a = parse_megatron_argv([*tokens, "--world-size", str(world)], version)
         out.update(data_parallel_size=a.data_parallel_size, global_batch_size=a.global_batch_size)
         run = megatron_run(a)
-        out["train_consumed"] = mlm.schedule_consumed(run.schedule, run.train_iters)
+        out["train_consumed"] = megatron_lm_sem.schedule_consumed(run.schedule, run.train_iters)
         out.update(
             train_iters=run.train_iters,
             num_samples=list(run.num_samples),
@@ -659,7 +667,7 @@ def ours(tokens: list[str], world: int, version: str = "0.16.1") -> dict[str, An
         out.update(err.known)
         if "num_samples" in out:
             out["num_samples"] = list(out["num_samples"])
-        if isinstance(out.get("scheduler"), mlm.SchedulerSteps):
+        if isinstance(out.get("scheduler"), megatron_lr.SchedulerSteps):
             steps = out["scheduler"]
             out["scheduler"] = {
                 "lr_warmup_steps": steps.lr_warmup_steps,

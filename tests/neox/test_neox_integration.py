@@ -30,8 +30,7 @@ from neox_epoch.neox.planning import make_run_plan
 from neox_epoch.neox.worker import split_argv
 from neox_epoch.plan.exact import exact_plan
 from neox_epoch.plan.from_neox import plan_input_from_neox
-from neox_epoch.semantics import blend
-from neox_epoch.semantics import neox_index as sep
+from neox_epoch.semantics import blend, neox_index
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -197,14 +196,14 @@ def test_counters_direct_dataset_and_resume(tmp_path):
 
 
 def test_epoch_separated_shuffle_groups():
-    starts = sep.epoch_starts(tokens=1000, seq_length=10, epochs=3)
+    starts = neox_index.epoch_starts(tokens=1000, seq_length=10, epochs=3)
     assert starts == [0, 100, 200, 299]
-    sh = sep.separated_shuffle(starts, np.random.RandomState(0))
+    sh = neox_index.separated_shuffle(starts, np.random.RandomState(0))
     assert sh.dtype == np.uint32 and sorted(sh.tolist()) == list(range(299))
     for a, b in zip(starts[:-1], starts[1:]):
         assert sorted(sh[a:b].tolist()) == list(range(a, b))
-    assert sep.pass_boundaries(1000, 10, 3, True, 99) == [100, 200]
-    assert sep.pass_boundaries(1000, 10, 3, False, 99) == [99, 198]
+    assert neox_index.pass_boundaries(1000, 10, 3, True, 99) == [100, 200]
+    assert neox_index.pass_boundaries(1000, 10, 3, False, 99) == [99, 198]
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -428,7 +427,7 @@ def test_replay_guard_counts_batches_from_the_resumed_iteration():
     the loader), so a resumed run that would replay is caught at the same iteration as an uninterrupted one."""
     from types import SimpleNamespace
 
-    from neox_epoch.neox.hooks import ReplayGuard, WrapError
+    from neox_epoch.neox.hook_state import ReplayGuard, WrapError
 
     args = SimpleNamespace(iteration=3, gradient_accumulation_steps=2)
     guard = ReplayGuard(iter(range(100)), args, batches=10, enforce=True)

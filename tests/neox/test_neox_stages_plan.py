@@ -13,7 +13,7 @@ import yaml
 
 from neox_epoch.cli import main
 from neox_epoch.errors import ConfigError
-from neox_epoch.formats import fingerprint as fp
+from neox_epoch.formats import fingerprint as fingerprint_format
 from neox_epoch.formats.corpus import random_documents, write_corpus
 from neox_epoch.formats.neox_config import EpochBlock
 from neox_epoch.neox.counters import PassCounters
@@ -252,7 +252,7 @@ def test_staged_counters_fire_stages_and_passes():
     assert c._next_stage == 1
 
 
-def _state(iteration: int, fingerprint: fp.DataFingerprint, boundaries: list[int]) -> ResumeState:
+def _state(iteration: int, fingerprint: fingerprint_format.DataFingerprint, boundaries: list[int]) -> ResumeState:
     return ResumeState(
         iteration=iteration,
         consumed_samples=iteration * 4,
@@ -271,22 +271,30 @@ def test_fingerprint_allows_changes_to_stages_not_started(staged_config):  # typ
     plan = {"stages": STAGES, "max_passes": 2.0}
     later = {"stages": [*STAGES[:2], {"name": "three", "passes": {"b": 1, "c": 1}}], "max_passes": 2.0}
     earlier = {"stages": [STAGES[0], {"name": "two", "passes": {"a": 1, "b": 1}}, STAGES[2]], "max_passes": 2.0}
-    old = fp.fingerprint(prefixes, 128, 1234, plan)
+    old = fingerprint_format.fingerprint(prefixes, 128, 1234, plan)
     assert started_stages([0, 24, 52], 40) == 2 and started_stages([0, 24, 52], 52) == 2
     assert started_stages([0, 24, 52], 53) == 3 and started_stages([0, 24, 52], 24) == 1
     # mid-stage 2: stage 3 may change, stage 2 may not
-    diffs, note = fingerprint_changes(_state(40, old, [0, 24, 52]), fp.fingerprint(prefixes, 128, 1234, later))
+    diffs, note = fingerprint_changes(
+        _state(40, old, [0, 24, 52]), fingerprint_format.fingerprint(prefixes, 128, 1234, later)
+    )
     assert diffs == [] and "the stages after stage 2 changed" in note
-    diffs, _ = fingerprint_changes(_state(40, old, [0, 24, 52]), fp.fingerprint(prefixes, 128, 1234, earlier))
+    diffs, _ = fingerprint_changes(
+        _state(40, old, [0, 24, 52]), fingerprint_format.fingerprint(prefixes, 128, 1234, earlier)
+    )
     assert [str(d) for d in diffs] == [f"stage 2 {STAGES[1]} -> {earlier['stages'][1]}"]
     # exactly at the boundary of stage 2: it has not started, so it may change
-    diffs, _ = fingerprint_changes(_state(24, old, [0, 24, 52]), fp.fingerprint(prefixes, 128, 1234, earlier))
+    diffs, _ = fingerprint_changes(
+        _state(24, old, [0, 24, 52]), fingerprint_format.fingerprint(prefixes, 128, 1234, earlier)
+    )
     assert diffs == []
     # a changed corpus is always a difference
     _corpus(str(tmp / "c"), 99, 48, tail=70)
-    diffs, _ = fingerprint_changes(_state(40, old, [0, 24, 52]), fp.fingerprint(prefixes, 128, 1234, plan))
-    assert fp.message(diffs).startswith("the data changed since the checkpoint: source 'c' idx_bytes")
-    assert "source 'c' tokens 6,205 -> 6,215" in fp.message(diffs)
+    diffs, _ = fingerprint_changes(
+        _state(40, old, [0, 24, 52]), fingerprint_format.fingerprint(prefixes, 128, 1234, plan)
+    )
+    assert fingerprint_format.message(diffs).startswith("the data changed since the checkpoint: source 'c' idx_bytes")
+    assert "source 'c' tokens 6,205 -> 6,215" in fingerprint_format.message(diffs)
     assert os.path.isfile(str(tmp / "c.idx"))
 
 
@@ -312,21 +320,21 @@ def test_changing_later_stages_keeps_every_draw_before_them():
 
 
 def test_hooks_stop_a_resume_without_stages_on_changed_data(tmp_path, caplog):  # type: ignore[no-untyped-def]
-    """The fingerprint check of the hooks (neox_epoch.neox.hooks._check_fingerprint) for a run WITHOUT stages: a
+    """The fingerprint check of the hooks (neox_epoch.neox.hook_resume.check_fingerprint) for a run WITHOUT stages: a
     changed seed stops it in one line naming the change, the checkpoint and the fix; allow_data_change lets it
     through with a logged line; a state saved without a fingerprint resumes with a note."""
     import logging
     from types import SimpleNamespace
 
     from neox_epoch.errors import DataChangedError
-    from neox_epoch.neox import hooks
+    from neox_epoch.neox import hook_resume, hook_state
 
     _corpus(str(tmp_path / "a"), 11, 96)
-    saved_fp = fp.fingerprint([str(tmp_path / "a")], 128, 1234)
-    now = fp.fingerprint([str(tmp_path / "a")], 128, 4321)
+    saved_fp = fingerprint_format.fingerprint([str(tmp_path / "a")], 128, 1234)
+    now = fingerprint_format.fingerprint([str(tmp_path / "a")], 128, 4321)
 
-    def state(block: dict, fingerprint: dict | None) -> hooks.State:  # type: ignore[type-arg]
-        st = hooks.State(hook=SimpleNamespace(block=EpochBlock.from_mapping(block, "x.yml")), modules={})  # type: ignore[arg-type]
+    def state(block: dict, fingerprint: dict | None) -> hook_state.State:  # type: ignore[type-arg]
+        st = hook_state.State(hook=SimpleNamespace(block=EpochBlock.from_mapping(block, "x.yml")), modules={})  # type: ignore[arg-type]
         st.saved = ResumeState(
             iteration=60,
             consumed_samples=240,
@@ -340,17 +348,17 @@ def test_hooks_stop_a_resume_without_stages_on_changed_data(tmp_path, caplog):  
         return st
 
     with pytest.raises(DataChangedError) as err:
-        hooks._check_fingerprint(state({"epochs": 1}, saved_fp.to_dict()), SimpleNamespace(), "ckpt/global_step60")
+        hook_resume.check_fingerprint(state({"epochs": 1}, saved_fp.to_dict()), SimpleNamespace(), "ckpt/global_step60")
     assert str(err.value) == (
         "neox_epoch: the data changed since the checkpoint: seed 1,234 -> 4,321 (global_step60); "
         'resume on the data the checkpoint was trained on, or set "allow_data_change": true in '
         "the neox_epoch block if the change is intended"
     )
     with caplog.at_level(logging.WARNING, logger="neox_epoch"):
-        hooks._check_fingerprint(
+        hook_resume.check_fingerprint(
             state({"epochs": 1, "allow_data_change": True}, saved_fp.to_dict()), SimpleNamespace(), "ckpt/global_step60"
         )
-        hooks._check_fingerprint(state({"epochs": 1}, None), SimpleNamespace(), "ckpt/global_step60")
+        hook_resume.check_fingerprint(state({"epochs": 1}, None), SimpleNamespace(), "ckpt/global_step60")
     text = caplog.text
     assert "seed 1,234 -> 4,321 (global_step60); allow_data_change is set: resuming anyway" in text
     assert "the checkpoint's state (global_step60) holds no data fingerprint" in text
@@ -362,21 +370,21 @@ def test_hooks_refuse_a_later_stage_change_that_moves_the_schedule_end():  # typ
     from types import SimpleNamespace
 
     from neox_epoch.errors import PlanError
-    from neox_epoch.neox import hooks
+    from neox_epoch.neox import hook_resume
 
     saved = ResumeState(
         iteration=52, consumed_samples=208, train_batch_size=4, loader_batch=4, samples_total=368, train_iters=92
     )
     args = SimpleNamespace(lr_decay_iters=None, train_batch_size=4)
     with pytest.raises(PlanError) as err:
-        hooks._check_lr_schedule(args, saved, 80, "with the stages after the checkpoint's changed")
+        hook_resume.check_lr_schedule(args, saved, 80, "with the stages after the checkpoint's changed")
     assert str(err.value) == (
         "neox_epoch: resuming iteration 52 with the stages after the checkpoint's changed moves the end of the run from "
         "iteration 92 to 80, and NeoX's learning-rate scheduler refuses a checkpoint saved for other total/warmup "
         "iterations; set override_lr_scheduler: true (the schedule ends with the data at 80), "
         "use_checkpoint_lr_scheduler: true (keep the saved one, ending at 92), or lr_decay_iters: N"
     )
-    hooks._check_lr_schedule(SimpleNamespace(**vars(args), override_lr_scheduler=True), saved, 80, "x")
+    hook_resume.check_lr_schedule(SimpleNamespace(**vars(args), override_lr_scheduler=True), saved, 80, "x")
 
 
 #: issue 37: three sources of 196, 116 and 154 samples per pass at seq_length 64, global batch 4 (2 x 2 ranks)

@@ -7,7 +7,7 @@ from typing import Any
 
 from neox_epoch.formats.corpus import write_random_corpus
 from neox_epoch.formats.neox_config import EpochBlock
-from neox_epoch.neox.hooks import render_table
+from neox_epoch.neox.hook_build import render_table
 from neox_epoch.neox.planning import make_run_plan
 from neox_epoch.plan.repeated import merge_repeated
 

@@ -20,7 +20,7 @@ import yaml
 
 from neox_epoch.cli import main
 from neox_epoch.formats.neox_config import EpochBlock
-from neox_epoch.neox.hooks import apply_overwrite
+from neox_epoch.neox.hook_plan import apply_overwrite
 from neox_epoch.neox.planning import make_run_plan
 from neox_epoch.plan.schedule import NeoxScheduleKeys, neox_schedule, scale
 from neox_epoch.plan.schedule_mcore import McoreScheduleKeys, mcore_schedule
