@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Any
+from typing import Any, Protocol
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GOLDEN = os.path.join(REPO, "tests", "fixtures", "neox", "neox_golden.json")
@@ -15,6 +15,13 @@ LAUNCH_ENV = ("DLTS_HOSTFILE", "LOCAL_SIZE", "CUDA_VISIBLE_DEVICES", "MASTER_ADD
 #: fields found to vary between two runs on the same code: none so far (see the module docstring)
 NORMALISED_FIELDS: tuple[str, ...] = ()
 INDEX = "index.json"
+
+
+class AddCase(Protocol):
+    """Adds a case: its name, its argv after ``neox_epoch.cli``, the files (relative to the work directory) the
+    command writes."""
+
+    def __call__(self, name: str, argv: list[str], files: tuple[str, ...] = ()) -> None: ...
 
 
 def corpus_writers() -> tuple[Any, Any, Any]:
@@ -34,12 +41,12 @@ def corpus_writers() -> tuple[Any, Any, Any]:
     return corpus.write_random_corpus, corpus.write_sized_corpus, demo.write_demo_corpus
 
 
-def _write(path: str, text: str) -> str:
+def write_text(path: str, text: str) -> str:
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
     return path
 
 
-def _write_json(path: str, obj: Any) -> str:
-    return _write(path, json.dumps(obj, indent=1, sort_keys=True) + "\n")
+def write_json(path: str, obj: Any) -> str:
+    return write_text(path, json.dumps(obj, indent=1, sort_keys=True) + "\n")

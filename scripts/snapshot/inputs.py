@@ -13,10 +13,10 @@ import sys
 import zipfile
 from typing import Any
 
-from snapshot.common import GOLDEN, NEOX_CACHE, _write, _write_json
+from snapshot.common import GOLDEN, NEOX_CACHE, write_json, write_text
 
 
-def _zip_pickle(obj: Any) -> bytes:
+def zip_pickle(obj: Any) -> bytes:
     """A torch.save zip-format file holding ``obj`` (plain Python objects only), as tests/test_checkpoint.py."""
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as z:
@@ -24,15 +24,15 @@ def _zip_pickle(obj: Any) -> bytes:
     return buf.getvalue()
 
 
-def _deepspeed_tag(root: str, tag: str, saved: dict[str, Any]) -> str:
+def deepspeed_tag(root: str, tag: str, saved: dict[str, Any]) -> str:
     os.makedirs(os.path.join(root, tag), exist_ok=True)
-    _write(os.path.join(root, "latest"), tag)
+    write_text(os.path.join(root, "latest"), tag)
     with open(os.path.join(root, tag, "mp_rank_00_model_states.pt"), "wb") as f:
-        f.write(_zip_pickle(saved))
+        f.write(zip_pickle(saved))
     return os.path.join(root, tag)
 
 
-def _golden_configs(work: str, write_random_corpus: Any) -> list[str]:
+def golden_configs(work: str, write_random_corpus: Any) -> list[str]:
     """One NeoX config per case of tests/fixtures/neox/neox_golden.json (accepted and refused cases), its corpus
     labels pointing at neox/<label>: the copied fixture corpora, the others regenerated from their recorded
     seeds. Returns the case names in order."""
@@ -59,12 +59,12 @@ def _golden_configs(work: str, write_random_corpus: Any) -> list[str]:
         for key in ("train_data_paths", "valid_data_paths", "test_data_paths"):
             if key in params:
                 params[key] = [path(p) for p in params[key]]
-        _write_json(os.path.join(work, "golden", f"{name}.yml"), params)
+        write_json(os.path.join(work, "golden", f"{name}.yml"), params)
         names.append(name)
     return names
 
 
-def _copy_neox_index_files(work: str) -> str:
+def copy_neox_index_files(work: str) -> str:
     """The index files real GPT-NeoX wrote (tests/fixtures/neox/neox_cache), beside their corpora."""
     dest = os.path.join(work, "neox_cache")
     shutil.copytree(NEOX_CACHE, dest)
@@ -124,7 +124,7 @@ MCORE_JOBS = [
 ]
 
 
-def _mcore_caches(work: str, write_random_corpus: Any, env: dict[str, str]) -> str | None:
+def mcore_caches(work: str, write_random_corpus: Any, env: dict[str, str]) -> str | None:
     """Build MCORE_JOBS with the installed megatron-core; None when it builds, else why not."""
     write_random_corpus(os.path.join(work, "mc", "one"), 31, 120, 5, 250)
     for seed, name in enumerate("abc", start=41):
@@ -142,7 +142,7 @@ def _mcore_caches(work: str, write_random_corpus: Any, env: dict[str, str]) -> s
     return None
 
 
-def _one_source_log(prefix: str, stop: int | None = None) -> str:
+def one_source_log(prefix: str, stop: int | None = None) -> str:
     """A run log of one source (NeoX data_path, 2 passes, epochs separated) in the hooks' record format: the plan
     event, counters every 10 iterations, the second pass's start, checkpoint records at 80 and 160, the final
     record. ``stop``: the run stopped early at that iteration (no checkpoint past it)."""

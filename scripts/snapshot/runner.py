@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from snapshot.cases import build_inputs
-from snapshot.common import INDEX, LAUNCH_ENV, NORMALISED_FIELDS, REPO, _write
+from snapshot.common import INDEX, LAUNCH_ENV, NORMALISED_FIELDS, REPO, write_text
 
 
 def _normalise(text: str, work: str) -> str:
@@ -70,7 +70,7 @@ def snapshot(out_dir: str, jobs: int) -> int:
         shutil.rmtree(work, ignore_errors=True)
     for res in results:
         rec = res["record"]
-        _write(os.path.join(out_dir, rec["case"] + ".json"), json.dumps(rec, indent=1, sort_keys=True) + "\n")
+        write_text(os.path.join(out_dir, rec["case"] + ".json"), json.dumps(rec, indent=1, sort_keys=True) + "\n")
     index = {
         "cases": {r["record"]["case"]: r["record"]["exit_code"] for r in results},
         "notes": {
@@ -80,7 +80,7 @@ def snapshot(out_dir: str, jobs: int) -> int:
             "job_hostfile_exists": os.path.exists("/job/hostfile"),
         },
     }
-    _write(os.path.join(out_dir, INDEX), json.dumps(index, indent=1, sort_keys=True) + "\n")
+    write_text(os.path.join(out_dir, INDEX), json.dumps(index, indent=1, sort_keys=True) + "\n")
     slowest = sorted(results, key=lambda r: -r["seconds"])[:3]
     print(
         f"{len(results)} cases in {time.monotonic() - started:.1f}s -> {out_dir} (slowest: "
