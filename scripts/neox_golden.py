@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(os.path.join(args.out_dir, "neox_cache"), ignore_errors=True)
         fixtures = copy_fixtures(args.out_dir, results)
         copied = set(fixtures["files"])
-        golden = {
+        golden: dict[str, Any] = {
             "generator": "scripts/neox_golden.py",
             "neox_commit": neox_commit(neox.neox_dir, args.neox_commit),
             "versions": versions(neox),

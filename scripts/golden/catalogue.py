@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from golden.calls import CaseSpec
@@ -196,7 +198,7 @@ def train_epochs_cases() -> list[CaseSpec]:
 
 def refused_cases() -> list[CaseSpec]:
     """train_epochs configurations NeoX's validate_train_epochs refuses before building anything."""
-    paths = dict(
+    paths: dict[str, Any] = dict(
         mode="train_data_paths",
         train=[CORPUS_C0, CORPUS_C1],
         valid=[CORPUS_VALID],
@@ -216,13 +218,13 @@ def refused_cases() -> list[CaseSpec]:
             description="train_epochs with train_data_weights 3:1",
             train_weights=[3.0, 1.0],
             **paths,
-        ),  # type: ignore[arg-type]
+        ),
         CaseSpec(
             name="r2_epochs_weights_2_2",
             description="train_epochs with equal weights that are not 1.0",
             train_weights=[2.0, 2.0],
             **paths,
-        ),  # type: ignore[arg-type]
+        ),
         CaseSpec(
             name="r3_epochs_by_num_documents",
             description="train_epochs with weight_by_num_documents",
@@ -230,7 +232,7 @@ def refused_cases() -> list[CaseSpec]:
             weighted_sampler_alpha=0.3,
             pass_weights=False,
             **paths,
-        ),  # type: ignore[arg-type]
+        ),
         CaseSpec(
             name="r4_epochs_and_iters",
             description="train_epochs and train_iters both given",

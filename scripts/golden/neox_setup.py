@@ -89,7 +89,8 @@ def init_distributed(neox: Neox, workdir: str) -> None:
 def install_recorders(neox: Neox) -> None:
     """Wrap (in memory) the NeoX functions whose arguments and results the fixtures record."""
     rec = neox.recorder
-    gd, du = neox.gpt2_dataset, neox.data_utils
+    gd: Any = neox.gpt2_dataset  # attributes replaced below: typed Any
+    du: Any = neox.data_utils
     real_build = gd._build_index_mappings
     real_normalize = du.get_normalized_weights_and_num_samples
     real_blend = du.BlendableDataset

@@ -122,15 +122,15 @@ def run_case(neox: Neox, case: CaseSpec, workdir: str, log: str) -> tuple[dict[s
             out["blends"][split] = blend_record(blend, first)
         blend = loaders["train"].dataset
 
-        def sources() -> list[Source]:
+        def blend_sources() -> list[Source]:
             return [
                 Source(ds, corpora[spec.label], builds[(ds.name, corpora[spec.label].prefix)]["documents"])
                 for ds, spec in zip(blend.datasets, case.train, strict=True)
             ]
 
-        out["exposure"] = exposure(blend, sources(), blend, n, case.seq_length, log)
+        out["exposure"] = exposure(blend, blend_sources(), blend, n, case.seq_length, log)
         if case.full_blend_exposure:
-            out["exposure_full_blend"] = exposure(blend, sources(), blend, len(blend), case.seq_length, log)
+            out["exposure_full_blend"] = exposure(blend, blend_sources(), blend, len(blend), case.seq_length, log)
     out["datasets"] = datasets
     return out, corpora, directory
 
