@@ -118,8 +118,8 @@ def _inconsistent_message(result: Any, args: argparse.Namespace) -> str:
 def run(args: argparse.Namespace) -> int:
     """Run check-batch; see the module docstring for exit codes."""
     from neox_epoch.batch.fix import plan_fix, write_fixed_config
+    from neox_epoch.batch.hostfile import neox_hostfile_path
     from neox_epoch.batch.preflight import preflight
-    from neox_epoch.batch.world import neox_hostfile_path
 
     overrides = _overrides(args)
     if args.fix is not None:  # refused before DeepSpeed is imported; checked again with every file read
