@@ -41,7 +41,7 @@ def import_deepspeed(name: str = "deepspeed") -> ModuleType:
 
 
 @contextlib.contextmanager
-def _quiet_deepspeed() -> Iterator[None]:
+def quiet_deepspeed() -> Iterator[None]:
     """Keep DeepSpeed's logger below CRITICAL while we call its functions (we report in our words)."""
     logger = import_deepspeed("deepspeed.utils").logger
     level = logger.level

@@ -18,7 +18,7 @@ DEFAULT_HOSTFILE = "/job/hostfile"
 _HOSTFILE_LINE = re.compile(r"^(\S+)\s+slots=(\d+)")
 
 
-def _describe_hosts(hosts: Mapping[str, Sequence[int]]) -> str:
+def hosts_text(hosts: Mapping[str, Sequence[int]]) -> str:
     parts = []
     for host, slots in hosts.items():
         slots = list(slots)
@@ -29,7 +29,7 @@ def _describe_hosts(hosts: Mapping[str, Sequence[int]]) -> str:
     return " ".join(parts) if parts else "(none)"
 
 
-def _pool_text(pool: Mapping[str, int]) -> str:
+def pool_text(pool: Mapping[str, int]) -> str:
     counts = collections.Counter(pool.values())
     if len(counts) == 1:
         ((slots, hosts),) = counts.items()
@@ -64,13 +64,13 @@ def read_hostfile(path: str) -> dict[str, int] | None:
         else:
             pool[match.group(1)] = int(match.group(2))
             continue
-        raise _hostfile_refused(path, reason)
+        raise hostfile_refused(path, reason)
     if not pool:
-        raise _hostfile_refused(path, "Hostfile is empty or not formatted correctly, unable to proceed with launching.")
+        raise hostfile_refused(path, "Hostfile is empty or not formatted correctly, unable to proceed with launching.")
     return pool
 
 
-def _hostfile_refused(path: str, reason: str) -> ConfigError:
+def hostfile_refused(path: str, reason: str) -> ConfigError:
     return ConfigError(f'hostfile "{path}" is refused by NeoX (DeepSpeed\'s fetch_hostfile): {reason}; fix the file')
 
 

@@ -6,14 +6,9 @@ the installed DeepSpeed has it, the backends' own validation) without starting a
 check or autotuning. Only the few lines ``main()`` keeps inline (the VISIBLE_DEVICES rule, the
 include/exclude vs num_nodes/num_gpus conflict, the localhost pool) are mirrored here.
 
-:func:`neox_gpu_count` is the count NeoX's ``calculate_derived`` uses for its own batch arithmetic:
-the hostfile's resource pool when there is a hostfile, else ``torch.cuda.device_count()`` — which
-ignores ``num_gpus``/``include``/``exclude`` and is the usual reason the two disagree.
-
-DeepSpeed (and with it torch) is imported inside the functions, never at module import, and
-:func:`neox_gpu_count` does without it for a hostfile alone (no include/exclude): :func:`read_hostfile`
-reads the file by DeepSpeed's ``fetch_hostfile`` rules, so ``neox-epoch plan`` answers in well under a
-second (tests compare both paths).
+NeoX's own count (``global_num_gpus``) is :func:`neox_epoch.batch.neox_count.neox_gpu_count`;
+:func:`explain_disagreement` puts the two side by side. DeepSpeed (and with it torch) is imported inside the
+functions, never at module import (:mod:`neox_epoch.batch.deepspeed_import`).
 """
 
 from __future__ import annotations
@@ -30,8 +25,8 @@ from types import ModuleType
 from typing import Any
 
 from neox_epoch.batch.config import LauncherSettings
-from neox_epoch.batch.deepspeed_import import _quiet_deepspeed, deepspeed_runner, deepspeed_version, import_deepspeed
-from neox_epoch.batch.hostfile import _describe_hosts, _pool_text
+from neox_epoch.batch.deepspeed_import import deepspeed_runner, deepspeed_version, import_deepspeed, quiet_deepspeed
+from neox_epoch.batch.hostfile import hosts_text, pool_text
 from neox_epoch.batch.neox_count import NeoxCount
 from neox_epoch.errors import ConfigError
 
@@ -67,7 +62,7 @@ class LauncherWorld:
 
     def describe_hosts(self) -> str:
         """``node1:0-7 node2:0,1`` style summary of :attr:`hosts`."""
-        return _describe_hosts(self.hosts)
+        return hosts_text(self.hosts)
 
 
 def settings_argv(settings: LauncherSettings) -> list[str]:
@@ -151,7 +146,7 @@ def launcher_world(argv: Sequence[str], *, environ: Mapping[str, str] | None = N
     """
     env = os.environ if environ is None else environ
     runner = deepspeed_runner()
-    with _quiet_deepspeed():
+    with quiet_deepspeed():
         return _launcher_world(runner, list(argv), env)
 
 
@@ -166,14 +161,14 @@ def _launcher_world(runner: ModuleType, argv: list[str], env: Mapping[str, str])
     if (args.num_nodes >= 0 or args.num_gpus >= 0) and (include != "" or exclude != ""):
         raise _refused(ValueError("Cannot specify num_nodes/gpus with include/exclude"), argv)
     if resource_pool:
-        basis.insert(0, f"hostfile {args.hostfile} ({_pool_text(resource_pool)})")
+        basis.insert(0, f"hostfile {args.hostfile} ({pool_text(resource_pool)})")
     else:
         resource_pool, local = _local_pool(get_accelerator(), args, argv)
         basis.insert(0, local)
     active = _active_resources(runner, args, resource_pool, include, exclude, argv)
     filters = _filters(include, exclude, args.num_nodes, args.num_gpus)
     if filters:
-        basis.append(f"{filters} keeps {_describe_hosts(active)}")
+        basis.append(f"{filters} keeps {hosts_text(active)}")
     if hostfile is not None and not args.no_ssh_check and not args.no_ssh:
         notes.append(
             f"with a hostfile the launcher first checks passwordless ssh to {next(iter(active))}"
