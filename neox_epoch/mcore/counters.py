@@ -53,7 +53,7 @@ from neox_epoch.formats.runlog import (
     scalars_writer,
     sources_state,
 )
-from neox_epoch.mcore.counters_state import STATE_FORMAT, CountersStateError, _fingerprint_of
+from neox_epoch.mcore.counters_state import STATE_FORMAT, CountersStateError, run_fingerprint
 from neox_epoch.mcore.draw_counts import BlendCounts, DirectCounts
 from neox_epoch.plan.model import Plan
 from neox_epoch.util.values import is_whole
@@ -129,7 +129,7 @@ class LiveCounters:
             )
             for sp in train
         )
-        self.fingerprint = _fingerprint_of(plan, plan_or_setup, datasets)
+        self.fingerprint = run_fingerprint(plan, plan_or_setup, datasets)
         """The data fingerprint saved in the state (None when the seed is unknown)."""
         starts: list[tuple[int, int, int]] = []  # (blend position, source, pass number)
         for i, s in enumerate(self.sources):

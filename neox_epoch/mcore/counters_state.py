@@ -22,7 +22,7 @@ class CountersStateError(NeoxEpochError):
     """A counters state (checkpoint) disagrees with the train dataset, or the training loop went backwards."""
 
 
-def _fingerprint_of(plan: Plan, plan_or_setup: Any, datasets: list[Any]) -> DataFingerprint | None:
+def run_fingerprint(plan: Plan, plan_or_setup: Any, datasets: list[Any]) -> DataFingerprint | None:
     """The run's data fingerprint: the train prefixes, seq_length, the seed (the setup's config, else the built
     dataset's) and the stage plan; None when no seed is known."""
     config = getattr(plan_or_setup, "config", None) or getattr(datasets[0] if datasets else None, "config", None)
