@@ -6,7 +6,7 @@ a key already loaded is an error when written with ``_`` and silently replaced w
 (:func:`load_neox_configs`). Unknown keys make NeoX fail with a bare ``TypeError``; here they get a
 did-you-mean, or the replacement of a key NeoX removed. ``calculate_derived`` then counts the GPUs (a
 hostfile, ``global_num_gpus`` or ``torch.cuda.device_count()``) and derives train_batch_size; the same count
-comes from :mod:`neox_epoch.batch.neox_count` (shared with ``check-batch``) in :func:`neox_batch`.
+comes from :mod:`neox_epoch.batch.world` (shared with ``check-batch``) in :func:`neox_batch`.
 """
 
 from __future__ import annotations
