@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import neox_golden as golden  # noqa: E402
+from golden.neox_setup import capture_fd1, init_distributed, install_recorders, load_neox, neox_args  # noqa: E402
 
 
 def span(ds: Any, j: int) -> tuple[int, int, int, int]:
@@ -40,14 +40,14 @@ def span(ds: Any, j: int) -> tuple[int, int, int, int]:
 def main(argv: list[str]) -> int:
     """Build the spec's blend with NeoX and print what it draws."""
     spec = json.load(open(argv[0], encoding="utf-8"))
-    neox = golden.load_neox(os.environ.get("NEOX_DIR"))
+    neox = load_neox(os.environ.get("NEOX_DIR"))
     workdir = tempfile.mkdtemp(prefix="neox_repeat_")
     log = os.path.join(workdir, "neox.log")
-    with golden.capture_fd1(log):
-        golden.init_distributed(neox, workdir)
-    golden.install_recorders(neox)
+    with capture_fd1(log):
+        init_distributed(neox, workdir)
+    install_recorders(neox)
     prefixes = spec["prefixes"]
-    args = golden.neox_args(
+    args = neox_args(
         train_data_paths=prefixes,
         valid_data_paths=[spec["valid"]],
         test_data_paths=[spec["test"]],
@@ -60,7 +60,7 @@ def main(argv: list[str]) -> int:
         eval_interval=spec.get("eval_interval", 1000),
         eval_iters=spec.get("eval_iters", 1),
     )
-    with golden.capture_fd1(log):
+    with capture_fd1(log):
         loaders = neox.data_utils.build_train_valid_test_data_loaders(args)
     blend = loaders["train"].dataset
     builds = [b for b in neox.recorder.index_builds if b["name"].startswith("train")]

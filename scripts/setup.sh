@@ -92,7 +92,7 @@ setup_system() {
 }
 
 setup_chromium() {
-  # The report page's browser test (tests/test_report_browser.py) renders the page in headless Chromium:
+  # The report page's browser test (tests/run_report/test_report_browser.py) renders the page in headless Chromium:
   # Debian's chromium, installed here as root when missing (elsewhere install it yourself; without it that test
   # skips, and fails under CI=true).
   command -v chromium >/dev/null 2>&1 && return 0

@@ -57,7 +57,8 @@ def register(subparsers: Any) -> None:
 
 
 def _overrides(args: argparse.Namespace) -> LauncherSettings:
-    return LauncherSettings(**{name: getattr(args, name, None) for name in _FLAGS})
+    given: dict[str, Any] = {name: getattr(args, name, None) for name in _FLAGS}
+    return LauncherSettings(**given)
 
 
 def _flag_words(args: argparse.Namespace) -> list[str]:
@@ -107,7 +108,10 @@ def format_table(result: Any) -> str:
 def _inconsistent_message(result: Any, args: argparse.Namespace) -> str:
     findings = "; ".join(result.report.findings)
     if result.fix is None:
-        return f"batch inconsistent with the launcher's world: {findings}; no fix keeps train_batch_size: {result.fix_error}"
+        return (
+            f"batch inconsistent with the launcher's world: {findings}; "
+            f"no fix keeps train_batch_size: {result.fix_error}"
+        )
     out = suggested_fix_path(result.config.paths[0])
     command = shlex.join(["neox-epoch", "check-batch", *args.configs, *_flag_words(args), "--fix", out])
     return (
@@ -119,8 +123,8 @@ def _inconsistent_message(result: Any, args: argparse.Namespace) -> str:
 def run(args: argparse.Namespace) -> int:
     """Run check-batch; see the module docstring for exit codes."""
     from neox_epoch.batch.fix import plan_fix, write_fixed_config
+    from neox_epoch.batch.hostfile import neox_hostfile_path
     from neox_epoch.batch.preflight import preflight
-    from neox_epoch.batch.world import neox_hostfile_path
 
     overrides = _overrides(args)
     if args.fix is not None:  # refused before DeepSpeed is imported; checked again with every file read

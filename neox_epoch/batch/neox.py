@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 from neox_epoch.batch.check import batch_errors, derive_batch, neox_dp
 from neox_epoch.batch.config import LauncherSettings, neox_launcher
-from neox_epoch.batch.world import NeoxCount, neox_gpu_count, neox_hostfile_path
+from neox_epoch.batch.hostfile import neox_hostfile_path
+from neox_epoch.batch.neox_count import NeoxCount, neox_gpu_count
 from neox_epoch.errors import BatchError, ConfigError
 from neox_epoch.formats.neox_config import NeoxConfig, get_int
 
@@ -61,7 +62,7 @@ def neox_count(
     cfg: NeoxConfig, settings: LauncherSettings, world_size: int | None = None, environ: Mapping[str, str] | None = None
 ) -> NeoxCount:
     """NeoX's ``global_num_gpus`` for this config: ``world_size`` (``--world-size``) when given, else the
-    config's global_num_gpus, else :func:`~neox_epoch.batch.world.neox_gpu_count` (the hostfile, read
+    config's global_num_gpus, else :func:`~neox_epoch.batch.neox_count.neox_gpu_count` (the hostfile, read
     without DeepSpeed or torch when no include/exclude is set; ``torch.cuda.device_count()`` without one)."""
     if world_size is not None:
         if world_size <= 0:

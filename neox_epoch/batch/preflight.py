@@ -19,18 +19,10 @@ from neox_epoch.batch.check import (
     check_removed_keys,
 )
 from neox_epoch.batch.config import BatchConfig, LauncherSettings, read_config
+from neox_epoch.batch.deepspeed_import import deepspeed_version, import_deepspeed
 from neox_epoch.batch.fix import BatchFix, plan_fix
-from neox_epoch.batch.world import (
-    LauncherWorld,
-    NeoxCount,
-    deepspeed_version,
-    deepy_argv,
-    explain_disagreement,
-    import_deepspeed,
-    launcher_world,
-    neox_gpu_count,
-    settings_argv,
-)
+from neox_epoch.batch.neox_count import NeoxCount, neox_gpu_count
+from neox_epoch.batch.world import LauncherWorld, deepy_argv, explain_disagreement, launcher_world, settings_argv
 from neox_epoch.errors import BatchError
 
 

@@ -6,14 +6,9 @@ the installed DeepSpeed has it, the backends' own validation) without starting a
 check or autotuning. Only the few lines ``main()`` keeps inline (the VISIBLE_DEVICES rule, the
 include/exclude vs num_nodes/num_gpus conflict, the localhost pool) are mirrored here.
 
-:func:`neox_gpu_count` is the count NeoX's ``calculate_derived`` uses for its own batch arithmetic:
-the hostfile's resource pool when there is a hostfile, else ``torch.cuda.device_count()`` — which
-ignores ``num_gpus``/``include``/``exclude`` and is the usual reason the two disagree.
-
-DeepSpeed (and with it torch) is imported inside the functions, never at module import, and
-:func:`neox_gpu_count` does without it for a hostfile alone (no include/exclude): :func:`read_hostfile`
-reads the file by DeepSpeed's ``fetch_hostfile`` rules, so ``neox-epoch plan`` answers in well under a
-second (tests compare both paths).
+NeoX's own count (``global_num_gpus``) is :func:`neox_epoch.batch.neox_count.neox_gpu_count`;
+:func:`explain_disagreement` puts the two side by side. DeepSpeed (and with it torch) is imported inside the
+functions, never at module import (:mod:`neox_epoch.batch.deepspeed_import`).
 """
 
 from __future__ import annotations
@@ -21,96 +16,27 @@ from __future__ import annotations
 import argparse
 import base64
 import collections
-import contextlib
-import importlib
 import json
-import logging
 import os
-import re
-import sys
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 from neox_epoch.batch.config import LauncherSettings
-from neox_epoch.errors import ConfigError, MissingPackageError
-from neox_epoch.util.inputs import CONFIG_BYTES, open_input
+from neox_epoch.batch.deepspeed_import import deepspeed_runner, deepspeed_version, import_deepspeed, quiet_deepspeed
+from neox_epoch.batch.hostfile import hosts_text, pool_text
+from neox_epoch.batch.neox_count import NeoxCount
+from neox_epoch.errors import ConfigError
 
 #: stands in for the user script in the argv handed to DeepSpeed's parse_args (never run)
 PLACEHOLDER_SCRIPT = "train.py"
-
-#: DeepSpeed's default hostfile (``deepspeed.launcher.runner.DLTS_HOSTFILE``): NeoX reads it when it exists
-DEFAULT_HOSTFILE = "/job/hostfile"
-#: a hostfile line as ``deepspeed.launcher.runner._parse_hostfile`` matches it (``node1 slots=8``)
-_HOSTFILE_LINE = re.compile(r"^(\S+)\s+slots=(\d+)")
 
 #: backends whose world is the whole hostfile (mpirun -n sum(slots)), not the filtered resources
 MPI_STYLE_LAUNCHERS = ("openmpi", "mpich", "impi", "mvapich")
 #: MPI-style backends that also need the same slot count on every host (checked in their get_cmd)
 SAME_SLOTS_LAUNCHERS = {"mpich": "MPICH", "impi": "Intel MPI", "mvapich": "mvapich"}
-
-
-def import_deepspeed(name: str = "deepspeed") -> ModuleType:
-    """Import a DeepSpeed module without its import-time chatter.
-
-    DeepSpeed's logger binds ``sys.stdout`` when it is created (``--json`` prints there), so the first
-    import runs with stdout sent to stderr, and records below ERROR (the accelerator detection
-    warning) are dropped while importing.
-    """
-    ds_logger = logging.getLogger("DeepSpeed")
-
-    def errors_only(record: logging.LogRecord) -> bool:
-        return record.levelno >= logging.ERROR
-
-    ds_logger.addFilter(errors_only)
-    try:
-        with contextlib.redirect_stdout(sys.stderr):
-            return importlib.import_module(name)
-    except ModuleNotFoundError as err:
-        if err.name not in ("deepspeed", "torch"):
-            raise
-        raise MissingPackageError(
-            f"{err.name} is not installed for {sys.executable}: this asks DeepSpeed's own launcher and config code "
-            "(which imports torch); install them (pip install torch==2.13.0 deepspeed, or neox-epoch's [deepspeed] "
-            "extra) or run it where your training runs"
-        ) from None
-    finally:
-        ds_logger.removeFilter(errors_only)
-
-
-@contextlib.contextmanager
-def _quiet_deepspeed() -> Iterator[None]:
-    """Keep DeepSpeed's logger below CRITICAL while we call its functions (we report in our words)."""
-    logger = import_deepspeed("deepspeed.utils").logger
-    level = logger.level
-    logger.setLevel(logging.CRITICAL)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
-
-
-def deepspeed_runner() -> ModuleType:
-    """``deepspeed.launcher.runner`` (imports torch)."""
-    return import_deepspeed("deepspeed.launcher.runner")
-
-
-def deepspeed_version() -> str:
-    """The installed DeepSpeed's version string."""
-    return str(import_deepspeed("deepspeed").__version__)
-
-
-def _describe_hosts(hosts: Mapping[str, Sequence[int]]) -> str:
-    parts = []
-    for host, slots in hosts.items():
-        slots = list(slots)
-        if len(slots) > 4 and slots == list(range(slots[0], slots[0] + len(slots))):
-            parts.append(f"{host}:{slots[0]}-{slots[-1]}")
-        else:
-            parts.append(f"{host}:{','.join(map(str, slots))}")
-    return " ".join(parts) if parts else "(none)"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -136,21 +62,7 @@ class LauncherWorld:
 
     def describe_hosts(self) -> str:
         """``node1:0-7 node2:0,1`` style summary of :attr:`hosts`."""
-        return _describe_hosts(self.hosts)
-
-
-@dataclass(frozen=True, kw_only=True)
-class NeoxCount:
-    """The GPU count NeoX's ``calculate_derived`` assumes (``global_num_gpus``)."""
-
-    count: int
-    """NeoX's ``global_num_gpus``."""
-    basis: str
-    """How NeoX arrived at it, phrased to follow "NeoX counted N GPUs"."""
-    hosts: dict[str, list[int]] | None = None
-    """NeoX's resource pool after include/exclude/num_nodes, when a hostfile was used."""
-    notes: tuple[str, ...] = field(default_factory=tuple)
-    """Extra remarks (e.g. NeoX would fail here)."""
+        return hosts_text(self.hosts)
 
 
 def settings_argv(settings: LauncherSettings) -> list[str]:
@@ -219,14 +131,6 @@ def _filters(include: str, exclude: str, num_nodes: int, num_gpus: int) -> str:
     return " ".join(parts)
 
 
-def _pool_text(pool: Mapping[str, int]) -> str:
-    counts = collections.Counter(pool.values())
-    if len(counts) == 1:
-        ((slots, hosts),) = counts.items()
-        return f"{hosts} host{'s' if hosts != 1 else ''} x {slots} slots"
-    return ", ".join(f"{h} slots={n}" for h, n in pool.items())
-
-
 def _refused(err: BaseException, argv: Sequence[str]) -> ConfigError:
     flags = " ".join(argv) or "(no flags)"
     reason = str(err).strip().rstrip(".")
@@ -242,7 +146,7 @@ def launcher_world(argv: Sequence[str], *, environ: Mapping[str, str] | None = N
     """
     env = os.environ if environ is None else environ
     runner = deepspeed_runner()
-    with _quiet_deepspeed():
+    with quiet_deepspeed():
         return _launcher_world(runner, list(argv), env)
 
 
@@ -257,14 +161,14 @@ def _launcher_world(runner: ModuleType, argv: list[str], env: Mapping[str, str])
     if (args.num_nodes >= 0 or args.num_gpus >= 0) and (include != "" or exclude != ""):
         raise _refused(ValueError("Cannot specify num_nodes/gpus with include/exclude"), argv)
     if resource_pool:
-        basis.insert(0, f"hostfile {args.hostfile} ({_pool_text(resource_pool)})")
+        basis.insert(0, f"hostfile {args.hostfile} ({pool_text(resource_pool)})")
     else:
         resource_pool, local = _local_pool(get_accelerator(), args, argv)
         basis.insert(0, local)
     active = _active_resources(runner, args, resource_pool, include, exclude, argv)
     filters = _filters(include, exclude, args.num_nodes, args.num_gpus)
     if filters:
-        basis.append(f"{filters} keeps {_describe_hosts(active)}")
+        basis.append(f"{filters} keeps {hosts_text(active)}")
     if hostfile is not None and not args.no_ssh_check and not args.no_ssh:
         notes.append(
             f"with a hostfile the launcher first checks passwordless ssh to {next(iter(active))}"
@@ -409,169 +313,6 @@ def _apply_num_nodes_and_gpus(active: Mapping[str, list[int]], num_nodes: int, n
     if num_gpus > 0:
         out = collections.OrderedDict((h, list(range(num_gpus))) for h in out)
     return out
-
-
-def _cuda_device_count() -> int:
-    import torch
-
-    return int(torch.cuda.device_count())
-
-
-def read_hostfile(path: str) -> dict[str, int] | None:
-    """The resource pool of hostfile ``path`` (host -> slots, in file order), read without DeepSpeed.
-
-    Same rules and messages as DeepSpeed's ``fetch_hostfile``: None when ``path`` is not a file; blank
-    lines and lines starting with ``#`` skipped; every other line must start with ``HOST slots=N``; a
-    host given twice, a bad line or no host at all raise :class:`ConfigError` quoting DeepSpeed's words.
-    """
-    if not os.path.isfile(path):
-        return None
-    try:
-        with open_input(path, "hostfile", CONFIG_BYTES, encoding="utf-8") as f:
-            lines = f.readlines()
-    except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError(f'hostfile "{path}" cannot be read ({err}); check the path') from None
-    pool: dict[str, int] = collections.OrderedDict()
-    for raw in lines:
-        line = raw.strip()
-        if line.startswith("#") or line == "":
-            continue
-        match = _HOSTFILE_LINE.search(line)
-        if match is None:
-            reason = f"Hostfile contains a bad entry: {line}, unable to proceed with launching"
-        elif match.group(1) in pool:
-            reason = f"Hostfile contains multiple entries for {match.group(1)}, unable to proceed with launching"
-        else:
-            pool[match.group(1)] = int(match.group(2))
-            continue
-        raise _hostfile_refused(path, reason)
-    if not pool:
-        raise _hostfile_refused(path, "Hostfile is empty or not formatted correctly, unable to proceed with launching.")
-    return pool
-
-
-def _hostfile_refused(path: str, reason: str) -> ConfigError:
-    return ConfigError(f'hostfile "{path}" is refused by NeoX (DeepSpeed\'s fetch_hostfile): {reason}; fix the file')
-
-
-def neox_hostfile_path(settings: LauncherSettings, environ: Mapping[str, str] | None = None) -> str | None:
-    """The hostfile NeoX's ``calculate_derived`` reads: the config's, else ``$DLTS_HOSTFILE`` (default
-    /job/hostfile) when that path exists, else None (NeoX then counts ``torch.cuda.device_count()``)."""
-    env = os.environ if environ is None else environ
-    if settings.hostfile:
-        return settings.hostfile
-    dlts = env.get("DLTS_HOSTFILE", DEFAULT_HOSTFILE)
-    return dlts if os.path.exists(dlts) else None
-
-
-def neox_gpu_count(
-    settings: LauncherSettings,
-    *,
-    global_num_gpus: int | None = None,
-    cuda_device_count: int | None = None,
-    environ: Mapping[str, str] | None = None,
-    use_deepspeed: bool = False,
-) -> NeoxCount:
-    """The ``global_num_gpus`` NeoX's ``calculate_derived`` would compute for ``settings``.
-
-    With a hostfile (the config's, else ``$DLTS_HOSTFILE``/``/job/hostfile`` when it exists): the
-    resource pool after include/exclude, truncated to ``num_nodes``; ``num_gpus * hosts`` when num_gpus
-    is set, else the sum of slots. Without one: ``torch.cuda.device_count()`` (``cuda_device_count``
-    overrides it, for tests), ignoring num_gpus/include/exclude.
-
-    Without include/exclude the hostfile is read by :func:`read_hostfile` (no DeepSpeed; torch only for
-    a missing hostfile, which means this machine's GPUs); ``use_deepspeed`` forces DeepSpeed's own
-    ``fetch_hostfile`` / ``parse_inclusion_exclusion`` (which include/exclude always use).
-    """
-    if global_num_gpus is not None:
-        return NeoxCount(count=global_num_gpus, basis="from global_num_gpus in the config")
-
-    def cuda() -> int:
-        return _cuda_device_count() if cuda_device_count is None else cuda_device_count
-
-    path = neox_hostfile_path(settings, environ)
-    if path is None:
-        n = cuda()
-        return NeoxCount(count=n, basis="with torch.cuda.device_count() because there is no hostfile")
-    filtered = bool(settings.include or settings.exclude)
-    if not use_deepspeed and not filtered:
-        found_pool = _pool_or_local(read_hostfile(path), path, cuda)
-        if isinstance(found_pool, NeoxCount):
-            return found_pool
-        pool, source = found_pool
-        resources = collections.OrderedDict((h, list(range(n))) for h, n in pool.items())
-    else:
-        found = _deepspeed_resources(settings, path, cuda)
-        if isinstance(found, NeoxCount):
-            return found
-        resources, source = found
-    return _neox_count(settings, resources, source)
-
-
-def _deepspeed_resources(
-    settings: LauncherSettings, path: str, cuda: Any
-) -> NeoxCount | tuple[collections.OrderedDict[str, list[int]], str]:
-    """NeoX's ``obtain_resource_pool`` with DeepSpeed's functions: the filtered pool and its description,
-    or the final count when the hostfile is missing and this machine has no GPU."""
-    runner = deepspeed_runner()
-    with _quiet_deepspeed():
-        try:
-            pool = runner.fetch_hostfile(path)
-        except ValueError as err:
-            raise _hostfile_refused(path, str(err)) from None
-        found_pool = _pool_or_local(pool, path, cuda)
-        if isinstance(found_pool, NeoxCount):
-            return found_pool
-        pool, source = found_pool
-        try:
-            resources = runner.parse_inclusion_exclusion(pool, settings.include or "", settings.exclude or "")
-        except ValueError as err:
-            raise ConfigError(
-                f"NeoX cannot apply include/exclude to hostfile {path}: {err}; fix include/exclude"
-            ) from None
-    return collections.OrderedDict((h, list(s)) for h, s in resources.items()), source
-
-
-def _pool_or_local(pool: Mapping[str, int] | None, path: str, cuda: Any) -> NeoxCount | tuple[dict[str, int], str]:
-    """NeoX's ``obtain_resource_pool``: the hostfile's pool and its description, or, when the hostfile does not
-    exist, this machine's GPUs as localhost (the final count when there are none)."""
-    if pool:
-        return dict(pool), f"from hostfile {path} ({_pool_text(pool)})"
-    n = cuda()
-    if n == 0:
-        return _no_gpu(path)
-    return {"localhost": n}, f"with torch.cuda.device_count() = {n} because hostfile {path} does not exist"
-
-
-def _no_gpu(path: str) -> NeoxCount:
-    return NeoxCount(
-        count=0,
-        basis=f"with torch.cuda.device_count() = 0 because hostfile {path} does not exist "
-        "(NeoX stops: 'Unable to proceed, no GPU resources available')",
-    )
-
-
-def _neox_count(
-    settings: LauncherSettings, resources: collections.OrderedDict[str, list[int]], source: str
-) -> NeoxCount:
-    """The last steps of NeoX's count: num_nodes keeps the first hosts, num_gpus multiplies the hosts left."""
-    steps = [source]
-    if settings.include or settings.exclude:
-        steps.append(f"include/exclude keeps {_describe_hosts(resources)}")
-    if settings.num_nodes is not None and settings.num_nodes > 0:
-        resources = collections.OrderedDict(list(resources.items())[: settings.num_nodes])
-        steps.append(f"num_nodes {settings.num_nodes} keeps {len(resources)} host{'s' if len(resources) != 1 else ''}")
-    if settings.num_gpus is not None and settings.num_gpus > 0:
-        count = settings.num_gpus * len(resources)
-        why = (
-            " (NeoX multiplies num_gpus by the hosts left, even when include/exclude chose fewer slots)"
-            if settings.include or settings.exclude
-            else ""
-        )
-        steps.append(f"num_gpus {settings.num_gpus} x {len(resources)} host{'s' if len(resources) != 1 else ''}{why}")
-    else:
-        count = sum(len(s) for s in resources.values())
-    return NeoxCount(count=count, basis=", ".join(steps), hosts=dict(resources))
 
 
 def explain_disagreement(launch: LauncherWorld, neox: NeoxCount, launcher_notes: Sequence[str] = ()) -> str:

@@ -7,7 +7,8 @@ megatron.core and torch are imported only inside functions. The public API, re-e
     from neox_epoch.mcore import build_stages, exact_stages
 """
 
-from neox_epoch.mcore.counters import CountersStateError, LiveCounters, live_counters
+from neox_epoch.mcore.counters import LiveCounters, live_counters
+from neox_epoch.mcore.counters_state import CountersStateError
 from neox_epoch.mcore.exact import (
     BuildMismatchError,
     ExactSetup,

@@ -33,10 +33,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
-from neox_epoch.errors import ConfigError, NeoxEpochError
-from neox_epoch.formats.fingerprint import DataFingerprint, compare, fingerprint, message
+from neox_epoch.errors import ConfigError
+from neox_epoch.formats.fingerprint import DataFingerprint, compare, message
 from neox_epoch.formats.runlog import (
     JsonlSink,
     Marker,
@@ -54,71 +52,13 @@ from neox_epoch.formats.runlog import (
     scalars_writer,
     sources_state,
 )
+from neox_epoch.mcore.counters_state import STATE_FORMAT, CountersStateError, run_fingerprint
+from neox_epoch.mcore.draw_counts import BlendCounts, DirectCounts
 from neox_epoch.plan.model import Plan
 from neox_epoch.util.ranklog import is_rank_zero
 from neox_epoch.util.values import is_whole
 
 log = logging.getLogger("neox_epoch.mcore")
-
-#: ``state_dict()["format"]``
-STATE_FORMAT = "neox_epoch.mcore.counters/1"
-
-
-class CountersStateError(NeoxEpochError):
-    """A counters state (checkpoint) disagrees with the train dataset, or the training loop went backwards."""
-
-
-class BlendCounts:
-    """Per-source draw counts of the first ``c`` positions of a built blend, read from its ``dataset_index``."""
-
-    def __init__(self, dataset_index: Any, sources: int, size: int, block: int = 4096) -> None:
-        if block <= 0:
-            raise ConfigError(f"block: {block}; expected a positive integer")
-        self.index = dataset_index
-        self.sources = int(sources)
-        self.size = int(size)
-        self.block = int(block)
-        rows = self.size // self.block
-        per_block = np.zeros((rows + 1, self.sources), dtype=np.int64)
-        step = self.block * max(1, (1 << 22) // self.block)  # ~4M positions per chunk: bounded temporaries
-        for first in range(0, rows * self.block, step):
-            last = min(first + step, rows * self.block)
-            chunk = np.asarray(dataset_index[first:last]).reshape(-1, self.block)
-            r0 = first // self.block + 1
-            for s in range(self.sources):
-                per_block[r0 : r0 + chunk.shape[0], s] = np.count_nonzero(chunk == s, axis=1)
-        self.cumulative = np.cumsum(per_block, axis=0)
-        """``cumulative[k, s]``: draws of source s among the first ``k * block`` positions."""
-
-    def counts(self, consumed: int) -> list[int]:
-        """Draws per source among positions ``0 .. consumed-1`` (O(block))."""
-        c = max(0, min(int(consumed), self.size))
-        k = c // self.block
-        tail = np.bincount(np.asarray(self.index[k * self.block : c], dtype=np.int64), minlength=self.sources)
-        return [int(x) for x in self.cumulative[k] + tail[: self.sources]]
-
-    def position_of_draw(self, source: int, draw: int) -> int | None:
-        """Blend position of source ``source``'s draw number ``draw`` (0-based), None when it is not drawn."""
-        col = self.cumulative[:, source]
-        k = int(np.searchsorted(col, draw, side="right")) - 1  # last block start with at most `draw` draws before
-        start = k * self.block
-        stop = min(start + self.block, self.size)
-        hits = np.flatnonzero(np.asarray(self.index[start:stop]) == source)
-        j = draw - int(col[k])
-        return start + int(hits[j]) if j < len(hits) else None
-
-
-class DirectCounts:
-    """One GPTDataset read in order: position p is the source's draw p."""
-
-    def __init__(self, size: int) -> None:
-        self.size = int(size)
-
-    def counts(self, consumed: int) -> list[int]:
-        return [max(0, min(int(consumed), self.size))]
-
-    def position_of_draw(self, source: int, draw: int) -> int | None:
-        return draw if 0 <= draw < self.size else None
 
 
 def _plan_of(plan_or_setup: Any) -> Plan:
@@ -189,7 +129,7 @@ class LiveCounters:
             )
             for sp in train
         )
-        self.fingerprint = _fingerprint_of(plan, plan_or_setup, datasets)
+        self.fingerprint = run_fingerprint(plan, plan_or_setup, datasets)
         """The data fingerprint saved in the state (None when the seed is unknown)."""
         starts: list[tuple[int, int, int]] = []  # (blend position, source, pass number)
         for i, s in enumerate(self.sources):
@@ -500,26 +440,6 @@ class LiveCounters:
             self.sink.write(report)
             self.sink.close()
         return report
-
-
-def _fingerprint_of(plan: Plan, plan_or_setup: Any, datasets: list[Any]) -> DataFingerprint | None:
-    """The run's data fingerprint: the train prefixes, seq_length, the seed (the setup's config, else the built
-    dataset's) and the stage plan; None when no seed is known."""
-    config = getattr(plan_or_setup, "config", None) or getattr(datasets[0] if datasets else None, "config", None)
-    seed = getattr(config, "random_seed", None)
-    if seed is None:
-        return None
-    stages = plan.settings.get("stages")
-    try:
-        return fingerprint(
-            [sp.prefix for sp in plan.sources if sp.split == "train"],
-            int(plan.seq_length),
-            int(seed),
-            stages if isinstance(stages, Mapping) else None,
-        )
-    except NeoxEpochError as err:  # e.g. two prefixes with the same last path component: the draws check remains
-        log.warning("neox_epoch: no data fingerprint in the counters' state: %s", err)
-        return None
 
 
 def live_counters(

@@ -32,7 +32,8 @@ from typing import Any
 
 from neox_epoch.errors import ConfigError, NeoxEpochError, PlanError
 from neox_epoch.formats.detect import megatron_core_version
-from neox_epoch.mcore.counters import CountersStateError, LiveCounters, live_counters
+from neox_epoch.mcore.counters import LiveCounters, live_counters
+from neox_epoch.mcore.counters_state import CountersStateError
 from neox_epoch.plan.exact import exact_plan, passes_per_source
 from neox_epoch.plan.planner import (
     SPLITS,

@@ -122,7 +122,7 @@ class Hooks:
         self.counters.load_state_dict(state)
 
     def counters_format(self) -> str:
-        from neox_epoch.mcore.counters import STATE_FORMAT
+        from neox_epoch.mcore.counters_state import STATE_FORMAT
 
         return STATE_FORMAT
 

@@ -37,10 +37,12 @@ from neox_epoch.batch.check import (  # noqa: E402
     derive_batch,
 )
 from neox_epoch.batch.config import LauncherSettings, read_config  # noqa: E402
+from neox_epoch.batch.deepspeed_import import deepspeed_runner, import_deepspeed  # noqa: E402
 from neox_epoch.batch.fix import consistent_micro_and_accumulation  # noqa: E402
 from neox_epoch.batch.guard import check_world  # noqa: E402
+from neox_epoch.batch.neox_count import neox_gpu_count  # noqa: E402
 from neox_epoch.batch.preflight import preflight  # noqa: E402
-from neox_epoch.batch.world import deepspeed_runner, import_deepspeed, launcher_world, neox_gpu_count  # noqa: E402
+from neox_epoch.batch.world import launcher_world  # noqa: E402
 from neox_epoch.cli import main  # noqa: E402
 from neox_epoch.errors import BatchError, ConfigError  # noqa: E402
 

@@ -214,7 +214,7 @@ def test_world_from_dlts_hostfile(cwd, capsys, monkeypatch):  # type: ignore[no-
 def test_no_world_says_how_to_give_it(cwd, capsys, monkeypatch):  # type: ignore[no-untyped-def]
     """No hostfile and no GPU (or no torch): NeoX would count 0 GPUs; the message names the ways to give the world
     and says that num_gpus alone does not count (NeoX ignores it without a hostfile)."""
-    monkeypatch.setattr("neox_epoch.batch.world._cuda_device_count", lambda: 0)
+    monkeypatch.setattr("neox_epoch.batch.neox_count._cuda_device_count", lambda: 0)
     a = write(cwd / "a.yml", {**BASE, "train_iters": 10, "num_gpus": 8})
     code, _, err = plan([a], capsys)
     assert code == 2 and err.count("\n") == 1
@@ -226,7 +226,7 @@ def test_no_world_says_how_to_give_it(cwd, capsys, monkeypatch):  # type: ignore
 
 
 def test_device_count_is_neox_s_count_without_hostfile(cwd, capsys, monkeypatch):  # type: ignore[no-untyped-def]
-    monkeypatch.setattr("neox_epoch.batch.world._cuda_device_count", lambda: 2)
+    monkeypatch.setattr("neox_epoch.batch.neox_count._cuda_device_count", lambda: 2)
     a = write(cwd / "a.yml", {**BASE, "train_iters": 10, "num_gpus": 8})  # num_gpus ignored, as in NeoX
     assert plan([a], capsys)[1]["global_batch_size"] == 8  # type: ignore[index]
 
@@ -324,7 +324,7 @@ SETTINGS = {
 
 
 def _count(settings: LauncherSettings, use_deepspeed: bool, cuda: int = 0) -> Any:
-    from neox_epoch.batch.world import neox_gpu_count
+    from neox_epoch.batch.neox_count import neox_gpu_count
 
     try:
         c = neox_gpu_count(settings, use_deepspeed=use_deepspeed, cuda_device_count=cuda, environ={})
@@ -352,7 +352,8 @@ def test_missing_hostfile_falls_back_to_device_count_on_both_paths(cuda, tmp_pat
 
 @optional.needs("deepspeed")
 def test_default_hostfile_is_deepspeed_s():
-    from neox_epoch.batch.world import DEFAULT_HOSTFILE, deepspeed_runner
+    from neox_epoch.batch.deepspeed_import import deepspeed_runner
+    from neox_epoch.batch.hostfile import DEFAULT_HOSTFILE
 
     assert deepspeed_runner().DLTS_HOSTFILE == DEFAULT_HOSTFILE
 

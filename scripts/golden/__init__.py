@@ -1,0 +1,1 @@
+"""The parts of scripts/neox_golden.py (run that script; these modules are imported by it)."""
