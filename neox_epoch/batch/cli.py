@@ -56,7 +56,8 @@ def register(subparsers: Any) -> None:
 
 
 def _overrides(args: argparse.Namespace) -> LauncherSettings:
-    return LauncherSettings(**{name: getattr(args, name, None) for name in _FLAGS})
+    given: dict[str, Any] = {name: getattr(args, name, None) for name in _FLAGS}  # str | int | None each
+    return LauncherSettings(**given)
 
 
 def _flag_words(args: argparse.Namespace) -> list[str]:
@@ -106,7 +107,10 @@ def format_table(result: Any) -> str:
 def _inconsistent_message(result: Any, args: argparse.Namespace) -> str:
     findings = "; ".join(result.report.findings)
     if result.fix is None:
-        return f"batch inconsistent with the launcher's world: {findings}; no fix keeps train_batch_size: {result.fix_error}"
+        return (
+            f"batch inconsistent with the launcher's world: {findings}; "
+            f"no fix keeps train_batch_size: {result.fix_error}"
+        )
     out = suggested_fix_path(result.config.paths[0])
     command = shlex.join(["neox-epoch", "check-batch", *args.configs, *_flag_words(args), "--fix", out])
     return (

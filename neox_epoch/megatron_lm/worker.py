@@ -1,4 +1,5 @@
-"""What each Megatron-LM rank runs under ``neox-epoch launch``: ``-m neox_epoch.megatron_lm.worker pretrain_gpt.py FLAGS``.
+"""What each Megatron-LM rank runs under ``neox-epoch launch``:
+``-m neox_epoch.megatron_lm.worker pretrain_gpt.py FLAGS``.
 
 Reads ``$NEOX_EPOCH_MEGATRON_LM``, plans the script's flags with the planner ``neox-epoch plan`` uses (the
 exact flags are already in them), puts the script's directory first on ``sys.path`` (as ``python

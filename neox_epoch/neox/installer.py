@@ -36,7 +36,7 @@ _MODULES = {
 _state: State | None = None
 
 
-def _target(state: State, key: str) -> tuple[Any, str]:
+def _target(state: State, key: tuple[str, str]) -> tuple[Any, str]:
     where, attr = key
     mod, _, cls = where.partition(".")
     obj: Any = state.modules[mod]

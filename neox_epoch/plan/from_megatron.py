@@ -95,10 +95,9 @@ def _specs(blend: Blend | None) -> tuple[SourceSpec, ...]:
     if blend is None:
         return ()
     prefixes, weights = blend
-    return tuple(
-        SourceSpec(p, None if weights is None else float(w))
-        for p, w in zip(prefixes, weights if weights is not None else [None] * len(prefixes))
-    )
+    if weights is None:
+        return tuple(SourceSpec(p, None) for p in prefixes)
+    return tuple(SourceSpec(p, float(w)) for p, w in zip(prefixes, weights))
 
 
 def train_consumed(run: MegatronRun) -> int:
@@ -114,7 +113,8 @@ def _schedule_words(sched: mlm.BatchSchedule) -> str:
     if sched.rampup is not None:
         start, inc, samples = sched.rampup
         return (
-            f"the ramp-up (from {start}, +{inc} every {sched.rampup_samples_per_increment:g} samples up to {samples}, then "
+            f"the ramp-up (from {start}, +{inc} every {sched.rampup_samples_per_increment:g} samples "
+            f"up to {samples}, then "
             f"{sched.global_batch_size})"
         )
     return f"the running batch {sched.running_global_batch_size(0)} (--decrease-batch-size-if-needed)"
@@ -285,7 +285,8 @@ def _eval_warnings(args: MegatronArgs, run: MegatronRun) -> list[PlanWarning]:
             f"{asked} evaluations ({valid} samples) but the run makes {runs}: the training loop evaluates "
             f"at every multiple of --eval-interval {args.eval_interval} from --start-eval-at-iter "
             f"{args.start_eval_at_iter} on (the request leaves out one evaluation when that start is a "
-            f"multiple of the interval), then once after training; the last {(runs - asked) * args.eval_iters * eg} samples are read past the "
+            "multiple of the interval), then once after training; "
+            f"the last {(runs - asked) * args.eval_iters * eg} samples are read past the "
             "request; a validation blend sized to it runs out",
             "valid",
         )

@@ -249,9 +249,9 @@ def advance(
             "eval_interval and eval_iters"
         )
     if len(weights) == 1:  # one source draws every step, whatever its weight: no replay
-        c0 = int(counts[0])
-        return [c0 + stop - start], [
-            start + k - c0 - 1 if i == 0 and c0 < k <= c0 + stop - start else -1 for i, k in marks
+        drawn = int(counts[0])
+        return [drawn + stop - start], [
+            start + k - drawn - 1 if i == 0 and drawn < k <= drawn + stop - start else -1 for i, k in marks
         ]
     if marks and stop - start >= _JUMP_MIN_STEPS and _greedy is not None:
         return _marked(weights, start, counts, stop, marks)
