@@ -163,9 +163,10 @@ def megatron_input(argv: Sequence[str], version: str) -> MegatronInput:
     """Parse ``argv`` (neox-epoch's own options removed) and build the megatron-core plan input."""
     args = parse_megatron_argv(argv, version)
     run = megatron_run(args)
-    per_split = args.blend_per_split is not None and any(args.blend_per_split)
-    if per_split:
-        train, valid, test = (_specs(b) for b in args.blend_per_split)  # type: ignore[union-attr]
+    splits = args.blend_per_split
+    per_split = splits is not None and any(splits)
+    if splits is not None and per_split:
+        train, valid, test = (_specs(b) for b in splits)
     else:
         train, valid, test = _specs(args.blend), (), ()
     notes = []
