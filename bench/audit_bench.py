@@ -45,6 +45,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 import numpy as np
 
@@ -185,14 +186,14 @@ def _child(mode: str, base: str, consumed: int) -> None:
     )
 
 
-def _versus(out: dict[str, dict[str, object]], label: str) -> str:
+def _versus(out: dict[str, dict[str, Any]], label: str) -> str:
     """New/old ratios of wall time and peak RSS for an audit line that has an old twin."""
     old = out.get(label + " old")
     if old is None:
         return ""
     new = out[label]
-    wall = float(new["wall_s"]) / max(float(old["wall_s"]), 1e-9)  # type: ignore[arg-type]
-    rss = int(new["peak_rss_bytes"]) / max(int(old["peak_rss_bytes"]), 1)  # type: ignore[call-overload]
+    wall = float(new["wall_s"]) / max(float(old["wall_s"]), 1e-9)
+    rss = int(new["peak_rss_bytes"]) / max(int(old["peak_rss_bytes"]), 1)
     return f"  new/old: wall {wall:.2f}x, peak RSS {rss:.2f}x"
 
 
@@ -272,7 +273,7 @@ def main() -> None:
         here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         for tree in (here, *([args.old] if args.old else [])):
             subprocess.run([sys.executable, "-m", "compileall", "-q", os.path.join(tree, "neox_epoch")], check=True)
-        results: dict[str, list[dict[str, object]]] = {label: [] for label, _ in runs}
+        results: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in runs}  # the audit's JSON lines
         # every child in the environment `neox-epoch` gives its commands (cli.quiet_blas): numpy's OpenBLAS pool to one
         # thread, or its threads spin for about 0.1 s after numpy's import beside the audit's two
         child_env = {**os.environ, "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS", "1")}
@@ -298,19 +299,20 @@ def main() -> None:
                 results[label].append({**json.loads(proc.stdout.strip().splitlines()[-1]), "consumed": consumed})
 
         gb = 1e9
-        out = {label: min(rs, key=lambda r: float(r["wall_s"])) for label, rs in results.items()}  # type: ignore[arg-type]
-        read = max(float(out["read"]["wall_s"]), 0.01)  # type: ignore[arg-type]
-        read_median = statistics.median(float(x["wall_s"]) for x in results["read"])  # type: ignore[arg-type]
+        out = {label: min(rs, key=lambda r: float(r["wall_s"])) for label, rs in results.items()}
+        read = max(float(out["read"]["wall_s"]), 0.01)
+        read_median = statistics.median(float(x["wall_s"]) for x in results["read"])
         for label, r in out.items():
-            ratio = float(r["wall_s"]) / read  # type: ignore[arg-type]
+            ratio = float(r["wall_s"]) / read
             hwm = r.get("vmhwm_bytes")
-            walls = [float(x["wall_s"]) for x in results[label]]  # type: ignore[arg-type]
+            walls = [float(x["wall_s"]) for x in results[label]]
             spread = f" (of {'/'.join(f'{w:.3f}' for w in walls)})" if len(walls) > 1 else ""
             spread += f", median {statistics.median(walls) / read_median:.2f}x read's" if len(walls) > 1 else ""
             print(
-                f"{label:13s} wall {float(r['wall_s']):7.3f} s{spread}  ({ratio:5.3f}x read)  cpu {r['cpu_s']:>6} s  peak RSS {int(r['peak_rss_bytes']) / gb:5.2f} GB"  # type: ignore[call-overload]
-                + (f" (VmHWM {int(hwm) / gb:5.2f} GB)" if hwm else "")  # type: ignore[call-overload]
-                + (f"  findings {len(r['findings'])}" if "findings" in r else "")  # type: ignore[arg-type]
+                f"{label:13s} wall {float(r['wall_s']):7.3f} s{spread}  ({ratio:5.3f}x read)  cpu {r['cpu_s']:>6} s"
+                f"  peak RSS {int(r['peak_rss_bytes']) / gb:5.2f} GB"
+                + (f" (VmHWM {int(hwm) / gb:5.2f} GB)" if hwm else "")
+                + (f"  findings {len(r['findings'])}" if "findings" in r else "")
                 + _versus(out, label)
                 + (
                     f"  consumed {r['consumed']:,}: tokens by times seen {r.get('exposure')}"

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import io
 import os
 import random
@@ -49,6 +50,11 @@ def fastest(fn: Callable[[], object], out: list[float], cpu: list[float] | None 
     return r
 
 
+def _plain_counts(weights: list[float], draws: int) -> list[int]:
+    """The counts after ``draws`` steps of the scalar C replay (the baseline)."""
+    return list(_greedy.advance_plain(weights, 0, [0] * len(weights), draws, [])[0])
+
+
 def draws_part(draws: int, repeat: int) -> None:
     print(f"ns per draw, {draws:,d} draws, fastest of {repeat} alternated runs (ratio = plain / new)")
     rng = random.Random(2026)
@@ -62,10 +68,7 @@ def draws_part(draws: int, repeat: int) -> None:
             c_plain: list[float] = []
             same = True
             for r in range(repeat):  # the order flips every run: the first of a pair tends to run slower
-                runs = [
-                    lambda w=w: blend.greedy_counts(w, draws),
-                    lambda w=w, n=n: list(_greedy.advance_plain(w, 0, [0] * n, draws, [])[0]),
-                ]
+                runs = [functools.partial(blend.greedy_counts, w, draws), functools.partial(_plain_counts, w, draws)]
                 outs = [(t_new, c_new), (t_plain, c_plain)]
                 order = (0, 1) if r % 2 == 0 else (1, 0)
                 got = {k: fastest(runs[k], *outs[k]) for k in order}

@@ -64,7 +64,8 @@ def main() -> int:
         same = results[0][0] == results[1][0]
         bad += not same
         print(
-            f"{name:24s} {'marks' if marked else 'no marks':8s} {stop:>13,d} draws: equal={same}  advance {results[0][1]:6.1f} s  "
+            f"{name:24s} {'marks' if marked else 'no marks':8s} {stop:>13,d} draws: equal={same}  "
+            f"advance {results[0][1]:6.1f} s  "
             f"plain {results[1][1]:6.1f} s (cpu)",
             flush=True,
         )

@@ -82,7 +82,10 @@ def main() -> int:
     )
     hooked = json.loads(dry.stdout.strip().splitlines()[-1])["argv"]
     plain = _worker_free(hooked)
-    on, off, inside, once = [], [], [], []
+    on: list[float] = []
+    off: list[float] = []
+    inside: list[float] = []
+    once: list[float] = []
     for r in range(opts.repeats):
         for kind in ("on", "off"):
             times = os.path.join(root, f"times-{r}")

@@ -80,14 +80,16 @@ def timed(inp: PlanInput, passes: dict[str, float], search: object, repeat: int)
 def per_candidate(inp: PlanInput, plan: Plan, repeat: int) -> tuple[float, float]:
     """Least CPU seconds of one candidate: the full plan (before) and the screen (now), for the winner's
     settings (the search's own trial input), token sums already read as in the search."""
-    targets = list(plan.settings["targets"].values())  # type: ignore[union-attr]
-    weights = plan.settings["weights"]
+    given = plan.settings["targets"]  # exact mode: {source label: its target draws}
+    assert isinstance(given, dict), given
+    targets = list(given.values())
+    weights = plan.planned_weights()
     exact_inp = replace(inp, train_iters=plan.train_iters, train_samples=None)
     if framework_of(inp).exact_surplus_zero:
         exact_inp = replace(exact_inp, mcore=replace(inp.mcore, mid_level_dataset_surplus=0.0))
     trial = replace(
         exact_inp,
-        blend_weights_override=tuple(weights),  # type: ignore[arg-type]
+        blend_weights_override=tuple(weights),
         neox=replace(inp.neox, exact_requests=tuple(targets) if framework_of(inp).exact_requests else None),
     )
     cache: TokenCache = {}
@@ -162,8 +164,8 @@ def main() -> int:
                 full, screen = per_candidate(inp, new, args.repeat)
                 cand_ratios.append(full / screen)
                 cand = (
-                    f"  one candidate: full plan {full * 1e3:6.1f} ms, screen {screen * 1e3:6.1f} ms "
-                    f"({full / screen:4.1f}x)"
+                    f"  one candidate: full plan {full * 1e3:6.1f} ms, screen {screen * 1e3:6.1f} ms"
+                    f" ({full / screen:4.1f}x)"
                 )
             print(
                 f"blend {b:3d} {fw:<13} {n} sources {what:<14} candidates {tries:3d}  search: full plan per candidate "
@@ -183,8 +185,8 @@ def main() -> int:
         )
         if cand_ratios:
             print(
-                "a candidate that fails costs the screen instead of a full plan: median "
-                f"{sorted(cand_ratios)[len(cand_ratios) // 2]:.1f}x "
+                "a candidate that fails costs the screen instead of a full plan: "
+                f"median {sorted(cand_ratios)[len(cand_ratios) // 2]:.1f}x "
                 f"cheaper (min {min(cand_ratios):.1f}x, max {max(cand_ratios):.1f}x; CPU time, least of {args.repeat})"
             )
         return 0 if same == args.blends else 1

@@ -13,8 +13,9 @@ this tree and with the tree of ``--old-commit`` (extracted with ``git archive``,
 tree when their sources are the same, else built in place), checks that both print the same per-source numbers
 (documents, tokens, samples requested and drawn, epochs built), and prints the times and the ratio old/new.
 Times are CPU seconds (user + system of the child): on a shared machine its wall time mostly measures the other
-jobs (each run's wall time is printed too). An old run past ``--old-timeout`` wall seconds is stopped and reported as "> TIMEOUT". Exit 1 when a new run takes
-more than ``--target`` seconds at 10k sources or disagrees with the old one.
+jobs (each run's wall time is printed too). An old run past ``--old-timeout`` wall seconds is stopped and reported
+as "> TIMEOUT". Exit 1 when a new run takes more than ``--target`` seconds at 10k sources or disagrees with the old
+one.
 """
 
 from __future__ import annotations

@@ -86,7 +86,7 @@ def main() -> int:
         f"{'command (plan ... --json)':<64} {'base wall':>9} {'new wall':>9} {'ratio':>6} {'base cpu':>9} "
         f"{'new cpu':>8} {'ratio':>6}  exit"
     )
-    logs = {"wall": [], "cpu": []}
+    logs: dict[str, list[float]] = {"wall": [], "cpu": []}
     for label, cmd in cases:
         argv = [py, "-m", "neox_epoch.cli", *cmd, "--json"]
         for env in envs.values():  # warm-up: compiles the bytecode, fills the page cache

@@ -127,11 +127,11 @@ def tiny_gpt(seq_length: int, width: int = 32) -> Any:
 def null_tokenizer() -> Any:
     """megatron-core's NullTokenizer (module path by version)."""
     try:
-        from megatron.core.tokenizers.text.libraries.null_tokenizer import NullTokenizer  # type: ignore
+        from megatron.core.tokenizers.text.libraries.null_tokenizer import NullTokenizer
 
         return NullTokenizer(vocab_size=65536)
     except ImportError:
-        from megatron.training.tokenizer.tokenizer import _NullTokenizer  # type: ignore
+        from megatron.training.tokenizer.tokenizer import _NullTokenizer
 
         return _NullTokenizer(65535)
 

@@ -64,15 +64,17 @@ def megatron_parser() -> argparse.ArgumentParser:
     def catch(self: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> Any:
         raise _Caught(self)
 
-    saved = (argparse.ArgumentParser.parse_args, argparse.ArgumentParser.parse_known_args)
-    argparse.ArgumentParser.parse_args = catch  # type: ignore[method-assign]
-    argparse.ArgumentParser.parse_known_args = catch  # type: ignore[method-assign]
+    methods = ("parse_args", "parse_known_args")
+    saved = {name: getattr(argparse.ArgumentParser, name) for name in methods}
+    for name in methods:  # patched on the class: Megatron-LM builds its own parser
+        setattr(argparse.ArgumentParser, name, catch)
     try:
         arguments.parse_args()
     except _Caught as caught:
         return caught.parser
     finally:
-        argparse.ArgumentParser.parse_args, argparse.ArgumentParser.parse_known_args = saved
+        for name, method in saved.items():
+            setattr(argparse.ArgumentParser, name, method)
     raise RuntimeError("megatron.training.arguments.parse_args() returned without parsing")
 
 
@@ -158,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     if args[:1] == ["--modelopt"]:  # --modelopt TABLE.json TREE: add the ModelOpt options of TREE to TABLE
         print(f"{add_modelopt(args[1], args[2])} ModelOpt options written to {args[1]}")
         return 0
-    given = (args or [None])[0]
+    given = args[0] if args else None
     tree = os.environ.get("MEGATRON_LM_DIR")
     if tree and tree not in sys.path:
         sys.path.insert(0, tree)

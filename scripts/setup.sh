@@ -45,10 +45,11 @@ setup_core() {
 setup_neox() {
   [ -x .venv/bin/python ] || "${PYTHON:-python3}" -m venv .venv
   . .venv/bin/activate
-  if [ ! -f .venv/.neox-epoch-setup-v4 ]; then
+  if [ ! -f .venv/.neox-epoch-setup-v5 ]; then
     base_tools
     python -m pip install -q torch==2.13.0
     python -m pip install -q "numpy<2" packaging pyyaml pytest ruff hypothesis
+    python -m pip install -q mypy==2.4.1  # scripts/test.sh type-checks on each stack (its own numpy's stubs)
     python -m pip install -q megatron-core==0.16.1
     python -m pip install -q deepspeed==0.19.8
     # Megatron-LM's training side (tests/helpers/frameworks.py, megatron_lm_*) imports these beyond megatron-core.
@@ -56,7 +57,7 @@ setup_neox() {
     python -m pip install -q six regex triton==3.9.0 pydantic
     # Megatron-LM's own TensorBoard writer (--tensorboard-dir), which the Megatron-LM hooks write through
     python -m pip install -q tensorboard
-    touch .venv/.neox-epoch-setup-v4
+    touch .venv/.neox-epoch-setup-v5
   fi
   install_self
   deactivate
@@ -69,13 +70,14 @@ setup_today() {
     "$py" -m venv .venv-today
   fi
   . .venv-today/bin/activate
-  if [ ! -f .venv-today/.neox-epoch-setup-v2 ]; then
+  if [ ! -f .venv-today/.neox-epoch-setup-v3 ]; then
     base_tools
     python -m pip install -q torch==2.14.1
     python -m pip install -q "numpy>=2" packaging pyyaml pytest ruff hypothesis
+    python -m pip install -q mypy==2.4.1
     python -m pip install -q megatron-core==0.19.2 deepspeed==0.19.8
     python -m pip install -q six regex pydantic tensorboard
-    touch .venv-today/.neox-epoch-setup-v2
+    touch .venv-today/.neox-epoch-setup-v3
   fi
   install_self
   deactivate

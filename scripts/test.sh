@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# README command two (what CI runs): set up both stacks, then run the test suite on each.
+# README command two (what CI runs): set up both stacks, check lint, format and types, then run the test suite on each.
 #   NeoX's stack (.venv: Python 3.11, numpy<2, megatron-core 0.16.1 and 0.10.0): every test.
 #   Today's stack (.venv-today: Python 3.12, numpy 2.x, megatron-core 0.19.2): every test that can run there;
 #   tests that run on one stack only carry the `stack` marker (GPT-NeoX's own tests: NeoX pins numpy<2) and are
@@ -14,6 +14,12 @@ if [ "$stacks" = "neox today" ]; then bash scripts/setup.sh all; else for s in $
 export DS_ACCELERATOR=cpu
 export NEOX_EPOCH_STACK_PYTHONS="neox=$PWD/.venv/bin/python,today=$PWD/.venv-today/bin/python"
 .venv/bin/ruff check neox_epoch tests scripts bench examples
+.venv/bin/ruff format --check neox_epoch tests scripts bench examples
+for s in $stacks; do  # type checks ([tool.mypy] in pyproject.toml) at each stack's Python and numpy stubs
+  venv=.venv; [ "$s" = today ] && venv=.venv-today
+  echo "== mypy, stack $s"
+  "$venv/bin/python" -m mypy
+done
 status=0
 for s in $stacks; do
   venv=.venv; [ "$s" = today ] && venv=.venv-today

@@ -8,8 +8,9 @@ variable NEOX_EPOCH_STACK_PYTHONS, or .venv and .venv-today) on the same files, 
 batch size, and ``report --json`` of a run log written by the hooks' own writers. Their stdout must be the same
 bytes and their exit codes the same; a few numbers in each are checked against where they come from.
 
-The corpora are real .bin/.idx files (neox_epoch.formats.corpus.write_random_corpus); the megatron-core cache is built by
-BlendedMegatronDatasetBuilder in the "neox" stack (megatron-core 0.16.1, a verified version; tests/helpers/mcore_live.py).
+The corpora are real .bin/.idx files (neox_epoch.formats.corpus.write_random_corpus); the megatron-core cache is built
+by BlendedMegatronDatasetBuilder in the "neox" stack (megatron-core 0.16.1, a verified version;
+tests/helpers/mcore_live.py).
 """
 
 from __future__ import annotations

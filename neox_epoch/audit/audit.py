@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -60,7 +60,8 @@ class AuditResult:
 
     @property
     def findings(self) -> list[Finding]:
-        return [f for report in [*self.indexes, *self.blends] for f in report.findings]
+        reports: list[IndexReport | BlendReport] = [*self.indexes, *self.blends]
+        return [f for report in reports for f in report.findings]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -287,7 +288,7 @@ def _finish_blend(blend: BlendReport, reports: dict[str, IndexReport], iteration
             source.exposure.second_pass_iteration = source.second_pass_iteration
 
 
-def _second_passes(blend: BlendReport) -> dict[int, int | None]:
+def _second_passes(blend: BlendReport) -> Mapping[int, int | None]:
     """Blend position of each source's first draw past one epoch: replayed (NeoX) or read from dataset_index."""
     from neox_epoch.audit import blends
 

@@ -218,7 +218,8 @@ def _draws_in_order(
                 finding(
                     path,
                     "dataset sample index",
-                    f"source {source}'s samples drawn in order ({int(want[bad])} at blend sample {start + int(at[bad])})",
+                    f"source {source}'s samples drawn in order "
+                    f"({int(want[bad])} at blend sample {start + int(at[bad])})",
                     int(samples[at][bad]),
                     "the blend files are damaged or from different builds",
                 )

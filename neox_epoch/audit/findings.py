@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, ClassVar
 
 from neox_epoch.errors import FileProblem
 
 
 class JsonFields:
     """A report dataclass whose JSON is its fields in order but those with ``repr=False`` (nested: their to_json)."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]  # every subclass is a dataclass
 
     def to_json(self) -> dict[str, Any]:
         def plain(value: Any) -> Any:

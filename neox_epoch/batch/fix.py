@@ -114,12 +114,12 @@ def plan_fix(config: BatchConfig, report: BatchReport) -> BatchFix:
     ):
         global_num_gpus = report.world_size
         if config.global_num_gpus != report.world_size:
-            old = (
+            old_gpus = (
                 config.global_num_gpus
                 if config.global_num_gpus is not None
                 else f"(NeoX counts {report.neox_world_size})"
             )
-            changes.append(f"global_num_gpus {old} -> {report.world_size}")
+            changes.append(f"global_num_gpus {old_gpus} -> {report.world_size}")
     return BatchFix(
         train_batch_size=tbs,
         train_micro_batch_size_per_gpu=micro,

@@ -36,11 +36,11 @@ def write_corpus(prefix: str, documents: Sequence[np.ndarray], dtype: str = "uin
         np.cumsum(sizes[:-1].astype(np.int64) * dt.itemsize, out=pointers[1:])
     doc_idx = np.arange(len(documents) + 1, dtype=np.int64)
 
-    def write_bin(f) -> None:  # type: ignore[no-untyped-def]
+    def write_bin(f: IO[bytes]) -> None:
         for d in documents:
             f.write(np.asarray(d, dtype=dt).tobytes())
 
-    def write_idx(f) -> None:  # type: ignore[no-untyped-def]
+    def write_idx(f: IO[bytes]) -> None:
         f.write(MAGIC)
         f.write(struct.pack("<Q", 1))
         f.write(struct.pack("<B", _CODE_OF[dt.name]))
@@ -64,10 +64,10 @@ def write_sized_corpus(prefix: str, sizes: Sequence[int], dtype: str = "uint16")
     doc_idx = np.arange(len(lengths) + 1, dtype=np.int64)
     total = int(lengths.astype(np.int64).sum()) * dt.itemsize
 
-    def write_bin(f) -> None:  # type: ignore[no-untyped-def]
+    def write_bin(f: IO[bytes]) -> None:
         f.truncate(total)
 
-    def write_idx(f) -> None:  # type: ignore[no-untyped-def]
+    def write_idx(f: IO[bytes]) -> None:
         f.write(MAGIC + struct.pack("<Q", 1) + struct.pack("<B", _CODE_OF[dt.name]))
         f.write(struct.pack("<Q", len(lengths)) + struct.pack("<Q", len(doc_idx)))
         f.write(lengths.tobytes() + pointers.tobytes() + doc_idx.tobytes())

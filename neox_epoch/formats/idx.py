@@ -16,6 +16,7 @@ Only numpy is used. Arrays are read through ``numpy.memmap`` or in bounded chunk
 
 from __future__ import annotations
 
+import io
 import os
 import struct
 from dataclasses import dataclass
@@ -268,7 +269,7 @@ def range_token_sums(header: IdxHeader, bounds: list[tuple[int, int]]) -> list[i
             )
     sums = [0] * len(bounds)
     buf = np.empty(min(SUM_CHUNK, max((hi - lo for lo, hi in bounds), default=0)), dtype=np.int32)
-    raw = memoryview(buf).cast("B")
+    raw = buf.data.cast("B")
     with open(header.prefix + ".idx", "rb", buffering=0) as f:
         for k, (lo, hi) in enumerate(bounds):
             total = 0
@@ -282,7 +283,8 @@ def range_token_sums(header: IdxHeader, bounds: list[tuple[int, int]]) -> list[i
                 if int(chunk.min()) < 0:
                     bad = pos + int(np.argmax(chunk < 0))
                     raise IndexFileError(
-                        f"{header.prefix}.idx: sizes[{bad}] = {int(chunk[bad - pos])}, expected >= 0; the index is damaged"
+                        f"{header.prefix}.idx: sizes[{bad}] = {int(chunk[bad - pos])}, expected >= 0; "
+                        "the index is damaged"
                     )
                 total += int(chunk.sum(dtype=np.int64))
                 pos += n
@@ -290,7 +292,7 @@ def range_token_sums(header: IdxHeader, bounds: list[tuple[int, int]]) -> list[i
     return sums
 
 
-def _read_full(f: BinaryIO, out: memoryview) -> int:
+def _read_full(f: io.RawIOBase, out: memoryview) -> int:
     """Fill ``out`` from ``f`` (an unbuffered file may return fewer bytes per call); the bytes read."""
     got = 0
     while got < len(out):

@@ -108,7 +108,8 @@ def parse_header(f: IO[bytes], version: tuple[int, int]) -> tuple[tuple[int, ...
     if not isinstance(fortran, bool):
         raise ValueError(f"fortran_order is not a valid bool: {fortran!r}")
     try:
-        dtype = npformat.descr_to_dtype(header["descr"])
+        # numpy 2's stub takes only the list form; the function also takes a dtype string such as "<i8"
+        dtype = npformat.descr_to_dtype(header["descr"])  # type: ignore[arg-type]
     except (TypeError, ValueError, KeyError, IndexError):
         raise ValueError(f"descr is not a valid dtype descriptor: {header['descr']!r}") from None
     return shape, fortran, dtype

@@ -58,7 +58,8 @@ def differences(plan: Plan, train_ds: Any) -> list[str]:
             for sp, want, got in zip(train, blend.draws, drawn):
                 if int(got) != int(want):
                     out.append(
-                        f"train blend: {sp.name}: {int(got)} of the first {blend.consumed} positions, planned {int(want)}"
+                        f"train blend: {sp.name}: {int(got)} of the first {blend.consumed} positions, "
+                        f"planned {int(want)}"
                     )
     return out
 

@@ -219,7 +219,7 @@ def run_subprocess(argv: list[str], env: dict[str, str]) -> int:
         proc = subprocess.Popen(argv, env=env)
     except OSError as err:
         raise ConfigError(f"launch: cannot start {argv[0]!r} ({err}); is it on PATH?") from err
-    previous: dict[int, Any] = {}
+    previous: dict[signal.Signals, Any] = {}
 
     def forward(signum: int, _frame: Any) -> None:
         with contextlib.suppress(ProcessLookupError):

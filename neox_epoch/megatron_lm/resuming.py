@@ -42,7 +42,8 @@ class ResumePoint:
 def resume_point(flags: Sequence[str]) -> ResumePoint | None:
     """The checkpoint ``--load`` (else ``--save``, as Megatron-LM's auto-resume) resumes from, when it carries
     neox-epoch's state; None otherwise (a fresh run, or a checkpoint saved without the hooks)."""
-    load = (values_of(flags, "--load") or [None])[-1] or (values_of(flags, "--save") or [None])[-1]
+    loads, saves = values_of(flags, "--load"), values_of(flags, "--save")
+    load = (loads[-1] if loads else None) or (saves[-1] if saves else None)
     if not load or not os.path.isfile(os.path.join(load, TRACKER)):
         return None
     with open(os.path.join(load, TRACKER), encoding="utf-8") as f:

@@ -53,7 +53,7 @@ def parse_block(raw: Any, where: str = BLOCK) -> HookBlock:
         raise ConfigError(f'{where}: expected a mapping such as {{"epochs": 1}}, found {raw!r}')
     full = EpochBlock.from_mapping(dict(raw), where)  # the one validation of the block, settings included
     settings = {k: getattr(full, k) for k in SETTINGS_KEYS if getattr(full, k) is not None}
-    block = replace(full, **{k: None for k in SETTINGS_KEYS})
+    block = replace(full, targets=None, weights=None)  # SETTINGS_KEYS
     return HookBlock(block, settings)
 
 

@@ -24,7 +24,8 @@ What happens, in order (NeoX's own ``deepy.main`` runs; only two names are wrapp
    ``deepspeed.launcher.runner.main(argv)``.
 
 ``--dry-run`` stops before step 5's launch and prints the argv, the environment value and the worker
-config as one JSON line (the last line of stdout). :func:`hook_deepy` does steps 1-4 for a patched deepy.py (patches/neox_epoch_hook.patch).
+config as one JSON line (the last line of stdout). :func:`hook_deepy` does steps 1-4 for a patched deepy.py
+(patches/neox_epoch_hook.patch).
 """
 
 from __future__ import annotations
@@ -289,7 +290,7 @@ def run(args: argparse.Namespace) -> int:
     neox_dir = os.path.abspath(args.neox_dir)
     deepy = _load_deepy(neox_dir)
     hook_deepy()
-    runner = importlib.import_module("deepspeed.launcher.runner")
+    runner: Any = importlib.import_module("deepspeed.launcher.runner")  # its main is replaced for one call
     real_main = runner.main
     captured: dict[str, Any] = {}
 
@@ -308,7 +309,7 @@ def run(args: argparse.Namespace) -> int:
         except (RuntimeError, ValueError, OSError) as err:  # DeepSpeed's own refusals (hostfile, ssh, resources)
             raise LaunchError(f"the deepspeed launcher refused the run: {err}") from err
 
-    runner.main = launcher_main
+    runner.main = launcher_main  # deepy.py calls deepspeed's runner.main: ours for this call
     try:
         rc = deepy.main(deepy_args)
     finally:

@@ -118,7 +118,7 @@ class RunPlan:
             out["blend_buffer"] = self.buffer
         if self.exact_targets is not None:
             out["targets"] = {s.name: t for s, t in zip(self.train, self.exact_targets)}
-            out["weights"] = list(self.plan.settings.get("weights") or [])
+            out["weights"] = self.plan.planned_weights()
         return out
 
 

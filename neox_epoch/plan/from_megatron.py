@@ -97,10 +97,9 @@ def _specs(blend: Blend | None) -> tuple[SourceSpec, ...]:
     if blend is None:
         return ()
     prefixes, weights = blend
-    return tuple(
-        SourceSpec(p, None if weights is None else float(w))
-        for p, w in zip(prefixes, weights if weights is not None else [None] * len(prefixes))
-    )
+    if weights is None:
+        return tuple(SourceSpec(p, None) for p in prefixes)
+    return tuple(SourceSpec(p, float(w)) for p, w in zip(prefixes, weights))
 
 
 def train_consumed(run: MegatronRun) -> int:
@@ -116,7 +115,8 @@ def _schedule_words(sched: megatron_batches.BatchSchedule) -> str:
     if sched.rampup is not None:
         start, inc, samples = sched.rampup
         return (
-            f"the ramp-up (from {start}, +{inc} every {sched.rampup_samples_per_increment:g} samples up to {samples}, then "
+            f"the ramp-up (from {start}, +{inc} every {sched.rampup_samples_per_increment:g} samples "
+            f"up to {samples}, then "
             f"{sched.global_batch_size})"
         )
     return f"the running batch {sched.running_global_batch_size(0)} (--decrease-batch-size-if-needed)"
@@ -165,9 +165,10 @@ def megatron_input(argv: Sequence[str], version: str) -> MegatronInput:
     """Parse ``argv`` (neox-epoch's own options removed) and build the megatron-core plan input."""
     args = parse_megatron_argv(argv, version)
     run = megatron_run(args)
-    per_split = args.blend_per_split is not None and any(args.blend_per_split)
-    if per_split:
-        train, valid, test = (_specs(b) for b in args.blend_per_split)  # type: ignore[union-attr]
+    splits = args.blend_per_split
+    per_split = splits is not None and any(splits)
+    if splits is not None and per_split:
+        train, valid, test = (_specs(b) for b in splits)
     else:
         train, valid, test = _specs(args.blend), (), ()
     notes = []
@@ -287,7 +288,8 @@ def _eval_warnings(args: MegatronArgs, run: MegatronRun) -> list[PlanWarning]:
             f"{asked} evaluations ({valid} samples) but the run makes {runs}: the training loop evaluates "
             f"at every multiple of --eval-interval {args.eval_interval} from --start-eval-at-iter "
             f"{args.start_eval_at_iter} on (the request leaves out one evaluation when that start is a "
-            f"multiple of the interval), then once after training; the last {(runs - asked) * args.eval_iters * eg} samples are read past the "
+            "multiple of the interval), then once after training; "
+            f"the last {(runs - asked) * args.eval_iters * eg} samples are read past the "
             "request; a validation blend sized to it runs out",
             "valid",
         )

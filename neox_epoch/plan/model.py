@@ -89,3 +89,8 @@ class Plan:
             "remainder": {"samples": self.remainder_samples, "tokens": self.remainder_tokens},
             "settings": dict(self.settings),
         }
+
+    def planned_weights(self) -> list[float]:
+        """The blend weights exact mode sets (``settings["weights"]``, a list of floats); [] when it sets none."""
+        weights = self.settings.get("weights")
+        return [float(w) for w in weights] if isinstance(weights, list | tuple) else []

@@ -91,7 +91,8 @@ def render(plan: Plan) -> str:
     out += [f"  {a}" for a in plan.arithmetic]
     for s in plan.sources:
         out.append(
-            f"  {s.split}/{s.name}: samples_per_epoch = (tokens - a) // seq_length with tokens {s.tokens:,d}; {s.formula}"
+            f"  {s.split}/{s.name}: samples_per_epoch = (tokens - a) // seq_length "
+            f"with tokens {s.tokens:,d}; {s.formula}"
         )
     for b in plan.blends:
         w = ", ".join(f"{x:.6f}" for x in b.weights) if b.weights else "exhaustive"

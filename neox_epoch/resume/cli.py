@@ -137,7 +137,8 @@ def _megatron_checkpoint_of(
     from neox_epoch.megatron_lm.line import values_of
     from neox_epoch.megatron_lm.state_file import iteration_dir
 
-    root = (values_of(tokens, "--load") or values_of(tokens, "--save") or [None])[-1]
+    given = values_of(tokens, "--load") or values_of(tokens, "--save")
+    root = given[-1] if given else None
     if not root:
         raise ConfigError(
             f"{path}: a Megatron-LM run's log: give its checkpoint directory, or --load in the resumed command line"

@@ -216,7 +216,8 @@ def check(
             f"(({size} - {consumed}) % {batch}); a global batch dividing {left} draws them all"
         )
     source_names = list(saved)
-    seq_length, found = 0, ()
+    seq_length = 0
+    found: tuple[SourceExposure, ...] = ()
     more_findings, more_notes = fingerprint_lines(state, cache)
     findings += more_findings
     notes += more_notes

@@ -6,10 +6,10 @@ so a changed global batch neither skips nor repeats a position. What can change 
 the new command line asks the train split for ``train_iters x global_batch_size`` samples (or
 ``--train-samples``), which can give a source another number of epochs or final-epoch separation (its index is
 shuffled anew), another blend (other sources from the resume on), or another seq_length; the loop then runs
-``while iteration < train_iters``, and the sampler refuses (no samples left) or the loader ends (StopIteration)
-when the dataset is shorter than the samples left to draw; OptimizerParamScheduler refuses a checkpoint whose schedule differs unless told to
-override or use it. The saved run is planned from its saved ``args`` exactly as a command line with those
-flags (:func:`argv_from_args`), the new one from the command line given, both with Megatron-LM's own
+``while iteration < train_iters``, and the sampler refuses (no samples left) or the loader ends (StopIteration) when
+the dataset is shorter than the samples left to draw; OptimizerParamScheduler refuses a checkpoint whose schedule
+differs unless told to override or use it. The saved run is planned from its saved ``args`` exactly as a command line
+with those flags (:func:`argv_from_args`), the new one from the command line given, both with Megatron-LM's own
 arithmetic (:mod:`neox_epoch.formats.megatron_args`) and megatron-core's builder (:mod:`neox_epoch.plan.planner`).
 """
 
@@ -194,7 +194,8 @@ def override_iteration(mi: MegatronInput, saved_gbs: int, saved_consumed: int) -
         [
             f"override-refused: --override-ckpt-iteration {k}: Megatron-LM {v}'s load_checkpoint raises RuntimeError "
             f"(checkpoint global_batch_size ({saved_gbs}) != current global_batch_size ({g}): it would recompute "
-            f"consumed_train_samples as {k} * {g} = {consumed} and replay the data loader from the wrong sample offset); "
+            f"consumed_train_samples as {k} * {g} = {consumed} and replay the data loader from the wrong "
+            "sample offset); "
             f"resume with the checkpoint's global batch {saved_gbs}, or without --override-ckpt-iteration"
         ],
     )

@@ -240,9 +240,10 @@ def build_findings(old: OldRun, saved: SavedBuild | None, new: NewRun) -> list[s
     ):
         return out  # the hooks rebuild the saved indices and blend
     if blend_changed(saved, new):
+        old_w, new_w = saved.weights or (), new.weights or ()  # both given: blend_changed compared them
         out.append(
-            f"blend-changed: the blend's weights {[round(w, 6) for w in new.weights]} differ from the saved "
-            f"run's {[round(w, 6) for w in saved.weights]}: from the resume on, positions draw other "
+            f"blend-changed: the blend's weights {[round(w, 6) for w in new_w]} differ from the saved "
+            f"run's {[round(w, 6) for w in old_w]}: from the resume on, positions draw other "
             "sources than the saved run's"
         )
     for name, built in new.builds.items():

@@ -226,8 +226,8 @@ def valid_start(old: OldRun, new: NewRun, end: int, saved: NewRun | None) -> Val
     """Where NeoX's resumed validation loader starts against what the saved run's evaluations drew, and per source
     of the validation blend what each drew, will draw to the run's ``end`` and would draw continuing: the saved
     run's eval_interval and eval_iters from the config files in the checkpoint (its validation dataset: the hooks'
-    state, else ``saved``, those files planned), its batch shape from DeepSpeed's saved config and data-parallel size; without them (a
-    run's JSONL), from the hooks' state (None when neither has them, or without evaluation)."""
+    state, else ``saved``, those files planned), its batch shape from DeepSpeed's saved config and data-parallel
+    size; without them (a run's JSONL), from the hooks' state (None when neither has them, or without evaluation)."""
     ckpt, ds, state = old.checkpoint, old.checkpoint.values.get("ds_config"), old.state
     old_valid = (
         state.valid_samples

@@ -257,9 +257,9 @@ def advance(
             "eval_interval and eval_iters"
         )
     if len(weights) == 1:  # one source draws every step, whatever its weight: no replay
-        c0 = int(counts[0])
-        return [c0 + stop - start], [
-            start + k - c0 - 1 if i == 0 and c0 < k <= c0 + stop - start else -1 for i, k in marks
+        drawn = int(counts[0])
+        return [drawn + stop - start], [
+            start + k - drawn - 1 if i == 0 and drawn < k <= drawn + stop - start else -1 for i, k in marks
         ]
     if _greedy is None and stop - start >= gnp.SHORT:
         extensions.say_missing("_greedy", "the blend's greedy draws are replayed in numpy")

@@ -75,7 +75,7 @@ def _alive(pid: int) -> bool:
 def remove_stale_temps(directory: str) -> list[str]:
     """Remove the temporary files of writers on this host that are gone (killed between link and rename, or
     before a named temporary file was renamed); return their paths."""
-    removed = []
+    removed: list[str] = []
     try:
         entries = list(os.scandir(directory))
     except OSError:
@@ -148,7 +148,7 @@ def _keep_owner(fd: int, old: os.stat_result | None) -> None:
             os.fchown(fd, old.st_uid, old.st_gid)
 
 
-def write_atomic(path: str, write: Callable[[IO[bytes]], None], mode: int | None = None) -> None:
+def write_atomic(path: str, write: Callable[[IO[bytes]], object], mode: int | None = None) -> None:
     """Call ``write(f)`` on a temporary file in ``path``'s directory and rename it to ``path``.
 
     ``mode``: the new file's permission bits; default: an existing ``path``'s, else ``0o666`` less the umask.

@@ -2,8 +2,8 @@
 
 While a guard is on, a read of a mapped page past the file's new end reads zeros instead of ending the process with
 SIGBUS, and is counted; the caller reports its files as changed while being read. Without the compiled module (no C
-compiler at install time, or NEOX_EPOCH_NO_EXTENSIONS) :data:`AVAILABLE` is False and readers copy instead of mapping
-(:mod:`neox_epoch.formats.npy`).
+compiler at install time, or NEOX_EPOCH_NO_EXTENSIONS) :data:`AVAILABLE` is False and readers copy instead of
+mapping (:mod:`neox_epoch.formats.npy`).
 """
 
 from __future__ import annotations

@@ -182,7 +182,7 @@ def failed(out: Output, err: OSError) -> OutputError:
 
 
 def write_output(
-    out: Output, write: Callable[[IO[bytes]], None], inputs: Iterable[Input] = (), *, existing_dir: bool = False
+    out: Output, write: Callable[[IO[bytes]], object], inputs: Iterable[Input] = (), *, existing_dir: bool = False
 ) -> None:
     """Check ``out`` (:func:`check_output`), then call ``write(f)`` on its atomic temporary file and rename it."""
     final = check_output(out, inputs, existing_dir=existing_dir)

@@ -42,7 +42,7 @@ HEADER_EVENTS = ("plan", "resume")
 #: the record that says what is missing
 GAP_EVENT = "log_gap"
 
-_reported: set[str] = set()
+_reported: set[tuple[str, str]] = set()
 """(what, path) pairs already reported by this process: a failure is logged once per process and file."""
 
 

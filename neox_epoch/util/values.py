@@ -5,10 +5,10 @@ file or key, the value and the fix."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, TypeGuard
 
 
-def is_whole(value: Any, minimum: int | None = None) -> bool:
+def is_whole(value: Any, minimum: int | None = None) -> TypeGuard[int]:
     """``value`` is an int (not a bool) and, when ``minimum`` is given, at least ``minimum``."""
     return isinstance(value, int) and not isinstance(value, bool) and (minimum is None or value >= minimum)
 

@@ -1,10 +1,10 @@
 """The plan's tokens-unseen figure against what the audit counts on the same REAL build (issue: real inputs).
 
-The installed megatron-core (0.16.1 on NeoX's stack, 0.19.2 on today's) builds each case (tiny random corpora, blends, separately shuffled final epochs); the
-audit counts, token by token, what the first N samples feed the model. Where the plan calls its figure exact,
-it must equal the audit's count; where it is an expectation over the shuffle, it must lie within a few
-standard deviations of the count. NeoX's own caches (tests/fixtures/neox, built by real NeoX) are checked
-the same way.
+The installed megatron-core (0.16.1 on NeoX's stack, 0.19.2 on today's) builds each case (tiny random corpora, blends,
+separately shuffled final epochs); the audit counts, token by token, what the first N samples feed the model. Where
+the plan calls its figure exact, it must equal the audit's count; where it is an expectation over the shuffle, it must
+lie within a few standard deviations of the count. NeoX's own caches (tests/fixtures/neox, built by real NeoX) are
+checked the same way.
 """
 
 from __future__ import annotations

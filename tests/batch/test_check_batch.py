@@ -952,7 +952,8 @@ def deepspeed_command() -> list[str]:
 def launch(
     flags: Sequence[str], probe_args: Sequence[str], out_dir: Any, env: dict[str, str]
 ) -> tuple[int, list[dict[str, Any]]]:
-    """Run ``deepspeed <flags> tests/helpers/ds_rank_probe.py`` on CPU; return its exit code and the per-rank records."""
+    """Run ``deepspeed <flags> tests/helpers/ds_rank_probe.py`` on CPU; return its exit code and the per-rank
+    records."""
     os.makedirs(out_dir, exist_ok=True)
     full_env = {k: v for k, v in os.environ.items() if k not in LAUNCH_ENV}
     full_env.update(env)

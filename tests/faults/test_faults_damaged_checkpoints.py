@@ -2,7 +2,8 @@
 hold garbage, a pickle announcing 2^62 bytes, a directory where a file belongs, or a negative iteration is exit 2
 with one line naming the file, what was found, what was expected and the fix; never exit 3, never a number
 computed from it (a negative iteration gave consumed = -80). The checkpoints are written in the layouts DeepSpeed
-(GPT-NeoX) and Megatron-LM write (tests/formats/test_checkpoint.py reads a real DeepSpeed one); each case asserts that no
+(GPT-NeoX) and Megatron-LM write (tests/formats/test_checkpoint.py reads a real DeepSpeed one); each case asserts that
+no
 file of the checkpoint or the config changed (hash and mode).
 """
 

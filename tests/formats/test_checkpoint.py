@@ -48,7 +48,8 @@ def test_real_deepspeed_checkpoint_reads_without_torch(tmp_path):  # type: ignor
     )
     assert r.returncode == 0, r.stderr[-3000:]
     code = (
-        "import sys, json; from neox_epoch.formats.checkpoint import read_checkpoint; c = read_checkpoint(sys.argv[1]); "
+        "import sys, json; from neox_epoch.formats.checkpoint import read_checkpoint; "
+        "c = read_checkpoint(sys.argv[1]); "
         "print(json.dumps([c.framework, os.path.basename(c.directory), c.iteration, c.values['args'], "
         "c.values['dp_world_size'], c.values['ds_config']['train_batch_size'], "
         "c.values['ds_config']['gradient_accumulation_steps'], c.values['ds_version'], "

@@ -3,7 +3,8 @@
 Key spelling across files (NeoX compares the key as written with the keys loaded so far, stored with ``_``),
 keys NeoX removed, empty files, the world from a hostfile / launcher flags / ``global_num_gpus`` /
 ``--world-size`` / ``$DLTS_HOSTFILE``, NeoX's batch derivation and checks, and the torch-free hostfile path
-(which must agree with DeepSpeed's own functions). Against real NeoX (tests/helpers/frameworks.py), the spelling rules are
+(which must agree with DeepSpeed's own functions). Against real NeoX (tests/helpers/frameworks.py), the spelling rules
+are
 also checked against NeoX's real from_ymls.
 """
 

@@ -1,6 +1,7 @@
 """A Megatron-LM checkpoint's ``args`` as Megatron-LM's own code makes them (not a pytest file).
 
-Usage (the Megatron-LM tree first on PYTHONPATH, or today's stack's environment, as tests/helpers/megatron_lm_env.py runs
+Usage (the Megatron-LM tree first on PYTHONPATH, or today's stack's environment, as tests/helpers/megatron_lm_env.py
+runs
 scripts)::
 
     python tests/helpers/megatron_lm_checkpoint.py SAVE_DIR ITERATION WORLD_SIZE pretrain_gpt.py-arguments...

@@ -37,7 +37,8 @@ a worker that still hangs is killed after ``--timeout`` seconds.
 OUT.json: ``{"megatron_lm_version", "megatron_lm_dir", "import_s", "cases": [CASE, ...]}`` with
 CASE = ``{"id", "refusal": null | {"stage", "error", "message"}, "world_size", "data_parallel_size",
 "global_batch_size", "train_iters", "train_consumed" (the calculator's running batch summed over train_iters
-steps, up to 2,000,000 of them, when the training loop's checks pass), "num_samples": [train, valid, test], "scheduler": {...},
+steps, up to 2,000,000 of them, when the training loop's checks pass), "num_samples": [train, valid, test],
+"scheduler": {...},
 "splits": {"train"|"valid"|"test": SPLIT | [SPLIT, ...] | null}}``; SPLIT is a GPTDataset record
 (``dataset_path, num_samples, len, num_documents, tokens, epochs, order``: a digest of its document, sample
 and shuffle index) or a BlendedDataset record (``size, len, weights, draws, datasets: [GPT record, ...]``);

@@ -326,7 +326,8 @@ STEP = ["--step-batch-size-schedule", "0:16 64K:32 200K:64", "--eval-iters", "2"
 
 
 def test_0_19_step_schedule_numbers() -> None:
-    """Megatron-LM 0.19.2's own code (tests/helpers/megatron_lm_truth.py on today's stack) gave, for this command line at
+    """Megatron-LM 0.19.2's own code (tests/helpers/megatron_lm_truth.py on today's stack) gave, for this command line
+    at
     8 GPUs with --train-samples 5000: train_iters 119, 5024 samples consumed, requests (5000, 320, 32); with
     --train-iters 50 and --eval-global-batch-size 32: 1088 consumed, requests (800, 384, 64), LR decay 800."""
     a = parse_megatron_argv(argv("--train-samples", "5000", "--start-eval-at-iter", "20", *STEP), "0.19.2")
@@ -834,7 +835,8 @@ def compare_all(
 def truth_and_comparison(
     cases: list[dict[str, Any]], tmp_path: Any, version: str, timeout: float = 120.0
 ) -> tuple[dict[str, Any], int]:
-    """Run the cases through Megatron-LM ``version``'s own code (tests/helpers/megatron_lm_truth.py), require that version
+    """Run the cases through Megatron-LM ``version``'s own code (tests/helpers/megatron_lm_truth.py), require that
+    version
     and no difference from the plan; (the truth, how many cases the builder built)."""
     import megatron_lm_env as env
 
@@ -1034,7 +1036,8 @@ def _train_epochs(real: dict[str, Any]) -> list[int]:
 @pytest.mark.parametrize("change", ["batch", "smaller", "blend", "none"])
 def test_resume_check_on_a_megatron_lm_checkpoint(megatron_lm: str, tmp_path: Any, change: str) -> None:
     """A checkpoint at iteration 50 of global batch 8 (its args made and saved by Megatron-LM's own
-    parse_args/validate_args/scheduler, tests/helpers/megatron_lm_checkpoint.py), resumed with the global batch doubled or
+    parse_args/validate_args/scheduler, tests/helpers/megatron_lm_checkpoint.py), resumed with the global batch doubled
+    or
     the blend 0.7/0.3 made 0.5/0.5. Megatron-LM's sampler starts at consumed_train_samples = 400 whatever the
     batch; resume-check names as orders-change exactly the sources whose train index the real builder gives
     another number of epochs for the new command line, and lr-schedule exactly when the real scheduler's steps
@@ -1419,7 +1422,8 @@ def valid_diffs(pair: dict[str, Any], out: dict[str, Any], real_new: dict[str, A
 
 
 def expected_resume(pair: dict[str, Any], real_old: dict[str, Any], real_new: dict[str, Any]) -> dict[str, Any]:
-    """What real Megatron-LM does at the resume, from its own builds and sampler (tests/helpers/megatron_lm_truth.py)."""
+    """What real Megatron-LM does at the resume, from its own builds and sampler
+    (tests/helpers/megatron_lm_truth.py)."""
     old_train, new_train = real_old["splits"]["train"], real_new["splits"]["train"]
     old_parts = old_train["datasets"] if old_train["type"] == "BlendedDataset" else [old_train]
     new_parts = new_train["datasets"] if new_train["type"] == "BlendedDataset" else [new_train]

@@ -1,5 +1,6 @@
-"""The same runs as tests/megatron_lm/test_megatron_lm_training.py on Megatron-LM core_v0.16.1 (NeoX's stack: Python 3.11,
-megatron-core 0.16.1, the core_v0.16.1 tree first on PYTHONPATH as tests/helpers/frameworks.py megatron_lm_env() sets it)."""
+"""The same runs as tests/megatron_lm/test_megatron_lm_training.py on Megatron-LM core_v0.16.1 (NeoX's stack:
+Python 3.11, megatron-core 0.16.1, the core_v0.16.1 tree first on PYTHONPATH as tests/helpers/frameworks.py
+megatron_lm_env() sets it)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Megatron-LM phases (--phase-transition-iterations) planned phase by phase, against Megatron-LM 0.19's own code.
 
-Each phase's launch is run through tests/helpers/megatron_lm_truth.py (the 0.19.2 wheel's megatron/training and core_v0.19.0's
+Each phase's launch is run through tests/helpers/megatron_lm_truth.py (the 0.19.2 wheel's megatron/training and
+core_v0.19.0's
 pretrain_gpt.py) with ``args.iteration`` at the phase's transition, as a phase's launch resumes: its
 ``get_train_valid_test_num_samples``, ``core_gpt_dataset_config_from_args`` and the real
 ``BlendedMegatronDatasetBuilder``. The phase plan must equal it: the builder's train request, the per-source draws

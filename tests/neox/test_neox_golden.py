@@ -5,9 +5,10 @@ built for 18 cases (data_path + split, one train path, weighted and weight_by_nu
 cases, and train_epochs mode with the train_iters NeoX's own update_iterations derived), plus the train_epochs
 configurations NeoX refuses and its messages. The corpora are regenerated here from their recorded seeds
 (sha1-checked), planned with NeoX semantics, and every request, epoch count, len, blend size, draw and
-train_iters must be equal; what NeoX refuses the planner must refuse for the same reason. scripts/neox_golden.py is also re-run live on the
-real NeoX that tests/helpers/frameworks.py finds (NEOX_DIR/NEOX_PYTHON, else the vendored copy and a venv built once)
-and must reproduce the fixture.
+train_iters must be equal; what NeoX refuses the planner must refuse for the same reason. scripts/neox_golden.py is
+also re-run live on the real NeoX that tests/helpers/frameworks.py finds (NEOX_DIR/NEOX_PYTHON, else the vendored copy
+and a
+venv built once) and must reproduce the fixture.
 """
 
 from __future__ import annotations

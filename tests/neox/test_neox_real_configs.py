@@ -112,7 +112,8 @@ def advised_copy(root: str, rel: str, files_after: list[str]) -> tuple[str, list
     longer accepts or does not know, the copy drops that key's line (``gas``: "remove it"; an unknown key: "remove
     it or correct its name"), or renames it to the replacement the message names (``save-interval``: "use
     checkpoint_factor"). (path of the copy or the config itself, what was changed)."""
-    text, changed = open(os.path.join(root, rel), encoding="utf-8").read(), []
+    text = open(os.path.join(root, rel), encoding="utf-8").read()
+    changed: list[str] = []
     path = rel
     for _ in range(40):
         code, _out, err = run_plan(["plan", path, *files_after, "--json"])
@@ -262,9 +263,10 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                     names = [s["name"] for s in json.loads(plans[key][1])["sources"] if s["split"] == "train"]
                     passes = [f"{n}={2 if i == 0 else 1}" for i, n in enumerate(names)]
                     exact[f"{key}+source"] = _exact_files(root, key, files, False, passes)
+        published_runs: dict[str, dict[str, Any]] = {}
         for key, files in published.items():  # as published, only the data paths changed: NeoX refuses them
             name = re.sub(r"\W", "_", key) + ".yml"
-            published[key] = {
+            published_runs[key] = {
                 "files": files,
                 "plan": run_plan(["plan", *files, "--epochs", "1", "--write-config", name]),
                 "written": os.path.exists(name),
@@ -287,7 +289,7 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "exact": exact,
         "loaded": loaded,
         "timing": timing,
-        "published": published,
+        "published": published_runs,
     }
     if os.environ.get("NEOX_EPOCH_REAL_SWEEP_OUT"):  # for a developer reading the whole outcome
         with open(os.environ["NEOX_EPOCH_REAL_SWEEP_OUT"], "w", encoding="utf-8") as f:

@@ -4,7 +4,8 @@ tests/fixtures/neox/shipped_configs.json was written by scripts/neox_config_swee
 ``NeoXArgs.from_ymls`` for each pairing (model config [+ configs/llama/train_config.yml] + configs/local_setup.yml
 + a world file naming a hostfile) and recorded whether NeoX accepted it and the batch and schedule it derived,
 or the exception it stopped with. The fixture holds only each config's sha1: these tests copy NeoX's own config
-files from its tree (tests/helpers/frameworks.py), check the sha1, lay out the hostfiles in a temporary directory, write a
+files from its tree (tests/helpers/frameworks.py), check the sha1, lay out the hostfiles in a temporary directory, write
+a
 corpus (4,000 documents, its .bin sparse, sized so one pass over the train split holds two global batches of
 the largest accepted pairing) at the data prefix the configs name, and run
 ``neox-epoch plan ... --json``. Where NeoX accepts, the plan's global batch and train_iters must equal NeoX's;

@@ -149,8 +149,8 @@ def test_max_passes_refuses_before_anything_is_built(staged_config, capsys):  # 
         err.strip()
         .splitlines()[-1]
         .endswith(
-            "source 'c': the stages ask 2 passes (three: 2), over max_passes 1.5; lower its pass targets (or weights) or "
-            "raise max_passes (for this source only: max_passes: {c: 2})"
+            "source 'c': the stages ask 2 passes (three: 2), over max_passes 1.5; lower its pass targets (or weights) "
+            "or raise max_passes (for this source only: max_passes: {c: 2})"
         )
     )
     cfg = {**cfg, "neox_epoch": {"epochs": {"a": 1, "b": 3, "c": 1}, "max_passes": 2}}
@@ -379,7 +379,8 @@ def test_hooks_refuse_a_later_stage_change_that_moves_the_schedule_end():  # typ
     with pytest.raises(PlanError) as err:
         hook_resume.check_lr_schedule(args, saved, 80, "with the stages after the checkpoint's changed")
     assert str(err.value) == (
-        "neox_epoch: resuming iteration 52 with the stages after the checkpoint's changed moves the end of the run from "
+        "neox_epoch: resuming iteration 52 with the stages after the checkpoint's changed moves the end of the run "
+        "from "
         "iteration 92 to 80, and NeoX's learning-rate scheduler refuses a checkpoint saved for other total/warmup "
         "iterations; set override_lr_scheduler: true (the schedule ends with the data at 80), "
         "use_checkpoint_lr_scheduler: true (keep the saved one, ending at 92), or lr_decay_iters: N"

@@ -164,7 +164,8 @@ def test_pure_schedulers_match_their_sources() -> None:
 
 def test_mcore_wsd_from_a_stage_equals_megatron_lm(tmp_path: Path) -> None:
     """exact_stages with decay from stage s3 (WSD) and with decay until s2 (cosine): the flags it gives, run through
-    Megatron-LM's own get_optimizer_param_scheduler (this stack's: core_v0.16.1 or 0.19.2) and stepped as train_step steps it, give the plan's rates."""
+    Megatron-LM's own get_optimizer_param_scheduler (this stack's: core_v0.16.1 or 0.19.2) and stepped as train_step
+    steps it, give the plan's rates."""
     import megatron_lm_env as env
     import optional
 

@@ -7,9 +7,10 @@ compose), and through it the ``forward_step_func`` it is given: while the model 
 ``{"rank", "iteration", "micro", "rows": [{"dataset_id", "blend_index", "sample_id", "tokens"}]}``, where
 ``iteration`` is the step being trained (``args.curr_iteration + 1``), ``tokens`` the row's tokens plus its last
 label (seq_length + 1 token ids), and ``blend_index`` / ``sample_id`` the BlendedDataset's index and the source
-dataset's sample index, ``build`` that GPTDataset's cache hash (its ``.npy`` file names) (added beside the ``dataset_id`` megatron-core already returns), so a test rebuilds each
-row from the ``.bin``/``.idx`` and the cached ``.npy`` indices. ``NEOX_EPOCH_MEGATRON_HOOK_TIMES=1`` makes the
-recorder write nothing (bench/megatron_hooks_bench.py uses only the shim).
+dataset's sample index, ``build`` that GPTDataset's cache hash (its ``.npy`` file names) (added beside the
+``dataset_id`` megatron-core already returns), so a test rebuilds each row from the ``.bin``/``.idx`` and the cached
+``.npy`` indices. ``NEOX_EPOCH_MEGATRON_HOOK_TIMES=1`` makes the recorder write nothing (bench/megatron_hooks_bench.py
+uses only the shim).
 """
 
 from __future__ import annotations

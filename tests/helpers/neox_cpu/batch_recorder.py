@@ -7,8 +7,8 @@ loader, its distributed sampler and its resume offset. ``forward_step(is_train=T
 everything else is evaluation.
 
 Each rank appends rows to ``{dir}/{kind}-rank{rank}.bin`` (kind = train or eval; the tests give each
-launch its own directory), int64, one row per sample: ``iteration, text[0], ..., text[seq_length]``, where ``iteration`` is
-the 1-based iteration the sample is trained in (the current one for evaluation) and ``text`` is the
+launch its own directory), int64, one row per sample: ``iteration, text[0], ..., text[seq_length]``, where
+``iteration`` is the 1-based iteration the sample is trained in (the current one for evaluation) and ``text`` is the
 sample's seq_length + 1 tokens (inputs, plus the last label). Rows are written and flushed per call, so a
 run that stops (exit_interval, an error) keeps everything it trained on.
 """
