@@ -296,7 +296,9 @@ def build_stages(
     from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
 
     if dataset_class is None:
-        from megatron.core.datasets.gpt_dataset import GPTDataset as dataset_class
+        from megatron.core.datasets.gpt_dataset import GPTDataset
+
+        dataset_class = GPTDataset
     datasets = []
     for k, cfg in enumerate(setup.source_configs):
         built = BlendedMegatronDatasetBuilder(dataset_class, setup.sizes(k), is_built_on_rank, cfg).build()[0]
