@@ -95,7 +95,7 @@ def _run(args: MegatronArgs) -> MegatronRun:
             args.seq_length,
         )
         if not args.train_iters and args.train_samples:
-            train_iters = megatron_lm_sem.update_train_iters(args.train_iters, args.train_samples, schedule)
+            train_iters = megatron_batches.update_train_iters(args.train_iters, args.train_samples, schedule)
         else:
             train_iters = args.train_iters or 0
         steps = megatron_lr.get_optimizer_param_scheduler(
@@ -117,7 +117,7 @@ def _run(args: MegatronArgs) -> MegatronRun:
         known.update(
             train_iters=train_iters,
             scheduler=steps,
-            train_consumed=megatron_lm_sem.schedule_consumed(schedule, train_iters),
+            train_consumed=megatron_batches.schedule_consumed(schedule, train_iters),
         )
         num = megatron_lm_sem.get_train_valid_test_num_samples(
             train_iters,

@@ -178,7 +178,7 @@ def _changing_batch(mi: Any) -> Any:
     """Exact mode's batches for a step schedule (0.19.2): total -> (iterations, samples, arithmetic), the run
     sample-based so that Megatron-LM asks the builder for exactly what the schedule draws; None for a constant
     batch; a ramp-up (0.16.1), or a step schedule under --train-iters, is refused in one line."""
-    from neox_epoch.semantics import megatron_lm as megatron_lm_sem
+    from neox_epoch.semantics import megatron_batches
 
     sched, args = mi.run.schedule, mi.args
     if sched.constant:
@@ -196,7 +196,7 @@ def _changing_batch(mi: Any) -> Any:
         )
 
     def batches(total: int) -> tuple[int, int, str]:
-        iters, samples = megatron_lm_sem.schedule_fit(sched, total)
+        iters, samples = megatron_batches.schedule_fit(sched, total)
         return (
             iters,
             samples,

@@ -104,8 +104,8 @@ def _specs(blend: Blend | None) -> tuple[SourceSpec, ...]:
 
 def train_consumed(run: MegatronRun) -> int:
     """Samples training draws in ``train_iters`` iterations: the batch schedule summed (a ramp-up or a step
-    schedule changes it; :func:`neox_epoch.semantics.megatron_lm.schedule_consumed`)."""
-    return megatron_lm_sem.schedule_consumed(run.schedule, run.train_iters)
+    schedule changes it; :func:`neox_epoch.semantics.megatron_batches.schedule_consumed`)."""
+    return megatron_batches.schedule_consumed(run.schedule, run.train_iters)
 
 
 def _schedule_words(sched: megatron_batches.BatchSchedule) -> str:

@@ -362,3 +362,76 @@ def _step_consistency(schedule: BatchSchedule, train_iters: int) -> None:
         if consumed >= schedule.steps[-1][0]:
             return  # the last batch from here on
         consumed += current
+
+
+def update_train_iters(train_iters: int | None, train_samples: int | None, schedule: BatchSchedule) -> int:
+    """Mirror ``megatron.training.training.update_train_iters`` (sample-based runs).
+
+    train_iters given: unchanged. Constant batch: train_samples // global batch (a partial last batch
+    dropped). With a ramp (0.16.1): steps are counted while consumed <= ramp-up samples and <= train_samples,
+    each consuming the current global batch; then the rest at the full batch, a partial last batch dropped.
+    With a step schedule (0.19.2): steps are counted while consumed < train_samples, so the count rounds up
+    and the last step may consume past train_samples.
+    """
+    if train_iters:
+        return train_iters
+    if train_samples is None:
+        raise refuse(
+            "--train-iters/--train-samples",
+            "neither",
+            "get_optimizer_param_scheduler",
+            "Exception",
+            "either train-iters or train-samples should be provided.",
+            "the run length is unknown",
+            "give --train-iters N or --train-samples N",
+        )
+    iterations = 0
+    consumed = 0
+    if schedule.steps is not None:
+        while consumed < train_samples:
+            consumed += schedule.current_global_batch_size(consumed)
+            iterations += 1
+        return iterations
+    if schedule.rampup is None:
+        return train_samples // schedule.global_batch_size
+    while consumed <= schedule.rampup[2] and consumed <= train_samples:
+        consumed += schedule.current_global_batch_size(consumed)
+        iterations += 1
+    if train_samples > consumed:
+        iterations += (train_samples - consumed) // schedule.global_batch_size
+    return iterations
+
+
+def schedule_fit(schedule: BatchSchedule, total: int) -> tuple[int, int]:
+    """(iterations, samples): the most whole batches of the schedule, from the start, whose samples sum to at
+    most ``total``. With 0.19.2's step schedule, ``--train-samples`` = those samples makes update_train_iters
+    (while consumed < train_samples) stop after exactly those iterations."""
+    iterations = consumed = 0
+    while True:
+        batch = schedule.running_global_batch_size(consumed)
+        last = (
+            schedule.constant
+            or (schedule.steps is not None and consumed >= schedule.steps[-1][0])
+            or (schedule.rampup is not None and consumed > schedule.rampup[2])
+        )
+        if last:  # the final batch from here on: the rest in one step
+            more = (total - consumed) // batch
+            return iterations + more, consumed + more * batch
+        if consumed + batch > total:
+            return iterations, consumed
+        consumed += batch
+        iterations += 1
+
+
+def schedule_consumed(schedule: BatchSchedule, train_iters: int) -> int:
+    """Samples ``train_iters`` iterations consume from the start: the batch schedule summed (the running
+    batch, rounded down with --decrease-batch-size-if-needed)."""
+    if schedule.constant:
+        return train_iters * schedule.running_global_batch_size(0)
+    last = schedule.steps[-1][0] if schedule.steps is not None else (schedule.rampup or (0, 0, 0))[2] + 1
+    consumed = 0
+    for done in range(train_iters):
+        if consumed >= last:  # the final batch from here on
+            return consumed + (train_iters - done) * schedule.running_global_batch_size(consumed)
+        consumed += schedule.running_global_batch_size(consumed)
+    return consumed

@@ -260,7 +260,7 @@ def test_update_train_iters_rampup() -> None:
         sizes.append(sched.current_global_batch_size(consumed))
         consumed += sizes[-1]
     assert sizes == [16, 16, 16, 32, 48]
-    assert megatron_lm_sem.update_train_iters(None, 1000, sched) == 5 + (1000 - 128) // 64
+    assert megatron_batches.update_train_iters(None, 1000, sched) == 5 + (1000 - 128) // 64
 
 
 def test_rampup_plan_shows_requested_and_consumed(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
@@ -333,11 +333,11 @@ def test_0_19_step_schedule_numbers() -> None:
     a = parse_megatron_argv(argv("--train-samples", "5000", "--start-eval-at-iter", "20", *STEP), "0.19.2")
     run = megatron_run(a)
     assert (a.global_batch_size, run.train_iters, run.num_samples) == (16, 119, (5000, 320, 32))
-    assert megatron_lm_sem.schedule_consumed(run.schedule, run.train_iters) == 5024
+    assert megatron_batches.schedule_consumed(run.schedule, run.train_iters) == 5024
     b = megatron_run(
         parse_megatron_argv(argv("--train-iters", "50", "--eval-global-batch-size", "32", *STEP), "0.19.2")
     )
-    assert (megatron_lm_sem.schedule_consumed(b.schedule, 50), b.num_samples, b.scheduler.lr_decay_steps) == (
+    assert (megatron_batches.schedule_consumed(b.schedule, 50), b.num_samples, b.scheduler.lr_decay_steps) == (
         1088,
         (800, 384, 64),
         800,
@@ -424,13 +424,13 @@ def test_schedule_fit_stops_on_a_batch_boundary() -> None:
     update_train_iters on that total runs exactly those iterations and consumes exactly it."""
     sched = megatron_batches.build_num_microbatches_calculator(16, 2, 8, False, None, "0:16 64K:32 200K:64", 128)
     for total in (15, 16, 500, 511, 515, 1561, 1600, 5000):
-        iters, samples = megatron_lm_sem.schedule_fit(sched, total)
+        iters, samples = megatron_batches.schedule_fit(sched, total)
         assert samples <= total and samples + sched.current_global_batch_size(samples) > total
         if samples:
-            assert megatron_lm_sem.update_train_iters(None, samples, sched) == iters
-            assert megatron_lm_sem.schedule_consumed(sched, iters) == samples
+            assert megatron_batches.update_train_iters(None, samples, sched) == iters
+            assert megatron_batches.schedule_consumed(sched, iters) == samples
     # 32 x 16 = 512; then 33 x 32 to 1568 (>= 1562); then 53 x 64 to 4960
-    assert megatron_lm_sem.schedule_fit(sched, 515) == (32, 512) and megatron_lm_sem.schedule_fit(sched, 5000) == (
+    assert megatron_batches.schedule_fit(sched, 515) == (32, 512) and megatron_batches.schedule_fit(sched, 5000) == (
         118,
         4960,
     )
@@ -652,7 +652,7 @@ def ours(tokens: list[str], world: int, version: str = "0.16.1") -> dict[str, An
         a = parse_megatron_argv([*tokens, "--world-size", str(world)], version)
         out.update(data_parallel_size=a.data_parallel_size, global_batch_size=a.global_batch_size)
         run = megatron_run(a)
-        out["train_consumed"] = megatron_lm_sem.schedule_consumed(run.schedule, run.train_iters)
+        out["train_consumed"] = megatron_batches.schedule_consumed(run.schedule, run.train_iters)
         out.update(
             train_iters=run.train_iters,
             num_samples=list(run.num_samples),
