@@ -86,7 +86,7 @@ setup(
         "neox": ["deepspeed", "torch"],
         "megatron-core": ["megatron-core>=0.10", "torch"],
         "deepspeed": ["deepspeed", "torch"],
-        "dev": ["pytest", "ruff", "hypothesis"],
+        "dev": ["pytest", "ruff", "hypothesis", "mypy"],
     },
     entry_points={"console_scripts": ["neox-epoch=neox_epoch.cli:main"]},
 )
