@@ -34,8 +34,9 @@ def _writers(d: str) -> list[dict[str, Any]]:
     batch, _ = batch_config(d)
     out = os.path.join(d, "out")
     demo = os.path.join(d, "demo")
-    for folder in (out, demo, os.path.join(d, "no_configs"), os.path.join(d, "tag")):
+    for folder in (out, demo, os.path.join(d, "demo_configs"), os.path.join(d, "tag")):
         os.mkdir(folder)
+    plan_config(os.path.join(d, "demo_configs"), prefix)  # one config: the demo refuses a folder without any
     old = "old content\n"
     writers = [
         {
@@ -55,7 +56,7 @@ def _writers(d: str) -> list[dict[str, Any]]:
         },
         {
             "name": "demo corpus",
-            "argv": ["demo", "--data-dir", demo, "--configs", os.path.join(d, "no_configs")],
+            "argv": ["demo", "--data-dir", demo, "--configs", os.path.join(d, "demo_configs")],
             "files": {
                 f"{demo}/{n}_text_document.{e}": (old if e == "bin" else None)
                 for n in ("web", "code", "books")

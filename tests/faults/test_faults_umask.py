@@ -40,8 +40,9 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     prefix = corpus(os.path.join(d, "data"))
     w = {"dir": d, "config": plan_config(d, prefix), "cache": neox_cache(d), "log": run_log(d)}
     w["batch"], _ = batch_config(d)
-    w["no_configs"] = os.path.join(d, "no_configs")
-    os.mkdir(w["no_configs"])
+    w["demo_configs"] = os.path.join(d, "demo_configs")  # one config: the demo refuses a folder without any
+    os.mkdir(w["demo_configs"])
+    plan_config(w["demo_configs"], prefix)
     return w
 
 
@@ -68,7 +69,7 @@ WRITERS = {
     "audit --plot": (["audit", "{cache}", "--consumed", "40", "--plot", "{out}/e.svg", "--no-progress"], ["e.svg"]),
     "report --html": (["report", "{log}", "--html", "{out}/run.html"], ["run.html"]),
     "demo corpus": (
-        ["demo", "--data-dir", "{out}", "--configs", "{no_configs}"],
+        ["demo", "--data-dir", "{out}", "--configs", "{demo_configs}"],
         [f"{n}_text_document.{e}" for n in ("web", "code", "books") for e in ("bin", "idx")],
     ),
     "hooks resume state": (STATE, ["neox_epoch_state.json"]),
