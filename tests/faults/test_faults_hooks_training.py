@@ -2,7 +2,7 @@
 
 One real launch per case (the 3-source blend of tests/neox/test_neox_training.py, targets a 1, b 2, c 0.5 passes,
 separate_epochs, 245 iterations of 4, counters every iteration), through ``neox-epoch launch`` as users launch it,
-with the launch fixtures of tests/test_neox_training.py. ``log_dir`` is on a small tmpfs of its own (we are root
+with the launch fixtures of tests/neox/test_neox_training.py. ``log_dir`` is on a small tmpfs of its own (we are root
 in the test container and CI: ``mount -t tmpfs``). Once training has written its first counters, a thread in the
 test takes the log's filesystem away for 30 iterations (counted from the batches
 rank 0 has trained):

@@ -1,6 +1,6 @@
 """Data stages on the NeoX side, without NeoX: the block, `neox-epoch plan` on a staged config, each source's
 own order (neox_epoch.semantics.stage_order), the staged counters and the fingerprint rules of a resume.
-The real training run is tests/test_neox_stages.py."""
+The real training run is tests/neox/test_neox_stages.py."""
 
 from __future__ import annotations
 
