@@ -88,7 +88,8 @@ def test_demo_never_replaces_a_special_file(tmp_path: Any, kind: str) -> None:
     """The demo corpus: a FIFO or device where a .bin goes is refused, the node stays."""
     data = tmp_path / "data"
     data.mkdir()
-    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs").mkdir()  # one config: the demo refuses a configs folder without any
+    plan_config(str(tmp_path / "configs"), str(data / "web_text_document"))
     special = _special(kind, str(tmp_path))
     os.rename(special, data / "web_text_document.bin")
     before = tree(str(tmp_path))

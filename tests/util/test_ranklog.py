@@ -5,6 +5,7 @@ in this process)."""
 from __future__ import annotations
 
 import logging
+import sys
 
 import pytest
 
@@ -15,6 +16,9 @@ def _passed(monkeypatch: pytest.MonkeyPatch, env: dict[str, str], name: str) -> 
     """The messages a rank-zero logger hands its handler under ``env`` (RANK / LOCAL_RANK)."""
     for key in ("RANK", "LOCAL_RANK"):
         monkeypatch.delenv(key, raising=False)
+    # the rank from the environment: an earlier test of this session may have left torch.distributed initialized
+    # in this process (rank 0 of one), which global_rank would read first
+    monkeypatch.delitem(sys.modules, "torch.distributed", raising=False)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     logger = rank_zero_logger(name)
