@@ -13,6 +13,7 @@ import shutil
 from typing import Any
 
 import pytest
+from paths import REPO
 from run_logs import blend_values, launch
 
 from neox_epoch import __version__
@@ -22,9 +23,7 @@ from neox_epoch.formats.neox_config import EpochBlock
 from neox_epoch.formats.runlog import JSONL_NAME
 from neox_epoch.util.schema import SCHEMA, UNSTAMPED
 
-ROOT = os.path.dirname(os.path.abspath(__file__))
-while not os.path.isfile(os.path.join(ROOT, "setup.py")) and ROOT != os.path.dirname(ROOT):  # the checkout
-    ROOT = os.path.dirname(ROOT)
+ROOT = REPO  # the checkout
 CONFIG = "configs/one_source_one_epoch.yml"
 #: a pasted Megatron-LM line on the demo corpus (the demo's own)
 MEGATRON = [

@@ -21,12 +21,11 @@ import zipfile
 from typing import Any
 
 import pytest
+from paths import REPO
 
 from neox_epoch import __version__
 
-ROOT = os.path.dirname(os.path.abspath(__file__))
-while not os.path.isfile(os.path.join(ROOT, "setup.py")) and ROOT != os.path.dirname(ROOT):  # the checkout
-    ROOT = os.path.dirname(ROOT)
+ROOT = REPO  # the checkout
 EXTENSIONS = ("_greedy", "_exposure", "_mapguard")
 #: what a copy of the checkout leaves out (built files, the venvs and caches, which are links to elsewhere)
 NOT_COPIED = shutil.ignore_patterns(

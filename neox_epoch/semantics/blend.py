@@ -58,28 +58,6 @@ _JUMP_STEPS_PER_STATE = 20_000
 """A candidate state costs about as much as this many replayed draws of one source (enumeration, first round)."""
 
 
-def _advance_py(
-    weights: Sequence[float], start: int, counts: Sequence[int], stop: int, marks: Sequence[tuple[int, int]]
-) -> tuple[list[int], list[int]]:
-    w = [float(x) for x in weights]
-    c = [int(x) for x in counts]
-    pos = [-1] * len(marks)
-    wanted: dict[tuple[int, int], int] = {(s, k): j for j, (s, k) in enumerate(marks)}
-    n = len(w)
-    for s in range(start, stop):
-        x = float(s) if s >= 1 else 1.0
-        best, best_err = 0, w[0] * x - float(c[0])
-        for i in range(1, n):
-            err = w[i] * x - float(c[i])
-            if err > best_err:
-                best, best_err = i, err
-        c[best] += 1
-        j = wanted.get((best, c[best]))
-        if j is not None:
-            pos[j] = s
-    return c, pos
-
-
 @dataclass(frozen=True)
 class _Band:
     """The greedy's lower error band ``e_i >= w_i - 1 - T`` in exact integers over one power-of-two denominator.
@@ -285,7 +263,7 @@ def _run(
         return list(c), list(p)
     if not marks:
         return gnp.replay(weights, int(start), counts, int(stop)), []
-    return _advance_py(weights, start, counts, stop, marks)
+    return gnp.stepped(weights, start, counts, stop, marks)
 
 
 @dataclass(frozen=True)

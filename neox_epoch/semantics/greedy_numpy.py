@@ -29,10 +29,16 @@ MAX_ROUNDS = 64
 """Rounds of lanes run again (:func:`_round`); past them (trajectories that do not meet) the rest is stepped."""
 
 
-def steps(weights: Sequence[float], start: int, counts: Sequence[int], stop: int) -> list[int]:
-    """The counts after the steps ``[start, stop)``, one step at a time (short runs)."""
+def stepped(
+    weights: Sequence[float], start: int, counts: Sequence[int], stop: int, marks: Sequence[tuple[int, int]] = ()
+) -> tuple[list[int], list[int]]:
+    """The greedy rule one step at a time over ``[start, stop)`` (the plain Python loop every faster path is checked
+    against): the counts after it, and for each mark ``(source, k)`` the step at which that source drew its k-th
+    sample (-1: not within these steps)."""
     w = [float(x) for x in weights]
     c = [int(x) for x in counts]
+    pos = [-1] * len(marks)
+    wanted: dict[tuple[int, int], int] = {(s, k): j for j, (s, k) in enumerate(marks)}
     n = len(w)
     for s in range(start, stop):
         x = float(s) if s >= 1 else 1.0
@@ -42,7 +48,15 @@ def steps(weights: Sequence[float], start: int, counts: Sequence[int], stop: int
             if err > best_err:
                 best, best_err = i, err
         c[best] += 1
-    return c
+        j = wanted.get((best, c[best])) if wanted else None
+        if j is not None:
+            pos[j] = s
+    return c, pos
+
+
+def steps(weights: Sequence[float], start: int, counts: Sequence[int], stop: int) -> list[int]:
+    """The counts after the steps ``[start, stop)``, one step at a time (short runs): :func:`stepped`."""
+    return stepped(weights, start, counts, stop)[0]
 
 
 def lockstep(

@@ -1,7 +1,7 @@
 """The greedy blend's jump-ahead (blend._jump) gives exactly the plain replay's counts.
 
 The oracle is the plain replay: the scalar C loop ``_greedy.advance_plain`` (itself checked against the Python loop
-``blend._advance_py`` in test_semantics.py and below). The jump's tuning constants are shrunk so that
+``greedy_numpy.stepped`` in test_semantics.py and below). The jump's tuning constants are shrunk so that
 short runs jump too (correctness does not depend on them: they only decide how often the jump is tried
 and how often it succeeds); long runs use the shipped constants. Weights span 1e-6..1, 2 to 64 sources,
 plus ties (equal weights, thirds) where rounding decides."""
@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from neox_epoch.semantics import blend
+from neox_epoch.semantics import blend, greedy_numpy
 
 _greedy = pytest.importorskip("neox_epoch._greedy")
 
@@ -75,7 +75,7 @@ def test_python_oracle_agrees(eager):
         n = rng.choice([2, 3, 5, 8, 17, 64])
         w = random_weights(rng, n, 1e-6)
         stop = rng.randint(0, 600)
-        assert plain(w, 0, [0] * n, stop) == blend._advance_py(w, 0, [0] * n, stop, [])[0]
+        assert plain(w, 0, [0] * n, stop) == greedy_numpy.stepped(w, 0, [0] * n, stop, [])[0]
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,7 @@
 (``blend.greedy_counts``: jump, AVX2 or scalar) give exactly the plain scalar replay's counts.
 
 The oracle is ``_greedy.advance_plain`` (the scalar loop every earlier version ran), itself checked
-against the Python loop ``blend._advance_py``. Weights from 1e-6 to 1, exact ties (equal weights,
+against the Python loop ``greedy_numpy.stepped``. Weights from 1e-6 to 1, exact ties (equal weights,
 thirds) where rounding decides, 2 to 64 sources."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import random
 
 import pytest
 
-from neox_epoch.semantics import blend
+from neox_epoch.semantics import blend, greedy_numpy
 
 _greedy = pytest.importorskip("neox_epoch._greedy")
 
@@ -60,7 +60,7 @@ def test_python_oracle_agrees():
         n = rng.choice([2, 17, 33, 64])
         w = weights(rng, n)
         stop = rng.randint(0, 500)
-        assert plain(w, 0, [0] * n, stop)[0] == blend._advance_py(w, 0, [0] * n, stop, [])[0]
+        assert plain(w, 0, [0] * n, stop)[0] == greedy_numpy.stepped(w, 0, [0] * n, stop, [])[0]
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from neox_epoch.semantics import blend, mcore, neox
+from neox_epoch.semantics import blend, greedy_numpy, mcore, neox
 
 
 def test_neox_split_boundaries_match_real_neox():
@@ -70,7 +70,7 @@ def test_greedy_c_equals_python(seed):
     n = int(rng.randint(1, 5000))
     marks = [(i, 1 + int(rng.randint(0, max(1, n // len(w))))) for i in range(len(w))]
     c_counts, c_pos = blend.advance(w, 0, [0] * len(w), n, marks)
-    p_counts, p_pos = blend._advance_py(w, 0, [0] * len(w), n, marks)
+    p_counts, p_pos = greedy_numpy.stepped(w, 0, [0] * len(w), n, marks)
     assert c_counts == p_counts and c_pos == p_pos and sum(c_counts) == n
 
 
@@ -105,4 +105,4 @@ def test_threaded_replay_is_exact(seed, monkeypatch):
 def test_many_sources_generic_loop():
     """More than 16 sources take the generic C loop; it must equal the Python replay."""
     w = blend.normalize(np.random.RandomState(7).rand(40))
-    assert blend.advance(w, 0, [0] * 40, 20000) == blend._advance_py(w, 0, [0] * 40, 20000, [])
+    assert blend.advance(w, 0, [0] * 40, 20000) == greedy_numpy.stepped(w, 0, [0] * 40, 20000, [])
