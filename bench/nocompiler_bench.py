@@ -27,7 +27,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "tests"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "helpers"))
 
 from neox_epoch.semantics import blend  # noqa: E402
 
@@ -124,7 +124,7 @@ def lanes_part(draws: int) -> float:
 
 
 def audit_part(documents: int, epochs: int) -> float:
-    from test_audit_unit import write_neox_index
+    from tests.audit.test_audit_unit import write_neox_index
 
     with tempfile.TemporaryDirectory() as tmp:
         lengths = [(7919 * i) % 1500 + 1 for i in range(documents)]
