@@ -49,6 +49,8 @@ typedef struct {
     const int64_t *sample_draws; int64_t *per_document;
     int32_t *tokens_out; const int64_t *token_starts;
     int64_t *scratch;  /* 3 x epochs: each copy's next boundary (document offset), its sample there, that draw count */
+    int64_t documents;  /* the documents of sizes / records: an id outside [first_id, first_id + documents) is refused */
+    int64_t *bad;  /* the first entry found outside (one for both threads), else -1 */
     int steps;  /* packed records of two copies, no manifest or tokens_out: a first copy may keep its steps (STEPS) */
 } Pass;
 
@@ -71,7 +73,7 @@ static inline int64_t sample_of(const Pass *pass, int64_t position) {
 }
 
 static inline int64_t draw_count(const Pass *pass, int64_t sample) {
-    if (sample >= pass->samples) return 0;
+    if ((uint64_t)sample >= (uint64_t)pass->samples) return 0;  /* (past S, or before 0: a position off the grid) */
     switch (pass->draw_bytes) {
         case 1: return ((const uint8_t *)pass->draws)[sample];
         case 2: return ((const uint16_t *)pass->draws)[sample];
@@ -98,7 +100,7 @@ static inline int64_t record_seen(const Pass *pass, const int64_t *record, int64
 
 /* The first and last draws of the samples of one copy at `start` into *first and *last (the manifest). */
 static void copy_draws(const Pass *pass, int64_t start, int64_t size, int64_t *first, int64_t *last) {
-    for (int64_t k = sample_of(pass, start); size > 0 && k * pass->seq_length < start + size && k < pass->samples; k++) {
+    for (int64_t k = start > 0 ? sample_of(pass, start) : 0; size > 0 && k * pass->seq_length < start + size && k < pass->samples; k++) {
         int64_t f = pass->sample_draws[2 * k], l = pass->sample_draws[2 * k + 1];
         if (f >= 0 && (*first < 0 || f < *first)) *first = f;
         if (l > *last) *last = l;
@@ -109,7 +111,7 @@ static void copy_draws(const Pass *pass, int64_t start, int64_t size, int64_t *f
  * counts on [0, b), [b, b + L) and [b + L, size) into `counts` (of the samples there, past its end too). */
 static int64_t copy_steps(const Pass *pass, int64_t position, int64_t *counts) {
     int64_t k = sample_of(pass, position);
-    if (pass->draw_bytes == 8 && k + 2 < pass->samples) {  /* bits from their words (no bound or size: x0.93 stream) */
+    if (pass->draw_bytes == 8 && k >= 0 && k + 2 < pass->samples) {  /* bits from their words (no bound or size: x0.93 stream) */
         const uint64_t *words = pass->draws;
         for (int i = 0; i < 3; i++) counts[i] = (int64_t)(words[(k + i) >> 6] >> ((k + i) & 63) & 1);
     } else {
@@ -249,6 +251,13 @@ typedef struct {
     int shared;
 } Part;
 
+/* Entry `j` holds an id outside the documents: the walk stops there (the first such entry of either thread kept). */
+static void refuse(Pass *pass, int64_t j) {
+    int64_t seen = __atomic_load_n(pass->bad, __ATOMIC_RELAXED);
+    while ((seen < 0 || j < seen) && !__atomic_compare_exchange_n(pass->bad, &seen, j, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    }
+}
+
 /* Counters of the pairs: tokens seen once and twice, all tokens of the documents, and documents by their least
  * exposure (0, 1, 2), never seen and seen unevenly. */
 typedef struct { int64_t once, twice, tokens, least[3], unseen, partial; } Tally;
@@ -303,6 +312,10 @@ static void walk_pairs(Part *part) {
         for (int64_t j = block; j < stop; j++) {
             if (j + 64 < j1) __builtin_prefetch(records + (documents[j + 64] - first_id), 1);
             int64_t doc = documents[j] - first_id, *slot = records + doc, at = position, size;
+            if ((uint64_t)doc >= (uint64_t)pass->documents) {  /* (the index changed since its ids were scanned) */
+                refuse(pass, j);
+                break;
+            }
             uint64_t word = shared ? __atomic_load_n((uint64_t *)slot, __ATOMIC_RELAXED) : (uint64_t)*slot;
             positions[j] = position, size = (int64_t)(word & 0xffffff), position += size;
             if (!(word >> 24)) {
@@ -321,6 +334,7 @@ static void walk_pairs(Part *part) {
                 complete(pass, doc, size, at);
         }
         pairs(firsts, lasts, queued, pass->seq_length, &tally);
+        if (__atomic_load_n(pass->bad, __ATOMIC_RELAXED) >= 0) break;
     }
     pass->tokens_hist[0] += tally.tokens - tally.once - tally.twice;
     pass->tokens_hist[1] += tally.once, pass->tokens_hist[2] += tally.twice;
@@ -340,7 +354,12 @@ static void *walk(void *arg) {
             if (pass->records) __builtin_prefetch(record_of(pass, documents[j + 64] - first_id), 1);
             else __builtin_prefetch(pass->sizes + documents[j + 64] - first_id);
         }
-        int64_t doc = documents[j] - first_id, size = pass->records ? record_size(pass, record_of(pass, doc)) : pass->sizes[doc];
+        int64_t doc = documents[j] - first_id, size;
+        if ((uint64_t)doc >= (uint64_t)pass->documents) {  /* (the index changed since its ids were scanned) */
+            refuse(pass, j);
+            break;
+        }
+        size = pass->records ? record_size(pass, record_of(pass, doc)) : pass->sizes[doc];
         positions[j] = position;
         if (pass->draws) expose(pass, doc, size, position, part->shared);
         position += size;
@@ -360,7 +379,8 @@ typedef struct {
 
 static void *crew_walk(void *arg) {
     Crew *crew = arg;
-    for (int64_t k; (k = __atomic_fetch_add(crew->next, 1, __ATOMIC_RELAXED)) < crew->pieces;) {
+    for (int64_t k; __atomic_load_n(crew->part.pass.bad, __ATOMIC_RELAXED) < 0 &&
+                    (k = __atomic_fetch_add(crew->next, 1, __ATOMIC_RELAXED)) < crew->pieces;) {
         Part part = crew->part;
         part.j0 = crew->starts[k], part.j1 = crew->starts[k + 1], part.position = crew->bases[k];
         walk(&part);
@@ -428,6 +448,10 @@ static PyObject *stream(PyObject *self, PyObject *args) {
                   data[9], data[10], data[11], malloc((size_t)(epochs > 0 ? 3 * epochs : 1) * sizeof(int64_t))},
                  data[0], first_id, 0, count, position, data[4], 0};
     if (!part.pass.scratch) return release(views, 13), PyErr_NoMemory();
+    int64_t bad = -1;
+    part.pass.bad = &bad;
+    part.pass.documents = data[2] ? (views[2].ndim == 2 ? views[2].shape[0] : views[2].len / 8 / width)
+                                  : data[1] ? views[1].len / 4 : 0;
     const int64_t *splits = data[12];
     int64_t cuts = splits && views[12].itemsize == 8 ? views[12].len / 16 : 0;
     for (int64_t k = 0; k < cuts; k++)  /* (entries increasing inside the chunk, or one thread) */
@@ -438,6 +462,12 @@ static PyObject *stream(PyObject *self, PyObject *args) {
     walk_pieces(&part, splits, cuts, count);
     Py_END_ALLOW_THREADS
     free(part.pass.scratch);
+    if (bad >= 0) {
+        int64_t id = ((const int32_t *)data[0])[bad];
+        release(views, 13);
+        return PyErr_Format(PyExc_IndexError, "document id %lld at entry %lld of the chunk is outside [%lld, %lld)",
+                            (long long)id, (long long)bad, first_id, first_id + (long long)part.pass.documents);
+    }
     release(views, 13);
     return PyLong_FromLongLong(part.position);
 }

@@ -127,6 +127,13 @@ def stream(
     whose last copy is in the chunk); returns the position after the chunk."""
     docs = documents.astype(np.int64) - first_id
     count = docs.shape[0]
+    known = records.shape[0] if records is not None else sizes.shape[0] if sizes is not None else 0
+    outside = (docs < 0) | (docs >= known)
+    if outside.any():  # (the kernel's refusal: the index changed since its ids were scanned)
+        bad = int(np.argmax(outside))
+        raise IndexError(
+            f"document id {int(documents[bad])} at entry {bad} of the chunk is outside [{first_id}, {first_id + known})"
+        )
     packed = records is not None and records.ndim == 2 and records.shape[1] < epochs
     if records is None:
         assert sizes is not None

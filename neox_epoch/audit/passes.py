@@ -14,6 +14,7 @@ import numpy as np
 from neox_epoch.audit.exposure import PIECES, SPLIT_MIN, StreamPass, kernel, zeros
 from neox_epoch.audit.findings import Finding, finding
 from neox_epoch.audit.index_report import DIVERGENCE, MIXED, STALE_HINT
+from neox_epoch.errors import FileProblem
 from neox_epoch.formats.npy import NpyReader, Progress
 from neox_epoch.semantics.consumption import Consumption
 
@@ -374,6 +375,17 @@ class StreamFiles:
     range_mix: int | None  # The split's ids' mix sum.
 
 
+def _changed_ids(doc_r: NpyReader, start: int, what: str) -> FileProblem:
+    """The document index's chunk at ``start`` holds an id outside the range its scan found."""
+    return FileProblem(
+        doc_r.info.path,
+        "document ids",
+        "the ids the first pass over the file found",
+        f"in the chunk from entry {start}: {what}",
+        "the file changed while being read (a rank 0 rebuilding the index?): audit it again once it is complete",
+    )
+
+
 def walk_stream(files: StreamFiles, walker: StreamPass, progress: Progress) -> Stream:
     """One pass over doc_idx with sample_idx alongside (see :class:`StreamPass` for the exposure); the mix sums say
     whether the copies are all there, or are counted one by one."""
@@ -382,9 +394,17 @@ def walk_stream(files: StreamFiles, walker: StreamPass, progress: Progress) -> S
     problem: Finding | None = None
     last: int | None = None
     tail = np.zeros(walker.sizes.shape[0], bool) if tail_from is not None else None
-    for start, ids in doc_r.chunks(rows=STREAM_CHUNK, progress=progress, label="stream"):
+    buffer = np.empty(0, doc_r.info.dtype)
+    for start, mapped in doc_r.chunks(rows=STREAM_CHUNK, progress=progress, label="stream"):
+        # read once: a rank 0 rewriting the file meanwhile changes no id checked below (one buffer: no fresh pages)
+        buffer = buffer if buffer.shape[0] >= mapped.shape[0] else np.empty(mapped.shape[0], mapped.dtype)
+        ids = buffer[: mapped.shape[0]]
+        ids[...] = mapped
         pieces = rows.upto(start + ids.shape[0]) if problem is None else []
-        positions = walker.advance(ids, _splits(pieces, start, ids.shape[0], grid))
+        try:
+            positions = walker.advance(ids, _splits(pieces, start, ids.shape[0], grid))
+        except IndexError as outside:  # (ids scanned in range before: the file changed since)
+            raise _changed_ids(doc_r, start, str(outside)) from None
         if tail is not None and tail_from is not None and start + ids.shape[0] > tail_from:
             tail[ids[max(0, tail_from - start) :] - walker.first_id] = True
         for piece in pieces:
@@ -397,8 +417,11 @@ def walk_stream(files: StreamFiles, walker: StreamPass, progress: Progress) -> S
     # the mix sum says they are not all `epochs` (or no kernel): count them
     if not walker.copies_match(files.ids_mix, files.range_mix):
         copies = np.zeros(walker.sizes.shape[0], np.int64)
-        for _, ids in doc_r.chunks(rows=STREAM_CHUNK):
-            copies += np.bincount(ids - walker.first_id, minlength=copies.shape[0])
+        for start, mapped in doc_r.chunks(rows=STREAM_CHUNK):
+            local = np.array(mapped, np.int64) - walker.first_id
+            if local.size and (int(local.min()) < 0 or int(local.max()) >= copies.shape[0]):
+                raise _changed_ids(doc_r, start, "a document id outside the scanned range")
+            copies += np.bincount(local, minlength=copies.shape[0])
     return Stream(
         copies,
         walker.epochs,

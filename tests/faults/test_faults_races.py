@@ -80,3 +80,77 @@ def test_shrunk_mapping_reads_zeros_and_counts(tmp_path: str) -> None:
         )
     kept = (3 * 4096 - 128) // 8  # the int64 values left after the 128-byte header
     assert total == sum(range(kept)) and counted == (8 * (1 << 20) + 128 - 1) // 4096 + 1 - 3
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("walker", ["kernel", "numpy"])
+@pytest.mark.parametrize("bad_id", [100_000, -3])
+def test_ids_changed_after_their_scan_are_a_finding(tmp_path, monkeypatch, threads, walker, bad_id):
+    """The race the CI run hit (a segmentation fault, once in 20 runs of the test above): the document index is
+    scanned for its id range, then rewritten in place (same inode, same size) before the stream pass reads it again,
+    with an id outside that range. The kernel (and numpy's walk) refuse the id; the audit says the file changed
+    while being read and gives no exposure, never a signal or a traceback."""
+    from neox_epoch.audit import exposure, exposure_numpy, passes, validate
+
+    _, arr = write_neox_index(str(tmp_path), "c", [(i * 29) % 53 + 1 for i in range(300)], 16, 2)
+    doc_path = arr["base"] + "_doc_idx.npy"
+    real_scan = validate.scan_documents
+
+    def scan_then_rewrite(*args, **kwargs):  # (what a rank 0 rebuilding the file does between the two reads)
+        found = real_scan(*args, **kwargs)
+        changed = arr["doc"].copy()
+        changed[len(changed) // 2] = bad_id
+        with open(doc_path, "r+b") as f:
+            f.seek(os.path.getsize(doc_path) - changed.nbytes)
+            f.write(changed.tobytes())
+        return found
+
+    monkeypatch.setattr(validate, "scan_documents", scan_then_rewrite)
+    if walker == "numpy":
+        monkeypatch.setattr(exposure, "kernel", exposure_numpy)
+    else:
+        assert exposure.COMPILED, "neox_epoch._exposure is not built (python setup.py build_ext --inplace)"
+    if threads == 2:
+        monkeypatch.setattr(passes, "SPLIT_MIN", 2)
+    report = run_audit(discover([str(tmp_path)]), AuditOptions(consumed=arr["S"] // 2)).indexes[0]
+    assert report.exposure is None
+    found = {f.what: f for f in report.findings}
+    assert set(found) == {"document ids", "changed while being read"}, found
+    assert f"document id {bad_id} at entry" in found["document ids"].found
+    assert found["document ids"].path == doc_path
+
+
+@pytest.mark.parametrize("walker", ["kernel", "numpy"])
+def test_stream_refuses_an_id_outside_the_documents(walker):
+    """The stream pass itself (the C kernel and numpy's) refuses an id outside [first_id, first_id + documents)
+    instead of reading outside its records."""
+    from neox_epoch.audit import exposure_numpy
+
+    module = exposure_numpy if walker == "numpy" else __import__("neox_epoch._exposure", fromlist=["stream"])
+    sizes = np.array([5, 7, 9], np.int32)
+    records = np.zeros((3, 1), np.int64)
+    records[:, 0] = sizes
+    for ids in ([10, 11, 13, 12], [10, 11, 9]):
+        positions = np.zeros(len(ids) + 1, np.int64)
+        hist, stats = np.zeros(3, np.int64), np.zeros(3, np.int64)
+        draws = np.ones(2, np.uint8)
+        with pytest.raises(IndexError, match=rf"document id {ids[2]} at entry 2 .* \[10, 13\)"):
+            module.stream(
+                np.array(ids, np.int32),
+                10,
+                None,
+                records,
+                0,
+                2,
+                draws,
+                8,
+                2,
+                positions,
+                hist,
+                hist.copy(),
+                stats,
+                None,
+                None,
+                None,
+                None,
+            )
