@@ -19,6 +19,10 @@ from collections.abc import Generator
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: one OpenMP thread per process, inherited by every launch the tests start (NeoX's and Megatron-LM's ranks, the
+#: DeepSpeed example): two gloo ranks with torch's default of one thread per core oversubscribe a 2-core machine, and
+#: beside another busy process NeoX's 3-source blend launch took 361 s instead of 45 s (1300 ms a step against 35)
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 #: the checkout (the package) and the helpers (tests/helpers: shared test code, probes, the CPU test doubles)
 for _path in (ROOT, os.path.join(ROOT, "tests", "helpers")):
     if _path not in sys.path:
