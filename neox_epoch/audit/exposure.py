@@ -22,11 +22,11 @@ from neox_epoch.errors import AuditError
 from neox_epoch.semantics.consumption import Fold
 from neox_epoch.util import extensions
 
-kernel: ModuleType | None = extensions.load("_exposure")
-COMPILED = kernel is not None
-"""Whether the compiled kernel runs (else numpy's, :mod:`neox_epoch.audit.exposure_numpy`)."""
-if kernel is None:  # not built (no C compiler at install time) or switched off
-    kernel = exposure_numpy
+_compiled: ModuleType | None = extensions.load("_exposure")
+COMPILED = _compiled is not None
+"""Whether the compiled kernel runs (else numpy's, :mod:`neox_epoch.audit.exposure_numpy`: not built, no C compiler
+at install time, or switched off)."""
+kernel: ModuleType = _compiled if _compiled is not None else exposure_numpy
 
 
 @dataclass
@@ -155,7 +155,7 @@ def read_sizes(sizes: np.ndarray, epochs: int = 0) -> tuple[np.ndarray | None, t
         part = sizes[start : start + SIZE_CHUNK]
         least, most, _, plain = (
             kernel.scan(part)
-            if kernel is not None and part.dtype == np.int32
+            if part.dtype == np.int32
             else (int(part.min()), int(part.max()), 0, int(part.sum(dtype=np.int64)))
         )
         low, high, total = min(low, least) if start else least, max(high, most), total + plain
@@ -186,7 +186,7 @@ class StreamPass:
     ) -> None:
         self.first_id, self.epochs, self.seq_length = first_id, epochs, seq_length
         self.position, self.buffer = 0, np.empty(0, np.int64)
-        self.exposing = draws is not None and kernel is not None and epochs > 0
+        self.exposing = draws is not None and epochs > 0
         self.draws = draws if self.exposing else None
         if self.exposing and kernel is exposure_numpy:
             extensions.say_missing("_exposure", "the audit's stream pass runs in numpy")
@@ -236,37 +236,34 @@ class StreamPass:
             self.buffer = np.empty(documents.shape[0] + 1, np.int64)
         positions = self.buffer[: documents.shape[0] + 1]  # one buffer for every chunk (no fresh pages each time)
         positions[0] = self.position
-        if kernel is None:
-            np.cumsum(self.sizes[documents - self.first_id], dtype=np.int64, out=positions[1:])
-            positions[1:] += self.position
-        else:
-            ids, sizes = np.ascontiguousarray(documents, dtype=np.int32), self.sizes if self.records is None else None
-            positions[-1] = kernel.stream(
-                ids,
-                self.first_id,
-                sizes,
-                self.records,
-                self.position,
-                self.epochs,
-                self.draws,
-                self.seq_length,
-                self.samples,
-                positions,
-                self.tokens_hist,
-                self.documents_hist,
-                self.stats,
-                self.sample_draws,
-                self.per_document,
-                self.tokens_out,
-                self.token_starts,
-                splits,
-            )
+        ids, sizes = np.ascontiguousarray(documents, dtype=np.int32), self.sizes if self.records is None else None
+        positions[-1] = kernel.stream(
+            ids,
+            self.first_id,
+            sizes,
+            self.records,
+            self.position,
+            self.epochs,
+            self.draws,
+            self.seq_length,
+            self.samples,
+            positions,
+            self.tokens_hist,
+            self.documents_hist,
+            self.stats,
+            self.sample_draws,
+            self.per_document,
+            self.tokens_out,
+            self.token_starts,
+            splits,
+        )
         self.position = int(positions[-1])
         return positions
 
     def copies_match(self, ids_mix: int | None, range_mix: int | None) -> bool:
         """Every document seen ``epochs`` times: the ids' mix sum against ``epochs`` times the split's (``range_mix``,
-        the kernel's ``mixed`` over its ids; either None, without the kernel: count them)."""
+        the kernel's ``mixed`` over its ids; either None (ids neither int32 nor int64): count
+        them)."""
         if self.epochs <= 0 or ids_mix is None or range_mix is None:
             return False
         return ids_mix % (1 << 64) == self.epochs * range_mix % (1 << 64)

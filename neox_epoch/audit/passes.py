@@ -36,15 +36,15 @@ class DocumentScan(NamedTuple):
     first_id: int  # The smallest document id.
     stop_id: int  # The largest + 1.
     problem: Finding | None
-    ids_mix: int | None  # The ids' mix sum (the kernel's scan; None without it or for dtypes not int32/int64).
+    ids_mix: int | None  # The ids' mix sum (the kernel's scan; None for dtypes not int32/int64).
 
 
 class Scattered(NamedTuple):
     """:func:`_scatter`'s answer."""
 
     bad: int  # The position in ``ids`` of the first id outside the store (-1: none).
-    mix: int  # The ids' mix sum (the kernel's; 0 without it).
-    largest: int  # Their largest id (the kernel's; -1 without it).
+    mix: int  # The ids' mix sum.
+    largest: int  # Their largest id (-1: none).
 
 
 class RowPiece(NamedTuple):
@@ -66,12 +66,11 @@ class RowCheck(NamedTuple):
 
 
 def scan_documents(reader: NpyReader, sequences: int, idx_path: str, progress: Progress) -> DocumentScan:
-    """(the smallest document id, the largest + 1, a problem, the ids' mix sum: the kernel's scan, None without it
-    or for other dtypes than int32/int64): the ids must be inside the .idx."""
-    fast = kernel is not None and reader.info.dtype in (np.dtype(np.int32), np.dtype(np.int64))
-    scanner = kernel if fast else None
+    """(the smallest document id, the largest + 1, a problem, the ids' mix sum: the kernel's scan, None for other
+    dtypes than int32/int64): the ids must be inside the .idx."""
+    fast = reader.info.dtype in (np.dtype(np.int32), np.dtype(np.int64))
     scans = [
-        scanner.scan(ids) if scanner is not None else (int(ids.min()), int(ids.max()), 0)
+        kernel.scan(ids) if fast else (int(ids.min()), int(ids.max()), 0)
         for _, ids in reader.chunks(progress=progress, label="documents")
     ]
     mix = sum(scan[2] for scan in scans) % (1 << 64) if fast else None
@@ -127,7 +126,7 @@ def count_draws(
 ) -> Draws:
     """Each id in ``[0, S)`` once; ``counts[shuffle[j]]`` = the draws of dataset index ``j``. The ids' mix sum (the
     kernel's ``mixed``) says whether they are a permutation (each count then written once); the ``exact`` pass, which
-    counts every id, runs without the kernel or to say which are missing."""
+    counts every id, says which are missing."""
     path = reader.info.path
     if reader.info.rows != samples:
         return Draws(
@@ -141,7 +140,7 @@ def count_draws(
             ),
         )
     top = consumption.max_count if consumption is not None else 0
-    hashing = kernel is not None and not exact
+    hashing = not exact
     # with the kernel, one bit per sample when none is drawn twice (the stream pass reads them at random: from cache;
     # not for the manifest, whose sample_draws the kernel reads up to the draws' length)
     dtype = (
@@ -161,15 +160,15 @@ def count_draws(
     mix_sum = 0
     for start, ids in reader.chunks(rows=STREAM_CHUNK, progress=progress, label="shuffle"):
         stop, bad = start + ids.shape[0], -1
-        largest = int(ids.max()) if ids.size and (kernel is None or store is None) else -1
-        if ids.size and (kernel is None or store is None) and (int(ids.min()) < 0 or largest >= samples):
+        largest = int(ids.max()) if ids.size and store is None else -1
+        if ids.size and store is None and (int(ids.min()) < 0 or largest >= samples):
             bad = int(np.argmax((ids < 0) | (ids >= samples)))
         if bad < 0 and store is not None:
             pieces = consumption.segments(start, stop) if consumption is not None else [(start, stop, 0)]
             bad, mix, top = _scatter(store, ids, start, pieces, 0 if hashing else 1, samples)
-            largest = top if kernel is not None else largest
+            largest = top
         else:
-            mix = kernel.mixed(ids) if hashing and kernel is not None and bad < 0 else 0
+            mix = kernel.mixed(ids) if hashing and bad < 0 else 0
         tops.append((start, stop, largest))
         if bad >= 0:
             return Draws(
@@ -189,7 +188,7 @@ def count_draws(
         mix_sum += mix
         if sample_draws is not None and consumption is not None:
             sample_draws[ids, 0], sample_draws[ids, 1] = consumption.first_last(start, stop)
-    if hashing and kernel is not None:
+    if hashing:
         if mix_sum % (1 << 64) == kernel.mixed(0, samples):
             return Draws(store, sample_draws, tuple(tops))
         return count_draws(reader, samples, None, manifest, progress, exact=True)
@@ -217,15 +216,11 @@ def count_draws(
 def _scatter(
     store: np.ndarray, ids: np.ndarray, start: int, pieces: list[tuple[int, int, int]], offset: int, samples: int
 ) -> Scattered:
-    """``store[ids] = draws + offset`` (zeros not written), piece by piece (the kernel's ``scatter``; numpy, with intp
-    indices, the ids checked before): the position in ``ids`` of the first id outside the store (-1: none), the
-    ids' mix sum and their largest id (the kernel's; 0 and -1 without it)."""
+    """``store[ids] = draws + offset`` (zeros not written), piece by piece (the kernel's ``scatter``): the position in
+    ``ids`` of the first id outside the store (-1: none), the ids' mix sum and their largest id."""
     mix, largest = 0, -1
     for lo, hi, count in pieces:
         part = ids[lo - start : hi - start]
-        if kernel is None:
-            store[part.astype(np.intp)] = count + offset
-            continue
         bad, part_mix, top = kernel.scatter(part, store, count + offset, samples)
         mix, largest = mix + part_mix, max(largest, top) if part.size else largest
         if bad >= 0:
@@ -293,14 +288,14 @@ def _row_order(path: str, first_row: int, rows: np.ndarray, previous: int) -> Fi
 def check_rows(path: str, piece: RowPiece, start: int, positions: np.ndarray, grid: SampleGrid) -> RowCheck:
     """Sample boundaries ``piece.rows`` (from row ``first_row``; the row before at document position ``previous``) of
     the document chunk at ``start`` whose copies start at ``positions`` (one more: the chunk's end): in order, row
-    ``i`` at ``i * seq_length``, every offset inside its document (the kernel's ``rows``; numpy when it is not built or
-    to say where a row is off). Returns the stream position of row S when among them, and the first problem."""
+    ``i`` at ``i * seq_length``, every offset inside its document (the kernel's ``rows``; numpy to say where a row is
+    off). Returns the stream position of row S when among them, and the first problem."""
     first_row, previous, rows = piece
     samples, seq_length = grid.samples, grid.seq_length
     count = rows.shape[0]
     if not count:
         return RowCheck(None, None)
-    good = kernel is not None and kernel.rows(positions, rows, start, first_row, seq_length, samples) < 0
+    good = kernel.rows(positions, rows, start, first_row, seq_length, samples) < 0
     order = None if good else _row_order(path, first_row, rows, previous)
     if order is not None:
         return RowCheck(None, order)

@@ -261,11 +261,11 @@ def _stream_passes(
         return
     report.document_range = [first_id, stop_id]
     report.findings.extend(_range_findings(setting, first_id, stop_id))
-    range_mix = kernel.mixed(first_id, stop_id) if kernel is not None else None  # (the shuffle pass still runs)
+    range_mix = kernel.mixed(first_id, stop_id)
     sizes = _sizes(setting.header, first_id, stop_id)
     documents = stop_id - first_id
     epochs = doc_r.info.rows // documents if doc_r.info.rows % documents == 0 else 0
-    exposing = kernel is not None and consumption is not None and epochs > 0 and packed
+    exposing = consumption is not None and epochs > 0 and packed
     records, stats = read_sizes(sizes, epochs if exposing else 0)
     tokens = stats[2]
     if not isinstance(shuffle_pass, Future):
@@ -386,11 +386,6 @@ def _expose(
 ) -> None:
     """The exposure into the report (withheld when the files cannot be trusted: the findings say why)."""
     manifest, iteration_of = options.manifest, options.iteration_of
-    if kernel is None:
-        report.notes.append(
-            "exposure not computed: the compiled kernel neox_epoch._exposure is not built "
-            "(install a C compiler and run pip install -e . again: docs/audit.md, Cost)"
-        )
     if not walker.exposing or not trusted:
         return
     exposure = walker.report(consumption.consumed, consumption.folded)

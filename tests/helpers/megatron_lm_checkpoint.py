@@ -5,6 +5,10 @@ runs
 scripts)::
 
     python tests/helpers/megatron_lm_checkpoint.py SAVE_DIR ITERATION WORLD_SIZE pretrain_gpt.py-arguments...
+    python tests/helpers/megatron_lm_checkpoint.py --jobs JOBS.json   # [[SAVE_DIR, ITERATION, WORLD_SIZE, args...]...]
+
+With ``--jobs`` Megatron-LM is imported once and each checkpoint is made in a forked child (as
+megatron_lm_truth.py runs its cases): the same files, without an interpreter start and an import per checkpoint.
 
 Runs what ``pretrain()`` runs before training on the arguments (with tests/helpers/megatron_lm_truth.py's GPU
 stand-ins): ``parse_args``, ``validate_args``, the microbatch calculator, ``get_optimizer_param_scheduler``
@@ -59,5 +63,32 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def jobs(path: str) -> int:
+    """Each job of the JSON list at ``path`` as :func:`main`, in a forked child; the first failing exit code."""
+    import json
+
+    with open(path, encoding="utf-8") as f:
+        todo = json.load(f)
+    truth._import_megatron()
+    import torch  # noqa: F401  (imported before forking, as Megatron-LM is)
+
+    for job in todo:
+        sys.stdout.flush()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                code = main([str(a) for a in job])
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        if os.waitstatus_to_exitcode(status) != 0:
+            print(f"job {job[:3]} failed: exit {os.waitstatus_to_exitcode(status)}", file=sys.stderr)
+            return 1
+    return 0
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(jobs(sys.argv[2]) if sys.argv[1:2] == ["--jobs"] else main(sys.argv[1:]))

@@ -1470,16 +1470,21 @@ def test_resume_check_on_random_megatron_lm_resumes(
     pairs = [random_resume(rng, corpora) for _ in range(16)] + [halved_batch_resume(corpora)]
     cases = []
     script = os.path.join(HELPERS, "megatron_lm_checkpoint.py")
+    jobs = tmp_path / "checkpoints.json"  # (every checkpoint made by one process: Megatron-LM imported once)
+    jobs.write_text(
+        json.dumps([[str(tmp_path / f"ckpt{i}"), p["iteration"], p["world"], *p["old"]] for i, p in enumerate(pairs)])
+    )
+    made = subprocess.run(
+        [sys.executable, script, "--jobs", str(jobs)],
+        env=frameworks.megatron_lm_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert made.returncode == 0, made.stderr[-3000:]
+    assert made.stdout.count("saved iteration") == len(pairs), made.stdout
     for i, pair in enumerate(pairs):
         pair["save"] = str(tmp_path / f"ckpt{i}")
-        made = subprocess.run(
-            [sys.executable, script, pair["save"], str(pair["iteration"]), str(pair["world"]), *pair["old"]],
-            env=frameworks.megatron_lm_env(),
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert made.returncode == 0, made.stderr[-3000:]
         for name, argv_, world in (("old", pair["old"], pair["world"]), ("new", pair["new"], pair["new_world"])):
             cases.append(
                 {
