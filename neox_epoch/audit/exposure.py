@@ -260,11 +260,11 @@ class StreamPass:
         self.position = int(positions[-1])
         return positions
 
-    def copies_match(self, ids_mix: int | None, range_mix: int | None) -> bool:
+    def copies_match(self, ids_mix: int | None, range_mix: int) -> bool:
         """Every document seen ``epochs`` times: the ids' mix sum against ``epochs`` times the split's (``range_mix``,
-        the kernel's ``mixed`` over its ids; either None (ids neither int32 nor int64): count
-        them)."""
-        if self.epochs <= 0 or ids_mix is None or range_mix is None:
+        the kernel's ``mixed`` over its ids; ``ids_mix`` None, ids neither int32 nor int64:
+        count them)."""
+        if self.epochs <= 0 or ids_mix is None:
             return False
         return ids_mix % (1 << 64) == self.epochs * range_mix % (1 << 64)
 

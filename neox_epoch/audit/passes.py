@@ -129,29 +129,12 @@ def count_draws(
     counts every id, says which are missing."""
     path = reader.info.path
     if reader.info.rows != samples:
-        return Draws(
-            None,
-            None,
-            (),
-            (
-                finding(
-                    path, "shuffle index length", f"{samples} (rows of the sample index - 1)", reader.info.rows, MIXED
-                ),
-            ),
+        wrong = finding(
+            path, "shuffle index length", f"{samples} (rows of the sample index - 1)", reader.info.rows, MIXED
         )
-    top = consumption.max_count if consumption is not None else 0
+        return Draws(None, None, (), (wrong,))
     hashing = not exact
-    # with the kernel, one bit per sample when none is drawn twice (the stream pass reads them at random: from cache;
-    # not for the manifest, whose sample_draws the kernel reads up to the draws' length)
-    dtype = (
-        np.uint64
-        if hashing and top <= 1 and not manifest
-        else np.uint8
-        if top < 254
-        else np.uint16
-        if top < 65534
-        else np.uint32
-    )
+    dtype = _count_dtype(hashing, consumption.max_count if consumption is not None else 0, manifest)
     store = (
         None if hashing and consumption is None else zeros(-(-samples // 64) if dtype == np.uint64 else samples, dtype)
     )
@@ -159,32 +142,18 @@ def count_draws(
     tops: list[tuple[int, int, int]] = []
     mix_sum = 0
     for start, ids in reader.chunks(rows=STREAM_CHUNK, progress=progress, label="shuffle"):
-        stop, bad = start + ids.shape[0], -1
-        largest = int(ids.max()) if ids.size and store is None else -1
-        if ids.size and store is None and (int(ids.min()) < 0 or largest >= samples):
-            bad = int(np.argmax((ids < 0) | (ids >= samples)))
-        if bad < 0 and store is not None:
-            pieces = consumption.segments(start, stop) if consumption is not None else [(start, stop, 0)]
-            bad, mix, top = _scatter(store, ids, start, pieces, 0 if hashing else 1, samples)
-            largest = top
-        else:
-            mix = kernel.mixed(ids) if hashing and bad < 0 else 0
+        stop = start + ids.shape[0]
+        bad, mix, largest = _shuffle_chunk(store, ids, start, consumption, hashing, samples)
         tops.append((start, stop, largest))
         if bad >= 0:
-            return Draws(
-                None,
-                None,
-                (),
-                (
-                    finding(
-                        path,
-                        "shuffle entry",
-                        f"sample ids in [0, {samples})",
-                        f"{int(ids[bad])} at position {start + bad}",
-                        MIXED,
-                    ),
-                ),
+            entry = finding(
+                path,
+                "shuffle entry",
+                f"sample ids in [0, {samples})",
+                f"{int(ids[bad])} at position {start + bad}",
+                MIXED,
             )
+            return Draws(None, None, (), (entry,))
         mix_sum += mix
         if sample_draws is not None and consumption is not None:
             sample_draws[ids, 0], sample_draws[ids, 1] = consumption.first_last(start, stop)
@@ -195,22 +164,49 @@ def count_draws(
     assert store is not None
     if not store.all():  # (no temporary array of S flags)
         missing = np.flatnonzero(store == 0)
-        return Draws(
-            None,
-            None,
-            (),
-            (
-                finding(
-                    path,
-                    "shuffle permutation",
-                    f"each sample id in [0, {samples}) exactly once",
-                    f"{missing.size} ids missing (first: {int(missing[0])}), so others repeat",
-                    "the shuffle index is damaged or from another build: " + STALE_HINT,
-                ),
-            ),
+        repeated = finding(
+            path,
+            "shuffle permutation",
+            f"each sample id in [0, {samples}) exactly once",
+            f"{missing.size} ids missing (first: {int(missing[0])}), so others repeat",
+            "the shuffle index is damaged or from another build: " + STALE_HINT,
         )
+        return Draws(None, None, (), (repeated,))
     store -= 1
     return Draws(store if consumption is not None else None, sample_draws, tuple(tops))
+
+
+def _count_dtype(hashing: bool, top: int, manifest: bool) -> type:
+    """The draw counts' store: one bit per sample when none is drawn twice and the ids are hashed (the stream pass
+    reads them at random: from cache; not for the manifest, whose sample_draws the kernel reads up to the draws'
+    length), else the narrowest unsigned type above the most draws of one sample."""
+    if hashing and top <= 1 and not manifest:
+        return np.uint64
+    return np.uint8 if top < 254 else np.uint16 if top < 65534 else np.uint32
+
+
+def _shuffle_chunk(
+    store: np.ndarray | None,
+    ids: np.ndarray,
+    start: int,
+    consumption: Consumption | None,
+    hashing: bool,
+    samples: int,
+) -> tuple[int, int, int]:
+    """One chunk of the shuffle index into ``store`` (when counted): the position of its first id outside
+    ``[0, samples)`` (-1: none), its ids' mix sum (0 when not hashed or bad) and its largest id."""
+    if store is None:  # (only hashed: the range checked here, the kernel's mix)
+        largest = int(ids.max()) if ids.size else -1
+        if ids.size and (int(ids.min()) < 0 or largest >= samples):
+            return int(np.argmax((ids < 0) | (ids >= samples))), 0, largest
+        return -1, kernel.mixed(ids) if hashing else 0, largest
+    pieces = (
+        consumption.segments(start, start + ids.shape[0])
+        if consumption is not None
+        else [(start, start + ids.shape[0], 0)]
+    )
+    bad, mix, largest = _scatter(store, ids, start, pieces, 0 if hashing else 1, samples)
+    return bad, mix, largest
 
 
 def _scatter(
@@ -367,7 +363,7 @@ class StreamFiles:
     grid: SampleGrid
     tail_from: int | None  # The document index entry where the last epoch's own block starts (None: not separate).
     ids_mix: int | None  # The ids' mix sum (scan_documents'): the copies are all there when it is range_mix.
-    range_mix: int | None  # The split's ids' mix sum.
+    range_mix: int  # The split's ids' mix sum.
 
 
 def _changed_ids(doc_r: NpyReader, start: int, what: str) -> FileProblem:
@@ -409,7 +405,7 @@ def walk_stream(files: StreamFiles, walker: StreamPass, progress: Progress) -> S
                 break
     problem = problem or rows.leftover(doc_r.info.rows)
     copies = None
-    # the mix sum says they are not all `epochs` (or no kernel): count them
+    # the mix sum says they are not all `epochs` (or the ids were not hashed): count them
     if not walker.copies_match(files.ids_mix, files.range_mix):
         copies = np.zeros(walker.sizes.shape[0], np.int64)
         for start, mapped in doc_r.chunks(rows=STREAM_CHUNK):

@@ -36,6 +36,7 @@ import numpy as np
 import pytest
 
 import tests.neox.test_neox_training as tn
+from neox_epoch.formats.runlog import read_jsonl
 from neox_epoch.neox.counters import JSONL_NAME
 
 pytestmark = [pytest.mark.neox, pytest.mark.slow]
@@ -83,11 +84,9 @@ def _trained(record_dir: str) -> int:
 
 
 def _last_written(jsonl: str) -> int:
-    """The last iteration whose counters record is in the log (whole lines only; 0: none yet)."""
-    with open(jsonl, "rb") as f:
-        lines = f.read().split(b"\n")[:-1]
-    iterations = [r["iteration"] for r in map(json.loads, lines) if r["event"] == "counters"]
-    return max(iterations, default=0)
+    """The last iteration whose counters record is in the log (read as ``report`` reads it: a line being written is
+    a torn record; 0: none yet)."""
+    return max((r["iteration"] for _, r in read_jsonl(jsonl) if r["event"] == "counters"), default=0)
 
 
 def _interrupt(

@@ -64,28 +64,23 @@ def main(argv: list[str]) -> int:
 
 
 def jobs(path: str) -> int:
-    """Each job of the JSON list at ``path`` as :func:`main`, in a forked child; the first failing exit code."""
+    """Each job of the JSON list at ``path`` as :func:`main`, in a forked child; 1 at the first that fails."""
     import json
+    import multiprocessing
 
     with open(path, encoding="utf-8") as f:
         todo = json.load(f)
     truth._import_megatron()
     import torch  # noqa: F401  (imported before forking, as Megatron-LM is)
 
+    fork = multiprocessing.get_context("fork")
     for job in todo:
         sys.stdout.flush()
-        pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                code = main([str(a) for a in job])
-            finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(code)
-        _, status = os.waitpid(pid, 0)
-        if os.waitstatus_to_exitcode(status) != 0:
-            print(f"job {job[:3]} failed: exit {os.waitstatus_to_exitcode(status)}", file=sys.stderr)
+        child = fork.Process(target=lambda argv=[str(a) for a in job]: sys.exit(main(argv)))
+        child.start()
+        child.join()
+        if child.exitcode != 0:
+            print(f"job {job[:3]} failed: exit {child.exitcode}", file=sys.stderr)
             return 1
     return 0
 
