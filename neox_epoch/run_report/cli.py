@@ -67,61 +67,9 @@ def to_json(
         "last_iteration": s.last_iteration,
         "train_iters": s.train_iters,
         "seq_length": s.seq_length,
-        "launches": [
-            {
-                "launch": r.number,
-                "file": r.file,
-                "line": r.line,
-                "from_iteration": r.start,
-                "to_iteration": r.end,
-                "train_iters": r.train_iters,
-                "train_batch_size": r.train_batch_size,
-                "seq_length": r.seq_length,
-                "mode": r.mode,
-                "status": r.status,
-                "schema": r.stamp[0],
-                "version": r.stamp[1],
-            }
-            for r in s.launches
-        ],
-        "sources": [
-            {
-                "name": x.name,
-                "prefix": x.prefix,
-                "samples_per_epoch": x.samples_per_epoch,
-                "tokens": x.tokens,
-                "planned_passes": x.planned_passes,
-                "points": [
-                    {
-                        "launch": p.launch,
-                        "iteration": p.iteration,
-                        "samples": p.samples,
-                        "passes": p.passes,
-                        "pass": p.pass_number,
-                    }
-                    for p in x.points
-                ],
-                "pass_starts": [
-                    {"launch": b.launch, "iteration": b.iteration, "pass": b.pass_number, "sample": b.sample}
-                    for b in x.boundaries
-                ],
-            }
-            for x in s.sources
-        ],
-        "resumes": [
-            {
-                "launch": r.launch,
-                "iteration": r.iteration,
-                "label": r.label(),
-                "changed": {c.key: [c.old, c.new] for c in r.changes},
-                "changed_from": r.changes_from,
-                "previous_iteration": r.previous_iteration,
-                "jumps": {j.source: [j.before, j.after] for j in r.jumps},
-                "consumed_samples": r.consumed_samples,
-                "notes": r.notes(),
-            }
-            for r in s.resumes
-        ],
+        "launches": [_launch_json(r) for r in s.launches],
+        "sources": [_source_json(x) for x in s.sources],
+        "resumes": [_resume_json(r) for r in s.resumes],
         "stops": [
             {
                 "launch": x.launch,
@@ -132,36 +80,9 @@ def to_json(
             }
             for x in s.stops
         ],
-        "numbers": [
-            {
-                "source": r.source,
-                "iteration": r.iteration,
-                "samples": r.samples,
-                "samples_per_epoch": r.samples_per_epoch,
-                "passes": round(r.passes, 6),
-                "planned_passes": r.planned_passes,
-                "tokens": r.tokens,
-                "input_tokens": r.input_tokens,
-                "arithmetic": r.arithmetic(),
-            }
-            for r in rows
-        ],
+        "numbers": [_number_json(r) for r in rows],
         "exposure": {"sources": {h.source: h.to_json() for h in hists}, "notes": list(notes)},
-        "missing": [
-            {
-                "file": m.file,
-                "line": m.line,
-                "launch": m.launch,
-                "kind": m.kind,
-                "records": m.records,
-                "events": {e: {"records": n, "iterations": [a, b]} for e, n, a, b in m.events},
-                "lost": m.lost,
-                "error": m.error,
-                "seconds": m.seconds,
-                "label": m.label(),
-            }
-            for m in s.missing
-        ],
+        "missing": [_missing_json(m) for m in s.missing],
         **(
             {
                 "stages": {
@@ -172,6 +93,95 @@ def to_json(
             if s.stages or s.stage_starts
             else {}
         ),
+    }
+
+
+def _launch_json(r: series.LaunchRow) -> dict[str, Any]:
+    """One launch of :func:`to_json`'s ``launches``."""
+    return {
+        "launch": r.number,
+        "file": r.file,
+        "line": r.line,
+        "from_iteration": r.start,
+        "to_iteration": r.end,
+        "train_iters": r.train_iters,
+        "train_batch_size": r.train_batch_size,
+        "seq_length": r.seq_length,
+        "mode": r.mode,
+        "status": r.status,
+        "schema": r.stamp[0],
+        "version": r.stamp[1],
+    }
+
+
+def _source_json(x: series.SourceSeries) -> dict[str, Any]:
+    """One source of :func:`to_json`'s ``sources``: its points and pass starts."""
+    return {
+        "name": x.name,
+        "prefix": x.prefix,
+        "samples_per_epoch": x.samples_per_epoch,
+        "tokens": x.tokens,
+        "planned_passes": x.planned_passes,
+        "points": [
+            {
+                "launch": p.launch,
+                "iteration": p.iteration,
+                "samples": p.samples,
+                "passes": p.passes,
+                "pass": p.pass_number,
+            }
+            for p in x.points
+        ],
+        "pass_starts": [
+            {"launch": b.launch, "iteration": b.iteration, "pass": b.pass_number, "sample": b.sample}
+            for b in x.boundaries
+        ],
+    }
+
+
+def _resume_json(r: series.ResumeMark) -> dict[str, Any]:
+    """One resume of :func:`to_json`'s ``resumes``."""
+    return {
+        "launch": r.launch,
+        "iteration": r.iteration,
+        "label": r.label(),
+        "changed": {c.key: [c.old, c.new] for c in r.changes},
+        "changed_from": r.changes_from,
+        "previous_iteration": r.previous_iteration,
+        "jumps": {j.source: [j.before, j.after] for j in r.jumps},
+        "consumed_samples": r.consumed_samples,
+        "notes": r.notes(),
+    }
+
+
+def _number_json(r: series.NumberRow) -> dict[str, Any]:
+    """One row of :func:`to_json`'s ``numbers``, with its arithmetic."""
+    return {
+        "source": r.source,
+        "iteration": r.iteration,
+        "samples": r.samples,
+        "samples_per_epoch": r.samples_per_epoch,
+        "passes": round(r.passes, 6),
+        "planned_passes": r.planned_passes,
+        "tokens": r.tokens,
+        "input_tokens": r.input_tokens,
+        "arithmetic": r.arithmetic(),
+    }
+
+
+def _missing_json(m: log.Missing) -> dict[str, Any]:
+    """One gap of :func:`to_json`'s ``missing`` (records the log could not hold)."""
+    return {
+        "file": m.file,
+        "line": m.line,
+        "launch": m.launch,
+        "kind": m.kind,
+        "records": m.records,
+        "events": {e: {"records": n, "iterations": [a, b]} for e, n, a, b in m.events},
+        "lost": m.lost,
+        "error": m.error,
+        "seconds": m.seconds,
+        "label": m.label(),
     }
 
 
